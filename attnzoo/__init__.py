@@ -1,0 +1,38 @@
+"""attnzoo: a config-driven zoo of correct, masked, fast PyTorch attention layers.
+
+    >>> import attnzoo
+    >>> attnzoo.list_models("label*")
+    >>> layer = attnzoo.create("labelwise", num_labels=50)   # hidden size inferred on the first call
+
+Importing attnzoo, listing and reading model cards never import torch; ``create`` does.
+"""
+
+from .create import create, load
+from .errors import AttnzooError, ConfigError, PluginError, UnknownModelError, WeightsError
+from .hookspecs import hookimpl
+from .plugins import PluginInfo, list_plugins
+from .registry import list_models, model_info, register
+from .spec import ModelSpec, WeightsSpec
+from .weights import save
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "create",
+    "load",
+    "save",
+    "register",
+    "list_models",
+    "model_info",
+    "list_plugins",
+    "hookimpl",
+    "ModelSpec",
+    "WeightsSpec",
+    "PluginInfo",
+    "AttnzooError",
+    "UnknownModelError",
+    "ConfigError",
+    "WeightsError",
+    "PluginError",
+    "__version__",
+]

@@ -1,0 +1,261 @@
+"""The ``attnzoo`` command.
+
+    attnzoo list [PATTERN ...] [--pretrained] [--provider P] [--json]
+    attnzoo info NAME [--json]
+    attnzoo plugins [--json]
+    attnzoo create NAME [key=value ...] [--pretrained[=TAG]] [--device D] [--dtype T]
+
+Tables for people, ``--json`` for programs. Exit status 2 for usage errors, 1 for failures, with a
+one-line message (``--debug`` shows the traceback). ``--no-plugins`` skips third-party plugins. torch is
+imported only by the verbs that build a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import AttnzooError
+
+__all__ = ["main"]
+
+USAGE_ERROR = 2
+FAILURE = 1
+
+
+class UsageError(Exception):
+    """A command line that cannot be run as written (exit status 2)."""
+
+
+# -- output helpers ----------------------------------------------------------------------------------
+def _width() -> int:
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, stretch: int = -1) -> None:
+    """Print rows under headers in aligned columns; the ``stretch`` column is cut to fit the terminal."""
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    stretch %= len(headers)
+    fixed = sum(w + 2 for i, w in enumerate(widths) if i != stretch)
+    widths[stretch] = max(len(headers[stretch]), min(widths[stretch], _width() - fixed - 1))
+
+    def line(values: Sequence[str]) -> str:
+        parts = []
+        for i, v in enumerate(values):
+            if len(v) > widths[i]:
+                v = v[: max(widths[i] - 1, 0)] + "…"
+            parts.append(v.ljust(widths[i]))
+        return "  ".join(parts).rstrip()
+
+    print(line(headers))
+    for row in cells:
+        print(line(row))
+
+
+def _emit_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def _metrics_text(metrics: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+
+
+# -- verbs -------------------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    from .registry import list_models, model_info
+
+    names = list_models(args.patterns or "*", pretrained=args.pretrained, provider=args.provider)
+    rows = []
+    for name in names:
+        spec = model_info(name)
+        tag = name.rsplit(".", 1)[1] if args.pretrained else None
+        entry = {"name": name, "kind": spec.kind, "provider": spec.provider, "summary": spec.summary}
+        if tag is not None:
+            entry["metrics"] = dict(spec.weights[tag].metrics)
+            entry["dataset"] = spec.weights[tag].dataset
+        rows.append(entry)
+    if args.json:
+        _emit_json(rows)
+        return 0
+    if not rows:
+        print("no model matches" + (f" {' '.join(args.patterns)}" if args.patterns else ""), file=sys.stderr)
+        return 0
+    if args.pretrained:
+        print_table(["NAME", "DATASET", "METRICS"],
+                    [(r["name"], r["dataset"], _metrics_text(r["metrics"])) for r in rows])
+    else:
+        print_table(["NAME", "KIND", "PROVIDER", "SUMMARY"],
+                    [(r["name"], r["kind"], r["provider"], r["summary"]) for r in rows])
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .registry import model_info
+
+    spec = model_info(args.name)
+    data = spec.to_dict()
+    if args.json:
+        _emit_json(data)
+        return 0
+    print(f"{spec.name}  ({spec.kind}, provider {spec.provider})")
+    for key in ("summary", "reference", "factory", "source"):
+        if data[key]:
+            print(f"  {key + ':':<11}{data[key]}")
+    print("  config:")
+    if not data["config"]:
+        print("    (none)")
+    for key, value in data["config"].items():
+        note = "required" if value == "???" else ("inferred on first call" if value is None else f"default {value!r}")
+        print(f"    {key:<20}{note}")
+    if data["weights"]:
+        print("  weights:" + (f"  (default {spec.default_tag})" if spec.default_tag else ""))
+        for tag, w in data["weights"].items():
+            print(f"    {spec.name}.{tag}")
+            print(f"      file:    {w['file']}  sha256 {w['sha256'][:16]}…")
+            for key in ("dataset", "license", "recipe", "train_time"):
+                if w[key]:
+                    print(f"      {key + ':':<9}{w[key]}")
+            if w["metrics"]:
+                print(f"      metrics: {_metrics_text(w['metrics'])}")
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from .plugins import list_plugins
+
+    infos = list_plugins()
+    if args.json:
+        _emit_json([i.to_dict() for i in infos])
+        return 0
+    rows = []
+    for info in infos:
+        status = info.status
+        if info.status == "loaded" and info.problems:
+            status += f" ({len(info.problems)} problem{'s' * (len(info.problems) > 1)})"
+        rows.append((info.name, info.distribution, info.version, status, len(info.models), info.error or ""))
+    print_table(["NAME", "DISTRIBUTION", "VERSION", "STATUS", "MODELS", "ERROR"], rows)
+    return 0
+
+
+def _describe_output(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"{list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_describe_output(v) for v in value) + ")"
+    return type(value).__name__
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    from .config import parse_overrides
+    from .create import create
+
+    try:
+        overrides = parse_overrides(args.overrides)
+    except AttnzooError as e:
+        raise UsageError(str(e)) from None
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    model = create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
+    example = getattr(model, "example_inputs", None)
+    shapes = None
+    if callable(example):
+        inputs, kwargs = example()  # built on the layer's own device and dtype
+        with torch.no_grad():
+            model.eval()
+            output = model(*inputs, **kwargs)
+        shapes = (", ".join(_describe_output(t) for t in inputs), _describe_output(output))
+
+    print(model)
+    params = list(model.parameters())
+    count = sum(p.numel() for p in params if not is_lazy(p))
+    lazy = sum(1 for p in params if is_lazy(p))
+    print(f"parameters: {count:,}" + (f" (+{lazy} lazy, sized on the first call)" if lazy else ""))
+    if shapes:
+        print(f"dummy forward: ({shapes[0]}) -> {shapes[1]}")
+    return 0
+
+
+# -- parser ------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, one line
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    common.add_argument("--no-plugins", action="store_true", default=argparse.SUPPRESS,
+                        help="skip third-party plugins (same as ATTNZOO_DISABLE_PLUGIN_AUTOLOAD=1)")
+
+    parser = _Parser(prog="attnzoo", description="A config-driven zoo of PyTorch attention layers.",
+                     parents=[common])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("list", parents=[common], help="list registered models")
+    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="fnmatch patterns such as 'label*'")
+    p.add_argument("--pretrained", action="store_true", help="list pretrained tags (arch.tag)")
+    p.add_argument("--provider", help="only models of this provider (attnzoo, local, a plugin name)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("info", parents=[common], help="show a model card")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("plugins", parents=[common], help="list plugins, their status and errors")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("create", parents=[common], help="build a model and run a dummy forward")
+    p.add_argument("name")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (values parsed as YAML)")
+    p.add_argument("--pretrained", nargs="?", const=True, default=False, metavar="TAG",
+                   help="load pretrained weights (the default tag, or TAG)")
+    p.add_argument("--device", help="cpu, cuda:1, auto, meta, or a plugin's device string")
+    p.add_argument("--dtype", help="float32, bfloat16 or float16")
+    p.set_defaults(func=cmd_create)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "no_plugins", False):
+            os.environ["ATTNZOO_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        if args.command is None:
+            parser.print_help()
+            return USAGE_ERROR
+        return args.func(args)
+    except UsageError as e:
+        if debug:
+            raise
+        print(f"attnzoo: usage error: {e}", file=sys.stderr)
+        return USAGE_ERROR
+    except (AttnzooError, ValueError, OSError) as e:
+        if debug:
+            raise
+        print(f"attnzoo: error: {e}", file=sys.stderr)
+        return FAILURE
+    except KeyboardInterrupt:
+        print("attnzoo: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Configuration: merge the layers of config with omegaconf, then validate them against the factory.
+
+Precedence, lowest first: the card's defaults < the pretrained tag's config < ``config=`` (a dict, a
+``DictConfig`` or a YAML path) < ``**overrides``. A card marks a required value ``???``. Every key is
+checked against the factory's signature, and every value against the parameter's annotation, before the
+factory is called: a typo or a wrong type is a ``ConfigError`` that names the key, never a
+``TypeError`` from deep inside a constructor.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, close_matches
+
+__all__ = ["merge_config", "validate_config", "load_config_source", "parse_overrides", "factory_parameters"]
+
+
+def load_config_source(config: Any) -> Any:
+    """A ``DictConfig`` from a dict, a ``DictConfig`` or the path of a YAML file."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if config is None:
+        return OmegaConf.create({})
+    if isinstance(config, DictConfig):
+        return config
+    if isinstance(config, (str, Path)):
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist; pass a dict or the path of a YAML file")
+        try:
+            loaded = OmegaConf.load(path)
+        except Exception as e:  # noqa: BLE001 - omegaconf raises several types for bad YAML
+            raise ConfigError(f"config file {path.name}: cannot read it as YAML ({e})") from None
+        if not isinstance(loaded, DictConfig):
+            raise ConfigError(f"config file {path.name}: expected a mapping of key: value, got a list")
+        # a saved model folder's config.yaml keeps the constructor arguments under 'config'
+        if "config" in loaded and "factory" in loaded:
+            return loaded.config
+        return loaded
+    if isinstance(config, Mapping):
+        return OmegaConf.create(dict(config))
+    raise ConfigError(f"config must be a dict, a DictConfig or a YAML path, got {type(config).__name__}")
+
+
+def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["num_labels=50", "mask=true"]`` -> ``{"num_labels": 50, "mask": True}`` (values parsed as YAML)."""
+    from omegaconf import OmegaConf
+
+    for pair in pairs:
+        if "=" not in pair or pair.startswith("="):
+            raise ConfigError(f"expected key=value, got {pair!r}")
+    return OmegaConf.to_container(OmegaConf.from_dotlist(list(pairs)), resolve=True)
+
+
+def merge_config(*layers: Any) -> dict[str, Any]:
+    """Merge the layers (lowest precedence first) and return a plain dict, ``???`` still marking gaps."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        merged = OmegaConf.merge(*[load_config_source(layer) for layer in layers])
+        missing = OmegaConf.missing_keys(merged)
+        container = OmegaConf.to_container(merged, resolve=True, throw_on_missing=False)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"cannot merge the configuration: {e}") from None
+    for key in missing:
+        container[key] = "???"
+    return container
+
+
+def factory_parameters(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool, dict[str, Any]]:
+    """The named parameters of ``factory``, whether it takes ``**kwargs``, and resolved annotations."""
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    signature = inspect.signature(factory)
+    params = {
+        name: p for name, p in signature.parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    }
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation only skips the type check
+        hints = {}
+    return params, var_kw, hints
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation is type(None):
+        return "None"
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " | ".join(repr(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(annotation))
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(annotation))
+        return f"{getattr(origin, '__name__', str(origin))}[{args}]"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _fits(value: Any, annotation: Any) -> tuple[bool, Any]:
+    """Whether ``value`` fits ``annotation``, and the value to pass (ints widen to float, lists to tuples)."""
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return True, value
+    if annotation is type(None):
+        return value is None, value
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return value in args, value
+    if origin in (typing.Union, types.UnionType):
+        for option in args:
+            ok, converted = _fits(value, option)
+            if ok:
+                return True, converted
+        return False, value
+    if annotation is bool:
+        return isinstance(value, bool), value
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if annotation is str:
+        return isinstance(value, str), value
+    if origin in (list, tuple, Sequence, typing.Sequence) or annotation in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False, value
+        item = args[0] if args and (origin is not tuple or len(args) == 2 and args[1] is Ellipsis) else Any
+        converted = []
+        for v in value:
+            ok, c = _fits(v, item)
+            if not ok:
+                return False, value
+            converted.append(c)
+        return True, tuple(converted) if origin is tuple or annotation is tuple else converted
+    if origin in (dict, Mapping) or annotation in (dict, Mapping):
+        return isinstance(value, Mapping), value
+    if isinstance(annotation, type):
+        return isinstance(value, annotation), value
+    return True, value  # an annotation we do not understand: let the factory judge
+
+
+def validate_config(
+    factory: Callable[..., Any],
+    config: Mapping[str, Any],
+    *,
+    model: str,
+) -> dict[str, Any]:
+    """Check ``config`` against ``factory``'s signature; return the keyword arguments to call it with."""
+    params, var_kw, hints = factory_parameters(factory)
+    for key in config:  # unknown keys first: a typo also leaves the real key missing
+        if key not in params and not var_kw:
+            hint = close_matches(key, params)
+            did_you_mean = f"did you mean {', '.join(map(repr, hint))}? " if hint else ""
+            raise ConfigError(
+                f"{model}: unknown config key {key!r}; {did_you_mean}valid keys: {', '.join(params) or 'none'}"
+            )
+    kwargs: dict[str, Any] = {}
+    for key, value in config.items():
+        if value == "???":
+            raise ConfigError(f"{model}: missing required config value {key!r}; pass {key}=... to create()")
+        annotation = hints.get(key, inspect.Parameter.empty)
+        ok, converted = _fits(value, annotation)
+        if not ok:
+            raise ConfigError(
+                f"{model}: config key {key!r} expects {_type_name(annotation)}, got {value!r} ({type(value).__name__})"
+            )
+        kwargs[key] = converted
+    for name, param in params.items():
+        if param.default is inspect.Parameter.empty and name not in kwargs:
+            raise ConfigError(f"{model}: missing required config value {name!r}; pass {name}=... to create()")
+    return kwargs

@@ -1,0 +1,292 @@
+"""``create()`` and ``load()``: name -> spec -> config -> module -> weights -> placement.
+
+The factory is imported here, from the card's ``"module:attr"`` string, and nowhere earlier: listing
+never imports torch. A model that will receive weights is built on the ``meta`` device and the weights
+are assigned in place (``load_state_dict(assign=True)``), so pretrained creation costs about the read
+of the file itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from . import plugins, weights as weights_io
+from .config import merge_config, validate_config
+from .errors import ConfigError, UnknownModelError, WeightsError
+from .registry import REGISTRY, natural_key
+from .spec import ModelSpec, WeightsSpec, thaw
+
+__all__ = ["create", "load", "resolve_factory", "parse_dtype", "resolve_device"]
+
+_DTYPES = {
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+    "float64": "float64", "fp64": "float64", "double": "float64",
+}
+
+
+def resolve_factory(spec: ModelSpec) -> Callable[..., Any]:
+    """Import the callable behind a spec's ``"module:attr"`` factory string."""
+    if callable(spec.factory):
+        return spec.factory
+    module_name, _, attr = spec.factory.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(
+            f"{spec.name}: cannot import {module_name!r} for factory {spec.factory!r} ({e}); is the package "
+            f"that provides it ({spec.provider}) installed?"
+        ) from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigError(f"{spec.name}: factory {spec.factory!r}: module {module_name!r} has no {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigError(f"{spec.name}: factory {spec.factory!r} is not callable")
+    return target
+
+
+def parse_dtype(dtype: Any) -> Any:
+    """A ``torch.dtype`` from a dtype or one of ``"float32" | "bfloat16" | "float16" | "float64"``."""
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower().removeprefix("torch.") in _DTYPES:
+        return getattr(torch, _DTYPES[dtype.lower().removeprefix("torch.")])
+    raise ConfigError(f"dtype must be a torch.dtype or one of float32, bfloat16, float16, float64; got {dtype!r}")
+
+
+def resolve_device(device: Any) -> Any:
+    """A ``torch.device``, or the original string when neither a plugin nor torch knows it.
+
+    Plugins answer first (``attnzoo_resolve_device``); the built-in answer turns ``"auto"`` into cuda,
+    else mps, else cpu. A string nobody resolves is passed on unchanged to the placement hook, where a
+    plugin may still claim it.
+    """
+    import torch
+
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise ConfigError(f"device must be a string or a torch.device, got {type(device).__name__}")
+    resolved = plugins.call_first("attnzoo_resolve_device", device=device)
+    if resolved is not None:
+        return resolved
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError):
+        return device
+
+
+def _place(model: Any, device: Any, dtype: Any) -> Any:
+    placed = plugins.call_first("attnzoo_place_model", model=model, device=device, dtype=dtype)
+    if placed is None:
+        raise ConfigError(
+            f"no plugin places a model on device {device!r}; use cpu, cuda[:N], mps, meta or auto, or install "
+            f"the plugin that provides {device!r} (`attnzoo plugins` lists what is loaded)"
+        )
+    return placed
+
+
+def _select_weights(spec: ModelSpec, tag: str | None, pretrained: bool | str) -> WeightsSpec | None:
+    if pretrained is False or pretrained is None:
+        return None
+    if isinstance(pretrained, str):
+        if tag is not None and tag != pretrained:
+            raise ConfigError(f"{spec.name}: the name asks for tag {tag!r} but pretrained={pretrained!r}")
+        tag = pretrained
+    elif pretrained is not True:
+        raise ConfigError(f"pretrained must be True, False or a tag name, got {pretrained!r}")
+    if not spec.weights:
+        raise UnknownModelError(
+            f"{spec.name!r} has no pretrained weights; `attnzoo list --pretrained` shows the names that do",
+            name=spec.name,
+        )
+    tag = tag or spec.default_tag
+    if tag is None:
+        raise ConfigError(f"{spec.name}: several pretrained tags and no default; pick one of {sorted(spec.weights)}")
+    if tag not in spec.weights:
+        raise UnknownModelError(
+            f"{spec.name!r} has no pretrained tag {tag!r} (its tags: {', '.join(spec.weights)})", name=spec.name
+        )
+    return spec.weights[tag]
+
+
+def _weights_path(spec: ModelSpec, wspec: WeightsSpec) -> Path:
+    path = Path(wspec.file)
+    return path if path.is_absolute() else Path(spec.weights_dir or ".") / path
+
+
+def _build(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, on_meta: bool, name: str) -> Any:
+    import torch
+
+    try:
+        if on_meta:
+            with torch.device("meta"):
+                return factory(**kwargs)
+        return factory(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{name}: the factory refused the config {dict(kwargs)}: {e}") from e
+
+
+def _load_state(
+    model: Any,
+    tensors: Mapping[str, Any],
+    *,
+    source: Path,
+    assign: bool,
+    reset_head: bool,
+    changed: Mapping[str, tuple[Any, Any]],
+) -> list[str]:
+    """Load ``tensors`` into ``model``; a missing, unexpected or misshapen key is a ``WeightsError``.
+
+    ``changed`` holds the config keys the caller set to other values than the weights were trained
+    with (key -> (asked, trained)); when shapes then differ, that is the caller's ``ConfigError``.
+    With ``reset_head=True`` the tensors whose shape differs are skipped and keep their fresh
+    initialisation; their keys are returned. Nothing is loaded when anything else does not fit.
+    """
+    from torch.nn.parameter import is_lazy
+
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors), key=natural_key)
+    unexpected = sorted(set(tensors) - set(expected), key=natural_key)
+    misshapen = [
+        k for k in expected
+        if k in tensors and not is_lazy(expected[k]) and tuple(expected[k].shape) != tuple(tensors[k].shape)
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing from the file: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
+    if unexpected:
+        problems.append(f"not in the model: {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
+    shapes = [f"{k}: file {list(tensors[k].shape)} vs model {list(expected[k].shape)}" for k in misshapen[:8]]
+    if misshapen and changed and not reset_head and not problems:
+        asked = ", ".join(f"{k}={a!r} (the weights have {t!r})" for k, (a, t) in changed.items())
+        raise ConfigError(
+            f"{asked} conflicts with the weights in {source.name} ({'; '.join(shapes)}); drop the override, "
+            f"or pass reset_head=True to load what fits and re-initialise the rest"
+        )
+    if not reset_head:
+        problems += shapes
+    if problems:
+        raise WeightsError(f"{source} does not fit the model ({'; '.join(problems)}); nothing was loaded")
+    if reset_head:
+        model.load_state_dict({k: v for k, v in tensors.items() if k not in misshapen}, strict=False)
+        return misshapen
+    model.load_state_dict(tensors, strict=True, assign=assign)
+    return []
+
+
+def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Tensors and decoded metadata of a weights file or saved folder, its digest verified."""
+    if path.is_dir():
+        folder = weights_io.read_folder(path)
+        tensors, meta = weights_io.read_weights(path / weights_io.WEIGHTS_FILE, sha256=sha256 or folder.get("sha256"))
+    else:
+        tensors, meta = weights_io.read_weights(path, sha256=sha256)
+    return tensors, weights_io.decode_metadata(meta)
+
+
+def create(
+    name: str,
+    /,
+    *,
+    pretrained: bool | str = False,
+    weights: str | Path | None = None,
+    config: Any = None,
+    device: Any = None,
+    dtype: Any = None,
+    reset_head: bool = False,
+    **overrides: Any,
+) -> Any:
+    """Build a registered model.
+
+    Args:
+        name: ``arch``, ``arch.tag`` or ``provider:arch`` (see ``attnzoo list``).
+        pretrained: True for the card's default tag, a tag name for another, False for fresh weights.
+        weights: a ``.safetensors`` file or a folder written by ``attnzoo.save`` to load instead.
+        config: a dict, ``DictConfig`` or YAML path; overrides the card and the tag's config.
+        device: ``"cpu"``, ``"cuda:1"``, ``"auto"``, ``"meta"``, a ``torch.device`` or a plugin's string.
+        dtype: a ``torch.dtype`` or ``"float32" | "bfloat16" | "float16"``.
+        reset_head: load weights whose config differs from yours, re-initialising the tensors that
+            no longer fit (a new number of labels, say) instead of raising ``ConfigError``.
+        **overrides: constructor arguments, highest precedence (``num_labels=50``).
+
+    Returns:
+        The ``nn.Module``, with ``attnzoo_config`` (name, factory, config) for ``attnzoo.save`` and
+        ``attnzoo_metadata`` (vocabulary, labels, ... of pretrained weights).
+    """
+    spec, tag = REGISTRY.resolve(name)
+    wspec = _select_weights(spec, tag, pretrained)
+    loaded = None
+    if weights is not None:
+        loaded = (*_read_source(Path(weights), None), Path(weights))
+    elif wspec is not None:
+        path = _weights_path(spec, wspec)
+        tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
+        loaded = (tensors, weights_io.decode_metadata(meta), path)
+    return _assemble(spec, tag, wspec, loaded, config=config, device=device, dtype=dtype,
+                     reset_head=reset_head, overrides=overrides)
+
+
+def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, overrides) -> Any:
+    import torch
+
+    tag_config = thaw(spec.weights[tag].config) if tag else {}
+    if wspec is not None:
+        tag_config = thaw(wspec.config)
+    tensors, file_meta, source = loaded if loaded is not None else (None, None, None)
+    if file_meta is not None and file_meta["config"] is not None:
+        tag_config = {**tag_config, **file_meta["config"]}
+
+    user_layer = merge_config(config) if config is not None else {}
+    asked = {**user_layer, **overrides}
+    changed = {k: (v, tag_config[k]) for k, v in asked.items() if k in tag_config and tag_config[k] != v}
+    merged = merge_config(thaw(spec.config), tag_config, user_layer, overrides)
+    factory = resolve_factory(spec)
+    kwargs = validate_config(factory, merged, model=spec.name)
+    torch_dtype = parse_dtype(dtype)
+    torch_device = resolve_device(device)
+
+    on_meta = (tensors is not None and not reset_head) or (
+        isinstance(torch_device, torch.device) and torch_device.type == "meta"
+    )
+    model = _build(factory, kwargs, on_meta=on_meta, name=spec.name)
+    if tensors is not None:
+        if torch_dtype is None:  # weights may be stored in float16; the model is float32 unless asked
+            default = torch.get_default_dtype()
+            tensors = {k: v.to(default) if v.is_floating_point() else v for k, v in tensors.items()}
+        reset = _load_state(model, tensors, source=source, assign=not reset_head, reset_head=reset_head,
+                            changed=changed)
+        if reset:
+            warnings.warn(f"{spec.name}: re-initialised {', '.join(reset)} (their shapes differ from {source.name})",
+                          stacklevel=3)
+
+    model.attnzoo_config = {"name": REGISTRY.display_name(spec), "factory": spec.factory_name, "config": merged}
+    model.attnzoo_metadata = dict(file_meta["extra"]) if file_meta else {}
+    if wspec is not None:
+        model.attnzoo_metadata.setdefault("tag", wspec.tag)
+    if torch_device is not None or torch_dtype is not None:
+        model = _place(model, torch_device, torch_dtype)
+    return model
+
+
+def load(directory_or_file: str | Path, *, device: Any = None, dtype: Any = None, sha256: str | None = None) -> Any:
+    """Rebuild a model saved by ``attnzoo.save`` (a folder) or a weights file with attnzoo metadata.
+
+    The name in the file's metadata picks the registered spec. The file's sha256 is checked against its
+    folder's ``config.yaml``, a ``FILE.sha256`` next to it, or ``sha256=``.
+    """
+    path = Path(directory_or_file)
+    tensors, info = _read_source(path, sha256)
+    if not info["name"] or info["config"] is None:
+        raise WeightsError(f"{path}: no attnzoo metadata (name, config); load it with create(NAME, weights=...)")
+    spec, tag = REGISTRY.resolve(info["name"])
+    return _assemble(spec, tag, None, (tensors, info, path), config=None, device=device, dtype=dtype,
+                     reset_head=False, overrides={})

@@ -1,0 +1,21 @@
+"""The hooks a plugin may implement (pluggy project "attnzoo"; entry-point group "attnzoo")."""
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("attnzoo")
+hookimpl = pluggy.HookimplMarker("attnzoo")
+
+
+@hookspec
+def attnzoo_register_models(register):
+    """Add models by calling ``register(name, factory, *, config=..., summary=..., weights=...)``."""
+
+
+@hookspec(firstresult=True)
+def attnzoo_resolve_device(device):
+    """Turn a device string such as ``"auto"`` into a ``torch.device`` (or a string you place), or return None."""
+
+
+@hookspec(firstresult=True)
+def attnzoo_place_model(model, device, dtype):
+    """Move ``model`` to ``device`` / ``dtype`` and return it, or return None to leave it to the next plugin."""

@@ -1,0 +1,280 @@
+"""Label-wise attention (seed 004; Chalkidis et al. 2019): one attention distribution per label.
+
+    A   = softmax_T(H Waᵀ)              [B, L, T]   masked over T (True = attend)
+    r_l = A_l H                          [B, L, h]
+    y_l = <Wo_l, r_l> + bo_l             [B, L]      logits (sigmoid for probabilities)
+
+H is [B, T, h], Wa and Wo are [L, h] (``shared_output=True`` gives the seed's single Wo [h]), bo [L].
+The attention step is scaled dot-product attention with the label matrix as the query and scale 1,
+so the forward pass without ``return_attention`` is one fused ``scaled_dot_product_attention`` call:
+no [B, L, T] tensor is kept for backward and no Python loop runs over the labels.
+
+Two parameter layouts, the same math:
+
+* ``LabelwiseAttention`` (registry ``labelwise``) keeps the seed's per-label layout, a ``ParameterList``
+  ``Wa_list.0 … Wa_list.{L-1}`` of [h] vectors, so the seed's state dicts load as they are.
+* ``LabelwiseAttentionBatched`` (``labelwise_batched``) keeps one ``Wa`` [L, h] tensor.
+
+Each loads the other's state dict: :func:`to_batched_state_dict` and :func:`to_per_label_state_dict`
+convert explicitly, and ``load_state_dict`` applies them on the fly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.parameter import UninitializedParameter, is_lazy
+
+from .core import attend, check_input, check_mask
+
+__all__ = [
+    "LabelwiseAttention",
+    "LabelwiseAttentionBatched",
+    "to_batched_state_dict",
+    "to_per_label_state_dict",
+]
+
+
+def to_batched_state_dict(state_dict: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+    """Per-label layout (``Wa_list.i`` [h]) -> batched layout (``Wa`` [L, h]); other keys unchanged."""
+    keys = [k for k in state_dict if k.startswith(prefix + "Wa_list.") and k[len(prefix) + 8 :].isdigit()]
+    if not keys:
+        return dict(state_dict)
+    rows = sorted(keys, key=lambda k: int(k[len(prefix) + 8 :]))
+    out = {k: v for k, v in state_dict.items() if k not in keys}
+    out[prefix + "Wa"] = torch.stack([state_dict[k] for k in rows])
+    return out
+
+
+def to_per_label_state_dict(state_dict: dict[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+    """Batched layout (``Wa`` [L, h]) -> per-label layout (``Wa_list.i`` [h]); other keys unchanged."""
+    if prefix + "Wa" not in state_dict:
+        return dict(state_dict)
+    out = {k: v for k, v in state_dict.items() if k != prefix + "Wa"}
+    for i, row in enumerate(state_dict[prefix + "Wa"].unbind(0)):
+        out[f"{prefix}Wa_list.{i}"] = row
+    return out
+
+
+def _replace_in_place(state_dict: dict, converted: dict) -> None:
+    """``load_state_dict`` hooks must edit the dict they are given."""
+    if converted.keys() != state_dict.keys():
+        state_dict.clear()
+        state_dict.update(converted)
+
+
+class LabelVectors(nn.ParameterList):
+    """The per-label vectors ``Wa_list.{l}``; printed as one line rather than one line per label."""
+
+    def extra_repr(self) -> str:
+        first = self[0] if len(self) else None
+        size = "lazy" if first is None or is_lazy(first) else list(first.shape)
+        return f"{len(self)} x {size}"
+
+
+class _LabelwiseBase(LazyModuleMixin, nn.Module):
+    name = "labelwise"
+
+    def __init__(
+        self,
+        num_labels: int,
+        hidden_size: int | None = None,
+        shared_output: bool = False,
+        output: Literal["logits", "probs"] = "logits",
+        chunk_size: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"{self.name}: num_labels must be a positive int, got {num_labels!r}")
+        if hidden_size is not None and hidden_size < 1:
+            raise ValueError(f"{self.name}: hidden_size must be positive or None (inferred), got {hidden_size!r}")
+        if output not in ("logits", "probs"):
+            raise ValueError(f"{self.name}: output must be 'logits' or 'probs', got {output!r}")
+        self.num_labels = num_labels
+        self.hidden_size = hidden_size
+        self.shared_output = shared_output
+        self.output = output
+        self.chunk_size = chunk_size
+        kw = {"device": device, "dtype": dtype}
+        self._make_query(num_labels, hidden_size, kw)
+        out_shape = () if shared_output else (num_labels,)
+        self.Wo = self._param(out_shape, hidden_size, kw)
+        self.bo = nn.Parameter(torch.zeros(num_labels, **kw))
+        if hidden_size is not None:
+            self.reset_parameters()
+
+    @staticmethod
+    def _param(shape: tuple[int, ...], hidden_size: int | None, kw: dict) -> nn.Parameter:
+        if hidden_size is None:
+            return UninitializedParameter(**kw)
+        return nn.Parameter(torch.empty(*shape, hidden_size, **kw))
+
+    # subclasses: how the label matrix Wa [L, h] is stored
+    def _make_query(self, num_labels: int, hidden_size: int | None, kw: dict) -> None:
+        raise NotImplementedError
+
+    def query_matrix(self) -> Tensor:
+        raise NotImplementedError
+
+    def _lazy_params(self) -> list[nn.Parameter]:
+        raise NotImplementedError
+
+    def reset_parameters(self) -> None:
+        if self.has_uninitialized_params():
+            return
+        with torch.no_grad():
+            self._init_query()
+            nn.init.xavier_uniform_(self.Wo.view(-1, self.Wo.shape[-1]))
+            nn.init.zeros_(self.bo)
+
+    def _init_query(self) -> None:
+        raise NotImplementedError
+
+    def has_uninitialized_params(self) -> bool:
+        return any(is_lazy(p) for p in self._lazy_params())
+
+    def initialize_parameters(self, x: Tensor, *args, **kwargs) -> None:
+        if not self.has_uninitialized_params():
+            return
+        check_input(self.name, "x", x, ("batch", "seq", "hidden"))
+        self.hidden_size = x.shape[-1]
+        with torch.no_grad():
+            for p in self._lazy_params():
+                p.materialize(self._lazy_shape(p) + (self.hidden_size,))
+            self.reset_parameters()
+
+    def _lazy_shape(self, param: nn.Parameter) -> tuple[int, ...]:
+        if param is self.Wo:
+            return () if self.shared_output else (self.num_labels,)
+        return self._query_lazy_shape()
+
+    def _query_lazy_shape(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def _lazy_load_hook(self, state_dict, prefix, *args) -> None:
+        self._convert_layout(state_dict, prefix)
+        for name, param in self._named_lazy(prefix):
+            if is_lazy(param) and name in state_dict and not is_lazy(state_dict[name]):
+                with torch.no_grad():
+                    param.materialize(state_dict[name].shape)
+                self.hidden_size = state_dict[name].shape[-1]
+
+    def _named_lazy(self, prefix: str) -> list[tuple[str, nn.Parameter]]:
+        return [(prefix + "Wo", self.Wo)]
+
+    def _convert_layout(self, state_dict, prefix) -> None:
+        raise NotImplementedError
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
+        """x [B, T, h], mask [B, T] bool (True = attend) -> logits [B, L] (and A [B, L, T])."""
+        h = self.hidden_size if self.hidden_size is not None else "hidden"
+        check_input(self.name, "x", x, ("batch", "seq", h))
+        batch, seq, hidden = x.shape
+        mask = check_mask(self.name, mask, batch, 1, seq)
+        wa = self.query_matrix()  # [L, h]
+        # label matrix as the query: [B, 1, L, h] against keys = values = x [B, 1, T, h]
+        query = wa.expand(batch, 1, self.num_labels, hidden)
+        keys = x.unsqueeze(1)
+        mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, 1, T]
+        reps, weights = attend(query, keys, keys, mask4, scale=1.0, return_attention=return_attention,
+                               chunk_size=self.chunk_size)
+        reps = reps.squeeze(1)  # [B, L, h]
+        logits = (reps * self.Wo).sum(-1) + self.bo
+        out = torch.sigmoid(logits) if self.output == "probs" else logits
+        if return_attention:
+            return out, weights.squeeze(1)
+        return out
+
+    def example_inputs(self, batch: int = 2, seq: int = 7) -> tuple[tuple, dict]:
+        """A dummy batch for this layer: ``(x,), {"mask": mask}`` with the last sample half padded."""
+        x = torch.randn(batch, seq, self.hidden_size or 16, device=self.bo.device, dtype=self.bo.dtype)
+        mask = torch.ones(batch, seq, dtype=torch.bool, device=self.bo.device)
+        mask[-1, seq // 2 + 1 :] = False
+        return (x,), {"mask": mask}
+
+    def extra_repr(self) -> str:
+        return (f"num_labels={self.num_labels}, hidden_size={self.hidden_size}, shared_output={self.shared_output}, "
+                f"output={self.output!r}")
+
+
+class LabelwiseAttention(_LabelwiseBase):
+    """Label-wise attention with the seed's per-label parameters ``Wa_list.{l}`` [h] (see module doc).
+
+    Args:
+        num_labels: L, the number of labels.
+        hidden_size: h; None infers it from the first input (``LazyModuleMixin``).
+        shared_output: one output vector Wo [h] for all labels (the seed) instead of Wo [L, h].
+        output: ``"logits"`` (for ``BCEWithLogitsLoss``) or ``"probs"`` (sigmoid applied).
+        chunk_size: with ``return_attention``, materialise the weights this many labels at a time.
+
+    Shapes: ``forward(x [B, T, h], mask [B, T] = None, return_attention=False)`` -> logits [B, L],
+    or ``(logits [B, L], A [B, L, T])``.
+    """
+
+    name = "labelwise"
+
+    def _make_query(self, num_labels, hidden_size, kw) -> None:
+        self.Wa_list = LabelVectors([self._param((), hidden_size, kw) for _ in range(num_labels)])
+        self._register_load_state_dict_pre_hook(self._layout_hook)
+
+    def query_matrix(self) -> Tensor:
+        # one stack of the per-label vectors; the attention itself is batched over labels
+        return torch.stack(tuple(self.Wa_list))
+
+    def _lazy_params(self) -> list[nn.Parameter]:
+        return [*self.Wa_list, self.Wo]
+
+    def _query_lazy_shape(self) -> tuple[int, ...]:
+        return ()
+
+    def _init_query(self) -> None:
+        matrix = torch.empty(self.num_labels, self.hidden_size, device=self.bo.device, dtype=self.bo.dtype)
+        nn.init.xavier_uniform_(matrix)
+        for param, row in zip(self.Wa_list, matrix):
+            param.copy_(row)
+
+    def _named_lazy(self, prefix: str):
+        return [(f"{prefix}Wa_list.{i}", p) for i, p in enumerate(self.Wa_list)] + [(prefix + "Wo", self.Wo)]
+
+    def _convert_layout(self, state_dict, prefix) -> None:
+        _replace_in_place(state_dict, to_per_label_state_dict(state_dict, prefix))
+
+    def _layout_hook(self, state_dict, prefix, *args) -> None:
+        self._convert_layout(state_dict, prefix)
+
+
+class LabelwiseAttentionBatched(_LabelwiseBase):
+    """Label-wise attention with one label matrix ``Wa`` [L, h]; same arguments and shapes as
+    :class:`LabelwiseAttention`, whose state dicts it also loads."""
+
+    name = "labelwise_batched"
+
+    def _make_query(self, num_labels, hidden_size, kw) -> None:
+        self.Wa = self._param((num_labels,), hidden_size, kw)
+        self._register_load_state_dict_pre_hook(self._layout_hook)
+
+    def query_matrix(self) -> Tensor:
+        return self.Wa
+
+    def _lazy_params(self) -> list[nn.Parameter]:
+        return [self.Wa, self.Wo]
+
+    def _query_lazy_shape(self) -> tuple[int, ...]:
+        return (self.num_labels,)
+
+    def _init_query(self) -> None:
+        nn.init.xavier_uniform_(self.Wa)
+
+    def _named_lazy(self, prefix: str):
+        return [(prefix + "Wa", self.Wa), (prefix + "Wo", self.Wo)]
+
+    def _convert_layout(self, state_dict, prefix) -> None:
+        _replace_in_place(state_dict, to_batched_state_dict(state_dict, prefix))
+
+    def _layout_hook(self, state_dict, prefix, *args) -> None:
+        self._convert_layout(state_dict, prefix)

@@ -1,0 +1,195 @@
+"""What the registry knows about a model: ``ModelSpec`` and ``WeightsSpec``, plus the name grammar.
+
+Both are frozen dataclasses of plain data (strings, numbers, read-only mappings). Nothing here imports
+torch or a factory: a spec is what a model card says, nothing more.
+
+Names follow ``[provider:]arch[.tag]`` where each part is lower-case ``[a-z][a-z0-9_]*`` (a provider,
+being an entry-point name, may also contain ``-``). ``labelwise`` is an architecture,
+``bilstm_labelwise.wordnet`` an architecture with a pretrained tag, ``example:gated_pool`` an
+architecture asked for from one provider.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+__all__ = [
+    "ModelSpec",
+    "WeightsSpec",
+    "ParsedName",
+    "parse_name",
+    "is_valid_arch",
+    "MISSING",
+    "BUILTIN_PROVIDER",
+    "LOCAL_PROVIDER",
+]
+
+MISSING = "???"  # omegaconf's marker for a required value
+BUILTIN_PROVIDER = "attnzoo"
+LOCAL_PROVIDER = "local"  # in-process attnzoo.register() calls
+
+_ARCH = r"[a-z][a-z0-9_]*"
+_PROVIDER = r"[a-z][a-z0-9_\-]*"
+_NAME_RE = re.compile(rf"^(?:(?P<provider>{_PROVIDER}):)?(?P<arch>{_ARCH})(?:\.(?P<tag>{_ARCH}))?$")
+_ARCH_RE = re.compile(rf"^{_ARCH}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ParsedName(NamedTuple):
+    provider: str | None
+    arch: str
+    tag: str | None
+
+
+def parse_name(name: str) -> ParsedName | None:
+    """Split ``[provider:]arch[.tag]`` into its parts, or return None when ``name`` breaks the grammar."""
+    if not isinstance(name, str):
+        return None
+    match = _NAME_RE.match(name)
+    if match is None:
+        return None
+    return ParsedName(match["provider"], match["arch"], match["tag"])
+
+
+def is_valid_arch(name: str) -> bool:
+    return isinstance(name, str) and _ARCH_RE.match(name) is not None
+
+
+def freeze(value: Any) -> Any:
+    """A read-only deep copy: dicts become ``MappingProxyType``, lists become tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(k): freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of :func:`freeze`: plain dicts and lists, fit for JSON, YAML and omegaconf."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class WeightsSpec:
+    """One pretrained tag of a model: the file, its digest, and where it came from."""
+
+    tag: str
+    file: str
+    sha256: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    dataset: str = ""
+    license: str = ""
+    recipe: str = ""
+    seed: int | None = None
+    data: str = ""  # the data source and its version (package, version, sha256 of the file read)
+    train_time: str = ""  # wall time of the recipe on the machine that produced the file
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if not is_valid_arch(self.tag):
+            raise ValueError(f"invalid pretrained tag {self.tag!r}: expected [a-z][a-z0-9_]*")
+        if not isinstance(self.sha256, str) or not _SHA256_RE.match(self.sha256):
+            raise ValueError(f"sha256 of tag {self.tag!r} must be 64 lower-case hex digits, got {self.sha256!r}")
+        object.__setattr__(self, "config", freeze(self.config or {}))
+        object.__setattr__(self, "metrics", freeze(self.metrics or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "sha256": self.sha256,
+            "config": thaw(self.config),
+            "metrics": thaw(self.metrics),
+            "dataset": self.dataset,
+            "license": self.license,
+            "recipe": self.recipe,
+            "seed": self.seed,
+            "data": self.data,
+            "train_time": self.train_time,
+            "notes": self.notes,
+        }
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered model: how to build it (factory + config defaults) and its pretrained weights.
+
+    ``factory`` is a ``"module:attr"`` string (imported only by ``create()``) or a callable.
+    ``config`` holds the card's defaults: ``"???"`` for a required value, ``None`` for one inferred lazily.
+    ``provider`` is ``"attnzoo"`` for built-ins, the plugin's entry-point name for plugins, ``"local"``
+    for an in-process ``attnzoo.register``. ``source`` says where the spec came from (a card's path or
+    the registering call) and ``weights_dir`` where its weight files are looked up.
+    """
+
+    name: str
+    factory: str | Callable[..., Any]
+    kind: str = "layer"
+    summary: str = ""
+    reference: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    weights: Mapping[str, WeightsSpec] = field(default_factory=dict)
+    default_tag: str | None = None
+    provider: str = LOCAL_PROVIDER
+    source: str = ""
+    weights_dir: str = ""
+
+    def __post_init__(self) -> None:
+        if not is_valid_arch(self.name):
+            raise ValueError(f"invalid model name {self.name!r}: expected lower-case [a-z][a-z0-9_]*")
+        if self.kind not in ("layer", "model"):
+            raise ValueError(f"kind must be 'layer' or 'model', got {self.kind!r}")
+        if isinstance(self.factory, str):
+            if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", self.factory):
+                raise ValueError(f"factory must be 'package.module:attr', got {self.factory!r}")
+        elif not callable(self.factory):
+            raise ValueError(f"factory must be a 'module:attr' string or a callable, got {self.factory!r}")
+        if self.default_tag is not None and self.default_tag not in self.weights:
+            raise ValueError(
+                f"default_tag {self.default_tag!r} is not one of the weights tags {sorted(self.weights)}"
+            )
+        object.__setattr__(self, "config", freeze(self.config or {}))
+        object.__setattr__(self, "weights", MappingProxyType(dict(self.weights or {})))
+        if self.default_tag is None and len(self.weights) == 1:
+            object.__setattr__(self, "default_tag", next(iter(self.weights)))
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.provider}:{self.name}"
+
+    @property
+    def pretrained_tags(self) -> list[str]:
+        return list(self.weights)
+
+    @property
+    def factory_name(self) -> str:
+        if isinstance(self.factory, str):
+            return self.factory
+        return f"{getattr(self.factory, '__module__', '?')}:{getattr(self.factory, '__qualname__', repr(self.factory))}"
+
+    @property
+    def required_keys(self) -> list[str]:
+        return [k for k, v in self.config.items() if v == MISSING]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "qualified_name": self.qualified_name,
+            "kind": self.kind,
+            "factory": self.factory_name,
+            "summary": self.summary,
+            "reference": self.reference,
+            "config": thaw(self.config),
+            "required": self.required_keys,
+            "weights": {tag: w.to_dict() for tag, w in self.weights.items()},
+            "default_tag": self.default_tag,
+            "provider": self.provider,
+            "source": self.source,
+        }
