@@ -153,7 +153,7 @@ def _load_state(
     """
     from torch.nn.parameter import is_lazy
 
-    expected = model.state_dict()
+    expected = model.state_dict(keep_vars=True)  # lazy parameters cannot be detached
     missing = sorted(set(expected) - set(tensors), key=natural_key)
     unexpected = sorted(set(tensors) - set(expected), key=natural_key)
     misshapen = [

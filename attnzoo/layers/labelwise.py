@@ -69,6 +69,12 @@ def _replace_in_place(state_dict: dict, converted: dict) -> None:
 class LabelVectors(nn.ParameterList):
     """The per-label vectors ``Wa_list.{l}``; printed as one line rather than one line per label."""
 
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        # as LazyModuleMixin does: an uninitialised parameter cannot be detached, so it is kept as is
+        for name, param in self._parameters.items():
+            if param is not None:
+                destination[prefix + name] = param if keep_vars or is_lazy(param) else param.detach()
+
     def extra_repr(self) -> str:
         first = self[0] if len(self) else None
         size = "lazy" if first is None or is_lazy(first) else list(first.shape)

@@ -1,0 +1,1 @@
+"""Full models (encoder + attention + head) that can carry pretrained weights."""

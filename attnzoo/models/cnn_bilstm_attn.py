@@ -1,0 +1,88 @@
+"""CNN + BiLSTM + attention pooling classifier (registry ``cnn_bilstm_attn``; seed 001's model, fixed).
+
+    x [B, C_in, F, W]        a spectrogram-like input: C_in channels (5 in the seed), F frequency bins,
+                             W time frames
+    CNN (any timm model)  -> feature map [B, C, F', W']
+    mean over F'          -> [B, W', C]          the time axis the seed flattened away
+    BiLSTM                -> [B, W', 2·hidden]
+    attn_pool             -> [B, 2·hidden]       e_t = vᵀ tanh(W h_t + b), c = Σ softmax(e)_t h_t
+    Linear                -> logits [B, num_classes]
+
+The seed flattened the CNN output to [B, 128] and fed it to ``nn.LSTM``, which reads a 2-D tensor as
+one unbatched sequence: the LSTM ran across the batch, so sample 0's output depended on sample 3. Here
+every sample keeps its own time axis. A ``mask`` [B, W] over input frames (True = real) is carried to
+the feature frames (a feature frame is real if any input frame under it is), the LSTM reads each
+sequence only up to its length (packed), and the pooling ignores the padded frames.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ..layers.core import check_input
+from ..layers.pooling import AttentionPooling
+
+__all__ = ["CNNBiLSTMAttention"]
+
+
+class CNNBiLSTMAttention(nn.Module):
+    """Args:
+        num_classes: number of output classes.
+        backbone: any timm model name that supports ``features_only`` (its last stage is used).
+        in_chans: input channels (5 in the seed).
+        lstm_hidden: hidden size per direction of the BiLSTM.
+        lstm_layers: stacked BiLSTM layers.
+        attention_size: d_a of the pooling (default 2·lstm_hidden).
+        dropout: dropout before the classifier.
+
+    Shapes: ``forward(x [B, C_in, F, W], mask [B, W] = None, return_attention=False)`` ->
+    logits [B, num_classes], or ``(logits, a [B, W'])`` with the pooling weights over feature frames.
+    """
+
+    name = "cnn_bilstm_attn"
+
+    def __init__(self, num_classes: int, backbone: str = "resnet18", in_chans: int = 5, lstm_hidden: int = 128,
+                 lstm_layers: int = 1, attention_size: int | None = None, dropout: float = 0.0) -> None:
+        super().__init__()
+        import timm
+
+        self.in_chans = in_chans
+        # never download: attnzoo's weights come from its own cards
+        self.backbone = timm.create_model(backbone, pretrained=False, in_chans=in_chans, features_only=True,
+                                          out_indices=(-1,))
+        channels = self.backbone.feature_info.channels()[-1]
+        self.lstm = nn.LSTM(channels, lstm_hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True)
+        self.pool = AttentionPooling(2 * lstm_hidden, attention_size)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(2 * lstm_hidden, num_classes)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
+        check_input(self.name, "x", x, ("batch", self.in_chans, "freq", "time"))
+        features = self.backbone(x)[-1]  # [B, C, F', W']
+        sequence = features.mean(dim=2).transpose(1, 2)  # [B, W', C]
+        frames = sequence.shape[1]
+        if mask is not None:
+            if tuple(mask.shape) != (x.shape[0], x.shape[-1]):
+                raise ValueError(f"{self.name} expects mask of shape [{x.shape[0]}, {x.shape[-1]}] over the "
+                                 f"input time frames, got {list(mask.shape)}")
+            mask = F.adaptive_max_pool1d(mask.to(sequence.dtype).unsqueeze(1), frames).squeeze(1) > 0
+        if mask is not None and sequence.device.type != "meta":  # lengths must be read on the host
+            lengths = mask.sum(-1).clamp(min=1).cpu()
+            packed = pack_padded_sequence(sequence, lengths, batch_first=True, enforce_sorted=False)
+            hidden, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=frames)
+        else:
+            hidden, _ = self.lstm(sequence)
+        pooled, weights = self.pool(hidden, mask, return_attention=True) if return_attention else (
+            self.pool(hidden, mask), None)
+        logits = self.head(self.dropout(pooled))
+        return (logits, weights) if return_attention else logits
+
+    def example_inputs(self, batch: int = 2, seq: int = 64):
+        like = self.head.weight
+        x = torch.randn(batch, self.in_chans, 32, seq, device=like.device, dtype=like.dtype)
+        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
+        mask[-1, seq // 2 :] = False
+        return (x,), {"mask": mask}
