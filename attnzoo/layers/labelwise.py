@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import UninitializedParameter, is_lazy
 
-from .core import attend, check_input, check_mask
+from .core import check_input, check_mask, label_attention
 
 __all__ = [
     "LabelwiseAttention",
@@ -182,19 +182,12 @@ class _LabelwiseBase(LazyModuleMixin, nn.Module):
         check_input(self.name, "x", x, ("batch", "seq", h))
         batch, seq, hidden = x.shape
         mask = check_mask(self.name, mask, batch, 1, seq)
-        wa = self.query_matrix()  # [L, h]
-        # label matrix as the query: [B, 1, L, h] against keys = values = x [B, 1, T, h]
-        query = wa.expand(batch, 1, self.num_labels, hidden)
-        keys = x.unsqueeze(1)
-        mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, 1, T]
-        reps, weights = attend(query, keys, keys, mask4, scale=1.0, return_attention=return_attention,
-                               chunk_size=self.chunk_size)
-        reps = reps.squeeze(1)  # [B, L, h]
-        logits = (reps * self.Wo).sum(-1) + self.bo
+        # the label matrix Wa [L, h] is the query; keys = values = x
+        reps, weights = label_attention(self.query_matrix(), x, x, None if mask is None else mask[:, 0],
+                                        scale=1.0, return_attention=return_attention, chunk_size=self.chunk_size)
+        logits = (reps * self.Wo).sum(-1) + self.bo  # [B, L]
         out = torch.sigmoid(logits) if self.output == "probs" else logits
-        if return_attention:
-            return out, weights.squeeze(1)
-        return out
+        return (out, weights) if return_attention else out
 
     def example_inputs(self, batch: int = 2, seq: int = 7) -> tuple[tuple, dict]:
         """A dummy batch for this layer: ``(x,), {"mask": mask}`` with the last sample half padded."""

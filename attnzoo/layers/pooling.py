@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .core import attend, check_input, check_mask, masked_softmax
+from .core import check_input, check_mask, label_attention, masked_softmax
 from .lazy import LazyLayer
 
 __all__ = ["KerasAttention", "AttentionPooling"]
@@ -91,8 +91,8 @@ class AttentionPooling(LazyLayer):
         attention_size: d_a; None uses H.
 
     Shapes: ``forward(x [B, T, H], mask [B, T] = None, return_attention=False)`` -> ``c [B, H]``, or
-    ``(c [B, H], a [B, T])``. Without ``return_attention`` the pooling is one fused
-    ``scaled_dot_product_attention`` call with ``v`` as the query and ``tanh(W h + b)`` as the keys.
+    ``(c [B, H], a [B, T])``. The pooling is label attention with one label: ``v`` is the query and
+    ``tanh(W h + b)`` the keys (``core.label_attention``).
     """
 
     name = "attn_pool"
@@ -127,8 +127,9 @@ class AttentionPooling(LazyLayer):
         batch, seq, _ = x.shape
         mask = check_mask(self.name, mask, batch, 1, seq)
         keys = torch.tanh(torch.nn.functional.linear(x, self.W, self.b))  # [B, T, d_a]
-        query = self.v.expand(batch, 1, self.v.shape[0])  # [B, 1, d_a]
-        pooled, weights = attend(query, keys, x, mask, scale=1.0, return_attention=return_attention)
+        # one learned query v against the keys tanh(W h + b): label attention with one label
+        pooled, weights = label_attention(self.v.unsqueeze(0), keys, x, None if mask is None else mask[:, 0],
+                                          scale=1.0, return_attention=return_attention)
         pooled = pooled.squeeze(1)
         return (pooled, weights.squeeze(1)) if return_attention else pooled
 

@@ -1,0 +1,115 @@
+"""What every benchmark here shares: alternating timing, peak memory in a subprocess, tables, JSON.
+
+Times are medians over rounds in which the implementations alternate, so that drift on a shared
+machine hits them all alike; what carries over to other machines is the ratio against the reference
+measured in the same run, not the absolute time. Peak memory is measured in a fresh subprocess per
+implementation (``ru_maxrss`` after one forward+backward, minus the resident size just before it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.utils import benchmark
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+THREADS = 2
+
+
+def setup_threads() -> None:
+    torch.set_num_threads(THREADS)
+
+
+def time_alternating(impls: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float,
+                     budget: dict[str, float] | None = None) -> dict[str, float]:
+    """Median seconds per call of each zero-argument callable, alternating implementations each round.
+
+    ``budget`` caps the run time per round of slow implementations (seconds), e.g. a Python loop.
+    """
+    per_round: dict[str, list[float]] = {name: [] for name in impls}
+    for fn in impls.values():  # warm-up: allocator, lazy kernels
+        fn()
+    for _ in range(rounds):
+        for name, fn in impls.items():
+            run_time = min(min_run_time, (budget or {}).get(name, min_run_time))
+            timer = benchmark.Timer("fn()", globals={"fn": fn}, num_threads=THREADS)
+            per_round[name].append(timer.blocked_autorange(min_run_time=run_time).median)
+    return {name: statistics.median(times) for name, times in per_round.items()}
+
+
+def gemm_throughput(size: int = 2048, rounds: int = 5) -> float:
+    """GFLOP/s of a large float32 matmul on this machine: the practical roofline of attention."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    seconds = time_alternating({"mm": lambda: torch.matmul(a, b)}, rounds=rounds, min_run_time=0.5)["mm"]
+    return 2 * size**3 / seconds / 1e9
+
+
+_PROBE = r"""
+import sys, importlib, torch
+torch.set_num_threads({threads})
+sys.path.insert(0, {bench!r})
+module = importlib.import_module({module!r})
+step = getattr(module, {factory!r})(*{args!r})
+def status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+before = status("VmRSS")
+with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the current resident size
+    f.write("5")
+step()
+print(before, status("VmHWM"))
+"""
+
+
+def peak_memory(module: str, factory: str, *args) -> dict[str, float]:
+    """Peak memory of one call of ``module.factory(*args)()`` in a fresh interpreter.
+
+    ``factory`` builds inputs and parameters and returns the step to measure. Returns MiB: ``extra``
+    (the peak above the resident size just before the step) and ``max_rss`` (the process's peak
+    during the step, inputs and torch included).
+    """
+    code = _PROBE.format(threads=THREADS, bench=str(HERE), module=module, factory=factory, args=args)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    before, peak = (int(v) for v in out.stdout.split()[-2:])
+    return {"extra_mib": (peak - before) / 2**20, "max_rss_mib": peak / 2**20}
+
+
+def markdown_table(headers: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"wrote {path}")
+
+
+def update_doc_section(doc: Path, key: str, text: str) -> None:
+    """Replace the text between ``<!-- key:begin -->`` and ``<!-- key:end -->`` in a docs page."""
+    content = doc.read_text() if doc.exists() else ""
+    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    if begin in content and end in content:
+        content = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, content, flags=re.S)
+    else:
+        content = content.rstrip() + "\n\n" + block + "\n"
+    doc.write_text(content)
+    print(f"updated {doc} [{key}]")
+
+
+def machine_line() -> str:
+    return f"torch {torch.__version__}, {THREADS} threads, float32, CPU"
