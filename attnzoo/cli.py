@@ -185,6 +185,45 @@ def cmd_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train.trainer import load_recipe, train
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    report = train(recipe, output=args.output, resume=args.resume, export=args.export,
+                   baseline=not args.no_baseline, quiet=args.quiet)
+    if report and args.json:
+        _emit_json(report)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .registry import list_models, model_info
+    from .weights import sha256_file
+
+    rows, failures = [], 0
+    for name in list_models(args.patterns or "*", pretrained=True):
+        arch, tag = name.rsplit(".", 1)
+        spec = model_info(arch)
+        wspec = spec.weights[tag]
+        from pathlib import Path
+
+        path = Path(wspec.file) if Path(wspec.file).is_absolute() else Path(spec.weights_dir) / wspec.file
+        if not path.is_file():
+            status, failures = f"MISSING ({path})", failures + 1
+        else:
+            actual = sha256_file(path)
+            ok = actual == wspec.sha256
+            status = "ok" if ok else f"MISMATCH: card {wspec.sha256[:12]}… file {actual[:12]}…"
+            failures += not ok
+        rows.append({"name": name, "file": str(path), "status": status})
+    if args.json:
+        _emit_json(rows)
+    else:
+        print_table(["NAME", "STATUS", "FILE"], [(r["name"], r["status"], r["file"]) for r in rows])
+        print(f"{len(rows) - failures} of {len(rows)} weight files match their cards")
+    return FAILURE if failures else 0
+
+
 # -- parser ------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, one line
@@ -225,6 +264,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu, cuda:1, auto, meta, or a plugin's device string")
     p.add_argument("--dtype", help="float32, bfloat16 or float16")
     p.set_defaults(func=cmd_create)
+    p = sub.add_parser("train", parents=[common], help="train a recipe (see attnzoo/train/recipes)")
+    p.add_argument("recipe", help="a recipe YAML file or the name of a built-in recipe")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. train.epochs=2")
+    p.add_argument("--output", help="run folder (default runs/MODEL-TAG)")
+    p.add_argument("--resume", action="store_true", help="continue from the run folder's checkpoint")
+    p.add_argument("--export", metavar="DIR", help="also write the weights file into DIR (never overwrites)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the TF-IDF baseline")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the final report as JSON")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("verify", parents=[common], help="check every weights file against its card's sha256")
+    p.add_argument("patterns", nargs="*", metavar="PATTERN")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_verify)
+
     return parser
 
 

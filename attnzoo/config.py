@@ -77,7 +77,10 @@ def merge_config(*layers: Any) -> dict[str, Any]:
 def factory_parameters(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool, dict[str, Any]]:
     """The named parameters of ``factory``, whether it takes ``**kwargs``, and resolved annotations."""
     target = factory.__init__ if inspect.isclass(factory) else factory
-    signature = inspect.signature(factory)
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin without a signature: let the factory judge its arguments
+        return {}, True, {}
     params = {
         name: p for name, p in signature.parameters.items()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)

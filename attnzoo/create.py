@@ -268,10 +268,14 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
             warnings.warn(f"{spec.name}: re-initialised {', '.join(reset)} (their shapes differ from {source.name})",
                           stacklevel=3)
 
-    model.attnzoo_config = {"name": REGISTRY.display_name(spec), "factory": spec.factory_name, "config": merged}
-    model.attnzoo_metadata = dict(file_meta["extra"]) if file_meta else {}
+    metadata = dict(file_meta["extra"]) if file_meta else {}
     if wspec is not None:
-        model.attnzoo_metadata.setdefault("tag", wspec.tag)
+        metadata.setdefault("tag", wspec.tag)
+    try:  # what save() needs to rebuild it; a factory may return an object that takes no attributes
+        model.attnzoo_config = {"name": REGISTRY.display_name(spec), "factory": spec.factory_name, "config": merged}
+        model.attnzoo_metadata = metadata
+    except (AttributeError, TypeError):
+        pass
     if torch_device is not None or torch_dtype is not None:
         model = _place(model, torch_device, torch_dtype)
     return model

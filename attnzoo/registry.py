@@ -25,7 +25,7 @@ from typing import Any
 from . import resources
 from .cards import read_card, spec_from_card
 from .errors import ConfigError, PluginError, UnknownModelError, close_matches
-from .spec import LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
+from .spec import BUILTIN_PROVIDER, LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
 
 __all__ = ["register", "list_models", "model_info", "resolve", "REGISTRY", "Registration", "natural_key"]
 
@@ -101,9 +101,11 @@ class Registry:
                     f"{spec.name!r} is already provided by {self._specs[owner].provider!r}; pass override=True "
                     f"to replace it (the old entry stays reachable as {owner!r})"
                 )
+            holder = self._specs[owner].provider
+            what = "the built-in name" if holder == BUILTIN_PROVIDER else "the name"
             context.problem(
-                f"registers {spec.name!r}, which {self._specs[owner].provider!r} already provides; the name stays "
-                f"with {self._specs[owner].provider!r} and this entry is reachable as {qualified!r}"
+                f"registers {what} {spec.name!r}, which {holder!r} already provides; the name stays with "
+                f"{holder!r} and this entry is reachable as {qualified!r} (override=True takes it on purpose)"
             )
             self._specs[qualified] = spec
             context.names.append(qualified)

@@ -1,0 +1,57 @@
+"""Metrics, written out plainly: micro/macro F1 for multi-label and single-label classification,
+accuracy, and word accuracy / phoneme error rate for grapheme-to-phoneme."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["multilabel_f1", "accuracy", "macro_f1_single", "edit_distance", "g2p_scores"]
+
+
+def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    """predicted, target: bool [N, L]. Micro-F1 pools every decision; macro-F1 averages labels that
+    occur in the target or the predictions (an absent, never-predicted label is not counted)."""
+    predicted, target = predicted.bool(), target.bool()
+    tp = (predicted & target).sum(0).double()
+    fp = (predicted & ~target).sum(0).double()
+    fn = (~predicted & target).sum(0).double()
+    micro = (2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum())).item() if tp.sum() + fp.sum() + fn.sum() else 0.0
+    present = (tp + fp + fn) > 0
+    per_label = torch.where(present, 2 * tp / (2 * tp + fp + fn).clamp(min=1), torch.zeros_like(tp))
+    macro = per_label[present].mean().item() if present.any() else 0.0
+    return {"micro_f1": micro, "macro_f1": macro}
+
+
+def accuracy(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    return (predicted == target).double().mean().item()
+
+
+def macro_f1_single(predicted: torch.Tensor, target: torch.Tensor, num_classes: int) -> float:
+    one_hot_p = torch.nn.functional.one_hot(predicted, num_classes).bool()
+    one_hot_t = torch.nn.functional.one_hot(target, num_classes).bool()
+    return multilabel_f1(one_hot_p, one_hot_t)["macro_f1"]
+
+
+def edit_distance(a: Sequence, b: Sequence) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+def g2p_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> dict[str, float]:
+    """Word accuracy (the prediction equals one of the word's pronunciations) and phoneme error rate
+    (edit distance to the closest pronunciation over that pronunciation's length, pooled)."""
+    correct, errors, length = 0, 0, 0
+    for pred, refs in zip(predictions, references):
+        best = min(refs, key=lambda r: edit_distance(pred, r))
+        distance = edit_distance(pred, best)
+        correct += distance == 0
+        errors += distance
+        length += len(best)
+    n = max(len(predictions), 1)
+    return {"word_accuracy": correct / n, "phoneme_error_rate": errors / max(length, 1)}

@@ -1,0 +1,33 @@
+"""Gated attention pooling (Ilse et al. 2018), following attnzoo's calling convention for pooling:
+
+    a_t = softmax_t(wᵀ (tanh(V h_t) ⊙ sigmoid(U h_t)))        [B, T]   masked (True = attend)
+    c   = Σ_t a_t h_t                                         [B, H]
+
+Shapes: forward(x [B, T, H], mask [B, T] = None, return_attention=False) -> c [B, H] or (c, a).
+"""
+
+import torch
+from torch import nn
+
+from attnzoo.layers.core import check_input, check_mask, masked_softmax
+
+
+class GatedAttentionPooling(nn.Module):
+    def __init__(self, hidden_size: int, attention_size: int = 64):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.V = nn.Linear(hidden_size, attention_size)
+        self.U = nn.Linear(hidden_size, attention_size)
+        self.w = nn.Linear(attention_size, 1, bias=False)
+
+    def forward(self, x, mask=None, return_attention=False):
+        check_input("gated_pool", "x", x, ("batch", "seq", self.hidden_size))
+        mask = check_mask("gated_pool", mask, x.shape[0], 1, x.shape[1])
+        scores = self.w(torch.tanh(self.V(x)) * torch.sigmoid(self.U(x))).squeeze(-1)  # [B, T]
+        weights = masked_softmax(scores.unsqueeze(1), mask).squeeze(1)
+        pooled = torch.bmm(weights.unsqueeze(1), x).squeeze(1)
+        return (pooled, weights) if return_attention else pooled
+
+    def example_inputs(self, batch=2, seq=7):
+        x = torch.randn(batch, seq, self.hidden_size, device=self.w.weight.device, dtype=self.w.weight.dtype)
+        return (x,), {}

@@ -1,0 +1,33 @@
+"""The hooks. attnzoo imports this module when it lists models, so it must not import torch:
+the layer lives in layers.py and is named by a "module:attr" string that only create() imports."""
+
+from pathlib import Path
+
+from attnzoo import hookimpl
+
+CARDS = Path(__file__).parent / "cards"
+DEVICE_PREFIX = "example"
+
+
+@hookimpl
+def attnzoo_register_models(register):
+    register("gated_pool", config=str(CARDS / "gated_pool.yaml"))
+
+
+@hookimpl
+def attnzoo_resolve_device(device):
+    # claim our own strings; returning None leaves every other string to the next plugin
+    if isinstance(device, str) and device.split(":", 1)[0] == DEVICE_PREFIX:
+        return device
+    return None
+
+
+@hookimpl
+def attnzoo_place_model(model, device, dtype):
+    if not (isinstance(device, str) and device.split(":", 1)[0] == DEVICE_PREFIX):
+        return None
+    # a real accelerator plugin would move the model to its device here; this one stays on the CPU
+    # and records where it was asked to go, so that users (and tests) can see the hook ran
+    model = model.to(device="cpu", dtype=dtype)
+    model.placed_on = device
+    return model

@@ -1,0 +1,323 @@
+"""Plugins as users meet them: real distributions, pip-installed, exercised in fresh interpreters.
+
+Every plugin here is a real project (pyproject with an ``attnzoo`` entry point) installed with pip into
+a target folder that the subprocesses put on PYTHONPATH, so importlib.metadata finds its
+distribution and entry points exactly as it would in site-packages. The example plugin of
+examples/attnzoo-plugin-example is installed the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+EXAMPLE = ROOT / "examples" / "attnzoo-plugin-example"
+
+# name -> (entry point name, plugin module source)
+BROKEN_PLUGINS = {
+    "broken-import": ("broken", """
+        raise ImportError("this plugin needs a library that is not installed")
+    """),
+    "hook-raises": ("hookraises", """
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_register_models(register):
+            register("half_done", factory="collections:OrderedDict")
+            raise RuntimeError("the second registration crashed")
+    """),
+    "takes-builtin": ("takesbuiltin", """
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_register_models(register):
+            register("labelwise", factory="collections:OrderedDict", summary="an impostor")
+            register("own_model", factory="collections:OrderedDict", summary="fine")
+    """),
+    "bad-card": ("badcard", """
+        from pathlib import Path
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_register_models(register):
+            card = Path(__file__).with_name("broken_card.yaml")
+            card.write_text("name: broken_card\\nconfig: {a: 1}\\n")  # no factory
+            register("broken_card", config=str(card))
+            register("good_after_bad", factory="collections:OrderedDict")
+    """),
+    "twin-a": ("twina", """
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_register_models(register):
+            register("twin", factory="collections:OrderedDict", summary="from a")
+    """),
+    "twin-b": ("twinb", """
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_register_models(register):
+            register("twin", factory="collections:OrderedDict", summary="from b")
+    """),
+    "place-raises": ("placeraises", """
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_place_model(model, device, dtype):
+            raise RuntimeError("placement exploded")
+    """),
+}
+
+
+def _project(root: Path, dist: str, entry: str, source: str) -> Path:
+    module = dist.replace("-", "_") + "_plugin"
+    project = root / dist
+    (project / module).mkdir(parents=True)
+    (project / module / "__init__.py").write_text(textwrap.dedent(source))
+    (project / "pyproject.toml").write_text(textwrap.dedent(f"""
+        [build-system]
+        requires = ["hatchling"]
+        build-backend = "hatchling.build"
+
+        [project]
+        name = "{dist}"
+        version = "1.2.3"
+
+        [project.entry-points.attnzoo]
+        {entry} = "{module}"
+
+        [tool.hatch.build.targets.wheel]
+        packages = ["{module}"]
+    """))
+    return project
+
+
+def _pip_install(projects: list[Path], target: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+           "--target", str(target), *map(str, projects)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def sites(tmp_path_factory):
+    """Two installs: the example plugin alone, and the example with every broken plugin."""
+    root = tmp_path_factory.mktemp("plugins")
+    healthy, crowded = root / "healthy", root / "crowded"
+    _pip_install([EXAMPLE], healthy)
+    projects = [_project(root / "src", dist, entry, src) for dist, (entry, src) in BROKEN_PLUGINS.items()]
+    _pip_install([EXAMPLE, *projects], crowded)
+    return {"healthy": healthy, "crowded": crowded}
+
+
+def run(site: Path | None, code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
+    full["PYTHONPATH"] = os.pathsep.join([str(site)] if site else [])
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full, cwd=ROOT, timeout=600)
+
+
+def cli(site: Path | None, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return run(site, f"import sys; from attnzoo.cli import main; sys.exit(main({list(args)!r}))", **env)
+
+
+def plugins_json(site, **env) -> dict:
+    proc = cli(site, "plugins", "--json", **env)
+    assert proc.returncode == 0, proc.stderr
+    return {p["name"]: p for p in json.loads(proc.stdout)}
+
+
+# -- the example plugin, as a user installs it -------------------------------------------------------------
+def test_example_plugin_lists_with_its_provider(sites):
+    proc = cli(sites["healthy"], "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert rows["gated_pool"]["provider"] == "example"
+    assert rows["labelwise"]["provider"] == "attnzoo"
+    info = plugins_json(sites["healthy"])["example"]
+    assert info["distribution"] == "attnzoo-plugin-example" and info["status"] == "loaded"
+    assert info["models"] == ["example:gated_pool"] and info["version"] == "0.1.0"
+
+
+def test_example_plugin_creates_and_its_device_reaches_its_hook(sites):
+    proc = run(sites["healthy"], """
+        import torch, attnzoo
+        m = attnzoo.create("gated_pool", hidden_size=6, device="example:0", dtype="float64")
+        x = torch.randn(2, 5, 6, dtype=torch.float64)
+        mask = torch.tensor([[1, 1, 1, 0, 0], [1] * 5]).bool()
+        pooled, a = m(x, mask, return_attention=True)
+        ref = (torch.softmax(m.w(torch.tanh(m.V(x)) * torch.sigmoid(m.U(x))).squeeze(-1)
+               .masked_fill(~mask, float("-inf")), -1).unsqueeze(1) @ x).squeeze(1)
+        print(m.placed_on, pooled.dtype, torch.allclose(pooled, ref), bool((a[0, 3:] == 0).all()))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["example:0", "torch.float64", "True", "True"]
+    proc = cli(sites["healthy"], "create", "gated_pool", "hidden_size=4", "--device", "example:1")
+    assert proc.returncode == 0 and "dummy forward" in proc.stdout, proc.stderr
+
+
+def test_an_unknown_device_that_nobody_places_is_a_config_error(sites):
+    proc = run(sites["healthy"], """
+        import attnzoo
+        try:
+            attnzoo.create("attn_pool", hidden_size=4, device="npu:0")
+        except attnzoo.ConfigError as e:
+            print("ConfigError", e)
+    """)
+    assert proc.stdout.startswith("ConfigError") and "npu:0" in proc.stdout, proc.stderr
+
+
+def test_listing_with_plugins_does_not_import_torch(sites):
+    proc = run(sites["crowded"], """
+        import sys, warnings
+        warnings.simplefilter("ignore")
+        import attnzoo
+        attnzoo.list_models(); attnzoo.list_plugins(); attnzoo.model_info("gated_pool")
+        print("torch" in sys.modules)
+    """)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+# -- broken plugins never break attnzoo ---------------------------------------------------------------------
+def test_broken_plugins_are_reported_and_everything_else_works(sites):
+    site = sites["crowded"]
+    proc = cli(site, "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    names = {r["name"]: r["provider"] for r in json.loads(proc.stdout)}
+    assert names["labelwise"] == "attnzoo"  # built-in names are reserved
+    assert names["takesbuiltin:labelwise"] == "takesbuiltin"  # the loser stays reachable
+    assert names["own_model"] == "takesbuiltin"  # a plugin loses only the colliding entry
+    assert names["twin"] == "twina" and names["twinb:twin"] == "twinb"
+    assert names["good_after_bad"] == "badcard" and "broken_card" not in names
+    assert names["gated_pool"] == "example"
+    assert "half_done" not in names  # a hook that raised loses what it registered
+
+    infos = plugins_json(site)
+    assert infos["broken"]["status"] == "failed" and "ImportError" in infos["broken"]["error"]
+    assert infos["broken"]["distribution"] == "broken-import" and infos["broken"]["version"] == "1.2.3"
+    assert infos["hookraises"]["status"] == "failed" and "second registration crashed" in infos["hookraises"]["error"]
+    assert "built-in name" in infos["takesbuiltin"]["error"] and infos["takesbuiltin"]["status"] == "loaded"
+    assert "broken_card.yaml" in infos["badcard"]["error"] and "factory" in infos["badcard"]["error"]
+    assert "twina" in infos["twinb"]["error"] and not infos["twina"]["problems"]
+    assert infos["example"]["status"] == "loaded" and not infos["example"]["problems"]
+
+
+def test_each_problem_is_reported_once_naming_its_plugin(sites):
+    proc = run(sites["crowded"], """
+        import attnzoo
+        attnzoo.list_models(); attnzoo.list_models("t*"); attnzoo.model_info("labelwise")
+        attnzoo.create("gated_pool", hidden_size=4, device="cpu")
+        attnzoo.create("gated_pool", hidden_size=4, device="cpu")
+        print("OK")
+    """)
+    assert proc.stdout.strip() == "OK", proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if "attnzoo: plugin" in l]
+    for plugin in ("broken", "hookraises", "takesbuiltin", "badcard", "twinb", "placeraises"):
+        assert sum(f"plugin '{plugin}'" in l for l in lines) == 1, (plugin, lines)
+
+
+def test_builtins_and_healthy_plugins_still_create(sites):
+    proc = run(sites["crowded"], """
+        import warnings; warnings.simplefilter("ignore")
+        import attnzoo
+        print(type(attnzoo.create("labelwise", num_labels=3)).__name__)
+        print(type(attnzoo.create("gated_pool", hidden_size=4, device="cpu")).__name__)
+        print(attnzoo.create("twin", a=1))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["LabelwiseAttention", "GatedAttentionPooling"]
+
+
+def test_unknown_name_of_a_failed_plugin_says_which_plugin_and_why(sites):
+    proc = run(sites["crowded"], """
+        import warnings; warnings.simplefilter("ignore")
+        import attnzoo
+        for name in ("half_done", "broken:anything", "nothing_at_all"):
+            try:
+                attnzoo.model_info(name)
+            except attnzoo.UnknownModelError as e:
+                print(e)
+    """)
+    lines = proc.stdout.strip().splitlines()
+    assert "plugin 'hookraises'" in lines[0] and "second registration crashed" in lines[0], lines
+    assert "plugin 'broken'" in lines[1] and "ImportError" in lines[1], lines
+    assert "broken" in lines[2] and "may provide it" in lines[2], lines
+
+
+def test_strict_mode_raises_at_the_first_problem(sites):
+    proc = run(sites["crowded"], """
+        import attnzoo
+        try:
+            attnzoo.list_models()
+        except attnzoo.PluginError as e:
+            print("PluginError", e)
+    """, ATTNZOO_STRICT_PLUGINS="1")
+    assert proc.stdout.startswith("PluginError plugin 'broken'"), proc.stdout + proc.stderr
+    proc = cli(sites["crowded"], "list", ATTNZOO_STRICT_PLUGINS="1")
+    assert proc.returncode == 1 and "plugin 'broken'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_strict_mode_covers_hook_calls_after_loading(sites):
+    proc = run(sites["crowded"], """
+        import attnzoo
+        try:
+            attnzoo.create("attn_pool", hidden_size=4, device="cpu")
+        except attnzoo.PluginError as e:
+            print("PluginError", e)
+    """, ATTNZOO_STRICT_PLUGINS="1", ATTNZOO_PLUGINS="placeraises")
+    assert proc.stdout.startswith("PluginError plugin 'placeraises'"), proc.stdout + proc.stderr
+
+
+# -- switches ------------------------------------------------------------------------------------------------
+def test_allow_list_by_entry_point_or_distribution(sites):
+    for allowed in ("example", "attnzoo-plugin-example"):
+        infos = plugins_json(sites["crowded"], ATTNZOO_PLUGINS=allowed)
+        assert infos["example"]["status"] == "loaded"
+        assert {i["status"] for n, i in infos.items() if n not in ("example", "attnzoo")} == {"blocked"}
+
+
+def test_block_list_and_autoload_switches(sites):
+    infos = plugins_json(sites["healthy"], ATTNZOO_BLOCK_PLUGINS="example")
+    assert infos["example"]["status"] == "blocked"
+    proc = cli(sites["healthy"], "list", "gated*", "--json", ATTNZOO_BLOCK_PLUGINS="example")
+    assert json.loads(proc.stdout) == []
+    for env in ({"ATTNZOO_DISABLE_PLUGIN_AUTOLOAD": "1"}, {}):
+        args = ("plugins", "--json") if env else ("plugins", "--json", "--no-plugins")
+        proc = cli(sites["healthy"], *args, **env)
+        assert [p["name"] for p in json.loads(proc.stdout)] == ["attnzoo"]
+
+
+def test_switches_are_read_at_call_time(sites):
+    proc = run(sites["healthy"], """
+        import os, attnzoo
+        before = "gated_pool" in attnzoo.list_models()
+        os.environ["ATTNZOO_BLOCK_PLUGINS"] = "example"
+        after = "gated_pool" in attnzoo.list_models()
+        print(before, after)
+    """)
+    assert proc.stdout.split() == ["True", "False"], proc.stderr
+
+
+def test_a_plugin_may_override_on_purpose(tmp_path):
+    project = _project(tmp_path / "src", "overrider", "overrider", """
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_register_models(register):
+            register("labelwise", factory="collections:OrderedDict", summary="mine", override=True)
+    """)
+    _pip_install([project], tmp_path / "site")
+    proc = run(tmp_path / "site", """
+        import attnzoo
+        print(attnzoo.model_info("labelwise").provider, attnzoo.model_info("attnzoo:labelwise").provider)
+        print(attnzoo.list_plugins()[1].problems)
+    """)
+    assert proc.stdout.split("\n")[:2] == ["overrider attnzoo", "[]"], proc.stderr
