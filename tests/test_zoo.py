@@ -24,6 +24,9 @@ CONFIGS: dict[str, dict] = {
     "additive": dict(attention_size=5),
     "seq2seq_attn": dict(score="additive"),
     "cnn_bilstm_attn": dict(num_classes=3, backbone="test_resnet", lstm_hidden=8),
+    "bilstm_labelwise": dict(vocab_size=50, num_labels=3, embed_dim=8, hidden=4),
+    "bilstm_attn_pool": dict(vocab_size=50, num_classes=3, embed_dim=8, hidden=4),
+    "g2p_seq2seq": dict(num_letters=20, num_phonemes=12, embed_dim=8, hidden=4, decoder_hidden=6),
 }
 
 NAMES = attnzoo.list_models()
