@@ -17,6 +17,17 @@ from .weights import save
 
 __version__ = "0.1.0"
 
+_SUBPACKAGES = ("keras", "layers", "models", "train")
+
+
+def __getattr__(name: str):
+    # subpackages import torch: reach them on first use (attnzoo.keras.load_keras_weights), not at import
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'attnzoo' has no attribute {name!r}")
+
 __all__ = [
     "create",
     "load",

@@ -224,6 +224,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return FAILURE if failures else 0
 
 
+def cmd_convert_keras(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .config import parse_overrides
+    from .create import create
+    from .keras import load_keras_weights
+    from .weights import encode_metadata, write_weights
+
+    try:
+        overrides = parse_overrides(args.overrides)
+    except AttnzooError as e:
+        raise UsageError(str(e)) from None
+    model = create(args.model, **overrides)
+    load_keras_weights(model, args.file, layer=args.layer)
+    info = model.attnzoo_config  # sizes left lazy in the config are set again by the weights on load
+    metadata = encode_metadata(info["name"], info["factory"], info["config"],
+                               {"source": f"Keras weights {Path(args.file).name}" + (f", layer {args.layer}" if args.layer else "")})
+    digest = write_weights(model.state_dict(), args.output, metadata=metadata, overwrite=args.overwrite)
+    print(f"wrote {args.output} ({info['name']}, sha256 {digest}); attnzoo.load({str(args.output)!r}) rebuilds it")
+    return 0
+
+
 # -- parser ------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, one line
@@ -280,6 +302,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
 
+    p = sub.add_parser("convert-keras", parents=[common], help="import Keras weights into a safetensors file")
+    p.add_argument("file", help="a keras 3 .weights.h5 or a legacy Keras .h5")
+    p.add_argument("--model", required=True, help="the attnzoo name (keras_dot, keras_additive, keras_mha, lwan, ...)")
+    p.add_argument("--layer", help="the Keras layer (group name or layer name) when the file has several")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config of the attnzoo layer")
+    p.add_argument("-o", "--output", required=True, help="the .safetensors file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    p.set_defaults(func=cmd_convert_keras)
+
     return parser
 
 
@@ -288,7 +319,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        # key=value pairs may come after options (`convert-keras F --model M num_heads=2`)
+        if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
+            args.overrides = [*args.overrides, *extra]
+        elif extra:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)} (see `attnzoo --help`)")
         if getattr(args, "no_plugins", False):
             os.environ["ATTNZOO_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         if args.command is None:

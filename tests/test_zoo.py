@@ -27,6 +27,10 @@ CONFIGS: dict[str, dict] = {
     "bilstm_labelwise": dict(vocab_size=50, num_labels=3, embed_dim=8, hidden=4),
     "bilstm_attn_pool": dict(vocab_size=50, num_classes=3, embed_dim=8, hidden=4),
     "g2p_seq2seq": dict(num_letters=20, num_phonemes=12, embed_dim=8, hidden=4, decoder_hidden=6),
+    "keras_dot": dict(use_scale=True, score_mode="concat"),
+    "keras_additive": {},
+    "keras_mha": dict(num_heads=2, key_dim=3, value_dim=4, output_shape=5),
+    "lwan": dict(num_labels=3),
 }
 
 NAMES = attnzoo.list_models()

@@ -68,6 +68,11 @@ class KerasAttention(LazyLayer):
     def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.Ws)  # Keras glorot_uniform on a 2-D weight
 
+    def keras_layout(self):
+        from .keras_layers import KerasVar
+
+        return [KerasVar("Ws", "vars/0", "Ws")]
+
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         check_input(self.name, "x", x, ("batch", "seq", self.size("embed_dim") or "embed_dim"))
         mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[1])

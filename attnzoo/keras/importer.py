@@ -1,0 +1,136 @@
+"""``load_keras_weights``: put a Keras layer's trained weights into the matching attnzoo layer.
+
+The attnzoo layer declares its Keras layout (``keras_layout()``: parameter, keras 3 path, legacy name,
+conversion). The file's layers are searched for the one that holds exactly those variables with the
+right shapes; ``layer=`` picks one by its group path (``multi_head_attention_1``) or its Keras name.
+Everything is checked before anything is loaded: a wrong file, a wrong layer, a missing variable or a
+shape mismatch is a ``WeightsError`` listing what the file has and what the model expects, and the
+model is left untouched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import WeightsError
+from .h5 import KerasLayer, read_keras_file
+
+__all__ = ["load_keras_weights", "keras_layers_in", "CONVERSIONS"]
+
+
+def _heads_in(a: np.ndarray) -> np.ndarray:  # [in, heads, d] -> [heads*d, in]
+    return a.reshape(a.shape[0], -1).T
+
+
+def _heads_out(a: np.ndarray) -> np.ndarray:  # [heads, d, out] -> [out, heads*d]
+    return a.reshape(-1, a.shape[-1]).T
+
+
+CONVERSIONS = {
+    "same": lambda a: a,
+    "transpose": lambda a: a.T,
+    "heads_in": _heads_in,
+    "heads_bias": lambda a: a.reshape(-1),
+    "heads_out": _heads_out,
+}
+
+
+def keras_layers_in(path: str | Path) -> list[KerasLayer]:
+    """The layers with weights in a Keras file, as attnzoo sees them (for ``--layer`` choices)."""
+    return read_keras_file(path)
+
+
+def _expected(model) -> dict[str, tuple[int, ...] | None]:
+    """Torch-side shapes of the parameters in the layout (None where the layer is still lazy)."""
+    from torch.nn.parameter import is_lazy
+
+    out = {}
+    for var in model.keras_layout():
+        param = model.get_parameter(var.param)
+        out[var.param] = None if is_lazy(param) else tuple(param.shape)
+    return out
+
+
+def _find(layer: KerasLayer, var) -> str:
+    """The key of ``var`` in ``layer``: its positional path (keras 3) or its name (legacy), where a legacy
+    name may carry the layer's own prefix (``lwan_Wa``) as Keras 2 custom layers often did."""
+    if layer.format == "keras3":
+        return var.v3
+    for key in layer.variables:
+        if key == var.legacy or key.endswith("/" + var.legacy) or key.endswith("_" + var.legacy):
+            return key
+    return var.legacy
+
+
+def _convert(model, layer: KerasLayer) -> tuple[dict[str, torch.Tensor] | None, list[str]]:
+    """The state dict this Keras layer gives the model, or None and the reasons it does not fit."""
+    expected = _expected(model)
+    state, problems, used = {}, [], set()
+    for var in model.keras_layout():
+        key = _find(layer, var)
+        if key not in layer.variables:
+            problems.append(f"missing {key} (for {var.param})")
+            continue
+        used.add(key)
+        array = CONVERSIONS[var.convert](layer.variables[key])
+        want = expected[var.param]
+        if want is not None and tuple(array.shape) != want:
+            problems.append(f"{key}: {list(layer.variables[key].shape)} gives {list(array.shape)}, "
+                            f"{var.param} needs {list(want)}")
+            continue
+        state[var.param] = torch.from_numpy(np.ascontiguousarray(array))
+    extra = sorted(set(layer.variables) - used)
+    if extra:
+        problems.append(f"variables the model has no place for: {', '.join(extra)}")
+    return (None if problems else state), problems
+
+
+def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -> Any:
+    """Load the weights of one Keras layer from ``path`` into ``model`` (an attnzoo Keras-compatible layer).
+
+    Returns the model. Raises ``WeightsError`` without touching the model when no layer of the file fits,
+    when ``layer`` names none, or when several fit and ``layer`` is not given.
+    """
+    if not hasattr(model, "keras_layout"):
+        raise WeightsError(f"{type(model).__name__} declares no Keras layout; Keras import works for "
+                           "keras_dot, keras_additive, keras_mha, keras_attn, lwan")
+    layers = read_keras_file(path)
+    if not model.keras_layout():  # a Keras layer without weights (Attention without use_scale)
+        return model
+    listing = "\n  ".join(l.describe() for l in layers) or "(no layer with weights)"
+    wanted = ", ".join(f"{p} {list(s) if s else 'lazy'}" for p, s in _expected(model).items()) or "no weights"
+    if layer is not None:
+        chosen = [l for l in layers if layer in (l.path, l.path.rsplit("/", 1)[-1], l.name)]
+        if not chosen:
+            raise WeightsError(f"{path}: no layer {layer!r}; the file has:\n  {listing}")
+        candidates = chosen
+    else:
+        candidates = layers
+    fitting, reasons = [], []
+    for candidate in candidates:
+        state, problems = _convert(model, candidate)
+        if state is not None:
+            fitting.append((candidate, state))
+        else:
+            reasons.append(f"{candidate.path}: {'; '.join(problems)}")
+    if not fitting:
+        raise WeightsError(
+            f"{path}: no layer fits {type(model).__name__} (expects {wanted}).\n"
+            f"The file has:\n  {listing}\nWhy not:\n  " + "\n  ".join(reasons)
+        )
+    if len(fitting) > 1:
+        names = ", ".join(repr(c.path.rsplit('/', 1)[-1]) for c, _ in fitting)
+        raise WeightsError(f"{path}: several layers fit ({names}); pick one with layer=...")
+    _, state = fitting[0]
+    reference = next(iter(model.parameters()), None)
+    dtype = reference.dtype if reference is not None and not reference.is_meta else torch.get_default_dtype()
+    state = {k: v.to(dtype) for k, v in state.items()}
+    missing = set(dict(model.named_parameters())) - set(state)
+    if missing:
+        raise WeightsError(f"{path}: the Keras layer gives no value for {', '.join(sorted(missing))}")
+    model.load_state_dict(state, strict=True)
+    return model

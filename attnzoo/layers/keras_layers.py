@@ -1,0 +1,393 @@
+"""Keras's attention layers in PyTorch, numerically equal to keras 3 (tests compare to 1e-6).
+
+``KerasDotAttention`` (``keras_dot``) = ``keras.layers.Attention`` (Luong)::
+
+    dot:     scores = scale · Q Kᵀ                                   scale: learned scalar (init 1) if use_scale
+    concat:  scores_ij = w_c · Σ_d tanh(scale · (q_id + k_jd))       w_c: learned scalar (init 1)
+
+``KerasAdditiveAttention`` (``keras_additive``) = ``keras.layers.AdditiveAttention`` (Bahdanau)::
+
+    scores_ij = Σ_d scale_d · tanh(q_id + k_jd)                      scale [d], glorot-uniform, if use_scale
+
+then, for both, with ``value_mask`` [B, Tv] and ``use_causal_mask`` (True = attend)::
+
+    A = softmax_j(scores, masked)      [B, Tq, Tv]      out = A V      [B, Tq, dv]
+    out_i = 0 where query_mask_i is False
+
+``KerasMultiHeadAttention`` (``keras_mha``) = ``keras.layers.MultiHeadAttention``::
+
+    Q_h = q Wq_h + bq_h [key_dim],  K_h = k Wk_h + bk_h,  V_h = v Wv_h + bv_h [value_dim]
+    A_h = softmax(Q_h K_hᵀ / sqrt(key_dim), masked)     [B, heads, Tq, Tv]
+    out = Σ_h (A_h V_h) Wo_h + bo                       [B, Tq, output_shape or dq]
+
+Masks follow Keras: True = keep. One difference, on purpose: where a query row has no key left at all,
+Keras spreads the weight uniformly over the masked keys (it subtracts 1e9), attnzoo attends to nothing
+(zeros), in every dtype.
+
+Each layer declares its Keras weight layout (``keras_layout``): which parameter comes from which Keras
+variable, in the keras 3 ``.weights.h5`` (positional ``vars/<i>``, sub-layer groups) and the legacy
+``.h5`` (``weight_names``) files, and how it converts (Keras Dense kernels are [in, out]; the
+projections here are stored as torch's [out, in], so ``nn.MultiheadAttention`` can share them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .core import attend, check_input, masked_softmax
+from .lazy import LazyLayer
+
+__all__ = ["KerasDotAttention", "KerasAdditiveAttention", "KerasMultiHeadAttention", "KerasVar",
+           "mha_to_torch", "mha_from_torch"]
+
+
+class KerasVar(NamedTuple):
+    """Where one parameter lives in a Keras weights file, and how its array converts.
+
+    ``v3``: path under the layer's group in a keras 3 ``.weights.h5`` (``"vars/0"``,
+    ``"query_dense/vars/1"``); ``legacy``: the weight name after the layer name in a legacy ``.h5``
+    (``"scale"``, ``"query/kernel"``); ``convert``: ``same``, ``transpose`` ([in, out] -> [out, in]),
+    ``heads_in`` ([in, heads, d] -> [heads·d, in]), ``heads_bias`` ([heads, d] -> [heads·d]),
+    ``heads_out`` ([heads, d, out] -> [out, heads·d]).
+    """
+
+    param: str
+    v3: str
+    legacy: str
+    convert: str = "same"
+
+
+def _causal(q_len: int, k_len: int, device) -> Tensor:
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
+
+
+def _score_mask(layer: str, value_mask, batch, q_len, k_len, causal, device) -> Tensor | None:
+    mask = None
+    if value_mask is not None:
+        if tuple(value_mask.shape) != (batch, k_len):
+            raise ValueError(f"{layer} expects value_mask of shape [{batch}, {k_len}], got {list(value_mask.shape)}")
+        mask = value_mask.bool()[:, None, :]
+    if causal:
+        tri = _causal(q_len, k_len, device)[None]
+        mask = tri if mask is None else mask & tri
+    return mask
+
+
+def _apply_query_mask(layer: str, out: Tensor, query_mask: Tensor | None) -> Tensor:
+    if query_mask is None:
+        return out
+    if tuple(query_mask.shape) != tuple(out.shape[:2]):
+        raise ValueError(f"{layer} expects query_mask of shape {list(out.shape[:2])}, got {list(query_mask.shape)}")
+    return out.masked_fill(~query_mask.bool()[..., None], 0.0)
+
+
+class _KerasInputs:
+    name = "keras"
+
+    def _check(self, query, value, key):
+        check_input(self.name, "query", query, ("batch", "query_len", "dim"))
+        check_input(self.name, "value", value, (query.shape[0], "value_len", "value_dim"))
+        if key is None:
+            key = value
+        check_input(self.name, "key", key, (query.shape[0], value.shape[1], "key_dim"))
+        return key
+
+    def example_inputs(self, batch: int = 2, seq: int = 7):
+        like = next(iter(self.parameters()), torch.empty(0))
+        dim = (self.size("dim") if isinstance(self, LazyLayer) else None) or 16
+        query = torch.randn(batch, 4, dim, device=like.device, dtype=like.dtype)
+        value = torch.randn(batch, seq, dim, device=like.device, dtype=like.dtype)
+        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
+        mask[-1, seq // 2 + 1 :] = False
+        return (query, value), {"value_mask": mask}
+
+
+class KerasDotAttention(_KerasInputs, nn.Module):
+    """``keras.layers.Attention``: args ``use_scale``, ``score_mode`` ("dot" | "concat"), ``dropout``.
+
+    Shapes: ``forward(query [B, Tq, d], value [B, Tv, dv], key [B, Tv, d] = value, *, query_mask [B, Tq],
+    value_mask [B, Tv], return_attention=False, use_causal_mask=False)`` -> ``out [B, Tq, dv]`` or
+    ``(out, A [B, Tq, Tv])``. The dot score without returned weights runs as one fused SDPA call.
+    """
+
+    name = "keras_dot"
+
+    def __init__(self, use_scale: bool = False, score_mode: str = "dot", dropout: float = 0.0) -> None:
+        super().__init__()
+        if score_mode not in ("dot", "concat"):
+            raise ValueError(f"keras_dot: score_mode must be 'dot' or 'concat', got {score_mode!r}")
+        self.use_scale, self.score_mode, self.dropout = use_scale, score_mode, dropout
+        self.scale = nn.Parameter(torch.ones(())) if use_scale else None
+        self.concat_score_weight = nn.Parameter(torch.ones(())) if score_mode == "concat" else None
+
+    def keras_layout(self) -> list[KerasVar]:
+        names = [n for n in ("scale", "concat_score_weight") if getattr(self, n) is not None]
+        return [KerasVar(n, f"vars/{i}", n) for i, n in enumerate(names)]
+
+    def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *, query_mask: Tensor | None = None,
+                value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
+        key = self._check(query, value, key)
+        batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
+        mask = _score_mask(self.name, value_mask, batch, q_len, k_len, use_causal_mask, query.device)
+        dropout = self.dropout if self.training else 0.0
+        if self.score_mode == "dot" and not return_attention and dropout == 0.0:
+            q = query * self.scale if self.scale is not None else query
+            out, _ = attend(q, key, value, mask, scale=1.0)
+            return _apply_query_mask(self.name, out, query_mask)
+        if self.score_mode == "dot":
+            scores = torch.bmm(query, key.transpose(1, 2))
+            if self.scale is not None:
+                scores = scores * self.scale
+        else:
+            summed = query.unsqueeze(2) + key.unsqueeze(1)  # [B, Tq, Tv, d]
+            if self.scale is not None:
+                summed = summed * self.scale
+            scores = self.concat_score_weight * torch.tanh(summed).sum(-1)
+        weights = masked_softmax(scores, mask)
+        out = torch.bmm(F.dropout(weights, dropout) if dropout else weights, value)
+        out = _apply_query_mask(self.name, out, query_mask)
+        return (out, weights) if return_attention else out
+
+    def extra_repr(self) -> str:
+        return f"use_scale={self.use_scale}, score_mode={self.score_mode!r}, dropout={self.dropout}"
+
+
+class KerasAdditiveAttention(_KerasInputs, LazyLayer):
+    """``keras.layers.AdditiveAttention``: args ``use_scale`` (default True), ``dropout``, ``dim`` (None:
+    inferred from the query on the first call, as Keras builds).
+
+    Shapes as :class:`KerasDotAttention`; the query and key share the size d.
+    """
+
+    name = "keras_additive"
+
+    def __init__(self, use_scale: bool = True, dropout: float = 0.0, dim: int | None = None,
+                 device=None, dtype=None) -> None:
+        super().__init__()
+        self.use_scale, self.dropout = use_scale, dropout
+        self._create_parameters({"dim": dim}, device, dtype)
+
+    def _parameter_shapes(self, sizes):
+        return {"scale": (sizes["dim"],)} if self.use_scale else {}
+
+    def _infer_sizes(self, query, *args, **kwargs):
+        check_input(self.name, "query", query, ("batch", "query_len", "dim"))
+        return {"dim": query.shape[-1]}
+
+    def _sizes_from_parameters(self):
+        return {"dim": self.scale.shape[0]} if self.use_scale else {}
+
+    def reset_parameters(self) -> None:
+        if self.use_scale:  # Keras glorot_uniform on a 1-D weight: fan_in = fan_out = d
+            bound = math.sqrt(3.0 / self.scale.shape[0])
+            nn.init.uniform_(self.scale, -bound, bound)
+
+    def keras_layout(self) -> list[KerasVar]:
+        return [KerasVar("scale", "vars/0", "scale")] if self.use_scale else []
+
+    def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *, query_mask: Tensor | None = None,
+                value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
+        key = self._check(query, value, key)
+        if key.shape[-1] != query.shape[-1]:
+            raise ValueError(f"keras_additive expects query and key of the same size, got {query.shape[-1]} "
+                             f"and {key.shape[-1]}")
+        batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
+        mask = _score_mask(self.name, value_mask, batch, q_len, k_len, use_causal_mask, query.device)
+        hidden = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))  # [B, Tq, Tv, d]
+        scores = torch.matmul(hidden, self.scale) if self.use_scale else hidden.sum(-1)
+        weights = masked_softmax(scores, mask)
+        dropout = self.dropout if self.training else 0.0
+        out = torch.bmm(F.dropout(weights, dropout) if dropout else weights, value)
+        out = _apply_query_mask(self.name, out, query_mask)
+        return (out, weights) if return_attention else out
+
+    def extra_repr(self) -> str:
+        return f"use_scale={self.use_scale}, dim={self.size('dim')}, dropout={self.dropout}"
+
+
+class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
+    """``keras.layers.MultiHeadAttention`` (attention over axis 1 of [B, T, dim] inputs).
+
+    Args: ``num_heads``, ``key_dim``, ``value_dim`` (default key_dim), ``dropout``, ``use_bias``,
+    ``output_shape`` (default: the query's size), and the input sizes ``query_size``, ``value_size``,
+    ``key_size`` (None: inferred on the first call, as Keras builds).
+
+    Shapes: ``forward(query [B, T, dq], value [B, S, dv], key [B, S, dk] = value, *,
+    attention_mask [B, T, S], query_mask [B, T], value_mask [B, S], return_attention=False,
+    use_causal_mask=False)`` -> ``out [B, T, output_shape]`` or ``(out, A [B, heads, T, S])``.
+    Parameters: ``query.weight`` [heads·key_dim, dq], ``query.bias``, likewise ``key``, ``value``, and
+    ``output.weight`` [output_shape, heads·value_dim], ``output.bias``.
+    """
+
+    name = "keras_mha"
+
+    def __init__(self, num_heads: int, key_dim: int, value_dim: int | None = None, dropout: float = 0.0,
+                 use_bias: bool = True, output_shape: int | None = None, query_size: int | None = None,
+                 value_size: int | None = None, key_size: int | None = None, device=None, dtype=None) -> None:
+        super().__init__()
+        if num_heads < 1 or key_dim < 1:
+            raise ValueError(f"keras_mha: num_heads and key_dim must be positive, got {num_heads}, {key_dim}")
+        self.num_heads, self.key_dim = num_heads, key_dim
+        self.value_dim = value_dim or key_dim
+        self.dropout, self.use_bias, self.output_shape = dropout, use_bias, output_shape
+        self._create_parameters({"query_size": query_size, "value_size": value_size,
+                                 "key_size": key_size or value_size}, device, dtype)
+
+    def _parameter_shapes(self, sizes):
+        h, kd, vd = self.num_heads, self.key_dim, self.value_dim
+        inputs = {"query": (h * kd, sizes["query_size"]), "key": (h * kd, sizes["key_size"]),
+                  "value": (h * vd, sizes["value_size"]), "output": (self.output_shape or sizes["query_size"], h * vd)}
+        shapes = {}
+        for part, (rows, cols) in inputs.items():
+            shapes[f"{part}.weight"] = (rows, cols)
+            if self.use_bias:
+                shapes[f"{part}.bias"] = (rows,)
+        return shapes
+
+    def _infer_sizes(self, query, value, key=None, *args, **kwargs):
+        key = self._check(query, value, key)
+        return {"query_size": query.shape[-1], "value_size": value.shape[-1], "key_size": key.shape[-1]}
+
+    def _sizes_from_parameters(self):
+        return {"query_size": self.query.weight.shape[1], "value_size": self.value.weight.shape[1],
+                "key_size": self.key.weight.shape[1]}
+
+    def reset_parameters(self) -> None:
+        # Keras glorot_uniform on the 3-D EinsumDense kernels: fans are (in, heads·d) and (heads·d, out)
+        for name in self._lazy_names:
+            param = self.get_parameter(name)
+            if name.endswith("weight"):
+                fan_out, fan_in = param.shape
+                bound = math.sqrt(6.0 / (fan_in + fan_out))
+                nn.init.uniform_(param, -bound, bound)
+            else:
+                nn.init.zeros_(param)
+
+    def keras_layout(self) -> list[KerasVar]:
+        layout = []
+        for ours, group, legacy in (("query", "query_dense", "query"), ("key", "key_dense", "key"),
+                                    ("value", "value_dense", "value"), ("output", "output_dense", "attention_output")):
+            kernel = "heads_out" if ours == "output" else "heads_in"
+            layout.append(KerasVar(f"{ours}.weight", f"{group}/vars/0", f"{legacy}/kernel", kernel))
+            if self.use_bias:
+                bias = "same" if ours == "output" else "heads_bias"
+                layout.append(KerasVar(f"{ours}.bias", f"{group}/vars/1", f"{legacy}/bias", bias))
+        return layout
+
+    def example_inputs(self, batch: int = 2, seq: int = 7):
+        like = self.output.weight
+        dq, dv = self.size("query_size") or 16, self.size("value_size") or 12
+        query = torch.randn(batch, 4, dq, device=like.device, dtype=like.dtype)
+        value = torch.randn(batch, seq, dv, device=like.device, dtype=like.dtype)
+        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
+        mask[-1, seq // 2 + 1 :] = False
+        return (query, value), {"value_mask": mask}
+
+    def keras_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The Keras shape of every variable, for error messages and exports."""
+        h, kd, vd = self.num_heads, self.key_dim, self.value_dim
+        q, k, v = self.size("query_size"), self.size("key_size"), self.size("value_size")
+        out = self.output_shape or q
+        shapes = {"query.weight": (q, h, kd), "key.weight": (k, h, kd), "value.weight": (v, h, vd),
+                  "output.weight": (h, vd, out), "query.bias": (h, kd), "key.bias": (h, kd),
+                  "value.bias": (h, vd), "output.bias": (out,)}
+        return {n: s for n, s in shapes.items() if n in self._lazy_names}
+
+    def _project(self, x: Tensor, part: str, head_dim: int) -> Tensor:
+        group = getattr(self, part)
+        y = F.linear(x, group.weight, group.bias if self.use_bias else None)
+        return y.view(x.shape[0], x.shape[1], self.num_heads, head_dim).transpose(1, 2)  # [B, heads, T, d]
+
+    def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *,
+                attention_mask: Tensor | None = None, query_mask: Tensor | None = None,
+                value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
+        key = self._check(query, value, key)
+        batch, t, s = query.shape[0], query.shape[1], value.shape[1]
+        mask = None
+        for part, shape in ((attention_mask, (batch, t, s)), (query_mask, (batch, t)), (value_mask, (batch, s))):
+            if part is not None and tuple(part.shape) != shape:
+                raise ValueError(f"keras_mha expects a mask of shape {list(shape)}, got {list(part.shape)}")
+        if attention_mask is not None:
+            mask = attention_mask.bool()
+        if query_mask is not None:
+            qm = query_mask.bool()[:, :, None]
+            mask = qm if mask is None else mask & qm
+        if value_mask is not None:
+            vm = value_mask.bool()[:, None, :]
+            mask = vm if mask is None else mask & vm
+        if use_causal_mask:
+            tri = _causal(t, s, query.device)[None]
+            mask = tri if mask is None else mask & tri
+        q = self._project(query, "query", self.key_dim)
+        k = self._project(key, "key", self.key_dim)
+        v = self._project(value, "value", self.value_dim)
+        mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, T or 1, S]
+        dropout = self.dropout if self.training else 0.0
+        if dropout and not return_attention:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout)
+            weights = None
+        else:
+            out, weights = attend(q, k, v, mask4, scale=self.key_dim**-0.5, return_attention=return_attention)
+            if dropout:
+                out = torch.matmul(F.dropout(weights, dropout), v)
+        out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
+        out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
+        return (out, weights) if return_attention else out
+
+    def extra_repr(self) -> str:
+        return (f"num_heads={self.num_heads}, key_dim={self.key_dim}, value_dim={self.value_dim}, "
+                f"output_shape={self.output_shape}, use_bias={self.use_bias}, query_size={self.size('query_size')}")
+
+
+def mha_to_torch(layer: KerasMultiHeadAttention) -> nn.MultiheadAttention:
+    """The same attention as an ``nn.MultiheadAttention(batch_first=True)``, where the shapes allow it:
+    heads·key_dim = heads·value_dim = query size = output size (torch's embed_dim), with biases."""
+    h, kd, vd = layer.num_heads, layer.key_dim, layer.value_dim
+    q, k, v = layer.size("query_size"), layer.size("key_size"), layer.size("value_size")
+    embed = h * kd
+    out = layer.output_shape or q
+    if None in (q, k, v):
+        raise ValueError("keras_mha: sizes are not known yet; run one call or load weights first")
+    if not (kd == vd and q == embed and out == embed and layer.use_bias):
+        raise ValueError(
+            f"nn.MultiheadAttention cannot hold this layer: it needs heads*key_dim ({embed}) = query size ({q}) = "
+            f"output size ({out}), key_dim = value_dim ({kd}, {vd}) and biases ({layer.use_bias})"
+        )
+    mha = nn.MultiheadAttention(embed, h, bias=True, batch_first=True, kdim=k, vdim=v,
+                                device=layer.query.weight.device, dtype=layer.query.weight.dtype)
+    with torch.no_grad():
+        if mha._qkv_same_embed_dim:
+            mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
+        else:
+            mha.q_proj_weight.copy_(layer.query.weight)
+            mha.k_proj_weight.copy_(layer.key.weight)
+            mha.v_proj_weight.copy_(layer.value.weight)
+        mha.in_proj_bias.copy_(torch.cat([layer.query.bias, layer.key.bias, layer.value.bias]))
+        mha.out_proj.weight.copy_(layer.output.weight)
+        mha.out_proj.bias.copy_(layer.output.bias)
+    return mha
+
+
+def mha_from_torch(mha: nn.MultiheadAttention) -> KerasMultiHeadAttention:
+    """A ``keras_mha`` layer with the weights of a ``batch_first`` ``nn.MultiheadAttention``."""
+    if not mha.batch_first or mha.in_proj_bias is None or mha.bias_k is not None:
+        raise ValueError("mha_from_torch needs nn.MultiheadAttention(batch_first=True, bias=True) without add_bias_kv")
+    e, h = mha.embed_dim, mha.num_heads
+    layer = KerasMultiHeadAttention(h, e // h, query_size=e, key_size=mha.kdim, value_size=mha.vdim,
+                                    device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
+    with torch.no_grad():
+        if mha._qkv_same_embed_dim:
+            wq, wk, wv = mha.in_proj_weight.chunk(3)
+        else:
+            wq, wk, wv = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
+        bq, bk, bv = mha.in_proj_bias.chunk(3)
+        for group, w, b in ((layer.query, wq, bq), (layer.key, wk, bk), (layer.value, wv, bv),
+                            (layer.output, mha.out_proj.weight, mha.out_proj.bias)):
+            group.weight.copy_(w)
+            group.bias.copy_(b)
+    return layer

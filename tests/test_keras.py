@@ -1,0 +1,174 @@
+"""Keras parity: keras 3 (torch backend) builds each layer with random weights, saves .weights.h5 and
+legacy .h5, and runs it; attnzoo imports the files and must agree to 1e-6 on the same inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.errors import WeightsError
+
+from .conftest import ROOT, require_data
+
+TOL = dict(atol=1e-6, rtol=1e-6)
+
+
+@pytest.fixture(scope="session")
+def keras_dir(tmp_path_factory):
+    try:
+        import importlib.util
+
+        have_keras = importlib.util.find_spec("keras") is not None and importlib.util.find_spec("h5py") is not None
+    except ValueError:
+        have_keras = False
+    require_data(have_keras, "keras 3 and h5py (the test extra)")
+    out = tmp_path_factory.mktemp("keras")
+    env = {**os.environ, "KERAS_BACKEND": "torch"}
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "keras_fixtures.py"), str(out)],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def fixtures(keras_dir):
+    data = dict(np.load(keras_dir / "fixtures.npz"))
+    cases = json.loads((keras_dir / "cases.json").read_text())["cases"]
+    return {k: torch.from_numpy(v) for k, v in data.items()}, cases
+
+
+def expected(arrays, case, run):
+    outs = []
+    i = 0
+    while f"{case}/{run}/{i}" in arrays:
+        outs.append(arrays[f"{case}/{run}/{i}"])
+        i += 1
+    return outs
+
+
+RUNS = {
+    "keras_dot": {
+        "plain": lambda a, m: m(a["q"], a["v"], a["k"]),
+        "masked": lambda a, m: m(a["q"], a["v"], a["k"], query_mask=a["q_mask"], value_mask=a["v_mask"],
+                                 return_attention=True),
+        "causal": lambda a, m: m(a["q"], a["v"], a["k"], value_mask=a["v_mask"], use_causal_mask=True,
+                                 return_attention=True),
+    },
+    "keras_additive": {
+        "plain": lambda a, m: m(a["q"], a["v"]),
+        "masked": lambda a, m: m(a["q"], a["v"], query_mask=a["q_mask"], value_mask=a["v_mask"],
+                                 return_attention=True),
+        "causal": lambda a, m: m(a["q"], a["v"], value_mask=a["v_mask"], use_causal_mask=True,
+                                 return_attention=True),
+    },
+    "keras_mha": {
+        "plain": lambda a, m: m(a["mha_q"], a["mha_v"], a["mha_k"]),
+        "masked": lambda a, m: m(a["mha_q"], a["mha_v"], a["mha_k"], attention_mask=a["mha_mask"],
+                                 return_attention=True),
+        "causal": lambda a, m: m(a["mha_q"], a["mha_v"], a["mha_k"], use_causal_mask=True, return_attention=True),
+    },
+    "lwan": {"plain": lambda a, m: m(a["x"])},
+    "keras_attn": {"plain": lambda a, m: m(a["x"])},
+}
+
+CASES = ["attention_dot", "attention_scaled", "attention_concat", "additive", "additive_noscale", "mha",
+         "mha_nobias", "lwan", "keras_attn"]
+
+
+@pytest.mark.parametrize("fmt", ["weights.h5", "h5"])
+@pytest.mark.parametrize("case", CASES)
+def test_attnzoo_matches_keras_on_imported_weights(fixtures, keras_dir, case, fmt):
+    arrays, cases = fixtures
+    spec = cases[case]
+    model = attnzoo.create(spec["name"], **spec["config"]).eval()  # sizes inferred from the weights
+    attnzoo.keras.load_keras_weights(model, keras_dir / f"{case}.{fmt}")
+    for run, call in RUNS[spec["name"]].items():
+        with torch.no_grad():
+            out = call(arrays, model)
+        outs = list(out) if isinstance(out, tuple) else [out]
+        want = expected(arrays, case, run)
+        assert len(outs) == len(want), (case, run)
+        for got, ref in zip(outs, want):
+            torch.testing.assert_close(got, ref, **TOL, msg=f"{case}/{run}")
+
+
+def test_convert_keras_cli_writes_a_file_attnzoo_load_rebuilds(fixtures, keras_dir, tmp_path):
+    arrays, _ = fixtures
+    out = tmp_path / "mha.safetensors"
+    proc = subprocess.run([sys.executable, "-m", "attnzoo", "convert-keras", str(keras_dir / "mha.weights.h5"),
+                           "--model", "keras_mha", "num_heads=2", "key_dim=3", "value_dim=4", "output_shape=7",
+                           "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    model = attnzoo.load(out).eval()
+    with torch.no_grad():
+        got = model(arrays["mha_q"], arrays["mha_v"], arrays["mha_k"])
+    torch.testing.assert_close(got, expected(arrays, "mha", "plain")[0], **TOL)
+    again = subprocess.run(proc.args, capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 1 and "already exists" in again.stderr  # never overwritten unasked
+
+
+def _params(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_wrong_shape_lists_what_the_file_has_and_leaves_the_model_alone(keras_dir):
+    model = attnzoo.create("lwan", num_labels=4, hidden_size=8)
+    before = _params(model)
+    with pytest.raises(WeightsError) as err:
+        attnzoo.keras.load_keras_weights(model, keras_dir / "lwan.weights.h5")
+    message = str(err.value)
+    assert "vars/0 [5, 8]" in message and "Wa [4, 8]" in message
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_wrong_layer_name_and_wrong_kind_of_layer(keras_dir):
+    model = attnzoo.create("keras_mha", num_heads=2, key_dim=3, value_dim=4, output_shape=7)
+    with pytest.raises(WeightsError, match=r"(?s)no layer .nope.*multi_head_attention"):
+        attnzoo.keras.load_keras_weights(model, keras_dir / "mha.h5", layer="nope")
+    with pytest.raises(WeightsError, match="no layer fits"):
+        attnzoo.keras.load_keras_weights(model, keras_dir / "lwan.weights.h5")
+    layer = attnzoo.create("keras_dot", use_scale=True, score_mode="concat")
+    with pytest.raises(WeightsError, match="missing vars/1"):  # the file has scale only
+        attnzoo.keras.load_keras_weights(layer, keras_dir / "attention_scaled.weights.h5")
+
+
+def test_extra_variables_are_not_silently_dropped(keras_dir):
+    layer = attnzoo.create("keras_dot", use_scale=True)  # the concat file also has concat_score_weight
+    with pytest.raises(WeightsError, match="no place for"):
+        attnzoo.keras.load_keras_weights(layer, keras_dir / "attention_concat.h5")
+
+
+def test_not_a_keras_file(tmp_path):
+    bogus = tmp_path / "x.h5"
+    bogus.write_text("hello")
+    with pytest.raises(WeightsError, match="not an HDF5 file"):
+        attnzoo.keras.load_keras_weights(attnzoo.create("lwan", num_labels=2), bogus)
+    with pytest.raises(WeightsError, match="not found"):
+        attnzoo.keras.load_keras_weights(attnzoo.create("lwan", num_labels=2), tmp_path / "missing.h5")
+
+
+def test_mha_converts_to_and_from_torch_multihead_attention():
+    from attnzoo.layers.keras_layers import mha_from_torch, mha_to_torch
+
+    torch.manual_seed(0)
+    layer = attnzoo.create("keras_mha", num_heads=4, key_dim=4, query_size=16, value_size=16, key_size=16)
+    mha = mha_to_torch(layer)
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1] * 5]).bool()
+    ours, ours_w = layer(x, x, value_mask=mask, return_attention=True)
+    theirs, theirs_w = mha(x, x, x, key_padding_mask=~mask, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ours_w, theirs_w, atol=1e-6, rtol=1e-6)
+    back = mha_from_torch(mha)
+    torch.testing.assert_close(back(x, x, value_mask=mask), ours, atol=1e-6, rtol=1e-6)
+    odd = attnzoo.create("keras_mha", num_heads=2, key_dim=3, query_size=16, value_size=16)
+    with pytest.raises(ValueError, match="cannot hold"):
+        mha_to_torch(odd)
