@@ -346,6 +346,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # noqa: BLE001 - a bug of ours: still one line, and how to see more
+        if debug:
+            raise
+        print(f"attnzoo: internal error: {type(e).__name__}: {e} (run again with --debug for the traceback)",
+              file=sys.stderr)
+        return FAILURE
 
 
 if __name__ == "__main__":

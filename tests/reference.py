@@ -154,3 +154,48 @@ def seq2seq(decoder, encoder, score_fn, wc, mask=None, scale=1.0):
             joined = torch.cat([ctx[b, t], decoder[b, t].double()])
             out[b, t] = torch.tensor([math.tanh(z) for z in matvec(wc, joined)])
     return out, att
+
+
+def tanh_rows(x, w) -> torch.Tensor:
+    """[T, h] rows -> [T, d_a] rows of tanh(W x_t)."""
+    return torch.tensor([[math.tanh(z) for z in matvec(w, row)] for row in x], dtype=torch.float64)
+
+
+def laat(x, w, u, w_out, b_out, mask=None, extra=None):
+    """Z = tanh(H Wᵀ), A = softmax_T(Z Uᵀ), y_l = <w_l, [A_l H; extra]> + b_l -> (logits [B, L], A [B, L, T])."""
+    B, T, _ = x.shape
+    L = u.shape[0]
+    logits = torch.zeros(B, L, dtype=torch.float64)
+    att = torch.zeros(B, L, T, dtype=torch.float64)
+    for b in range(B):
+        z = tanh_rows(x[b], w)
+        keep = keep_of(mask, b, T)
+        for l in range(L):
+            a = softmax([dot(u[l], z[t]) for t in range(T)], keep)
+            v = weighted_sum(a, x[b])
+            if extra is not None:
+                v = torch.cat([v, extra[b].double()])
+            logits[b, l] = dot(w_out[l], v) + float(b_out[l])
+            att[b, l] = torch.tensor(a)
+    return logits, att
+
+
+def plm_ca(x, q, wk, bk, wv, bv, gamma, beta, w, b, mask=None, scale=1.0, eps=1e-5):
+    """A = softmax_T(scale · Q (H Wkᵀ + bk)ᵀ), Y = LayerNorm(A (H Wvᵀ + bv)), y_l = <w, Y_l> + b."""
+    B, T, h = x.shape
+    L = q.shape[0]
+    logits = torch.zeros(B, L, dtype=torch.float64)
+    att = torch.zeros(B, L, T, dtype=torch.float64)
+    for bi in range(B):
+        keys = [linear(x[bi, t], wk, bk) for t in range(T)]
+        values = [linear(x[bi, t], wv, bv) for t in range(T)]
+        keep = keep_of(mask, bi, T)
+        for l in range(L):
+            a = softmax([scale * dot(q[l], keys[t]) for t in range(T)], keep)
+            r = weighted_sum(a, values)
+            mean = sum(float(v) for v in r) / h
+            var = sum((float(v) - mean) ** 2 for v in r) / h
+            y = [(float(v) - mean) / math.sqrt(var + eps) * float(g) + float(bb) for v, g, bb in zip(r, gamma, beta)]
+            logits[bi, l] = dot(w, y) + float(b)
+            att[bi, l] = torch.tensor(a)
+    return logits, att

@@ -31,6 +31,15 @@ CONFIGS: dict[str, dict] = {
     "keras_additive": {},
     "keras_mha": dict(num_heads=2, key_dim=3, value_dim=4, output_shape=5),
     "lwan": dict(num_labels=3),
+    "caml": dict(num_labels=3),
+    "laat": dict(num_labels=3, attention_size=5),
+    "joint_laat": dict(num_labels=3, num_parent_labels=2, attention_size=5, projection_size=2),
+    "plm_ca": dict(num_labels=3),
+    "conv_caml": dict(vocab_size=50, num_labels=3, embed_dim=8, hidden=4, kernel_size=3),
+    "bilstm_laat": dict(vocab_size=50, num_labels=3, embed_dim=8, hidden=4, attention_size=5),
+    "bilstm_joint_laat": dict(vocab_size=50, num_labels=3, embed_dim=8, hidden=4, attention_size=5,
+                              num_parent_labels=2),
+    "bilstm_plm_ca": dict(vocab_size=50, num_labels=3, embed_dim=8, hidden=4),
 }
 
 NAMES = attnzoo.list_models()

@@ -1,10 +1,25 @@
 """The label-attention family: every head is attention with a learned label matrix as the query.
 
-    LWAN (Chalkidis et al. 2019)   A = softmax_T(H Waᵀ),  y_l = <Wo_l, A_l H> + bo_l      Wa, Wo [L, h], bo [L]
+H is the encoder output [B, T, h], L the number of labels, A [B, L, T] masked over T (True = attend)::
 
-H is the encoder output [B, T, h]; A [B, L, T] is masked over T (True = attend). All heads route
-through ``core.label_attention``: without ``return_attention`` they never keep a [B, L, T] tensor for
-backward at scale, and with it the weights are materialised ``chunk_size`` labels at a time.
+    LWAN  (Chalkidis et al. 2019)  A = softmax_T(H Waᵀ)          y_l = <Wo_l, A_l H> + bo_l        Wa, Wo [L, h]; bo [L]
+    CAML  (Mullenbach et al. 2018) A = softmax_T(H Uᵀ)           y_l = <β_l, A_l H> + b_l          U, β [L, h]; b [L]
+    LAAT  (Vu et al. 2020)         Z = tanh(H Wᵀ), A = softmax_T(Z Uᵀ)
+                                                                 y_l = <w_l, A_l H> + b_l          W [d_a, h]; U [L, d_a]; w [L, h]; b [L]
+    JointLAAT (Vu et al. 2020)     LAAT for the L1 parent labels, then g = sigmoid(P sigmoid(y¹)) [p];
+                                   LAAT for the L labels with   y_l = <w_l, [A_l H; g]> + b_l    P [p, L1]; w [L, h + p]
+    PLM-CA (Edin et al. 2024)      A = softmax_T(Q (H Wkᵀ + bk)ᵀ),  Y = LayerNorm(A (H Wvᵀ + bv)),
+                                                                 y_l = <w, Y_l> + b                Q [L, h]; Wk, Wv [h, h]; w [h] shared
+
+(CAML's H is its tanh(conv) output; the full models in ``attnzoo/models/text.py`` supply it.) All heads
+route through ``core.label_attention``: below a few million score elements on the CPU the explicit
+form, otherwise one fused ``scaled_dot_product_attention`` call that keeps no [B, L, T] tensor for
+backward; with ``return_attention`` the weights are materialised ``chunk_size`` labels at a time.
+
+Reference checkpoints load as they are: CAML (``U.weight``, ``final.weight``, ``final.bias``; the unused
+``U.bias`` of its ``nn.Linear`` is dropped), LAAT (``attention.first_linears.0.weight``,
+``attention.second_linears.0.weight``, ``attention.third_linears.0.{weight,bias}``; JointLAAT levels
+0 and 1) and PLM-ICD (``first_linear``, ``second_linear``, ``third_linear``).
 """
 
 from __future__ import annotations
@@ -12,12 +27,15 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 
+from .core import check_input, check_mask, label_attention
 from .keras_layers import KerasVar
 from .labelwise import LabelwiseAttentionBatched
+from .lazy import LazyLayer
 
-__all__ = ["LWAN", "keras_he_normal_"]
+__all__ = ["LWAN", "CAMLHead", "LAATHead", "JointLAATHead", "PLMCAHead", "keras_he_normal_"]
 
 
 def keras_he_normal_(tensor: torch.Tensor) -> torch.Tensor:
@@ -55,3 +73,251 @@ class LWAN(LabelwiseAttentionBatched):
 
     def keras_layout(self) -> list[KerasVar]:
         return [KerasVar("Wa", "vars/0", "Wa"), KerasVar("Wo", "vars/1", "Wo"), KerasVar("bo", "vars/2", "bo")]
+
+
+def _rename(state_dict: dict, prefix: str, renames: dict[str, str], drop: tuple[str, ...] = ()) -> None:
+    """Translate a reference repository's keys in place (``load_state_dict`` pre-hooks must)."""
+    for old, new in renames.items():
+        if prefix + old in state_dict and prefix + new not in state_dict:
+            state_dict[prefix + new] = state_dict.pop(prefix + old)
+    for key in drop:
+        state_dict.pop(prefix + key, None)
+
+
+class _LabelHead(LazyLayer):
+    """The shared frame of a label-attention head: sizes, checks, the fused core, the output layer."""
+
+    name = "label_head"
+    renames: dict[str, str] = {}
+    drops: tuple[str, ...] = ()
+
+    def __init__(self, num_labels: int, hidden_size: int | None, chunk_size: int | None) -> None:
+        super().__init__()
+        if not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"{self.name}: num_labels must be a positive int, got {num_labels!r}")
+        self.num_labels = num_labels
+        self.chunk_size = chunk_size
+        self._register_load_state_dict_pre_hook(self._reference_layout, with_module=False)
+
+    def _reference_layout(self, state_dict, prefix, *args) -> None:
+        _rename(state_dict, prefix, self.renames, self.drops)
+
+    def _lazy_load_hook(self, state_dict, prefix, *args) -> None:
+        _rename(state_dict, prefix, self.renames, self.drops)  # before the shapes are read from it
+        super()._lazy_load_hook(state_dict, prefix, *args)
+
+    def _infer_sizes(self, x, *args, **kwargs):
+        check_input(self.name, "x", x, ("batch", "seq", "hidden"))
+        return {"hidden_size": x.shape[-1]}
+
+    def _check(self, x: Tensor, mask: Tensor | None) -> Tensor | None:
+        check_input(self.name, "x", x, ("batch", "seq", self.size("hidden_size") or "hidden"))
+        mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[1])
+        return None if mask is None else mask[:, 0]
+
+    def example_inputs(self, batch: int = 2, seq: int = 7):
+        like = next(self.parameters())
+        x = torch.randn(batch, seq, self.size("hidden_size") or 16, device=like.device, dtype=like.dtype)
+        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
+        mask[-1, seq // 2 + 1 :] = False
+        return (x,), {"mask": mask}
+
+    def extra_repr(self) -> str:
+        return f"num_labels={self.num_labels}, hidden_size={self.size('hidden_size')}"
+
+
+class CAMLHead(_LabelHead):
+    """CAML's per-label attention and output (Mullenbach et al. 2018), over the conv features H.
+
+    Args: ``num_labels``, ``hidden_size`` (d_c, the conv filters; None: inferred), ``chunk_size``.
+    Parameters as the reference: ``U.weight`` [L, h], ``final.weight`` [L, h], ``final.bias`` [L];
+    xavier-uniform init. Shapes: ``forward(x [B, T, h], mask [B, T] = None, return_attention=False)``
+    -> logits [B, L], or ``(logits, A [B, L, T])``.
+    """
+
+    name = "caml"
+    drops = ("U.bias",)  # the reference's U is an nn.Linear whose bias the formula never uses
+
+    def __init__(self, num_labels: int, hidden_size: int | None = None, chunk_size: int | None = None,
+                 device=None, dtype=None) -> None:
+        super().__init__(num_labels, hidden_size, chunk_size)
+        self._create_parameters({"hidden_size": hidden_size}, device, dtype)
+
+    def _parameter_shapes(self, sizes):
+        h, L = sizes["hidden_size"], self.num_labels
+        return {"U.weight": (L, h), "final.weight": (L, h), "final.bias": (L,)}
+
+    def _sizes_from_parameters(self):
+        return {"hidden_size": self.U.weight.shape[1]}
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.U.weight)
+        nn.init.xavier_uniform_(self.final.weight)
+        nn.init.zeros_(self.final.bias)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
+        mask = self._check(x, mask)
+        reps, weights = label_attention(self.U.weight, x, x, mask, return_attention=return_attention,
+                                        chunk_size=self.chunk_size)
+        logits = (reps * self.final.weight).sum(-1) + self.final.bias
+        return (logits, weights) if return_attention else logits
+
+
+def _laat_shapes(prefix: str, labels: int, hidden: int, attention: int, output_in: int) -> dict:
+    return {f"{prefix}first_linear.weight": (attention, hidden), f"{prefix}second_linear.weight": (labels, attention),
+            f"{prefix}third_linear.weight": (labels, output_in), f"{prefix}third_linear.bias": (labels,)}
+
+
+class LAATHead(_LabelHead):
+    """LAAT's label attention (Vu et al. 2020): additive-style keys Z = tanh(H Wᵀ), label queries U.
+
+    Args: ``num_labels``, ``hidden_size`` (None: inferred), ``attention_size`` (d_a), ``chunk_size``.
+    Parameters as PLM-ICD names them: ``first_linear.weight`` W [d_a, h], ``second_linear.weight`` U
+    [L, d_a], ``third_linear.weight`` w [L, h] and ``.bias`` b [L]; LAAT's repository layout loads too.
+    Init N(0, 0.03) as the paper. Shapes: ``forward(x [B, T, h], mask [B, T] = None,
+    return_attention=False)`` -> logits [B, L], or ``(logits, A [B, L, T])``.
+    """
+
+    name = "laat"
+    renames = {"attention.first_linears.0.weight": "first_linear.weight",
+               "attention.second_linears.0.weight": "second_linear.weight",
+               "attention.third_linears.0.weight": "third_linear.weight",
+               "attention.third_linears.0.bias": "third_linear.bias"}
+
+    def __init__(self, num_labels: int, hidden_size: int | None = None, attention_size: int = 512,
+                 chunk_size: int | None = None, device=None, dtype=None) -> None:
+        super().__init__(num_labels, hidden_size, chunk_size)
+        self.attention_size = attention_size
+        self._create_parameters({"hidden_size": hidden_size}, device, dtype)
+
+    def _parameter_shapes(self, sizes):
+        h = sizes["hidden_size"]
+        return _laat_shapes("", self.num_labels, h, self.attention_size, h)
+
+    def _sizes_from_parameters(self):
+        return {"hidden_size": self.first_linear.weight.shape[1]}
+
+    def reset_parameters(self) -> None:
+        for name in self._lazy_names:
+            param = self.get_parameter(name)
+            nn.init.zeros_(param) if name.endswith("bias") else nn.init.normal_(param, std=0.03)
+
+    def attend(self, x: Tensor, mask: Tensor | None, return_attention: bool, prefix: str = ""):
+        first = self.get_parameter(f"{prefix}first_linear.weight")
+        second = self.get_parameter(f"{prefix}second_linear.weight")
+        keys = torch.tanh(F.linear(x, first))  # Z [B, T, d_a]
+        return label_attention(second, keys, x, mask, return_attention=return_attention, chunk_size=self.chunk_size)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
+        mask = self._check(x, mask)
+        reps, weights = self.attend(x, mask, return_attention)
+        logits = (reps * self.third_linear.weight).sum(-1) + self.third_linear.bias
+        return (logits, weights) if return_attention else logits
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, attention_size={self.attention_size}"
+
+
+class JointLAATHead(LAATHead):
+    """JointLAAT (Vu et al. 2020): LAAT over the L1 parent labels, whose probabilities, projected to
+    ``projection_size`` and squashed, join every child label's vector before its output layer.
+
+    Args: ``num_labels`` (children), ``num_parent_labels``, ``hidden_size``, ``attention_size``,
+    ``projection_size`` (128 in the paper), ``chunk_size``. Parameters: ``parent.*`` and ``child.*``
+    (LAAT's), ``projection.weight`` P [p, L1]; the LAAT repository's levels 0 and 1 load.
+
+    Shapes: ``forward(x [B, T, h], mask [B, T] = None, return_attention=False, return_parents=False)``
+    -> child logits [B, L]; ``return_parents`` adds the parent logits [B, L1], ``return_attention``
+    the child weights A [B, L, T] (last).
+    """
+
+    name = "joint_laat"
+    renames = {f"attention.{part}_linears.{level}.{kind}": f"{who}.{part}_linear.{kind}"
+               for part in ("first", "second", "third") for level, who in ((0, "parent"), (1, "child"))
+               for kind in ("weight", "bias")}
+
+    def __init__(self, num_labels: int, num_parent_labels: int, hidden_size: int | None = None,
+                 attention_size: int = 512, projection_size: int = 128, chunk_size: int | None = None,
+                 device=None, dtype=None) -> None:
+        self.num_parent_labels, self.projection_size = num_parent_labels, projection_size
+        super().__init__(num_labels, hidden_size, attention_size, chunk_size, device, dtype)
+
+    def _parameter_shapes(self, sizes):
+        h, d_a, p = sizes["hidden_size"], self.attention_size, self.projection_size
+        return {**_laat_shapes("parent.", self.num_parent_labels, h, d_a, h),
+                **_laat_shapes("child.", self.num_labels, h, d_a, h + p),
+                "projection.weight": (p, self.num_parent_labels)}
+
+    def _sizes_from_parameters(self):
+        return {"hidden_size": self.parent.first_linear.weight.shape[1]}
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False,
+                return_parents: bool = False):
+        mask = self._check(x, mask)
+        parent_reps, _ = self.attend(x, mask, False, "parent.")
+        third = self.parent.third_linear
+        parent_logits = (parent_reps * third.weight).sum(-1) + third.bias  # [B, L1]
+        g = torch.sigmoid(F.linear(torch.sigmoid(parent_logits), self.projection.weight))  # [B, p]
+        reps, weights = self.attend(x, mask, return_attention, "child.")
+        w = self.child.third_linear.weight
+        h = reps.shape[-1]
+        # <w_l, [v_l; g]> without building the [B, L, h + p] concatenation
+        logits = (reps * w[:, :h]).sum(-1) + g @ w[:, h:].T + self.child.third_linear.bias
+        out: tuple = (logits,)
+        if return_parents:
+            out += (parent_logits,)
+        if return_attention:
+            out += (weights,)
+        return out if len(out) > 1 else logits
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, num_parent_labels={self.num_parent_labels}, projection_size={self.projection_size}"
+
+
+class PLMCAHead(_LabelHead):
+    """PLM-CA's cross-attention head (Edin et al. 2024): label queries over projected keys and values,
+    LayerNorm, one output vector shared by all labels.
+
+    Args: ``num_labels``, ``hidden_size`` (None: inferred), ``scaled`` (divide scores by sqrt(h); the
+    formula has no scale), ``chunk_size``. Shapes: ``forward(x [B, T, h], mask [B, T] = None,
+    return_attention=False)`` -> logits [B, L], or ``(logits, A [B, L, T])``.
+    """
+
+    name = "plm_ca"
+
+    def __init__(self, num_labels: int, hidden_size: int | None = None, scaled: bool = False,
+                 chunk_size: int | None = None, device=None, dtype=None) -> None:
+        super().__init__(num_labels, hidden_size, chunk_size)
+        self.scaled = scaled
+        self._create_parameters({"hidden_size": hidden_size}, device, dtype)
+
+    def _parameter_shapes(self, sizes):
+        h = sizes["hidden_size"]
+        return {"label_queries": (self.num_labels, h), "key.weight": (h, h), "key.bias": (h,),
+                "value.weight": (h, h), "value.bias": (h,), "norm.weight": (h,), "norm.bias": (h,),
+                "output.weight": (h,), "output.bias": (1,)}
+
+    def _sizes_from_parameters(self):
+        return {"hidden_size": self.label_queries.shape[1]}
+
+    def reset_parameters(self) -> None:
+        h = self.label_queries.shape[1]
+        nn.init.normal_(self.label_queries, std=h**-0.5)
+        for part in (self.key, self.value):
+            nn.init.xavier_uniform_(part.weight)
+            nn.init.zeros_(part.bias)
+        nn.init.ones_(self.norm.weight)
+        nn.init.zeros_(self.norm.bias)
+        nn.init.normal_(self.output.weight, std=h**-0.5)
+        nn.init.zeros_(self.output.bias)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
+        mask = self._check(x, mask)
+        keys = F.linear(x, self.key.weight, self.key.bias)
+        values = F.linear(x, self.value.weight, self.value.bias)
+        scale = keys.shape[-1] ** -0.5 if self.scaled else 1.0
+        reps, weights = label_attention(self.label_queries, keys, values, mask, scale=scale,
+                                        return_attention=return_attention, chunk_size=self.chunk_size)
+        normed = F.layer_norm(reps, reps.shape[-1:], self.norm.weight, self.norm.bias)
+        logits = normed @ self.output.weight + self.output.bias
+        return (logits, weights) if return_attention else logits

@@ -53,9 +53,12 @@ class LazyLayer(LazyModuleMixin, nn.Module):
             else:
                 param = UninitializedParameter(device=device, dtype=dtype)
             owner, _, leaf = name.rpartition(".")
-            if owner and not hasattr(self, owner):
-                self.add_module(owner, ParameterGroup())
-            (self.get_submodule(owner) if owner else self).register_parameter(leaf, param)
+            module: nn.Module = self
+            for part in owner.split(".") if owner else ():
+                if part not in module._modules:
+                    module.add_module(part, ParameterGroup())
+                module = module._modules[part]
+            module.register_parameter(leaf, param)
         if known:
             self.reset_parameters()
 

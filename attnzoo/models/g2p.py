@@ -68,8 +68,8 @@ class G2PSeq2Seq(nn.Module):
 
     def forward(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor | None = None,
                 return_attention: bool = False):
-        check_tokens(self.name, letters, self.num_letters)
-        check_tokens(self.name, phonemes_in, self.num_phonemes)
+        check_tokens(self.name, letters)
+        check_tokens(self.name, phonemes_in)
         mask = letters != 0 if mask is None else mask.bool()
         encoded, state = self.encode(letters, mask)
         logits, weights, _ = self.decode_step(phonemes_in, encoded, mask, state)

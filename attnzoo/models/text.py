@@ -1,11 +1,14 @@
-"""Text classifiers: token embedding -> BiLSTM encoder -> an attention head.
+"""Text classifiers: token embedding -> encoder -> an attention head.
 
-    tokens [B, T] (ids, 0 = padding)  -> embedding [B, T, E] -> BiLSTM -> H [B, T, h = 2·hidden]
-    BiLSTMLabelwise   (``bilstm_labelwise``):  label-wise attention  -> logits [B, L]    multi-label
-    BiLSTMAttnPool    (``bilstm_attn_pool``):  attention pooling -> Linear -> logits [B, C]   single-label
+    tokens [B, T] (ids, 0 = padding)  -> embedding [B, T, E] -> encoder -> H [B, T, h]
+    BiLSTMLabelwise   (``bilstm_labelwise``):  BiLSTM, label-wise attention -> logits [B, L]     multi-label
+    BiLSTMAttnPool    (``bilstm_attn_pool``):  BiLSTM, attention pooling -> Linear -> [B, C]     single-label
+    LabelAttentionClassifier (``conv_caml``, ``bilstm_laat``, ``bilstm_joint_laat``, ``bilstm_plm_ca``):
+        a CNN (CAML: H = tanh(conv(E))) or BiLSTM encoder with any label-attention head -> [B, L]
 
-The mask defaults to ``tokens != 0``, so padding never changes a text's output. The LSTM reads each
-text only up to its length (packed), so its backward direction does not start in the padding.
+The mask defaults to ``tokens != 0``, so padding never changes a text's output: the LSTM reads each
+text only up to its length (packed), and the CNN sees zeros past the end either way (the padding
+embedding is zero, like the convolution's own padding).
 """
 
 from __future__ import annotations
@@ -14,13 +17,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..layers.label_attention import CAMLHead, JointLAATHead, LAATHead, LWAN, PLMCAHead
 from ..layers.labelwise import LabelwiseAttentionBatched
 from ..layers.pooling import AttentionPooling
 
-__all__ = ["BiLSTMEncoder", "BiLSTMLabelwise", "BiLSTMAttnPool", "check_tokens"]
+__all__ = ["BiLSTMEncoder", "ConvEncoder", "BiLSTMLabelwise", "BiLSTMAttnPool", "LabelAttentionClassifier",
+           "check_tokens"]
 
 
-def check_tokens(name: str, tokens: Tensor, vocab_size: int) -> None:
+def check_tokens(name: str, tokens: Tensor) -> None:
     if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
         shape = list(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
         raise ValueError(f"{name} expects token ids of shape [batch, seq] (integers), got {shape}")
@@ -46,11 +51,27 @@ class BiLSTMEncoder(nn.Module):
         return self.dropout(out)
 
 
+class ConvEncoder(nn.Module):
+    """CAML's encoder: embedding, dropout, Conv1d (``filters``, ``kernel_size``), tanh.
+    tokens [B, T] -> H [B, T, filters] (the convolution output cropped to T)."""
+
+    def __init__(self, vocab_size: int, embed_dim: int, filters: int, kernel_size: int = 10, dropout: float = 0.2):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
+        self.conv = nn.Conv1d(embed_dim, filters, kernel_size, padding=kernel_size // 2)
+        nn.init.xavier_uniform_(self.conv.weight)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        x = self.dropout(self.embedding(tokens)).transpose(1, 2)  # [B, E, T]
+        return torch.tanh(self.conv(x)[..., : tokens.shape[1]].transpose(1, 2))
+
+
 class _TextModel(nn.Module):
     name = "text"
 
     def _mask(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
-        check_tokens(self.name, tokens, self.vocab_size)
+        check_tokens(self.name, tokens)
         if mask is None:
             return tokens != 0
         if tuple(mask.shape) != tuple(tokens.shape):
@@ -111,3 +132,47 @@ class BiLSTMAttnPool(_TextModel):
             pooled, weights = self.pool(hidden, mask, return_attention=True)
             return self.classifier(pooled), weights
         return self.classifier(self.pool(hidden, mask))
+
+
+_HEADS = {"lwan": LWAN, "caml": CAMLHead, "laat": LAATHead, "joint_laat": JointLAATHead, "plm_ca": PLMCAHead}
+
+
+class LabelAttentionClassifier(_TextModel):
+    """Multi-label text classifier: a CNN or BiLSTM encoder and a label-attention head.
+
+    Args: vocab_size, num_labels; ``encoder`` ("cnn" | "bilstm"), ``head`` ("caml" | "laat" |
+    "joint_laat" | "plm_ca" | "lwan"), embed_dim, ``hidden`` (BiLSTM units per direction, or CNN
+    filters), kernel_size (CNN), attention_size (LAAT d_a), num_parent_labels (JointLAAT), dropout,
+    chunk_size. Shapes: ``forward(tokens [B, T], mask [B, T] = tokens != 0, return_attention=False)``
+    -> logits [B, L], or ``(logits, A [B, L, T])``; JointLAAT also takes ``return_parents``.
+    """
+
+    name = "label_attention_classifier"
+
+    def __init__(self, vocab_size: int, num_labels: int, encoder: str = "bilstm", head: str = "laat",
+                 embed_dim: int = 100, hidden: int = 256, kernel_size: int = 10, attention_size: int = 512,
+                 num_parent_labels: int | None = None, dropout: float = 0.2, chunk_size: int | None = None) -> None:
+        super().__init__()
+        if head not in _HEADS:
+            raise ValueError(f"head must be one of {', '.join(_HEADS)}, got {head!r}")
+        if encoder not in ("cnn", "bilstm"):
+            raise ValueError(f"encoder must be 'cnn' or 'bilstm', got {encoder!r}")
+        self.vocab_size, self.head_name = vocab_size, head
+        if encoder == "cnn":
+            self.encoder = ConvEncoder(vocab_size, embed_dim, hidden, kernel_size, dropout)
+            width = hidden
+        else:
+            self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, 1, dropout)
+            width = 2 * hidden
+        kwargs: dict = {"hidden_size": width, "chunk_size": chunk_size}
+        if head in ("laat", "joint_laat"):
+            kwargs["attention_size"] = attention_size
+        if head == "joint_laat":
+            if num_parent_labels is None:
+                raise ValueError("joint_laat needs num_parent_labels")
+            kwargs["num_parent_labels"] = num_parent_labels
+        self.head = _HEADS[head](num_labels, **kwargs)
+
+    def forward(self, tokens: Tensor, mask: Tensor | None = None, return_attention: bool = False, **kwargs):
+        mask = self._mask(tokens, mask)
+        return self.head(self.encoder(tokens, mask), mask, return_attention=return_attention, **kwargs)
