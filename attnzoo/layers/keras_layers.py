@@ -260,7 +260,7 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
     def reset_parameters(self) -> None:
         # Keras glorot_uniform on the 3-D EinsumDense kernels: fans are (in, heads·d) and (heads·d, out)
         for name in self._lazy_names:
-            param = self.get_parameter(name)
+            param = self.tensor(name)
             if name.endswith("weight"):
                 fan_out, fan_in = param.shape
                 bound = math.sqrt(6.0 / (fan_in + fan_out))

@@ -199,12 +199,12 @@ class LAATHead(_LabelHead):
 
     def reset_parameters(self) -> None:
         for name in self._lazy_names:
-            param = self.get_parameter(name)
+            param = self.tensor(name)
             nn.init.zeros_(param) if name.endswith("bias") else nn.init.normal_(param, std=0.03)
 
     def attend(self, x: Tensor, mask: Tensor | None, return_attention: bool, prefix: str = ""):
-        first = self.get_parameter(f"{prefix}first_linear.weight")
-        second = self.get_parameter(f"{prefix}second_linear.weight")
+        first = self.tensor(f"{prefix}first_linear.weight")
+        second = self.tensor(f"{prefix}second_linear.weight")
         keys = torch.tanh(F.linear(x, first))  # Z [B, T, d_a]
         return label_attention(second, keys, x, mask, return_attention=return_attention, chunk_size=self.chunk_size)
 

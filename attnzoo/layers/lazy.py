@@ -80,8 +80,16 @@ class LazyLayer(LazyModuleMixin, nn.Module):
             self._sizes.update(self._sizes_from_parameters())  # a lazy layer that was given a state dict
         return self._sizes.get(name)
 
+    def tensor(self, name: str):
+        """A parameter by dotted name, by attribute lookup (so ``torch.func.functional_call`` works,
+        which swaps parameters for plain tensors that ``get_parameter`` would refuse)."""
+        obj = self
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj
+
     def has_uninitialized_params(self) -> bool:
-        return any(is_lazy(self.get_parameter(name)) for name in self._lazy_names)
+        return any(is_lazy(self.tensor(name)) for name in self._lazy_names)
 
     def initialize_parameters(self, *args, **kwargs) -> None:
         if not self.has_uninitialized_params():
@@ -89,14 +97,14 @@ class LazyLayer(LazyModuleMixin, nn.Module):
         self._sizes.update(self._infer_sizes(*args, **kwargs))
         with torch.no_grad():
             for name, shape in self._parameter_shapes(self._sizes).items():
-                param = self.get_parameter(name)
+                param = self.tensor(name)
                 if is_lazy(param):
                     param.materialize(shape)
             self.reset_parameters()
 
     def _lazy_load_hook(self, state_dict, prefix, *args) -> None:
         for name in self._lazy_names:
-            param, key = self.get_parameter(name), prefix + name
+            param, key = self.tensor(name), prefix + name
             if is_lazy(param) and key in state_dict and not is_lazy(state_dict[key]):
                 with torch.no_grad():
                     param.materialize(state_dict[key].shape)

@@ -89,7 +89,7 @@ class QKVSelfAttention(LazyLayer):
     def reset_parameters(self) -> None:
         # nn.Linear's initialisation, which the seed used
         for name in self._lazy_names:
-            param = self.get_parameter(name)
+            param = self.tensor(name)
             if name.endswith("weight"):
                 nn.init.kaiming_uniform_(param, a=5**0.5)
             else:
