@@ -190,7 +190,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     recipe = load_recipe(args.recipe, args.overrides)
     report = train(recipe, output=args.output, resume=args.resume, export=args.export,
-                   baseline=not args.no_baseline, quiet=args.quiet)
+                   baseline=not args.no_baseline, quiet=args.quiet, stop_after=args.stop_after)
     if report and args.json:
         _emit_json(report)
     return 0
@@ -246,6 +246,23 @@ def cmd_convert_keras(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .create import create
+    from .train.predict import draw_attention, predict
+
+    model = create(args.name, pretrained=args.pretrained or True)
+    result = predict(model, " ".join(args.text), top=args.top)
+    if args.json:
+        _emit_json({"output": result.output, "tokens": result.tokens, "labels": result.labels,
+                    "phonemes": result.phonemes})
+    else:
+        print(result.text())
+    if args.attention:
+        path = draw_attention(result, args.attention, title=f"{args.name}: {' '.join(args.text)}")
+        print(f"attention map: {path}", file=sys.stderr)
+    return 0
+
+
 # -- parser ------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, one line
@@ -292,10 +309,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="run folder (default runs/MODEL-TAG)")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's checkpoint")
     p.add_argument("--export", metavar="DIR", help="also write the weights file into DIR (never overwrites)")
+    p.add_argument("--stop-after", type=int, metavar="EPOCHS", help="end this run after EPOCHS epochs (resume later)")
     p.add_argument("--no-baseline", action="store_true", help="skip the TF-IDF baseline")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true", help="print the final report as JSON")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("predict", parents=[common], help="run a pretrained model on a text (or a word, for G2P)")
+    p.add_argument("name", help="a pretrained name, e.g. bilstm_labelwise.wordnet")
+    p.add_argument("text", nargs="+")
+    p.add_argument("--pretrained", metavar="TAG", help="the tag, when the name has none and the default is not wanted")
+    p.add_argument("--top", type=int, default=5, help="how many labels to show")
+    p.add_argument("--attention", metavar="PNG", help="draw the attention map into this file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("verify", parents=[common], help="check every weights file against its card's sha256")
     p.add_argument("patterns", nargs="*", metavar="PATTERN")

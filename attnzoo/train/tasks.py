@@ -29,7 +29,10 @@ __all__ = ["TASKS", "build_task", "Task"]
 def _batches_of(indices: list[int], lengths: list[int], batch_size: int, generator: torch.Generator | None,
                 rank: int = 0, world: int = 1) -> Iterator[list[int]]:
     """Batches of similar length (less padding): shuffle, sort within pools of 50 batches, shuffle batches.
-    With ``world`` > 1 each rank takes every world-th batch, and all ranks get the same number."""
+
+    With ``world`` > 1 every batch is cut into ``world`` equal parts and each rank takes its part, so
+    that DistributedDataParallel, which averages the ranks' gradients, takes the very steps one process
+    takes on the whole batches (a batch too small to cut evenly is dropped)."""
     if generator is not None:
         order = [indices[i] for i in torch.randperm(len(indices), generator=generator).tolist()]
     else:
@@ -41,10 +44,12 @@ def _batches_of(indices: list[int], lengths: list[int], batch_size: int, generat
         batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
     if generator is not None:
         batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-    if world > 1:
-        usable = len(batches) // world * world
-        batches = batches[rank:usable:world]
-    yield from batches
+    for batch in batches:
+        if world == 1:
+            yield batch
+        elif len(batch) % world == 0:
+            part = len(batch) // world
+            yield batch[rank * part : (rank + 1) * part]
 
 
 class Task:
@@ -141,11 +146,12 @@ class WordNetHypernyms(_TextTask):
     name = "wordnet_hypernyms"
     main_metric = "micro_f1"
     data_keys = ("wordnet_noun",)
-    dataset = "WordNet 3.0 noun glosses -> hypernym categories (top 100 ancestors, roots excluded)"
     license = "WordNet 3.0 license (Princeton University); weights trained on it, notice kept"
 
     def load(self, metadata):
-        self.texts, self.labels, self.label_names = wordnet.hypernym_examples(int(self.config.get("num_labels", 100)))
+        labels = int(self.config.get("num_labels", 100))
+        self.dataset = f"WordNet 3.0 noun glosses -> hypernym categories (top {labels} ancestors, roots excluded)"
+        self.texts, self.labels, self.label_names = wordnet.hypernym_examples(labels)
         self.threshold = float((metadata or {}).get("threshold", 0.5))
 
     def model_config(self):

@@ -9,8 +9,8 @@ exports float16 weights whose safetensors metadata carries config, vocabulary, l
 source and licence.
 
 Under ``torchrun --nproc_per_node=N`` it trains with DistributedDataParallel (gloo on the CPU): every
-rank takes its share of each epoch's batches with ``batch_size / N`` examples, so the optimisation is
-the same as one process with ``batch_size``; rank 0 evaluates and writes.
+batch is cut into N equal parts, one per rank, and DDP averages their gradients, so the optimisation
+is the same as one process with ``batch_size`` (up to summation order); rank 0 evaluates and writes.
 
 Checkpoints hold no pickle: tensors (model, optimizer state, random state) in safetensors, the rest in
 JSON.
@@ -115,8 +115,13 @@ def _progress(total: int, enabled: bool, description: str):
 
 
 def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: bool = False,
-          export: str | Path | None = None, baseline: bool = True, quiet: bool = False) -> dict[str, Any]:
-    """Train a recipe; returns the final report (also written to ``OUTPUT/report.json``)."""
+          export: str | Path | None = None, baseline: bool = True, quiet: bool = False,
+          stop_after: int | None = None) -> dict[str, Any]:
+    """Train a recipe; returns the final report (also written to ``OUTPUT/report.json``).
+
+    ``stop_after`` ends this run after that many epochs (the schedule still spans the recipe's
+    epochs); ``resume=True`` continues from the checkpoint in ``output``.
+    """
     import attnzoo
 
     rank, world = _distributed()
@@ -156,12 +161,13 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
         scheduler.step()
         started -= state["elapsed"]
     verbose = rank == 0 and not quiet
-    for epoch in range(state["epoch"], epochs):
+    last = epochs if stop_after is None else min(epochs, state["epoch"] + stop_after)
+    for epoch in range(state["epoch"], last):
         model.train()
         generator = torch.Generator().manual_seed(seed * 1000 + epoch)
-        bar = _progress(steps_per_epoch // world, verbose, f"epoch {epoch + 1}/{epochs}")
+        bar = _progress(steps_per_epoch, verbose, f"epoch {epoch + 1}/{epochs}")
         total, count = 0.0, 0
-        for batch in task.batches("train", batch_size // world, generator=generator, rank=rank, world=world):
+        for batch in task.batches("train", batch_size, generator=generator, rank=rank, world=world):
             loss = task.loss(ddp, batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -192,6 +198,10 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
         _barrier(world)
     if rank != 0:
         return {}
+    if last < epochs:
+        if verbose:
+            print(f"stopped after epoch {last} of {epochs}; continue with --resume", flush=True)
+        return {"stopped_after": last, "history": state["history"]}
 
     from ..weights import read_weights
 

