@@ -201,3 +201,12 @@ def test_cli_create_builds_and_runs_a_dummy_forward():
     assert "dummy forward: ([2, 7, 16] float32) -> [2, 50] float32" in proc.stdout
     # 50 labels x (Wa 16 + Wo 16) + 50 biases
     assert "parameters: 1,650" in proc.stdout
+
+
+def test_docs_catalogue_is_generated_from_the_registry():
+    from pathlib import Path
+
+    from attnzoo.catalogue import render
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "catalogue.md").read_text()
+    assert text == render(), "docs/catalogue.md is stale: python -m attnzoo.catalogue > docs/catalogue.md"
