@@ -141,6 +141,9 @@ def _atomic_write(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a saved model is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -206,6 +206,9 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
     from ..weights import read_weights
 
     model.load_state_dict(read_weights(best_path, sha256=None)[0])
+    # the weights ship in float16: tune and measure the model as it will be loaded
+    half = {k: v.detach().half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in half.items()})
     if hasattr(task, "tune_threshold"):
         task.tune_threshold(model, task.splits["val"])
     test = task.evaluate(model, task.splits["test"])
@@ -227,7 +230,6 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
     config = {**task.model_config(), **recipe.get("config", {})}
     spec = attnzoo.model_info(recipe["model"])
     metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
-    half = {k: v.detach().half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
     file_name = f"{recipe['model']}-{recipe['tag']}.safetensors"
     target = Path(export) / file_name if export else output / file_name
     report["weights"] = str(target)
