@@ -97,6 +97,15 @@ class _KerasInputs:
         check_input(self.name, "key", key, (query.shape[0], value.shape[1], "key_dim"))
         return key
 
+    def _weigh(self, scores: Tensor, mask: Tensor | None, value: Tensor, query_mask: Tensor | None,
+               return_attention: bool):
+        """Keras's ``_apply_scores`` and query mask: softmax, dropout while training, A V, zeroed queries."""
+        weights = masked_softmax(scores, mask)
+        dropout = self.dropout if self.training else 0.0
+        out = torch.bmm(F.dropout(weights, dropout) if dropout else weights, value)
+        out = _apply_query_mask(self.name, out, query_mask)
+        return (out, weights) if return_attention else out
+
     def example_inputs(self, batch: int = 2, seq: int = 7):
         like = next(iter(self.parameters()), torch.empty(0))
         dim = (self.size("dim") if isinstance(self, LazyLayer) else None) or 16
@@ -148,10 +157,7 @@ class KerasDotAttention(_KerasInputs, nn.Module):
             if self.scale is not None:
                 summed = summed * self.scale
             scores = self.concat_score_weight * torch.tanh(summed).sum(-1)
-        weights = masked_softmax(scores, mask)
-        out = torch.bmm(F.dropout(weights, dropout) if dropout else weights, value)
-        out = _apply_query_mask(self.name, out, query_mask)
-        return (out, weights) if return_attention else out
+        return self._weigh(scores, mask, value, query_mask, return_attention)
 
     def extra_repr(self) -> str:
         return f"use_scale={self.use_scale}, score_mode={self.score_mode!r}, dropout={self.dropout}"
@@ -200,11 +206,7 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
         mask = _score_mask(self.name, value_mask, batch, q_len, k_len, use_causal_mask, query.device)
         hidden = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))  # [B, Tq, Tv, d]
         scores = torch.matmul(hidden, self.scale) if self.use_scale else hidden.sum(-1)
-        weights = masked_softmax(scores, mask)
-        dropout = self.dropout if self.training else 0.0
-        out = torch.bmm(F.dropout(weights, dropout) if dropout else weights, value)
-        out = _apply_query_mask(self.name, out, query_mask)
-        return (out, weights) if return_attention else out
+        return self._weigh(scores, mask, value, query_mask, return_attention)
 
     def extra_repr(self) -> str:
         return f"use_scale={self.use_scale}, dim={self.size('dim')}, dropout={self.dropout}"
