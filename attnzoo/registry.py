@@ -77,7 +77,12 @@ class Registry:
         self._state = None
         plugins.populate(self)  # may raise PluginError in strict mode: the table is then retried
         for spec, override in self._local:
-            self._add(spec, override=override, context=None)
+            try:
+                self._add(spec, override=override, context=None)
+            except ConfigError as e:  # a plugin switched on since took the name: the plugin keeps it
+                warnings.warn(f"attnzoo: your register({spec.name!r}) lost its name after a reload: {e}",
+                              AttnzooWarning, stacklevel=2)
+                self._specs[spec.qualified_name] = spec
         self._state = state
 
     def reset(self) -> None:
