@@ -195,7 +195,6 @@ def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[s
 
 def create(
     name: str,
-    /,
     *,
     pretrained: bool | str = False,
     weights: str | Path | None = None,
@@ -216,7 +215,9 @@ def create(
         dtype: a ``torch.dtype`` or ``"float32" | "bfloat16" | "float16"``.
         reset_head: load weights whose config differs from yours, re-initialising the tensors that
             no longer fit (a new number of labels, say) instead of raising ``ConfigError``.
-        **overrides: constructor arguments, highest precedence (``num_labels=50``).
+        **overrides: constructor arguments, highest precedence (``num_labels=50``). A constructor
+            argument that shares a name with a parameter of ``create`` (``name``, ``device``, ...)
+            goes through ``config={...}``.
 
     Returns:
         The ``nn.Module``, with ``attnzoo_config`` (name, factory, config) for ``attnzoo.save`` and

@@ -46,9 +46,9 @@ def test_missing_required_value_names_it(recorder):
      ("sizes", [1, "two"]), ("name", 3)],
 )
 def test_wrong_types_are_config_errors_not_crashes(recorder, key, value):
-    kwargs = {"size": 1, key: value}
+    # "name" is also create()'s own parameter: such keys go through config=
     with pytest.raises(ConfigError, match=f"'{key}' expects"):
-        attnzoo.create(recorder, **kwargs)
+        attnzoo.create(recorder, config={"size": 1, key: value})
 
 
 def test_values_that_fit_are_passed_through(recorder):
@@ -78,9 +78,9 @@ def test_yaml_dict_dictconfig_and_cli_pairs_give_the_same_config(recorder, tmp_p
 
 
 def test_overrides_beat_config_which_beats_the_card(recorder):
-    rec = attnzoo.create(recorder, config={"size": 1, "rate": 0.5, "name": "cfg"}, name="kw")
+    rec = attnzoo.create(recorder, config={"size": 1, "rate": 0.5, "mode": "b"}, mode="a")
     assert rec.kwargs["rate"] == 0.5  # config beats the card's 0.25
-    assert rec.kwargs["name"] == "kw"  # override beats config
+    assert rec.kwargs["mode"] == "a"  # override beats config
     assert attnzoo.create(recorder, size=1).kwargs["rate"] == 0.25  # the card's default
 
 
