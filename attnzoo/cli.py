@@ -341,9 +341,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    text = str(message)
+    print(text if text.startswith("attnzoo:") else f"attnzoo: warning: {text}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    if not debug:
+        import warnings
+
+        warnings.showwarning = _one_line_warning
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
