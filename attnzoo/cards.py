@@ -20,7 +20,8 @@ __all__ = ["read_card", "spec_from_card", "CARD_KEYS", "WEIGHTS_KEYS"]
 
 CARD_KEYS = ("name", "kind", "factory", "summary", "reference", "config", "weights", "default_tag")
 WEIGHTS_KEYS = (
-    "file", "sha256", "config", "metrics", "dataset", "license", "recipe", "seed", "data", "train_time", "notes",
+    "file", "sha256", "config", "metrics", "dataset", "license", "recipe", "seed", "data", "train_time", "splits",
+    "baseline", "notes",
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

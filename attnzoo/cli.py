@@ -118,12 +118,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         print("  weights:" + (f"  (default {spec.default_tag})" if spec.default_tag else ""))
         for tag, w in data["weights"].items():
             print(f"    {spec.name}.{tag}")
-            print(f"      file:    {w['file']}  sha256 {w['sha256'][:16]}…")
+            print(f"      {'file:':<12}{w['file']}  sha256 {w['sha256'][:16]}…")
             for key in ("dataset", "license", "recipe", "train_time"):
                 if w[key]:
-                    print(f"      {key + ':':<9}{w[key]}")
+                    print(f"      {key + ':':<12}{w[key]}")
             if w["metrics"]:
-                print(f"      metrics: {_metrics_text(w['metrics'])}")
+                print(f"      {'metrics:':<12}{_metrics_text(w['metrics'])}")
+            if w["baseline"]:
+                print(f"      {'baseline:':<12}{_metrics_text(w['baseline'])}")
     return 0
 
 

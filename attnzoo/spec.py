@@ -92,6 +92,8 @@ class WeightsSpec:
     seed: int | None = None
     data: str = ""  # the data source and its version (package, version, sha256 of the file read)
     train_time: str = ""  # wall time of the recipe on the machine that produced the file
+    splits: Mapping[str, int] = field(default_factory=dict)  # examples in train / val / test
+    baseline: Mapping[str, Any] = field(default_factory=dict)  # a simple model on the same split
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -99,8 +101,8 @@ class WeightsSpec:
             raise ValueError(f"invalid pretrained tag {self.tag!r}: expected [a-z][a-z0-9_]*")
         if not isinstance(self.sha256, str) or not _SHA256_RE.match(self.sha256):
             raise ValueError(f"sha256 of tag {self.tag!r} must be 64 lower-case hex digits, got {self.sha256!r}")
-        object.__setattr__(self, "config", freeze(self.config or {}))
-        object.__setattr__(self, "metrics", freeze(self.metrics or {}))
+        for name in ("config", "metrics", "splits", "baseline"):
+            object.__setattr__(self, name, freeze(getattr(self, name) or {}))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +116,8 @@ class WeightsSpec:
             "seed": self.seed,
             "data": self.data,
             "train_time": self.train_time,
+            "splits": thaw(self.splits),
+            "baseline": thaw(self.baseline),
             "notes": self.notes,
         }
 

@@ -203,10 +203,11 @@ def test_cli_create_builds_and_runs_a_dummy_forward():
     assert "parameters: 1,650" in proc.stdout
 
 
-def test_docs_catalogue_is_generated_from_the_registry():
+@pytest.mark.parametrize("page", ["catalogue.md", "pretrained.md"])
+def test_generated_docs_are_in_step_with_the_registry(page):
     from pathlib import Path
 
-    from attnzoo.catalogue import render
+    from attnzoo.catalogue import PAGES
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "catalogue.md").read_text()
-    assert text == render(), "docs/catalogue.md is stale: python -m attnzoo.catalogue > docs/catalogue.md"
+    text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()
+    assert text == PAGES[page](), f"docs/{page} is stale: run python -m attnzoo.catalogue"

@@ -238,7 +238,10 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
         recipe["tag"]: {"file": file_name, "sha256": report["sha256"], "config": config, "metrics": metrics,
                         "dataset": task.dataset, "license": task.license,
                         "recipe": f"attnzoo/train/recipes/{recipe['recipe_file']}", "seed": seed,
-                        "data": report["data"], "train_time": f"{train_time / 60:.0f} min on 2 CPU threads"}}
+                        "data": report["data"], "train_time": f"{train_time / 60:.0f} min on 2 CPU threads",
+                        "splits": task.split_sizes(),
+                        "baseline": {"model": "TF-IDF word 1-2 grams + linear SVM",
+                                     **{k: round(v, 4) for k, v in (report["baseline"] or {}).items()}}}}
     output.mkdir(parents=True, exist_ok=True)
     (output / "report.json").write_text(json.dumps(report, indent=1))
     if verbose:
