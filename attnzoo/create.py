@@ -84,8 +84,23 @@ def resolve_device(device: Any) -> Any:
         return device
 
 
+def _available_devices() -> str:
+    import torch
+
+    found = ["cpu", "meta"]
+    if torch.cuda.is_available():
+        found.append(f"cuda:0..{torch.cuda.device_count() - 1}")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return ", ".join(found)
+
+
 def _place(model: Any, device: Any, dtype: Any) -> Any:
-    placed = plugins.call_first("attnzoo_place_model", model=model, device=device, dtype=dtype)
+    try:
+        placed = plugins.call_first("attnzoo_place_model", model=model, device=device, dtype=dtype)
+    except (RuntimeError, AssertionError) as e:  # torch's own refusal: no such device on this machine
+        raise ConfigError(f"cannot place the model on {str(device)!r}: {e}; this machine has "
+                          f"{_available_devices()} (or use device='auto')") from None
     if placed is None:
         raise ConfigError(
             f"no plugin places a model on device {device!r}; use cpu, cuda[:N], mps, meta or auto, or install "

@@ -148,3 +148,15 @@ def test_lazy_layer_loads_state_and_moves_before_its_first_call():
     torch.testing.assert_close(lazy(x), source(x))
     moved = attnzoo.create("labelwise", num_labels=3).to(torch.float64)
     assert moved(x.double()).dtype == torch.float64
+
+
+def test_device_strings_resolve_or_fail_clearly():
+    model = attnzoo.create("attn_pool", hidden_size=4, device="auto")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert next(model.parameters()).device.type == expected
+    assert next(attnzoo.create("attn_pool", hidden_size=4, device=torch.device("cpu")).parameters()).device.type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(attnzoo.ConfigError, match=r"cannot place the model on 'cuda:1'.*this machine has cpu"):
+            attnzoo.create("attn_pool", hidden_size=4, device="cuda:1")
+    with pytest.raises(attnzoo.ConfigError, match="no plugin places"):
+        attnzoo.create("attn_pool", hidden_size=4, device="tpu-of-dreams")
