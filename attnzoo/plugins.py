@@ -127,13 +127,17 @@ def _entry_points() -> list:
     return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
-def _record_failure(info: PluginInfo, message: str) -> None:
-    info.status = "failed"
+def _record_problem(info: PluginInfo, message: str, *, failed: bool) -> None:
+    """Record a plugin's problem once: on its info (``attnzoo plugins``), as one warning, or, in strict
+    mode, as the ``PluginError`` that stops everything. ``failed`` marks the whole plugin failed."""
+    if failed:
+        info.status = "failed"
     info.error = info.error or message
     info.problems.append(message)
     if _strict():
         raise PluginError(f"plugin {info.name!r} ({info.distribution} {info.version}): {message}")
-    warnings.warn(f"attnzoo: plugin {info.name!r} ({info.distribution}) failed: {message}", stacklevel=3)
+    what = "failed" if failed else "skipped"
+    warnings.warn(f"attnzoo: plugin {info.name!r} ({info.distribution}) {what}: {message}", stacklevel=3)
 
 
 def _load_entry_points(manager: pluggy.PluginManager, host: _Host) -> None:
@@ -155,7 +159,7 @@ def _load_entry_points(manager: pluggy.PluginManager, host: _Host) -> None:
             info.status, info.error = "blocked", f"listed in {ENV_BLOCK}"
             continue
         if key != ep.name or ep.name == BUILTIN_PROVIDER:
-            _record_failure(info, f"the plugin name {ep.name!r} is taken; rename the entry point")
+            _record_problem(info, f"the plugin name {ep.name!r} is taken; rename the entry point", failed=True)
             continue
         try:
             plugin = ep.load()
@@ -163,7 +167,7 @@ def _load_entry_points(manager: pluggy.PluginManager, host: _Host) -> None:
         except PluginError:
             raise
         except Exception as e:  # noqa: BLE001 - a broken plugin must never break attnzoo
-            _record_failure(info, f"import of {ep.value!r} raised {type(e).__name__}: {e}")
+            _record_problem(info, f"import of {ep.value!r} raised {type(e).__name__}: {e}", failed=True)
 
 
 def populate(registry) -> None:
@@ -197,7 +201,7 @@ def populate(registry) -> None:
             registry.remove(context.names)
             host.attempted[name] = [q.split(":", 1)[1] for q in context.names]
             context.names.clear()
-            _record_failure(info, f"attnzoo_register_models raised {type(e).__name__}: {e}")
+            _record_problem(info, f"attnzoo_register_models raised {type(e).__name__}: {e}", failed=True)
         finally:
             done_registering(token)
         info.models = list(context.names)
@@ -225,14 +229,9 @@ def call_first(hook_name: str, **kwargs: Any) -> Any:
         except Exception as e:  # noqa: BLE001
             if impl.plugin_name == BUILTIN_PROVIDER:
                 raise  # our own default: a real error for the caller, not a plugin problem
-            host.skipped.add((impl.plugin_name, hook_name))
-            info = host.infos[impl.plugin_name]
-            message = f"{hook_name} raised {type(e).__name__}: {e}"
-            info.problems.append(message)
-            info.error = info.error or message
-            if _strict():
-                raise PluginError(f"plugin {impl.plugin_name!r}: {message}") from e
-            warnings.warn(f"attnzoo: plugin {impl.plugin_name!r}: {message}; skipped", stacklevel=2)
+            host.skipped.add((impl.plugin_name, hook_name))  # recorded once, skipped from now on
+            _record_problem(host.infos[impl.plugin_name], f"{hook_name} raised {type(e).__name__}: {e}",
+                            failed=False)
             continue
         if result is not None:
             return result

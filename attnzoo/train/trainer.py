@@ -30,6 +30,7 @@ import torch
 
 from ..errors import ConfigError
 from ..weights import encode_metadata, write_weights
+from .sources import SOURCES
 from .tasks import build_task
 
 __all__ = ["train", "load_recipe", "evaluate_pretrained"]
@@ -220,8 +221,7 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
         "split_sizes": task.split_sizes(), "best_epoch": state["best_epoch"], "history": state["history"],
         "test": test, "subset": {"size": subset_size, **subset}, "train_time_s": train_time,
         "baseline": task.baseline() if baseline else None,
-        "data": "; ".join(__import__("attnzoo.train.sources", fromlist=["SOURCES"]).SOURCES[k].describe()
-                          for k in task.data_keys),
+        "data": "; ".join(SOURCES[k].describe() for k in task.data_keys),
     }
     metrics = {**{k: round(v, 4) for k, v in test.items()},
                **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
