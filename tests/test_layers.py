@@ -303,6 +303,7 @@ def test_fully_masked_rows_are_finite_forward_and_backward(name, dtype, return_a
 
 def test_no_large_negative_literal_masks_in_the_library():
     """Masked scores use finfo(dtype).min or SDPA's boolean mask: a literal -1e9 overflows float16."""
+    import ast
     import io
     import tokenize
     from pathlib import Path
@@ -310,7 +311,7 @@ def test_no_large_negative_literal_masks_in_the_library():
     offenders = []
     for path in Path(attnzoo.__file__).parent.rglob("*.py"):
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
-            if tok.type == tokenize.NUMBER and abs(float(tok.string.rstrip("jJ"))) >= 1e4:
+            if tok.type == tokenize.NUMBER and abs(ast.literal_eval(tok.string)) >= 1e4:
                 offenders.append(f"{path.name}:{tok.start[0]} {tok.string}")
     assert offenders == []
 
