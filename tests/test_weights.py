@@ -160,3 +160,12 @@ def test_device_strings_resolve_or_fail_clearly():
             attnzoo.create("attn_pool", hidden_size=4, device="cuda:1")
     with pytest.raises(attnzoo.ConfigError, match="no plugin places"):
         attnzoo.create("attn_pool", hidden_size=4, device="tpu-of-dreams")
+
+
+@pytest.mark.parametrize("name, config", [("qkv_self", {}), ("labelwise", {"num_labels": 3}),
+                                          ("keras_mha", {"num_heads": 2, "key_dim": 3})])
+def test_a_lazy_layers_state_dict_can_be_taken_before_its_first_call(name, config):
+    from torch.nn.parameter import is_lazy
+
+    state = attnzoo.create(name, **config).state_dict()
+    assert state and all(is_lazy(v) for k, v in state.items() if k != "bo")

@@ -64,8 +64,6 @@ class LWAN(LabelwiseAttentionBatched):
                          device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
-        if self.has_uninitialized_params():
-            return
         with torch.no_grad():
             keras_he_normal_(self.Wa)
             keras_he_normal_(self.Wo)

@@ -25,10 +25,10 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
-from torch.nn.modules.lazy import LazyModuleMixin
-from torch.nn.parameter import UninitializedParameter, is_lazy
+from torch.nn.parameter import is_lazy
 
 from .core import check_input, check_mask, label_attention
+from .lazy import LazyLayer, ParameterGroup
 
 __all__ = [
     "LabelwiseAttention",
@@ -66,22 +66,16 @@ def _replace_in_place(state_dict: dict, converted: dict) -> None:
         state_dict.update(converted)
 
 
-class LabelVectors(nn.ParameterList):
+class LabelVectors(ParameterGroup):
     """The per-label vectors ``Wa_list.{l}``; printed as one line rather than one line per label."""
 
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        # as LazyModuleMixin does: an uninitialised parameter cannot be detached, so it is kept as is
-        for name, param in self._parameters.items():
-            if param is not None:
-                destination[prefix + name] = param if keep_vars or is_lazy(param) else param.detach()
-
     def extra_repr(self) -> str:
-        first = self[0] if len(self) else None
+        first = next(iter(self._parameters.values()), None)
         size = "lazy" if first is None or is_lazy(first) else list(first.shape)
-        return f"{len(self)} x {size}"
+        return f"{len(self._parameters)} x {size}"
 
 
-class _LabelwiseBase(LazyModuleMixin, nn.Module):
+class _LabelwiseBase(LazyLayer):
     name = "labelwise"
 
     def __init__(
@@ -102,85 +96,62 @@ class _LabelwiseBase(LazyModuleMixin, nn.Module):
         if output not in ("logits", "probs"):
             raise ValueError(f"{self.name}: output must be 'logits' or 'probs', got {output!r}")
         self.num_labels = num_labels
-        self.hidden_size = hidden_size
         self.shared_output = shared_output
         self.output = output
         self.chunk_size = chunk_size
-        kw = {"device": device, "dtype": dtype}
-        self._make_query(num_labels, hidden_size, kw)
-        out_shape = () if shared_output else (num_labels,)
-        self.Wo = self._param(out_shape, hidden_size, kw)
-        self.bo = nn.Parameter(torch.zeros(num_labels, **kw))
-        if hidden_size is not None:
-            self.reset_parameters()
+        self.bo = nn.Parameter(torch.zeros(num_labels, device=device, dtype=dtype))
+        self._register_load_state_dict_pre_hook(self._layout_hook)
+        self._make_holders()
+        self._create_parameters({"hidden_size": hidden_size}, device, dtype)
 
-    @staticmethod
-    def _param(shape: tuple[int, ...], hidden_size: int | None, kw: dict) -> nn.Parameter:
-        if hidden_size is None:
-            return UninitializedParameter(**kw)
-        return nn.Parameter(torch.empty(*shape, hidden_size, **kw))
+    def _make_holders(self) -> None:
+        """Sub-modules that hold parameters, created before the parameters are."""
+
+    @property
+    def hidden_size(self) -> int | None:
+        return self.size("hidden_size")
 
     # subclasses: how the label matrix Wa [L, h] is stored
-    def _make_query(self, num_labels: int, hidden_size: int | None, kw: dict) -> None:
+    def _query_shapes(self, hidden: int) -> dict[str, tuple[int, ...]]:
         raise NotImplementedError
 
     def query_matrix(self) -> Tensor:
         raise NotImplementedError
 
-    def _lazy_params(self) -> list[nn.Parameter]:
+    def _init_query(self) -> None:
         raise NotImplementedError
 
+    def _convert_layout(self, state_dict, prefix) -> None:
+        raise NotImplementedError
+
+    def _parameter_shapes(self, sizes):
+        h = sizes["hidden_size"]
+        return {**self._query_shapes(h), "Wo": (h,) if self.shared_output else (self.num_labels, h)}
+
+    def _infer_sizes(self, x, *args, **kwargs):
+        check_input(self.name, "x", x, ("batch", "seq", "hidden"))
+        return {"hidden_size": x.shape[-1]}
+
+    def _sizes_from_parameters(self):
+        return {"hidden_size": self.Wo.shape[-1]}
+
     def reset_parameters(self) -> None:
-        if self.has_uninitialized_params():
-            return
         with torch.no_grad():
             self._init_query()
             nn.init.xavier_uniform_(self.Wo.view(-1, self.Wo.shape[-1]))
             nn.init.zeros_(self.bo)
 
-    def _init_query(self) -> None:
-        raise NotImplementedError
-
-    def has_uninitialized_params(self) -> bool:
-        return any(is_lazy(p) for p in self._lazy_params())
-
-    def initialize_parameters(self, x: Tensor, *args, **kwargs) -> None:
-        if not self.has_uninitialized_params():
-            return
-        check_input(self.name, "x", x, ("batch", "seq", "hidden"))
-        self.hidden_size = x.shape[-1]
-        with torch.no_grad():
-            for p in self._lazy_params():
-                p.materialize(self._lazy_shape(p) + (self.hidden_size,))
-            self.reset_parameters()
-
-    def _lazy_shape(self, param: nn.Parameter) -> tuple[int, ...]:
-        if param is self.Wo:
-            return () if self.shared_output else (self.num_labels,)
-        return self._query_lazy_shape()
-
-    def _query_lazy_shape(self) -> tuple[int, ...]:
-        raise NotImplementedError
-
     def _lazy_load_hook(self, state_dict, prefix, *args) -> None:
+        self._convert_layout(state_dict, prefix)  # the other layout's keys, before shapes are read
+        super()._lazy_load_hook(state_dict, prefix, *args)
+
+    def _layout_hook(self, state_dict, prefix, *args) -> None:
         self._convert_layout(state_dict, prefix)
-        for name, param in self._named_lazy(prefix):
-            if is_lazy(param) and name in state_dict and not is_lazy(state_dict[name]):
-                with torch.no_grad():
-                    param.materialize(state_dict[name].shape)
-                self.hidden_size = state_dict[name].shape[-1]
-
-    def _named_lazy(self, prefix: str) -> list[tuple[str, nn.Parameter]]:
-        return [(prefix + "Wo", self.Wo)]
-
-    def _convert_layout(self, state_dict, prefix) -> None:
-        raise NotImplementedError
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         """x [B, T, h], mask [B, T] bool (True = attend) -> logits [B, L] (and A [B, L, T])."""
-        h = self.hidden_size if self.hidden_size is not None else "hidden"
-        check_input(self.name, "x", x, ("batch", "seq", h))
-        batch, seq, hidden = x.shape
+        check_input(self.name, "x", x, ("batch", "seq", self.hidden_size or "hidden"))
+        batch, seq, _ = x.shape
         mask = check_mask(self.name, mask, batch, 1, seq)
         # the label matrix Wa [L, h] is the query; keys = values = x
         reps, weights = label_attention(self.query_matrix(), x, x, None if mask is None else mask[:, 0],
@@ -217,34 +188,24 @@ class LabelwiseAttention(_LabelwiseBase):
 
     name = "labelwise"
 
-    def _make_query(self, num_labels, hidden_size, kw) -> None:
-        self.Wa_list = LabelVectors([self._param((), hidden_size, kw) for _ in range(num_labels)])
-        self._register_load_state_dict_pre_hook(self._layout_hook)
+    def _make_holders(self) -> None:
+        self.Wa_list = LabelVectors()
+
+    def _query_shapes(self, hidden):
+        return {f"Wa_list.{i}": (hidden,) for i in range(self.num_labels)}
 
     def query_matrix(self) -> Tensor:
         # one stack of the per-label vectors; the attention itself is batched over labels
-        return torch.stack(tuple(self.Wa_list))
-
-    def _lazy_params(self) -> list[nn.Parameter]:
-        return [*self.Wa_list, self.Wo]
-
-    def _query_lazy_shape(self) -> tuple[int, ...]:
-        return ()
+        return torch.stack([getattr(self.Wa_list, str(i)) for i in range(self.num_labels)])
 
     def _init_query(self) -> None:
         matrix = torch.empty(self.num_labels, self.hidden_size, device=self.bo.device, dtype=self.bo.dtype)
         nn.init.xavier_uniform_(matrix)
-        for param, row in zip(self.Wa_list, matrix):
-            param.copy_(row)
-
-    def _named_lazy(self, prefix: str):
-        return [(f"{prefix}Wa_list.{i}", p) for i, p in enumerate(self.Wa_list)] + [(prefix + "Wo", self.Wo)]
+        for i, row in enumerate(matrix):
+            getattr(self.Wa_list, str(i)).copy_(row)
 
     def _convert_layout(self, state_dict, prefix) -> None:
         _replace_in_place(state_dict, to_per_label_state_dict(state_dict, prefix))
-
-    def _layout_hook(self, state_dict, prefix, *args) -> None:
-        self._convert_layout(state_dict, prefix)
 
 
 class LabelwiseAttentionBatched(_LabelwiseBase):
@@ -253,27 +214,14 @@ class LabelwiseAttentionBatched(_LabelwiseBase):
 
     name = "labelwise_batched"
 
-    def _make_query(self, num_labels, hidden_size, kw) -> None:
-        self.Wa = self._param((num_labels,), hidden_size, kw)
-        self._register_load_state_dict_pre_hook(self._layout_hook)
+    def _query_shapes(self, hidden):
+        return {"Wa": (self.num_labels, hidden)}
 
     def query_matrix(self) -> Tensor:
         return self.Wa
 
-    def _lazy_params(self) -> list[nn.Parameter]:
-        return [self.Wa, self.Wo]
-
-    def _query_lazy_shape(self) -> tuple[int, ...]:
-        return (self.num_labels,)
-
     def _init_query(self) -> None:
         nn.init.xavier_uniform_(self.Wa)
 
-    def _named_lazy(self, prefix: str):
-        return [(prefix + "Wa", self.Wa), (prefix + "Wo", self.Wo)]
-
     def _convert_layout(self, state_dict, prefix) -> None:
         _replace_in_place(state_dict, to_batched_state_dict(state_dict, prefix))
-
-    def _layout_hook(self, state_dict, prefix, *args) -> None:
-        self._convert_layout(state_dict, prefix)

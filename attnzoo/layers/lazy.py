@@ -21,6 +21,12 @@ class ParameterGroup(nn.Module):
     """A holder for parameters that belong together (``query.weight``, ``query.bias``), so that
     state-dict keys read like the ``nn.Linear`` layers people port from."""
 
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        # as LazyModuleMixin does for its own: an uninitialised parameter cannot be detached
+        for name, param in self._parameters.items():
+            if param is not None:
+                destination[prefix + name] = param if keep_vars or is_lazy(param) else param.detach()
+
     def extra_repr(self) -> str:
         parts = []
         for name, p in self.named_parameters(recurse=False):
