@@ -199,6 +199,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from .create import weights_path
     from .registry import list_models, model_info
     from .weights import sha256_file
 
@@ -207,9 +208,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         arch, tag = name.rsplit(".", 1)
         spec = model_info(arch)
         wspec = spec.weights[tag]
-        from pathlib import Path
-
-        path = Path(wspec.file) if Path(wspec.file).is_absolute() else Path(spec.weights_dir) / wspec.file
+        path = weights_path(spec, wspec)
         if not path.is_file():
             status, failures = f"MISSING ({path})", failures + 1
         else:

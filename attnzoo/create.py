@@ -20,7 +20,7 @@ from .errors import ConfigError, UnknownModelError, WeightsError
 from .registry import REGISTRY, natural_key
 from .spec import ModelSpec, WeightsSpec, thaw
 
-__all__ = ["create", "load", "resolve_factory", "parse_dtype", "resolve_device"]
+__all__ = ["create", "load", "resolve_factory", "parse_dtype", "resolve_device", "weights_path"]
 
 _DTYPES = {
     "float32": "float32", "fp32": "float32", "float": "float32",
@@ -133,7 +133,8 @@ def _select_weights(spec: ModelSpec, tag: str | None, pretrained: bool | str) ->
     return spec.weights[tag]
 
 
-def _weights_path(spec: ModelSpec, wspec: WeightsSpec) -> Path:
+def weights_path(spec: ModelSpec, wspec: WeightsSpec) -> Path:
+    """Where a pretrained tag's file is: as written if absolute, else in the spec's weights folder."""
     path = Path(wspec.file)
     return path if path.is_absolute() else Path(spec.weights_dir or ".") / path
 
@@ -244,7 +245,7 @@ def create(
     if weights is not None:
         loaded = (*_read_source(Path(weights), None), Path(weights))
     elif wspec is not None:
-        path = _weights_path(spec, wspec)
+        path = weights_path(spec, wspec)
         tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
         loaded = (tensors, weights_io.decode_metadata(meta), path)
     return _assemble(spec, tag, wspec, loaded, config=config, device=device, dtype=dtype,

@@ -83,20 +83,22 @@ def check_mask(layer: str, mask: Tensor | None, batch: int, q_len: int, k_len: i
     return mask if mask.dtype == torch.bool else mask != 0
 
 
-def masked_softmax(scores: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor:
-    """Softmax over ``dim`` where ``mask`` is False contributes nothing; a fully masked row is all zeros.
-
-    Half-precision scores are normalised in float32 (the sum over thousands of positions would lose
-    digits otherwise) and returned in their own dtype.
-    """
+def _filled_softmax(scores: Tensor, mask: Tensor | None, dim: int) -> Tensor:
+    """Softmax over ``dim`` after filling masked scores with ``finfo.min``: masked positions get exactly
+    zero weight, but a row with no position left comes out uniform (the callers zero it, each in the
+    cheapest place). Half-precision scores are normalised in float32 (a sum over thousands of
+    positions would lose digits otherwise) and returned in their own dtype."""
     upcast = scores.dtype in (torch.float16, torch.bfloat16)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=dim, dtype=torch.float32 if upcast else None)
-    if mask is not None:
-        # rows with every position masked came out uniform; they must attend to nothing
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights.to(scores.dtype)
+    return torch.softmax(scores, dim=dim, dtype=torch.float32 if upcast else None).to(scores.dtype)
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor:
+    """Softmax over ``dim`` where ``mask`` is False contributes nothing; a fully masked row is all zeros."""
+    weights = _filled_softmax(scores, mask, dim)
+    # rows with every position masked came out uniform; they must attend to nothing
+    return weights if mask is None else weights.masked_fill(~mask, 0.0)
 
 
 def attend(
@@ -107,7 +109,6 @@ def attend(
     *,
     scale: float | None = None,
     return_attention: bool = False,
-    chunk_size: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """``softmax(scale · Q Kᵀ, masked) V`` over the last two dimensions.
 
@@ -118,7 +119,7 @@ def attend(
     Without ``return_attention`` this is one ``F.scaled_dot_product_attention`` call, which never keeps
     the ``[Lq, Lk]`` matrix for backward. Fully masked rows are given a dummy all-True row for the kernel
     (so no backend can produce NaN) and their output is zeroed. With ``return_attention`` the weights are
-    materialised, ``chunk_size`` query rows at a time when given, to bound the temporary scores.
+    materialised.
     """
     if scale is None:
         scale = query.shape[-1] ** -0.5
@@ -129,33 +130,17 @@ def attend(
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask | ~has_any, scale=scale)
         return out.masked_fill(~has_any, 0.0), None
 
-    def block(q: Tensor, m: Tensor | None) -> tuple[Tensor, Tensor]:
-        scores = torch.matmul(q, key.transpose(-2, -1))
-        if scale != 1.0:
-            scores = scores * scale
-        if m is None:
-            weights = masked_softmax(scores, None)
-            return torch.matmul(weights, value), weights
-        # masked keys get exactly zero weight from the finfo.min fill; only rows with no key at all
-        # need fixing, and zeroing their [Lq, Dv] output is cheaper than a pass over [Lq, Lk]
-        upcast = scores.dtype in (torch.float16, torch.bfloat16)
-        scores = scores.masked_fill(~m, torch.finfo(scores.dtype).min)
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32 if upcast else None).to(scores.dtype)
-        has_any = m.any(dim=-1, keepdim=True)
-        out = torch.matmul(weights, value).masked_fill(~has_any, 0.0)
-        return out, (weights.masked_fill(~has_any, 0.0) if return_attention else weights)
-
-    rows = query.shape[-2]
-    if chunk_size is None or chunk_size >= rows:
-        return block(query, mask)
-    outs, maps = [], []
-    for start in range(0, rows, chunk_size):
-        q = query[..., start : start + chunk_size, :]
-        m = None if mask is None else (mask if mask.shape[-2] == 1 else mask[..., start : start + chunk_size, :])
-        o, w = block(q, m)
-        outs.append(o)
-        maps.append(w)
-    return torch.cat(outs, dim=-2), torch.cat(maps, dim=-2)
+    scores = torch.matmul(query, key.transpose(-2, -1))
+    if scale != 1.0:
+        scores = scores * scale
+    weights = _filled_softmax(scores, mask, -1)
+    out = torch.matmul(weights, value)
+    if mask is None:
+        return out, weights
+    # only rows with no key at all need fixing, and zeroing their [Lq, Dv] output is cheaper than a
+    # pass over [Lq, Lk]
+    has_any = mask.any(dim=-1, keepdim=True)
+    return out.masked_fill(~has_any, 0.0), weights.masked_fill(~has_any, 0.0)
 
 
 def _label_scores_explicit(
@@ -167,14 +152,10 @@ def _label_scores_explicit(
     scores = torch.matmul(keys, queries.transpose(-2, -1))  # [B, T, L]
     if scale != 1.0:
         scores = scores * scale
-    upcast = scores.dtype in (torch.float16, torch.bfloat16)
-    if mask is not None:
-        scores = scores.masked_fill(~mask.unsqueeze(-1), torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=1, dtype=torch.float32 if upcast else None).to(scores.dtype)
+    weights = _filled_softmax(scores, None if mask is None else mask.unsqueeze(-1), 1)
     out = torch.bmm(weights.transpose(1, 2), values)  # [B, L, dv]; bmm, not matmul: no reshape views
     if mask is not None:
-        # masked keys get exactly zero weight from the finfo.min fill; a sample with no key at all
-        # came out uniform and must attend to nothing
+        # a sample with no key at all came out uniform and must attend to nothing
         has_any = mask.any(dim=1)[:, None, None]
         # on the CPU (the only place this path runs without weights) the check costs no device sync
         # and saves a pass over the output in the usual case of no empty sample
