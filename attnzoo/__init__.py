@@ -10,8 +10,8 @@ Importing attnzoo, listing and reading model cards never import torch; ``create`
 from .create import create, load
 from .errors import AttnzooError, ConfigError, PluginError, UnknownModelError, WeightsError
 from .hookspecs import hookimpl
-from .plugins import PluginInfo, list_plugins
-from .registry import list_models, model_info, register
+from .plugins import PluginInfo
+from .registry import list_models, list_plugins, model_info, register
 from .spec import ModelSpec, WeightsSpec
 from .weights import save
 

@@ -18,7 +18,10 @@ from .spec import ModelSpec, WeightsSpec
 
 __all__ = ["read_card", "spec_from_card", "CARD_KEYS", "WEIGHTS_KEYS"]
 
-CARD_KEYS = ("name", "kind", "factory", "summary", "reference", "config", "weights", "default_tag")
+CARD_KEYS = (
+    "name", "kind", "factory", "summary", "reference", "config", "weights", "default_tag", "convention", "example",
+    "exempt",
+)
 WEIGHTS_KEYS = (
     "file", "sha256", "config", "metrics", "dataset", "license", "recipe", "seed", "data", "train_time", "splits",
     "baseline", "notes",
@@ -105,6 +108,9 @@ def spec_from_card(
             provider=provider,
             source=source,
             weights_dir=weights_dir,
+            convention=str(merged.get("convention") or ""),
+            example=merged.get("example") or {},
+            exempt=merged.get("exempt") or {},
         )
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None

@@ -29,13 +29,18 @@ def render() -> str:
         "the first call or a value derived from another (see `attnzoo info NAME`).",
         "",
     ]
+    exemptions = []
     for kind, title in (("layer", "Layers"), ("model", "Models")):
-        lines += [f"## {title}", "", "| name | summary | config | reference |", "|---|---|---|---|"]
+        lines += [f"## {title}", "", "| name | convention | summary | config | reference |", "|---|---|---|---|---|"]
         for name in list_models(provider="attnzoo"):
             spec = model_info(name)
             if spec.kind == kind:
-                lines.append(f"| `{name}` | {spec.summary} | {_config(spec)} | {spec.reference} |")
+                lines.append(f"| `{name}` | `{spec.convention}` | {spec.summary} | {_config(spec)} | {spec.reference} |")
+                exemptions += [f"| `{name}` | `{prop}` | {reason} |" for prop, reason in spec.exempt.items()]
         lines.append("")
+    lines += ["## Exemptions from the conformance kit", "",
+              "Every variant above passes every property of `attnzoo check` except these, each for the reason",
+              "its card gives:", "", "| name | property | reason |", "|---|---|---|", *exemptions, ""]
     lines += ["## Pretrained", "", "| name | dataset | metrics | file |", "|---|---|---|---|"]
     for name in list_models(pretrained=True, provider="attnzoo"):
         arch, tag = name.rsplit(".", 1)

@@ -130,7 +130,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from .plugins import list_plugins
+    from .registry import list_plugins
 
     infos = list_plugins()
     if args.json:
@@ -167,15 +167,22 @@ def cmd_create(args: argparse.Namespace) -> int:
     import torch
     from torch.nn.parameter import is_lazy
 
+    from .registry import model_info
+
+    spec = model_info(args.name)
     model = create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
-    example = getattr(model, "example_inputs", None)
     shapes = None
-    if callable(example):
-        inputs, kwargs = example()  # built on the layer's own device and dtype
+    if spec.convention:
+        from .conventions import get_convention, sample_inputs
+
+        device = None if any(True for _ in model.parameters()) or args.device is None else torch.device(args.device)
+        sample = sample_inputs(model, get_convention(spec.convention), **({"device": device} if device else {}))
+        inputs, kwargs = sample.call_arguments()
         with torch.no_grad():
             model.eval()
             output = model(*inputs, **kwargs)
-        shapes = (", ".join(_describe_output(t) for t in inputs), _describe_output(output))
+        shown = [*inputs, *kwargs.values()]
+        shapes = (", ".join(_describe_output(t) for t in shown), _describe_output(output))
 
     print(model)
     params = list(model.parameters())
@@ -185,6 +192,41 @@ def cmd_create(args: argparse.Namespace) -> int:
     if shapes:
         print(f"dummy forward: ({shapes[0]}) -> {shapes[1]}")
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import warnings
+
+    from .registry import list_models, model_info
+    from .testing import check_model, format_table
+
+    names: list[str] = []
+    for pattern in args.patterns or ["*"]:
+        if any(c in pattern for c in "*?["):
+            found = list_models(pattern)
+        else:
+            model_info(pattern)  # an exact name, provider-qualified or not; unknown: a clear error
+            found = [pattern]
+        if not found:
+            raise UsageError(f"no model matches {pattern!r}; `attnzoo list` shows every name")
+        names += [n for n in found if n not in names]
+    reports = []
+    for name in names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose; results say what matters
+            report = check_model(name, only=args.property or None, slow=args.slow)
+        reports.append(report)
+        if not args.json and not args.quiet:
+            table = format_table([report], width=_width(), variant_width=max(map(len, names)))
+            lines = table.split("\n")
+            print("\n".join(lines[: len(lines) - 1] if not reports[:-1] else lines[1:-1]), flush=True)
+    if args.json:
+        _emit_json([r.to_dict() for r in reports])
+    else:
+        failed = [r.variant for r in reports if not r.ok]
+        summary = format_table(reports).rsplit("\n", 1)[1]
+        print(f"{len(reports)} variant(s): {summary}" + (f"; failing: {', '.join(failed)}" if failed else ""))
+    return FAILURE if any(not r.ok for r in reports) else 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -304,6 +346,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu, cuda:1, auto, meta, or a plugin's device string")
     p.add_argument("--dtype", help="float32, bfloat16 or float16")
     p.set_defaults(func=cmd_create)
+    p = sub.add_parser("check", parents=[common], help="run the conformance kit on registered variants")
+    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="fnmatch patterns (default: every variant)")
+    p.add_argument("--property", action="append", metavar="P", help="only this property (repeatable)")
+    p.add_argument("--slow", action="store_true", help="include the slow tier (torch.compile)")
+    p.add_argument("--quiet", action="store_true", help="print only the summary line")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+
     p = sub.add_parser("train", parents=[common], help="train a recipe (see attnzoo/train/recipes)")
     p.add_argument("recipe", help="a recipe YAML file or the name of a built-in recipe")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. train.epochs=2")

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import plugins, weights as weights_io
+from . import weights as weights_io
 from .config import merge_config, validate_config
 from .errors import ConfigError, UnknownModelError, WeightsError
-from .registry import REGISTRY, natural_key
+from .registry import REGISTRY, call_first, natural_key
 from .spec import ModelSpec, WeightsSpec, thaw
 
 __all__ = ["create", "load", "resolve_factory", "parse_dtype", "resolve_device", "weights_path"]
@@ -75,7 +75,7 @@ def resolve_device(device: Any) -> Any:
         return device
     if not isinstance(device, str):
         raise ConfigError(f"device must be a string or a torch.device, got {type(device).__name__}")
-    resolved = plugins.call_first("attnzoo_resolve_device", device=device)
+    resolved = call_first("attnzoo_resolve_device", device=device)
     if resolved is not None:
         return resolved
     try:
@@ -97,7 +97,7 @@ def _available_devices() -> str:
 
 def _place(model: Any, device: Any, dtype: Any) -> Any:
     try:
-        placed = plugins.call_first("attnzoo_place_model", model=model, device=device, dtype=dtype)
+        placed = call_first("attnzoo_place_model", model=model, device=device, dtype=dtype)
     except (RuntimeError, AssertionError) as e:  # torch's own refusal: no such device on this machine
         raise ConfigError(f"cannot place the model on {str(device)!r}: {e}; this machine has "
                           f"{_available_devices()} (or use device='auto')") from None

@@ -19,3 +19,9 @@ def attnzoo_resolve_device(device):
 @hookspec(firstresult=True)
 def attnzoo_place_model(model, device, dtype):
     """Move ``model`` to ``device`` / ``dtype`` and return it, or return None to leave it to the next plugin."""
+
+
+@hookspec
+def attnzoo_register_conventions(register):
+    """Add calling conventions for the conformance kit: ``register(name, convention)`` with a ``Convention``
+    or a ``"module:attr"`` string naming one (see ``attnzoo.conventions``)."""

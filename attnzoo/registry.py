@@ -1,8 +1,13 @@
-"""The name -> spec table: registration, collisions, lookup and listing.
+"""The name -> spec table: registration, collisions, lookup and listing; the one owner of plugin state.
 
 The table fills itself on first use by calling every plugin's ``attnzoo_register_models`` hook, the
 built-in cards included (they are registered by a built-in plugin through the same ``register``
 callable as third parties). Nothing here imports torch or a factory.
+
+State has one owner: :class:`Registry` holds one :class:`Snapshot` (the name table together with the
+:class:`~attnzoo.plugins.PluginHost` that filled it, and the switches it was filled under). A new
+snapshot is built aside, under a lock, and swapped in with one assignment, so a reader sees the old
+table or the new one, never a half-built one; eight threads asking at once fill it once.
 
 Collision policy (shared/DESIGN.md): every spec is reachable by its qualified name
 ``provider:name``; the bare ``name`` belongs to whoever registered it first (built-ins first of all).
@@ -16,29 +21,96 @@ from __future__ import annotations
 import contextvars
 import fnmatch
 import re
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import resources
+from . import plugins, resources
 from .cards import read_card, spec_from_card
 from .errors import ConfigError, PluginError, UnknownModelError, close_matches
+from .plugins import PluginHost, PluginInfo
 from .spec import BUILTIN_PROVIDER, LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
 
-__all__ = ["register", "list_models", "model_info", "resolve", "REGISTRY", "Registration", "natural_key"]
+__all__ = [
+    "register", "list_models", "model_info", "resolve", "list_plugins", "call_first", "call_all", "REGISTRY",
+    "Registration", "natural_key",
+]
 
 
 class AttnzooWarning(UserWarning):
     """Something worth knowing that did not stop attnzoo: a name collision, a skipped card."""
 
 
+def natural_key(text: str) -> list:
+    """Sort key that orders ``m2`` before ``m10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+class _Table:
+    """Qualified name -> spec, and which qualified name answers each bare name."""
+
+    def __init__(self) -> None:
+        self.specs: dict[str, ModelSpec] = {}
+        self.owner: dict[str, str] = {}
+
+    def copy(self) -> _Table:
+        other = _Table()
+        other.specs, other.owner = dict(self.specs), dict(self.owner)
+        return other
+
+    def add(self, spec: ModelSpec, *, override: bool, context: Registration | None) -> None:
+        qualified = spec.qualified_name
+        if qualified in self.specs and not override:
+            raise ConfigError(
+                f"{spec.name!r} is already registered by {spec.provider!r}; pass override=True to replace it"
+            )
+        owner = self.owner.get(spec.name)
+        if owner is not None and owner != qualified and not override:
+            if context is None:
+                raise ConfigError(
+                    f"{spec.name!r} is already provided by {self.specs[owner].provider!r}; pass override=True "
+                    f"to replace it (the old entry stays reachable as {owner!r})"
+                )
+            holder = self.specs[owner].provider
+            what = "the built-in name" if holder == BUILTIN_PROVIDER else "the name"
+            context.problem(
+                f"registers {what} {spec.name!r}, which {holder!r} already provides; the name stays with "
+                f"{holder!r} and this entry is reachable as {qualified!r} (override=True takes it on purpose)"
+            )
+            self.specs[qualified] = spec
+            context.names.append(qualified)
+            return
+        self.specs[qualified] = spec
+        self.owner[spec.name] = qualified
+        if context is not None:
+            context.names.append(qualified)
+
+    def remove(self, qualified_names: Iterable[str]) -> None:
+        """Take back entries (a plugin whose hook raised half-way loses what it registered)."""
+        for qualified in qualified_names:
+            spec = self.specs.pop(qualified, None)
+            if spec is not None and self.owner.get(spec.name) == qualified:
+                del self.owner[spec.name]
+                # hand the bare name back to an entry that was shadowed by this one, if any
+                for other_q, other in self.specs.items():
+                    if other.name == spec.name:
+                        self.owner[spec.name] = other_q
+                        break
+
+    def display_name(self, spec: ModelSpec) -> str:
+        """The shortest name that reaches ``spec``: bare if it owns its name, else qualified."""
+        return spec.name if self.owner.get(spec.name) == spec.qualified_name else spec.qualified_name
+
+
 @dataclass
 class Registration:
-    """Who is registering right now (set by the plugin host around each plugin's hook call)."""
+    """One plugin's ``attnzoo_register_models`` call in progress: where its ``register`` calls go."""
 
     provider: str
+    table: _Table
     strict: bool = False
     names: list[str] = field(default_factory=list)  # qualified names added during this call
     problems: list[str] = field(default_factory=list)
@@ -53,134 +125,141 @@ class Registration:
 _current: contextvars.ContextVar[Registration | None] = contextvars.ContextVar("attnzoo_registration", default=None)
 
 
-def natural_key(text: str) -> list:
-    """Sort key that orders ``m2`` before ``m10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+@dataclass(frozen=True)
+class Snapshot:
+    """One consistent state: the name table, the plugins that filled it, the switches it was filled under."""
+
+    table: _Table
+    host: PluginHost
+    state: tuple
+    version: int
 
 
 class Registry:
     def __init__(self) -> None:
-        self._specs: dict[str, ModelSpec] = {}  # qualified name -> spec
-        self._owner: dict[str, str] = {}  # bare name -> qualified name that answers it
-        self._local: list[tuple[ModelSpec, bool]] = []  # in-process registrations, replayed on reload
-        self._state: object = None  # the plugin switches the table was filled under
+        self._snapshot: Snapshot | None = None
+        self._local: list[tuple[ModelSpec, bool]] = []  # in-process registrations, replayed on rebuild
+        self._lock = threading.RLock()
+        self._version = 0
 
     # -- filling -----------------------------------------------------------------------------------
-    def ensure(self) -> None:
-        from . import plugins  # the host fills the table; imported late because it imports us
-
+    def snapshot(self) -> Snapshot:
+        """The current snapshot, rebuilt first when the plugin switches changed since it was built."""
         state = plugins.current_state()
-        if state == self._state:
-            return
-        self._specs.clear()
-        self._owner.clear()
-        self._state = None
-        plugins.populate(self)  # may raise PluginError in strict mode: the table is then retried
+        snap = self._snapshot
+        if snap is not None and snap.state == state:
+            return snap
+        with self._lock:
+            snap = self._snapshot
+            if snap is None or snap.state != state:
+                snap = self._build(state)  # may raise PluginError in strict mode: then retried next time
+                self._snapshot = snap
+            return snap
+
+    def ensure(self) -> None:
+        self.snapshot()
+
+    def _build(self, state: tuple) -> Snapshot:
+        host = PluginHost(state)
+        host.load()
+        table = _Table()
+
+        def run(provider: str, hook: Callable[..., Any], argnames: list[str]) -> list[str]:
+            context = Registration(provider=provider, table=table, strict=state[3])
+            token = _current.set(context)
+            try:
+                hook(*[{"register": register}[arg] for arg in argnames])
+            except PluginError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a broken plugin must never break attnzoo
+                table.remove(context.names)
+                raise plugins.register_failed(e, [q.split(":", 1)[1] for q in context.names]) from None
+            finally:
+                _current.reset(token)
+                info = host.infos[provider]
+                info.problems = context.problems + info.problems
+                if info.error is None and info.problems:
+                    info.error = info.problems[0]
+            return list(context.names)
+
+        host.register_models(run)
         for spec, override in self._local:
             try:
-                self._add(spec, override=override, context=None)
+                table.add(spec, override=override, context=None)
             except ConfigError as e:  # a plugin switched on since took the name: the plugin keeps it
                 warnings.warn(f"attnzoo: your register({spec.name!r}) lost its name after a reload: {e}",
                               AttnzooWarning, stacklevel=2)
-                self._specs[spec.qualified_name] = spec
-        self._state = state
+                table.specs[spec.qualified_name] = spec
+        self._version += 1
+        return Snapshot(table, host, state, self._version)
+
+    def add_local(self, spec: ModelSpec, *, override: bool) -> None:
+        """An in-process ``register``: a new snapshot with the entry added (copy, then swap)."""
+        with self._lock:
+            snap = self.snapshot()
+            table = snap.table.copy()
+            table.add(spec, override=override, context=None)
+            self._local.append((spec, override))
+            self._version += 1
+            self._snapshot = replace(snap, table=table, version=self._version)
 
     def reset(self) -> None:
         """Forget everything, local registrations included (tests use this)."""
-        self._local.clear()
-        self._state = None
-        from . import plugins
-
-        plugins.reset()
-
-    def _add(self, spec: ModelSpec, *, override: bool, context: Registration | None) -> None:
-        qualified = spec.qualified_name
-        if qualified in self._specs and not override:
-            raise ConfigError(
-                f"{spec.name!r} is already registered by {spec.provider!r}; pass override=True to replace it"
-            )
-        owner = self._owner.get(spec.name)
-        if owner is not None and owner != qualified and not override:
-            if context is None:
-                raise ConfigError(
-                    f"{spec.name!r} is already provided by {self._specs[owner].provider!r}; pass override=True "
-                    f"to replace it (the old entry stays reachable as {owner!r})"
-                )
-            holder = self._specs[owner].provider
-            what = "the built-in name" if holder == BUILTIN_PROVIDER else "the name"
-            context.problem(
-                f"registers {what} {spec.name!r}, which {holder!r} already provides; the name stays with "
-                f"{holder!r} and this entry is reachable as {qualified!r} (override=True takes it on purpose)"
-            )
-            self._specs[qualified] = spec
-            context.names.append(qualified)
-            return
-        self._specs[qualified] = spec
-        self._owner[spec.name] = qualified
-        if context is not None:
-            context.names.append(qualified)
-
-    def remove(self, qualified_names: Iterable[str]) -> None:
-        """Take back entries (a plugin whose hook raised half-way loses what it registered)."""
-        for qualified in qualified_names:
-            spec = self._specs.pop(qualified, None)
-            if spec is not None and self._owner.get(spec.name) == qualified:
-                del self._owner[spec.name]
-                # hand the bare name back to an entry that was shadowed by this one, if any
-                for other_q, other in self._specs.items():
-                    if other.name == spec.name:
-                        self._owner[spec.name] = other_q
-                        break
+        with self._lock:
+            self._local.clear()
+            self._snapshot = None
 
     # -- lookup ------------------------------------------------------------------------------------
     def all_specs(self) -> dict[str, ModelSpec]:
-        self.ensure()
-        return dict(self._specs)
+        return dict(self.snapshot().table.specs)
 
     def display_name(self, spec: ModelSpec) -> str:
-        """The shortest name that reaches ``spec``: bare if it owns its name, else qualified."""
-        return spec.name if self._owner.get(spec.name) == spec.qualified_name else spec.qualified_name
+        return self.snapshot().table.display_name(spec)
 
     def resolve(self, name: str) -> tuple[ModelSpec, str | None]:
         """The spec a name refers to and the tag it asks for (None when it names no tag)."""
-        self.ensure()
+        snap = self.snapshot()
+        table = snap.table
         parsed = parse_name(name)
         if parsed is None:
-            hint = close_matches(str(name).lower().replace("-", "_"), self._known_names())
+            shown = str(name)
+            if len(shown) > 80:
+                shown = shown[:77] + "..."
+            hint = close_matches(str(name)[:80].lower().replace("-", "_"), self._known_names(table))
             raise UnknownModelError(
-                f"{name!r} is not a valid model name: expected [provider:]arch[.tag] in lower case "
+                f"{shown!r} is not a valid model name: expected [provider:]arch[.tag] in lower case "
                 f"([a-z][a-z0-9_]*){self._did_you_mean(hint)}",
-                name=str(name),
+                name=shown,
                 suggestions=hint,
             )
         if parsed.provider is not None:
-            spec = self._specs.get(f"{parsed.provider}:{parsed.arch}")
+            spec = table.specs.get(f"{parsed.provider}:{parsed.arch}")
         else:
-            qualified = self._owner.get(parsed.arch)
-            spec = self._specs.get(qualified) if qualified else None
+            qualified = table.owner.get(parsed.arch)
+            spec = table.specs.get(qualified) if qualified else None
         if spec is None:
             wanted = f"{parsed.provider}:{parsed.arch}" if parsed.provider else parsed.arch
-            hint = close_matches(wanted, self._known_names())
-            from . import plugins
-
-            why = plugins.explain_missing(parsed.arch, parsed.provider)
+            shown = wanted if len(wanted) <= 80 else wanted[:77] + "..."
+            hint = close_matches(wanted[:80], self._known_names(table))
+            why = snap.host.explain_missing(parsed.arch, parsed.provider)
             raise UnknownModelError(
-                f"unknown model {wanted!r}{self._did_you_mean(hint)}{why}; `attnzoo list` shows every name",
-                name=str(name),
+                f"unknown model {shown!r}{self._did_you_mean(hint)}{why}; `attnzoo list` shows every name",
+                name=shown,
                 suggestions=hint,
             )
         if parsed.tag is not None and parsed.tag not in spec.weights:
             tags = ", ".join(spec.weights) or "none"
             raise UnknownModelError(
-                f"{spec.name!r} has no pretrained tag {parsed.tag!r} (its tags: {tags})",
+                f"{spec.name!r} has no pretrained tag {parsed.tag[:40]!r} (its tags: {tags})",
                 name=str(name),
                 suggestions=[f"{spec.name}.{t}" for t in spec.weights],
             )
         return spec, parsed.tag
 
-    def _known_names(self) -> list[str]:
-        names = [self.display_name(s) for s in self._specs.values()]
-        names += [f"{self.display_name(s)}.{t}" for s in self._specs.values() for t in s.weights]
+    @staticmethod
+    def _known_names(table: _Table) -> list[str]:
+        names = [table.display_name(s) for s in table.specs.values()]
+        names += [f"{table.display_name(s)}.{t}" for s in table.specs.values() for t in s.weights]
         return names
 
     @staticmethod
@@ -188,12 +267,12 @@ class Registry:
         return f" (did you mean {', '.join(map(repr, hint))}?)" if hint else ""
 
     def names(self, *, pretrained: bool, provider: str | None) -> list[str]:
-        self.ensure()
+        table = self.snapshot().table
         out = []
-        for spec in self._specs.values():
+        for spec in table.specs.values():
             if provider is not None and spec.provider != provider:
                 continue
-            shown = self.display_name(spec)
+            shown = table.display_name(spec)
             if pretrained:
                 out.extend(f"{shown}.{tag}" for tag in spec.weights)
             else:
@@ -202,6 +281,26 @@ class Registry:
 
 
 REGISTRY = Registry()
+
+
+def list_plugins() -> list[PluginInfo]:
+    """Every plugin found (the built-in one first), with its status, models and problems."""
+    return REGISTRY.snapshot().host.plugin_list()
+
+
+def call_first(hook_name: str, **kwargs: Any) -> Any:
+    """Call a firstresult hook of the current plugins, each implementation isolated."""
+    return REGISTRY.snapshot().host.call_first(hook_name, **kwargs)
+
+
+def call_all(hook_name: str, **kwargs: Any) -> list[Any]:
+    """Call every implementation of a hook of the current plugins, each isolated."""
+    return REGISTRY.snapshot().host.call_all(hook_name, **kwargs)
+
+
+def table_version() -> int:
+    """Changes whenever the table is rebuilt or added to (caches keyed on the registry use it)."""
+    return REGISTRY.snapshot().version
 
 
 def _as_patterns(patterns: str | Iterable[str] | None) -> list[str]:
@@ -263,6 +362,9 @@ def _build_spec(
     reference: str,
     default_tag: str | None,
     provider: str,
+    convention: str = "",
+    example: Mapping[str, Any] | None = None,
+    exempt: Mapping[str, str] | None = None,
 ) -> ModelSpec:
     if isinstance(config, (str, Path)):
         card_path = Path(config)
@@ -272,7 +374,8 @@ def _build_spec(
         # a card's weights live next to it, except for the built-in cards (weights/ at the top level)
         in_builtin = card_path.resolve().parent == resources.cards_dir().resolve()
         weights_dir = resources.weights_dir() if in_builtin else card_path.resolve().parent
-        defaults = {"name": name, "factory": factory, "summary": summary, "kind": kind, "reference": reference}
+        defaults = {"name": name, "factory": factory, "summary": summary, "kind": kind, "reference": reference,
+                    "convention": convention, "example": example, "exempt": exempt}
         return spec_from_card(
             card,
             source=str(card_path),
@@ -294,6 +397,9 @@ def _build_spec(
             default_tag=default_tag,
             provider=provider,
             source=f"register() by {provider}",
+            convention=convention,
+            example=example or {},
+            exempt=exempt or {},
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(f"register({name!r}): {e}") from None
@@ -310,38 +416,35 @@ def register(
     override: bool = False,
     reference: str = "",
     default_tag: str | None = None,
+    convention: str = "",
+    example: Mapping[str, Any] | None = None,
+    exempt: Mapping[str, str] | None = None,
 ) -> ModelSpec | None:
     """Register a model under ``name``.
 
     ``factory`` is a ``"module:attr"`` string (imported only when the model is created) or a callable;
     ``config`` is a dict of constructor defaults (``"???"`` = required) or the path of a model card.
+    ``convention``, ``example`` and ``exempt`` are what the conformance kit (``attnzoo check``) needs:
+    how the model is called, the smallest config that builds it, and property -> reason for a promise
+    it cannot keep.
     Called from a plugin's ``attnzoo_register_models`` hook, a bad entry is recorded against that
     plugin and skipped; called directly, it raises ``ConfigError``. Returns the registered spec.
     """
     context = _current.get()
-    if context is None:
-        REGISTRY.ensure()
     provider = context.provider if context is not None else LOCAL_PROVIDER
     try:
         spec = _build_spec(
             name, factory, config=config, summary=summary, kind=kind, weights=weights,
             reference=reference, default_tag=default_tag, provider=provider,
+            convention=convention, example=example, exempt=exempt,
         )
-        REGISTRY._add(spec, override=override, context=context)
+        if context is None:
+            REGISTRY.add_local(spec, override=override)
+        else:
+            context.table.add(spec, override=override, context=context)
     except ConfigError as e:
         if context is None:
             raise
         context.problem(str(e))
         return None
-    if context is None:
-        REGISTRY._local.append((spec, override))
     return spec
-
-
-def registering_as(context: Registration) -> contextvars.Token:
-    """Make ``register`` calls count for ``context`` until the returned token is reset."""
-    return _current.set(context)
-
-
-def done_registering(token: contextvars.Token) -> None:
-    _current.reset(token)

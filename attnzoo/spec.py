@@ -144,6 +144,9 @@ class ModelSpec:
     provider: str = LOCAL_PROVIDER
     source: str = ""
     weights_dir: str = ""
+    convention: str = ""  # how it is called (shared/DESIGN.md "Calling conventions"); the kit builds inputs from it
+    example: Mapping[str, Any] = field(default_factory=dict)  # the smallest config that builds and runs fast
+    exempt: Mapping[str, str] = field(default_factory=dict)  # conformance property -> why it cannot hold
 
     def __post_init__(self) -> None:
         if not is_valid_arch(self.name):
@@ -159,7 +162,17 @@ class ModelSpec:
             raise ValueError(
                 f"default_tag {self.default_tag!r} is not one of the weights tags {sorted(self.weights)}"
             )
+        if self.convention and not is_valid_arch(self.convention):
+            raise ValueError(f"convention must be a lower-case name such as 'sequence_to_labels', got {self.convention!r}")
+        if not isinstance(self.example or {}, Mapping):
+            raise ValueError(f"example must be a mapping of config values, got {type(self.example).__name__}")
+        if not isinstance(self.exempt or {}, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in (self.exempt or {}).items()
+        ):
+            raise ValueError("exempt must map a property name to the reason it cannot hold (a non-empty string)")
         object.__setattr__(self, "config", freeze(self.config or {}))
+        object.__setattr__(self, "example", freeze(self.example or {}))
+        object.__setattr__(self, "exempt", freeze(self.exempt or {}))
         object.__setattr__(self, "weights", MappingProxyType(dict(self.weights or {})))
         if self.default_tag is None and len(self.weights) == 1:
             object.__setattr__(self, "default_tag", next(iter(self.weights)))
@@ -196,4 +209,7 @@ class ModelSpec:
             "default_tag": self.default_tag,
             "provider": self.provider,
             "source": self.source,
+            "convention": self.convention,
+            "example": thaw(self.example),
+            "exempt": thaw(self.exempt),
         }

@@ -34,21 +34,21 @@ def main() -> int:
     import torch
 
     section("every layer from its card, on a padded batch")
-    required = {"labelwise": {"num_labels": 5}, "labelwise_batched": {"num_labels": 5}, "lwan": {"num_labels": 5},
-                "caml": {"num_labels": 5}, "laat": {"num_labels": 5, "attention_size": 16},
-                "joint_laat": {"num_labels": 5, "num_parent_labels": 2, "attention_size": 16},
-                "plm_ca": {"num_labels": 5}, "keras_attn": {"num_classes": 3},
-                "keras_mha": {"num_heads": 2, "key_dim": 8}}
+    # each card names its calling convention and a small example config; the inputs come from there
+    from attnzoo.conventions import get_convention, sample_inputs
+
     torch.manual_seed(0)
     for name in layers:
-        layer = attnzoo.create(name, **required.get(name, {})).eval()
-        args, kwargs = layer.example_inputs(batch=2, seq=9)
+        spec = attnzoo.model_info(name)
+        layer = attnzoo.create(name, config=dict(spec.example)).eval()
+        sample = sample_inputs(layer, get_convention(spec.convention), batch=2, seq=9)
+        args, kwargs = sample.call_arguments()
         with torch.no_grad():
             out = layer(*args, **kwargs)
         first = out[0] if isinstance(out, tuple) else out
         shapes = " -> ".join([", ".join(str(list(a.shape)) for a in args),
                               ", ".join(str(list(o.shape)) for o in (out if isinstance(out, tuple) else (out,)))])
-        print(f"  {name:<18} {shapes:<44} finite={bool(torch.isfinite(first).all())}")
+        print(f"  {name:<18} {spec.convention:<20} {shapes:<44} finite={bool(torch.isfinite(first).all())}")
 
     x = torch.randn(2, 6, 8)
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [0] * 6], dtype=torch.bool)  # the second text is empty

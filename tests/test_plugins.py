@@ -321,3 +321,148 @@ def test_a_plugin_may_override_on_purpose(tmp_path):
         print(attnzoo.list_plugins()[1].problems)
     """)
     assert proc.stdout.split("\n")[:2] == ["overrider attnzoo", "[]"], proc.stderr
+
+
+# -- the conformance kit on third-party variants -----------------------------------------------------------
+def test_the_example_plugin_passes_the_kit_from_the_cli_and_from_its_own_pytest(sites):
+    proc = cli(sites["healthy"], "check", "example:gated_pool", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (report,) = json.loads(proc.stdout)
+    assert report["variant"] == "example:gated_pool" and report["convention"] == "sequence_to_vector"
+    assert {r["status"] for r in report["results"]} == {"passed"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
+    env["PYTHONPATH"] = str(sites["healthy"])
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
+                          capture_output=True, text=True, env=env, cwd=EXAMPLE, timeout=600)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-2000:]
+
+
+BROKEN_LAYERS = '''
+import torch
+from torch import nn
+from attnzoo.layers.core import check_input, check_mask, masked_softmax, neutralise
+
+
+class Pool(nn.Module):
+    name = "pool"
+
+    def __init__(self, hidden_size: int = 8):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.w = nn.Linear(hidden_size, 1)
+
+    def weights(self, x, mask):
+        return masked_softmax(self.w(x).squeeze(-1)[:, None, :], mask)
+
+    def forward(self, x, mask=None, return_attention=False):
+        check_input(self.name, "x", x, ("batch", "seq", self.hidden_size), like=self.w.weight)
+        mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[1], like=x)
+        x = neutralise(x, None if mask is None else mask[:, 0])
+        a = self.weights(x, mask)
+        out = torch.bmm(a, x).squeeze(1)
+        return (out, a.squeeze(1)) if return_attention else out
+
+
+class IgnoresMask(Pool):
+    name = "ignores_mask"
+
+    def forward(self, x, mask=None, return_attention=False):
+        return super().forward(x, None, return_attention)
+
+
+class NaNRow(Pool):
+    name = "nan_row"
+
+    def weights(self, x, mask):  # -inf fill: a fully masked row is 0/0
+        scores = self.w(x).squeeze(-1)[:, None, :]
+        return torch.softmax(scores if mask is None else scores.masked_fill(~mask, float("-inf")), -1)
+
+
+class BadRepr(Pool):
+    name = "bad_repr"
+
+    def extra_repr(self):
+        return f"scale={self.w.weight.abs().max().item():.3f}"
+
+
+class MixesBatch(Pool):
+    name = "mixes_batch"
+
+    def forward(self, x, mask=None, return_attention=False):
+        out = super().forward(x, mask, return_attention)
+        if return_attention:
+            return out[0] - out[0].mean(0, keepdim=True), out[1]
+        return out - out.mean(0, keepdim=True)
+
+
+class Square(nn.Module):
+    """A layer with a convention of its own: x [B, T] -> x ** 2."""
+
+    def forward(self, x):
+        check_input("square", "x", x, ("batch", "seq"))
+        return x * x
+'''
+
+BROKEN_PLUGIN = '''
+from attnzoo import hookimpl
+
+BROKEN = {"ignores_mask": "IgnoresMask", "nan_row": "NaNRow", "bad_repr": "BadRepr", "mixes_batch": "MixesBatch"}
+
+
+@hookimpl
+def attnzoo_register_models(register):
+    for name, cls in BROKEN.items():
+        register(name, factory=f"brokenvariants_layers:{cls}", convention="sequence_to_vector",
+                 config={"hidden_size": 8})
+    register("square", factory="brokenvariants_layers:Square", convention="flat_square")
+
+
+@hookimpl
+def attnzoo_register_conventions(register):
+    register("flat_square", "brokenvariants_layers_conv:FLAT")
+'''
+
+FLAT_CONVENTION = '''
+from attnzoo.conventions import Convention, Slot
+
+FLAT = Convention("flat_square", (Slot("x", "float", ("batch", "keys")),), outputs=(("batch", "keys"),),
+                  attention="none")
+'''
+
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("broken")
+    project = _project(root / "src", "brokenvariants", "brokenvariants", BROKEN_PLUGIN)
+    module = project / "brokenvariants_plugin"
+    (module.parent / "brokenvariants_layers.py").write_text(BROKEN_LAYERS)
+    (module.parent / "brokenvariants_layers_conv.py").write_text(FLAT_CONVENTION)
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace(
+        'packages = ["brokenvariants_plugin"]',
+        'packages = ["brokenvariants_plugin"]\nonly-include = ["brokenvariants_plugin", "brokenvariants_layers.py", '
+        '"brokenvariants_layers_conv.py"]\nsources = ["."]'))
+    _pip_install([project], root / "site")
+    return root / "site"
+
+
+@pytest.mark.parametrize("name, prop", [("ignores_mask", "masked_values"), ("nan_row", "fully_masked"),
+                                        ("bad_repr", "meta"), ("mixes_batch", "batch_independence")])
+def test_a_broken_third_party_variant_fails_the_kit_naming_the_property(broken_site, name, prop):
+    proc = cli(broken_site, "check", name, "--json")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (report,) = json.loads(proc.stdout)
+    failed = {r["property"]: r["reason"] for r in report["results"] if r["status"] == "failed"}
+    assert prop in failed, failed
+    passed = {r["property"] for r in report["results"] if r["status"] == "passed"}
+    assert {"builds", "shapes", "state_dict"} <= passed  # the kit blames the broken promise, not everything
+
+
+def test_a_plugin_brings_its_own_convention_for_the_kit(broken_site):
+    proc = cli(broken_site, "check", "square", "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (report,) = json.loads(proc.stdout)
+    statuses = {r["property"]: r["status"] for r in report["results"]}
+    assert report["convention"] == "flat_square"
+    assert statuses["shapes"] == statuses["batch_independence"] == statuses["gradcheck"] == "passed"
+    assert statuses["masked_values"] == "skipped"  # the convention has no mask

@@ -198,7 +198,7 @@ def test_cli_create_builds_and_runs_a_dummy_forward():
     proc = run_cli("create", "labelwise", "num_labels=50")
     assert proc.returncode == 0, proc.stderr
     assert "LabelwiseAttention" in proc.stdout
-    assert "dummy forward: ([2, 7, 16] float32) -> [2, 50] float32" in proc.stdout
+    assert "dummy forward: ([2, 7, 16] float32, [2, 7] bool) -> [2, 50] float32" in proc.stdout
     # 50 labels x (Wa 16 + Wo 16) + 50 biases
     assert "parameters: 1,650" in proc.stdout
 

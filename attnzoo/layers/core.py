@@ -18,6 +18,11 @@ from torch import Tensor
 __all__ = [
     "check_input",
     "check_mask",
+    "check_tokens",
+    "check_positive",
+    "check_probability",
+    "neutralise",
+    "attended_keys",
     "from_key_padding_mask",
     "masked_softmax",
     "attend",
@@ -36,22 +41,103 @@ def _describe(dims: Sequence[object]) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
-def check_input(layer: str, arg: str, x: object, dims: Sequence[object], hint: str = "") -> None:
+def _autocasting(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_enabled()
+
+
+def check_input(
+    layer: str, arg: str, x: object, dims: Sequence[object], hint: str = "", *, like: Tensor | None = None
+) -> None:
     """Raise ``ValueError`` unless ``x`` is a floating tensor of len(dims) dimensions matching ``dims``.
 
     ``dims`` holds names (free sizes such as ``"batch"``) and ints (sizes that must match), e.g.
     ``("batch", "seq", 256)`` gives ``labelwise expects x of shape [batch, seq, 256], got [8, 300]``.
+    ``like`` (a parameter of the layer, or another input) must share ``x``'s device and, outside
+    autocast, its dtype: mixing them would fail deep inside a kernel, or silently lose precision.
     """
     if not isinstance(x, Tensor):
         raise ValueError(f"{layer} expects {arg} to be a tensor of shape {_describe(dims)}, got {type(x).__name__}")
     wrong_rank = x.dim() != len(dims)
-    wrong_size = not wrong_rank and any(isinstance(d, int) and d != s for d, s in zip(dims, x.shape))
+    wrong_size = not wrong_rank and any(isinstance(d, int) and d != s for d, s in zip(dims, x.shape, strict=True))
     if wrong_rank or wrong_size:
         raise ValueError(
             f"{layer} expects {arg} of shape {_describe(dims)}, got {list(x.shape)}" + (f". {hint}" if hint else "")
         )
     if not x.is_floating_point():
         raise ValueError(f"{layer} expects {arg} to be a floating tensor, got {x.dtype}; embed token ids first")
+    if like is not None:
+        check_device(layer, arg, x, like)
+        if x.dtype != like.dtype and not _autocasting(x.device.type):
+            raise ValueError(
+                f"{layer} expects {arg} of dtype {_name(like.dtype)} (its weights' dtype), got {_name(x.dtype)}; "
+                f"convert one of them: {arg}.to(torch.{_name(like.dtype)}) or layer.to(torch.{_name(x.dtype)})"
+            )
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def check_device(layer: str, arg: str, x: Tensor, like: Tensor) -> None:
+    """Raise ``ValueError`` unless ``x`` lives on ``like``'s device."""
+    if x.device != like.device:
+        raise ValueError(f"{layer} expects {arg} on {like.device} (where its weights are), got {x.device}; "
+                         f"move one of them with .to(...)")
+
+
+def check_tokens(layer: str, tokens: object, vocab_size: int, arg: str = "tokens", *, rank: int = 2,
+                 like: Tensor | None = None) -> None:
+    """Raise ``ValueError`` unless ``tokens`` is an integer tensor of ``rank`` dims with ids in [0, vocab_size)."""
+    axes = ["batch", "seq", "words"][:rank] if rank <= 3 else ["batch", *["..."] * (rank - 1)]
+    if not isinstance(tokens, Tensor) or tokens.dim() != rank or tokens.is_floating_point() or tokens.is_complex() \
+            or tokens.dtype == torch.bool:
+        shape = list(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        kind = f" {_name(tokens.dtype)}" if isinstance(tokens, Tensor) else ""
+        raise ValueError(f"{layer} expects {arg} as integer ids of shape {_describe(axes)}, got{kind} {shape}")
+    if like is not None:
+        check_device(layer, arg, tokens, like)
+    if tokens.numel() and tokens.device.type != "meta":
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{layer} expects {arg} ids in [0, {vocab_size}) (0 = padding), got ids from {low} "
+                             f"to {high}; map unknown words to an id of the vocabulary")
+
+
+def check_positive(layer: str, name: str, value: object, *, allow_none: bool = True) -> None:
+    """Constructor check: an int >= 1 (or None where the size is inferred or the option off)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        none = " or None" if allow_none else ""
+        raise ValueError(f"{layer}: {name} must be a positive int{none}, got {value!r}")
+
+
+def check_probability(layer: str, name: str, value: object) -> None:
+    """Constructor check: a float in [0, 1) (a dropout rate)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+        raise ValueError(f"{layer}: {name} must be a probability in [0, 1), got {value!r}")
+
+
+def neutralise(x: Tensor, keep: Tensor | None) -> Tensor:
+    """``x`` [B, T, ...] with every position where ``keep`` [B, T] is False set to zero.
+
+    Padding may hold anything (NaN, inf, last batch's values): zeroing it before any arithmetic means
+    no product, sum or norm downstream can carry it into a real output, forward or backward.
+    """
+    if keep is None:
+        return x
+    view = keep.reshape(*keep.shape, *([1] * (x.dim() - keep.dim())))
+    return x.masked_fill(~view, 0)
+
+
+def attended_keys(mask: Tensor | None) -> Tensor | None:
+    """From a checked mask [B, Tq or 1, Tk], the keys [B, Tk] that at least one query attends to."""
+    if mask is None:
+        return None
+    return mask[:, 0] if mask.shape[1] == 1 else mask.any(dim=1)
 
 
 def from_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
@@ -59,28 +145,38 @@ def from_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
     return ~key_padding_mask.bool()
 
 
-def check_mask(layer: str, mask: Tensor | None, batch: int, q_len: int, k_len: int) -> Tensor | None:
+def check_mask(layer: str, mask: Tensor | None, batch: int, q_len: int, k_len: int, *, arg: str = "mask",
+               like: Tensor | None = None) -> Tensor | None:
     """Validate a mask and return it as bool ``[B, Tq or 1, Tk]`` (True = attend).
 
     Accepts bool or 0/1 integer masks of shape ``[B, Tk]`` (keys, e.g. padding) or ``[B, Tq, Tk]``.
+    Float masks (additive 0 / -inf, or 0/1 floats) and complex masks are refused rather than guessed at:
+    the two float conventions read opposite ways. ``like`` (an input) must share the mask's device.
     """
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
-        raise ValueError(f"{layer} expects mask to be a bool tensor [batch, {k_len}] (True = attend), got {type(mask).__name__}")
+        raise ValueError(f"{layer} expects {arg} to be a bool tensor [batch, {k_len}] (True = attend), got "
+                         f"{type(mask).__name__}")
     if mask.is_floating_point() or mask.is_complex():
         raise ValueError(
-            f"{layer} expects a boolean mask (True = attend), got {mask.dtype}; for an additive float mask use "
-            "mask = float_mask == 0, for nn.MultiheadAttention's key_padding_mask use from_key_padding_mask()"
+            f"{layer} expects a boolean {arg} (True = attend), got {mask.dtype}; for an additive float mask use "
+            f"{arg} = float_mask == 0, for nn.MultiheadAttention's key_padding_mask use from_key_padding_mask()"
         )
     if mask.dim() == 2 and tuple(mask.shape) == (batch, k_len):
         mask = mask[:, None, :]
     elif mask.dim() != 3 or tuple(mask.shape) not in ((batch, q_len, k_len), (batch, 1, k_len)):
         raise ValueError(
-            f"{layer} expects mask of shape [{batch}, {k_len}] or [{batch}, {q_len}, {k_len}] (True = attend), "
+            f"{layer} expects {arg} of shape [{batch}, {k_len}] or [{batch}, {q_len}, {k_len}] (True = attend), "
             f"got {list(mask.shape)}"
         )
-    return mask if mask.dtype == torch.bool else mask != 0
+    if like is not None:
+        check_device(layer, arg, mask, like)
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.numel() and mask.device.type != "meta" and bool(((mask != 0) & (mask != 1)).any()):
+        raise ValueError(f"{layer} expects {arg} to hold True/False or 0/1, got other integers; pass a bool mask")
+    return mask != 0
 
 
 def _filled_softmax(scores: Tensor, mask: Tensor | None, dim: int) -> Tensor:
@@ -109,12 +205,14 @@ def attend(
     *,
     scale: float | None = None,
     return_attention: bool = False,
+    dropout: float = 0.0,
 ) -> tuple[Tensor, Tensor | None]:
     """``softmax(scale · Q Kᵀ, masked) V`` over the last two dimensions.
 
     Shapes: query ``[..., Lq, E]``, key ``[..., Lk, E]``, value ``[..., Lk, Ev]``, mask bool broadcastable
     to ``[..., Lq, Lk]`` (True = attend); returns ``(out [..., Lq, Ev], weights [..., Lq, Lk] or None)``.
-    ``scale`` defaults to ``1/sqrt(E)``.
+    ``scale`` defaults to ``1/sqrt(E)``. ``dropout`` (training only; the caller decides) drops attention
+    weights before they meet V; returned weights are the distribution before dropout, as Keras does.
 
     Without ``return_attention`` this is one ``F.scaled_dot_product_attention`` call, which never keeps
     the ``[Lq, Lk]`` matrix for backward. Fully masked rows are given a dummy all-True row for the kernel
@@ -123,23 +221,21 @@ def attend(
     """
     if scale is None:
         scale = query.shape[-1] ** -0.5
+    has_any = None if mask is None else mask.any(dim=-1, keepdim=True)
     if not return_attention:
-        if mask is None:
-            return F.scaled_dot_product_attention(query, key, value, scale=scale), None
-        has_any = mask.any(dim=-1, keepdim=True)
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask | ~has_any, scale=scale)
-        return out.masked_fill(~has_any, 0.0), None
+        attn_mask = None if mask is None else mask | ~has_any
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+        return (out, None) if has_any is None else (out.masked_fill(~has_any, 0.0), None)
 
     scores = torch.matmul(query, key.transpose(-2, -1))
     if scale != 1.0:
         scores = scores * scale
     weights = _filled_softmax(scores, mask, -1)
-    out = torch.matmul(weights, value)
-    if mask is None:
+    out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, value)
+    if has_any is None:
         return out, weights
     # only rows with no key at all need fixing, and zeroing their [Lq, Dv] output is cheaper than a
     # pass over [Lq, Lk]
-    has_any = mask.any(dim=-1, keepdim=True)
     return out.masked_fill(~has_any, 0.0), weights.masked_fill(~has_any, 0.0)
 
 

@@ -20,9 +20,11 @@ then, for both, with ``value_mask`` [B, Tv] and ``use_causal_mask`` (True = atte
     A_h = softmax(Q_h K_hᵀ / sqrt(key_dim), masked)     [B, heads, Tq, Tv]
     out = Σ_h (A_h V_h) Wo_h + bo                       [B, Tq, output_shape or dq]
 
-Masks follow Keras: True = keep. One difference, on purpose: where a query row has no key left at all,
+Masks follow Keras: True = keep. Two differences, on purpose: where a query row has no key left at all,
 Keras spreads the weight uniformly over the masked keys (it subtracts 1e9), attnzoo attends to nothing
-(zeros), in every dtype.
+(zeros), in every dtype; and a masked query (``query_mask`` False) gets zero weights here, where Keras
+returns scores computed from the padded query anyway (both zero its output). Masked queries, values
+and keys are zeroed before any arithmetic, so padding that holds NaN or inf changes nothing.
 
 Each layer declares its Keras weight layout (``keras_layout``): which parameter comes from which Keras
 variable, in the keras 3 ``.weights.h5`` (positional ``vars/<i>``, sub-layer groups) and the legacy
@@ -39,7 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import attend, check_input, masked_softmax
+from .core import (attend, check_input, check_mask, check_positive, check_probability, masked_softmax,
+                   neutralise)
 from .lazy import LazyLayer
 
 __all__ = ["KerasDotAttention", "KerasAdditiveAttention", "KerasMultiHeadAttention", "KerasVar",
@@ -66,36 +69,50 @@ def _causal(q_len: int, k_len: int, device) -> Tensor:
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
 
 
-def _score_mask(layer: str, value_mask, batch, q_len, k_len, causal, device) -> Tensor | None:
-    mask = None
-    if value_mask is not None:
-        if tuple(value_mask.shape) != (batch, k_len):
-            raise ValueError(f"{layer} expects value_mask of shape [{batch}, {k_len}], got {list(value_mask.shape)}")
-        mask = value_mask.bool()[:, None, :]
+def _key_mask(layer: str, mask: Tensor | None, batch: int, length: int, arg: str, like: Tensor) -> Tensor | None:
+    """A Keras ``query_mask`` / ``value_mask`` [B, T] checked like every attnzoo mask, as bool [B, T]."""
+    if mask is not None and (not isinstance(mask, Tensor) or mask.dim() != 2):
+        shape = list(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{layer} expects {arg} of shape [{batch}, {length}] (True = keep), got {shape}")
+    checked = check_mask(layer, mask, batch, 1, length, arg=arg, like=like)
+    return None if checked is None else checked[:, 0]
+
+
+def _score_mask(value_mask: Tensor | None, q_len: int, k_len: int, causal: bool, device) -> Tensor | None:
+    """The [B or 1, Tq, Tk] mask of the scores from a checked value mask [B, Tk] and the causal flag."""
+    mask = None if value_mask is None else value_mask[:, None, :]
     if causal:
         tri = _causal(q_len, k_len, device)[None]
         mask = tri if mask is None else mask & tri
     return mask
 
 
-def _apply_query_mask(layer: str, out: Tensor, query_mask: Tensor | None) -> Tensor:
-    if query_mask is None:
-        return out
-    if tuple(query_mask.shape) != tuple(out.shape[:2]):
-        raise ValueError(f"{layer} expects query_mask of shape {list(out.shape[:2])}, got {list(query_mask.shape)}")
-    return out.masked_fill(~query_mask.bool()[..., None], 0.0)
+def _apply_query_mask(out: Tensor, query_mask: Tensor | None) -> Tensor:
+    """Zero the rows of masked queries (outputs [B, Tq, d] or weights [B, Tq, Tk]): they attend to nothing."""
+    return out if query_mask is None else out.masked_fill(~query_mask[..., None], 0.0)
 
 
 class _KerasInputs:
     name = "keras"
 
-    def _check(self, query, value, key):
-        check_input(self.name, "query", query, ("batch", "query_len", "dim"))
-        check_input(self.name, "value", value, (query.shape[0], "value_len", "value_dim"))
+    def _prepare(self, query, value, key, query_mask, value_mask, *, same_size: bool = False):
+        """Check the inputs and masks; zero masked values, keys and queries before any arithmetic.
+        Returns ``(query, value, key, query_mask, value_mask)`` with the masks as bool [B, T] or None.
+        ``same_size``: the score compares query and key feature by feature, so their sizes must agree."""
+        like = next(iter(self.parameters()), None)
+        check_input(self.name, "query", query, ("batch", "query_len", "dim"), like=like)
+        check_input(self.name, "value", value, (query.shape[0], "value_len", "value_dim"), like=query)
         if key is None:
             key = value
-        check_input(self.name, "key", key, (query.shape[0], value.shape[1], "key_dim"))
-        return key
+        check_input(self.name, "key", key, (query.shape[0], value.shape[1], "key_dim"), like=query)
+        if same_size and key.shape[-1] != query.shape[-1]:
+            raise ValueError(f"{self.name} expects query and key of the same size, got {query.shape[-1]} and "
+                             f"{key.shape[-1]} (the key is the value unless given)")
+        batch = query.shape[0]
+        query_mask = _key_mask(self.name, query_mask, batch, query.shape[1], "query_mask", query)
+        value_mask = _key_mask(self.name, value_mask, batch, value.shape[1], "value_mask", query)
+        value, key = neutralise(value, value_mask), neutralise(key, value_mask)
+        return neutralise(query, query_mask), value, key, query_mask, value_mask
 
     def _weigh(self, scores: Tensor, mask: Tensor | None, value: Tensor, query_mask: Tensor | None,
                return_attention: bool):
@@ -103,17 +120,8 @@ class _KerasInputs:
         weights = masked_softmax(scores, mask)
         dropout = self.dropout if self.training else 0.0
         out = torch.bmm(F.dropout(weights, dropout) if dropout else weights, value)
-        out = _apply_query_mask(self.name, out, query_mask)
-        return (out, weights) if return_attention else out
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        like = next(iter(self.parameters()), torch.empty(0))
-        dim = (self.size("dim") if isinstance(self, LazyLayer) else None) or 16
-        query = torch.randn(batch, 4, dim, device=like.device, dtype=like.dtype)
-        value = torch.randn(batch, seq, dim, device=like.device, dtype=like.dtype)
-        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
-        mask[-1, seq // 2 + 1 :] = False
-        return (query, value), {"value_mask": mask}
+        out = _apply_query_mask(out, query_mask)
+        return (out, _apply_query_mask(weights, query_mask)) if return_attention else out
 
 
 class KerasDotAttention(_KerasInputs, nn.Module):
@@ -126,8 +134,9 @@ class KerasDotAttention(_KerasInputs, nn.Module):
 
     name = "keras_dot"
 
-    def __init__(self, use_scale: bool = False, score_mode: str = "dot", dropout: float = 0.0) -> None:
+    def __init__(self, use_scale: bool = False, *, score_mode: str = "dot", dropout: float = 0.0) -> None:
         super().__init__()
+        check_probability(self.name, "dropout", dropout)
         if score_mode not in ("dot", "concat"):
             raise ValueError(f"keras_dot: score_mode must be 'dot' or 'concat', got {score_mode!r}")
         self.use_scale, self.score_mode, self.dropout = use_scale, score_mode, dropout
@@ -140,14 +149,15 @@ class KerasDotAttention(_KerasInputs, nn.Module):
 
     def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *, query_mask: Tensor | None = None,
                 value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
-        key = self._check(query, value, key)
-        batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
-        mask = _score_mask(self.name, value_mask, batch, q_len, k_len, use_causal_mask, query.device)
+        query, value, key, query_mask, value_mask = self._prepare(query, value, key, query_mask, value_mask,
+                                                                  same_size=True)
+        q_len, k_len = query.shape[1], key.shape[1]
+        mask = _score_mask(value_mask, q_len, k_len, use_causal_mask, query.device)
         dropout = self.dropout if self.training else 0.0
         if self.score_mode == "dot" and not return_attention and dropout == 0.0:
             q = query * self.scale if self.scale is not None else query
             out, _ = attend(q, key, value, mask, scale=1.0)
-            return _apply_query_mask(self.name, out, query_mask)
+            return _apply_query_mask(out, query_mask)
         if self.score_mode == "dot":
             scores = torch.bmm(query, key.transpose(1, 2))
             if self.scale is not None:
@@ -172,16 +182,18 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
 
     name = "keras_additive"
 
-    def __init__(self, use_scale: bool = True, dropout: float = 0.0, dim: int | None = None,
+    def __init__(self, use_scale: bool = True, *, dropout: float = 0.0, dim: int | None = None,
                  device=None, dtype=None) -> None:
         super().__init__()
+        check_probability(self.name, "dropout", dropout)
+        check_positive(self.name, "dim", dim)
         self.use_scale, self.dropout = use_scale, dropout
         self._create_parameters({"dim": dim}, device, dtype)
 
     def _parameter_shapes(self, sizes):
         return {"scale": (sizes["dim"],)} if self.use_scale else {}
 
-    def _infer_sizes(self, query, *args, **kwargs):
+    def _infer_sizes(self, query, value=None, *args, **kwargs):
         check_input(self.name, "query", query, ("batch", "query_len", "dim"))
         return {"dim": query.shape[-1]}
 
@@ -198,12 +210,13 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
 
     def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *, query_mask: Tensor | None = None,
                 value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
-        key = self._check(query, value, key)
-        if key.shape[-1] != query.shape[-1]:
-            raise ValueError(f"keras_additive expects query and key of the same size, got {query.shape[-1]} "
-                             f"and {key.shape[-1]}")
-        batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
-        mask = _score_mask(self.name, value_mask, batch, q_len, k_len, use_causal_mask, query.device)
+        dim = self.size("dim")
+        if dim is not None and isinstance(query, Tensor) and query.dim() == 3 and query.shape[-1] != dim:
+            raise ValueError(f"keras_additive expects query of shape [batch, query_len, {dim}], got {list(query.shape)}")
+        query, value, key, query_mask, value_mask = self._prepare(query, value, key, query_mask, value_mask,
+                                                                  same_size=True)
+        q_len, k_len = query.shape[1], key.shape[1]
+        mask = _score_mask(value_mask, q_len, k_len, use_causal_mask, query.device)
         hidden = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))  # [B, Tq, Tv, d]
         scores = torch.matmul(hidden, self.scale) if self.use_scale else hidden.sum(-1)
         return self._weigh(scores, mask, value, query_mask, return_attention)
@@ -228,12 +241,16 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
 
     name = "keras_mha"
 
-    def __init__(self, num_heads: int, key_dim: int, value_dim: int | None = None, dropout: float = 0.0,
+    def __init__(self, num_heads: int, key_dim: int, *, value_dim: int | None = None, dropout: float = 0.0,
                  use_bias: bool = True, output_shape: int | None = None, query_size: int | None = None,
                  value_size: int | None = None, key_size: int | None = None, device=None, dtype=None) -> None:
         super().__init__()
-        if num_heads < 1 or key_dim < 1:
-            raise ValueError(f"keras_mha: num_heads and key_dim must be positive, got {num_heads}, {key_dim}")
+        check_positive(self.name, "num_heads", num_heads, allow_none=False)
+        check_positive(self.name, "key_dim", key_dim, allow_none=False)
+        for key, value in (("value_dim", value_dim), ("output_shape", output_shape), ("query_size", query_size),
+                           ("value_size", value_size), ("key_size", key_size)):
+            check_positive(self.name, key, value)
+        check_probability(self.name, "dropout", dropout)
         self.num_heads, self.key_dim = num_heads, key_dim
         self.value_dim = value_dim or key_dim
         self.dropout, self.use_bias, self.output_shape = dropout, use_bias, output_shape
@@ -252,7 +269,10 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         return shapes
 
     def _infer_sizes(self, query, value, key=None, *args, **kwargs):
-        key = self._check(query, value, key)
+        check_input(self.name, "query", query, ("batch", "query_len", "dim"))
+        check_input(self.name, "value", value, (query.shape[0], "value_len", "value_dim"))
+        key = value if key is None else key
+        check_input(self.name, "key", key, (query.shape[0], value.shape[1], "key_dim"))
         return {"query_size": query.shape[-1], "value_size": value.shape[-1], "key_size": key.shape[-1]}
 
     def _sizes_from_parameters(self):
@@ -281,15 +301,6 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
                 layout.append(KerasVar(f"{ours}.bias", f"{group}/vars/1", f"{legacy}/bias", bias))
         return layout
 
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        like = self.output.weight
-        dq, dv = self.size("query_size") or 16, self.size("value_size") or 12
-        query = torch.randn(batch, 4, dq, device=like.device, dtype=like.dtype)
-        value = torch.randn(batch, seq, dv, device=like.device, dtype=like.dtype)
-        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
-        mask[-1, seq // 2 + 1 :] = False
-        return (query, value), {"value_mask": mask}
-
     def keras_shapes(self) -> dict[str, tuple[int, ...]]:
         """The Keras shape of every variable, for error messages and exports."""
         h, kd, vd = self.num_heads, self.key_dim, self.value_dim
@@ -308,19 +319,25 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
     def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *,
                 attention_mask: Tensor | None = None, query_mask: Tensor | None = None,
                 value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
-        key = self._check(query, value, key)
+        sizes = [self.size(n) for n in ("query_size", "value_size", "key_size")]
+        for arg, tensor, size in (("query", query, sizes[0]), ("value", value, sizes[1]), ("key", key, sizes[2])):
+            if size is not None and isinstance(tensor, Tensor) and tensor.dim() == 3 and tensor.shape[-1] != size:
+                raise ValueError(f"keras_mha expects {arg} of shape [batch, seq, {size}], got {list(tensor.shape)}")
+        query, value, key, query_mask, value_mask = self._prepare(query, value, key, query_mask, value_mask)
         batch, t, s = query.shape[0], query.shape[1], value.shape[1]
         mask = None
-        for part, shape in ((attention_mask, (batch, t, s)), (query_mask, (batch, t)), (value_mask, (batch, s))):
-            if part is not None and tuple(part.shape) != shape:
-                raise ValueError(f"keras_mha expects a mask of shape {list(shape)}, got {list(part.shape)}")
         if attention_mask is not None:
-            mask = attention_mask.bool()
+            if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 3:
+                shape = list(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask)
+                raise ValueError(f"keras_mha expects attention_mask of shape [{batch}, {t}, {s}], got {shape}")
+            mask = check_mask(self.name, attention_mask, batch, t, s, arg="attention_mask", like=query)
+            unseen = ~mask.any(dim=1)  # keys no query may attend to
+            value, key = neutralise(value, ~unseen), neutralise(key, ~unseen)
         if query_mask is not None:
-            qm = query_mask.bool()[:, :, None]
+            qm = query_mask[:, :, None]
             mask = qm if mask is None else mask & qm
         if value_mask is not None:
-            vm = value_mask.bool()[:, None, :]
+            vm = value_mask[:, None, :]
             mask = vm if mask is None else mask & vm
         if use_causal_mask:
             tri = _causal(t, s, query.device)[None]
@@ -330,13 +347,8 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         v = self._project(value, "value", self.value_dim)
         mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, T or 1, S]
         dropout = self.dropout if self.training else 0.0
-        if dropout and not return_attention:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=dropout)
-            weights = None
-        else:
-            out, weights = attend(q, k, v, mask4, scale=self.key_dim**-0.5, return_attention=return_attention)
-            if dropout:
-                out = torch.matmul(F.dropout(weights, dropout), v)
+        out, weights = attend(q, k, v, mask4, scale=self.key_dim**-0.5, return_attention=return_attention,
+                              dropout=dropout)
         out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
         out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
         return (out, weights) if return_attention else out

@@ -30,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import check_input, check_mask, label_attention
+from .core import check_positive, label_attention
 from .keras_layers import KerasVar
+from .label_head import LabelHead
 from .labelwise import LabelwiseAttentionBatched
-from .lazy import LazyLayer
 
 __all__ = ["LWAN", "CAMLHead", "LAATHead", "JointLAATHead", "PLMCAHead", "keras_he_normal_"]
 
@@ -58,10 +58,10 @@ class LWAN(LabelwiseAttentionBatched):
 
     name = "lwan"
 
-    def __init__(self, num_labels: int, hidden_size: int | None = None, output: str = "logits",
+    def __init__(self, num_labels: int, *, hidden_size: int | None = None, output: str = "logits",
                  chunk_size: int | None = None, device=None, dtype=None) -> None:
-        super().__init__(num_labels, hidden_size, shared_output=False, output=output, chunk_size=chunk_size,
-                         device=device, dtype=dtype)
+        super().__init__(num_labels, hidden_size=hidden_size, shared_output=False, output=output,
+                         chunk_size=chunk_size, device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
         with torch.no_grad():
@@ -73,58 +73,7 @@ class LWAN(LabelwiseAttentionBatched):
         return [KerasVar("Wa", "vars/0", "Wa"), KerasVar("Wo", "vars/1", "Wo"), KerasVar("bo", "vars/2", "bo")]
 
 
-def _rename(state_dict: dict, prefix: str, renames: dict[str, str], drop: tuple[str, ...] = ()) -> None:
-    """Translate a reference repository's keys in place (``load_state_dict`` pre-hooks must)."""
-    for old, new in renames.items():
-        if prefix + old in state_dict and prefix + new not in state_dict:
-            state_dict[prefix + new] = state_dict.pop(prefix + old)
-    for key in drop:
-        state_dict.pop(prefix + key, None)
-
-
-class _LabelHead(LazyLayer):
-    """The shared frame of a label-attention head: sizes, checks, the fused core, the output layer."""
-
-    name = "label_head"
-    renames: dict[str, str] = {}
-    drops: tuple[str, ...] = ()
-
-    def __init__(self, num_labels: int, hidden_size: int | None, chunk_size: int | None) -> None:
-        super().__init__()
-        if not isinstance(num_labels, int) or num_labels < 1:
-            raise ValueError(f"{self.name}: num_labels must be a positive int, got {num_labels!r}")
-        self.num_labels = num_labels
-        self.chunk_size = chunk_size
-        self._register_load_state_dict_pre_hook(self._reference_layout, with_module=False)
-
-    def _reference_layout(self, state_dict, prefix, *args) -> None:
-        _rename(state_dict, prefix, self.renames, self.drops)
-
-    def _lazy_load_hook(self, state_dict, prefix, *args) -> None:
-        _rename(state_dict, prefix, self.renames, self.drops)  # before the shapes are read from it
-        super()._lazy_load_hook(state_dict, prefix, *args)
-
-    def _infer_sizes(self, x, *args, **kwargs):
-        check_input(self.name, "x", x, ("batch", "seq", "hidden"))
-        return {"hidden_size": x.shape[-1]}
-
-    def _check(self, x: Tensor, mask: Tensor | None) -> Tensor | None:
-        check_input(self.name, "x", x, ("batch", "seq", self.size("hidden_size") or "hidden"))
-        mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[1])
-        return None if mask is None else mask[:, 0]
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        like = next(self.parameters())
-        x = torch.randn(batch, seq, self.size("hidden_size") or 16, device=like.device, dtype=like.dtype)
-        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
-        mask[-1, seq // 2 + 1 :] = False
-        return (x,), {"mask": mask}
-
-    def extra_repr(self) -> str:
-        return f"num_labels={self.num_labels}, hidden_size={self.size('hidden_size')}"
-
-
-class CAMLHead(_LabelHead):
+class CAMLHead(LabelHead):
     """CAML's per-label attention and output (Mullenbach et al. 2018), over the conv features H.
 
     Args: ``num_labels``, ``hidden_size`` (d_c, the conv filters; None: inferred), ``chunk_size``.
@@ -136,9 +85,10 @@ class CAMLHead(_LabelHead):
     name = "caml"
     drops = ("U.bias",)  # the reference's U is an nn.Linear whose bias the formula never uses
 
-    def __init__(self, num_labels: int, hidden_size: int | None = None, chunk_size: int | None = None,
+    def __init__(self, num_labels: int, *, hidden_size: int | None = None, chunk_size: int | None = None,
                  device=None, dtype=None) -> None:
-        super().__init__(num_labels, hidden_size, chunk_size)
+        super().__init__(num_labels, chunk_size=chunk_size)
+        check_positive(self.name, "hidden_size", hidden_size)
         self._create_parameters({"hidden_size": hidden_size}, device, dtype)
 
     def _parameter_shapes(self, sizes):
@@ -154,7 +104,7 @@ class CAMLHead(_LabelHead):
         nn.init.zeros_(self.final.bias)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        mask = self._check(x, mask)
+        x, mask = self.prepare(x, mask)
         reps, weights = label_attention(self.U.weight, x, x, mask, return_attention=return_attention,
                                         chunk_size=self.chunk_size)
         logits = (reps * self.final.weight).sum(-1) + self.final.bias
@@ -166,7 +116,7 @@ def _laat_shapes(prefix: str, labels: int, hidden: int, attention: int, output_i
             f"{prefix}third_linear.weight": (labels, output_in), f"{prefix}third_linear.bias": (labels,)}
 
 
-class LAATHead(_LabelHead):
+class LAATHead(LabelHead):
     """LAAT's label attention (Vu et al. 2020): additive-style keys Z = tanh(H Wᵀ), label queries U.
 
     Args: ``num_labels``, ``hidden_size`` (None: inferred), ``attention_size`` (d_a), ``chunk_size``.
@@ -182,9 +132,11 @@ class LAATHead(_LabelHead):
                "attention.third_linears.0.weight": "third_linear.weight",
                "attention.third_linears.0.bias": "third_linear.bias"}
 
-    def __init__(self, num_labels: int, hidden_size: int | None = None, attention_size: int = 512,
+    def __init__(self, num_labels: int, *, hidden_size: int | None = None, attention_size: int = 512,
                  chunk_size: int | None = None, device=None, dtype=None) -> None:
-        super().__init__(num_labels, hidden_size, chunk_size)
+        super().__init__(num_labels, chunk_size=chunk_size)
+        check_positive(self.name, "hidden_size", hidden_size)
+        check_positive(self.name, "attention_size", attention_size, allow_none=False)
         self.attention_size = attention_size
         self._create_parameters({"hidden_size": hidden_size}, device, dtype)
 
@@ -207,7 +159,7 @@ class LAATHead(_LabelHead):
         return label_attention(second, keys, x, mask, return_attention=return_attention, chunk_size=self.chunk_size)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        mask = self._check(x, mask)
+        x, mask = self.prepare(x, mask)
         reps, weights = self.attend(x, mask, return_attention)
         logits = (reps * self.third_linear.weight).sum(-1) + self.third_linear.bias
         return (logits, weights) if return_attention else logits
@@ -234,11 +186,14 @@ class JointLAATHead(LAATHead):
                for part in ("first", "second", "third") for level, who in ((0, "parent"), (1, "child"))
                for kind in ("weight", "bias")}
 
-    def __init__(self, num_labels: int, num_parent_labels: int, hidden_size: int | None = None,
+    def __init__(self, num_labels: int, num_parent_labels: int, *, hidden_size: int | None = None,
                  attention_size: int = 512, projection_size: int = 128, chunk_size: int | None = None,
                  device=None, dtype=None) -> None:
+        check_positive(self.name, "num_parent_labels", num_parent_labels, allow_none=False)
+        check_positive(self.name, "projection_size", projection_size, allow_none=False)
         self.num_parent_labels, self.projection_size = num_parent_labels, projection_size
-        super().__init__(num_labels, hidden_size, attention_size, chunk_size, device, dtype)
+        super().__init__(num_labels, hidden_size=hidden_size, attention_size=attention_size, chunk_size=chunk_size,
+                         device=device, dtype=dtype)
 
     def _parameter_shapes(self, sizes):
         h, d_a, p = sizes["hidden_size"], self.attention_size, self.projection_size
@@ -251,7 +206,7 @@ class JointLAATHead(LAATHead):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False,
                 return_parents: bool = False):
-        mask = self._check(x, mask)
+        x, mask = self.prepare(x, mask)
         parent_reps, _ = self.attend(x, mask, False, "parent.")
         third = self.parent.third_linear
         parent_logits = (parent_reps * third.weight).sum(-1) + third.bias  # [B, L1]
@@ -272,7 +227,7 @@ class JointLAATHead(LAATHead):
         return f"{super().extra_repr()}, num_parent_labels={self.num_parent_labels}, projection_size={self.projection_size}"
 
 
-class PLMCAHead(_LabelHead):
+class PLMCAHead(LabelHead):
     """PLM-CA's cross-attention head (Edin et al. 2024): label queries over projected keys and values,
     LayerNorm, one output vector shared by all labels.
 
@@ -283,9 +238,10 @@ class PLMCAHead(_LabelHead):
 
     name = "plm_ca"
 
-    def __init__(self, num_labels: int, hidden_size: int | None = None, scaled: bool = False,
+    def __init__(self, num_labels: int, *, hidden_size: int | None = None, scaled: bool = False,
                  chunk_size: int | None = None, device=None, dtype=None) -> None:
-        super().__init__(num_labels, hidden_size, chunk_size)
+        super().__init__(num_labels, chunk_size=chunk_size)
+        check_positive(self.name, "hidden_size", hidden_size)
         self.scaled = scaled
         self._create_parameters({"hidden_size": hidden_size}, device, dtype)
 
@@ -310,7 +266,7 @@ class PLMCAHead(_LabelHead):
         nn.init.zeros_(self.output.bias)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        mask = self._check(x, mask)
+        x, mask = self.prepare(x, mask)
         keys = F.linear(x, self.key.weight, self.key.bias)
         values = F.linear(x, self.value.weight, self.value.bias)
         scale = keys.shape[-1] ** -0.5 if self.scaled else 1.0

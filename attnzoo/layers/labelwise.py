@@ -27,8 +27,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
-from .core import check_input, check_mask, label_attention
-from .lazy import LazyLayer, ParameterGroup
+from .core import check_positive, label_attention
+from .label_head import LabelHead
+from .lazy import ParameterGroup
 
 __all__ = [
     "LabelwiseAttention",
@@ -75,12 +76,13 @@ class LabelVectors(ParameterGroup):
         return f"{len(self._parameters)} x {size}"
 
 
-class _LabelwiseBase(LazyLayer):
+class _LabelwiseBase(LabelHead):
     name = "labelwise"
 
     def __init__(
         self,
         num_labels: int,
+        *,
         hidden_size: int | None = None,
         shared_output: bool = False,
         output: Literal["logits", "probs"] = "logits",
@@ -88,28 +90,18 @@ class _LabelwiseBase(LazyLayer):
         device=None,
         dtype=None,
     ) -> None:
-        super().__init__()
-        if not isinstance(num_labels, int) or num_labels < 1:
-            raise ValueError(f"{self.name}: num_labels must be a positive int, got {num_labels!r}")
-        if hidden_size is not None and hidden_size < 1:
-            raise ValueError(f"{self.name}: hidden_size must be positive or None (inferred), got {hidden_size!r}")
+        super().__init__(num_labels, chunk_size=chunk_size)
+        check_positive(self.name, "hidden_size", hidden_size)
         if output not in ("logits", "probs"):
             raise ValueError(f"{self.name}: output must be 'logits' or 'probs', got {output!r}")
-        self.num_labels = num_labels
         self.shared_output = shared_output
         self.output = output
-        self.chunk_size = chunk_size
         self.bo = nn.Parameter(torch.zeros(num_labels, device=device, dtype=dtype))
-        self._register_load_state_dict_pre_hook(self._layout_hook)
         self._make_holders()
         self._create_parameters({"hidden_size": hidden_size}, device, dtype)
 
     def _make_holders(self) -> None:
         """Sub-modules that hold parameters, created before the parameters are."""
-
-    @property
-    def hidden_size(self) -> int | None:
-        return self.size("hidden_size")
 
     # subclasses: how the label matrix Wa [L, h] is stored
     def _query_shapes(self, hidden: int) -> dict[str, tuple[int, ...]]:
@@ -121,16 +113,9 @@ class _LabelwiseBase(LazyLayer):
     def _init_query(self) -> None:
         raise NotImplementedError
 
-    def _convert_layout(self, state_dict, prefix) -> None:
-        raise NotImplementedError
-
     def _parameter_shapes(self, sizes):
         h = sizes["hidden_size"]
         return {**self._query_shapes(h), "Wo": (h,) if self.shared_output else (self.num_labels, h)}
-
-    def _infer_sizes(self, x, *args, **kwargs):
-        check_input(self.name, "x", x, ("batch", "seq", "hidden"))
-        return {"hidden_size": x.shape[-1]}
 
     def _sizes_from_parameters(self):
         return {"hidden_size": self.Wo.shape[-1]}
@@ -141,35 +126,18 @@ class _LabelwiseBase(LazyLayer):
             nn.init.xavier_uniform_(self.Wo.view(-1, self.Wo.shape[-1]))
             nn.init.zeros_(self.bo)
 
-    def _lazy_load_hook(self, state_dict, prefix, *args) -> None:
-        self._convert_layout(state_dict, prefix)  # the other layout's keys, before shapes are read
-        super()._lazy_load_hook(state_dict, prefix, *args)
-
-    def _layout_hook(self, state_dict, prefix, *args) -> None:
-        self._convert_layout(state_dict, prefix)
-
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         """x [B, T, h], mask [B, T] bool (True = attend) -> logits [B, L] (and A [B, L, T])."""
-        check_input(self.name, "x", x, ("batch", "seq", self.hidden_size or "hidden"))
-        batch, seq, _ = x.shape
-        mask = check_mask(self.name, mask, batch, 1, seq)
+        x, keep = self.prepare(x, mask)
         # the label matrix Wa [L, h] is the query; keys = values = x
-        reps, weights = label_attention(self.query_matrix(), x, x, None if mask is None else mask[:, 0],
-                                        scale=1.0, return_attention=return_attention, chunk_size=self.chunk_size)
+        reps, weights = label_attention(self.query_matrix(), x, x, keep, scale=1.0,
+                                        return_attention=return_attention, chunk_size=self.chunk_size)
         logits = (reps * self.Wo).sum(-1) + self.bo  # [B, L]
         out = torch.sigmoid(logits) if self.output == "probs" else logits
         return (out, weights) if return_attention else out
 
-    def example_inputs(self, batch: int = 2, seq: int = 7) -> tuple[tuple, dict]:
-        """A dummy batch for this layer: ``(x,), {"mask": mask}`` with the last sample half padded."""
-        x = torch.randn(batch, seq, self.hidden_size or 16, device=self.bo.device, dtype=self.bo.dtype)
-        mask = torch.ones(batch, seq, dtype=torch.bool, device=self.bo.device)
-        mask[-1, seq // 2 + 1 :] = False
-        return (x,), {"mask": mask}
-
     def extra_repr(self) -> str:
-        return (f"num_labels={self.num_labels}, hidden_size={self.hidden_size}, shared_output={self.shared_output}, "
-                f"output={self.output!r}")
+        return f"{super().extra_repr()}, shared_output={self.shared_output}, output={self.output!r}"
 
 
 class LabelwiseAttention(_LabelwiseBase):
@@ -205,6 +173,7 @@ class LabelwiseAttention(_LabelwiseBase):
             getattr(self.Wa_list, str(i)).copy_(row)
 
     def _convert_layout(self, state_dict, prefix) -> None:
+        super()._convert_layout(state_dict, prefix)
         _replace_in_place(state_dict, to_per_label_state_dict(state_dict, prefix))
 
 
@@ -224,4 +193,5 @@ class LabelwiseAttentionBatched(_LabelwiseBase):
         nn.init.xavier_uniform_(self.Wa)
 
     def _convert_layout(self, state_dict, prefix) -> None:
+        super()._convert_layout(state_dict, prefix)
         _replace_in_place(state_dict, to_batched_state_dict(state_dict, prefix))

@@ -22,17 +22,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .core import check_input, check_mask, label_attention, masked_softmax
+from .core import check_input, check_mask, check_positive, label_attention, masked_softmax, neutralise
 from .lazy import LazyLayer
 
 __all__ = ["KerasAttention", "AttentionPooling"]
 
 
-def _example_sequence(size: int | None, batch: int, seq: int, like: Tensor):
-    x = torch.randn(batch, seq, size or 16, device=like.device, dtype=like.dtype)
-    mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
-    mask[-1, seq // 2 + 1 :] = False
-    return (x,), {"mask": mask}
+def _prepare(layer: str, x: Tensor, mask: Tensor | None, size: int | None, like: Tensor):
+    """Check x [B, T, size] and mask [B, T]; x with padded positions zeroed, and the mask as [B, 1, T]."""
+    check_input(layer, "x", x, ("batch", "seq", size or "hidden"), like=like)
+    mask = check_mask(layer, mask, x.shape[0], 1, x.shape[1], like=x)
+    return neutralise(x, None if mask is None else mask[:, 0]), mask
 
 
 class KerasAttention(LazyLayer):
@@ -48,10 +48,10 @@ class KerasAttention(LazyLayer):
 
     name = "keras_attn"
 
-    def __init__(self, num_classes: int, embed_dim: int | None = None, device=None, dtype=None) -> None:
+    def __init__(self, num_classes: int, *, embed_dim: int | None = None, device=None, dtype=None) -> None:
         super().__init__()
-        if num_classes < 1:
-            raise ValueError(f"keras_attn: num_classes must be positive, got {num_classes}")
+        check_positive(self.name, "num_classes", num_classes, allow_none=False)
+        check_positive(self.name, "embed_dim", embed_dim)
         self.num_classes = num_classes
         self._create_parameters({"embed_dim": embed_dim}, device, dtype)
 
@@ -74,15 +74,11 @@ class KerasAttention(LazyLayer):
         return [KerasVar("Ws", "vars/0", "Ws")]
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        check_input(self.name, "x", x, ("batch", "seq", self.size("embed_dim") or "embed_dim"))
-        mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[1])
+        x, mask = _prepare(self.name, x, mask, self.size("embed_dim"), self.Ws)
         scores = torch.tanh(torch.matmul(self.Ws, x.transpose(1, 2)))  # [B, C, T]
         weights = masked_softmax(scores, mask)
         out = torch.bmm(weights, x)
         return (out, weights) if return_attention else out
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        return _example_sequence(self.size("embed_dim"), batch, seq, self.Ws)
 
     def extra_repr(self) -> str:
         return f"num_classes={self.num_classes}, embed_dim={self.size('embed_dim')}"
@@ -102,8 +98,10 @@ class AttentionPooling(LazyLayer):
 
     name = "attn_pool"
 
-    def __init__(self, hidden_size: int | None = None, attention_size: int | None = None, device=None, dtype=None):
+    def __init__(self, hidden_size: int | None = None, *, attention_size: int | None = None, device=None, dtype=None):
         super().__init__()
+        check_positive(self.name, "hidden_size", hidden_size)
+        check_positive(self.name, "attention_size", attention_size)
         self.attention_size_arg = attention_size
         self._create_parameters({"hidden_size": hidden_size}, device, dtype)
 
@@ -128,18 +126,13 @@ class AttentionPooling(LazyLayer):
         nn.init.normal_(self.v, std=self.v.shape[0] ** -0.5)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        check_input(self.name, "x", x, ("batch", "seq", self.size("hidden_size") or "hidden"))
-        batch, seq, _ = x.shape
-        mask = check_mask(self.name, mask, batch, 1, seq)
+        x, mask = _prepare(self.name, x, mask, self.size("hidden_size"), self.W)
         keys = torch.tanh(torch.nn.functional.linear(x, self.W, self.b))  # [B, T, d_a]
         # one learned query v against the keys tanh(W h + b): label attention with one label
         pooled, weights = label_attention(self.v.unsqueeze(0), keys, x, None if mask is None else mask[:, 0],
                                           scale=1.0, return_attention=return_attention)
         pooled = pooled.squeeze(1)
         return (pooled, weights.squeeze(1)) if return_attention else pooled
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        return _example_sequence(self.size("hidden_size"), batch, seq, self.b)
 
     def extra_repr(self) -> str:
         h = self.size("hidden_size")

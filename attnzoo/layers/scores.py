@@ -29,52 +29,61 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import check_input, check_mask, masked_softmax
+from .core import attended_keys, check_input, check_mask, check_positive, masked_softmax, neutralise
 from .lazy import LazyLayer
 
-__all__ = ["DotAttention", "GeneralAttention", "AdditiveAttention", "Seq2SeqAttention", "SCORES"]
+__all__ = ["ScoreAttention", "DotAttention", "GeneralAttention", "AdditiveAttention", "Seq2SeqAttention", "SCORES"]
 
 
-def _example_qk(batch: int, q_len: int, k_len: int, dq: int, dk: int, like: Tensor):
-    query = torch.randn(batch, q_len, dq, device=like.device, dtype=like.dtype)
-    key = torch.randn(batch, k_len, dk, device=like.device, dtype=like.dtype)
-    mask = torch.ones(batch, k_len, dtype=torch.bool, device=like.device)
-    mask[-1, k_len // 2 + 1 :] = False
-    return query, key, mask
+class ScoreAttention(nn.Module):
+    """Base of query/key attention with a score function: subclass it and implement :meth:`score`.
 
+    Everything else is shared: the checks of query, key, value and mask (with messages naming
+    ``name``), zeroing of masked keys and values before any arithmetic, the optional 1/sqrt(d) scale,
+    the masked softmax (a query with no key left attends to nothing) and the weighted sum.
 
-class _ScoredAttention:
-    """The part every score function shares: checks, masked softmax, weighted sum of the values."""
+    Shapes: ``forward(query [B, Tq, dq], key [B, Tk, dk], value [B, Tk, Dv] = key, mask [B, Tk] or
+    [B, Tq, Tk] = None)`` -> ``(context [B, Tq, Dv], weights [B, Tq, Tk])``. The convention is
+    ``query_key``; the conformance kit checks a subclass the day its card is registered.
+    """
 
     name = "attention"
-    scaled: bool
+    scaled: bool = False
 
-    def _scores(self, query: Tensor, key: Tensor) -> Tensor:
+    def score(self, query: Tensor, key: Tensor) -> Tensor:
+        """Scores e [B, Tq, Tk] of every query against every key."""
         raise NotImplementedError
 
     def _scale_dim(self, query: Tensor, key: Tensor) -> int:
         return key.shape[-1]
 
     def _expected(self) -> tuple[object, object]:
+        """The query and key sizes, or names for sizes that are still free."""
         return "query_size", "key_size"
+
+    def _like(self) -> Tensor | None:
+        return next(iter(self.parameters()), None)
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor | None = None, mask: Tensor | None = None):
         """query [B, Tq, dq], key [B, Tk, dk], value [B, Tk, Dv] (default: key), mask -> (context, weights)."""
         dq, dk = self._expected()
-        check_input(self.name, "query", query, ("batch", "query_len", dq))
-        check_input(self.name, "key", key, (query.shape[0], "key_len", dk))
+        like = self._like()
+        check_input(self.name, "query", query, ("batch", "query_len", dq), like=like)
+        check_input(self.name, "key", key, (query.shape[0], "key_len", dk), like=query)
         if value is None:
             value = key
-        check_input(self.name, "value", value, (query.shape[0], key.shape[1], "value_size"))
-        mask = check_mask(self.name, mask, query.shape[0], query.shape[1], key.shape[1])
-        scores = self._scores(query, key)
+        check_input(self.name, "value", value, (query.shape[0], key.shape[1], "value_size"), like=query)
+        mask = check_mask(self.name, mask, query.shape[0], query.shape[1], key.shape[1], like=query)
+        keys = attended_keys(mask)
+        key, value = neutralise(key, keys), neutralise(value, keys)
+        scores = self.score(query, key)
         if self.scaled:
             scores = scores * self._scale_dim(query, key) ** -0.5
         weights = masked_softmax(scores, mask)
-        return torch.bmm(weights, value), weights
+        return torch.matmul(weights, value), weights
 
 
-class DotAttention(_ScoredAttention, nn.Module):
+class DotAttention(ScoreAttention):
     """Dot-product attention ``e_ij = q_iᵀ k_j`` (optionally scaled by 1/sqrt(dk)); no parameters.
 
     Shapes: ``forward(query [B, Tq, d], key [B, Tk, d], value=None, mask=None)`` ->
@@ -83,27 +92,23 @@ class DotAttention(_ScoredAttention, nn.Module):
 
     name = "dot"
 
-    def __init__(self, scaled: bool = False) -> None:
+    def __init__(self, *, scaled: bool = False) -> None:
         super().__init__()
         self.scaled = scaled
 
-    def _scores(self, query, key):
+    def score(self, query, key):
         if query.shape[-1] != key.shape[-1]:
             raise ValueError(
                 f"dot expects query and key of the same size, got {query.shape[-1]} and {key.shape[-1]}; "
                 "use general or additive for different sizes"
             )
-        return torch.bmm(query, key.transpose(1, 2))
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        query, key, mask = _example_qk(batch, 3, seq, 16, 16, torch.empty(0))
-        return (query, key), {"mask": mask}
+        return torch.matmul(query, key.transpose(-2, -1))
 
     def extra_repr(self) -> str:
         return f"scaled={self.scaled}"
 
 
-class _LearnedScore(_ScoredAttention, LazyLayer):
+class _LearnedScore(ScoreAttention, LazyLayer):
     """A score with parameters sized by the query and key (inferred on the first call when not given)."""
 
     def _infer_sizes(self, query, key, *args, **kwargs):
@@ -113,11 +118,6 @@ class _LearnedScore(_ScoredAttention, LazyLayer):
 
     def _expected(self):
         return self.size("query_size") or "query_size", self.size("key_size") or "key_size"
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        like = next(self.parameters())
-        query, key, mask = _example_qk(batch, 3, seq, self.size("query_size") or 12, self.size("key_size") or 16, like)
-        return (query, key), {"mask": mask}
 
 
 class GeneralAttention(_LearnedScore):
@@ -132,9 +132,11 @@ class GeneralAttention(_LearnedScore):
 
     name = "general"
 
-    def __init__(self, query_size: int | None = None, key_size: int | None = None, scaled: bool = False,
+    def __init__(self, query_size: int | None = None, key_size: int | None = None, *, scaled: bool = False,
                  device=None, dtype=None) -> None:
         super().__init__()
+        check_positive(self.name, "query_size", query_size)
+        check_positive(self.name, "key_size", key_size)
         self.scaled = scaled
         self._create_parameters({"query_size": query_size, "key_size": key_size}, device, dtype)
 
@@ -147,8 +149,8 @@ class GeneralAttention(_LearnedScore):
     def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.weight)
 
-    def _scores(self, query, key):
-        return torch.bmm(torch.matmul(query, self.weight), key.transpose(1, 2))
+    def score(self, query, key):
+        return torch.matmul(torch.matmul(query, self.weight), key.transpose(-2, -1))
 
     def extra_repr(self) -> str:
         return f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, scaled={self.scaled}"
@@ -168,9 +170,12 @@ class AdditiveAttention(_LearnedScore):
 
     name = "additive"
 
-    def __init__(self, query_size: int | None = None, key_size: int | None = None,
+    def __init__(self, query_size: int | None = None, key_size: int | None = None, *,
                  attention_size: int | None = None, scaled: bool = False, device=None, dtype=None) -> None:
         super().__init__()
+        check_positive(self.name, "query_size", query_size)
+        check_positive(self.name, "key_size", key_size)
+        check_positive(self.name, "attention_size", attention_size)
         self.scaled = scaled
         self.attention_size_arg = attention_size
         self._create_parameters({"query_size": query_size, "key_size": key_size}, device, dtype)
@@ -192,7 +197,7 @@ class AdditiveAttention(_LearnedScore):
     def _scale_dim(self, query, key):
         return self.v.shape[0]
 
-    def _scores(self, query, key):
+    def score(self, query, key):
         q = F.linear(query, self.query_proj, self.bias)  # [B, Tq, d_a]
         k = F.linear(key, self.key_proj)  # [B, Tk, d_a]
         return torch.matmul(torch.tanh(q.unsqueeze(2) + k.unsqueeze(1)), self.v)  # [B, Tq, Tk]
@@ -223,10 +228,13 @@ class Seq2SeqAttention(LazyLayer):
 
     name = "seq2seq_attn"
 
-    def __init__(self, score: str = "general", decoder_size: int | None = None, encoder_size: int | None = None,
+    def __init__(self, score: str = "general", *, decoder_size: int | None = None, encoder_size: int | None = None,
                  output_size: int | None = None, attention_size: int | None = None, scaled: bool = False,
                  device=None, dtype=None) -> None:
         super().__init__()
+        for key, value in (("decoder_size", decoder_size), ("encoder_size", encoder_size),
+                           ("output_size", output_size), ("attention_size", attention_size)):
+            check_positive(self.name, key, value)
         if score not in SCORES:
             raise ValueError(f"seq2seq_attn: score must be one of {', '.join(SCORES)}, got {score!r}")
         if score == "dot" and None not in (decoder_size, encoder_size) and decoder_size != encoder_size:
@@ -240,7 +248,8 @@ class Seq2SeqAttention(LazyLayer):
         elif score == "general":
             self.attention = GeneralAttention(decoder_size, encoder_size, scaled=scaled, **kw)
         else:
-            self.attention = AdditiveAttention(decoder_size, encoder_size, attention_size, scaled=scaled, **kw)
+            self.attention = AdditiveAttention(decoder_size, encoder_size, attention_size=attention_size, scaled=scaled,
+                                               **kw)
         self._create_parameters({"decoder_size": decoder_size, "encoder_size": encoder_size}, **kw)
 
     def _parameter_shapes(self, sizes):
@@ -265,18 +274,14 @@ class Seq2SeqAttention(LazyLayer):
         nn.init.xavier_uniform_(self.combine.weight)
 
     def forward(self, decoder_out: Tensor, encoder_out: Tensor, mask: Tensor | None = None):
-        check_input(self.name, "decoder_out", decoder_out, ("batch", "dec_len", self.size("decoder_size") or "decoder_size"))
+        check_input(self.name, "decoder_out", decoder_out,
+                    ("batch", "dec_len", self.size("decoder_size") or "decoder_size"), like=self.combine.weight)
         check_input(self.name, "encoder_out", encoder_out,
-                    (decoder_out.shape[0], "enc_len", self.size("encoder_size") or "encoder_size"))
+                    (decoder_out.shape[0], "enc_len", self.size("encoder_size") or "encoder_size"), like=decoder_out)
+        check_mask(self.name, mask, decoder_out.shape[0], decoder_out.shape[1], encoder_out.shape[1], like=decoder_out)
         context, weights = self.attention(decoder_out, encoder_out, encoder_out, mask)
         output = torch.tanh(F.linear(torch.cat([context, decoder_out], dim=-1), self.combine.weight))
         return output, weights
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        like = self.combine.weight
-        dec, enc, mask = _example_qk(batch, 4, seq, self.size("decoder_size") or 16,
-                                     self.size("encoder_size") or 16, like)
-        return (dec, enc), {"mask": mask}
 
     def extra_repr(self) -> str:
         return (f"score={self.score!r}, decoder_size={self.size('decoder_size')}, "

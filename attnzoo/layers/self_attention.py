@@ -8,6 +8,10 @@ The parameters keep the seed's layout (``query``, ``key``, ``value`` Linear laye
 load; forward concatenates the three weights into one [3D, D] projection (one GEMM instead of three)
 and runs ``F.scaled_dot_product_attention``. The [T, T] weights exist only with ``return_attention``.
 
+Positions that no query attends to (padding under a [B, T] mask) are read as zeros before the
+projections, so whatever they hold (NaN, inf) never reaches an output or a gradient; their own output
+rows, which the mask leaves free, are those of a zero input.
+
 A 2-D input is refused: the seed's answer applied this layer to [B, 256] LSTM features, where
 "self-attention" attends across the samples of the batch. A self-attention layer needs a time axis,
 and it returns a sequence; a classifier still has to pool it (``attn_pool``).
@@ -19,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import attend, check_input, check_mask
+from .core import attend, attended_keys, check_input, check_mask, check_positive, check_probability, neutralise
 from .lazy import LazyLayer
 
 __all__ = ["QKVSelfAttention"]
@@ -50,6 +54,7 @@ class QKVSelfAttention(LazyLayer):
     def __init__(
         self,
         embed_dim: int | None = None,
+        *,
         num_heads: int = 1,
         bias: bool = True,
         output_projection: bool = False,
@@ -58,8 +63,9 @@ class QKVSelfAttention(LazyLayer):
         dtype=None,
     ) -> None:
         super().__init__()
-        if num_heads < 1:
-            raise ValueError(f"qkv_self: num_heads must be positive, got {num_heads}")
+        check_positive(self.name, "embed_dim", embed_dim)
+        check_positive(self.name, "num_heads", num_heads, allow_none=False)
+        check_probability(self.name, "dropout", dropout)
         if embed_dim is not None and embed_dim % num_heads:
             raise ValueError(f"qkv_self: embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
@@ -98,37 +104,25 @@ class QKVSelfAttention(LazyLayer):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         d = self.size("embed_dim")
-        check_input(self.name, "x", x, ("batch", "seq", d or "embed_dim"), hint=_TWO_D_HINT if x.dim() == 2 else "")
+        check_input(self.name, "x", x, ("batch", "seq", d or "embed_dim"), hint=_TWO_D_HINT if x.dim() == 2 else "",
+                    like=self.query.weight)
         batch, seq, dim = x.shape
-        mask = check_mask(self.name, mask, batch, seq, seq)
+        mask = check_mask(self.name, mask, batch, seq, seq, like=x)
+        x = neutralise(x, attended_keys(mask))  # keys no query attends to: padding, whatever it holds
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias]) if self.bias else None
         heads, head_dim = self.num_heads, dim // self.num_heads
         qkv = F.linear(x, weight, bias).view(batch, seq, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each [B, heads, T, head_dim]
         mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, T or 1, T]
-        if self.training and self.dropout > 0 and not return_attention:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask4, dropout_p=self.dropout)
-            weights = None
-        else:
-            out, weights = attend(q, k, v, mask4, return_attention=return_attention)
-            if weights is not None and self.training and self.dropout > 0:
-                weights = F.dropout(weights, self.dropout)
-                out = torch.matmul(weights, v)
+        dropout = self.dropout if self.training else 0.0
+        out, weights = attend(q, k, v, mask4, return_attention=return_attention, dropout=dropout)
         out = out.transpose(1, 2).reshape(batch, seq, dim)
         if self.output_projection:
             out = F.linear(out, self.out.weight, self.out.bias if self.bias else None)
         if not return_attention:
             return out
         return out, (weights.squeeze(1) if heads == 1 else weights)
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        d = self.size("embed_dim") or 16
-        like = self.query.weight
-        x = torch.randn(batch, seq, d, device=like.device, dtype=like.dtype)
-        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
-        mask[-1, seq // 2 + 1 :] = False
-        return (x,), {"mask": mask}
 
     def extra_repr(self) -> str:
         return (f"embed_dim={self.size('embed_dim')}, num_heads={self.num_heads}, bias={self.bias}, "

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..layers.core import check_input
+from ..layers.core import check_input, check_mask, check_positive, check_probability, neutralise
 from ..layers.pooling import AttentionPooling
 
 __all__ = ["CNNBiLSTMAttention"]
@@ -44,30 +44,45 @@ class CNNBiLSTMAttention(nn.Module):
 
     name = "cnn_bilstm_attn"
 
-    def __init__(self, num_classes: int, backbone: str = "resnet18", in_chans: int = 5, lstm_hidden: int = 128,
+    def __init__(self, num_classes: int, *, backbone: str = "resnet18", in_chans: int = 5, lstm_hidden: int = 128,
                  lstm_layers: int = 1, attention_size: int | None = None, dropout: float = 0.0) -> None:
         super().__init__()
         import timm
 
+        for key, value in (("num_classes", num_classes), ("in_chans", in_chans), ("lstm_hidden", lstm_hidden),
+                           ("lstm_layers", lstm_layers)):
+            check_positive(self.name, key, value, allow_none=False)
+        check_positive(self.name, "attention_size", attention_size)
+        check_probability(self.name, "dropout", dropout)
+        if backbone not in timm.list_models():
+            raise ValueError(f"{self.name}: unknown timm backbone {backbone!r}; timm.list_models() lists them "
+                             f"(it must support features_only)")
         self.in_chans = in_chans
         # never download: attnzoo's weights come from its own cards
         self.backbone = timm.create_model(backbone, pretrained=False, in_chans=in_chans, features_only=True,
                                           out_indices=(-1,))
         channels = self.backbone.feature_info.channels()[-1]
         self.lstm = nn.LSTM(channels, lstm_hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True)
-        self.pool = AttentionPooling(2 * lstm_hidden, attention_size)
+        self.pool = AttentionPooling(2 * lstm_hidden, attention_size=attention_size)
         self.dropout = nn.Dropout(dropout)
         self.head = nn.Linear(2 * lstm_hidden, num_classes)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        check_input(self.name, "x", x, ("batch", self.in_chans, "freq", "time"))
+        check_input(self.name, "x", x, ("batch", self.in_chans, "freq", "time"), like=self.head.weight)
+        if mask is not None:
+            mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[-1], like=x)[:, 0]
+            if mask.shape[1] > 1 and mask.device.type != "meta" and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+                raise ValueError(f"{self.name} reads each sequence up to its length, so the real frames must come "
+                                 f"first (right padding)")
+            # padded frames read as zeros whatever they hold (the CNN's receptive field spans frames)
+            x = x.masked_fill(~mask[:, None, None, :], 0.0)
+        if 0 in x.shape:
+            raise ValueError(f"{self.name} expects a non-empty batch of [batch, {self.in_chans}, freq, time] inputs, "
+                             f"got {list(x.shape)}")
         features = self.backbone(x)[-1]  # [B, C, F', W']
         sequence = features.mean(dim=2).transpose(1, 2)  # [B, W', C]
         frames = sequence.shape[1]
         if mask is not None:
-            if tuple(mask.shape) != (x.shape[0], x.shape[-1]):
-                raise ValueError(f"{self.name} expects mask of shape [{x.shape[0]}, {x.shape[-1]}] over the "
-                                 f"input time frames, got {list(mask.shape)}")
             mask = F.adaptive_max_pool1d(mask.to(sequence.dtype).unsqueeze(1), frames).squeeze(1) > 0
         if mask is not None and sequence.device.type != "meta":  # lengths must be read on the host
             lengths = mask.sum(-1).clamp(min=1).cpu()
@@ -79,10 +94,3 @@ class CNNBiLSTMAttention(nn.Module):
             self.pool(hidden, mask), None)
         logits = self.head(self.dropout(pooled))
         return (logits, weights) if return_attention else logits
-
-    def example_inputs(self, batch: int = 2, seq: int = 64):
-        like = self.head.weight
-        x = torch.randn(batch, self.in_chans, 32, seq, device=like.device, dtype=like.dtype)
-        mask = torch.ones(batch, seq, dtype=torch.bool, device=like.device)
-        mask[-1, seq // 2 :] = False
-        return (x,), {"mask": mask}

@@ -17,8 +17,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..layers.core import check_positive, check_probability, check_tokens, neutralise
 from ..layers.scores import Seq2SeqAttention
-from .text import check_tokens
+from .text import token_mask
 
 __all__ = ["G2PSeq2Seq", "BOS", "EOS"]
 
@@ -35,9 +36,13 @@ class G2PSeq2Seq(nn.Module):
 
     name = "g2p_seq2seq"
 
-    def __init__(self, num_letters: int, num_phonemes: int, embed_dim: int = 64, hidden: int = 128,
+    def __init__(self, num_letters: int, num_phonemes: int, *, embed_dim: int = 64, hidden: int = 128,
                  decoder_hidden: int = 256, score: str = "general", dropout: float = 0.1) -> None:
         super().__init__()
+        for key, value in (("num_letters", num_letters), ("num_phonemes", num_phonemes), ("embed_dim", embed_dim),
+                           ("hidden", hidden), ("decoder_hidden", decoder_hidden)):
+            check_positive(self.name, key, value, allow_none=False)
+        check_probability(self.name, "dropout", dropout)
         self.num_letters, self.num_phonemes = num_letters, num_phonemes
         self.letter_embedding = nn.Embedding(num_letters, embed_dim, padding_idx=0)
         self.encoder = nn.LSTM(embed_dim, hidden, batch_first=True, bidirectional=True)
@@ -46,13 +51,16 @@ class G2PSeq2Seq(nn.Module):
         self.decoder = nn.LSTM(embed_dim, decoder_hidden, batch_first=True)
         self.attention = Seq2SeqAttention(score, decoder_size=decoder_hidden, encoder_size=2 * hidden,
                                           output_size=decoder_hidden)
+        self.attention.name = self.name  # its input errors are this model's
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(decoder_hidden, num_phonemes)
 
     def encode(self, letters: Tensor, mask: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        x = self.dropout(self.letter_embedding(letters))
+        x = neutralise(self.dropout(self.letter_embedding(letters)), mask)
         if x.device.type == "meta":
             encoded = self.encoder(x)[0]
+        elif x.shape[0] == 0 or x.shape[1] == 0:  # nothing to read; the LSTM cannot pack an empty batch
+            encoded = x.new_zeros(x.shape[0], x.shape[1], 2 * self.encoder.hidden_size)
         else:
             lengths = mask.sum(-1).clamp(min=1).cpu()
             packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
@@ -68,9 +76,12 @@ class G2PSeq2Seq(nn.Module):
 
     def forward(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor | None = None,
                 return_attention: bool = False):
-        check_tokens(self.name, letters)
-        check_tokens(self.name, phonemes_in)
-        mask = letters != 0 if mask is None else mask.bool()
+        like = self.out.weight
+        mask = token_mask(self.name, letters, mask, self.num_letters, like=like)
+        check_tokens(self.name, phonemes_in, self.num_phonemes, "phonemes_in", like=like)
+        if phonemes_in.shape[0] != letters.shape[0]:
+            raise ValueError(f"{self.name} expects phonemes_in with the letters' batch size {letters.shape[0]}, "
+                             f"got {list(phonemes_in.shape)}")
         encoded, state = self.encode(letters, mask)
         logits, weights, _ = self.decode_step(phonemes_in, encoded, mask, state)
         return (logits, weights) if return_attention else logits
@@ -93,11 +104,3 @@ class G2PSeq2Seq(nn.Module):
             if bool(finished.all()):
                 break
         return torch.cat(outputs, 1), torch.cat(maps, 1)
-
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        device = self.out.weight.device
-        letters = torch.randint(1, self.num_letters, (batch, seq), device=device)
-        letters[-1, seq // 2 + 1 :] = 0
-        phonemes = torch.randint(3, self.num_phonemes, (batch, 5), device=device)
-        phonemes[:, 0] = BOS
-        return (letters, phonemes), {}

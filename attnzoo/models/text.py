@@ -17,24 +17,38 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise
 from ..layers.label_attention import CAMLHead, JointLAATHead, LAATHead, LWAN, PLMCAHead
 from ..layers.labelwise import LabelwiseAttentionBatched
 from ..layers.pooling import AttentionPooling
 
 __all__ = ["BiLSTMEncoder", "ConvEncoder", "BiLSTMLabelwise", "BiLSTMAttnPool", "LabelAttentionClassifier",
-           "check_tokens"]
+           "token_mask"]
 
 
-def check_tokens(name: str, tokens: Tensor) -> None:
-    if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
-        shape = list(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise ValueError(f"{name} expects token ids of shape [batch, seq] (integers), got {shape}")
+def token_mask(name: str, tokens: Tensor, mask: Tensor | None, vocab_size: int, *, like: Tensor,
+               right_padded: bool = True) -> Tensor:
+    """Check token ids [B, T] and their mask; return the mask as bool [B, T] (default: ``tokens != 0``).
+
+    ``right_padded``: an RNN reads each text up to its length, so the real tokens must be a prefix of
+    each row; a mask with a gap would be read wrong, and is refused.
+    """
+    check_tokens(name, tokens, vocab_size, like=like)
+    if mask is None:
+        mask = tokens != 0
+    else:
+        mask = check_mask(name, mask, tokens.shape[0], 1, tokens.shape[1], like=tokens)[:, 0]
+    if right_padded and mask.shape[1] > 1 and mask.device.type != "meta" and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+        rows = (mask[:, 1:] & ~mask[:, :-1]).any(-1).nonzero().flatten().tolist()
+        raise ValueError(f"{name} reads each text up to its length, so the real tokens must come first (right "
+                         f"padding); rows {rows[:5]} have padding (or token id 0) before a real token")
+    return mask
 
 
 class BiLSTMEncoder(nn.Module):
     """Embedding + bidirectional LSTM. tokens [B, T], mask [B, T] -> H [B, T, 2·hidden]."""
 
-    def __init__(self, vocab_size: int, embed_dim: int, hidden: int, layers: int = 1, dropout: float = 0.0):
+    def __init__(self, vocab_size: int, embed_dim: int, hidden: int, *, layers: int = 1, dropout: float = 0.0):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
         self.lstm = nn.LSTM(embed_dim, hidden, num_layers=layers, batch_first=True, bidirectional=True,
@@ -42,9 +56,11 @@ class BiLSTMEncoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        x = self.dropout(self.embedding(tokens))
+        x = neutralise(self.dropout(self.embedding(tokens)), mask)
         if x.device.type == "meta":
             return self.lstm(x)[0]
+        if x.shape[0] == 0 or x.shape[1] == 0:  # nothing to read; the LSTM cannot pack an empty batch
+            return x.new_zeros(x.shape[0], x.shape[1], 2 * self.lstm.hidden_size)
         lengths = mask.sum(-1).clamp(min=1).cpu()
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         out, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=tokens.shape[1])
@@ -55,7 +71,7 @@ class ConvEncoder(nn.Module):
     """CAML's encoder: embedding, dropout, Conv1d (``filters``, ``kernel_size``), tanh.
     tokens [B, T] -> H [B, T, filters] (the convolution output cropped to T)."""
 
-    def __init__(self, vocab_size: int, embed_dim: int, filters: int, kernel_size: int = 10, dropout: float = 0.2):
+    def __init__(self, vocab_size: int, embed_dim: int, filters: int, *, kernel_size: int = 10, dropout: float = 0.2):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
         self.conv = nn.Conv1d(embed_dim, filters, kernel_size, padding=kernel_size // 2)
@@ -63,26 +79,27 @@ class ConvEncoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        x = self.dropout(self.embedding(tokens)).transpose(1, 2)  # [B, E, T]
+        if tokens.shape[1] == 0:
+            return self.embedding.weight.new_zeros(tokens.shape[0], 0, self.conv.out_channels)
+        # padded positions read as zeros, exactly like the convolution's own padding beyond the end
+        x = neutralise(self.dropout(self.embedding(tokens)), mask).transpose(1, 2)  # [B, E, T]
         return torch.tanh(self.conv(x)[..., : tokens.shape[1]].transpose(1, 2))
 
 
 class _TextModel(nn.Module):
     name = "text"
+    right_padded = True  # an RNN encoder reads each text up to its length
 
     def _mask(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
-        check_tokens(self.name, tokens)
-        if mask is None:
-            return tokens != 0
-        if tuple(mask.shape) != tuple(tokens.shape):
-            raise ValueError(f"{self.name} expects mask of shape {list(tokens.shape)}, got {list(mask.shape)}")
-        return mask.bool()
+        return token_mask(self.name, tokens, mask, self.vocab_size, like=self.encoder.embedding.weight,
+                          right_padded=self.right_padded)
 
-    def example_inputs(self, batch: int = 2, seq: int = 7):
-        device = self.encoder.embedding.weight.device
-        tokens = torch.randint(1, self.vocab_size, (batch, seq), device=device)
-        tokens[-1, seq // 2 + 1 :] = 0
-        return (tokens,), {}
+
+def _check_text_config(name: str, vocab_size: int, sizes: dict[str, int | None], dropout: float) -> None:
+    check_positive(name, "vocab_size", vocab_size, allow_none=False)
+    for key, value in sizes.items():
+        check_positive(name, key, value)
+    check_probability(name, "dropout", dropout)
 
 
 class BiLSTMLabelwise(_TextModel):
@@ -95,12 +112,14 @@ class BiLSTMLabelwise(_TextModel):
 
     name = "bilstm_labelwise"
 
-    def __init__(self, vocab_size: int, num_labels: int, embed_dim: int = 128, hidden: int = 128,
+    def __init__(self, vocab_size: int, num_labels: int, *, embed_dim: int = 128, hidden: int = 128,
                  layers: int = 1, dropout: float = 0.2) -> None:
         super().__init__()
+        _check_text_config(self.name, vocab_size, {"num_labels": num_labels, "embed_dim": embed_dim, "hidden": hidden,
+                                                   "layers": layers}, dropout)
         self.vocab_size = vocab_size
-        self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, layers, dropout)
-        self.head = LabelwiseAttentionBatched(num_labels, 2 * hidden)
+        self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, layers=layers, dropout=dropout)
+        self.head = LabelwiseAttentionBatched(num_labels, hidden_size=2 * hidden)
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         mask = self._mask(tokens, mask)
@@ -117,12 +136,15 @@ class BiLSTMAttnPool(_TextModel):
 
     name = "bilstm_attn_pool"
 
-    def __init__(self, vocab_size: int, num_classes: int, embed_dim: int = 128, hidden: int = 128,
+    def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 128, hidden: int = 128,
                  attention_size: int | None = None, layers: int = 1, dropout: float = 0.2) -> None:
         super().__init__()
+        _check_text_config(self.name, vocab_size, {"num_classes": num_classes, "embed_dim": embed_dim,
+                                                   "hidden": hidden, "attention_size": attention_size,
+                                                   "layers": layers}, dropout)
         self.vocab_size = vocab_size
-        self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, layers, dropout)
-        self.pool = AttentionPooling(2 * hidden, attention_size)
+        self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, layers=layers, dropout=dropout)
+        self.pool = AttentionPooling(2 * hidden, attention_size=attention_size)
         self.classifier = nn.Linear(2 * hidden, num_classes)
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None, return_attention: bool = False):
@@ -147,9 +169,7 @@ class LabelAttentionClassifier(_TextModel):
     -> logits [B, L], or ``(logits, A [B, L, T])``; JointLAAT also takes ``return_parents``.
     """
 
-    name = "label_attention_classifier"
-
-    def __init__(self, vocab_size: int, num_labels: int, encoder: str = "bilstm", head: str = "laat",
+    def __init__(self, vocab_size: int, num_labels: int, *, encoder: str = "bilstm", head: str = "laat",
                  embed_dim: int = 100, hidden: int = 256, kernel_size: int = 10, attention_size: int = 512,
                  num_parent_labels: int | None = None, dropout: float = 0.2, chunk_size: int | None = None) -> None:
         super().__init__()
@@ -157,12 +177,18 @@ class LabelAttentionClassifier(_TextModel):
             raise ValueError(f"head must be one of {', '.join(_HEADS)}, got {head!r}")
         if encoder not in ("cnn", "bilstm"):
             raise ValueError(f"encoder must be 'cnn' or 'bilstm', got {encoder!r}")
+        # the registry names of the combinations: conv_caml, bilstm_laat, bilstm_joint_laat, ...
+        self.name = f"{'conv' if encoder == 'cnn' else 'bilstm'}_{head}"
+        _check_text_config(self.name, vocab_size, {"num_labels": num_labels, "embed_dim": embed_dim, "hidden": hidden,
+                                                   "kernel_size": kernel_size, "attention_size": attention_size,
+                                                   "chunk_size": chunk_size}, dropout)
         self.vocab_size, self.head_name = vocab_size, head
+        self.right_padded = encoder == "bilstm"
         if encoder == "cnn":
-            self.encoder = ConvEncoder(vocab_size, embed_dim, hidden, kernel_size, dropout)
+            self.encoder = ConvEncoder(vocab_size, embed_dim, hidden, kernel_size=kernel_size, dropout=dropout)
             width = hidden
         else:
-            self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, 1, dropout)
+            self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, dropout=dropout)
             width = 2 * hidden
         kwargs: dict = {"hidden_size": width, "chunk_size": chunk_size}
         if head in ("laat", "joint_laat"):
@@ -171,7 +197,10 @@ class LabelAttentionClassifier(_TextModel):
             if num_parent_labels is None:
                 raise ValueError("joint_laat needs num_parent_labels")
             kwargs["num_parent_labels"] = num_parent_labels
-        self.head = _HEADS[head](num_labels, **kwargs)
+        if head == "joint_laat":
+            self.head = JointLAATHead(num_labels, kwargs.pop("num_parent_labels"), **kwargs)
+        else:
+            self.head = _HEADS[head](num_labels, **kwargs)
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None, return_attention: bool = False, **kwargs):
         mask = self._mask(tokens, mask)

@@ -1,0 +1,164 @@
+"""``check_model``: run the conformance properties on one variant, built-in, third-party or not registered."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+from ..conventions import get_convention
+from ..errors import AttnzooError
+from .properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
+from .report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
+
+__all__ = ["check_model", "check_property", "property_names"]
+
+
+def property_names(*, slow: bool = False) -> tuple[str, ...]:
+    """The properties in the order the kit runs them (the slow tier last, when asked for)."""
+    return FAST + (SLOW if slow else ())
+
+
+def _seeded(build: Callable[..., Any]) -> Callable[..., Any]:
+    """Build with fixed random weights, leaving the caller's random state as it was; eval mode."""
+
+    def run(**kwargs: Any) -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = build(**kwargs)
+        return model.eval() if isinstance(model, torch.nn.Module) else model
+
+    return run
+
+
+def _subject(name_or_factory: str | Callable[..., Any], config: Mapping[str, Any] | None,
+             convention: str | None, exempt: Mapping[str, str] | None) -> tuple[Subject | None, dict[str, str], Result | None]:
+    """The subject to check, its exemptions, and a failed ``card`` result if it cannot be set up."""
+    import attnzoo
+
+    if isinstance(name_or_factory, str):
+        spec = attnzoo.model_info(name_or_factory)
+        shown = name_or_factory
+        conv_name = convention or spec.convention
+        example = dict(spec.example) if config is None else dict(config)
+        exemptions = {**dict(spec.exempt), **dict(exempt or {})}
+
+        def build(dtype=None, device=None):
+            return attnzoo.create(name_or_factory, config=example, dtype=dtype, device=device)
+
+        names = (shown, spec.name)
+        registered, kind = True, spec.kind
+    else:
+        factory = name_or_factory
+        shown = getattr(factory, "__name__", repr(factory))
+        conv_name = convention or getattr(factory, "convention", "")
+        example = dict(config or {})
+        exemptions = dict(exempt or {})
+
+        def build(dtype=None, device=None):
+            if device is not None and str(device) == "meta":
+                with torch.device("meta"):
+                    model = factory(**example)
+            else:
+                model = factory(**example)
+            return model.to(dtype=dtype) if dtype is not None else model
+
+        names = (shown,)
+        registered, kind = False, "layer"
+    unknown = sorted(set(exemptions) - set(PROPERTIES))
+    if unknown:
+        return None, exemptions, Result(shown, "card", FAILED, f"exempt names unknown properties {unknown}; "
+                                        f"known: {', '.join(PROPERTIES)}")
+    if not conv_name:
+        return None, exemptions, Result(shown, "card", FAILED, "no calling convention: add `convention:` to the "
+                                        "card (see attnzoo.conventions) so the kit can build its inputs")
+    try:
+        conv = get_convention(conv_name)
+    except KeyError as e:
+        return None, exemptions, Result(shown, "card", FAILED, str(e.args[0]))
+    subject = Subject(shown, names, conv, _seeded(build), kind=kind, registered=registered, seq=conv.seq)
+    return subject, exemptions, None
+
+
+def _add_model_names(subject: Subject) -> None:
+    """Error messages may name the variant by its module's ``name`` or class name too."""
+    try:
+        model = subject.build()
+    except Exception:  # noqa: BLE001 - reported by the builds property
+        return
+    extra = [getattr(model, "name", None), type(model).__name__]
+    subject.names = tuple(dict.fromkeys([*subject.names, *[n for n in extra if isinstance(n, str) and n]]))
+
+
+def check_property(subject: Subject, prop: str) -> Result:
+    """Run one property on a prepared subject."""
+    start = time.perf_counter()
+    try:
+        PROPERTIES[prop].check(subject)
+    except Failure as e:
+        return Result(subject.name, prop, FAILED, str(e), time.perf_counter() - start)
+    except NotApplicable as e:
+        return Result(subject.name, prop, SKIPPED, str(e), time.perf_counter() - start)
+    except (AttnzooError, Exception) as e:  # noqa: BLE001 - a crash is a failure with its reason
+        message = str(e).splitlines()[0] if str(e) else ""
+        return Result(subject.name, prop, FAILED, f"raised {type(e).__name__}: {message[:300]}",
+                      time.perf_counter() - start)
+    return Result(subject.name, prop, PASSED, "", time.perf_counter() - start)
+
+
+def check_model(
+    name_or_factory: str | Callable[..., Any],
+    config: Mapping[str, Any] | None = None,
+    *,
+    skip: Iterable[str] = (),
+    only: Iterable[str] | None = None,
+    slow: bool = False,
+    convention: str | None = None,
+    exempt: Mapping[str, str] | None = None,
+) -> Report:
+    """Run the conformance properties on a variant and return a :class:`Report`.
+
+    Args:
+        name_or_factory: a registered name (``"labelwise"``, ``"my_plugin:my_layer"``) or a factory
+            (a class or function that builds the module from ``config``).
+        config: the config to build it with; default: the card's ``example``.
+        skip: properties not to run (reported as skipped).
+        only: run just these properties (``builds`` always runs first).
+        slow: include the slow tier (``compile``).
+        convention: the calling convention, for a factory (a registered name's card says it).
+        exempt: property -> reason, added to the card's ``exempt``.
+
+    A property that the card exempts is not run and reported as exempt with the card's reason. When the
+    variant does not build, every other property is skipped.
+    """
+    subject, exemptions, card_problem = _subject(name_or_factory, config, convention, exempt)
+    shown = subject.name if subject else (name_or_factory if isinstance(name_or_factory, str) else
+                                          getattr(name_or_factory, "__name__", "variant"))
+    report = Report(shown, subject.convention.name if subject else "")
+    if card_problem is not None:
+        report.results.append(card_problem)
+        return report
+    wanted = list(property_names(slow=slow))
+    if only is not None:
+        chosen = set(only)
+        unknown = chosen - set(PROPERTIES)
+        if unknown:
+            raise ValueError(f"unknown properties {sorted(unknown)}; known: {', '.join(PROPERTIES)}")
+        wanted = [p for p in PROPERTIES if p in chosen or p == "builds"]
+    skipped = set(skip)
+    _add_model_names(subject)
+    built = True
+    for prop in wanted:
+        if prop in exemptions:
+            report.results.append(Result(shown, prop, EXEMPT, exemptions[prop]))
+        elif prop in skipped:
+            report.results.append(Result(shown, prop, SKIPPED, "skipped by the caller"))
+        elif not built:
+            report.results.append(Result(shown, prop, SKIPPED, "it does not build"))
+        else:
+            result = check_property(subject, prop)
+            report.results.append(result)
+            built = not (prop == "builds" and result.failed)
+    return report

@@ -1,0 +1,459 @@
+"""The named promises every variant keeps, each a function of a :class:`Subject`.
+
+A property returns None when it holds, raises :class:`Failure` with the reason when it breaks, and
+:class:`NotApplicable` when the variant's convention gives it nothing to check (an image block has no
+mask). Inputs come from the variant's calling convention (``attnzoo.conventions``), never from a table
+of names.
+
+=====================  ============================================================================
+property               promise
+=====================  ============================================================================
+builds                 the card's example config builds a ``torch.nn.Module`` that runs on its inputs
+repr                   ``repr()`` works before and after the first call (lazy sizes included)
+shapes                 outputs have the convention's shapes; attention rows are distributions
+masked_values          whatever masked positions hold (0, NaN, ±inf, 1e4) never changes the real outputs,
+                       and masked keys get exactly zero weight
+padding                extra masked positions at the end never change the real outputs
+fully_masked           a sample with every position masked attends to nothing: zero weights, finite
+                       outputs and gradients, in float32, bfloat16 and float16
+batch_independence     each sample's outputs are what it gets alone
+bad_inputs             wrong rank, size, dtype, device, masks that are not boolean, out-of-range ids:
+                       a ``ValueError`` naming the variant; empty batch or sequence: that or a finite
+                       empty result; never a kernel error
+gradcheck              float64 gradients over inputs and parameters match finite differences
+meta                   builds, prints and runs on the ``meta`` device with the CPU's output shapes
+state_dict             a fresh (lazy) instance loading the state dict gives identical outputs
+save_load              ``attnzoo.save`` / ``attnzoo.load`` give identical outputs
+dtypes                 float64, bfloat16 and float16 copies give finite outputs close to float32
+train_step             in train mode, one backward gives finite gradients and an SGD step changes
+                       the parameters
+compile (slow)         ``torch.compile`` gives the eager outputs
+=====================  ============================================================================
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..conventions import Convention, Sample
+
+__all__ = ["Property", "PROPERTIES", "Subject", "Failure", "NotApplicable", "FAST", "SLOW"]
+
+HALF = (torch.bfloat16, torch.float16)
+
+
+class Failure(AssertionError):
+    """A property that does not hold; the message says how."""
+
+
+class NotApplicable(Exception):
+    """The property has nothing to check for this variant (shown as skipped, with the reason)."""
+
+
+@dataclass
+class Subject:
+    """A variant under test: how to build it, how to call it, and the inputs that fit it.
+
+    ``build(dtype=None, device=None)`` returns a fresh module in eval mode with fixed random weights.
+    ``sample`` is the reference input (float32, CPU), sized by the first built instance.
+    """
+
+    name: str
+    names: tuple[str, ...]  # every name an error message may use for this variant
+    convention: Convention
+    build: Callable[..., nn.Module]
+    kind: str = "layer"
+    registered: bool = True
+    seq: int = 7
+
+    def __post_init__(self) -> None:
+        self._sizes: dict[str, int] | None = None
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def sample(self, *, batch: int = 2, seq: int | None = None, lengths: Sequence[int] | None = None,
+               seed: int = 0, dtype: torch.dtype = torch.float32, model: nn.Module | None = None) -> Sample:
+        generator = torch.Generator().manual_seed(seed)
+        config = _config_of(model) if model is not None else {}
+        return self.convention.sample(config, batch=batch, seq=self.seq if seq is None else seq, lengths=lengths,
+                                      dtype=dtype, generator=generator, sizes=self._sizes)
+
+    def materialised(self, dtype: torch.dtype | None = None) -> tuple[nn.Module, Sample]:
+        """A built instance that has seen one batch (lazy sizes fixed), and that batch."""
+        model = self.build()
+        sample = self.sample(model=model)
+        self._sizes = dict(sample.sizes)
+        self.run(model, sample)
+        if dtype is not None:
+            model = model.to(dtype)
+            sample = self.convention.cast(sample, dtype)
+        return model, sample
+
+    # -- calls -------------------------------------------------------------------------------------
+    def run(self, model: nn.Module, sample: Sample, *, return_attention: bool = False,
+            grad: bool = False) -> tuple[list[Tensor], Tensor | None]:
+        args, kwargs = sample.call_arguments(return_attention=return_attention)
+        with torch.set_grad_enabled(grad):
+            out = model(*args, **kwargs)
+        try:
+            return self.convention.split(out, return_attention=return_attention)
+        except ValueError as e:
+            raise Failure(f"{'with' if return_attention else 'without'} return_attention: {e}") from None
+
+    def attention_modes(self) -> tuple[bool, ...]:
+        return (False, True) if self.convention.attention == "flag" else (False,)
+
+    def names_in(self, message: str) -> bool:
+        return any(n and n in message for n in self.names)
+
+
+def _config_of(model: nn.Module) -> dict[str, Any]:
+    info = getattr(model, "attnzoo_config", None)
+    return dict(info.get("config") or {}) if isinstance(info, dict) else {}
+
+
+def _float_tensors(values: Sequence[Any]) -> list[Tensor]:
+    return [v for v in values if isinstance(v, Tensor) and v.is_floating_point()]
+
+
+def _same(a: Sequence[Tensor], b: Sequence[Tensor], what: str, *, atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    if len(a) != len(b):
+        raise Failure(f"{what}: {len(a)} outputs vs {len(b)}")
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x.shape != y.shape:
+            raise Failure(f"{what}: output part {i} has shape {list(x.shape)} vs {list(y.shape)}")
+        if x.is_floating_point() and not torch.isfinite(x).all():
+            raise Failure(f"{what}: output part {i} holds NaN or inf")
+        if not torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol):
+            diff = (x.double() - y.double()).abs().max().item()
+            raise Failure(f"{what}: output part {i} differs by up to {diff:.3g}")
+
+
+# -- the properties ---------------------------------------------------------------------------------------
+def builds(s: Subject) -> None:
+    model = s.build()
+    if not isinstance(model, nn.Module):
+        raise Failure(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
+    s.run(model, s.sample(model=model))
+
+
+def repr_(s: Subject) -> None:
+    model = s.build()
+    for when in ("before the first call", "after the first call"):
+        try:
+            text = repr(model)
+        except Exception as e:  # noqa: BLE001 - the point is to report it
+            raise Failure(f"repr() {when} raised {type(e).__name__}: {e}") from None
+        if not text:
+            raise Failure(f"repr() {when} is empty")
+        s.run(model, s.sample(model=model))
+
+
+def shapes(s: Subject) -> None:
+    model, sample = s.materialised()
+    conv = s.convention
+    for ra in s.attention_modes():
+        outputs, weights = s.run(model, sample, return_attention=ra)
+        problem = conv.check(sample, outputs, weights)
+        if problem:
+            raise Failure(f"{'with' if ra else 'without'} return_attention: {problem}")
+        if weights is not None and conv.weights and conv.weights[-1] == "keys":
+            for b, n in enumerate(sample.lengths):
+                row = weights[b].double()
+                if (row < 0).any():
+                    raise Failure(f"attention weights of sample {b} are negative somewhere")
+                sums = row.sum(-1)
+                if n > 0 and not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
+                    raise Failure(f"attention rows of sample {b} sum to {sums.flatten()[:3].tolist()}, not 1")
+
+
+def _garbage(value: float) -> Callable:
+    def fill(slot, tensor: Tensor) -> Tensor:
+        if slot.kind == "tokens":
+            vocab_hi = int(tensor.max().item()) if tensor.numel() else 1
+            return torch.randint(1, max(vocab_hi, 2), tensor.shape, generator=torch.Generator().manual_seed(7))
+        return torch.full_like(tensor, value)
+
+    return fill
+
+
+def _masked(s: Subject) -> tuple[Convention, nn.Module]:
+    """The convention and a materialised model, for a property about masks (NotApplicable without one)."""
+    if not s.convention.has_mask:
+        raise NotApplicable(f"the {s.convention.name} convention has no mask")
+    return s.convention, s.materialised()[0]
+
+
+def masked_values(s: Subject) -> None:
+    conv, model = _masked(s)
+    seq = s.seq
+    sample = s.sample(batch=3, lengths=(seq, max(seq - 3, 1), 0), model=model)
+    clean = conv.fill_masked(sample, _garbage(0.0))
+    for ra in s.attention_modes():
+        ref_out, ref_w = s.run(model, clean, return_attention=ra)
+        ref = conv.real_parts(clean, ref_out, ref_w)
+        for value in (float("nan"), float("inf"), float("-inf"), 1e4):
+            dirty = conv.fill_masked(sample, _garbage(value))
+            out, w = s.run(model, dirty, return_attention=ra)
+            _same(conv.real_parts(dirty, out, w), ref,
+                  f"{value} in masked positions ({'with' if ra else 'without'} return_attention)")
+            for b, part in enumerate(conv.masked_weights(dirty, w)):
+                if part.numel() and not (part == 0).all():
+                    raise Failure(f"sample {b} gives weight {part.abs().max().item():.3g} to masked keys")
+
+
+def padding(s: Subject) -> None:
+    conv, model = _masked(s)
+    seq = s.seq
+    plain = s.sample(batch=2, lengths=(seq, seq), model=model)
+    padded = conv.pad(plain, 4, generator=torch.Generator().manual_seed(3))
+    for ra in s.attention_modes():
+        a_out, a_w = s.run(model, plain, return_attention=ra)
+        b_out, b_w = s.run(model, padded, return_attention=ra)
+        _same(conv.real_parts(padded, b_out, b_w), conv.real_parts(plain, a_out, a_w),
+              f"4 masked positions of padding ({'with' if ra else 'without'} return_attention)")
+
+
+def fully_masked(s: Subject) -> None:
+    conv, base = _masked(s)
+    for dtype in (torch.float32, *HALF):
+        model = copy.deepcopy(base).to(dtype)
+        name = str(dtype).replace("torch.", "")
+        for ra in s.attention_modes():
+            sample = conv.cast(s.sample(batch=2, lengths=(s.seq, 0), model=model), dtype)
+            leaves = {k: t.requires_grad_() for k, t in sample.tensors.items() if t.is_floating_point()}
+            model.zero_grad(set_to_none=True)
+            outputs, weights = s.run(model, sample, return_attention=ra, grad=True)
+            where = f"{name}, {'with' if ra else 'without'} return_attention"
+            for i, value in enumerate(_float_tensors([*outputs, weights])):
+                if not torch.isfinite(value).all():
+                    raise Failure(f"{where}: output {i} is not finite for the fully masked sample")
+            if weights is not None and conv.weights and conv.weights[-1] == "keys" and not (weights[1] == 0).all():
+                raise Failure(f"{where}: the fully masked sample's attention weights are not all zero")
+            total = sum(v.float().sum() for v in _float_tensors([*outputs, weights]) if v.requires_grad)
+            if isinstance(total, Tensor):
+                total.backward()
+            for label, tensor in [*leaves.items(), *model.named_parameters()]:
+                if tensor.grad is not None and not torch.isfinite(tensor.grad).all():
+                    raise Failure(f"{where}: the gradient of {label} is not finite")
+
+
+def batch_independence(s: Subject) -> None:
+    conv = s.convention
+    model, _ = s.materialised()
+    seq = s.seq
+    lengths = (seq, max(seq - 2, 1), max(seq // 2, 1)) if conv.has_mask else None
+    sample = s.sample(batch=3, lengths=lengths, seed=5, model=model)
+    out, w = s.run(model, sample)
+    together = conv.real_parts(sample, out, w)
+    per_sample = len(together) // 3
+    for b in range(3):
+        alone = conv.select(sample, b)
+        a_out, a_w = s.run(model, alone)
+        _same(conv.real_parts(alone, a_out, a_w), together[b * per_sample : (b + 1) * per_sample],
+              f"sample {b} alone vs in a batch of 3")
+
+
+def bad_inputs(s: Subject) -> None:
+    model, sample = s.materialised()
+    good_out, good_w = s.run(model, sample)
+    problems = []
+    has_weights = any(True for _ in [*model.parameters(), *model.buffers()])
+    for what, bad, policy in s.convention.bad_inputs(sample, has_weights=has_weights):
+        try:
+            out, w = s.run(model, bad)
+        except ValueError as e:
+            if not s.names_in(str(e)):
+                problems.append(f"{what}: the ValueError does not name the variant ({str(e)[:120]})")
+            continue
+        except Failure:
+            raise
+        except Exception as e:  # noqa: BLE001 - a raw kernel error is what this property catches
+            problems.append(f"{what}: raised {type(e).__name__} ({str(e).splitlines()[0][:100] if str(e) else ''})")
+            continue
+        if policy == "convert":
+            try:
+                _same([o.double() for o in out], [o.double() for o in good_out], what, atol=1e-4, rtol=1e-3)
+            except Failure as e:
+                problems.append(f"{what}: accepted, but {e}")
+        elif policy == "empty":
+            values = _float_tensors([*out, w])
+            if any(not torch.isfinite(v).all() for v in values):
+                problems.append(f"{what}: accepted with non-finite outputs")
+        else:
+            problems.append(f"{what}: accepted silently")
+    if problems:
+        raise Failure("; ".join(problems))
+
+
+def gradcheck(s: Subject) -> None:
+    model, _ = s.materialised()
+    model = model.double()
+    seq = min(s.seq, 4)
+    sample = s.sample(batch=2, seq=seq, lengths=(seq, 2) if s.convention.has_mask else None, dtype=torch.float64,
+                      model=model)
+    # at the weights plus a little noise: a zero-initialised parameter (timm's last BatchNorm of a block)
+    # can put a ReLU exactly on its kink, where finite differences are meaningless
+    gen = torch.Generator().manual_seed(2)
+    params = {k: (v.detach() + 1e-2 * torch.randn(v.shape, generator=gen, dtype=v.dtype)).requires_grad_()
+              for k, v in model.named_parameters()}
+    inputs = {k: t.detach().clone().requires_grad_() for k, t in sample.tensors.items() if t.is_floating_point()}
+    if not params and not inputs:
+        raise NotApplicable("no parameters and no floating inputs")
+    param_names, input_names = list(params), list(inputs)
+
+    def f(*flat: Tensor):
+        state = dict(zip(param_names, flat[: len(param_names)], strict=True))
+        feed = sample.with_tensors(**dict(zip(input_names, flat[len(param_names):], strict=True)))
+        args, kwargs = feed.call_arguments(return_attention=s.convention.attention == "flag")
+        out = torch.func.functional_call(model, state, args, kwargs)
+        outputs, weights = s.convention.split(out, return_attention=s.convention.attention == "flag")
+        return tuple(_float_tensors([*outputs, weights]))
+
+    try:
+        ok = torch.autograd.gradcheck(f, (*params.values(), *inputs.values()), eps=1e-6, atol=1e-5, rtol=1e-3,
+                                      fast_mode=s.kind == "model", raise_exception=True)
+    except RuntimeError as e:
+        raise Failure(f"float64 gradients disagree with finite differences: {str(e).splitlines()[0][:200]}") from None
+    if not ok:
+        raise Failure("float64 gradients disagree with finite differences")
+
+
+def meta(s: Subject) -> None:
+    cpu_model, _ = s.materialised()
+    cpu_sample = s.sample(model=cpu_model)
+    expected = s.run(cpu_model, cpu_sample)
+    try:
+        model = s.build(device="meta")
+        text = repr(model)
+    except Exception as e:  # noqa: BLE001
+        raise Failure(f"building or printing on meta raised {type(e).__name__}: {e}") from None
+    if not text:
+        raise Failure("repr() on meta is empty")
+    sample = s.convention.cast(cpu_sample, device="meta")
+    try:
+        outputs, weights = s.run(model, sample)
+        repr(model)
+    except Failure:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise Failure(f"a forward on meta raised {type(e).__name__}: {str(e)[:200]}") from None
+    got = [o.shape for o in _float_tensors([*outputs, weights])]
+    want = [o.shape for o in _float_tensors([*expected[0], expected[1]])]
+    if got != want:
+        raise Failure(f"shapes on meta {got} differ from the CPU's {want}")
+    if any(p.device.type != "meta" for p in model.parameters()):
+        raise Failure("some parameters are not on meta")
+
+
+def state_dict(s: Subject) -> None:
+    model, sample = s.materialised()
+    expected = s.run(model, sample)
+    fresh = s.build()
+    try:
+        fresh.load_state_dict(model.state_dict())
+    except Exception as e:  # noqa: BLE001
+        raise Failure(f"a fresh instance refused the state dict: {type(e).__name__}: {str(e)[:200]}") from None
+    got = s.run(fresh, sample)
+    _same(_float_tensors([*got[0], got[1]]), _float_tensors([*expected[0], expected[1]]), "after load_state_dict",
+          atol=0, rtol=0)
+
+
+def save_load(s: Subject) -> None:
+    if not s.registered:
+        raise NotApplicable("save/load needs a registered name (attnzoo.register) to rebuild from")
+    import attnzoo
+
+    model, sample = s.materialised()
+    expected = s.run(model, sample)
+    with tempfile.TemporaryDirectory() as tmp:
+        attnzoo.save(model, f"{tmp}/model")
+        again = attnzoo.load(f"{tmp}/model").eval()
+    got = s.run(again, sample)
+    _same(_float_tensors([*got[0], got[1]]), _float_tensors([*expected[0], expected[1]]), "after save and load",
+          atol=0, rtol=0)
+
+
+def dtypes(s: Subject) -> None:
+    base, sample = s.materialised()
+    expected = _float_tensors([*s.run(base, sample)[0]])
+    scale = max((e.abs().max().item() for e in expected if e.numel()), default=1.0) or 1.0
+    for dtype in (torch.float64, *HALF):
+        model = copy.deepcopy(base).to(dtype)
+        outputs = _float_tensors(s.run(model, s.convention.cast(sample, dtype))[0])
+        name = str(dtype).replace("torch.", "")
+        for o, e in zip(outputs, expected, strict=True):
+            if o.dtype != dtype:
+                raise Failure(f"a {name} copy returns {o.dtype}")
+            if not torch.isfinite(o).all():
+                raise Failure(f"a {name} copy gives non-finite outputs")
+            tol = 1e-4 if dtype == torch.float64 else 0.1
+            diff = (o.double() - e.double()).abs().max().item() if o.numel() else 0.0
+            if diff > tol * max(scale, 1.0):
+                raise Failure(f"a {name} copy differs from float32 by {diff:.3g} (outputs up to {scale:.3g})")
+
+
+def train_step(s: Subject) -> None:
+    model, sample = s.materialised()
+    if not any(True for _ in model.parameters()):
+        raise NotApplicable("no parameters")
+    model.train()
+    outputs, weights = s.run(model, sample, grad=True)
+    floats = [o for o in _float_tensors([*outputs, weights]) if o.requires_grad]
+    if not floats:
+        raise Failure("no output depends on the parameters")
+    gen = torch.Generator().manual_seed(1)
+    loss = sum((o.float() * torch.randn(o.shape, generator=gen)).sum() for o in floats)
+    loss.backward()
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    for k, p in model.named_parameters():
+        if p.grad is not None and not torch.isfinite(p.grad).all():
+            raise Failure(f"the gradient of {k} is not finite")
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    if not any(not torch.equal(p, before[k]) for k, p in model.named_parameters()):
+        raise Failure("one SGD step changed no parameter (no gradient reached them)")
+
+
+def compile_(s: Subject) -> None:
+    torch._dynamo.reset()
+    model, sample = s.materialised()
+    expected = s.run(model, sample)
+    compiled = torch.compile(model)
+    got = s.run(compiled, sample)
+    _same(_float_tensors([*got[0], got[1]]), _float_tensors([*expected[0], expected[1]]), "under torch.compile")
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str
+    check: Callable[[Subject], None]
+    promise: str
+    slow: bool = False
+
+
+PROPERTIES: dict[str, Property] = {p.name: p for p in [
+    Property("builds", builds, "the example config builds a module that runs"),
+    Property("repr", repr_, "repr() works before and after the first call"),
+    Property("shapes", shapes, "outputs have the convention's shapes; attention rows sum to one"),
+    Property("masked_values", masked_values, "masked positions never change real outputs, whatever they hold"),
+    Property("padding", padding, "extra masked positions never change real outputs"),
+    Property("fully_masked", fully_masked, "a fully masked sample: zero weights, finite outputs and gradients"),
+    Property("batch_independence", batch_independence, "each sample's outputs are what it gets alone"),
+    Property("bad_inputs", bad_inputs, "bad inputs raise a ValueError naming the variant"),
+    Property("gradcheck", gradcheck, "float64 gradients over inputs and parameters"),
+    Property("meta", meta, "builds, prints and runs on the meta device"),
+    Property("state_dict", state_dict, "state_dict into a fresh instance gives identical outputs"),
+    Property("save_load", save_load, "attnzoo.save / attnzoo.load give identical outputs"),
+    Property("dtypes", dtypes, "float64, bfloat16 and float16 copies stay finite and close"),
+    Property("train_step", train_step, "a train-mode step has finite gradients that change the parameters"),
+    Property("compile", compile_, "torch.compile gives the eager outputs", slow=True),
+]}
+
+FAST = tuple(n for n, p in PROPERTIES.items() if not p.slow)
+SLOW = tuple(n for n, p in PROPERTIES.items() if p.slow)

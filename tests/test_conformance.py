@@ -1,0 +1,52 @@
+"""The conformance kit over the whole registry: every variant, every property, one test each.
+
+A new card is tested the day it is registered: its convention and example are all the kit needs, so
+adding one layer file and one card adds one test per property here (``pytest -k NAME`` selects that
+variant's). The formula tests against independent references live in test_layers.py and friends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import pytest
+
+import attnzoo
+from attnzoo.conventions import convention_names, get_convention
+from attnzoo.testing import PROPERTIES, check_model
+
+NAMES = attnzoo.list_models()
+
+CASES = [
+    pytest.param(name, prop, id=f"{name}-{prop}", marks=[pytest.mark.slow] if PROPERTIES[prop].slow else [])
+    for name in NAMES
+    for prop in PROPERTIES
+]
+
+
+@pytest.mark.parametrize("name, prop", CASES)
+def test_variant_keeps_the_promise(name, prop):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose
+        report = check_model(name, only=[prop], slow=PROPERTIES[prop].slow)
+    result = report[prop]
+    if result.status == "failed":
+        pytest.fail(f"{name} breaks {prop!r}: {result.reason}")
+    if result.status in ("skipped", "exempt"):
+        pytest.skip(f"{result.status}: {result.reason}")
+    assert report.ok
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_card_is_complete(name):
+    spec = attnzoo.model_info(name)
+    assert spec.summary and spec.reference, f"{name}: card needs a summary and a reference"
+    assert spec.convention in convention_names(), f"{name}: convention {spec.convention!r} is not a known one"
+    get_convention(spec.convention)
+    module, _, attr = spec.factory.partition(":")
+    factory = getattr(importlib.import_module(module), attr)
+    doc = (factory.__doc__ or "") + (importlib.import_module(module).__doc__ or "")
+    assert "[" in doc and "]" in doc, f"{name}: docstrings must state shapes"
+    for prop, reason in spec.exempt.items():
+        assert prop in PROPERTIES and len(reason) > 20, f"{name}: exempt {prop!r} needs a known property and a reason"
