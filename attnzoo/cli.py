@@ -203,7 +203,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     names: list[str] = []
     for pattern in args.patterns or ["*"]:
         if any(c in pattern for c in "*?["):
-            found = list_models(pattern)
+            provider, _, glob = pattern.rpartition(":")  # 'my_plugin:*' = every model of that provider
+            found = [f"{provider}:{n}" if provider else n for n in list_models(glob, provider=provider or None)]
         else:
             model_info(pattern)  # an exact name, provider-qualified or not; unknown: a clear error
             found = [pattern]

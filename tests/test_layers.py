@@ -287,7 +287,7 @@ def test_masks_must_be_boolean_with_a_helpful_message():
         ("general", dict(query_size=4, key_size=5), (torch.randn(2, 3, 4), torch.randn(2, 6, 4)),
          r"general expects key of shape \[2, key_len, 5\], got \[2, 6, 4\]"),
         ("dot", {}, (torch.randn(2, 3, 4), torch.randn(2, 6, 5)),
-         r"dot expects query and key of the same size"),
+         r"dot expects key of shape \[2, key_len, 4\], got \[2, 6, 5\]. The score compares query and key"),
         ("seq2seq_attn", {}, (torch.randn(2, 3), torch.randn(2, 6, 4)),
          r"seq2seq_attn expects decoder_out of shape \[batch, dec_len, decoder_size\], got \[2, 3\]"),
         ("cnn_bilstm_attn", dict(num_classes=2, backbone="test_resnet"), (torch.randn(2, 3, 32, 32),),

@@ -466,3 +466,45 @@ def test_a_plugin_brings_its_own_convention_for_the_kit(broken_site):
     assert report["convention"] == "flat_square"
     assert statuses["shapes"] == statuses["batch_independence"] == statuses["gradcheck"] == "passed"
     assert statuses["masked_values"] == "skipped"  # the convention has no mask
+
+
+def test_the_skeleton_on_docs_plugins_md_installs_and_passes_the_kit(tmp_path):
+    """The four files of docs/plugins.md's skeleton, taken from the page itself, as a plugin author would."""
+    import re
+
+    page = (ROOT / "docs" / "plugins.md").read_text()
+    files = {}
+    for block in re.findall(r"```(?:python|yaml)\n(.*?)```", page, flags=re.S):
+        first = block.splitlines()[0]
+        if first.startswith("# my_plugin/") or first.startswith("# tests/"):
+            files[first[2:].strip()] = block
+    assert set(files) == {"my_plugin/layers.py", "my_plugin/query_pool.yaml", "my_plugin/__init__.py",
+                          "tests/test_query_pool.py"}
+    project = tmp_path / "my-plugin"
+    for name, text in files.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    (project / "pyproject.toml").write_text(textwrap.dedent("""
+        [build-system]
+        requires = ["hatchling"]
+        build-backend = "hatchling.build"
+
+        [project]
+        name = "my-plugin"
+        version = "0.1.0"
+
+        [project.entry-points.attnzoo]
+        my_plugin = "my_plugin"
+
+        [tool.hatch.build.targets.wheel]
+        packages = ["my_plugin"]
+    """))
+    _pip_install([project], tmp_path / "site")
+    proc = cli(tmp_path / "site", "check", "my_plugin:*", ATTNZOO_STRICT_PLUGINS="1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "my_plugin:query_pool" in proc.stdout and "0 failed" in proc.stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          capture_output=True, text=True, env=env, cwd=project, timeout=600)
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]

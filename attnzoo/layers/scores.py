@@ -39,8 +39,9 @@ class ScoreAttention(nn.Module):
     """Base of query/key attention with a score function: subclass it and implement :meth:`score`.
 
     Everything else is shared: the checks of query, key, value and mask (with messages naming
-    ``name``), zeroing of masked keys and values before any arithmetic, the optional 1/sqrt(d) scale,
-    the masked softmax (a query with no key left attends to nothing) and the weighted sum.
+    ``name``; set ``same_size = True`` when the score compares query and key feature by feature),
+    zeroing of masked keys and values before any arithmetic, the optional 1/sqrt(d) scale, the masked
+    softmax (a query with no key left attends to nothing) and the weighted sum.
 
     Shapes: ``forward(query [B, Tq, dq], key [B, Tk, dk], value [B, Tk, Dv] = key, mask [B, Tk] or
     [B, Tq, Tk] = None)`` -> ``(context [B, Tq, Dv], weights [B, Tq, Tk])``. The convention is
@@ -49,6 +50,7 @@ class ScoreAttention(nn.Module):
 
     name = "attention"
     scaled: bool = False
+    same_size: bool = False  # the score compares query and key feature by feature (dot, cosine, ...)
 
     def score(self, query: Tensor, key: Tensor) -> Tensor:
         """Scores e [B, Tq, Tk] of every query against every key."""
@@ -69,7 +71,8 @@ class ScoreAttention(nn.Module):
         dq, dk = self._expected()
         like = self._like()
         check_input(self.name, "query", query, ("batch", "query_len", dq), like=like)
-        check_input(self.name, "key", key, (query.shape[0], "key_len", dk), like=query)
+        check_input(self.name, "key", key, (query.shape[0], "key_len", query.shape[-1] if self.same_size else dk),
+                    like=query, hint="The score compares query and key feature by feature" if self.same_size else "")
         if value is None:
             value = key
         check_input(self.name, "value", value, (query.shape[0], key.shape[1], "value_size"), like=query)
@@ -91,17 +94,13 @@ class DotAttention(ScoreAttention):
     """
 
     name = "dot"
+    same_size = True
 
     def __init__(self, *, scaled: bool = False) -> None:
         super().__init__()
         self.scaled = scaled
 
     def score(self, query, key):
-        if query.shape[-1] != key.shape[-1]:
-            raise ValueError(
-                f"dot expects query and key of the same size, got {query.shape[-1]} and {key.shape[-1]}; "
-                "use general or additive for different sizes"
-            )
         return torch.matmul(query, key.transpose(-2, -1))
 
     def extra_repr(self) -> str:

@@ -1,0 +1,102 @@
+"""One file + one card: a variant added that way is tested by the existing suite, unedited.
+
+The test copies the repository, adds docs/contributing.md's worked example (cosine attention: one
+layer file, one card, convention query_key, empty example), regenerates the generated pages with the
+one command the page names, and runs the suite's tests for it in a fresh interpreter. Then it breaks
+the variant (its mask ignored) and expects the suite to fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from .conftest import ROOT
+
+LAYER = '''
+"""Cosine attention: e_ij = s · cos(q_i, k_j), a score that ignores the vectors' lengths.
+
+Shapes: forward(query [B, Tq, d], key [B, Tk, d], value [B, Tk, Dv] = key, mask [B, Tk] = None)
+-> (context [B, Tq, Dv], weights [B, Tq, Tk]).
+"""
+
+import torch
+import torch.nn.functional as F
+
+from .scores import ScoreAttention
+
+
+class CosineAttention(ScoreAttention):
+    name = "cosine"
+    same_size = True  # compares query and key feature by feature
+
+    def __init__(self, *, scale: float = 10.0):
+        super().__init__()
+        self.scale = scale
+{forward}
+    def score(self, query, key):
+        dtype = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
+        q = F.normalize(query.to(dtype), dim=-1, eps=1e-6)
+        k = F.normalize(key.to(dtype), dim=-1, eps=1e-6)
+        return (self.scale * q @ k.transpose(-2, -1)).to(query.dtype)
+'''
+
+IGNORES_MASK = '''
+    def forward(self, query, key, value=None, mask=None):
+        return super().forward(query, key, value, None)
+'''
+
+CARD = """\
+name: cosine
+kind: layer
+factory: attnzoo.layers.cosine:CosineAttention
+summary: Cosine attention, e = s cos(q, k)
+reference: docs/contributing.md's worked example
+convention: query_key
+example: {}
+config:
+  scale: 10.0
+"""
+
+
+def _copy_repo(target):
+    ignore = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", ".pytest_cache", "runs")
+    for part in ("attnzoo", "registry", "weights", "tests", "docs", "pyproject.toml"):
+        source = ROOT / part
+        if source.is_dir():
+            shutil.copytree(source, target / part, ignore=ignore)
+        else:
+            shutil.copy2(source, target / part)
+
+
+def _pytest(repo, *args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
+    env["PYTHONPATH"] = str(repo)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+                          capture_output=True, text=True, cwd=repo, env=env, timeout=900)
+
+
+@pytest.mark.slow
+def test_one_layer_file_and_one_card_get_the_suite_and_a_broken_mask_fails_it(tmp_path):
+    repo = tmp_path / "repo"
+    _copy_repo(repo)
+    (repo / "attnzoo" / "layers" / "cosine.py").write_text(textwrap.dedent(LAYER.format(forward="")))
+    (repo / "registry" / "cosine.yaml").write_text(CARD)
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    subprocess.run([sys.executable, "-m", "attnzoo.catalogue"], check=True, cwd=repo, env=env, capture_output=True)
+
+    proc = _pytest(repo, "-k", "cosine or generated_docs", "tests/")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    summary = proc.stdout.strip().splitlines()[-1]
+    passed = int(summary.split(" passed")[0].split()[-1])
+    assert passed >= 5, summary
+
+    (repo / "attnzoo" / "layers" / "cosine.py").write_text(textwrap.dedent(LAYER.format(forward=IGNORES_MASK)))
+    proc = _pytest(repo, "-k", "cosine", "tests/test_conformance.py")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "cosine-masked_values" in proc.stdout and "cosine-padding" in proc.stdout
