@@ -247,7 +247,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from .weights import sha256_file
 
     rows, failures = [], 0
-    for name in list_models(args.patterns or "*", pretrained=True):
+    names = list_models(args.patterns or "*", pretrained=True)
+    if not names:
+        raise UsageError(f"no pretrained model matches {' '.join(args.patterns) or '*'}; "
+                         f"`attnzoo list --pretrained` shows them")
+    for name in names:
         arch, tag = name.rsplit(".", 1)
         spec = model_info(arch)
         wspec = spec.weights[tag]
@@ -294,6 +298,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .create import create
     from .train.predict import draw_attention, predict
 
+    if args.attention:
+        from pathlib import Path
+
+        target = Path(args.attention)
+        if target.exists() and not args.overwrite:
+            raise UsageError(f"{target} already exists; pass --overwrite to replace it")
+        if not target.parent.is_dir():
+            raise UsageError(f"cannot write {target}: the folder {target.parent} does not exist")
+        if target.suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
+            raise UsageError(f"--attention wants an image file (.png, .pdf, .svg, .jpg), got {target.name}")
     model = create(args.name, pretrained=args.pretrained or True)
     result = predict(model, " ".join(args.text), top=args.top)
     if args.json:
@@ -305,6 +319,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
         path = draw_attention(result, args.attention, title=f"{args.name}: {' '.join(args.text)}")
         print(f"attention map: {path}", file=sys.stderr)
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value}")
+    return value
 
 
 # -- parser ------------------------------------------------------------------------------------------
@@ -371,8 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="a pretrained name, e.g. bilstm_labelwise.wordnet")
     p.add_argument("text", nargs="+")
     p.add_argument("--pretrained", metavar="TAG", help="the tag, when the name has none and the default is not wanted")
-    p.add_argument("--top", type=int, default=5, help="how many labels to show")
+    p.add_argument("--top", type=_positive_int, default=5, help="how many labels to show (a positive number)")
     p.add_argument("--attention", metavar="PNG", help="draw the attention map into this file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --attention file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 
@@ -393,9 +418,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MAX_MESSAGE = 600  # characters of one error line; the rest is behind --debug
+
+
+def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
+    """A message as one line of at most ``limit`` characters (listings joined with '; ')."""
+    lines = [" ".join(line.split()) for line in str(message).splitlines()]
+    text = "; ".join(line for line in lines if line)
+    if len(text) > limit:
+        text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"
+    return text
+
+
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    text = str(message)
+    text = one_line(message)
     print(text if text.startswith("attnzoo:") else f"attnzoo: warning: {text}", file=sys.stderr)
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of our output went away (``attnzoo list | head -1``): not an error, and no noise at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -418,27 +465,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return USAGE_ERROR
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except UsageError as e:
         if debug:
             raise
-        print(f"attnzoo: usage error: {e}", file=sys.stderr)
+        print(f"attnzoo: usage error: {one_line(e)}", file=sys.stderr)
         return USAGE_ERROR
     except (AttnzooError, ValueError, OSError) as e:
         if debug:
             raise
-        print(f"attnzoo: error: {e}", file=sys.stderr)
+        print(f"attnzoo: error: {one_line(e)}", file=sys.stderr)
         return FAILURE
     except KeyboardInterrupt:
         print("attnzoo: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
     except Exception as e:  # noqa: BLE001 - a bug of ours: still one line, and how to see more
         if debug:
             raise
-        print(f"attnzoo: internal error: {type(e).__name__}: {e} (run again with --debug for the traceback)",
-              file=sys.stderr)
+        print(f"attnzoo: internal error: {type(e).__name__}: {one_line(e, 300)} (run again with --debug for the "
+              f"traceback)", file=sys.stderr)
         return FAILURE
 
 

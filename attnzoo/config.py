@@ -10,6 +10,7 @@ factory is called: a typo or a wrong type is a ``ConfigError`` that names the ke
 from __future__ import annotations
 
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +19,21 @@ from typing import Any
 
 from .errors import ConfigError, close_matches
 
-__all__ = ["merge_config", "validate_config", "load_config_source", "parse_overrides", "factory_parameters"]
+__all__ = ["merge_config", "validate_config", "load_config_source", "user_config", "parse_overrides",
+           "factory_parameters"]
+
+
+_FOLDER_KEYS = {"name", "factory", "sha256", "previous"}
+
+
+def _section(loaded: Any) -> Any:
+    """A config file may be a flat mapping of constructor arguments, or hold them under ``config:``
+    (a saved folder's config.yaml does, beside its name, factory and digest)."""
+    from omegaconf import DictConfig
+
+    if "config" in loaded and isinstance(loaded.get("config"), DictConfig) and set(loaded) - {"config"} <= _FOLDER_KEYS:
+        return loaded.config
+    return loaded
 
 
 def load_config_source(config: Any) -> Any:
@@ -36,16 +51,32 @@ def load_config_source(config: Any) -> Any:
         try:
             loaded = OmegaConf.load(path)
         except Exception as e:  # noqa: BLE001 - omegaconf raises several types for bad YAML
-            raise ConfigError(f"config file {path.name}: cannot read it as YAML ({e})") from None
+            reason = " ".join(str(e).split())[:200]
+            raise ConfigError(f"config file {path.name}: cannot read it as YAML ({reason})") from None
         if not isinstance(loaded, DictConfig):
             raise ConfigError(f"config file {path.name}: expected a mapping of key: value, got a list")
-        # a saved model folder's config.yaml keeps the constructor arguments under 'config'
-        if "config" in loaded and "factory" in loaded:
-            return loaded.config
-        return loaded
+        return _section(loaded)
     if isinstance(config, Mapping):
         return OmegaConf.create(dict(config))
     raise ConfigError(f"config must be a dict, a DictConfig or a YAML path, got {type(config).__name__}")
+
+
+def user_config(config: Any) -> dict[str, Any]:
+    """The caller's ``config=`` (dict, DictConfig or YAML path) as a plain dict, its own omegaconf
+    interpolations resolved, ``???`` kept for missing values."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    where = f"config file {Path(config).name}" if isinstance(config, (str, Path)) else "config="
+    try:
+        loaded = load_config_source(config)
+        missing = OmegaConf.missing_keys(loaded)
+        container = OmegaConf.to_container(loaded, resolve=True, throw_on_missing=False)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{where}: {' '.join(str(e).split())[:300]}") from None
+    for key in missing:
+        container[key] = "???"
+    return container
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
@@ -58,20 +89,21 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.from_dotlist(list(pairs)), resolve=True)
 
 
-def merge_config(*layers: Any) -> dict[str, Any]:
-    """Merge the layers (lowest precedence first) and return a plain dict, ``???`` still marking gaps."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+def merge_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Merge plain mappings, lowest precedence first (nested mappings merge key by key).
 
-    try:
-        merged = OmegaConf.merge(*[load_config_source(layer) for layer in layers])
-        missing = OmegaConf.missing_keys(merged)
-        container = OmegaConf.to_container(merged, resolve=True, throw_on_missing=False)
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"cannot merge the configuration: {e}") from None
-    for key in missing:
-        container[key] = "???"
-    return container
+    Values are taken as they are: a string such as ``${oc.env:SECRET}`` in a card, a tag or a weights
+    file's metadata stays that string; only the caller's own ``config=`` is interpreted by omegaconf
+    (:func:`user_config`).
+    """
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = merge_config(merged[key], value)
+            else:
+                merged[key] = value
+    return merged
 
 
 def factory_parameters(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool, dict[str, Any]]:
@@ -128,7 +160,7 @@ def _fits(value: Any, annotation: Any) -> tuple[bool, Any]:
     if annotation is int:
         return isinstance(value, int) and not isinstance(value, bool), value
     if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return True, float(value)
         return False, value
     if annotation is str:
@@ -173,8 +205,11 @@ def validate_config(
         annotation = hints.get(key, inspect.Parameter.empty)
         ok, converted = _fits(value, annotation)
         if not ok:
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            finite = " (a finite number)" if isinstance(value, float) and not math.isfinite(value) else ""
             raise ConfigError(
-                f"{model}: config key {key!r} expects {_type_name(annotation)}, got {value!r} ({type(value).__name__})"
+                f"{model}: config key {key!r} expects {_type_name(annotation)}{finite}, got {shown} "
+                f"({type(value).__name__})"
             )
         kwargs[key] = converted
     for name, param in params.items():

@@ -9,13 +9,14 @@ of the file itself.
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from . import weights as weights_io
-from .config import merge_config, validate_config
+from .config import merge_config, user_config, validate_config
 from .errors import ConfigError, UnknownModelError, WeightsError
 from .registry import REGISTRY, call_first, natural_key
 from .spec import ModelSpec, WeightsSpec, thaw
@@ -55,11 +56,17 @@ def parse_dtype(dtype: Any) -> Any:
     """A ``torch.dtype`` from a dtype or one of ``"float32" | "bfloat16" | "float16" | "float64"``."""
     import torch
 
-    if dtype is None or isinstance(dtype, torch.dtype):
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ConfigError(f"dtype must be a floating type (float32, bfloat16, float16, float64), got {dtype}; "
+                              f"attnzoo's layers compute in floating point")
         return dtype
     if isinstance(dtype, str) and dtype.lower().removeprefix("torch.") in _DTYPES:
         return getattr(torch, _DTYPES[dtype.lower().removeprefix("torch.")])
-    raise ConfigError(f"dtype must be a torch.dtype or one of float32, bfloat16, float16, float64; got {dtype!r}")
+    shown = repr(dtype) if len(repr(dtype)) <= 40 else repr(dtype)[:37] + "..."
+    raise ConfigError(f"dtype must be a torch.dtype or one of float32, bfloat16, float16, float64; got {shown}")
 
 
 def resolve_device(device: Any) -> Any:
@@ -139,16 +146,54 @@ def weights_path(spec: ModelSpec, wspec: WeightsSpec) -> Path:
     return path if path.is_absolute() else Path(spec.weights_dir or ".") / path
 
 
-def _build(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, on_meta: bool, name: str) -> Any:
+def _available_bytes() -> int | None:
+    """Memory this machine can still give (Linux MemAvailable; elsewhere free physical pages), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+def _check_memory(model: Any, name: str, kwargs: Mapping[str, Any], dtype: Any) -> None:
+    """Refuse, before anything is allocated, a model whose parameters cannot fit in this machine's memory."""
+    from torch.nn.parameter import is_lazy
+
+    tensors = [*getattr(model, "parameters", lambda: [])(), *getattr(model, "buffers", lambda: [])()]
+    need = sum(t.numel() * (dtype or t.dtype).itemsize for t in tensors if not is_lazy(t))
+    available = _available_bytes()
+    if available is not None and need > available:
+        sizes = ", ".join(f"{k}={v}" for k, v in kwargs.items() if isinstance(v, int) and not isinstance(v, bool))
+        raise ConfigError(f"{name} with {sizes} needs {_gib(need)} for its parameters, more than the "
+                          f"{_gib(available)} this machine has available; choose smaller sizes")
+
+
+def _build(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, on_meta: bool, name: str,
+           dtype: Any = None) -> Any:
     import torch
 
     try:
+        with torch.device("meta"):  # sized first, on meta: no memory is spent on a model that cannot fit
+            shape_only = factory(**kwargs)
+        _check_memory(shape_only, name, kwargs, dtype)
         if on_meta:
-            with torch.device("meta"):
-                return factory(**kwargs)
+            return shape_only
         return factory(**kwargs)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{name}: the factory refused the config {dict(kwargs)}: {e}") from e
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, OverflowError, RuntimeError) as e:  # raised by the config's values
+        shown = " ".join(str(e).split())
+        raise ConfigError(f"{name}: the factory refused the config: {shown[:400]}") from None
 
 
 def _load_state(
@@ -202,11 +247,10 @@ def _load_state(
 def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Tensors and decoded metadata of a weights file or saved folder, its digest verified."""
     if path.is_dir():
-        folder = weights_io.read_folder(path)
-        tensors, meta = weights_io.read_weights(path / weights_io.WEIGHTS_FILE, sha256=sha256 or folder.get("sha256"))
+        tensors, meta = weights_io.read_saved_folder(path, sha256)
     else:
         tensors, meta = weights_io.read_weights(path, sha256=sha256)
-    return tensors, weights_io.decode_metadata(meta)
+    return tensors, weights_io.decode_metadata(meta, where=path)
 
 
 def create(
@@ -247,7 +291,7 @@ def create(
     elif wspec is not None:
         path = weights_path(spec, wspec)
         tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
-        loaded = (tensors, weights_io.decode_metadata(meta), path)
+        loaded = (tensors, weights_io.decode_metadata(meta, where=path), path)
     return _assemble(spec, tag, wspec, loaded, config=config, device=device, dtype=dtype,
                      reset_head=reset_head, overrides=overrides)
 
@@ -262,19 +306,24 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
     if file_meta is not None and file_meta["config"] is not None:
         tag_config = {**tag_config, **file_meta["config"]}
 
-    user_layer = merge_config(config) if config is not None else {}
+    user_layer = user_config(config) if config is not None else {}
     asked = {**user_layer, **overrides}
     changed = {k: (v, tag_config[k]) for k, v in asked.items() if k in tag_config and tag_config[k] != v}
     merged = merge_config(thaw(spec.config), tag_config, user_layer, overrides)
     factory = resolve_factory(spec)
-    kwargs = validate_config(factory, merged, model=spec.name)
+    try:
+        kwargs = validate_config(factory, merged, model=spec.name)
+    except ConfigError as e:
+        if isinstance(config, (str, Path)) and any(repr(k) in str(e) for k in user_layer):
+            raise ConfigError(f"{e} (in config file {config})") from None
+        raise
     torch_dtype = parse_dtype(dtype)
     torch_device = resolve_device(device)
 
     on_meta = (tensors is not None and not reset_head) or (
         isinstance(torch_device, torch.device) and torch_device.type == "meta"
     )
-    model = _build(factory, kwargs, on_meta=on_meta, name=spec.name)
+    model = _build(factory, kwargs, on_meta=on_meta, name=spec.name, dtype=torch_dtype)
     if tensors is not None:
         if torch_dtype is None:  # weights may be stored in float16; the model is float32 unless asked
             default = torch.get_default_dtype()

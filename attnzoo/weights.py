@@ -16,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,8 @@ __all__ = [
     "expected_digest",
     "save",
     "read_folder",
+    "folder_records",
+    "read_saved_folder",
     "CONFIG_FILE",
     "WEIGHTS_FILE",
     "encode_metadata",
@@ -40,6 +45,7 @@ __all__ = [
 CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
 _META_PREFIX = "attnzoo.meta."
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def sha256_file(path: str | Path) -> str:
@@ -64,66 +70,100 @@ def encode_metadata(name: str, factory: str, config: Mapping[str, Any], extra: M
     return meta
 
 
-def decode_metadata(meta: Mapping[str, str]) -> dict[str, Any]:
-    """The inverse of :func:`encode_metadata`: ``{"name", "factory", "config", "extra"}``."""
+def decode_metadata(meta: Mapping[str, str], *, where: Any = "weights file") -> dict[str, Any]:
+    """The inverse of :func:`encode_metadata`: ``{"name", "factory", "config", "extra"}``, as plain JSON
+    data (never interpreted: ``${...}`` in a value stays a string)."""
+
+    def parse(key: str) -> Any:
+        try:
+            return json.loads(meta[key])
+        except ValueError as e:
+            raise WeightsError(f"{where}: metadata {key!r} is not valid JSON ({e}); the file was not written "
+                               f"by attnzoo or was edited") from None
+
+    config = parse("attnzoo.config") if "attnzoo.config" in meta else None
+    if config is not None and not isinstance(config, dict):
+        raise WeightsError(f"{where}: metadata 'attnzoo.config' is not a mapping of config values")
     out: dict[str, Any] = {
         "name": meta.get("attnzoo.name"),
         "factory": meta.get("attnzoo.factory"),
-        "config": json.loads(meta["attnzoo.config"]) if "attnzoo.config" in meta else None,
+        "config": config,
         "extra": {},
     }
-    for key, value in meta.items():
+    for key in meta:
         if key.startswith(_META_PREFIX):
-            out["extra"][key[len(_META_PREFIX):]] = json.loads(value)
+            out["extra"][key[len(_META_PREFIX):]] = parse(key)
     return out
 
 
 def _header_metadata(data: bytes, path: Path) -> dict[str, str]:
     try:
         (length,) = struct.unpack("<Q", data[:8])
+        if length > len(data) - 8:
+            raise ValueError(f"header of {length} bytes in a file of {len(data)}")
         header = json.loads(data[8 : 8 + length])
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        meta = header.get("__metadata__") or {}
+        if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+            raise ValueError("__metadata__ is not a mapping of strings")
     except (struct.error, ValueError, UnicodeDecodeError) as e:
         raise WeightsError(f"{path}: not a safetensors file ({e}); attnzoo reads only .safetensors weights") from None
-    return dict(header.get("__metadata__") or {})
+    return dict(meta)
 
 
-def expected_digest(path: Path) -> str | None:
-    """The digest recorded next to a file: ``FILE.sha256`` or its folder's ``config.yaml``."""
+def _digests(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value.lower(),)
+    return tuple(v.lower() for v in value if v)
+
+
+def expected_digest(path: Path) -> tuple[str, ...]:
+    """The digests recorded next to a file: ``FILE.sha256`` (one or more ``sha256sum`` lines) or its
+    folder's ``config.yaml`` (the record, and during an overwrite the previous one)."""
     sidecar = path.with_name(path.name + ".sha256")
     if sidecar.is_file():
-        text = sidecar.read_text().split()
-        return text[0].lower() if text else None
+        lines = [line.split() for line in sidecar.read_text(errors="replace").splitlines()]
+        return tuple(parts[0].lower() for parts in lines if parts and _SHA256.match(parts[0].lower()))
     folder_config = path.parent / CONFIG_FILE
     if path.name == WEIGHTS_FILE and folder_config.is_file():
-        return read_folder(path.parent).get("sha256")
-    return None
+        return tuple(r["sha256"] for r in folder_records(path.parent) if isinstance(r.get("sha256"), str))
+    return ()
 
 
-def read_weights(path: str | Path, *, sha256: str | None, what: str = "weights") -> tuple[dict[str, Any], dict[str, str]]:
+def read_weights(path: str | Path, *, sha256: str | Iterable[str] | None,
+                 what: str = "weights") -> tuple[dict[str, Any], dict[str, str]]:
     """Read a safetensors file after checking its full sha256; returns ``(tensors, metadata)``.
 
-    ``sha256`` is the expected digest; None looks for one next to the file (see module docstring).
-    A missing file, an unknown or wrong digest, or an unreadable file is a ``WeightsError``.
+    ``sha256`` is the expected digest (or several acceptable ones); None looks for one next to the file
+    (see module docstring). A missing file, an unknown or wrong digest, or an unreadable file is a
+    ``WeightsError``.
     """
+    tensors, metadata, _ = _read_verified(Path(path), _digests(sha256), what)
+    return tensors, metadata
+
+
+def _read_verified(path: Path, expected: tuple[str, ...], what: str) -> tuple[dict[str, Any], dict[str, str], str]:
     from safetensors import SafetensorError
     from safetensors.torch import load as load_bytes
 
-    path = Path(path)
     if not path.is_file():
         raise WeightsError(f"{what} file not found: looked for {path.resolve()}")
     if path.suffix != ".safetensors":
         raise WeightsError(f"{path.name}: attnzoo loads only .safetensors weights (no pickle); convert the file first")
-    expected = sha256 or expected_digest(path)
-    if expected is None:
+    expected = expected or expected_digest(path)
+    if not expected:
         raise WeightsError(
             f"{path}: no sha256 is known for this file, and attnzoo checks every load; pass sha256=..., or "
             f"write it next to the file: sha256sum {path.name} > {path.name}.sha256"
         )
     data = path.read_bytes()
     actual = hashlib.sha256(data).hexdigest()
-    if actual != expected.lower():
+    if actual not in expected:
         raise WeightsError(
-            f"{path}: sha256 mismatch, expected {expected.lower()} but the file has {actual}; the file is "
+            f"{path}: sha256 mismatch, expected {' or '.join(expected)} but the file has {actual}; the file is "
             f"corrupted, truncated or not the one its card describes (nothing was loaded)"
         )
     metadata = _header_metadata(data, path)
@@ -131,24 +171,49 @@ def read_weights(path: str | Path, *, sha256: str | None, what: str = "weights")
         tensors = load_bytes(data)
     except SafetensorError as e:
         raise WeightsError(f"{path}: cannot read it as safetensors ({e})") from None
-    return tensors, metadata
+    return tensors, metadata, actual
+
+
+# -- writing ------------------------------------------------------------------------------------------------
+_TEMP_PREFIX = ".attnzoo-tmp-"  # what a killed writer may leave behind; cleared by the next save
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # Windows cannot open a directory; its renames are durable enough
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, then rename: no half-written file survives."""
+    """Write through a temporary file in the same folder, flushed to disk, then rename: a reader sees the
+    old file or the new one, never a half-written one, whenever the writer is killed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{path.name}.", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a saved model is an ordinary file
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _plain(tensors: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
 
 
 def write_weights(
@@ -162,46 +227,211 @@ def write_weights(
     """Write tensors to a safetensors file (plus ``FILE.sha256``) and return the file's sha256.
 
     Refuses to replace an existing file unless ``overwrite=True``. Tensors that share memory (tied
-    weights) are written as separate copies, which safetensors requires.
+    weights) are written as separate copies, which safetensors requires. Whenever the writer is killed,
+    the file and its sidecar agree: while a file is replaced, the sidecar lists both digests.
     """
     from safetensors.torch import save_file
 
     path = Path(path)
     if path.exists() and not overwrite:
         raise WeightsError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
-    plain = {k: v.detach().to("cpu").contiguous().clone() for k, v in tensors.items()}
-    _atomic_write(path, lambda tmp: save_file(plain, tmp, metadata=dict(metadata or {})))
-    digest = sha256_file(path)
-    if sidecar:
-        side = path.with_name(path.name + ".sha256")
-        _atomic_write(side, lambda tmp: Path(tmp).write_text(f"{digest}  {path.name}\n"))
+    plain = _plain(tensors)
+    side = path.with_name(path.name + ".sha256")
+    with _locked(path.parent):
+        fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{path.name}.", dir=path.parent)
+        os.close(fd)
+        try:
+            save_file(plain, tmp, metadata=dict(metadata or {}))
+            digest = sha256_file(tmp)
+            old = expected_digest(path) if path.exists() else ()
+            if sidecar and old:  # both digests while the file is replaced
+                lines = "".join(f"{d}  {path.name}\n" for d in (digest, *old))
+                _atomic_write(side, lambda t: Path(t).write_text(lines))
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        if sidecar:
+            _atomic_write(side, lambda t: Path(t).write_text(f"{digest}  {path.name}\n"))
     return digest
 
 
-def read_folder(directory: str | Path) -> dict[str, Any]:
-    """The ``config.yaml`` of a saved model folder as a plain dict."""
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def _try_flock(fd: int, blocking: bool) -> bool:
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; saves there are not serialised
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        return True
+    except BlockingIOError:
+        return False
+
+
+@contextmanager
+def _locked(directory: Path, timeout: float = 120.0) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (flock on the folder itself: no lock file is left behind,
+    and a killed holder's lock goes with it). Another writer waits up to ``timeout`` seconds, then fails."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # a platform that cannot open folders: no lock
+        yield
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        while not _try_flock(fd, blocking=False):
+            if time.monotonic() > deadline:
+                raise WeightsError(f"{directory}: another process has been writing there for over "
+                                   f"{timeout:.0f} s; try again when it has finished")
+            time.sleep(0.05)
+        yield  # closing the descriptor releases the lock
+    finally:
+        os.close(fd)
+
+
+# -- saved folders -----------------------------------------------------------------------------------------
+def folder_records(directory: str | Path) -> list[dict[str, Any]]:
+    """The records of a saved folder's ``config.yaml``: the current one and, while an overwrite is under
+    way (or was killed), the previous one. Each holds name, factory, config and sha256."""
     import yaml
 
     directory = Path(directory)
     config_path = directory / CONFIG_FILE
     if not config_path.is_file():
         raise WeightsError(f"{directory} is not a saved attnzoo model: {CONFIG_FILE} not found in it")
-    data = yaml.safe_load(config_path.read_text())
-    if not isinstance(data, dict) or "name" not in data:
-        raise WeightsError(f"{config_path}: expected name, factory, config and sha256")
-    return data
+    try:
+        data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        reason = " ".join(str(e).split())[:200]
+        raise WeightsError(f"{config_path}: not valid YAML ({reason}); restore it, or load the weights alone "
+                           f"with attnzoo.load({str(directory / WEIGHTS_FILE)!r}, sha256=...)") from None
+    records = [data, *([data["previous"]] if isinstance(data, dict) and "previous" in data else [])]
+    for record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("name"), str) \
+                or not isinstance(record.get("config"), dict) or not isinstance(record.get("sha256"), str):
+            raise WeightsError(f"{config_path}: expected a mapping with name, factory, config and sha256")
+    return [{k: v for k, v in r.items() if k != "previous"} for r in records]
+
+
+def read_folder(directory: str | Path) -> dict[str, Any]:
+    """The current record of a saved model folder's ``config.yaml`` as a plain dict."""
+    return folder_records(directory)[0]
+
+
+def read_saved_folder(directory: str | Path, sha256: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Tensors and metadata of a saved folder, checked against the record of ``config.yaml`` that
+    describes them: its digest, and its name, factory and config against the file's own metadata."""
+    directory = Path(directory)
+    records = folder_records(directory)
+    tensors, metadata, actual = _read_verified(directory / WEIGHTS_FILE,
+                                               _digests(sha256) or tuple(r["sha256"] for r in records),
+                                               "weights")
+    record = next((r for r in records if r["sha256"] == actual), records[0])
+    decoded = decode_metadata(metadata, where=directory / WEIGHTS_FILE)
+    for key in ("name", "factory", "config"):
+        if decoded[key] is not None and record.get(key) is not None and decoded[key] != record[key]:
+            raise WeightsError(
+                f"{directory}: {CONFIG_FILE} and {WEIGHTS_FILE} disagree about the {key}: {CONFIG_FILE} says "
+                f"{_short(record[key])}, the weights were saved with {_short(decoded[key])}; {CONFIG_FILE} was "
+                f"edited by hand or comes from another model: restore it, or save the model again"
+            )
+    return tensors, metadata
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _clear_debris(directory: Path) -> None:
+    """Remove what killed writers left behind (called under the folder's lock, so no live writer's)."""
+    for entry in directory.iterdir():
+        if entry.name.startswith(_TEMP_PREFIX) and entry.is_file():
+            entry.unlink(missing_ok=True)
+
+
+def _clear_dead_siblings(directory: Path) -> None:
+    """Remove the temporary folders of killed saves of ``directory``: each live one is locked by its writer."""
+    import shutil
+
+    for entry in directory.parent.glob(f".{directory.name}{_TEMP_PREFIX}*"):
+        try:
+            fd = os.open(entry, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if _try_flock(fd, blocking=False):
+                shutil.rmtree(entry, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def _write_model_files(directory: Path, plain: Mapping[str, Any], metadata: Mapping[str, str],
+                       record: dict[str, Any], previous: dict[str, Any] | None) -> None:
+    """The in-place protocol: weights to a temp file; config.yaml describing both models; the weights
+    renamed into place; config.yaml describing the new one. Every step is one atomic rename."""
+    from safetensors.torch import save_file
+
+    fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{WEIGHTS_FILE}.", dir=directory)
+    os.close(fd)
+    try:
+        save_file(dict(plain), tmp, metadata=dict(metadata))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        record["sha256"] = sha256_file(tmp)
+        if previous is not None:  # both models described while the weights are swapped
+            both = {**record, "previous": previous}
+            _atomic_write(directory / CONFIG_FILE, lambda t: Path(t).write_text(_yaml(both)))
+        os.replace(tmp, directory / WEIGHTS_FILE)
+        _fsync_dir(directory)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _atomic_write(directory / CONFIG_FILE, lambda t: Path(t).write_text(_yaml(record)))
+
+
+def _visible(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if not p.name.startswith(_TEMP_PREFIX)]
 
 
 def save(model: Any, directory: str | Path, *, overwrite: bool = False) -> Path:
     """Save a model built by ``attnzoo.create`` (or ``attnzoo.load``) to a folder.
 
     The folder gets ``model.safetensors`` (config and provenance in its metadata) and ``config.yaml``.
-    An existing, non-empty folder is refused unless ``overwrite=True``: nothing a user saved is replaced
-    without being asked. A model whose lazy sizes are not yet known (no forward yet, no sizes given)
-    cannot be saved, because its parameters do not exist yet.
-    """
-    import yaml
+    A folder that already holds a model is refused unless ``overwrite=True``, and so is a non-empty
+    folder of other files (with ``overwrite=True`` those files are left alone). Nothing a user saved is
+    replaced without being asked.
 
+    Crash safety, whatever instant the process is killed at:
+
+    * a new (or empty) folder is written as a hidden temporary folder beside it and renamed into place
+      in one step: the folder holds the whole model or does not exist;
+    * an existing model is replaced in place: the new weights go to a temporary file, ``config.yaml``
+      then describes the new model and the previous one, the weights are renamed into place, and the
+      previous record is dropped; each step is one atomic rename, so the folder always loads the old
+      model or the new one.
+
+    Temporary files and folders of killed saves are cleared by the next save; concurrent savers of one
+    folder take turns (a lock on the folder), and a saver that finds a model appeared meanwhile fails
+    clearly unless it may overwrite.
+
+    A model whose lazy sizes are not yet known (no forward yet, no sizes given) cannot be saved,
+    because its parameters do not exist yet.
+    """
     info = getattr(model, "attnzoo_config", None)
     if not isinstance(info, Mapping) or "name" not in info:
         raise WeightsError(
@@ -221,11 +451,68 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False) -> Path:
     if meta_tensors:
         raise WeightsError(f"cannot save {info['name']!r}: {', '.join(meta_tensors[:3])} are on the meta device (no data)")
     directory = Path(directory)
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())) and not overwrite:
-        raise WeightsError(f"{directory} already exists and is not empty; pass overwrite=True to replace its model")
+    if directory.exists() and not directory.is_dir():
+        raise WeightsError(f"{directory} exists and is not a folder; save() writes a folder")
     extra = dict(getattr(model, "attnzoo_metadata", None) or {})
     metadata = encode_metadata(info["name"], info["factory"], info["config"], extra)
-    digest = write_weights(state, directory / WEIGHTS_FILE, metadata=metadata, overwrite=True, sidecar=False)
-    record = {"name": info["name"], "factory": info["factory"], "config": dict(info["config"]), "sha256": digest}
-    _atomic_write(directory / CONFIG_FILE, lambda tmp: Path(tmp).write_text(yaml.safe_dump(record, sort_keys=False)))
+    plain = _plain(state)
+    record = {"name": info["name"], "factory": info["factory"], "config": dict(info["config"])}
+    if not directory.exists() or not _visible(directory):
+        if _save_new_folder(directory, plain, metadata, record):
+            return directory
+        if not overwrite:
+            raise WeightsError(f"{directory}: another process saved a model there meanwhile; pass overwrite=True "
+                               f"to replace it")
+    with _locked(directory):
+        _clear_debris(directory)
+        present = _visible(directory)
+        if not overwrite and present:
+            what = "already holds a saved model" if {CONFIG_FILE, WEIGHTS_FILE} & set(present) else "is not empty"
+            raise WeightsError(f"{directory} {what}; pass overwrite=True to replace its model (other files in "
+                               f"it are left alone)")
+        previous = None
+        if (directory / CONFIG_FILE).is_file() and (directory / WEIGHTS_FILE).is_file():
+            try:
+                previous = read_folder(directory)
+            except WeightsError:
+                previous = None  # an unreadable config.yaml protects nothing
+        _write_model_files(directory, plain, metadata, record, previous)
     return directory
+
+
+def _save_new_folder(directory: Path, plain: Mapping[str, Any], metadata: Mapping[str, str],
+                     record: dict[str, Any]) -> bool:
+    """Write the model into a temporary folder beside ``directory`` and rename it into place. False when
+    ``directory`` gained files meanwhile (another saver won); the temporary folder is then removed."""
+    import shutil
+    import uuid
+
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    _clear_dead_siblings(directory)
+    tmp = directory.parent / f".{directory.name}{_TEMP_PREFIX}{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    fd = os.open(tmp, os.O_RDONLY) if os.name != "nt" else None
+    try:
+        if fd is not None:
+            _try_flock(fd, blocking=True)  # marks it live; the lock moves with the folder when renamed
+        _write_model_files(tmp, plain, metadata, record, None)
+        _fsync_dir(tmp)
+        try:
+            os.rename(tmp, directory)  # replaces a missing or empty folder, atomically
+        except OSError:
+            if directory.is_dir() and _visible(directory):
+                return False
+            raise
+        _fsync_dir(directory.parent)
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _yaml(data: Mapping[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(dict(data), sort_keys=False)

@@ -175,3 +175,79 @@ def test_mha_converts_to_and_from_torch_multihead_attention():
     odd = attnzoo.create("keras_mha", num_heads=2, key_dim=3, query_size=16, value_size=16)
     with pytest.raises(ValueError, match="cannot hold"):
         mha_to_torch(odd)
+
+
+# -- hostile files: refused before anything is read ------------------------------------------------------
+def _hostile(path, build):
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(path, "w") as f:
+        build(f, h5py)
+    return path
+
+
+def _mha_group(f, name="multi_head_attention", heads=2, key_dim=3, dim=6):
+    for sub in ("query_dense", "key_dense", "value_dense"):
+        g = f.create_group(f"layers/{name}/{sub}/vars")
+        g["0"] = np.zeros((dim, heads, key_dim), dtype="float32")
+        g["1"] = np.zeros((heads, key_dim), dtype="float32")
+    g = f.create_group(f"layers/{name}/output_dense/vars")
+    g["0"] = np.zeros((heads, key_dim, dim), dtype="float32")
+    g["1"] = np.zeros((dim,), dtype="float32")
+
+
+@pytest.mark.parametrize("case, message", [
+    ("cycle", None),
+    ("soft_link", "is a soft link"),
+    ("external_link", "is an external link"),
+    ("strings", "not numbers"),
+    ("bomb", "GiB, more than a Keras attention weight"),
+    ("deep", "nested deeper"),
+    ("legacy_missing", "not a dataset"),
+])
+def test_hostile_keras_files_are_refused_before_reading(tmp_path, case, message):
+    def build(f, h5py):
+        _mha_group(f)
+        g = f["layers/multi_head_attention"]
+        if case == "cycle":
+            g["loop"] = f["layers"]  # a hard link back up the tree
+        elif case == "soft_link":
+            g["dangling"] = h5py.SoftLink("/nowhere")
+        elif case == "external_link":
+            g["outside"] = h5py.ExternalLink("/etc/other.h5", "/")
+        elif case == "strings":
+            del f["layers/multi_head_attention/query_dense/vars/0"]
+            f["layers/multi_head_attention/query_dense/vars"].create_dataset("0", data=np.array([b"abc"] * 6))
+        elif case == "bomb":  # a few KiB on disk, 4 GiB once read
+            del f["layers/multi_head_attention/query_dense/vars/0"]
+            f["layers/multi_head_attention/query_dense/vars"].create_dataset(
+                "0", shape=(50_000_000, 2, 3), dtype="float32", chunks=(1_000_000, 2, 3), compression="gzip",
+                fillvalue=0)
+        elif case == "deep":
+            path = "layers/multi_head_attention" + "/g" * 100
+            f.create_group(path)
+        elif case == "legacy_missing":
+            for key in list(f):
+                del f[key]
+            f.attrs["layer_names"] = [b"mha"]
+            f.create_group("mha").attrs["weight_names"] = [b"mha/query/kernel:0"]
+
+    path = _hostile(tmp_path / f"{case}.weights.h5", build)
+    model = attnzoo.create("keras_mha", num_heads=2, key_dim=3)
+    if case == "cycle":  # a loop is followed once, not forever: the real layer still loads
+        attnzoo.keras.load_keras_weights(model, path)
+        assert model.query.weight.shape == (6, 6)
+        return
+    with pytest.raises(WeightsError, match=message) as err:
+        attnzoo.keras.load_keras_weights(model, path)
+    assert len(str(err.value)) < 4000
+
+
+def test_a_lazy_mha_of_the_wrong_head_count_is_refused_and_nothing_is_written(tmp_path):
+    path = _hostile(tmp_path / "mha.weights.h5", lambda f, h5py: _mha_group(f, heads=4, key_dim=3))
+    out = tmp_path / "converted.safetensors"
+    proc = subprocess.run([sys.executable, "-m", "attnzoo", "convert-keras", str(path), "--model", "keras_mha",
+                           "num_heads=2", "key_dim=6", "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 1 and not out.exists()
+    assert "query.weight needs [?, 2, 6]" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -252,9 +252,15 @@ def test_no_large_negative_literal_masks_in_the_library():
     package = Path(attnzoo.__file__).parent
     # where masks are applied; the conformance kit (testing/) fills padding with large values on purpose
     for path in [*package.joinpath("layers").rglob("*.py"), *package.joinpath("models").rglob("*.py")]:
+        previous = None
         for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
             if tok.type == tokenize.NUMBER and abs(ast.literal_eval(tok.string)) >= 1e4:
-                offenders.append(f"{path.name}:{tok.start[0]} {tok.string}")
+                # a mask fill: -10000, -1e9, or any float written with a large exponent (1e9, 1e4)
+                negative = previous is not None and previous.string == "-"
+                if negative or "e" in tok.string.lower():
+                    offenders.append(f"{path.name}:{tok.start[0]} {tok.string}")
+            if tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT):
+                previous = tok
     assert offenders == []
 
 

@@ -20,7 +20,21 @@ import numpy as np
 
 from ..errors import WeightsError
 
-__all__ = ["KerasLayer", "read_keras_file"]
+__all__ = ["KerasLayer", "Unread", "read_keras_file", "MAX_DATASET_BYTES"]
+
+
+# A weight of an attention layer is megabytes at most; a dataset larger than this is refused before it is
+# read (a gzip-compressed dataset of zeros can be a few KiB on disk and gigabytes in memory).
+MAX_DATASET_BYTES = 1 << 30
+MAX_DEPTH = 64  # nesting of groups a Keras file can plausibly have (models in models in models)
+
+
+@dataclass(frozen=True)
+class Unread:
+    """A dataset too large to read, kept by shape so that listings and shape checks still work."""
+
+    shape: tuple[int, ...]
+    nbytes: int
 
 
 @dataclass
@@ -28,7 +42,7 @@ class KerasLayer:
     path: str  # the group in the file
     name: str  # the layer's name (keras 3: the vars group's name attribute; legacy: the layer name)
     format: str  # "keras3" or "legacy"
-    variables: dict[str, np.ndarray] = field(default_factory=dict)
+    variables: dict[str, np.ndarray | Unread] = field(default_factory=dict)
 
     def describe(self) -> str:
         shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in self.variables.items())
@@ -36,17 +50,49 @@ class KerasLayer:
 
 
 def _decode(value) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _keras3_layers(root) -> list[KerasLayer]:
+def _read(dataset, where: str) -> np.ndarray | Unread:
+    """A numeric dataset's values; a too-large one as :class:`Unread`; anything else refused."""
+    kind = dataset.dtype.kind
+    if kind not in "fiub":
+        raise WeightsError(f"{where}: dataset {dataset.name} holds {dataset.dtype} values, not numbers; a Keras "
+                           f"weights file holds numeric arrays only")
+    nbytes = int(dataset.size) * dataset.dtype.itemsize
+    if nbytes > MAX_DATASET_BYTES:
+        return Unread(tuple(dataset.shape), nbytes)
+    return np.asarray(dataset)
+
+
+def _children(group, where: str):
+    """The (key, item) pairs of a group, refusing links: Keras never writes soft or external links, and
+    following one could leave the file (external) or find nothing (dangling)."""
+    import h5py
+
+    for key in group:
+        link = group.get(key, getlink=True)
+        if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+            kind = "an external link" if isinstance(link, h5py.ExternalLink) else "a soft link"
+            raise WeightsError(f"{where}: {group.name.rstrip('/')}/{key} is {kind}; Keras never writes links, so "
+                               f"the file was assembled by hand; refusing to follow it")
+        yield key, group[key]
+
+
+def _keras3_layers(root, where: str) -> list[KerasLayer]:
     import h5py
 
     found: list[KerasLayer] = []
-
-    def visit(group, path: str, layer: KerasLayer | None) -> None:
-        for key in group:
-            item = group[key]
+    seen: set = set()
+    stack = [(root, "", None, 0)]  # an explicit stack: a deep file cannot exhaust Python's recursion
+    while stack:
+        group, path, layer, depth = stack.pop()
+        if group.id in seen:  # a hard link back up the tree: visited already
+            continue
+        seen.add(group.id)
+        if depth > MAX_DEPTH:
+            raise WeightsError(f"{where}: groups nested deeper than {MAX_DEPTH} levels; not a Keras weights file")
+        for key, item in reversed(list(_children(group, where))):
             if not isinstance(item, h5py.Group):
                 continue
             child = f"{path}/{key}" if path else key
@@ -55,29 +101,37 @@ def _keras3_layers(root) -> list[KerasLayer]:
                 name = _decode(vars_group.attrs.get("name", key)) if vars_group is not None else key
                 entry = KerasLayer(child, name, "keras3")
                 found.append(entry)
-                visit(item, child, entry)
+                stack.append((item, child, entry, depth + 1))
             elif key == "vars" and layer is not None:
                 prefix = child[len(layer.path) + 1 :]
-                for var in sorted(item, key=lambda k: int(k) if k.isdigit() else k):
-                    layer.variables[f"{prefix}/{var}"] = np.asarray(item[var])
+                for var, dataset in sorted(_children(item, where), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+                    if isinstance(dataset, h5py.Dataset):
+                        layer.variables[f"{prefix}/{var}"] = _read(dataset, where)
             else:
-                visit(item, child, layer)
-
-    visit(root, "", None)
+                stack.append((item, child, layer, depth + 1))
+    found.sort(key=lambda layer: layer.path)
     return [layer for layer in found if layer.variables]
 
 
-def _legacy_layers(root) -> list[KerasLayer]:
+def _legacy_layers(root, where: str) -> list[KerasLayer]:
+    import h5py
+
     group = root["model_weights"] if "model_weights" in root else root
     layers = []
     for raw in group.attrs["layer_names"]:
         name = _decode(raw)
+        item = group.get(name)
+        if not isinstance(item, h5py.Group):
+            raise WeightsError(f"{where}: layer_names lists {name!r}, which is not a group of the file")
         entry = KerasLayer(name, name, "legacy")
-        for weight in group[name].attrs.get("weight_names", []):
+        for weight in item.attrs.get("weight_names", []):
             weight = _decode(weight)
+            dataset = item.get(weight)
+            if not isinstance(dataset, h5py.Dataset):
+                raise WeightsError(f"{where}: layer {name!r} lists weight {weight!r}, which is not a dataset")
             key = weight.split(":")[0]
             key = key[len(name) + 1 :] if key.startswith(name + "/") else key
-            entry.variables[key] = np.asarray(group[name][weight])
+            entry.variables[key] = _read(dataset, where)
         if entry.variables:
             layers.append(entry)
     return layers
@@ -96,10 +150,14 @@ def read_keras_file(path: str | Path) -> list[KerasLayer]:
         with h5py.File(path, "r") as f:
             root = f["model_weights"] if "model_weights" in f else f
             if "layer_names" in root.attrs:
-                return _legacy_layers(f)
+                return _legacy_layers(f, str(path))
             if "layers" in f:
-                return _keras3_layers(f)
+                return _keras3_layers(f, str(path))
     except OSError as e:
-        raise WeightsError(f"{path}: not an HDF5 file ({e}); expected a Keras .weights.h5 or .h5") from None
+        reason = " ".join(str(e).split())[:200]
+        raise WeightsError(f"{path}: not an HDF5 file ({reason}); expected a Keras .weights.h5 or .h5") from None
+    except (KeyError, ValueError, TypeError, RecursionError) as e:
+        reason = " ".join(str(e).split())[:200]
+        raise WeightsError(f"{path}: not a Keras weights file attnzoo can read ({type(e).__name__}: {reason})") from None
     raise WeightsError(f"{path}: neither a keras 3 .weights.h5 (no 'layers' group) nor a legacy .h5 "
                        "(no 'layer_names' attribute)")

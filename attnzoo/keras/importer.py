@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import WeightsError
-from .h5 import KerasLayer, read_keras_file
+from .h5 import KerasLayer, Unread, read_keras_file
 
 __all__ = ["load_keras_weights", "keras_layers_in", "CONVERSIONS"]
 
@@ -66,9 +66,18 @@ def _find(layer: KerasLayer, var) -> str:
     return var.legacy
 
 
+def _keras_shape_fits(shape: tuple[int, ...], want: tuple[int | None, ...] | None) -> bool:
+    """Whether a Keras array's shape fits the shape a model expects in Keras terms (None: any size)."""
+    if want is None:
+        return True
+    return len(shape) == len(want) and all(w is None or w == s for s, w in zip(shape, want, strict=True))
+
+
 def _convert(model, layer: KerasLayer) -> tuple[dict[str, torch.Tensor] | None, list[str]]:
     """The state dict this Keras layer gives the model, or None and the reasons it does not fit."""
     expected = _expected(model)
+    # shapes the model knows in Keras terms even while lazy (heads and key_dim of an MHA, labels of LWAN)
+    keras_shapes = model.keras_shapes() if hasattr(model, "keras_shapes") else {}
     state, problems, used = {}, [], set()
     for var in model.keras_layout():
         key = _find(layer, var)
@@ -76,7 +85,16 @@ def _convert(model, layer: KerasLayer) -> tuple[dict[str, torch.Tensor] | None, 
             problems.append(f"missing {key} (for {var.param})")
             continue
         used.add(key)
-        array = CONVERSIONS[var.convert](layer.variables[key])
+        raw = layer.variables[key]
+        if not _keras_shape_fits(tuple(raw.shape), keras_shapes.get(var.param)):
+            want = ", ".join("?" if d is None else str(d) for d in keras_shapes[var.param])
+            problems.append(f"{key}: {list(raw.shape)}, {var.param} needs [{want}] in Keras's layout")
+            continue
+        if isinstance(raw, Unread):
+            problems.append(f"{key}: {list(raw.shape)} is {raw.nbytes / 2**30:.1f} GiB, more than a Keras "
+                            f"attention weight can be; not read")
+            continue
+        array = CONVERSIONS[var.convert](raw)
         want = expected[var.param]
         if want is not None and tuple(array.shape) != want:
             problems.append(f"{key}: {list(layer.variables[key].shape)} gives {list(array.shape)}, "
@@ -119,8 +137,8 @@ def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -
             reasons.append(f"{candidate.path}: {'; '.join(problems)}")
     if not fitting:
         raise WeightsError(
-            f"{path}: no layer fits {type(model).__name__} (expects {wanted}).\n"
-            f"The file has:\n  {listing}\nWhy not:\n  " + "\n  ".join(reasons)
+            f"{path}: no layer fits {type(model).__name__}: " + "; ".join(reasons)
+            + f".\nThe model expects {wanted}.\nThe file has:\n  {listing}"
         )
     if len(fitting) > 1:
         names = ", ".join(repr(c.path.rsplit('/', 1)[-1]) for c, _ in fitting)

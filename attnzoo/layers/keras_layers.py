@@ -301,8 +301,8 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
                 layout.append(KerasVar(f"{ours}.bias", f"{group}/vars/1", f"{legacy}/bias", bias))
         return layout
 
-    def keras_shapes(self) -> dict[str, tuple[int, ...]]:
-        """The Keras shape of every variable, for error messages and exports."""
+    def keras_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        """The Keras shape of every variable (None where a size is still lazy), for checks and exports."""
         h, kd, vd = self.num_heads, self.key_dim, self.value_dim
         q, k, v = self.size("query_size"), self.size("key_size"), self.size("value_size")
         out = self.output_shape or q

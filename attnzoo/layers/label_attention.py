@@ -72,6 +72,11 @@ class LWAN(LabelwiseAttentionBatched):
     def keras_layout(self) -> list[KerasVar]:
         return [KerasVar("Wa", "vars/0", "Wa"), KerasVar("Wo", "vars/1", "Wo"), KerasVar("bo", "vars/2", "bo")]
 
+    def keras_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        """Keras shapes (None where the hidden size is still lazy): the label count is known from the start."""
+        h = self.hidden_size
+        return {"Wa": (self.num_labels, h), "Wo": (self.num_labels, h), "bo": (self.num_labels,)}
+
 
 class CAMLHead(LabelHead):
     """CAML's per-label attention and output (Mullenbach et al. 2018), over the conv features H.

@@ -31,6 +31,9 @@ from .core import check_positive, label_attention
 from .label_head import LabelHead
 from .lazy import ParameterGroup
 
+# the per-label layout keeps a Python object per label; ICD-full coding has 8,921 labels
+MAX_PER_LABEL = 100_000
+
 __all__ = [
     "LabelwiseAttention",
     "LabelwiseAttentionBatched",
@@ -157,6 +160,12 @@ class LabelwiseAttention(_LabelwiseBase):
     name = "labelwise"
 
     def _make_holders(self) -> None:
+        if self.num_labels > MAX_PER_LABEL:
+            raise ValueError(
+                f"labelwise keeps one parameter tensor per label, and {self.num_labels:,} labels would mean as many "
+                f"Python objects (minutes to build); use labelwise_batched, which holds one [L, h] matrix and "
+                f"loads labelwise state dicts"
+            )
         self.Wa_list = LabelVectors()
 
     def _query_shapes(self, hidden):

@@ -73,6 +73,9 @@ class KerasAttention(LazyLayer):
 
         return [KerasVar("Ws", "vars/0", "Ws")]
 
+    def keras_shapes(self) -> dict[str, tuple[int | None, ...]]:
+        return {"Ws": (self.num_classes, self.size("embed_dim"))}
+
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         x, mask = _prepare(self.name, x, mask, self.size("embed_dim"), self.Ws)
         scores = torch.tanh(torch.matmul(self.Ws, x.transpose(1, 2)))  # [B, C, T]
