@@ -191,9 +191,9 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Write through a temporary file in the same folder, flushed to disk, then rename: a reader sees the
-    old file or the new one, never a half-written one, whenever the writer is killed."""
+def _stage(path: Path, write) -> str:
+    """Write ``path``'s next content into a temporary file beside it, flushed to disk; returns its name.
+    Nothing is visible at ``path`` until :func:`_commit`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{path.name}.", dir=path.parent)
     os.close(fd)
@@ -201,15 +201,31 @@ def _atomic_write(path: Path, write) -> None:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a saved model is an ordinary file
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a saved model is an ordinary file
+    except BaseException:
+        _discard(tmp)
+        raise
+    return tmp
+
+
+def _commit(tmp: str, path: Path) -> None:
+    """Rename a staged file into place (atomic) and make the rename durable."""
+    try:
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _discard(tmp)
         raise
+
+
+def _discard(tmp: str) -> None:
+    if os.path.exists(tmp):
+        os.unlink(tmp)
+
+
+def _atomic_write(path: Path, write) -> None:
+    """A reader sees the old file or the new one, never a half-written one, whenever the writer is killed."""
+    _commit(_stage(path, write), path)
 
 
 def _plain(tensors: Mapping[str, Any]) -> dict[str, Any]:
@@ -238,24 +254,17 @@ def write_weights(
     plain = _plain(tensors)
     side = path.with_name(path.name + ".sha256")
     with _locked(path.parent):
-        fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{path.name}.", dir=path.parent)
-        os.close(fd)
+        tmp = _stage(path, lambda t: save_file(plain, t, metadata=dict(metadata or {})))
         try:
-            save_file(plain, tmp, metadata=dict(metadata or {}))
             digest = sha256_file(tmp)
             old = expected_digest(path) if path.exists() else ()
             if sidecar and old:  # both digests while the file is replaced
                 lines = "".join(f"{d}  {path.name}\n" for d in (digest, *old))
                 _atomic_write(side, lambda t: Path(t).write_text(lines))
-            with open(tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
         except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            _discard(tmp)
             raise
+        _commit(tmp, path)
         if sidecar:
             _atomic_write(side, lambda t: Path(t).write_text(f"{digest}  {path.name}\n"))
     return digest
@@ -384,23 +393,16 @@ def _write_model_files(directory: Path, plain: Mapping[str, Any], metadata: Mapp
     renamed into place; config.yaml describing the new one. Every step is one atomic rename."""
     from safetensors.torch import save_file
 
-    fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{WEIGHTS_FILE}.", dir=directory)
-    os.close(fd)
+    tmp = _stage(directory / WEIGHTS_FILE, lambda t: save_file(dict(plain), t, metadata=dict(metadata)))
     try:
-        save_file(dict(plain), tmp, metadata=dict(metadata))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
         record["sha256"] = sha256_file(tmp)
         if previous is not None:  # both models described while the weights are swapped
             both = {**record, "previous": previous}
             _atomic_write(directory / CONFIG_FILE, lambda t: Path(t).write_text(_yaml(both)))
-        os.replace(tmp, directory / WEIGHTS_FILE)
-        _fsync_dir(directory)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _discard(tmp)
         raise
+    _commit(tmp, directory / WEIGHTS_FILE)
     _atomic_write(directory / CONFIG_FILE, lambda t: Path(t).write_text(_yaml(record)))
 
 
