@@ -39,7 +39,8 @@ def read_card(path: str | Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"model card {path}: cannot read it ({e.strerror or e})") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"model card {path.name}: not valid YAML ({e})") from None
+        reason = " ".join(str(e).split())
+        raise ConfigError(f"model card {path.name}: not valid YAML ({reason[:300]})") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"model card {path.name}: expected a YAML mapping with name, factory, config, got {type(data).__name__}")
     return dict(data)

@@ -26,6 +26,7 @@ __all__ = [
     "from_key_padding_mask",
     "masked_softmax",
     "attend",
+    "expand_kv_heads",
     "label_attention",
     "EXPLICIT_MAX_SCORES",
 ]
@@ -197,6 +198,24 @@ def masked_softmax(scores: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor
     return weights if mask is None else weights.masked_fill(~mask, 0.0)
 
 
+def _sdpa_takes_gqa() -> bool:
+    import inspect
+
+    try:
+        return "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):  # a builtin without a signature on this torch
+        return False
+
+
+_SDPA_GQA = _sdpa_takes_gqa()
+
+
+def expand_kv_heads(tensor: Tensor, heads: int) -> Tensor:
+    """[B, kv_heads, T, d] -> [B, heads, T, d], each key/value head shared by ``heads // kv_heads`` query heads."""
+    groups = heads // tensor.shape[-3]
+    return tensor if groups == 1 else tensor.repeat_interleave(groups, dim=-3)
+
+
 def attend(
     query: Tensor,
     key: Tensor,
@@ -206,13 +225,16 @@ def attend(
     scale: float | None = None,
     return_attention: bool = False,
     dropout: float = 0.0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """``softmax(scale · Q Kᵀ, masked) V`` over the last two dimensions.
+    """``softmax(scale · Q Kᵀ + bias, masked) V`` over the last two dimensions.
 
-    Shapes: query ``[..., Lq, E]``, key ``[..., Lk, E]``, value ``[..., Lk, Ev]``, mask bool broadcastable
-    to ``[..., Lq, Lk]`` (True = attend); returns ``(out [..., Lq, Ev], weights [..., Lq, Lk] or None)``.
-    ``scale`` defaults to ``1/sqrt(E)``. ``dropout`` (training only; the caller decides) drops attention
-    weights before they meet V; returned weights are the distribution before dropout, as Keras does.
+    Shapes: query ``[..., H, Lq, E]``, key ``[..., H or G, Lk, E]``, value ``[..., H or G, Lk, Ev]`` (G key/value
+    heads shared by groups of query heads: grouped-query attention), mask bool broadcastable to ``[..., Lq, Lk]``
+    (True = attend), bias float broadcastable to ``[..., H, Lq, Lk]`` (ALiBi); returns
+    ``(out [..., H, Lq, Ev], weights [..., H, Lq, Lk] or None)``. ``scale`` defaults to ``1/sqrt(E)``.
+    ``dropout`` (training only; the caller decides) drops attention weights before they meet V; returned
+    weights are the distribution before dropout, as Keras does.
 
     Without ``return_attention`` this is one ``F.scaled_dot_product_attention`` call, which never keeps
     the ``[Lq, Lk]`` matrix for backward. Fully masked rows are given a dummy all-True row for the kernel
@@ -222,14 +244,30 @@ def attend(
     if scale is None:
         scale = query.shape[-1] ** -0.5
     has_any = None if mask is None else mask.any(dim=-1, keepdim=True)
+    grouped = key.dim() >= 3 and query.dim() >= 3 and key.shape[-3] != query.shape[-3]
     if not return_attention:
-        attn_mask = None if mask is None else mask | ~has_any
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout, scale=scale)
+        allowed = None if mask is None else mask | ~has_any
+        attn_mask = allowed
+        if bias is not None:  # an additive mask: the bias where allowed, the most negative number elsewhere
+            attn_mask = bias.to(query.dtype)
+            if allowed is not None:
+                attn_mask = attn_mask.masked_fill(~allowed, torch.finfo(query.dtype).min)
+        extra = {}
+        if grouped and _SDPA_GQA:
+            extra["enable_gqa"] = True
+        elif grouped:
+            key, value = expand_kv_heads(key, query.shape[-3]), expand_kv_heads(value, query.shape[-3])
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout, scale=scale,
+                                             **extra)
         return (out, None) if has_any is None else (out.masked_fill(~has_any, 0.0), None)
 
+    if grouped:
+        key, value = expand_kv_heads(key, query.shape[-3]), expand_kv_heads(value, query.shape[-3])
     scores = torch.matmul(query, key.transpose(-2, -1))
     if scale != 1.0:
         scores = scores * scale
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
     weights = _filled_softmax(scores, mask, -1)
     out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, value)
     if has_any is None:

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import attended_keys, check_input, check_mask, check_positive, masked_softmax, neutralise
+from .core import attended_keys, check_input, check_mask, check_positive, neutralise
 from .lazy import LazyLayer
+from .normalizers import check_normalizer, normalize
 
 __all__ = ["ScoreAttention", "DotAttention", "GeneralAttention", "AdditiveAttention", "Seq2SeqAttention", "SCORES"]
 
@@ -41,7 +42,8 @@ class ScoreAttention(nn.Module):
     Everything else is shared: the checks of query, key, value and mask (with messages naming
     ``name``; set ``same_size = True`` when the score compares query and key feature by feature),
     zeroing of masked keys and values before any arithmetic, the optional 1/sqrt(d) scale, the masked
-    softmax (a query with no key left attends to nothing) and the weighted sum.
+    normaliser (``normalizer``: softmax, or sparsemax / entmax15 for exact zeros; a query with no key
+    left attends to nothing) and the weighted sum.
 
     Shapes: ``forward(query [B, Tq, dq], key [B, Tk, dk], value [B, Tk, Dv] = key, mask [B, Tk] or
     [B, Tq, Tk] = None)`` -> ``(context [B, Tq, Dv], weights [B, Tq, Tk])``. The convention is
@@ -51,6 +53,7 @@ class ScoreAttention(nn.Module):
     name = "attention"
     scaled: bool = False
     same_size: bool = False  # the score compares query and key feature by feature (dot, cosine, ...)
+    normalizer: str = "softmax"  # or "sparsemax", "entmax15" (attnzoo.layers.normalizers)
 
     def score(self, query: Tensor, key: Tensor) -> Tensor:
         """Scores e [B, Tq, Tk] of every query against every key."""
@@ -82,12 +85,13 @@ class ScoreAttention(nn.Module):
         scores = self.score(query, key)
         if self.scaled:
             scores = scores * self._scale_dim(query, key) ** -0.5
-        weights = masked_softmax(scores, mask)
+        weights = normalize(scores, mask, -1, self.normalizer)
         return torch.matmul(weights, value), weights
 
 
 class DotAttention(ScoreAttention):
     """Dot-product attention ``e_ij = q_iᵀ k_j`` (optionally scaled by 1/sqrt(dk)); no parameters.
+    ``normalizer``: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
 
     Shapes: ``forward(query [B, Tq, d], key [B, Tk, d], value=None, mask=None)`` ->
     ``(context [B, Tq, Dv], weights [B, Tq, Tk])``.
@@ -96,15 +100,16 @@ class DotAttention(ScoreAttention):
     name = "dot"
     same_size = True
 
-    def __init__(self, *, scaled: bool = False) -> None:
+    def __init__(self, *, scaled: bool = False, normalizer: str = "softmax") -> None:
         super().__init__()
-        self.scaled = scaled
+        check_normalizer(self.name, normalizer)
+        self.scaled, self.normalizer = scaled, normalizer
 
     def score(self, query, key):
         return torch.matmul(query, key.transpose(-2, -1))
 
     def extra_repr(self) -> str:
-        return f"scaled={self.scaled}"
+        return f"scaled={self.scaled}, normalizer={self.normalizer!r}"
 
 
 class _LearnedScore(ScoreAttention, LazyLayer):
@@ -125,6 +130,7 @@ class GeneralAttention(_LearnedScore):
     Args:
         query_size, key_size: dq and dk; None infers them from the first call.
         scaled: multiply scores by 1/sqrt(dk).
+        normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"`` (see ``layers/normalizers.py``).
 
     Shapes as :class:`DotAttention`, with dq and dk free.
     """
@@ -132,11 +138,12 @@ class GeneralAttention(_LearnedScore):
     name = "general"
 
     def __init__(self, query_size: int | None = None, key_size: int | None = None, *, scaled: bool = False,
-                 device=None, dtype=None) -> None:
+                 normalizer: str = "softmax", device=None, dtype=None) -> None:
         super().__init__()
         check_positive(self.name, "query_size", query_size)
         check_positive(self.name, "key_size", key_size)
-        self.scaled = scaled
+        check_normalizer(self.name, normalizer)
+        self.scaled, self.normalizer = scaled, normalizer
         self._create_parameters({"query_size": query_size, "key_size": key_size}, device, dtype)
 
     def _parameter_shapes(self, sizes):
@@ -152,7 +159,8 @@ class GeneralAttention(_LearnedScore):
         return torch.matmul(torch.matmul(query, self.weight), key.transpose(-2, -1))
 
     def extra_repr(self) -> str:
-        return f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, scaled={self.scaled}"
+        return (f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, scaled={self.scaled}, "
+                f"normalizer={self.normalizer!r}")
 
 
 class AdditiveAttention(_LearnedScore):
@@ -162,6 +170,7 @@ class AdditiveAttention(_LearnedScore):
         query_size, key_size: dq and dk; None infers them from the first call.
         attention_size: d_a; None uses dk.
         scaled: multiply scores by 1/sqrt(d_a).
+        normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
 
     Shapes as :class:`DotAttention`. The tanh over every (i, j) pair makes this the costly score:
     it holds a [B, Tq, Tk, d_a] tensor.
@@ -170,12 +179,14 @@ class AdditiveAttention(_LearnedScore):
     name = "additive"
 
     def __init__(self, query_size: int | None = None, key_size: int | None = None, *,
-                 attention_size: int | None = None, scaled: bool = False, device=None, dtype=None) -> None:
+                 attention_size: int | None = None, scaled: bool = False, normalizer: str = "softmax",
+                 device=None, dtype=None) -> None:
         super().__init__()
         check_positive(self.name, "query_size", query_size)
         check_positive(self.name, "key_size", key_size)
         check_positive(self.name, "attention_size", attention_size)
-        self.scaled = scaled
+        check_normalizer(self.name, normalizer)
+        self.scaled, self.normalizer = scaled, normalizer
         self.attention_size_arg = attention_size
         self._create_parameters({"query_size": query_size, "key_size": key_size}, device, dtype)
 
@@ -204,7 +215,7 @@ class AdditiveAttention(_LearnedScore):
     def extra_repr(self) -> str:
         d_a = self.attention_size_arg if self.has_uninitialized_params() else self.v.shape[0]
         return (f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, "
-                f"attention_size={d_a}, scaled={self.scaled}")
+                f"attention_size={d_a}, scaled={self.scaled}, normalizer={self.normalizer!r}")
 
 
 SCORES = {"dot": DotAttention, "general": GeneralAttention, "additive": AdditiveAttention}
@@ -219,6 +230,7 @@ class Seq2SeqAttention(LazyLayer):
         output_size: H of the attentional state; None uses Hd.
         attention_size: d_a of the additive score.
         scaled: scale the scores by 1/sqrt(d).
+        normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
 
     Shapes: ``forward(decoder_out [B, Td, Hd], encoder_out [B, Te, He], mask [B, Te] = None)`` ->
     ``(output [B, Td, H], weights [B, Td, Te])``. Decoder steps attend independently, so a whole
@@ -229,8 +241,9 @@ class Seq2SeqAttention(LazyLayer):
 
     def __init__(self, score: str = "general", *, decoder_size: int | None = None, encoder_size: int | None = None,
                  output_size: int | None = None, attention_size: int | None = None, scaled: bool = False,
-                 device=None, dtype=None) -> None:
+                 normalizer: str = "softmax", device=None, dtype=None) -> None:
         super().__init__()
+        check_normalizer(self.name, normalizer)
         for key, value in (("decoder_size", decoder_size), ("encoder_size", encoder_size),
                            ("output_size", output_size), ("attention_size", attention_size)):
             check_positive(self.name, key, value)
@@ -243,12 +256,12 @@ class Seq2SeqAttention(LazyLayer):
         self.output_size_arg = output_size
         kw = {"device": device, "dtype": dtype}
         if score == "dot":
-            self.attention = DotAttention(scaled=scaled)
+            self.attention = DotAttention(scaled=scaled, normalizer=normalizer)
         elif score == "general":
-            self.attention = GeneralAttention(decoder_size, encoder_size, scaled=scaled, **kw)
+            self.attention = GeneralAttention(decoder_size, encoder_size, scaled=scaled, normalizer=normalizer, **kw)
         else:
             self.attention = AdditiveAttention(decoder_size, encoder_size, attention_size=attention_size, scaled=scaled,
-                                               **kw)
+                                               normalizer=normalizer, **kw)
         self._create_parameters({"decoder_size": decoder_size, "encoder_size": encoder_size}, **kw)
 
     def _parameter_shapes(self, sizes):

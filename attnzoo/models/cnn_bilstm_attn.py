@@ -20,10 +20,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..layers.core import check_input, check_mask, check_positive, check_probability, neutralise
 from ..layers.pooling import AttentionPooling
+from .text import run_packed
 
 __all__ = ["CNNBiLSTMAttention"]
 
@@ -84,12 +84,7 @@ class CNNBiLSTMAttention(nn.Module):
         frames = sequence.shape[1]
         if mask is not None:
             mask = F.adaptive_max_pool1d(mask.to(sequence.dtype).unsqueeze(1), frames).squeeze(1) > 0
-        if mask is not None and sequence.device.type != "meta":  # lengths must be read on the host
-            lengths = mask.sum(-1).clamp(min=1).cpu()
-            packed = pack_padded_sequence(sequence, lengths, batch_first=True, enforce_sorted=False)
-            hidden, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=frames)
-        else:
-            hidden, _ = self.lstm(sequence)
+        hidden = self.lstm(sequence)[0] if mask is None else run_packed(self.lstm, sequence, mask)
         pooled, weights = self.pool(hidden, mask, return_attention=True) if return_attention else (
             self.pool(hidden, mask), None)
         logits = self.head(self.dropout(pooled))

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..layers.core import check_positive, check_probability, check_tokens, neutralise
 from ..layers.scores import Seq2SeqAttention
-from .text import token_mask
+from .text import run_packed, token_mask
 
 __all__ = ["G2PSeq2Seq", "BOS", "EOS"]
 
@@ -57,14 +56,7 @@ class G2PSeq2Seq(nn.Module):
 
     def encode(self, letters: Tensor, mask: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         x = neutralise(self.dropout(self.letter_embedding(letters)), mask)
-        if x.device.type == "meta":
-            encoded = self.encoder(x)[0]
-        elif x.shape[0] == 0 or x.shape[1] == 0:  # nothing to read; the LSTM cannot pack an empty batch
-            encoded = x.new_zeros(x.shape[0], x.shape[1], 2 * self.encoder.hidden_size)
-        else:
-            lengths = mask.sum(-1).clamp(min=1).cpu()
-            packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-            encoded = pad_packed_sequence(self.encoder(packed)[0], batch_first=True, total_length=letters.shape[1])[0]
+        encoded = run_packed(self.encoder, x, mask)
         mean = (encoded * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
         h0, c0 = torch.tanh(self.bridge(mean)).chunk(2, dim=-1)
         return encoded, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous())

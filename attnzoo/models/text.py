@@ -23,7 +23,22 @@ from ..layers.labelwise import LabelwiseAttentionBatched
 from ..layers.pooling import AttentionPooling
 
 __all__ = ["BiLSTMEncoder", "ConvEncoder", "BiLSTMLabelwise", "BiLSTMAttnPool", "LabelAttentionClassifier",
-           "token_mask"]
+           "token_mask", "run_packed"]
+
+
+def run_packed(rnn: nn.RNNBase, x: Tensor, mask: Tensor) -> Tensor:
+    """Run a batch-first RNN over right-padded ``x`` [B, T, E], each row read only up to its length
+    (``mask`` [B, T]); returns [B, T, hidden · directions] with zeros past each length. A row of length 0
+    is read as one zero step (packing needs a length of at least 1)."""
+    width = rnn.hidden_size * (2 if rnn.bidirectional else 1)
+    if x.device.type == "meta":
+        return rnn(x)[0]
+    if x.shape[0] == 0 or x.shape[1] == 0:  # nothing to read; an empty batch cannot be packed
+        return x.new_zeros(x.shape[0], x.shape[1], width)
+    lengths = mask.sum(-1).clamp(min=1).cpu()
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, _ = pad_packed_sequence(rnn(packed)[0], batch_first=True, total_length=x.shape[1])
+    return out
 
 
 def token_mask(name: str, tokens: Tensor, mask: Tensor | None, vocab_size: int, *, like: Tensor,
@@ -57,14 +72,7 @@ class BiLSTMEncoder(nn.Module):
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
         x = neutralise(self.dropout(self.embedding(tokens)), mask)
-        if x.device.type == "meta":
-            return self.lstm(x)[0]
-        if x.shape[0] == 0 or x.shape[1] == 0:  # nothing to read; the LSTM cannot pack an empty batch
-            return x.new_zeros(x.shape[0], x.shape[1], 2 * self.lstm.hidden_size)
-        lengths = mask.sum(-1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=tokens.shape[1])
-        return self.dropout(out)
+        return self.dropout(run_packed(self.lstm, x, mask))
 
 
 class ConvEncoder(nn.Module):
