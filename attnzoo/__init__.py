@@ -8,6 +8,7 @@ Importing attnzoo, listing and reading model cards never import torch; ``create`
 """
 
 from .create import create, load
+from .export import export
 from .errors import AttnzooError, ConfigError, PluginError, UnknownModelError, WeightsError
 from .hookspecs import hookimpl
 from .plugins import PluginInfo
@@ -32,6 +33,7 @@ __all__ = [
     "create",
     "load",
     "save",
+    "export",
     "register",
     "list_models",
     "model_info",

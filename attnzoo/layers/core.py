@@ -23,6 +23,7 @@ __all__ = [
     "check_probability",
     "neutralise",
     "attended_keys",
+    "tracing",
     "from_key_padding_mask",
     "masked_softmax",
     "attend",
@@ -40,6 +41,13 @@ EXPLICIT_MAX_SCORES = 6 * 2**20
 
 def _describe(dims: Sequence[object]) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def tracing() -> bool:
+    """True while torch.compile or torch.export traces: value checks that read tensors on the host (token
+    ranges, right padding) are skipped there, since a graph cannot hold them; shape checks remain."""
+    compiler = getattr(torch, "compiler", None)
+    return bool(compiler is not None and compiler.is_compiling())
 
 
 def _autocasting(device_type: str) -> bool:
@@ -100,7 +108,7 @@ def check_tokens(layer: str, tokens: object, vocab_size: int, arg: str = "tokens
         raise ValueError(f"{layer} expects {arg} as integer ids of shape {_describe(axes)}, got{kind} {shape}")
     if like is not None:
         check_device(layer, arg, tokens, like)
-    if tokens.numel() and tokens.device.type != "meta":
+    if tokens.numel() and tokens.device.type != "meta" and not tracing():
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{layer} expects {arg} ids in [0, {vocab_size}) (0 = padding), got ids from {low} "
@@ -175,7 +183,7 @@ def check_mask(layer: str, mask: Tensor | None, batch: int, q_len: int, k_len: i
         check_device(layer, arg, mask, like)
     if mask.dtype == torch.bool:
         return mask
-    if mask.numel() and mask.device.type != "meta" and bool(((mask != 0) & (mask != 1)).any()):
+    if mask.numel() and mask.device.type != "meta" and not tracing() and bool(((mask != 0) & (mask != 1)).any()):
         raise ValueError(f"{layer} expects {arg} to hold True/False or 0/1, got other integers; pass a bool mask")
     return mask != 0
 
@@ -330,7 +338,9 @@ def label_attention(
         if len(parts) == 1:
             return parts[0]
         return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)
-    if keys.device.type == "cpu" and batch * labels * seq <= EXPLICIT_MAX_SCORES:
+    # the explicit route is chosen by size on the CPU; a traced graph (export, compile) takes the fused
+    # route, which is right for every size
+    if keys.device.type == "cpu" and not tracing() and batch * labels * seq <= EXPLICIT_MAX_SCORES:
         return _label_scores_explicit(queries, keys, values, mask, scale, False)[0], None
     if queries.dim() == 2:
         queries = queries.expand(batch, labels, queries.shape[-1])

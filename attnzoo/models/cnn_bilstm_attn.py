@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..layers.core import check_input, check_mask, check_positive, check_probability, neutralise
+from ..layers.core import check_input, check_mask, check_positive, check_probability, neutralise, tracing
 from ..layers.pooling import AttentionPooling
 from .text import run_packed
 
@@ -71,7 +71,8 @@ class CNNBiLSTMAttention(nn.Module):
         check_input(self.name, "x", x, ("batch", self.in_chans, "freq", "time"), like=self.head.weight)
         if mask is not None:
             mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[-1], like=x)[:, 0]
-            if mask.shape[1] > 1 and mask.device.type != "meta" and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+            if mask.shape[1] > 1 and mask.device.type != "meta" and not tracing() \
+                    and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
                 raise ValueError(f"{self.name} reads each sequence up to its length, so the real frames must come "
                                  f"first (right padding)")
             # padded frames read as zeros whatever they hold (the CNN's receptive field spans frames)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise
+from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise, tracing
 from ..layers.pooling import AttentionPooling
 from .text import run_packed
 
@@ -26,7 +26,7 @@ __all__ = ["HierarchicalAttentionNetwork"]
 
 
 def _right_padded(name: str, mask: Tensor, what: str) -> None:
-    if mask.shape[-1] > 1 and mask.device.type != "meta" and bool((mask[..., 1:] & ~mask[..., :-1]).any()):
+    if mask.shape[-1] > 1 and mask.device.type != "meta" and not tracing() and bool((mask[..., 1:] & ~mask[..., :-1]).any()):
         raise ValueError(f"{name} reads {what} up to their lengths, so the real ones must come first (right "
                          f"padding); the mask has padding before a real position")
 

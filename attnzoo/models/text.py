@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise
+from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise, tracing
 from ..layers.label_attention import CAMLHead, JointLAATHead, LAATHead, LWAN, PLMCAHead
 from ..layers.labelwise import LabelwiseAttentionBatched
 from ..layers.pooling import AttentionPooling
@@ -35,10 +35,37 @@ def run_packed(rnn: nn.RNNBase, x: Tensor, mask: Tensor) -> Tensor:
         return rnn(x)[0]
     if x.shape[0] == 0 or x.shape[1] == 0:  # nothing to read; an empty batch cannot be packed
         return x.new_zeros(x.shape[0], x.shape[1], width)
+    if tracing():  # packing reads the lengths on the host, which a traced graph cannot
+        return _run_traceable(rnn, x, mask)
     lengths = mask.sum(-1).clamp(min=1).cpu()
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     out, _ = pad_packed_sequence(rnn(packed)[0], batch_first=True, total_length=x.shape[1])
     return out
+
+
+def _run_traceable(rnn: nn.RNNBase, x: Tensor, mask: Tensor) -> Tensor:
+    """What :func:`run_packed` computes, in tensor operations only (for torch.export and ONNX).
+
+    Over right-padded rows the forward direction is exact as it is: position t never sees a later one.
+    The backward direction is the reverse weights run forward over each row reversed within its length
+    (a gather), reversed back. Outputs past each length are zeroed, as unpacking does.
+    """
+    if rnn.num_layers != 1:
+        raise ValueError(f"exporting a {rnn.num_layers}-layer bidirectional {type(rnn).__name__} is not supported: "
+                         f"its layers mix both directions; export a model with layers=1")
+    keep = mask.to(x.dtype).unsqueeze(-1)
+    forward = rnn(x)[0][..., : rnn.hidden_size] if rnn.bidirectional else rnn(x)[0]
+    if not rnn.bidirectional:
+        return forward * keep
+    lengths = mask.sum(-1, keepdim=True)  # [B, 1]
+    steps = torch.arange(x.shape[1], device=x.device)[None, :]
+    order = torch.where(steps < lengths, lengths - 1 - steps, steps)  # reverse the real part of each row
+    reversed_x = x.gather(1, order.unsqueeze(-1).expand_as(x))
+    reverse_weights = {name: getattr(rnn, name + "_reverse") for name, _ in rnn.named_parameters()
+                       if not name.endswith("_reverse")}
+    backward = torch.func.functional_call(rnn, reverse_weights, (reversed_x,))[0][..., : rnn.hidden_size]
+    backward = backward.gather(1, order.unsqueeze(-1).expand_as(backward))
+    return torch.cat([forward, backward], dim=-1) * keep
 
 
 def token_mask(name: str, tokens: Tensor, mask: Tensor | None, vocab_size: int, *, like: Tensor,
@@ -53,7 +80,8 @@ def token_mask(name: str, tokens: Tensor, mask: Tensor | None, vocab_size: int, 
         mask = tokens != 0
     else:
         mask = check_mask(name, mask, tokens.shape[0], 1, tokens.shape[1], like=tokens)[:, 0]
-    if right_padded and mask.shape[1] > 1 and mask.device.type != "meta" and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+    if right_padded and mask.shape[1] > 1 and mask.device.type != "meta" and not tracing() \
+            and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
         rows = (mask[:, 1:] & ~mask[:, :-1]).any(-1).nonzero().flatten().tolist()
         raise ValueError(f"{name} reads each text up to its length, so the real tokens must come first (right "
                          f"padding); rows {rows[:5]} have padding (or token id 0) before a real token")

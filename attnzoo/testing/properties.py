@@ -28,6 +28,9 @@ dtypes                 float64, bfloat16 and float16 copies give finite outputs 
 train_step             in train mode, one backward gives finite gradients and an SGD step changes
                        the parameters
 compile (slow)         ``torch.compile`` gives the eager outputs
+export (slow)          ``attnzoo.export`` to .pt2 with dynamic batch and sequence axes; the file run on
+                       another batch size and length matches eager within 1e-4
+onnx (slow)            the same through the dynamo ONNX exporter and onnxruntime
 =====================  ============================================================================
 """
 
@@ -431,6 +434,34 @@ def compile_(s: Subject) -> None:
     _same(_float_tensors([*got[0], got[1]]), _float_tensors([*expected[0], expected[1]]), "under torch.compile")
 
 
+def _exported(s: Subject, suffix: str) -> None:
+    from ..export import ExportError, export
+
+    if not s.registered:
+        raise NotApplicable("export builds its inputs from a registered card's convention")
+    model, _ = s.materialised()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            result = export(model, f"{tmp}/model{suffix}")
+        except ExportError as e:
+            raise Failure(str(e)) from None
+    if result.static_axes:
+        raise Failure(f"exported with {', '.join(result.static_axes)} fixed at the traced size; the batch and "
+                      f"sequence axes should be dynamic")
+
+
+def export_(s: Subject) -> None:
+    _exported(s, ".pt2")
+
+
+def onnx_(s: Subject) -> None:
+    import importlib.util
+
+    if any(importlib.util.find_spec(m) is None for m in ("onnx", "onnxscript", "onnxruntime")):
+        raise NotApplicable("onnx, onnxscript and onnxruntime are not installed (pip install 'attnzoo[export]')")
+    _exported(s, ".onnx")
+
+
 @dataclass(frozen=True)
 class Property:
     name: str
@@ -455,6 +486,9 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in [
     Property("dtypes", dtypes, "float64, bfloat16 and float16 copies stay finite and close"),
     Property("train_step", train_step, "a train-mode step has finite gradients that change the parameters"),
     Property("compile", compile_, "torch.compile gives the eager outputs", slow=True),
+    Property("export", export_, "torch.export with dynamic batch and length reproduces eager on new shapes",
+             slow=True),
+    Property("onnx", onnx_, "ONNX (dynamo exporter) run by onnxruntime reproduces eager on new shapes", slow=True),
 ]}
 
 FAST = tuple(n for n, p in PROPERTIES.items() if not p.slow)

@@ -1,0 +1,267 @@
+"""Export a model for deployment: ``torch.export`` (``.pt2``) or ONNX (``.onnx``), checked after writing.
+
+    attnzoo.export(model, "model.onnx")                  # inputs from the model's calling convention
+    attnzoo export laat num_labels=50 hidden_size=64 -o laat.pt2
+
+The batch and sequence axes are dynamic (the ``batch``, ``keys`` and ``queries`` axes of the
+convention's input slots), and masks are inputs of the graph. After writing, the file is loaded back
+(``torch.export.load``, or an onnxruntime session) and run on inputs of another batch size and length
+than the export used; the largest difference from the eager model is returned in the
+:class:`ExportResult` and must stay within ``tolerance``, or the file is removed and an
+``ExportError`` says by how much it missed. ONNX goes through the dynamo exporter
+(``torch.onnx.export(..., dynamo=True)``), which needs ``onnx`` and ``onnxscript``; checking it needs
+``onnxruntime``: ``pip install 'attnzoo[export]'``.
+
+In a traced graph the checks that read tensor values on the host (token ids in range, right padding)
+are not run; shape checks are. The recurrent models read their sequences through a traceable form of
+packing (see ``models/text.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import os
+import tempfile
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import AttnzooError, ConfigError
+
+__all__ = ["export", "ExportResult", "ExportError", "FORMATS"]
+
+FORMATS = (".pt2", ".onnx")
+
+
+class ExportError(AttnzooError):
+    """A model that cannot be exported, or whose export does not reproduce it."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``export`` wrote and how well the file reproduces the eager model on new shapes."""
+
+    path: Path
+    format: str
+    max_abs_diff: float
+    checked_on: dict[str, list[int]]  # input name -> shape of the check inputs
+    static_axes: tuple[str, ...] = ()  # axes fixed at their traced size (a recurrent model's sequence)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def _convention_of(model: Any):
+    from .conventions import get_convention
+    from .registry import model_info
+
+    info = getattr(model, "attnzoo_config", None)
+    if not isinstance(info, Mapping) or "name" not in info:
+        raise ConfigError("export() needs inputs=(args, kwargs) for a model not built by attnzoo.create or load")
+    spec = model_info(info["name"])
+    if not spec.convention:
+        raise ConfigError(f"{spec.name}: its card names no convention; pass inputs=(args, kwargs)")
+    return get_convention(spec.convention)
+
+
+def _parameter_names(model: Any) -> list[str]:
+    return [n for n, p in inspect.signature(model.forward).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def _fixed_axes(model: Any) -> tuple[str, ...]:
+    """Axes that must keep their traced size: torch.export specialises an ``nn.LSTM`` / ``nn.GRU``'s time
+    axis, so a model that holds one exports with its sequence lengths fixed (the batch stays dynamic)."""
+    from torch import nn
+
+    return ("keys", "queries") if any(isinstance(m, nn.RNNBase) for m in model.modules()) else ()
+
+
+def _dynamic_shapes(model: Any, convention, sample, dynamic: bool) -> dict[str, Any] | None:
+    """``dynamic_shapes`` for torch.export: batch, keys and queries axes of every tensor input."""
+    from torch.export import Dim
+
+    if not dynamic:
+        return None
+    dims = {"batch": Dim("batch", min=1), "keys": Dim("seq", min=1), "queries": Dim("queries", min=1)}
+    for axis in _fixed_axes(model):
+        dims.pop(axis)
+    names = _parameter_names(model)
+    positional = [s for s in convention.slots if not s.keyword and s.name in sample.tensors]
+    shapes: dict[str, Any] = {}
+    for position, slot in enumerate(positional):
+        shapes[names[position]] = {i: dims[a] for i, a in enumerate(slot.axes) if a in dims}
+    for slot in convention.slots:
+        if slot.keyword and slot.name in sample.tensors:
+            shapes[slot.name] = {i: dims[a] for i, a in enumerate(slot.axes) if a in dims}
+    return shapes
+
+
+def _check_sample(model: Any, convention, sample):
+    """Inputs of another batch size and length than ``sample``'s, for checking what was written."""
+    fixed = _fixed_axes(model)
+    batch = sample.sizes["batch"] + 1
+    seq = sample.sizes["keys"] + (0 if "keys" in fixed else 3)
+    queries = sample.sizes["queries"] + (0 if "queries" in fixed else 1)
+    lengths = [seq] * batch
+    lengths[-1] = max(1, seq // 2)
+    new = convention.sample(sample.sizes, batch=batch, seq=seq, queries=queries,
+                            lengths=lengths, dtype=_float_dtype(sample), sizes=sample.sizes)
+    return convention.cast(new, device=next(iter(sample.tensors.values())).device)
+
+
+def _float_dtype(sample):
+    import torch
+
+    return next((t.dtype for t in sample.tensors.values() if t.is_floating_point()), torch.get_default_dtype())
+
+
+def _eager(model: Any, args: tuple, kwargs: dict) -> list:
+    import torch
+
+    with torch.no_grad():
+        out = model(*args, **kwargs)
+    return [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+
+
+def _diff(got: list, want: list) -> float:
+    if len(got) != len(want):
+        raise ExportError(f"the exported graph returns {len(got)} tensors, the model {len(want)}")
+    worst = 0.0
+    for g, w in zip(got, want, strict=True):
+        if tuple(g.shape) != tuple(w.shape):
+            raise ExportError(f"the exported graph returns shape {list(g.shape)} where the model returns {list(w.shape)}")
+        if w.numel():
+            worst = max(worst, float((g.double() - w.double()).abs().max()))
+    return worst
+
+
+def _run_pt2(path: Path, args: tuple, kwargs: dict) -> list:
+    import torch
+
+    program = torch.export.load(str(path))
+    with torch.no_grad():
+        out = program.module()(*args, **kwargs)
+    return [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+
+
+def _run_onnx(path: Path, model: Any, args: tuple, kwargs: dict) -> list:
+    import torch
+
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ExportError("checking an ONNX file needs onnxruntime: pip install 'attnzoo[export]'") from None
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = _parameter_names(model)
+    given = {**dict(zip(names, args, strict=False)), **kwargs}
+    feed = {}
+    for item in session.get_inputs():
+        if item.name not in given:
+            raise ExportError(f"the ONNX graph wants an input {item.name!r} the model was not given")
+        feed[item.name] = given[item.name].detach().cpu().numpy()
+    return [torch.from_numpy(o) for o in session.run(None, feed)]
+
+
+def export(
+    model: Any,
+    path: str | Path,
+    *,
+    inputs: tuple[tuple, dict] | None = None,
+    dynamic: bool = True,
+    return_attention: bool = False,
+    tolerance: float = 1e-4,
+    overwrite: bool = False,
+    batch: int = 2,
+    seq: int | None = None,
+) -> ExportResult:
+    """Export ``model`` to ``path`` (``.pt2``: torch.export; ``.onnx``: the dynamo ONNX exporter) and check it.
+
+    Args:
+        model: a module built by ``attnzoo.create`` or ``attnzoo.load`` (its card's convention gives the
+            inputs), or any module together with ``inputs``.
+        path: the file to write; never replaced unless ``overwrite=True``.
+        inputs: ``(args, kwargs)`` to trace with (default: built from the convention). With ``inputs``,
+            the check reuses them (``dynamic`` then covers the shapes they have).
+        dynamic: batch and sequence axes dynamic (the convention's ``batch``, ``keys``, ``queries``).
+        return_attention: export the attention weights as an extra output.
+        tolerance: the largest difference from the eager model the check accepts.
+        batch, seq: the shapes to trace with (default 2 and the convention's length); a recurrent model
+            keeps ``seq`` fixed, so give the length its inputs will be padded to.
+
+    Returns an :class:`ExportResult` (path, format, max_abs_diff, the shapes it was checked on).
+    """
+    import torch
+
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise ConfigError(f"export writes .pt2 (torch.export) or .onnx files, got {path.name!r}")
+    if path.exists() and not overwrite:
+        raise ExportError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
+    if not path.parent.is_dir():
+        raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
+    from torch.nn.parameter import is_lazy
+
+    model = model.eval()
+    if inputs is None:
+        from .conventions import sample_inputs
+
+        convention = _convention_of(model)
+        sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
+        args, kwargs = sample.call_arguments(return_attention=return_attention)
+        check = _check_sample(model, convention, sample).call_arguments(return_attention=return_attention)
+        dynamic_shapes = _dynamic_shapes(model, convention, sample, dynamic)
+        if dynamic_shapes is not None and return_attention and "return_attention" in kwargs:
+            dynamic_shapes["return_attention"] = None
+    else:
+        args, kwargs = inputs
+        check, dynamic_shapes = (args, kwargs), None
+    _eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
+    lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
+    if lazy:
+        raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".pt2":
+            try:
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+            except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
+                raise ExportError(f"torch.export could not trace the model: {type(e).__name__}: "
+                                  f"{' '.join(str(e).split())[:400]}") from None
+            torch.export.save(program, tmp)
+            got = _run_pt2(Path(tmp), *check)
+        else:
+            try:
+                import onnx  # noqa: F401
+                import onnxscript  # noqa: F401
+            except ImportError:
+                raise ExportError("ONNX export needs onnx and onnxscript: pip install 'attnzoo[export]'") from None
+            try:
+                with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                    warnings.filterwarnings("ignore", message=".*axis name.*")  # the exporter's naming notes
+                    program = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True,
+                                                dynamic_shapes=dynamic_shapes, verbose=False)
+            except Exception as e:  # noqa: BLE001
+                raise ExportError(f"the ONNX exporter could not convert the model: {type(e).__name__}: "
+                                  f"{' '.join(str(e).split())[:400]}") from None
+            program.save(tmp)
+            got = _run_onnx(Path(tmp), model, *check)
+        worst = _diff(got, _eager(model, *check))
+        if not worst <= tolerance:
+            raise ExportError(f"the exported {path.suffix} file differs from the model by {worst:.3g} on new shapes "
+                              f"(tolerance {tolerance:g}); nothing was written")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    names = _parameter_names(model)
+    shapes = {names[i] if i < len(names) else f"arg{i}": list(a.shape) for i, a in enumerate(check[0])
+              if isinstance(a, torch.Tensor)}
+    shapes.update({k: list(v.shape) for k, v in check[1].items() if isinstance(v, torch.Tensor)})
+    fixed = tuple({"keys": "seq", "queries": "queries"}[a] for a in _fixed_axes(model)) if dynamic else ()
+    return ExportResult(path, path.suffix[1:], worst, shapes, fixed)
