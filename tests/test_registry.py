@@ -55,9 +55,9 @@ def test_builtin_cards_are_listed_in_natural_order():
 
 
 def test_natural_sort_puts_2_before_10():
-    for n in ("m10", "m2", "m1"):
+    for n in ("zm10", "zm2", "zm1"):
         attnzoo.register(n, factory=dict)
-    assert attnzoo.list_models("m*") == ["m1", "m2", "m10"]
+    assert attnzoo.list_models("zm*") == ["zm1", "zm2", "zm10"]
 
 
 def test_unknown_model_suggests_close_names_and_is_a_key_error():

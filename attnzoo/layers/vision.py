@@ -240,8 +240,11 @@ class ExternalAttention(_ImageBlock):
         batch, channels, height, width = x.shape
         tokens = x.flatten(2).transpose(1, 2)  # [B, N, C]
         work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-        attn = torch.softmax(self.memory_key(tokens).to(work), dim=1)  # over positions
-        attn = attn / attn.sum(dim=2, keepdim=True)  # over the memory: softmax made every entry positive
+        logits = self.memory_key(tokens).to(work)  # [B, N, S]
+        # softmax over positions, then each row divided by its sum over the memory, done in log space:
+        # p / Σ_s p = softmax_S(log p), log p = logits - logsumexp_N(logits); no 0 / 0 when the first
+        # softmax underflows a whole row
+        attn = torch.softmax(logits - torch.logsumexp(logits, dim=1, keepdim=True), dim=2)
         out = self.memory_value(attn.to(x.dtype))
         return out.transpose(1, 2).reshape(batch, channels, height, width)
 

@@ -11,8 +11,8 @@ property               promise
 builds                 the card's example config builds a ``torch.nn.Module`` that runs on its inputs
 repr                   ``repr()`` works before and after the first call (lazy sizes included)
 shapes                 outputs have the convention's shapes; attention rows are distributions
-masked_values          whatever masked positions hold (0, NaN, ±inf, 1e4) never changes the real outputs,
-                       and masked keys get exactly zero weight
+masked_values          whatever masked positions hold (0, NaN, ±inf, 1e4, 3e38) never changes the real
+                       outputs nor any gradient, and masked keys get exactly zero weight
 padding                extra masked positions at the end never change the real outputs
 fully_masked           a sample with every position masked attends to nothing: zero weights, finite
                        outputs and gradients, in float32, bfloat16 and float16
@@ -195,19 +195,46 @@ def _masked(s: Subject) -> tuple[Convention, nn.Module]:
     return s.convention, s.materialised()[0]
 
 
+def _real_gradients(s: Subject, model: nn.Module, sample: Sample, return_attention: bool):
+    """Outputs' real parts, and the gradients of a fixed random weighting of them with respect to every
+    parameter and to the real positions of the floating inputs."""
+    conv = s.convention
+    leaves = {k: t.detach().clone().requires_grad_() for k, t in sample.tensors.items() if t.is_floating_point()}
+    feed = sample.with_tensors(**leaves)
+    model.zero_grad(set_to_none=True)
+    out, w = s.run(model, feed, return_attention=return_attention, grad=True)
+    parts = conv.real_parts(feed, out, w)
+    gen = torch.Generator().manual_seed(11)
+    loss = sum((p.double() * torch.randn(p.shape, generator=gen, dtype=torch.float64)).sum()
+               for p in parts if p.is_floating_point() and p.requires_grad)
+    grads = []
+    if isinstance(loss, Tensor):
+        loss.backward()
+        keep = conv.keep(feed)
+        for slot in conv.slots:
+            if slot.name in leaves and leaves[slot.name].grad is not None:
+                grad = leaves[slot.name].grad
+                if "keys" in slot.axes:  # the gradient at padded positions is nobody's business
+                    grad = torch.where(conv._broadcast_keep(slot, keep), grad, torch.zeros_like(grad))
+                grads.append(grad)
+        grads += [p.grad.clone() for _, p in sorted(model.named_parameters()) if p.grad is not None]
+    return [p.detach() for p in parts], grads, w
+
+
 def masked_values(s: Subject) -> None:
     conv, model = _masked(s)
     seq = s.seq
     sample = s.sample(batch=3, lengths=(seq, max(seq - 3, 1), 0), model=model)
     clean = conv.fill_masked(sample, _garbage(0.0))
     for ra in s.attention_modes():
-        ref_out, ref_w = s.run(model, clean, return_attention=ra)
-        ref = conv.real_parts(clean, ref_out, ref_w)
-        for value in (float("nan"), float("inf"), float("-inf"), 1e4):
+        mode = "with" if ra else "without"
+        ref, ref_grads, _ = _real_gradients(s, model, clean, ra)
+        for value in (float("nan"), float("inf"), float("-inf"), 1e4, 3e38):
             dirty = conv.fill_masked(sample, _garbage(value))
-            out, w = s.run(model, dirty, return_attention=ra)
-            _same(conv.real_parts(dirty, out, w), ref,
-                  f"{value} in masked positions ({'with' if ra else 'without'} return_attention)")
+            out, grads, w = _real_gradients(s, model, dirty, ra)
+            _same(out, ref, f"{value} in masked positions ({mode} return_attention)")
+            _same(grads, ref_grads, f"gradients with {value} in masked positions ({mode} return_attention)",
+                  atol=1e-5, rtol=1e-4)
             for b, part in enumerate(conv.masked_weights(dirty, w)):
                 if part.numel() and not (part == 0).all():
                     raise Failure(f"sample {b} gives weight {part.abs().max().item():.3g} to masked keys")
