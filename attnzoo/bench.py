@@ -31,8 +31,8 @@ import torch
 
 from .errors import ConfigError
 
-__all__ = ["Case", "Measurement", "build_step", "time_alternating", "route_and_flops", "peak_memory", "run",
-           "format_table", "format_csv", "plot"]
+__all__ = ["Case", "Measurement", "build_step", "time_alternating", "route_and_flops", "peak_memory", "rss_peak_of",
+           "run", "format_table", "format_csv", "plot"]
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,12 @@ class Case:
     device: str = "cpu"
     backward: bool = False
     compile: bool = False
+    queries: int = 3  # length of a second sequence axis (query_key, decoder_encoder, ...), where there is one
+    label: str = ""  # how tables name it; default the variant's name
 
-    def label(self) -> str:
-        return self.name
+    @property
+    def shown(self) -> str:
+        return self.label or self.name
 
 
 @dataclass
@@ -89,7 +92,7 @@ def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     torch.manual_seed(0)
     model = attnzoo.create(case.name, config=dict(case.config) or None, dtype=case.dtype, device=case.device)
     model.train(case.backward)
-    sample = sample_inputs(model, convention, batch=case.batch, seq=case.seq,
+    sample = sample_inputs(model, convention, batch=case.batch, seq=case.seq, queries=case.queries,
                            lengths=_padded_lengths(case.batch, case.seq) if convention.has_mask else None)
     if case.device != "cpu" or not any(True for _ in model.parameters()):
         sample = convention.cast(sample, device=case.device)
@@ -172,24 +175,33 @@ def route_and_flops(step: Callable[[], Any]) -> tuple[str, float | None]:
     return route, (total / 1e9 if total else None)
 
 
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def rss_peak_of(step: Callable[[], Any]) -> tuple[int, int]:
+    """(resident bytes just before ``step``, peak resident bytes during it), in this process (Linux).
+    Run it in a fresh process: a warm allocator hides what a step needs."""
+    before = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the resident size now
+        f.write("5")
+    step()
+    return before, _status("VmHWM")
+
+
 _PROBE = """
 import json, sys, torch
-from attnzoo.bench import Case, build_step
+from attnzoo.bench import Case, build_step, rss_peak_of
 case = Case(**json.loads(sys.argv[1]))
 if sys.argv[2] != "0":
     torch.set_num_threads(int(sys.argv[2]))
 step, _ = build_step(case)
 step()
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-before = status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the resident size now
-    f.write("5")
-step()
-print(before, status("VmHWM"))
+print(*rss_peak_of(step))
 """
 
 
@@ -236,30 +248,34 @@ def run(cases: Sequence[Case], *, sweep: tuple[str, Sequence[Any]] | None = None
                 points.append([replace(c, **{key: int(value)}) for c in cases])
             else:
                 points.append([replace(c, config={**c.config, key: value}) for c in cases])
+    shown = [c.shown for c in cases]
+    if len(set(shown)) != len(shown):
+        raise ConfigError(f"two cases are both called {sorted(n for n in shown if shown.count(n) > 1)[0]!r}; give "
+                          f"them labels")
     results = []
     for group in points:
         steps, compile_times = {}, {}
         for case in group:
             start = time.perf_counter()
-            steps[case.name], _ = build_step(case)
+            steps[case.shown], _ = build_step(case)
             if case.compile:
-                steps[case.name]()  # the first call compiles
-                compile_times[case.name] = time.perf_counter() - start
+                steps[case.shown]()  # the first call compiles
+                compile_times[case.shown] = time.perf_counter() - start
         routes = {name: route_and_flops(step) for name, step in steps.items()} if not any(
             c.compile for c in group) else {name: ("compiled", None) for name in steps}
         times = time_alternating(steps, rounds=rounds, min_run_time=min_run_time, threads=threads)
         for case in group:
-            median = statistics.median(times[case.name])
-            route, gflop = routes[case.name]
+            median = statistics.median(times[case.shown])
+            route, gflop = routes[case.shown]
             if case.compile:
                 _, gflop = route_and_flops(build_step(replace(case, compile=False))[0])
             results.append(Measurement(
                 case=case, median_ms=median * 1e3,
-                spread_ms=tuple(v * 1e3 for v in _quartiles(times[case.name])), rounds=rounds,
+                spread_ms=tuple(v * 1e3 for v in _quartiles(times[case.shown])), rounds=rounds,
                 samples_per_s=case.batch / median, tokens_per_s=case.batch * case.seq / median, route=route,
                 gflop=gflop, gflops_per_s=(gflop / median) if gflop else None,
                 peak_mib=peak_memory(case, threads) if memory else None,
-                compile_s=compile_times.get(case.name),
+                compile_s=compile_times.get(case.shown),
             ))
     return results
 
@@ -280,7 +296,7 @@ def format_table(results: Sequence[Measurement], sweep_key: str | None = None) -
     for m in results:
         point = _point(m, sweep_key)
         first.setdefault(point, m.median_ms)
-        rows.append([m.case.name, *([str(point)] if sweep_key else []), _fmt(m.median_ms),
+        rows.append([m.case.shown, *([str(point)] if sweep_key else []), _fmt(m.median_ms),
                      f"{_fmt(m.spread_ms[0])}-{_fmt(m.spread_ms[1])}", f"{m.median_ms / first[point]:.2f}",
                      _fmt(m.tokens_per_s), _fmt(m.gflops_per_s), _fmt(m.peak_mib), m.route])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
@@ -321,8 +337,8 @@ def plot(results: Sequence[Measurement], sweep_key: str, path: str) -> str:
     except ImportError:
         raise ConfigError("--plot needs matplotlib: pip install 'attnzoo[train]'") from None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for name in dict.fromkeys(m.case.name for m in results):
-        points = [(float(_point(m, sweep_key)), m.median_ms) for m in results if m.case.name == name]
+    for name in dict.fromkeys(m.case.shown for m in results):
+        points = [(float(_point(m, sweep_key)), m.median_ms) for m in results if m.case.shown == name]
         ax.plot(*zip(*points, strict=True), marker="o", label=name)
     ax.set_xscale("log")
     ax.set_yscale("log")

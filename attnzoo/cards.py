@@ -23,8 +23,8 @@ CARD_KEYS = (
     "exempt",
 )
 WEIGHTS_KEYS = (
-    "file", "sha256", "config", "metrics", "dataset", "license", "recipe", "seed", "data", "train_time", "splits",
-    "baseline", "notes",
+    "file", "url", "hf_hub", "filename", "sha256", "config", "metrics", "dataset", "license", "recipe", "seed", "data",
+    "train_time", "splits", "baseline", "notes",
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -62,11 +62,10 @@ def _weights_from_card(where: str, weights: Any) -> dict[str, WeightsSpec]:
     out = {}
     for tag, entry in weights.items():
         if not isinstance(entry, Mapping):
-            raise ConfigError(f"{where}: weights.{tag} must be a mapping with file and sha256")
+            raise ConfigError(f"{where}: weights.{tag} must be a mapping with a source (file, url or hf_hub) and sha256")
         _check_keys(f"{where}: weights.{tag}", entry, WEIGHTS_KEYS)
-        for required in ("file", "sha256"):
-            if required not in entry:
-                raise ConfigError(f"{where}: weights.{tag} has no '{required}'")
+        if "sha256" not in entry:
+            raise ConfigError(f"{where}: weights.{tag} has no 'sha256' (required for every source)")
         try:
             out[str(tag)] = WeightsSpec(tag=str(tag), **dict(entry))
         except (TypeError, ValueError) as e:

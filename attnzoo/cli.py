@@ -340,19 +340,72 @@ def cmd_verify(args: argparse.Namespace) -> int:
         wspec = spec.weights[tag]
         path = weights_path(spec, wspec)
         if not path.is_file():
-            status, failures = f"MISSING ({path})", failures + 1
+            if wspec.remote:  # not fetched yet: nothing to check, nothing wrong
+                status = f"not cached (from {wspec.source}; `attnzoo download {name}`)"
+            else:
+                status, failures = f"MISSING ({path})", failures + 1
         else:
             actual = sha256_file(path)
             ok = actual == wspec.sha256
-            status = "ok" if ok else f"MISMATCH: card {wspec.sha256[:12]}… file {actual[:12]}…"
+            status = ("ok" + (" (cached)" if wspec.remote else "")) if ok else \
+                f"MISMATCH: card {wspec.sha256[:12]}… file {actual[:12]}…"
             failures += not ok
         rows.append({"name": name, "file": str(path), "status": status})
     if args.json:
         _emit_json(rows)
     else:
         print_table(["NAME", "STATUS", "FILE"], [(r["name"], r["status"], r["file"]) for r in rows])
-        print(f"{len(rows) - failures} of {len(rows)} weight files match their cards")
+        print(f"{sum(r['status'].startswith('ok') for r in rows)} of {len(rows)} weight files match their cards"
+              + (f"; {failures} do not" if failures else ""))
     return FAILURE if failures else 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from .create import HUB_PREFIX, hub_folder
+    from .registry import resolve
+    from .sources import fetch, resolve_weights
+
+    rows = []
+    for name in args.names:
+        if name.startswith(HUB_PREFIX):
+            rows.append((name, str(hub_folder(name[len(HUB_PREFIX):])), "fetched"))
+            continue
+        spec, tag = resolve(name)
+        tags = [tag] if tag else list(spec.weights)
+        if not tags:
+            raise UsageError(f"{spec.name!r} has no pretrained weights; `attnzoo list --pretrained` shows the names that do")
+        for t in tags:
+            wspec = spec.weights[t]
+            path = fetch(wspec, name=f"{spec.name}.{t}") if wspec.remote else resolve_weights(spec, wspec)
+            rows.append((f"{spec.name}.{t}", str(path), "cached" if wspec.remote else "bundled, nothing to fetch"))
+    print_table(["NAME", "STATUS", "PATH"], [(n, st, p) for n, p, st in rows])
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .sources import cache_entries, cache_home, clear_cache
+
+    if args.action == "path":
+        print(cache_home())
+        return 0
+    if args.action == "list":
+        import fnmatch
+
+        entries = [e for e in cache_entries() if args.pattern is None or any(
+            fnmatch.fnmatchcase(k, args.pattern) for k in (e["name"], e["source"], e["sha256"]) if k)]
+        if args.json:
+            _emit_json(entries)
+        elif not entries:
+            print(f"the cache ({cache_home()}) holds nothing" + (f" matching {args.pattern}" if args.pattern else ""),
+                  file=sys.stderr)
+        else:
+            print_table(["NAME", "MiB", "SHA256", "SOURCE"],
+                        [(e["name"] or "-", f"{e['bytes'] / 2**20:.1f}" + (" (partial)" if e["partial"] else ""),
+                          e["sha256"][:12] + "…", e["source"]) for e in entries])
+        return 0
+    removed = clear_cache(args.pattern)
+    print(f"removed {len(removed)} file(s) from {cache_home()}")
+    return 0
 
 
 def cmd_convert_keras(args: argparse.Namespace) -> int:
@@ -518,10 +571,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("verify", parents=[common], help="check every weights file against its card's sha256")
+    p = sub.add_parser("verify", parents=[common], help="check every weights file (bundled or cached) against its card")
     p.add_argument("patterns", nargs="*", metavar="PATTERN")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("download", parents=[common], help="fetch pretrained weights into the cache (for offline use)")
+    p.add_argument("names", nargs="+", metavar="NAME[.TAG]|hf-hub:ORG/REPO",
+                   help="a model (every tag), one tag, or a saved folder on the Hub")
+    p.set_defaults(func=cmd_download)
+
+    p = sub.add_parser("cache", parents=[common], help="show or empty the weights cache")
+    p.add_argument("action", choices=["list", "path", "clear"])
+    p.add_argument("pattern", nargs="?", help="fnmatch pattern over name, source or sha256 (list, clear)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_cache)
 
     p = sub.add_parser("convert-keras", parents=[common], help="import Keras weights into a safetensors file")
     p.add_argument("file", help="a keras 3 .weights.h5 or a legacy Keras .h5")

@@ -21,7 +21,8 @@ from .errors import ConfigError, UnknownModelError, WeightsError
 from .registry import REGISTRY, call_first, natural_key
 from .spec import ModelSpec, WeightsSpec, thaw
 
-__all__ = ["create", "load", "resolve_factory", "parse_dtype", "resolve_device", "weights_path"]
+__all__ = ["create", "load", "resolve_factory", "parse_dtype", "resolve_device", "weights_path", "hub_folder",
+           "HUB_PREFIX"]
 
 _DTYPES = {
     "float32": "float32", "fp32": "float32", "float": "float32",
@@ -141,7 +142,12 @@ def _select_weights(spec: ModelSpec, tag: str | None, pretrained: bool | str) ->
 
 
 def weights_path(spec: ModelSpec, wspec: WeightsSpec) -> Path:
-    """Where a pretrained tag's file is: as written if absolute, else in the spec's weights folder."""
+    """Where a pretrained tag's file is on this machine, without fetching anything: a bundled file as
+    written (relative to the spec's weights folder), a remote one at its place in the cache."""
+    from .sources import cached_path
+
+    if wspec.remote:
+        return cached_path(wspec)
     path = Path(wspec.file)
     return path if path.is_absolute() else Path(spec.weights_dir or ".") / path
 
@@ -267,7 +273,8 @@ def create(
     """Build a registered model.
 
     Args:
-        name: ``arch``, ``arch.tag`` or ``provider:arch`` (see ``attnzoo list``).
+        name: ``arch``, ``arch.tag`` or ``provider:arch`` (see ``attnzoo list``), or
+            ``hf-hub:org/repo[@revision]``: a folder written by ``attnzoo.save`` and pushed to the Hub.
         pretrained: True for the card's default tag, a tag name for another, False for fresh weights.
         weights: a ``.safetensors`` file or a folder written by ``attnzoo.save`` to load instead.
         config: a dict, ``DictConfig`` or YAML path; overrides the card and the tag's config.
@@ -283,13 +290,20 @@ def create(
         The ``nn.Module``, with ``attnzoo_config`` (name, factory, config) for ``attnzoo.save`` and
         ``attnzoo_metadata`` (vocabulary, labels, ... of pretrained weights).
     """
+    if isinstance(name, str) and name.startswith(HUB_PREFIX):
+        if pretrained or weights is not None:
+            raise ConfigError(f"{name}: a Hub folder brings its own weights; drop pretrained= and weights=")
+        return _load_folder(hub_folder(name[len(HUB_PREFIX):]), device=device, dtype=dtype, sha256=None,
+                            config=config, overrides=overrides)
     spec, tag = REGISTRY.resolve(name)
     wspec = _select_weights(spec, tag, pretrained)
     loaded = None
     if weights is not None:
         loaded = (*_read_source(Path(weights), None), Path(weights))
     elif wspec is not None:
-        path = weights_path(spec, wspec)
+        from .sources import resolve_weights
+
+        path = resolve_weights(spec, wspec)
         tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
         loaded = (tensors, weights_io.decode_metadata(meta, where=path), path)
     return _assemble(spec, tag, wspec, loaded, config=config, device=device, dtype=dtype,
@@ -337,6 +351,8 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
     metadata = dict(file_meta["extra"]) if file_meta else {}
     if wspec is not None:
         metadata.setdefault("tag", wspec.tag)
+        metadata.setdefault("provenance", {k: v for k, v in wspec.to_dict().items()
+                                           if k in ("metrics", "dataset", "data", "license", "recipe") and v})
     try:  # what save() needs to rebuild it; a factory may return an object that takes no attributes
         model.attnzoo_config = {"name": REGISTRY.display_name(spec), "factory": spec.factory_name, "config": merged}
         model.attnzoo_metadata = metadata
@@ -353,10 +369,60 @@ def load(directory_or_file: str | Path, *, device: Any = None, dtype: Any = None
     The name in the file's metadata picks the registered spec. The file's sha256 is checked against its
     folder's ``config.yaml``, a ``FILE.sha256`` next to it, or ``sha256=``.
     """
-    path = Path(directory_or_file)
+    return _load_folder(Path(directory_or_file), device=device, dtype=dtype, sha256=sha256, config=None,
+                        overrides={})
+
+
+def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, config: Any, overrides: dict) -> Any:
     tensors, info = _read_source(path, sha256)
     if not info["name"] or info["config"] is None:
         raise WeightsError(f"{path}: no attnzoo metadata (name, config); load it with create(NAME, weights=...)")
     spec, tag = REGISTRY.resolve(info["name"])
-    return _assemble(spec, tag, None, (tensors, info, path), config=None, device=device, dtype=dtype,
-                     reset_head=False, overrides={})
+    return _assemble(spec, tag, None, (tensors, info, path), config=config, device=device, dtype=dtype,
+                     reset_head=False, overrides=overrides)
+
+
+HUB_PREFIX = "hf-hub:"
+
+
+def hub_folder(repo: str) -> Path:
+    """A folder written by ``attnzoo.save`` and pushed to the Hub (``org/repo[@revision]``), made local:
+    its config.yaml (fetched again while online unless the revision is a commit hash) and its
+    model.safetensors (fetched once into the verified cache, against the digest config.yaml records)."""
+    import re
+    import urllib.request
+
+    from .sources import cache_home, fetch, hub_url, is_offline
+
+    if not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", repo):
+        raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")
+    folder = cache_home() / "hub" / repo.replace("/", "--")
+    config = folder / weights_io.CONFIG_FILE
+    pinned = bool(re.search(r"@[0-9a-f]{40}$", repo))
+    if not is_offline() and not (pinned and config.is_file()):
+        url, headers = hub_url(repo, weights_io.CONFIG_FILE)
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as response:
+                text = response.read(1 << 20).decode("utf-8")
+        except OSError as e:
+            if not config.is_file():
+                raise WeightsError(f"{HUB_PREFIX}{repo}: cannot fetch {weights_io.CONFIG_FILE} from {url} ({e})") from None
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            weights_io._atomic_write(config, lambda t: Path(t).write_text(text, encoding="utf-8"))
+    if not config.is_file():
+        raise WeightsError(f"{HUB_PREFIX}{repo} is not in the cache ({folder}) and attnzoo is offline; run "
+                           f"`attnzoo download {HUB_PREFIX}{repo}` where there is a network")
+    record = weights_io.read_folder(folder)
+    wspec = WeightsSpec(tag="hub", hf_hub=repo, filename=weights_io.WEIGHTS_FILE, sha256=str(record["sha256"]))
+    cached = fetch(wspec, name=f"{HUB_PREFIX}{repo}")
+    local = folder / weights_io.WEIGHTS_FILE
+    if not local.exists() or local.resolve() != cached.resolve():
+        local.unlink(missing_ok=True)
+        try:
+            local.symlink_to(cached)
+        except OSError:  # no symlinks here: a copy
+            import shutil
+
+            shutil.copyfile(cached, local)
+    return folder

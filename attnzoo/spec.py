@@ -79,11 +79,20 @@ def thaw(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class WeightsSpec:
-    """One pretrained tag of a model: the file, its digest, and where it came from."""
+    """One pretrained tag of a model: where its bytes come from, their digest, and their provenance.
+
+    Exactly one source: ``file`` (bundled: relative to the weights folder of the card), ``url`` (http,
+    https or file URL, fetched into the cache on first use) or ``hf_hub`` (``org/repo[@revision]`` with
+    ``filename``, default ``model.safetensors``). ``sha256`` is required for every source: it is checked
+    on every load and keys the cache.
+    """
 
     tag: str
-    file: str
-    sha256: str
+    file: str = ""
+    sha256: str = ""
+    url: str = ""
+    hf_hub: str = ""
+    filename: str = ""
     config: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
     dataset: str = ""
@@ -101,12 +110,38 @@ class WeightsSpec:
             raise ValueError(f"invalid pretrained tag {self.tag!r}: expected [a-z][a-z0-9_]*")
         if not isinstance(self.sha256, str) or not _SHA256_RE.match(self.sha256):
             raise ValueError(f"sha256 of tag {self.tag!r} must be 64 lower-case hex digits, got {self.sha256!r}")
+        sources = [k for k in ("file", "url", "hf_hub") if getattr(self, k)]
+        if len(sources) != 1:
+            raise ValueError(f"tag {self.tag!r} needs exactly one source of its bytes (file, url or hf_hub), "
+                             f"got {', '.join(sources) or 'none'}")
+        if self.url and not re.match(r"^(https?|file)://", self.url):
+            raise ValueError(f"url of tag {self.tag!r} must be an http, https or file URL, got {self.url!r}")
+        if self.hf_hub and not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", self.hf_hub):
+            raise ValueError(f"hf_hub of tag {self.tag!r} must be org/repo or org/repo@revision, got {self.hf_hub!r}")
+        if self.filename and not self.hf_hub:
+            raise ValueError(f"tag {self.tag!r}: filename goes with hf_hub (a url names its own file)")
         for name in ("config", "metrics", "splits", "baseline"):
             object.__setattr__(self, name, freeze(getattr(self, name) or {}))
+
+    @property
+    def source(self) -> str:
+        """Where the bytes come from, as people read it: the file, the URL, or hf://org/repo@rev/filename."""
+        if self.url:
+            return self.url
+        if self.hf_hub:
+            return f"hf://{self.hf_hub}/{self.filename or 'model.safetensors'}"
+        return self.file
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.url or self.hf_hub)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "file": self.file,
+            "url": self.url,
+            "hf_hub": self.hf_hub,
+            "filename": self.filename,
             "sha256": self.sha256,
             "config": thaw(self.config),
             "metrics": thaw(self.metrics),

@@ -410,7 +410,32 @@ def _visible(directory: Path) -> list[str]:
     return [p.name for p in directory.iterdir() if not p.name.startswith(_TEMP_PREFIX)]
 
 
-def save(model: Any, directory: str | Path, *, overwrite: bool = False) -> Path:
+def model_card_text(record: Mapping[str, Any], provenance: Mapping[str, Any] | None = None) -> str:
+    """A README.md for a saved folder (the Hugging Face model-card layout): what it is, how to load it,
+    its config, and the metrics, data and licence of its weights where they are known."""
+    provenance = dict(provenance or {})
+    license_text = str(provenance.get("license") or "")
+    front = ["---", "library_name: attnzoo", f"tags: [attnzoo, {record['name']}]"]
+    if license_text:
+        front.append(f"license: other  # {license_text}")
+    front.append("---")
+    lines = [*front, "", f"# {record['name']}", "",
+             f"An attnzoo model (`{record['factory']}`), saved with `attnzoo.save`. sha256 of `{WEIGHTS_FILE}`: "
+             f"`{record['sha256']}` (also in `{CONFIG_FILE}`, and checked on every load).", "", "## Load it", "",
+             "```python", "import attnzoo", "", "model = attnzoo.create(\"hf-hub:ORG/REPO\")   # from the Hub, or:",
+             "model = attnzoo.load(\"path/to/this/folder\")", "```", "", "## Config", "",
+             "| key | value |", "|---|---|"]
+    lines += [f"| `{k}` | `{v!r}` |" for k, v in record["config"].items()]
+    for key, title in (("dataset", "Data"), ("data", "Data source"), ("license", "Licence"), ("recipe", "Recipe")):
+        if provenance.get(key):
+            lines += ["", f"## {title}", "", str(provenance[key])]
+    if provenance.get("metrics"):
+        lines += ["", "## Metrics", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in dict(provenance["metrics"]).items()]
+    return "\n".join(lines) + "\n"
+
+
+def save(model: Any, directory: str | Path, *, overwrite: bool = False, model_card: bool = False) -> Path:
     """Save a model built by ``attnzoo.create`` (or ``attnzoo.load``) to a folder.
 
     The folder gets ``model.safetensors`` (config and provenance in its metadata) and ``config.yaml``.
@@ -430,6 +455,10 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False) -> Path:
     Temporary files and folders of killed saves are cleared by the next save; concurrent savers of one
     folder take turns (a lock on the folder), and a saver that finds a model appeared meanwhile fails
     clearly unless it may overwrite.
+
+    ``model_card=True`` also writes a README.md (what the model is, how to load it, its config, and the
+    metrics, data and licence of pretrained weights), so that the folder can be pushed to the Hugging Face
+    Hub as it is and loaded with ``attnzoo.create("hf-hub:org/repo")``.
 
     A model whose lazy sizes are not yet known (no forward yet, no sizes given) cannot be saved,
     because its parameters do not exist yet.
@@ -461,6 +490,8 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False) -> Path:
     record = {"name": info["name"], "factory": info["factory"], "config": dict(info["config"])}
     if not directory.exists() or not _visible(directory):
         if _save_new_folder(directory, plain, metadata, record):
+            if model_card:
+                _write_card(directory, record, extra)
             return directory
         if not overwrite:
             raise WeightsError(f"{directory}: another process saved a model there meanwhile; pass overwrite=True "
@@ -479,7 +510,16 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False) -> Path:
             except WeightsError:
                 previous = None  # an unreadable config.yaml protects nothing
         _write_model_files(directory, plain, metadata, record, previous)
+        if model_card:
+            _write_card(directory, record, extra)
     return directory
+
+
+def _write_card(directory: Path, record: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
+    """README.md beside the model; pretrained weights' provenance (metrics, data, licence) comes with
+    the model's metadata, where ``attnzoo.create`` put it."""
+    provenance = extra.get("provenance") if isinstance(extra.get("provenance"), Mapping) else {}
+    _atomic_write(directory / "README.md", lambda t: Path(t).write_text(model_card_text(record, provenance)))
 
 
 def _save_new_folder(directory: Path, plain: Mapping[str, Any], metadata: Mapping[str, str],

@@ -1,5 +1,9 @@
 """What every benchmark here shares: alternating timing, peak memory in a subprocess, tables, JSON.
 
+The timing and the resident-size probe are ``attnzoo.bench``'s (what ``attnzoo bench`` runs); this file
+adds what only these scripts need: the fixed thread count, implementations that are not registered
+variants (naive references), the docs tables.
+
 Times are medians over rounds in which the implementations alternate, so that drift on a shared
 machine hits them all alike; what carries over to other machines is the ratio against the reference
 measured in the same run, not the absolute time. Peak memory is measured in a fresh subprocess per
@@ -18,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.utils import benchmark
+
+from attnzoo import bench
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -31,18 +36,20 @@ def setup_threads() -> None:
 
 def time_alternating(impls: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float,
                      budget: dict[str, float] | None = None) -> dict[str, float]:
-    """Median seconds per call of each zero-argument callable, alternating implementations each round.
+    """Median seconds per call of each zero-argument callable, alternating implementations each round
+    (``attnzoo.bench.time_alternating``, the same code as ``attnzoo bench``).
 
     ``budget`` caps the run time per round of slow implementations (seconds), e.g. a Python loop.
     """
     per_round: dict[str, list[float]] = {name: [] for name in impls}
-    for fn in impls.values():  # warm-up: allocator, lazy kernels
-        fn()
-    for _ in range(rounds):
-        for name, fn in impls.items():
-            run_time = min(min_run_time, (budget or {}).get(name, min_run_time))
-            timer = benchmark.Timer("fn()", globals={"fn": fn}, num_threads=THREADS)
-            per_round[name].append(timer.blocked_autorange(min_run_time=run_time).median)
+    capped = {name for name in impls if (budget or {}).get(name, min_run_time) < min_run_time}
+    for name, times in bench.time_alternating({n: f for n, f in impls.items() if n not in capped}, rounds=rounds,
+                                              min_run_time=min_run_time, threads=THREADS).items():
+        per_round[name] = times
+    if capped:
+        slow = bench.time_alternating({n: impls[n] for n in capped}, rounds=rounds,
+                                      min_run_time=min(budget[n] for n in capped), threads=THREADS)
+        per_round.update(slow)
     return {name: statistics.median(times) for name, times in per_round.items()}
 
 
@@ -57,18 +64,10 @@ _PROBE = r"""
 import sys, importlib, torch
 torch.set_num_threads({threads})
 sys.path.insert(0, {bench!r})
+from attnzoo.bench import rss_peak_of
 module = importlib.import_module({module!r})
 step = getattr(module, {factory!r})(*{args!r})
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-before = status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:  # reset the peak (VmHWM) to the current resident size
-    f.write("5")
-step()
-print(before, status("VmHWM"))
+print(*rss_peak_of(step))
 """
 
 

@@ -130,15 +130,29 @@ def check_probability(layer: str, name: str, value: object) -> None:
         raise ValueError(f"{layer}: {name} must be a probability in [0, 1), got {value!r}")
 
 
-def neutralise(x: Tensor, keep: Tensor | None) -> Tensor:
+# Padding bounded by this (the largest float16) cannot reach an output or a gradient of a layer that
+# weighs x itself: forward it meets exactly zero weight, and in backward <grad, x_pad> stays finite
+# unless the gradient itself is near 1e29.
+SAFE_PADDING_BOUND = 65504.0
+
+
+def neutralise(x: Tensor, keep: Tensor | None, *, bounded_is_safe: bool = False) -> Tensor:
     """``x`` [B, T, ...] with every position where ``keep`` [B, T] is False set to zero.
 
     Padding may hold anything (NaN, inf, huge values, last batch's values): zeroing it before any
     arithmetic means no product, sum or norm downstream can carry it into a real output, forward or
-    backward. (Finite padding is not safe to leave: in backward, ``<grad, x_pad>`` can overflow, and the
-    softmax backward's ``0 · inf`` makes a whole row NaN.) On the CPU a copy that zeroes just the padded
-    rows is 2.4x faster than masked_fill over every element (measured on [4, 2500, 512]), and nothing
-    is copied when nothing is padded.
+    backward. (Finite padding is not safe to leave in general: in backward, ``<grad, x_pad>`` can
+    overflow, and the softmax backward's ``0 · inf`` makes a whole row NaN.)
+
+    ``bounded_is_safe``: the caller uses ``x`` itself as the values of attention that is exactly zero on
+    padding, and masks its scores after computing them (the label heads, attention pooling). Then
+    padding within ±``SAFE_PADDING_BOUND`` changes nothing, forward or backward, and ``x`` is returned
+    uncopied when each sample's padding (right padding, read as views) is within it: one ``aminmax``
+    per padded sample instead of a copy of x and its backward (measured on LAAT at [8, 2500, 512]:
+    4 % over no protection, against 22 % for the copy). NaN, inf and larger values are zeroed.
+
+    On the CPU a copy zeroes just the padded rows (2.4x faster than masked_fill over every element),
+    and nothing is copied when nothing is padded.
     """
     if keep is None:
         return x
@@ -146,11 +160,27 @@ def neutralise(x: Tensor, keep: Tensor | None) -> Tensor:
         padded = (~keep).nonzero(as_tuple=True)
         if not padded[0].numel():
             return x
+        if bounded_is_safe and _padding_is_bounded(x, keep):
+            return x
         out = x.clone()
         out[padded] = 0
         return out
     view = keep.reshape(*keep.shape, *([1] * (x.dim() - keep.dim())))
     return x.masked_fill(~view, 0)
+
+
+def _padding_is_bounded(x: Tensor, keep: Tensor) -> bool:
+    """Whether every padded value of ``x`` is within ±SAFE_PADDING_BOUND (NaN is not), read without a
+    copy: only right padding qualifies, whose padded rows are a view per sample."""
+    if keep.dim() != 2 or bool((keep[:, 1:] & ~keep[:, :-1]).any()):
+        return False
+    with torch.no_grad():
+        for b, n in enumerate(keep.sum(dim=1).tolist()):
+            if n < keep.shape[1]:
+                low, high = torch.aminmax(x[b, n:])
+                if not (-SAFE_PADDING_BOUND <= float(low) and float(high) <= SAFE_PADDING_BOUND):
+                    return False
+    return True
 
 
 def attended_keys(mask: Tensor | None) -> Tensor | None:

@@ -242,6 +242,7 @@ class PLMCAHead(LabelHead):
     """
 
     name = "plm_ca"
+    weighs_inputs = False  # its values are a projection of x
 
     def __init__(self, num_labels: int, *, hidden_size: int | None = None, scaled: bool = False,
                  chunk_size: int | None = None, device=None, dtype=None) -> None:

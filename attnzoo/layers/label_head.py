@@ -47,6 +47,9 @@ class LabelHead(LazyLayer):
     name = "label_head"
     renames: dict[str, str] = {}
     drops: tuple[str, ...] = ()
+    # the head's values are x itself and its scores are masked after they are computed, so bounded
+    # padding cannot matter (core.neutralise); False for a head that projects x into its values
+    weighs_inputs = True
 
     def __init__(self, num_labels: int, *, chunk_size: int | None = None) -> None:
         super().__init__()
@@ -84,7 +87,7 @@ class LabelHead(LazyLayer):
         check_input(self.name, "x", x, ("batch", "seq", self.hidden_size or "hidden"), like=like)
         checked = check_mask(self.name, mask, x.shape[0], 1, x.shape[1], like=x)
         keep = None if checked is None else checked[:, 0]
-        return neutralise(x, keep), keep
+        return neutralise(x, keep, bounded_is_safe=self.weighs_inputs), keep
 
     def extra_repr(self) -> str:
         return f"num_labels={self.num_labels}, hidden_size={self.hidden_size}"

@@ -41,11 +41,13 @@ __all__ = ["KerasAttention", "AttentionPooling", "StructuredSelfAttention", "Mul
            "redundancy_penalty"]
 
 
-def _prepare(layer: str, x: Tensor, mask: Tensor | None, size: int | None, like: Tensor):
-    """Check x [B, T, size] and mask [B, T]; x with padded positions zeroed, and the mask as [B, 1, T]."""
+def _prepare(layer: str, x: Tensor, mask: Tensor | None, size: int | None, like: Tensor, *,
+             weighs_inputs: bool = False):
+    """Check x [B, T, size] and mask [B, T]; x with padded positions zeroed, and the mask as [B, 1, T].
+    ``weighs_inputs``: the pooling weighs x itself (its values), so bounded padding may stay (core.neutralise)."""
     check_input(layer, "x", x, ("batch", "seq", size or "hidden"), like=like)
     mask = check_mask(layer, mask, x.shape[0], 1, x.shape[1], like=x)
-    return neutralise(x, None if mask is None else mask[:, 0]), mask
+    return neutralise(x, None if mask is None else mask[:, 0], bounded_is_safe=weighs_inputs), mask
 
 
 class KerasAttention(LazyLayer):
@@ -90,7 +92,7 @@ class KerasAttention(LazyLayer):
         return {"Ws": (self.num_classes, self.size("embed_dim"))}
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        x, mask = _prepare(self.name, x, mask, self.size("embed_dim"), self.Ws)
+        x, mask = _prepare(self.name, x, mask, self.size("embed_dim"), self.Ws, weighs_inputs=True)
         scores = torch.tanh(torch.matmul(self.Ws, x.transpose(1, 2)))  # [B, C, T]
         weights = masked_softmax(scores, mask)
         out = torch.bmm(weights, x)
@@ -142,7 +144,7 @@ class AttentionPooling(LazyLayer):
         nn.init.normal_(self.v, std=self.v.shape[0] ** -0.5)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        x, mask = _prepare(self.name, x, mask, self.size("hidden_size"), self.W)
+        x, mask = _prepare(self.name, x, mask, self.size("hidden_size"), self.W, weighs_inputs=True)
         keys = torch.tanh(torch.nn.functional.linear(x, self.W, self.b))  # [B, T, d_a]
         # one learned query v against the keys tanh(W h + b): label attention with one label
         pooled, weights = label_attention(self.v.unsqueeze(0), keys, x, None if mask is None else mask[:, 0],
@@ -209,7 +211,7 @@ class StructuredSelfAttention(LazyLayer):
     penalty = staticmethod(redundancy_penalty)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        x, mask = _prepare(self.name, x, mask, self.size("hidden_size"), self.W_s1)
+        x, mask = _prepare(self.name, x, mask, self.size("hidden_size"), self.W_s1, weighs_inputs=True)
         keys = torch.tanh(F.linear(x, self.W_s1))  # [B, T, d_a]
         pooled, weights = label_attention(self.W_s2, keys, x, None if mask is None else mask[:, 0],
                                           return_attention=return_attention)
