@@ -430,6 +430,23 @@ def cmd_convert_keras(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert_checkpoint(args: argparse.Namespace) -> int:
+    from .config import parse_overrides
+    from .convert import convert_checkpoint
+
+    try:
+        overrides = parse_overrides(args.overrides)
+    except AttnzooError as e:
+        raise UsageError(str(e)) from None
+    _, converted = convert_checkpoint(args.file, args.source, args.model, config=overrides, output=args.output,
+                                      overwrite=args.overwrite)
+    sizes = ", ".join(f"{k}={v}" for k, v in converted.config.items())
+    print(f"wrote {args.output} ({args.model}: {sizes}); attnzoo.load({str(args.output)!r}) rebuilds it")
+    for key, why in sorted(converted.dropped.items()):
+        print(f"  left out {key}: {why}")
+    return 0
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from .create import create
     from .train.predict import draw_attention, predict
@@ -586,6 +603,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pattern", nargs="?", help="fnmatch pattern over name, source or sha256 (list, clear)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cache)
+
+    p = sub.add_parser("convert-checkpoint", parents=[common],
+                       help="convert a CAML, LAAT, PLM-ICD or medical-coding checkpoint into safetensors")
+    p.add_argument("file", help="the reference's .pth, .bin or .safetensors file")
+    p.add_argument("--from", dest="source", required=True, choices=["caml", "laat", "plm-icd", "medical-coding"])
+    p.add_argument("--model", required=True, help="the attnzoo model (conv_caml, caml, bilstm_laat, laat, "
+                                                  "bilstm_joint_laat, joint_laat)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config the shapes do not say (split_size=...)")
+    p.add_argument("-o", "--output", required=True, help="the .safetensors file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    p.set_defaults(func=cmd_convert_checkpoint)
 
     p = sub.add_parser("convert-keras", parents=[common], help="import Keras weights into a safetensors file")
     p.add_argument("file", help="a keras 3 .weights.h5 or a legacy Keras .h5")

@@ -220,6 +220,7 @@ def _load_state(
     """
     from torch.nn.parameter import is_lazy
 
+    tensors = _apply_layouts(model, tensors)  # what load_state_dict would accept, before keys are compared
     expected = model.state_dict(keep_vars=True)  # lazy parameters cannot be detached
     missing = sorted(set(expected) - set(tensors), key=natural_key)
     unexpected = sorted(set(tensors) - set(expected), key=natural_key)
@@ -248,6 +249,17 @@ def _load_state(
         return misshapen
     model.load_state_dict(tensors, strict=True, assign=assign)
     return []
+
+
+def _apply_layouts(model: Any, tensors: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensors with every module's ``convert_layout`` applied (a reference repository's key names
+    turned into attnzoo's, as ``load_state_dict`` does through its pre-hooks)."""
+    converted = dict(tensors)
+    for prefix, module in model.named_modules():
+        convert = getattr(module, "convert_layout", None)
+        if callable(convert):
+            convert(converted, f"{prefix}." if prefix else "")
+    return converted
 
 
 def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[str, Any]]:

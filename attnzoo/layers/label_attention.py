@@ -16,10 +16,11 @@ route through ``core.label_attention``: below a few million score elements on th
 form, otherwise one fused ``scaled_dot_product_attention`` call that keeps no [B, L, T] tensor for
 backward; with ``return_attention`` the weights are materialised ``chunk_size`` labels at a time.
 
-Reference checkpoints load as they are: CAML (``U.weight``, ``final.weight``, ``final.bias``; the unused
-``U.bias`` of its ``nn.Linear`` is dropped), LAAT (``attention.first_linears.0.weight``,
-``attention.second_linears.0.weight``, ``attention.third_linears.0.{weight,bias}``; JointLAAT levels
-0 and 1) and PLM-ICD (``first_linear``, ``second_linear``, ``third_linear``).
+The heads' state dicts also accept the reference repositories' key names through ``load_state_dict``
+and ``create(weights=...)``: CAML (``U.weight``, ``final.weight``, ``final.bias``; the unused ``U.bias`` is
+dropped), LAAT (``attention.{first,second,third}_linears.<level>``; JointLAAT levels 0 and 1) and PLM-ICD
+(``first_linear``, ``second_linear``, ``third_linear``). Whole reference checkpoints (encoders, training
+state, keys that are never used) go through ``attnzoo convert-checkpoint`` (``attnzoo/convert.py``).
 """
 
 from __future__ import annotations
@@ -124,11 +125,15 @@ def _laat_shapes(prefix: str, labels: int, hidden: int, attention: int, output_i
 class LAATHead(LabelHead):
     """LAAT's label attention (Vu et al. 2020): additive-style keys Z = tanh(H Wᵀ), label queries U.
 
-    Args: ``num_labels``, ``hidden_size`` (None: inferred), ``attention_size`` (d_a), ``chunk_size``.
+    Args: ``num_labels``, ``hidden_size`` (None: inferred), ``attention_size`` (d_a), ``chunk_size``,
+    ``split_size`` (None: off): PLM-ICD's ``laat-split`` mode, attention within each segment of
+    ``split_size`` positions and each label's logit the maximum over the segments (a segment with no
+    real position takes no part; a sample with none gets the bias).
     Parameters as PLM-ICD names them: ``first_linear.weight`` W [d_a, h], ``second_linear.weight`` U
     [L, d_a], ``third_linear.weight`` w [L, h] and ``.bias`` b [L]; LAAT's repository layout loads too.
     Init N(0, 0.03) as the paper. Shapes: ``forward(x [B, T, h], mask [B, T] = None,
-    return_attention=False)`` -> logits [B, L], or ``(logits, A [B, L, T])``.
+    return_attention=False)`` -> logits [B, L], or ``(logits, A [B, L, T])`` (with ``split_size``, each
+    segment's weights sum to one).
     """
 
     name = "laat"
@@ -138,11 +143,13 @@ class LAATHead(LabelHead):
                "attention.third_linears.0.bias": "third_linear.bias"}
 
     def __init__(self, num_labels: int, *, hidden_size: int | None = None, attention_size: int = 512,
-                 chunk_size: int | None = None, device=None, dtype=None) -> None:
+                 chunk_size: int | None = None, split_size: int | None = None, device=None, dtype=None) -> None:
         super().__init__(num_labels, chunk_size=chunk_size)
         check_positive(self.name, "hidden_size", hidden_size)
         check_positive(self.name, "attention_size", attention_size, allow_none=False)
+        check_positive(self.name, "split_size", split_size)
         self.attention_size = attention_size
+        self.split_size = split_size
         self._create_parameters({"hidden_size": hidden_size}, device, dtype)
 
     def _parameter_shapes(self, sizes):
@@ -165,12 +172,37 @@ class LAATHead(LabelHead):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         x, mask = self.prepare(x, mask)
+        if self.split_size is not None:
+            return self._split_forward(x, mask, return_attention)
         reps, weights = self.attend(x, mask, return_attention)
         logits = (reps * self.third_linear.weight).sum(-1) + self.third_linear.bias
         return (logits, weights) if return_attention else logits
 
+    def _split_forward(self, x: Tensor, mask: Tensor | None, return_attention: bool):
+        """laat-split: [B, T, h] as [B·C, S, h] segments (padded with masked zeros to a multiple of S)."""
+        batch, seq, hidden = x.shape
+        size = self.split_size
+        segments = -(-seq // size) if seq else 0
+        keep = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask is None else mask
+        extra = segments * size - seq
+        if extra:
+            x, keep = F.pad(x, (0, 0, 0, extra)), F.pad(keep, (0, extra))
+        x, keep = x.reshape(batch * segments, size, hidden), keep.reshape(batch * segments, size)
+        reps, weights = self.attend(x, keep, return_attention)
+        logits = ((reps * self.third_linear.weight).sum(-1) + self.third_linear.bias).view(batch, segments, -1)
+        present = keep.view(batch, segments, size).any(-1)  # [B, C]
+        logits = logits.masked_fill(~present[..., None], torch.finfo(logits.dtype).min).amax(dim=1) if segments \
+            else logits.new_zeros(batch, self.num_labels)
+        has_any = present.any(-1, keepdim=True)
+        logits = torch.where(has_any, logits, self.third_linear.bias.expand_as(logits))
+        if not return_attention:
+            return logits
+        weights = weights.view(batch, segments, self.num_labels, size).permute(0, 2, 1, 3)
+        return logits, weights.reshape(batch, self.num_labels, segments * size)[..., :seq]
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, attention_size={self.attention_size}"
+        split = f", split_size={self.split_size}" if self.split_size else ""
+        return f"{super().extra_repr()}, attention_size={self.attention_size}{split}"
 
 
 class JointLAATHead(LAATHead):

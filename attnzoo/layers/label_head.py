@@ -60,15 +60,15 @@ class LabelHead(LazyLayer):
         self._register_load_state_dict_pre_hook(self._layout_pre_hook)
 
     # -- state-dict layouts ----------------------------------------------------------------------------
-    def _convert_layout(self, state_dict: dict, prefix: str) -> None:
+    def convert_layout(self, state_dict: dict, prefix: str) -> None:
         """Turn a foreign layout of this head's keys into ours, in place (subclasses may add more)."""
         rename_keys(state_dict, prefix, self.renames, self.drops)
 
     def _layout_pre_hook(self, state_dict, prefix, *args) -> None:
-        self._convert_layout(state_dict, prefix)
+        self.convert_layout(state_dict, prefix)
 
     def _lazy_load_hook(self, state_dict, prefix, *args) -> None:
-        self._convert_layout(state_dict, prefix)  # before the lazy parameters read their shapes from it
+        self.convert_layout(state_dict, prefix)  # before the lazy parameters read their shapes from it
         super()._lazy_load_hook(state_dict, prefix, *args)
 
     # -- sizes and inputs ------------------------------------------------------------------------------

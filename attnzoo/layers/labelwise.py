@@ -181,8 +181,8 @@ class LabelwiseAttention(_LabelwiseBase):
         for i, row in enumerate(matrix):
             getattr(self.Wa_list, str(i)).copy_(row)
 
-    def _convert_layout(self, state_dict, prefix) -> None:
-        super()._convert_layout(state_dict, prefix)
+    def convert_layout(self, state_dict, prefix) -> None:
+        super().convert_layout(state_dict, prefix)
         _replace_in_place(state_dict, to_per_label_state_dict(state_dict, prefix))
 
 
@@ -201,6 +201,6 @@ class LabelwiseAttentionBatched(_LabelwiseBase):
     def _init_query(self) -> None:
         nn.init.xavier_uniform_(self.Wa)
 
-    def _convert_layout(self, state_dict, prefix) -> None:
-        super()._convert_layout(state_dict, prefix)
+    def convert_layout(self, state_dict, prefix) -> None:
+        super().convert_layout(state_dict, prefix)
         _replace_in_place(state_dict, to_batched_state_dict(state_dict, prefix))

@@ -14,6 +14,7 @@ embedding is zero, like the convolution's own padding).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -104,8 +105,15 @@ class BiLSTMEncoder(nn.Module):
 
 
 class ConvEncoder(nn.Module):
-    """CAML's encoder: embedding, dropout, Conv1d (``filters``, ``kernel_size``), tanh.
-    tokens [B, T] -> H [B, T, filters] (the convolution output cropped to T)."""
+    """CAML's encoder: embedding, dropout, Conv1d (``filters``, ``kernel_size``, padding ``kernel_size // 2``), tanh.
+
+    tokens [B, T] -> H [B, T', filters], exactly CAML's convolution: T' = T for an odd kernel, T + 1 for
+    an even one (kernel 10, CAML's default, gives one more window than tokens, and CAML attends over all
+    of them). :meth:`output_mask` says which windows are real: window t covers tokens t - k//2 ..
+    t - k//2 + k - 1 and is real when the token at its centre is (for an even kernel, either token
+    beside its centre), so a right-padded text of n tokens has the n (or n + 1) windows CAML computes for
+    it alone. Padded tokens read as zeros, like the convolution's own padding beyond the end.
+    """
 
     def __init__(self, vocab_size: int, embed_dim: int, filters: int, *, kernel_size: int = 10, dropout: float = 0.2):
         super().__init__()
@@ -114,12 +122,21 @@ class ConvEncoder(nn.Module):
         nn.init.xavier_uniform_(self.conv.weight)
         self.dropout = nn.Dropout(dropout)
 
+    @property
+    def extra_window(self) -> int:
+        return 1 - self.conv.kernel_size[0] % 2
+
+    def output_mask(self, mask: Tensor) -> Tensor:
+        """Which of the T' windows are real, from which tokens are ([B, T] -> [B, T'])."""
+        if not self.extra_window:
+            return mask
+        return F.pad(mask, (0, 1)) | F.pad(mask, (1, 0))
+
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
         if tokens.shape[1] == 0:
             return self.embedding.weight.new_zeros(tokens.shape[0], 0, self.conv.out_channels)
-        # padded positions read as zeros, exactly like the convolution's own padding beyond the end
         x = neutralise(self.dropout(self.embedding(tokens)), mask).transpose(1, 2)  # [B, E, T]
-        return torch.tanh(self.conv(x)[..., : tokens.shape[1]].transpose(1, 2))
+        return torch.tanh(self.conv(x).transpose(1, 2))
 
 
 class _TextModel(nn.Module):
@@ -200,14 +217,16 @@ class LabelAttentionClassifier(_TextModel):
 
     Args: vocab_size, num_labels; ``encoder`` ("cnn" | "bilstm"), ``head`` ("caml" | "laat" |
     "joint_laat" | "plm_ca" | "lwan"), embed_dim, ``hidden`` (BiLSTM units per direction, or CNN
-    filters), kernel_size (CNN), attention_size (LAAT d_a), num_parent_labels (JointLAAT), dropout,
-    chunk_size. Shapes: ``forward(tokens [B, T], mask [B, T] = tokens != 0, return_attention=False)``
+    filters), kernel_size (CNN; an even kernel gives T + 1 windows, as CAML), attention_size (LAAT d_a),
+    num_parent_labels and projection_size (JointLAAT), dropout, chunk_size.
+    Shapes: ``forward(tokens [B, T], mask [B, T] = tokens != 0, return_attention=False)``
     -> logits [B, L], or ``(logits, A [B, L, T])``; JointLAAT also takes ``return_parents``.
     """
 
     def __init__(self, vocab_size: int, num_labels: int, *, encoder: str = "bilstm", head: str = "laat",
                  embed_dim: int = 100, hidden: int = 256, kernel_size: int = 10, attention_size: int = 512,
-                 num_parent_labels: int | None = None, dropout: float = 0.2, chunk_size: int | None = None) -> None:
+                 num_parent_labels: int | None = None, projection_size: int = 128, dropout: float = 0.2,
+                 chunk_size: int | None = None) -> None:
         super().__init__()
         if head not in _HEADS:
             raise ValueError(f"head must be one of {', '.join(_HEADS)}, got {head!r}")
@@ -231,8 +250,9 @@ class LabelAttentionClassifier(_TextModel):
             kwargs["attention_size"] = attention_size
         if head == "joint_laat":
             if num_parent_labels is None:
-                raise ValueError("joint_laat needs num_parent_labels")
+                raise ValueError(f"{self.name} needs num_parent_labels")
             kwargs["num_parent_labels"] = num_parent_labels
+            kwargs["projection_size"] = projection_size
         if head == "joint_laat":
             self.head = JointLAATHead(num_labels, kwargs.pop("num_parent_labels"), **kwargs)
         else:
@@ -240,4 +260,6 @@ class LabelAttentionClassifier(_TextModel):
 
     def forward(self, tokens: Tensor, mask: Tensor | None = None, return_attention: bool = False, **kwargs):
         mask = self._mask(tokens, mask)
-        return self.head(self.encoder(tokens, mask), mask, return_attention=return_attention, **kwargs)
+        hidden = self.encoder(tokens, mask)
+        windows = self.encoder.output_mask(mask) if isinstance(self.encoder, ConvEncoder) else mask
+        return self.head(hidden, windows, return_attention=return_attention, **kwargs)
