@@ -23,6 +23,10 @@ _SUBPACKAGES = ("keras", "layers", "models", "train")
 
 def __getattr__(name: str):
     # subpackages import torch: reach them on first use (attnzoo.keras.load_keras_weights), not at import
+    if name == "predict":
+        from .train.predict import predict
+
+        return predict
     if name in _SUBPACKAGES:
         import importlib
 
@@ -34,6 +38,7 @@ __all__ = [
     "load",
     "save",
     "export",
+    "predict",
     "register",
     "list_models",
     "model_info",

@@ -24,7 +24,7 @@ CARD_KEYS = (
 )
 WEIGHTS_KEYS = (
     "file", "url", "hf_hub", "filename", "sha256", "config", "metrics", "dataset", "license", "recipe", "seed", "data",
-    "train_time", "splits", "baseline", "notes",
+    "train_time", "splits", "baseline", "notes", "num_params", "file_size", "torch_version",
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -314,13 +314,75 @@ def torch_threads() -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train.trainer import load_recipe, train
+    from .train.trainer import builtin_recipes, complete_recipe, load_recipe, recipe_summary, train
 
-    recipe = load_recipe(args.recipe, args.overrides)
-    report = train(recipe, output=args.output, resume=args.resume, export=args.export,
-                   baseline=not args.no_baseline, quiet=args.quiet, stop_after=args.stop_after)
+    if args.list:
+        rows = [(name, recipe_summary(path)) for name, path in builtin_recipes().items()]
+        width = max(len(name) for name, _ in rows)
+        for name, summary in rows:
+            print(f"{name:<{width}}  {summary}")
+        return 0
+    flags = {k: getattr(args, k) for k in ("model", "train_file", "validation_file", "test_file", "text", "labels",
+                                           "target", "label_separator", "labels_file", "task")}
+    if args.recipe and args.recipe.count("=") and not args.recipe.endswith((".yaml", ".yml")):
+        args.overrides, args.recipe = [args.recipe, *args.overrides], None  # key=value given first
+    if args.recipe is None:
+        if not (flags["model"] and flags["train_file"]):
+            raise UsageError("give a recipe (a YAML file or a built-in name: attnzoo train --list), or --model "
+                             "and --train for your own data file")
+        recipe = _recipe_from_flags(args, flags)
+    else:
+        if any(v is not None for k, v in flags.items() if k != "task"):
+            raise UsageError("--model, --train and the other data flags build a recipe of their own; give them "
+                             "without a recipe file, or put them into the recipe's data section")
+        recipe = load_recipe(args.recipe, args.overrides)
+    if args.recipe is None:
+        from omegaconf import OmegaConf
+
+        merged = OmegaConf.merge(OmegaConf.create(recipe), OmegaConf.from_dotlist(list(args.overrides)))
+        recipe = complete_recipe(OmegaConf.to_container(merged, resolve=True), where="the command line")
+    import contextlib
+
+    # with --json, stdout carries the report alone: the progress lines go to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        report = train(recipe, output=args.output, resume=args.resume, export=args.export,
+                       baseline=not args.no_baseline, quiet=args.quiet, stop_after=args.stop_after,
+                       overwrite=args.overwrite)
     if report and args.json:
         _emit_json(report)
+    return 0
+
+
+def _recipe_from_flags(args: argparse.Namespace, flags: dict) -> dict:
+    """``attnzoo train --model M --train F ...``: the recipe those flags describe."""
+    data = {"train": flags["train_file"], "validation": flags["validation_file"], "test": flags["test_file"],
+            "text": flags["text"] or "text", "task": flags["task"] or "multi_label"}
+    if data["task"] == "seq2seq":
+        data["target"] = flags["target"] or "target"
+    else:
+        data["labels"] = flags["labels"] or "labels"
+    if flags["label_separator"] is not None:
+        data["label_separator"] = flags["label_separator"]
+    if flags["labels_file"]:
+        data["labels_file"] = flags["labels_file"]
+    settings = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "clip": 1.0, "warmup_steps": 50}
+    if args.patience is not None:
+        settings["patience"] = args.patience
+    return {"model": flags["model"], "tag": args.tag, "seed": 0, "data": {k: v for k, v in data.items() if v},
+            "train": settings, "recipe_file": "flags"}
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .train.trainer import evaluate_file
+
+    columns = {"text": args.text, "labels": args.labels, "target": args.target,
+               "label_separator": args.label_separator}
+    scores = evaluate_file(args.model, args.file, columns=columns, threshold=args.threshold)
+    if args.json:
+        _emit_json(scores)
+    else:
+        for key, value in scores.items():
+            print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
     return 0
 
 
@@ -448,8 +510,9 @@ def cmd_convert_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .create import create
-    from .train.predict import draw_attention, predict
+    import warnings
+
+    from .train.predict import UnknownTokensWarning, draw_attention, predict
 
     if args.attention:
         from pathlib import Path
@@ -461,17 +524,35 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot write {target}: the folder {target.parent} does not exist")
         if target.suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
             raise UsageError(f"--attention wants an image file (.png, .pdf, .svg, .jpg), got {target.name}")
-    model = create(args.name, pretrained=args.pretrained or True)
-    result = predict(model, " ".join(args.text), top=args.top)
+    name = args.name if not args.pretrained else f"{args.name.split('.')[0]}.{args.pretrained}"
+    text = " ".join(args.text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnknownTokensWarning)  # printed below, with the result
+        result = predict(name, text, top=None if args.above_threshold else args.top, threshold=args.threshold,
+                         return_attention=bool(args.attention), beam_size=args.beam)
+    if args.above_threshold:
+        result.labels = [label for label in result.labels if label.above_threshold]
+        if result.attention is not None and result.output == "multilabel":
+            result.attention = result.attention[: len(result.labels)]
+            result.rows = result.rows[: len(result.labels)]
     if args.json:
-        _emit_json({"output": result.output, "tokens": result.tokens, "labels": result.labels,
-                    "phonemes": result.phonemes})
+        _emit_json(result.to_dict())
     else:
-        print(result.text())
+        print(result.render())
     if args.attention:
-        path = draw_attention(result, args.attention, title=f"{args.name}: {' '.join(args.text)}")
+        path = draw_attention(result, args.attention, title=f"{args.name}: {text}")
         print(f"attention map: {path}", file=sys.stderr)
     return 0
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1, got {value}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -566,27 +647,68 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="with --sweep: plot time against the swept value")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("train", parents=[common], help="train a recipe (see attnzoo/train/recipes)")
-    p.add_argument("recipe", help="a recipe YAML file or the name of a built-in recipe")
+    p = sub.add_parser("train", parents=[common], help="train a recipe, or a model on your own data file",
+                       description="attnzoo train RECIPE [key=value ...] | attnzoo train --model NAME --train FILE "
+                       "[--validation FILE] [--test FILE] --text COL --labels COL [key=value ...] | attnzoo train "
+                       "--list. Under torchrun (torchrun --nproc_per_node N -m attnzoo train ...) it trains with "
+                       "DistributedDataParallel.")
+    p.add_argument("recipe", nargs="?", help="a recipe YAML file or the name of a built-in recipe (--list)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. train.epochs=2")
-    p.add_argument("--output", help="run folder (default runs/MODEL-TAG)")
+    p.add_argument("--list", action="store_true", help="list the built-in recipes")
+    p.add_argument("--output", help="run folder (default runs/MODEL-TAG); attnzoo.load(DIR) rebuilds the model")
     p.add_argument("--resume", action="store_true", help="continue from the run folder's checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="start again in a run folder that holds a run")
     p.add_argument("--export", metavar="DIR", help="also write the weights file into DIR (never overwrites)")
     p.add_argument("--stop-after", type=int, metavar="EPOCHS", help="end this run after EPOCHS epochs (resume later)")
     p.add_argument("--no-baseline", action="store_true", help="skip the TF-IDF baseline")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true", help="print the final report as JSON")
+    own = p.add_argument_group("your own data (instead of a recipe)")
+    own.add_argument("--model", help="a registered text model (tokens_to_labels or tokens_to_tokens)")
+    own.add_argument("--train", dest="train_file", metavar="FILE", help=".csv, .tsv, .jsonl, .parquet or a folder")
+    own.add_argument("--validation", dest="validation_file", metavar="FILE", help="else 10%% of train, seeded")
+    own.add_argument("--test", dest="test_file", metavar="FILE")
+    own.add_argument("--text", metavar="COL", help="the text column (default text)")
+    own.add_argument("--labels", metavar="COL", help="the label column (default labels)")
+    own.add_argument("--target", metavar="COL", help="seq2seq: the target column (default target)")
+    own.add_argument("--label-separator", metavar="S", help="splits a string of labels (default |)")
+    own.add_argument("--labels-file", metavar="FILE", help="every label, one a line (fixes their order)")
+    own.add_argument("--task", choices=["multi_label", "single_label", "seq2seq"], help="default multi_label")
+    own.add_argument("--tag", default="custom", help="the run's tag (names the weights file)")
+    own.add_argument("--epochs", type=_positive_int, default=10)
+    own.add_argument("--batch-size", type=_positive_int, default=32)
+    own.add_argument("--lr", type=float, default=0.002)
+    own.add_argument("--patience", type=_positive_int, help="stop after this many epochs without a better "
+                     "validation score")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("predict", parents=[common], help="run a pretrained model on a text (or a word, for G2P)")
-    p.add_argument("name", help="a pretrained name, e.g. bilstm_labelwise.wordnet")
+    p = sub.add_parser("predict", parents=[common], help="run a pretrained model or a trained run on a text "
+                       "(or a word, for G2P)")
+    p.add_argument("name", help="a pretrained name (bilstm_labelwise.wordnet), or a run folder or weights file "
+                   "written by attnzoo train")
     p.add_argument("text", nargs="+")
     p.add_argument("--pretrained", metavar="TAG", help="the tag, when the name has none and the default is not wanted")
     p.add_argument("--top", type=_positive_int, default=5, help="how many labels to show (a positive number)")
+    p.add_argument("--above-threshold", action="store_true",
+                   help="show every label at or above the decision threshold, and only those")
+    p.add_argument("--threshold", type=_probability, help="the multi-label decision threshold (default: the "
+                   "one stored with the weights, tuned on validation)")
+    p.add_argument("--beam", type=_positive_int, default=1, help="G2P: beam size (1 = greedy)")
     p.add_argument("--attention", metavar="PNG", help="draw the attention map into this file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --attention file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("evaluate", parents=[common], help="score a trained model on a data file")
+    p.add_argument("model", help="a run folder or weights file from attnzoo train (or a pretrained name)")
+    p.add_argument("file", help="a .csv, .tsv, .jsonl or .parquet file (or folder) with the training columns")
+    p.add_argument("--text", metavar="COL", help="override the text column")
+    p.add_argument("--labels", metavar="COL", help="override the label column")
+    p.add_argument("--target", metavar="COL", help="override the seq2seq target column")
+    p.add_argument("--label-separator", metavar="S")
+    p.add_argument("--threshold", type=_probability, help="multi-label threshold (default: tuned on validation)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("verify", parents=[common], help="check every weights file (bundled or cached) against its card")
     p.add_argument("patterns", nargs="*", metavar="PATTERN")

@@ -104,6 +104,9 @@ class WeightsSpec:
     splits: Mapping[str, int] = field(default_factory=dict)  # examples in train / val / test
     baseline: Mapping[str, Any] = field(default_factory=dict)  # a simple model on the same split
     notes: str = ""
+    num_params: int | None = None  # parameters of the model the file loads into (checked by the tests)
+    file_size: int | None = None  # bytes of the file (checked by the tests)
+    torch_version: str = ""  # the torch that wrote the file
 
     def __post_init__(self) -> None:
         if not is_valid_arch(self.tag):
@@ -120,6 +123,10 @@ class WeightsSpec:
             raise ValueError(f"hf_hub of tag {self.tag!r} must be org/repo or org/repo@revision, got {self.hf_hub!r}")
         if self.filename and not self.hf_hub:
             raise ValueError(f"tag {self.tag!r}: filename goes with hf_hub (a url names its own file)")
+        for name in ("num_params", "file_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} of tag {self.tag!r} must be a whole number >= 0, got {value!r}")
         for name in ("config", "metrics", "splits", "baseline"):
             object.__setattr__(self, name, freeze(getattr(self, name) or {}))
 
@@ -154,6 +161,9 @@ class WeightsSpec:
             "splits": thaw(self.splits),
             "baseline": thaw(self.baseline),
             "notes": self.notes,
+            "num_params": self.num_params,
+            "file_size": self.file_size,
+            "torch_version": self.torch_version,
         }
 
 

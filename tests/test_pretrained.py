@@ -59,6 +59,16 @@ def test_shipped_weights_reproduce_their_card_metric(name):
         assert abs(value - card[f"subset_{metric}"]) <= 0.01, (metric, value, card)
 
 
+@pytest.mark.parametrize("name", PRETRAINED)
+def test_card_states_the_files_size_parameters_and_torch_version(name):
+    """As torchvision's schema test: the card's facts are the file's and the model's, not hand-copied hopes."""
+    _, w = spec_of(name)
+    model = attnzoo.create(name, pretrained=True)
+    assert w.num_params == sum(p.numel() for p in model.parameters())
+    assert w.file_size == (weights_dir() / w.file).stat().st_size
+    assert w.torch_version and w.torch_version == model.attnzoo_metadata.get("torch_version")
+
+
 def test_verify_checks_every_file_against_its_card():
     proc = run_cli("verify", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -113,6 +113,10 @@ def test_g2p_scores_on_a_hand_computed_case():
     scores = metrics.g2p_scores(preds, refs)
     assert scores["word_accuracy"] == pytest.approx(2 / 3)
     assert scores["phoneme_error_rate"] == pytest.approx(1 / 12)  # one deletion over 3 + 6 + 3 phonemes
+    # without stress, a stress slip is no error: AE2 for AE1 counts as right
+    both = metrics.g2p_scores_both([["K", "AE2", "T"], ["D", "AO0", "G"]], [[("K", "AE1", "T")], [("D", "AA1", "G")]])
+    assert both["word_accuracy"] == 0 and both["stress_free_word_accuracy"] == pytest.approx(1 / 2)
+    assert both["phoneme_error_rate"] == pytest.approx(2 / 6) and both["stress_free_phoneme_error_rate"] == pytest.approx(1 / 6)
 
 
 # -- the trainer -----------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["multilabel_f1", "accuracy", "macro_f1_single", "edit_distance", "g2p_scores"]
+__all__ = ["multilabel_f1", "precision_at_k", "accuracy", "macro_f1_single", "edit_distance", "g2p_scores",
+           "g2p_scores_both", "without_stress"]
 
 
 def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
@@ -22,6 +23,15 @@ def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, fl
     per_label = torch.where(present, 2 * tp / (2 * tp + fp + fn).clamp(min=1), torch.zeros_like(tp))
     macro = per_label[present].mean().item() if present.any() else 0.0
     return {"micro_f1": micro, "macro_f1": macro}
+
+
+def precision_at_k(scores: torch.Tensor, target: torch.Tensor, k: int) -> float:
+    """scores [N, L], target bool [N, L]: the mean over texts of (true labels among the k best scored) / k."""
+    k = min(k, scores.shape[1])
+    if scores.shape[0] == 0 or k == 0:
+        return 0.0
+    best = scores.topk(k, dim=1).indices
+    return target.gather(1, best).double().sum(1).div(k).mean().item()
 
 
 def accuracy(predicted: torch.Tensor, target: torch.Tensor) -> float:
@@ -55,3 +65,16 @@ def g2p_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequen
         length += len(best)
     n = max(len(predictions), 1)
     return {"word_accuracy": correct / n, "phoneme_error_rate": errors / max(length, 1)}
+
+
+def without_stress(phonemes: Sequence[str]) -> list[str]:
+    """ARPAbet without lexical stress (AE1 -> AE): the 39-phoneme set most published G2P figures use."""
+    return [p.rstrip("012") for p in phonemes]
+
+
+def g2p_scores_both(predictions: Sequence[Sequence[str]],
+                    references: Sequence[Sequence[Sequence[str]]]) -> dict[str, float]:
+    """:func:`g2p_scores` with stress, and again with stress removed from both sides (``stress_free_*``)."""
+    plain = g2p_scores([without_stress(p) for p in predictions],
+                       [[without_stress(r) for r in refs] for refs in references])
+    return {**g2p_scores(predictions, references), **{f"stress_free_{k}": v for k, v in plain.items()}}

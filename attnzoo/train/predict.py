@@ -1,12 +1,22 @@
-"""Inference with shipped weights: ``attnzoo predict NAME TEXT [--attention out.png]``.
+"""Text in, labels (or phonemes) out: ``attnzoo.predict`` and ``attnzoo predict``.
 
-Everything needed comes from the weights file's metadata: the task, its vocabulary and labels, the
-decision threshold (multi-label), the phoneme inventory (G2P). ``draw_attention`` plots the weights the
-model put on each token: one row per predicted label, or the phoneme-to-letter alignment for G2P.
+    >>> import attnzoo
+    >>> result = attnzoo.predict("bilstm_labelwise.wordnet", "a large wild cat with a striped coat")
+    >>> [(label.name, round(label.probability, 2)) for label in result.labels]
+
+Everything needed comes from the weights' metadata: the task, its vocabulary, labels (with display
+names and descriptions where the data set has them), the decision threshold (multi-label), the
+phoneme inventory (G2P). The model is a pretrained name (``bilstm_labelwise.wordnet``), a run folder or
+weights file written by ``attnzoo train`` or ``attnzoo.save``, or a module that carries such metadata.
+
+``draw_attention`` plots the weights the model put on each token: one row per label with its
+probability (threshold marked), or the phoneme-to-letter alignment for G2P, with a colour bar.
 """
 
 from __future__ import annotations
 
+import textwrap
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,65 +26,211 @@ import torch
 from ..errors import ConfigError
 from .vocab import Vocabulary, tokenize
 
-__all__ = ["Prediction", "predict", "draw_attention"]
+__all__ = ["Label", "Prediction", "UnknownTokensWarning", "predict", "predict_one", "draw_attention", "attention_figure",
+           "label_info"]
+
+UNKNOWN_SHARE = 0.5  # warn when more than this share of a text's tokens is outside the vocabulary
+
+
+class UnknownTokensWarning(UserWarning):
+    """Most of a text's tokens are not in the model's vocabulary: its prediction rests on little."""
+
+
+@dataclass
+class Label:
+    id: str  # the label as the data set names it (e.g. a WordNet synset id)
+    name: str  # a display name (e.g. the synset's first lemma)
+    probability: float
+    above_threshold: bool  # multi-label: probability >= the model's threshold; single-label: the argmax
+    description: str = ""  # e.g. the WordNet gloss
 
 
 @dataclass
 class Prediction:
+    text: str
     output: str  # multilabel | multiclass | g2p
-    tokens: list[str]  # what the model read (words, or letters for G2P)
-    labels: list[tuple[str, float]] = field(default_factory=list)  # best first, with probabilities
+    tokens: list[str]  # what the model read (words, or letters for G2P), unknown ones included
+    unknown: int = 0  # how many of them are outside the vocabulary
+    labels: list[Label] = field(default_factory=list)  # best first
+    threshold: float | None = None  # multi-label decision threshold
     phonemes: list[str] = field(default_factory=list)
-    attention: torch.Tensor | None = None  # [rows, tokens]
+    attention: torch.Tensor | None = None  # [rows, tokens], with return_attention
     rows: list[str] = field(default_factory=list)  # what each attention row is
+    warnings: list[str] = field(default_factory=list)
 
-    def text(self) -> str:
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the fields that mean something for this output kind."""
+        out: dict[str, Any] = {"text": self.text, "output": self.output, "tokens": self.tokens,
+                               "unknown_tokens": self.unknown, "warnings": self.warnings}
         if self.output == "g2p":
-            return " ".join(self.phonemes)
-        return "\n".join(f"{p:.3f}  {name}" for name, p in self.labels)
+            out["phonemes"] = self.phonemes
+        else:
+            out["labels"] = [vars(label) for label in self.labels]
+            if self.threshold is not None:
+                out["threshold"] = self.threshold
+        if self.attention is not None:
+            out["attention"] = {"rows": self.rows, "weights": self.attention.tolist()}
+        return out
+
+    def render(self) -> str:
+        """Plain text: the phonemes, or one line per label (``*`` marks those above the threshold)."""
+        if self.output == "g2p":
+            lines = [" ".join(self.phonemes)]
+        else:
+            lines = [f"{'*' if label.above_threshold else ' '} {label.probability:.3f}  {label.name}"
+                     + (f" ({label.id})" if label.id != label.name else "")
+                     + (f": {label.description}" if label.description else "") for label in self.labels]
+            if self.output == "multilabel":
+                lines.append(f"(* = at or above the threshold {self.threshold:.2f})")
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
-def predict(model: Any, text: str, top: int = 5) -> Prediction:
-    """Run a pretrained model (built by ``attnzoo.create(..., pretrained=True)``) on one text."""
+def label_info(metadata: dict[str, Any]) -> list[dict[str, str]]:
+    """Per label: ``id``, display ``name`` and ``description`` (from the metadata's ``label_info`` when the
+    trainer wrote it; else WordNet ids ``lemma.n.offset`` give their lemma as the name)."""
+    ids = list(metadata.get("labels") or [])
+    given = metadata.get("label_info")
+    if given and len(given) == len(ids):
+        return [{"id": i, "name": g.get("name") or i, "description": g.get("description", "")}
+                for i, g in zip(ids, given, strict=True)]
+    return [{"id": i, "name": _display_name(i), "description": ""} for i in ids]
+
+
+def _display_name(label: str) -> str:
+    parts = label.split(".")
+    if len(parts) >= 3 and parts[-2] in ("n", "v", "a", "r", "s") and parts[-1].isdigit():
+        return ".".join(parts[:-2]).replace("_", " ")
+    return label
+
+
+def _resolve(model_or_name: Any):
+    """A module with attnzoo metadata from a name, a path, or the module itself."""
+    import attnzoo
+
+    if isinstance(model_or_name, torch.nn.Module):
+        model = model_or_name
+    elif isinstance(model_or_name, (str, Path)):
+        path = Path(model_or_name)
+        if path.exists():
+            model = attnzoo.load(path)
+        else:
+            model = attnzoo.create(str(model_or_name), pretrained=True)
+    else:
+        raise ConfigError(f"predict takes a model, a pretrained name or a path, got {type(model_or_name).__name__}")
     meta = getattr(model, "attnzoo_metadata", None) or {}
-    if "task" not in meta:
-        raise ConfigError("predict needs pretrained weights that carry their vocabulary (attnzoo list --pretrained)")
+    if "task" not in meta or "vocab" not in meta:
+        raise ConfigError("predict needs weights that carry their vocabulary and labels: a pretrained name "
+                          "(attnzoo list --pretrained), or a run folder or file written by attnzoo train")
+    return model.eval(), meta
+
+
+def predict(model_or_name: Any, texts: str | list[str], *, top: int | None = 5, threshold: float | None = None,
+            return_attention: bool = False, beam_size: int = 1) -> Prediction | list[Prediction]:
+    """Run a model with its vocabulary on one text (-> a :class:`Prediction`) or a list (-> a list).
+
+    ``top``: how many labels to return, best first (None: all). ``threshold``: the multi-label decision
+    threshold (default: the one tuned on validation and stored with the weights). ``return_attention``:
+    attach the attention rows. ``beam_size``: G2P decoding (1 = greedy). A text whose tokens are mostly
+    unknown to the vocabulary gets an :class:`UnknownTokensWarning` and a line in ``warnings``.
+    """
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise ConfigError(f"top must be a positive integer or None, got {top!r}")
+    if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
+        raise ConfigError(f"threshold must be a probability in [0, 1], got {threshold!r}")
+    single = isinstance(texts, str)
+    batch = [texts] if single else list(texts)
+    if not all(isinstance(t, str) for t in batch):
+        raise ConfigError("predict takes a string or a list of strings")
+    model, meta = _resolve(model_or_name)
+    results = []
+    for text in batch:  # a loop, not a comprehension, so that warnings point at the caller's line
+        results.append(predict_one(model, meta, text, top=top, threshold=threshold,
+                                   return_attention=return_attention, beam_size=beam_size, _stack=4))
+    return results[0] if single else results
+
+
+def predict_one(model, meta: dict[str, Any], text: str, *, top: int | None, threshold: float | None,
+                return_attention: bool, beam_size: int = 1, _stack: int = 3) -> Prediction:
+    """One text through a resolved model and its metadata (see :func:`predict`)."""
     vocab = Vocabulary.from_json(meta["vocab"])
-    max_len = int(meta["task_config"].get("max_len", 64))
-    model.eval()
+    max_len = int(meta.get("task_config", {}).get("max_len", 64))
+    device = next(model.parameters()).device
     if meta["output"] == "g2p":
-        letters = list(text.strip().lower())[:max_len]
-        ids = torch.tensor([vocab.encode(letters)])
-        phoneme_vocab = Vocabulary.from_json(meta["phonemes"])
-        out, attention = model.generate(ids)
-        symbols = []
-        for i in out[0].tolist():
-            if i in (0, 2):
-                break
-            symbols.append(phoneme_vocab.tokens[i])
-        return Prediction("g2p", letters, phonemes=symbols, attention=attention[0, : len(symbols)], rows=symbols)
+        return _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention, device, _stack + 1)
     words = tokenize(text)[:max_len]
     if not words:
-        raise ConfigError("the text has no words to classify")
-    ids = torch.tensor([vocab.encode(words)])
+        raise ConfigError(f"the text {text!r} has no words to classify")
+    ids = vocab.encode(words)
+    unknown = sum(i == vocab.unk for i in ids)
+    notes = _unknown_warning(text, unknown, len(words), _stack)
     with torch.no_grad():
-        logits, attention = model(ids, return_attention=True)
-    names = meta["labels"]
+        logits, attention = model(torch.tensor([ids], device=device), return_attention=True)
+    info = label_info(meta)
     if meta["output"] == "multilabel":
-        probs = torch.sigmoid(logits[0])
-        order = probs.argsort(descending=True)[:top].tolist()
-        rows = attention[0, order]  # one distribution per label
+        probs = torch.sigmoid(logits[0].float()).cpu()
+        cut = float(meta.get("threshold", 0.5)) if threshold is None else float(threshold)
+        order = probs.argsort(descending=True).tolist()[:top]
+        flags = [bool(probs[i] >= cut) for i in order]
+        rows = attention[0, order] if return_attention else None  # one distribution per label
     else:
-        probs = torch.softmax(logits[0], -1)
-        order = probs.argsort(descending=True)[:top].tolist()
-        rows = attention[0:1]  # one pooling distribution
-    labels = [(names[i], float(probs[i])) for i in order]
-    row_names = [names[i] for i in order] if meta["output"] == "multilabel" else ["attention"]
-    return Prediction(meta["output"], words, labels=labels, attention=rows, rows=row_names)
+        probs = torch.softmax(logits[0].float(), -1).cpu()
+        cut = None
+        order = probs.argsort(descending=True).tolist()[:top]
+        flags = [n == 0 for n in range(len(order))]
+        rows = attention[0:1] if return_attention else None  # one pooling distribution
+    labels = [Label(info[i]["id"], info[i]["name"], float(probs[i]), flag, info[i]["description"])
+              for i, flag in zip(order, flags, strict=True)]
+    row_names = [label.name for label in labels] if meta["output"] == "multilabel" else ["attention"]
+    return Prediction(text, meta["output"], [vocab.tokens[i] if i != vocab.unk else w for i, w in zip(ids, words,
+                      strict=True)], unknown, labels, cut, attention=None if rows is None else rows.float().cpu(),
+                      rows=row_names if return_attention else [], warnings=notes)
+
+
+def _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention, device, stack) -> Prediction:
+    letters = list(text.strip().lower())[:max_len]
+    if not letters:
+        raise ConfigError("the text is empty: give a word to pronounce")
+    ids = vocab.encode(letters)
+    unknown = sum(i == vocab.unk for i in ids)
+    phoneme_vocab = Vocabulary.from_json(meta["phonemes"])
+    out, attention = model.generate(torch.tensor([ids], device=device), beam_size=beam_size)
+    symbols = []
+    for i in out[0].tolist():
+        if i in (0, 2):
+            break
+        symbols.append(phoneme_vocab.tokens[i])
+    return Prediction(text, "g2p", letters, unknown, phonemes=symbols,
+                      attention=attention[0, : len(symbols)].float().cpu() if return_attention else None,
+                      rows=symbols if return_attention else [],
+                      warnings=_unknown_warning(text, unknown, len(letters), stack))
+
+
+def _unknown_warning(text: str, unknown: int, total: int, stack: int) -> list[str]:
+    if total and unknown / total > UNKNOWN_SHARE:
+        message = (f"{unknown} of the {total} tokens of {text[:60]!r} are not in the model's vocabulary: the "
+                   f"prediction rests on {total - unknown} known token(s) and says little")
+        warnings.warn(message, UnknownTokensWarning, stacklevel=stack)
+        return [message]
+    return []
 
 
 def draw_attention(prediction: Prediction, path: str | Path, title: str = "") -> Path:
-    """A heat map of the attention: rows are labels (or phonemes), columns the tokens (or letters)."""
+    """Save :func:`attention_figure` to ``path`` (any format matplotlib writes: .png, .pdf, .svg)."""
+    fig = attention_figure(prediction, title)  # imports matplotlib (Agg) first
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def attention_figure(prediction: Prediction, title: str = ""):
+    """A heat map of the attention with a colour bar: rows are labels (their probability beside them, a
+    dashed line under the last one at or above the threshold) or phonemes, columns the tokens (or letters).
+    Returns the matplotlib figure."""
+    if prediction.attention is None:
+        raise ConfigError("this prediction has no attention: call predict(..., return_attention=True)")
     try:
         import matplotlib
     except ImportError:
@@ -83,15 +239,23 @@ def draw_attention(prediction: Prediction, path: str | Path, title: str = "") ->
     import matplotlib.pyplot as plt
 
     weights = prediction.attention.detach().float().numpy()
-    height = max(2.0, 0.45 * len(prediction.rows) + 1.2)
-    width = max(4.0, 0.5 * len(prediction.tokens) + 2.5)
+    rows = list(prediction.rows)
+    if prediction.output != "g2p" and prediction.labels and len(rows) == len(prediction.labels):
+        rows = [f"{label.name}  {label.probability:.2f}" for label in prediction.labels]
+    height = max(2.4, 0.45 * len(rows) + 1.6)
+    width = max(5.0, 0.5 * len(prediction.tokens) + 4.0)
     fig, ax = plt.subplots(figsize=(width, height))
-    ax.imshow(weights, aspect="auto", cmap="viridis")
+    image = ax.imshow(weights, aspect="auto", cmap="viridis", vmin=0.0)
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="attention weight")
     ax.set_xticks(range(len(prediction.tokens)), prediction.tokens, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(len(prediction.rows)), prediction.rows, fontsize=8)
-    ax.set_title(title or ("alignment" if prediction.output == "g2p" else "attention over the text"), fontsize=9)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    if prediction.output == "multilabel" and prediction.labels:
+        above = sum(label.above_threshold for label in prediction.labels)
+        if 0 < above < len(prediction.labels):
+            ax.axhline(above - 0.5, color="white", linewidth=1.5, linestyle="--")
+            ax.text(len(prediction.tokens) - 0.5, above - 0.5, f"threshold {prediction.threshold:.2f} ",
+                    color="white", fontsize=7, ha="right", va="bottom")
+    default = "phoneme-to-letter alignment" if prediction.output == "g2p" else "attention over the text"
+    ax.set_title("\n".join(textwrap.wrap(title or default, width=max(30, int(width * 9)))), fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig

@@ -12,14 +12,15 @@ metadata, so a re-evaluation never depends on anything but the weights file and 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from . import cmudict, wordnet
-from .metrics import accuracy, g2p_scores, macro_f1_single, multilabel_f1
-from .splits import split_indices
+from .metrics import accuracy, g2p_scores, g2p_scores_both, macro_f1_single, multilabel_f1, precision_at_k
+from .splits import assign_split, split_indices
 from .sources import SOURCES
 from .vocab import Vocabulary, pad_batch, tokenize
 
@@ -52,6 +53,10 @@ def _batches_of(indices: list[int], lengths: list[int], batch_size: int, generat
             yield batch[rank * part : (rank + 1) * part]
 
 
+def _device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 class Task:
     """Base class: subclasses fill ``self.inputs`` (id lists), targets, and the metric logic."""
 
@@ -65,8 +70,7 @@ class Task:
         self.config = config
         self.max_len = int(config.get("max_len", 64))
         self.load(metadata)
-        self.splits = split_indices(self.texts, int(config.get("split_seed", 13)),
-                                    tuple(config.get("fractions", (0.8, 0.1, 0.1))))
+        self.splits = self.make_splits()
         limit = config.get("limit")
         if limit:  # tiny recipes for tests: the first examples of each split
             self.splits = {k: v[: max(1, int(limit * (0.8 if k == 'train' else 0.1)))] for k, v in self.splits.items()}
@@ -87,9 +91,23 @@ class Task:
         raise NotImplementedError
 
     def evaluate(self, model, indices: list[int], batch_size: int = 256) -> dict[str, float]:
+        """The metrics the card records (and the tests re-evaluate)."""
         raise NotImplementedError
 
+    def validate(self, model, indices: list[int]) -> dict[str, float]:
+        """The metrics that pick the best epoch; by default those of :meth:`evaluate`."""
+        return self.evaluate(model, indices)
+
+    def extra_metrics(self, model, indices: list[int]) -> dict[str, float]:
+        """Further test metrics for the report and card (e.g. greedy beside beam decoding)."""
+        return {}
+
     # -- shared ------------------------------------------------------------------------------------
+    def make_splits(self) -> dict[str, list[int]]:
+        """Indices of ``self.texts`` per split: by default a seeded hash split (see splits.py)."""
+        return split_indices(self.texts, int(self.config.get("split_seed", 13)),
+                             tuple(self.config.get("fractions", (0.8, 0.1, 0.1))))
+
     def build_vocab(self, texts: list[str]) -> Vocabulary:
         vocab = self.config.get("vocab", {})
         return Vocabulary.build((tokenize(t) for t in texts), min_freq=int(vocab.get("min_freq", 2)),
@@ -111,9 +129,13 @@ class Task:
         """The fixed test subset that shipped weights are re-evaluated on: the first ``size`` test items."""
         return self.splits["test"][:size]
 
+    def describe_data(self) -> str:
+        """Where the data came from, pinned (package versions and file digests)."""
+        return "; ".join(SOURCES[k].describe() for k in self.data_keys)
+
     def metadata(self) -> dict[str, Any]:
         return {"task": self.name, "task_config": self.config, "vocab": self.vocab.to_json(),
-                "data": "; ".join(SOURCES[k].describe() for k in self.data_keys)}
+                "data": self.describe_data()}
 
     def split_sizes(self) -> dict[str, int]:
         return {k: len(v) for k, v in self.splits.items()}
@@ -127,9 +149,11 @@ class _TextTask(Task):
     def _logits(self, model, indices, batch_size):
         model.eval()
         outs = []
+        device = _device_of(model)
         with torch.no_grad():
             for start in range(0, len(indices), batch_size):
-                outs.append(model(self.batch(indices[start : start + batch_size])["tokens"]).float())
+                tokens = self.batch(indices[start : start + batch_size])["tokens"].to(device)
+                outs.append(model(tokens).float().cpu())
         return torch.cat(outs)
 
     def baseline(self) -> dict[str, float]:
@@ -142,17 +166,11 @@ class _TextTask(Task):
         return self._fit_baseline(train, test)
 
 
-class WordNetHypernyms(_TextTask):
-    name = "wordnet_hypernyms"
-    main_metric = "micro_f1"
-    data_keys = ("wordnet_noun",)
-    license = "WordNet 3.0 license (Princeton University); weights trained on it, notice kept"
+class _MultiLabelTask(_TextTask):
+    """Text -> any number of labels: ``self.labels`` (label ids per text), ``self.label_names``,
+    ``self.threshold`` (tuned on validation). Metrics: micro/macro-F1 at the threshold, P@1 and P@5."""
 
-    def load(self, metadata):
-        labels = int(self.config.get("num_labels", 100))
-        self.dataset = f"WordNet 3.0 noun glosses -> hypernym categories (top {labels} ancestors, roots excluded)"
-        self.texts, self.labels, self.label_names = wordnet.hypernym_examples(labels)
-        self.threshold = float((metadata or {}).get("threshold", 0.5))
+    main_metric = "micro_f1"
 
     def model_config(self):
         return {"vocab_size": len(self.vocab), "num_labels": len(self.label_names)}
@@ -182,7 +200,9 @@ class WordNetHypernyms(_TextTask):
 
     def evaluate(self, model, indices, batch_size=512):
         probs = torch.sigmoid(self._logits(model, indices, batch_size))
-        return multilabel_f1(probs >= self.threshold, self._targets(indices).bool())
+        target = self._targets(indices).bool()
+        return {**multilabel_f1(probs >= self.threshold, target),
+                **{f"precision_at_{k}": precision_at_k(probs, target, k) for k in (1, 5)}}
 
     def _fit_baseline(self, train, test):
         from sklearn.multiclass import OneVsRestClassifier
@@ -200,15 +220,26 @@ class WordNetHypernyms(_TextTask):
                 "output": "multilabel"}
 
 
-class WordNetLexnames(_TextTask):
-    name = "wordnet_lexnames"
-    main_metric = "accuracy"
-    data_keys = ("wordnet_noun", "wordnet_verb", "wordnet_adj", "wordnet_adv")
-    dataset = "WordNet 3.0 glosses of every part of speech -> lexicographer file (45 classes)"
+class WordNetHypernyms(_MultiLabelTask):
+    name = "wordnet_hypernyms"
+    data_keys = ("wordnet_noun",)
     license = "WordNet 3.0 license (Princeton University); weights trained on it, notice kept"
 
     def load(self, metadata):
-        self.texts, self.classes, self.class_names = wordnet.lexname_examples()
+        labels = int(self.config.get("num_labels", 100))
+        self.dataset = f"WordNet 3.0 noun glosses -> hypernym categories (top {labels} ancestors, roots excluded)"
+        self.texts, self.labels, self.label_names = wordnet.hypernym_examples(labels)
+        self.threshold = float((metadata or {}).get("threshold", 0.5))
+
+    def metadata(self):
+        return {**super().metadata(), "label_info": wordnet.label_descriptions(self.label_names)}
+
+
+class _SingleLabelTask(_TextTask):
+    """Text -> one class: ``self.classes`` (class id per text), ``self.class_names``. Metrics: accuracy,
+    macro-F1."""
+
+    main_metric = "accuracy"
 
     def model_config(self):
         return {"vocab_size": len(self.vocab), "num_classes": len(self.class_names)}
@@ -240,8 +271,19 @@ class WordNetLexnames(_TextTask):
         return {**super().metadata(), "labels": self.class_names, "output": "multiclass"}
 
 
+class WordNetLexnames(_SingleLabelTask):
+    name = "wordnet_lexnames"
+    data_keys = ("wordnet_noun", "wordnet_verb", "wordnet_adj", "wordnet_adv")
+    dataset = "WordNet 3.0 glosses of every part of speech -> lexicographer file (45 classes)"
+    license = "WordNet 3.0 license (Princeton University); weights trained on it, notice kept"
+
+    def load(self, metadata):
+        self.texts, self.classes, self.class_names = wordnet.lexname_examples()
+
+
 class CMUDictG2P(Task):
     name = "cmudict_g2p"
+    stress_metrics = True  # ARPAbet: also score without stress digits
     main_metric = "word_accuracy"
     data_keys = ("cmudict",)
     dataset = "CMU Pronouncing Dictionary 0.7b (cmudict 1.1.3): spelling -> ARPAbet phonemes with stress"
@@ -287,14 +329,31 @@ class CMUDictG2P(Task):
             out.append(symbols)
         return out
 
-    def evaluate(self, model, indices, batch_size=512):
+    def evaluate(self, model, indices, batch_size=512, beam_size=None):
+        """Word accuracy and phoneme error rate, with stress and without (``stress_free_*``), decoding
+        with the task's ``beam_size`` (default 1: greedy) and ``length_penalty``."""
+        beam = int(self.config.get("beam_size", 1)) if beam_size is None else beam_size
+        if beam > 1:
+            batch_size = max(1, batch_size // beam)
         model.eval()
         predictions = []
+        device = _device_of(model)
         for start in range(0, len(indices), batch_size):
             chunk = indices[start : start + batch_size]
-            ids, _ = model.generate(pad_batch([self.encoded[i] for i in chunk], self.max_len))
-            predictions += self.decode(ids)
-        return g2p_scores(predictions, [self.references[i] for i in indices])
+            letters = pad_batch([self.encoded[i] for i in chunk], self.max_len).to(device)
+            ids, _ = model.generate(letters, beam_size=beam,
+                                    length_penalty=float(self.config.get("length_penalty", 1.0)))
+            predictions += self.decode(ids.cpu())
+        score = g2p_scores_both if self.stress_metrics else g2p_scores
+        return score(predictions, [self.references[i] for i in indices])
+
+    def validate(self, model, indices):
+        return self.evaluate(model, indices, beam_size=1)  # greedy: fast, and ranks epochs the same way
+
+    def extra_metrics(self, model, indices):
+        if int(self.config.get("beam_size", 1)) == 1:
+            return {}
+        return {f"greedy_{k}": v for k, v in self.evaluate(model, indices, beam_size=1).items()}
 
     def baseline(self):
         return {}
@@ -303,13 +362,191 @@ class CMUDictG2P(Task):
         return {**super().metadata(), "phonemes": self.phonemes.to_json(), "output": "g2p"}
 
 
+# -- the user's files -------------------------------------------------------------------------------------------
+class _FromFiles:
+    """Data from the user's files: the recipe's ``data:`` section is this task's config.
+
+    ``train`` (required), ``validation`` (else a seeded ``validation_fraction`` of train, 0.1), ``test``
+    (optional): .csv, .tsv, .jsonl or .parquet files or folders; ``text`` (column, default "text");
+    ``labels`` (column, default "labels": a list, or a string split by ``label_separator``, default
+    "|"); ``labels_file`` (one label a line: a fixed order, labels absent from train allowed); ``target``
+    (column, seq2seq). Labels are read from the training split unless a labels_file is given; a label in
+    validation or test that training never saw is an error naming its file and line."""
+
+    name = "files"
+    license = "the user's data"
+    data_keys: tuple[str, ...] = ()
+
+    def _read(self, metadata: dict[str, Any] | None, target_column: str) -> list[tuple[str, Any, Any]]:
+        from .files import DataError, read_table
+
+        cfg = self.config
+        self.text_column = cfg.get("text", "text")
+        only = cfg.get("evaluate_file")
+        sources = {"test": only} if only else {"train": cfg.get("train"), "val": cfg.get("validation"),
+                                               "test": cfg.get("test")}
+        if not only and not sources["train"]:
+            raise DataError("the data section needs a train file (data.train or --train)")
+        rows, self.split_of, self.notes, described = [], [], [], []
+        for split, path in sources.items():
+            if not path:
+                continue
+            table = read_table(path, [self.text_column, target_column])
+            if not table:
+                raise DataError(f"{path}: no rows")
+            described.append(f"{split} {path} ({len(table)} rows)")
+            for row in table:
+                text = row.values[self.text_column]
+                if not isinstance(text, str) or not text.strip():
+                    raise DataError(f"{row.where(self.text_column)}: empty text; every row needs one")
+                rows.append((text, row.values[target_column], row))
+                self.split_of.append(split)
+        self.dataset = "files: " + "; ".join(described)
+        return rows
+
+    def make_splits(self):
+        splits: dict[str, list[int]] = {"train": [], "val": [], "test": []}
+        for i, split in enumerate(self.split_of):
+            splits[split].append(i)
+        if not self.config.get("validation") and not self.config.get("evaluate_file"):
+            fraction = float(self.config.get("validation_fraction", 0.1))
+            seed = int(self.config.get("split_seed", 13))
+            train = splits["train"]
+            side = {i: assign_split(self.texts[i], seed, (1 - fraction, fraction, 0)) for i in train}
+            splits["train"] = [i for i in train if side[i] == "train"]
+            splits["val"] = [i for i in train if side[i] != "train"]
+            self.notes.append(f"validation: {len(splits['val'])} of the {len(train)} training rows (seeded, "
+                              f"validation_fraction {fraction})")
+        return splits
+
+    def _label_names(self, metadata, found: list[tuple[list[str], Any]]) -> list[str]:
+        """The label order: the weights' (evaluating), a labels_file's, or the sorted training labels."""
+        from .files import DataError
+
+        if metadata is not None:
+            return list(metadata["labels"])
+        if self.config.get("labels_file"):
+            path = Path(self.config["labels_file"])
+            if not path.is_file():
+                raise DataError(f"labels_file not found: {path.resolve()}")
+            names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise DataError(f"{path}: labels listed twice: {', '.join(twice[:5])}")
+            return names
+        return sorted({label for labels, split in found if split == "train" for label in labels})
+
+    def _index_labels(self, rows, parsed: list[list[str]], names: list[str]) -> list[list[int]]:
+        from .files import DataError
+
+        index = {name: i for i, name in enumerate(names)}
+        out = []
+        for (_, _, row), labels, split in zip(rows, parsed, self.split_of, strict=True):
+            unknown = [label for label in labels if label not in index]
+            if unknown:
+                origin = "the labels_file" if self.config.get("labels_file") else "the training data"
+                raise DataError(f"{row.where(self.config.get('labels', 'labels'))}: label {unknown[0]!r} is not "
+                                f"among the {len(names)} labels of {origin}; list every label in a labels_file "
+                                f"(one a line) to keep labels that training does not show")
+            out.append([index[label] for label in labels])
+        return out
+
+    def describe_data(self) -> str:
+        import hashlib
+
+        from .files import files_of
+
+        parts = []
+        for key in ("train", "validation", "test", "evaluate_file", "labels_file"):
+            if self.config.get(key):
+                for file in (files_of(self.config[key]) if key != "labels_file" else [Path(self.config[key])]):
+                    parts.append(f"{key} {file.name} sha256 {hashlib.sha256(file.read_bytes()).hexdigest()}")
+        return "; ".join(parts)
+
+
+def _split_labels(value: Any, separator: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [part.strip() for part in str(value).split(separator) if part.strip()]
+
+
+class FileMultiLabel(_FromFiles, _MultiLabelTask):
+    def load(self, metadata):
+        rows = self._read(metadata, self.config.get("labels", "labels"))
+        separator = self.config.get("label_separator", "|")
+        parsed = [_split_labels(value, separator) for _, value, _ in rows]
+        self.label_names = self._label_names(metadata, list(zip(parsed, self.split_of, strict=True)))
+        self.labels = self._index_labels(rows, parsed, self.label_names)
+        self.texts = [text for text, _, _ in rows]
+        empty = sum(not labels for labels in self.labels)
+        if empty:
+            self.notes.append(f"{empty} rows have no label (kept: they teach the model to say no)")
+        self.threshold = float((metadata or {}).get("threshold", 0.5))
+
+
+class FileSingleLabel(_FromFiles, _SingleLabelTask):
+    def load(self, metadata):
+        from .files import DataError
+
+        column = self.config.get("labels", "labels")
+        rows = self._read(metadata, column)
+        parsed = []
+        for _, value, row in rows:
+            label = "" if value is None else str(value).strip()
+            if not label:
+                raise DataError(f"{row.where(column)}: empty label; a single-label task needs one per row")
+            parsed.append([label])
+        self.class_names = self._label_names(metadata, list(zip(parsed, self.split_of, strict=True)))
+        self.classes = [ids[0] for ids in self._index_labels(rows, parsed, self.class_names)]
+        self.texts = [text for text, _, _ in rows]
+
+
+class FileSeq2Seq(_FromFiles, CMUDictG2P):
+    """Characters of ``text`` in, the whitespace-separated symbols of ``target`` out (G2P-style)."""
+
+    stress_metrics = False
+
+    def load(self, metadata):
+        from .files import DataError
+
+        column = self.config.get("target", "target")
+        rows = self._read(metadata, column)
+        self.texts, self.references = [], []
+        for text, value, row in rows:
+            symbols = str(value or "").split()
+            if not symbols:
+                raise DataError(f"{row.where(column)}: empty target")
+            self.texts.append(text)
+            self.references.append([symbols])
+        if metadata is None:
+            symbols = sorted({p for i, refs in enumerate(self.references) if self.split_of[i] == "train"
+                              for ref in refs for p in ref})
+            self.phonemes = Vocabulary(symbols, specials=("<pad>", "<s>", "</s>"))
+        else:
+            self.phonemes = Vocabulary.from_json(metadata["phonemes"])
+            unknown = {p for refs in self.references for ref in refs for p in ref} - set(self.phonemes.tokens)
+            if unknown:
+                raise DataError(f"target symbols the model was not trained on: {', '.join(sorted(unknown)[:10])}")
+
+
+FILE_TASKS = {"multi_label": FileMultiLabel, "single_label": FileSingleLabel, "seq2seq": FileSeq2Seq}
+
 TASKS = {t.name: t for t in (WordNetHypernyms, WordNetLexnames, CMUDictG2P)}
 
 
 def build_task(config: dict[str, Any], metadata: dict[str, Any] | None = None) -> Task:
-    name = config.get("name")
-    if name not in TASKS:
-        from ..errors import ConfigError
+    """The task a recipe's ``task`` section names (a bundled data set), or ``name: files`` with the
+    ``data`` section's keys and ``task``: multi_label, single_label or seq2seq."""
+    from ..errors import ConfigError
 
-        raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}")
+    name = config.get("name")
+    if name == "files":
+        kind = config.get("task", "multi_label")
+        if kind not in FILE_TASKS:
+            raise ConfigError(f"data.task must be one of {', '.join(FILE_TASKS)}, got {kind!r}")
+        return FILE_TASKS[kind](config, metadata)
+    if name not in TASKS:
+        raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}, or a data section (files)")
     return TASKS[name](config, metadata)

@@ -12,6 +12,11 @@ Under ``torchrun --nproc_per_node=N`` it trains with DistributedDataParallel (gl
 batch is cut into N equal parts, one per rank, and DDP averages their gradients, so the optimisation
 is the same as one process with ``batch_size`` (up to summation order); rank 0 evaluates and writes.
 
+``train.device`` (``auto``: CUDA when there is one, else the CPU) places the model and its batches;
+the weights are always written from CPU tensors. ``train.time_budget_min`` fits the number of epochs
+to a time budget: 20 training steps are timed first, and ``epochs`` becomes the most that fit (never
+more than the recipe's); the report and the card say how many ran.
+
 Checkpoints hold no pickle: tensors (model, optimizer state, random state) in safetensors, the rest in
 JSON.
 """
@@ -30,28 +35,62 @@ import torch
 
 from ..errors import ConfigError
 from ..weights import encode_metadata, write_weights
-from .sources import SOURCES
+from ..weights import save as save_model
 from .tasks import build_task
 
-__all__ = ["train", "load_recipe", "evaluate_pretrained"]
+__all__ = ["train", "load_recipe", "builtin_recipes", "complete_recipe", "evaluate_file", "evaluate_pretrained"]
+
+
+RECIPES = Path(__file__).parent / "recipes"
+
+
+def builtin_recipes() -> dict[str, Path]:
+    """The recipes that ship with attnzoo, by name (the file name without .yaml)."""
+    return {p.stem: p for p in sorted(RECIPES.glob("*.yaml"))}
+
+
+def recipe_summary(path: Path) -> str:
+    """The first comment line of a recipe: what it trains."""
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """A recipe from a file, or a built-in one by name (``tiny_wordnet`` or ``tiny_wordnet.yaml``)."""
     from omegaconf import OmegaConf
 
     path = Path(path)
     if not path.is_file():
-        builtin = Path(__file__).parent / "recipes" / path.name
-        if builtin.is_file():
-            path = builtin
-        else:
-            raise ConfigError(f"recipe {str(path)!r} not found (built-in recipes are in {builtin.parent})")
+        name = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.name
+        builtin = builtin_recipes().get(name)
+        if builtin is None or path.parent != Path("."):
+            raise ConfigError(f"recipe {str(path)!r} not found: not a file, and not a built-in recipe "
+                              f"({', '.join(builtin_recipes())}; attnzoo train --list)")
+        path = builtin
     recipe = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides or [])))
     data = OmegaConf.to_container(recipe, resolve=True)
+    data = complete_recipe(data, where=f"recipe {path.name}")
+    data["recipe_file"] = path.name
+    return data
+
+
+def complete_recipe(data: dict[str, Any], where: str = "recipe") -> dict[str, Any]:
+    """Check a recipe's sections; a ``data:`` section (the user's files) becomes the task ``files``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of sections (model, data or task, config, train)")
+    if "data" in data and "task" in data:
+        raise ConfigError(f"{where}: give either a data section (your files) or a task section (a bundled data "
+                          f"set), not both")
+    if "data" in data:
+        if not isinstance(data["data"], dict):
+            raise ConfigError(f"{where}: the data section must be a mapping (train:, text:, labels:, ...)")
+        data["task"] = {"name": "files", **data.pop("data")}
+        data.setdefault("tag", "custom")
     for key in ("model", "tag", "task", "train"):
         if key not in data:
-            raise ConfigError(f"recipe {path.name}: missing section {key!r}")
-    data["recipe_file"] = path.name
+            raise ConfigError(f"{where}: missing section {key!r}" + (" (or data)" if key == "task" else ""))
     return data
 
 
@@ -115,9 +154,88 @@ def _progress(total: int, enabled: bool, description: str):
                 dynamic_ncols=True, leave=False)
 
 
+def _device(setting: str | None) -> torch.device:
+    if setting in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(setting)
+    except RuntimeError:
+        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {setting!r}") from None
+
+
+def _on(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _epochs_within(budget_min: float, task, model, optimizer, batch_size: int, epochs: int, device) -> int:
+    """How many epochs fit in ``budget_min`` minutes, from 20 timed training steps (after 3 warm-up steps);
+    the weights and optimizer state are restored afterwards, so the measurement leaves no trace."""
+    saved_model = {k: v.clone() for k, v in model.state_dict().items()}
+    saved_opt = optimizer.state_dict()
+    saved_opt = {"state": {i: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in e.items()}
+                           for i, e in saved_opt["state"].items()}, "param_groups": saved_opt["param_groups"]}
+    generator = torch.Generator().manual_seed(12345)
+    batches = task.batches("train", batch_size, generator=generator)
+    model.train()
+    elapsed = 0.0
+    for n, batch in zip(range(23), batches, strict=False):
+        if n == 3:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+        loss = task.loss(model, _on(batch, device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = (time.perf_counter() - start) / 20
+    model.load_state_dict(saved_model)
+    optimizer.load_state_dict(saved_opt)
+    steps = max(1, len(task.splits["train"]) // batch_size)
+    per_epoch = elapsed * steps * 1.25 + 5  # evaluation and checkpoint each epoch
+    return max(1, min(epochs, int(budget_min * 60 // per_epoch)))
+
+
+def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
+    """The task's sizes under the model's own parameter names: a model that counts ``num_classes`` gets
+    the label count as that (and the other way round)."""
+    import attnzoo
+
+    from ..config import factory_parameters
+    from ..create import resolve_factory
+
+    spec = attnzoo.model_info(model_name)
+    if spec.convention not in ("", "tokens_to_labels", "tokens_to_tokens"):
+        raise ConfigError(f"{model_name} is called as {spec.convention!r}; the trainer trains text models "
+                          f"(tokens_to_labels: attnzoo list shows them with their convention) and G2P-style "
+                          f"models (tokens_to_tokens)")
+    params, _, _ = factory_parameters(resolve_factory(spec))
+    swap = {"num_labels": "num_classes", "num_classes": "num_labels"}
+    return {swap[k] if k not in params and swap.get(k) in params else k: v for k, v in sizes.items()}
+
+
+def _stop_early(state: dict[str, Any], patience: int, epochs: int, rank: int, world: int) -> bool:
+    """Rank 0 decides (it holds the validation scores); every rank learns the decision."""
+    stop = rank == 0 and state["epoch"] < epochs and state["epoch"] - (state["best_epoch"] or 0) >= patience
+    if world > 1:
+        flag = torch.tensor([int(stop)])
+        torch.distributed.broadcast(flag, 0)
+        stop = bool(flag.item())
+    return stop
+
+
+def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
+    """A run folder that holds a run is continued (--resume) or replaced (--overwrite), never silently."""
+    held = [name for name in ("checkpoint", "config.yaml", "report.json") if (output / name).exists()]
+    if held and not resume and not overwrite:
+        raise ConfigError(f"{output} already holds a run ({', '.join(held)}); pass --resume to continue it, "
+                          f"--overwrite to start again in it, or --output for a new folder")
+
+
 def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: bool = False,
           export: str | Path | None = None, baseline: bool = True, quiet: bool = False,
-          stop_after: int | None = None) -> dict[str, Any]:
+          stop_after: int | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Train a recipe; returns the final report (also written to ``OUTPUT/report.json``).
 
     ``stop_after`` ends this run after that many epochs (the schedule still spans the recipe's
@@ -131,15 +249,30 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
     output = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{recipe['tag']}")
+    if rank == 0:
+        _check_run_folder(output, resume, overwrite)
     started = time.perf_counter()
 
     task = build_task(recipe["task"])
-    model = attnzoo.create(recipe["model"], **task.model_config(), **recipe.get("config", {}))
+    verbose = rank == 0 and not quiet
+    for note in getattr(task, "notes", []):
+        if verbose:
+            print(note, flush=True)
+    device = _device(settings.get("device", "auto"))
+    sizes = model_sizes(recipe["model"], task.model_config())
+    model = attnzoo.create(recipe["model"], **sizes, **recipe.get("config", {}), device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(settings["lr"]),
                                   weight_decay=float(settings.get("weight_decay", 0.0)))
     epochs, batch_size = int(settings["epochs"]), int(settings["batch_size"])
     if batch_size % world:
         raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {world}")
+    if settings.get("time_budget_min") and not resume:
+        epochs = _epochs_within(float(settings["time_budget_min"]), task, model, optimizer, batch_size, epochs,
+                                device)
+        if rank == 0 and not quiet:
+            print(f"{epochs} epochs fit in the time budget of {settings['time_budget_min']} min", flush=True)
+    elif resume and (output / "checkpoint" / "trainer.json").is_file():
+        epochs = int(json.loads((output / "checkpoint" / "trainer.json").read_text()).get("epochs", epochs))
     steps_per_epoch = max(1, len(task.splits["train"]) // batch_size)
     warmup = int(settings.get("warmup_steps", 0))
 
@@ -151,7 +284,8 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    state: dict[str, Any] = {"epoch": 0, "best": None, "best_epoch": None, "history": [], "elapsed": 0.0}
+    state: dict[str, Any] = {"epoch": 0, "best": None, "best_epoch": None, "history": [], "elapsed": 0.0,
+                             "epochs": epochs}
     checkpoint = output / "checkpoint"
     best_path = output / "best.safetensors"
     if resume:
@@ -161,15 +295,15 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
         scheduler.last_epoch = state["epoch"] * steps_per_epoch - 1
         scheduler.step()
         started -= state["elapsed"]
-    verbose = rank == 0 and not quiet
     last = epochs if stop_after is None else min(epochs, state["epoch"] + stop_after)
+    patience = settings.get("patience")  # early stopping: epochs without a better validation score
     for epoch in range(state["epoch"], last):
         model.train()
         generator = torch.Generator().manual_seed(seed * 1000 + epoch)
         bar = _progress(steps_per_epoch, verbose, f"epoch {epoch + 1}/{epochs}")
         total, count = 0.0, 0
         for batch in task.batches("train", batch_size, generator=generator, rank=rank, world=world):
-            loss = task.loss(ddp, batch)
+            loss = task.loss(ddp, _on(batch, device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if settings.get("clip"):
@@ -183,7 +317,7 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
         if bar is not None:
             bar.close()
         if rank == 0:
-            scores = task.evaluate(model, task.splits["val"])
+            scores = task.validate(model, task.splits["val"])
             main = scores[task.main_metric]
             state["history"].append({"epoch": epoch + 1, "train_loss": total / max(count, 1), **scores})
             if state["best"] is None or main > state["best"]:
@@ -197,6 +331,13 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
                       + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
                       + f" ({state['elapsed'] / 60:.1f} min)", flush=True)
         _barrier(world)
+        if patience is not None and _stop_early(state, int(patience), epochs, rank, world):
+            if verbose:
+                print(f"early stop: no better validation {task.main_metric} for {patience} epochs; the best "
+                      f"is epoch {state['best_epoch']}", flush=True)
+            state["stopped_early"] = state["epoch"]
+            last = epochs  # what follows is the end of the run
+            break
     if rank != 0:
         return {}
     if last < epochs:
@@ -208,46 +349,101 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
 
     model.load_state_dict(read_weights(best_path, sha256=None)[0])
     # the weights ship in float16: tune and measure the model as it will be loaded
-    half = {k: v.detach().half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    half = {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in model.state_dict().items()}
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in half.items()})
-    if hasattr(task, "tune_threshold"):
-        task.tune_threshold(model, task.splits["val"])
-    test = task.evaluate(model, task.splits["test"])
+    if hasattr(task, "tune_threshold") and task.splits["val"]:
+        task.tune_threshold(model, task.splits["val"])  # on validation only
+    has_test = bool(task.splits["test"])
+    test = ({**task.evaluate(model, task.splits["test"]), **task.extra_metrics(model, task.splits["test"])}
+            if has_test else {})
     subset_size = int(recipe.get("check_subset", 2000))
-    subset = task.evaluate(model, task.subset(subset_size))
+    subset = task.evaluate(model, task.subset(subset_size)) if has_test else {}
     train_time = time.perf_counter() - started
     report = {
         "model": recipe["model"], "tag": recipe["tag"], "task": task.name, "world_size": world,
-        "split_sizes": task.split_sizes(), "best_epoch": state["best_epoch"], "history": state["history"],
+        "split_sizes": task.split_sizes(), "epochs": epochs, "best_epoch": state["best_epoch"],
+        "stopped_early": state.get("stopped_early"), "history": state["history"], "device": str(device),
         "test": test, "subset": {"size": subset_size, **subset}, "train_time_s": train_time,
-        "baseline": task.baseline() if baseline else None,
-        "data": "; ".join(SOURCES[k].describe() for k in task.data_keys),
+        "baseline": task.baseline() if baseline and has_test else None,
+        "data": task.describe_data(),
     }
     metrics = {**{k: round(v, 4) for k, v in test.items()},
                **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
     extra = {**task.metadata(), "metrics": metrics, "dataset": task.dataset, "license": task.license,
-             "recipe": recipe, "check_subset": subset_size, "seed": seed}
-    config = {**task.model_config(), **recipe.get("config", {})}
+             "recipe": recipe, "check_subset": subset_size, "seed": seed, "torch_version": torch.__version__}
+    config = {**sizes, **recipe.get("config", {})}
     spec = attnzoo.model_info(recipe["model"])
     metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
     file_name = f"{recipe['model']}-{recipe['tag']}.safetensors"
     target = Path(export) / file_name if export else output / file_name
     report["weights"] = str(target)
     report["sha256"] = write_weights(half, target, metadata=metadata, overwrite=not export, sidecar=not export)
+    # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
+    model.attnzoo_metadata = extra
+    save_model(model.cpu(), output, overwrite=True)
     report["card_entry"] = {
-        recipe["tag"]: {"file": file_name, "sha256": report["sha256"], "config": config, "metrics": metrics,
+        recipe["tag"]: {"file": file_name, "sha256": report["sha256"],
+                        "num_params": sum(p.numel() for p in model.parameters()),
+                        "file_size": target.stat().st_size, "torch_version": torch.__version__,
+                        "config": config, "metrics": metrics,
                         "dataset": task.dataset, "license": task.license,
-                        "recipe": f"attnzoo/train/recipes/{recipe['recipe_file']}", "seed": seed,
-                        "data": report["data"], "train_time": f"{train_time / 60:.0f} min on 2 CPU threads",
+                        "recipe": f"attnzoo/train/recipes/{recipe.get('recipe_file', 'flags')}", "seed": seed,
+                        "data": report["data"], "train_time": _describe_time(train_time, epochs, device),
                         "splits": task.split_sizes(),
                         "baseline": {"model": "TF-IDF word 1-2 grams + linear SVM",
                                      **{k: round(v, 4) for k, v in (report["baseline"] or {}).items()}}}}
     output.mkdir(parents=True, exist_ok=True)
     (output / "report.json").write_text(json.dumps(report, indent=1))
     if verbose:
-        print(f"test: {test}\nsubset[{subset_size}]: {subset}\nbaseline: {report['baseline']}\n"
-              f"weights: {target} sha256 {report['sha256']} ({train_time / 60:.1f} min)")
+        print(f"test: {test or 'no test split'}\nsubset[{subset_size}]: {subset}\nbaseline: {report['baseline']}\n"
+              f"weights: {target} sha256 {report['sha256']} ({train_time / 60:.1f} min)\n"
+              f"run folder: {output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)")
     return report
+
+
+def _describe_time(seconds: float, epochs: int, device: torch.device) -> str:
+    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+             else f"{torch.get_num_threads()} CPU threads")
+    return f"{seconds / 60:.0f} min on {where} ({epochs} epochs)"
+
+
+def evaluate_file(model_or_path: Any, path: str | Path, *, columns: dict[str, str] | None = None,
+                  threshold: float | None = None) -> dict[str, Any]:
+    """Score a trained model (a run folder, weights file, pretrained name or module) on a data file.
+
+    The file is read with the data settings the model was trained with (columns, separator), which
+    ``columns`` (``text``, ``labels``, ``target``, ``label_separator``) can override; the vocabulary,
+    labels and the decision threshold (tuned on validation) come from the weights. A label the model
+    does not know is an error naming the file and line."""
+    import attnzoo
+
+    if isinstance(model_or_path, torch.nn.Module):
+        model = model_or_path
+    elif Path(model_or_path).exists():
+        model = attnzoo.load(model_or_path)
+    else:
+        model = attnzoo.create(str(model_or_path), pretrained=True)
+    model.eval()
+    meta = getattr(model, "attnzoo_metadata", None) or {}
+    if "task_config" not in meta:
+        raise ConfigError("evaluate needs weights written by attnzoo train (they carry the vocabulary and labels)")
+    kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq"}
+    config = dict(meta["task_config"])
+    if config.get("name") != "files":  # a bundled task's model, scored on the user's file
+        config = {"name": "files", "task": kinds[meta["output"]], "max_len": config.get("max_len", 64)}
+    config.update({k: v for k, v in (columns or {}).items() if v is not None})
+    config["evaluate_file"] = str(path)
+    for key in ("train", "validation", "test", "labels_file"):
+        config.pop(key, None)
+    task = build_task(config, metadata=meta)
+    if threshold is not None:
+        task.threshold = float(threshold)
+    indices = task.splits["test"]
+    scores = task.evaluate(model, indices)
+    out: dict[str, Any] = {"file": str(path), "rows": len(indices), "task": config["task"], **scores}
+    if getattr(task, "threshold", None) is not None and config["task"] == "multi_label":
+        out["threshold"] = task.threshold
+    return out
 
 
 def evaluate_pretrained(name: str, *, subset: bool = True, split: str = "test") -> dict[str, float]:

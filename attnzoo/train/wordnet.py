@@ -103,3 +103,13 @@ def lexname_examples() -> tuple[list[str], list[int], list[str]]:
             texts.append(synset.gloss)
             classes.append(LEXNAMES.index(synset.lexname))
     return texts, classes, list(LEXNAMES)
+
+
+def label_descriptions(label_names: list[str]) -> list[dict[str, str]]:
+    """Display name (the lemma, spaces for underscores) and gloss of each ``lemma.n.offset`` label."""
+    glosses = {s.offset: s.gloss for s in read_synsets("noun")}
+    out = []
+    for label in label_names:
+        lemma, _, offset = label.rsplit(".", 2)
+        out.append({"name": lemma.replace("_", " "), "description": glosses.get(offset, "")})
+    return out

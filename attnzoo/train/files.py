@@ -1,0 +1,125 @@
+"""Reading a user's data files: CSV, TSV, JSON Lines and Parquet, with errors that name file, line and column.
+
+    rows = read_table("data/train.csv", ["text", "labels"])   # [Row(values={...}, line=2), ...]
+
+* ``.csv`` / ``.tsv``: Python's ``csv`` module (quoting, embedded newlines and commas handled by it), the
+  first row names the columns; ``line`` is the physical line a record ends on.
+* ``.jsonl``: one JSON object per line (blank lines skipped); list values stay lists.
+* ``.parquet``: pyarrow (``pip install 'attnzoo[parquet]'``); ``line`` is the row number, from 1.
+* a folder: every file above in it, in name order, as one table.
+
+Files are read as UTF-8 (a byte-order mark is accepted); a byte that is not UTF-8 is reported with its
+line, never replaced. Why the standard library and pyarrow rather than Hugging Face ``datasets``: the
+three text formats need nothing beyond Python, Parquet needs pyarrow in either case, and ``datasets``
+would bring a cache folder, network calls and a dependency tree for what is a loop over rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["Row", "read_table", "SUFFIXES", "DataError"]
+
+SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+
+
+class DataError(ConfigError):
+    """A data file that cannot be used as it is: the message names the file, the line and the column."""
+
+
+@dataclass(frozen=True)
+class Row:
+    values: dict[str, Any]
+    file: Path
+    line: int
+
+    def where(self, column: str | None = None) -> str:
+        return f"{self.file}, line {self.line}" + (f", column {column!r}" if column else "")
+
+
+def files_of(path: str | Path) -> list[Path]:
+    """The data files a path names: itself, or the supported files in a folder (name order)."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
+        if not found:
+            raise DataError(f"{path}: a folder with no {', '.join(SUFFIXES)} file in it")
+        return found
+    if not path.is_file():
+        raise DataError(f"data file not found: {path.resolve()}")
+    if path.suffix.lower() not in SUFFIXES:
+        raise DataError(f"{path}: unsupported format {path.suffix!r}; use {', '.join(SUFFIXES)}")
+    return [path]
+
+
+def read_table(path: str | Path, columns: Sequence[str]) -> list[Row]:
+    """Every row of the file(s) at ``path``; each must have ``columns`` (others are ignored)."""
+    rows: list[Row] = []
+    for file in files_of(path):
+        reader = {".csv": _read_delimited, ".tsv": _read_delimited, ".jsonl": _read_jsonl,
+                  ".parquet": _read_parquet}[file.suffix.lower()]
+        for values, line in reader(file, columns):
+            rows.append(Row(values, file, line))
+    return rows
+
+
+def _missing(file: Path, present: Sequence[str], columns: Sequence[str], line: int | None = None) -> None:
+    lacking = [c for c in columns if c not in present]
+    if lacking:
+        where = f"{file}" + (f", line {line}" if line else "")
+        raise DataError(f"{where}: no column {lacking[0]!r}; the columns are {', '.join(map(repr, present)) or 'none'} "
+                        f"(name the right one in the recipe's data section, or with --text / --labels / --target)")
+
+
+def _text_of(file: Path) -> str:
+    data = file.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(f"{file}, line {line}: byte 0x{data[e.start]:02x} at character {column} is not UTF-8; "
+                        f"re-save the file as UTF-8") from None
+
+
+def _read_delimited(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
+    text = _text_of(file)
+    reader = csv.DictReader(text.splitlines(keepends=True), delimiter="\t" if file.suffix.lower() == ".tsv" else ",")
+    _missing(file, reader.fieldnames or [], columns, 1)
+    for record in reader:
+        if None in record:  # more fields than the header names
+            raise DataError(f"{file}, line {reader.line_num}: {len(record) - 1 + len(record[None])} fields where the "
+                            f"header has {len(reader.fieldnames or [])}; quote fields that hold the delimiter")
+        yield record, reader.line_num
+
+
+def _read_jsonl(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
+    for number, line in enumerate(_text_of(file).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            raise DataError(f"{file}, line {number}: not a JSON object ({e.msg})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{file}, line {number}: expected a JSON object per line, got {type(record).__name__}")
+        _missing(file, list(record), columns, number)
+        yield record, number
+
+
+def _read_parquet(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{file}: reading Parquet needs pyarrow: pip install 'attnzoo[parquet]'") from None
+    table = pq.read_table(file)
+    _missing(file, table.column_names, columns)
+    for number, record in enumerate(table.select(list(columns)).to_pylist(), start=1):
+        yield record, number

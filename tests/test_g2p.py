@@ -1,0 +1,105 @@
+"""The G2P model's decoder: input feeding against the recurrence written out step by step, and beam search
+against exhaustive search over every output sequence of a tiny model."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.models.g2p import BOS, EOS
+
+
+def _model(input_feeding: bool, phonemes: int = 12, seed: int = 0):
+    torch.manual_seed(seed)
+    model = attnzoo.create("g2p_seq2seq", num_letters=9, num_phonemes=phonemes, embed_dim=5, hidden=4,
+                           decoder_hidden=6, input_feeding=input_feeding).eval()
+    with torch.no_grad():  # sharper distributions than the initialisation gives, so that search matters
+        model.out.weight.mul_(6.0)
+    return model
+
+
+def _lstm_cell(lstm, x, h, c):
+    gates = x @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.T + lstm.bias_hh_l0
+    i, f, g, o = gates.chunk(4, -1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def test_input_feeding_is_luongs_recurrence():
+    """h_t = LSTM([emb(y_{t-1}); h̃_{t-1}]), a_t = softmax_s(h_t W ē_s), h̃_t = tanh(Wc [Σ a_ts ē_s; h_t])."""
+    model = _model(True)
+    letters = torch.tensor([[3, 4, 5, 6, 0], [7, 8, 2, 0, 0]])
+    phonemes = torch.tensor([[BOS, 4, 5, 6], [BOS, 7, 3, 0]])
+    logits, weights = model(letters, phonemes, return_attention=True)
+
+    mask = letters != 0
+    encoded, (h, c, _) = model.encode(letters, mask)
+    h, c = h[0], c[0]
+    feed = torch.zeros_like(h)
+    W, Wc = model.attention.attention.weight, model.attention.combine.weight
+    for t in range(phonemes.shape[1]):
+        x = torch.cat([model.phoneme_embedding(phonemes[:, t]), feed], -1)
+        h, c = _lstm_cell(model.decoder, x, h, c)
+        scores = torch.einsum("bd,de,bse->bs", h, W, encoded).masked_fill(~mask, float("-inf"))
+        a = scores.softmax(-1)
+        feed = torch.tanh(torch.cat([torch.einsum("bs,bse->be", a, encoded), h], -1) @ Wc.T)
+        torch.testing.assert_close(weights[:, t], a, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(logits[:, t], model.out(feed), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("input_feeding", [False, True])
+def test_greedy_decoding_follows_the_teacher_forced_argmax(input_feeding):
+    model = _model(input_feeding)
+    letters = torch.tensor([[3, 4, 5, 6, 2], [7, 8, 2, 0, 0]])
+    ids, alignment = model.generate(letters, max_len=6)
+    for b in range(2):
+        row = ids[b].tolist()
+        length = row.index(EOS) + 1 if EOS in row else len(row)
+        prefix = torch.tensor([[BOS] + row[: length - 1]])
+        logits, weights = model(letters[b : b + 1], prefix, return_attention=True)
+        assert logits[0].argmax(-1).tolist() == row[:length]
+        torch.testing.assert_close(alignment[b, :length], weights[0], atol=1e-6, rtol=1e-5)
+        assert not ids[b, length:].any()
+
+
+def _exhaustive(model, letters, max_len, penalty):
+    """Every sequence of real symbols (ids 3..P-1) of length < max_len followed by </s>, scored by teacher
+    forcing: the best by log p / (length incl. </s>) ** penalty."""
+    symbols = range(3, model.num_phonemes)
+    best = (float("-inf"), None)
+    for n in range(max_len):
+        for body in itertools.product(symbols, repeat=n):
+            target = list(body) + [EOS]
+            logits = model(letters, torch.tensor([[BOS] + list(body)]))
+            logp = torch.log_softmax(logits[0], -1)[torch.arange(len(target)), target].sum().item()
+            score = logp / len(target) ** penalty
+            if score > best[0]:
+                best = (score, target)
+    return best
+
+
+@pytest.mark.parametrize("input_feeding", [False, True])
+@pytest.mark.parametrize("penalty", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("seed", [1, 5])  # initialisations whose optimum under a length penalty is long
+def test_a_wide_beam_finds_the_exhaustive_optimum(input_feeding, penalty, seed):
+    model = _model(input_feeding, phonemes=6, seed=seed)  # symbols 3, 4, 5 and </s>
+    for letters in ([[3, 4, 5]], [[6, 7, 8, 3]], [[2, 2]]):
+        letters = torch.tensor(letters)
+        score, target = _exhaustive(model, letters, max_len=4, penalty=penalty)
+        ids, alignment = model.generate(letters, max_len=4, beam_size=27, length_penalty=penalty)
+        assert ids[0].tolist()[: len(target)] == target, (letters, score)
+        assert alignment.shape == (1, ids.shape[1], letters.shape[1])
+
+
+def test_beams_in_a_batch_are_independent_and_narrow_beams_never_beat_the_optimum():
+    model = _model(True, phonemes=6)
+    letters = torch.tensor([[3, 4, 5, 0], [6, 7, 8, 3], [2, 2, 0, 0]])
+    together, _ = model.generate(letters, max_len=4, beam_size=5)
+    for b in range(3):
+        alone, _ = model.generate(letters[b : b + 1, : int((letters[b] != 0).sum())], max_len=4, beam_size=5)
+        assert together[b, : alone.shape[1]].tolist() == alone[0].tolist()
+    with pytest.raises(ValueError, match="beam_size"):
+        model.generate(letters, beam_size=0)

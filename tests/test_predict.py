@@ -1,0 +1,103 @@
+"""attnzoo.predict: text in, named and ranked labels out, with the model's own vocabulary; warnings for
+unknown tokens; the CLI prints the same; the heat map carries a colour bar, probabilities and the threshold."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.errors import ConfigError
+from attnzoo.train.predict import UnknownTokensWarning, attention_figure
+from attnzoo.train.vocab import Vocabulary, tokenize
+
+from .conftest import run_cli
+
+LABELWISE = "bilstm_labelwise.wordnet"
+CAT = "a large wild cat with a striped coat"
+
+
+@pytest.fixture(scope="module")
+def model():
+    return attnzoo.create(LABELWISE, pretrained=True).eval()
+
+
+def _probabilities(model, text):
+    """Independently of predict: tokenise, look up, run, sigmoid."""
+    meta = model.attnzoo_metadata
+    vocab = Vocabulary.from_json(meta["vocab"])
+    with torch.no_grad():
+        return torch.sigmoid(model(torch.tensor([vocab.encode(tokenize(text))])))[0]
+
+
+def test_two_texts_give_two_named_ranked_results_and_unknown_words_warn(model):
+    with pytest.warns(UnknownTokensWarning, match="2 of the 2 tokens"):
+        cat, gibberish = attnzoo.predict(LABELWISE, [CAT, "xyzzy qwerty"])
+    probs = _probabilities(model, CAT)
+    ids = model.attnzoo_metadata["labels"]
+    assert [label.id for label in cat.labels] == [ids[i] for i in probs.argsort(descending=True)[:5].tolist()]
+    for label in cat.labels:
+        assert label.probability == pytest.approx(float(probs[ids.index(label.id)]), abs=1e-6)
+        assert label.name == label.id.split(".n.")[0].replace("_", " ") and label.description
+    assert [label.probability for label in cat.labels] == sorted((label.probability for label in cat.labels),
+                                                                 reverse=True)
+    assert "animal" in {label.name for label in cat.labels} or "vertebrate" in {label.name for label in cat.labels}
+    assert cat.unknown == 0 and not cat.warnings
+    assert gibberish.unknown == 2 and gibberish.warnings and gibberish.tokens == ["xyzzy", "qwerty"]
+
+
+def test_threshold_top_and_attention(model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a known text warns about nothing
+        result = attnzoo.predict(model, CAT, top=None, threshold=0.9, return_attention=True)
+    probs = _probabilities(model, CAT)
+    assert len(result.labels) == len(model.attnzoo_metadata["labels"])
+    assert [label.above_threshold for label in result.labels] == [label.probability >= 0.9 for label in result.labels]
+    assert sum(label.above_threshold for label in result.labels) == int((probs >= 0.9).sum())
+    assert result.attention.shape == (len(result.labels), len(tokenize(CAT)))
+    torch.testing.assert_close(result.attention.sum(-1), torch.ones(len(result.labels)))
+    default = attnzoo.predict(model, CAT)
+    assert default.threshold == pytest.approx(model.attnzoo_metadata["threshold"])
+    with pytest.raises(ConfigError, match="top"):
+        attnzoo.predict(model, CAT, top=0)
+    with pytest.raises(ConfigError, match="threshold"):
+        attnzoo.predict(model, CAT, threshold=1.5)
+    with pytest.raises(ConfigError, match="vocabulary"):
+        attnzoo.predict(attnzoo.create("labelwise", num_labels=3), CAT)
+
+
+def test_the_cli_prints_what_python_returns():
+    proc = run_cli("predict", LABELWISE, "xyzzy", "qwerty", "--json")
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(proc.stdout)
+    with pytest.warns(UnknownTokensWarning):
+        expected = attnzoo.predict(LABELWISE, "xyzzy qwerty").to_dict()
+    assert [(l["id"], round(l["probability"], 6)) for l in printed["labels"]] == \
+        [(l["id"], round(l["probability"], 6)) for l in expected["labels"]]
+    assert printed["warnings"] and "phonemes" not in printed
+    shown = run_cli("predict", LABELWISE, CAT, "--above-threshold")
+    lines = [line for line in shown.stdout.splitlines() if line[:1] in "* " and "  " in line]
+    assert lines and all(line.startswith("*") for line in lines)
+    g2p = json.loads(run_cli("predict", "g2p_seq2seq.cmudict", "cat", "--beam", "5", "--json").stdout)
+    assert g2p["phonemes"] == ["K", "AE1", "T"] and "labels" not in g2p
+
+
+def test_the_heat_map_has_a_colour_bar_probabilities_and_the_threshold(model):
+    pytest.importorskip("matplotlib")
+    result = attnzoo.predict(model, CAT, top=None, threshold=0.6, return_attention=True)
+    figure = attention_figure(result, title="a title long enough to be wrapped onto more than one line " * 3)
+    heat, bar = figure.axes
+    rows = [tick.get_text() for tick in heat.get_yticklabels()]
+    assert rows[0] == f"{result.labels[0].name}  {result.labels[0].probability:.2f}"
+    above = sum(label.above_threshold for label in result.labels)
+    assert [line.get_ydata()[0] for line in heat.get_lines()] == [above - 0.5]
+    assert "\n" in heat.get_title() and bar.get_ylabel() == "attention weight"
+
+
+def test_a_run_folder_predicts_like_its_model(tmp_path, model):
+    attnzoo.save(model, tmp_path / "run")
+    assert [label.id for label in attnzoo.predict(tmp_path / "run", CAT).labels] == \
+        [label.id for label in attnzoo.predict(model, CAT).labels]
