@@ -8,8 +8,8 @@ Importing attnzoo, listing and reading model cards never import torch; ``create`
 """
 
 from .create import create, load
-from .export import export
 from .errors import AttnzooError, ConfigError, PluginError, UnknownModelError, WeightsError
+from .export import export
 from .hookspecs import hookimpl
 from .plugins import PluginInfo
 from .registry import list_models, list_plugins, model_info, register
@@ -32,6 +32,7 @@ def __getattr__(name: str):
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'attnzoo' has no attribute {name!r}")
+
 
 __all__ = [
     "create",

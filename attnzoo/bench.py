@@ -31,8 +31,19 @@ import torch
 
 from .errors import ConfigError
 
-__all__ = ["Case", "Measurement", "build_step", "time_alternating", "route_and_flops", "peak_memory", "rss_peak_of",
-           "run", "format_table", "format_csv", "plot"]
+__all__ = [
+    "Case",
+    "Measurement",
+    "build_step",
+    "time_alternating",
+    "route_and_flops",
+    "peak_memory",
+    "rss_peak_of",
+    "run",
+    "format_table",
+    "format_csv",
+    "plot",
+]
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,7 @@ def _padded_lengths(batch: int, seq: int) -> list[int]:
 def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     """A zero-argument step of ``case`` (fresh weights, inputs from its convention) and the model."""
     import attnzoo
+
     from .conventions import get_convention, sample_inputs
 
     spec = attnzoo.model_info(case.name)
@@ -92,13 +104,20 @@ def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     torch.manual_seed(0)
     model = attnzoo.create(case.name, config=dict(case.config) or None, dtype=case.dtype, device=case.device)
     model.train(case.backward)
-    sample = sample_inputs(model, convention, batch=case.batch, seq=case.seq, queries=case.queries,
-                           lengths=_padded_lengths(case.batch, case.seq) if convention.has_mask else None)
+    sample = sample_inputs(
+        model,
+        convention,
+        batch=case.batch,
+        seq=case.seq,
+        queries=case.queries,
+        lengths=_padded_lengths(case.batch, case.seq) if convention.has_mask else None,
+    )
     if case.device != "cpu" or not any(True for _ in model.parameters()):
         sample = convention.cast(sample, device=case.device)
     if case.backward:
-        sample = sample.with_tensors(**{k: t.detach().requires_grad_() for k, t in sample.tensors.items()
-                                        if t.is_floating_point()})
+        sample = sample.with_tensors(
+            **{k: t.detach().requires_grad_() for k, t in sample.tensors.items() if t.is_floating_point()}
+        )
     args, kwargs = sample.call_arguments()
     with torch.no_grad():
         model(*args, **kwargs)  # lazy sizes
@@ -120,8 +139,9 @@ def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     return step, model
 
 
-def time_alternating(steps: Mapping[str, Callable[[], Any]], *, rounds: int = 7, min_run_time: float = 0.5,
-                     threads: int | None = None) -> dict[str, list[float]]:
+def time_alternating(
+    steps: Mapping[str, Callable[[], Any]], *, rounds: int = 7, min_run_time: float = 0.5, threads: int | None = None
+) -> dict[str, list[float]]:
     """Seconds per call of each step, one median per round; the steps alternate within every round."""
     from torch.utils import benchmark
 
@@ -219,8 +239,9 @@ def peak_memory(case: Case, threads: int | None = None) -> float | None:
     if case.device != "cpu" or not os.path.exists("/proc/self/clear_refs"):
         return None
     payload = json.dumps({**asdict(case), "config": dict(case.config)})
-    proc = subprocess.run([sys.executable, "-c", _PROBE, payload, str(threads or 0)], capture_output=True,
-                          text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, payload, str(threads or 0)], capture_output=True, text=True, timeout=1800
+    )
     if proc.returncode != 0:
         raise ConfigError(f"{case.name}: measuring memory failed: {proc.stderr.strip().splitlines()[-1][:300]}")
     before, peak = (int(v) for v in proc.stdout.split()[-2:])
@@ -234,8 +255,15 @@ def _quartiles(values: Sequence[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
-def run(cases: Sequence[Case], *, sweep: tuple[str, Sequence[Any]] | None = None, rounds: int = 7,
-        min_run_time: float = 0.5, memory: bool = True, threads: int | None = None) -> list[Measurement]:
+def run(
+    cases: Sequence[Case],
+    *,
+    sweep: tuple[str, Sequence[Any]] | None = None,
+    rounds: int = 7,
+    min_run_time: float = 0.5,
+    memory: bool = True,
+    threads: int | None = None,
+) -> list[Measurement]:
     """Measure every case at every sweep point; at each point the cases alternate round by round."""
     if threads:
         torch.set_num_threads(threads)
@@ -250,8 +278,9 @@ def run(cases: Sequence[Case], *, sweep: tuple[str, Sequence[Any]] | None = None
                 points.append([replace(c, config={**c.config, key: value}) for c in cases])
     shown = [c.shown for c in cases]
     if len(set(shown)) != len(shown):
-        raise ConfigError(f"two cases are both called {sorted(n for n in shown if shown.count(n) > 1)[0]!r}; give "
-                          f"them labels")
+        raise ConfigError(
+            f"two cases are both called {sorted(n for n in shown if shown.count(n) > 1)[0]!r}; give them labels"
+        )
     results = []
     for group in points:
         steps, compile_times = {}, {}
@@ -261,22 +290,32 @@ def run(cases: Sequence[Case], *, sweep: tuple[str, Sequence[Any]] | None = None
             if case.compile:
                 steps[case.shown]()  # the first call compiles
                 compile_times[case.shown] = time.perf_counter() - start
-        routes = {name: route_and_flops(step) for name, step in steps.items()} if not any(
-            c.compile for c in group) else {name: ("compiled", None) for name in steps}
+        routes = (
+            {name: route_and_flops(step) for name, step in steps.items()}
+            if not any(c.compile for c in group)
+            else {name: ("compiled", None) for name in steps}
+        )
         times = time_alternating(steps, rounds=rounds, min_run_time=min_run_time, threads=threads)
         for case in group:
             median = statistics.median(times[case.shown])
             route, gflop = routes[case.shown]
             if case.compile:
                 _, gflop = route_and_flops(build_step(replace(case, compile=False))[0])
-            results.append(Measurement(
-                case=case, median_ms=median * 1e3,
-                spread_ms=tuple(v * 1e3 for v in _quartiles(times[case.shown])), rounds=rounds,
-                samples_per_s=case.batch / median, tokens_per_s=case.batch * case.seq / median, route=route,
-                gflop=gflop, gflops_per_s=(gflop / median) if gflop else None,
-                peak_mib=peak_memory(case, threads) if memory else None,
-                compile_s=compile_times.get(case.shown),
-            ))
+            results.append(
+                Measurement(
+                    case=case,
+                    median_ms=median * 1e3,
+                    spread_ms=tuple(v * 1e3 for v in _quartiles(times[case.shown])),
+                    rounds=rounds,
+                    samples_per_s=case.batch / median,
+                    tokens_per_s=case.batch * case.seq / median,
+                    route=route,
+                    gflop=gflop,
+                    gflops_per_s=(gflop / median) if gflop else None,
+                    peak_mib=peak_memory(case, threads) if memory else None,
+                    compile_s=compile_times.get(case.shown),
+                )
+            )
     return results
 
 
@@ -290,15 +329,34 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def format_table(results: Sequence[Measurement], sweep_key: str | None = None) -> str:
     """A table for people: one row per variant and sweep point, with the ratio to the first variant."""
-    headers = ["NAME", *( [sweep_key.upper()] if sweep_key else []), "MEDIAN ms", "IQR ms", "x FIRST", "tokens/s",
-               "GFLOP/s", "PEAK MiB", "ROUTE"]
+    headers = [
+        "NAME",
+        *([sweep_key.upper()] if sweep_key else []),
+        "MEDIAN ms",
+        "IQR ms",
+        "x FIRST",
+        "tokens/s",
+        "GFLOP/s",
+        "PEAK MiB",
+        "ROUTE",
+    ]
     rows, first = [], {}
     for m in results:
         point = _point(m, sweep_key)
         first.setdefault(point, m.median_ms)
-        rows.append([m.case.shown, *([str(point)] if sweep_key else []), _fmt(m.median_ms),
-                     f"{_fmt(m.spread_ms[0])}-{_fmt(m.spread_ms[1])}", f"{m.median_ms / first[point]:.2f}",
-                     _fmt(m.tokens_per_s), _fmt(m.gflops_per_s), _fmt(m.peak_mib), m.route])
+        rows.append(
+            [
+                m.case.shown,
+                *([str(point)] if sweep_key else []),
+                _fmt(m.median_ms),
+                f"{_fmt(m.spread_ms[0])}-{_fmt(m.spread_ms[1])}",
+                f"{m.median_ms / first[point]:.2f}",
+                _fmt(m.tokens_per_s),
+                _fmt(m.gflops_per_s),
+                _fmt(m.peak_mib),
+                m.route,
+            ]
+        )
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     lines = ["  ".join(v.ljust(widths[i]) for i, v in enumerate(row)).rstrip() for row in [headers, *rows]]
     return "\n".join(lines)

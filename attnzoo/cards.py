@@ -19,12 +19,38 @@ from .spec import ModelSpec, WeightsSpec
 __all__ = ["read_card", "spec_from_card", "CARD_KEYS", "WEIGHTS_KEYS"]
 
 CARD_KEYS = (
-    "name", "kind", "factory", "summary", "reference", "config", "weights", "default_tag", "convention", "example",
+    "name",
+    "kind",
+    "factory",
+    "summary",
+    "reference",
+    "config",
+    "weights",
+    "default_tag",
+    "convention",
+    "example",
     "exempt",
 )
 WEIGHTS_KEYS = (
-    "file", "url", "hf_hub", "filename", "sha256", "config", "metrics", "dataset", "license", "recipe", "seed", "data",
-    "train_time", "splits", "baseline", "notes", "num_params", "file_size", "torch_version",
+    "file",
+    "url",
+    "hf_hub",
+    "filename",
+    "sha256",
+    "config",
+    "metrics",
+    "dataset",
+    "license",
+    "recipe",
+    "seed",
+    "data",
+    "train_time",
+    "splits",
+    "baseline",
+    "notes",
+    "num_params",
+    "file_size",
+    "torch_version",
 )
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -42,7 +68,9 @@ def read_card(path: str | Path) -> dict[str, Any]:
         reason = " ".join(str(e).split())
         raise ConfigError(f"model card {path.name}: not valid YAML ({reason[:300]})") from None
     if not isinstance(data, Mapping):
-        raise ConfigError(f"model card {path.name}: expected a YAML mapping with name, factory, config, got {type(data).__name__}")
+        raise ConfigError(
+            f"model card {path.name}: expected a YAML mapping with name, factory, config, got {type(data).__name__}"
+        )
     return dict(data)
 
 
@@ -62,7 +90,9 @@ def _weights_from_card(where: str, weights: Any) -> dict[str, WeightsSpec]:
     out = {}
     for tag, entry in weights.items():
         if not isinstance(entry, Mapping):
-            raise ConfigError(f"{where}: weights.{tag} must be a mapping with a source (file, url or hf_hub) and sha256")
+            raise ConfigError(
+                f"{where}: weights.{tag} must be a mapping with a source (file, url or hf_hub) and sha256"
+            )
         _check_keys(f"{where}: weights.{tag}", entry, WEIGHTS_KEYS)
         if "sha256" not in entry:
             raise ConfigError(f"{where}: weights.{tag} has no 'sha256' (required for every source)")

@@ -8,16 +8,35 @@ A test compares each file with what ``render()`` and ``render_pretrained()`` ret
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .registry import list_models, model_info
+from .signatures import config_rows
+from .spec import ModelSpec
 
 __all__ = ["render", "render_pretrained", "PAGES"]
 
 
-def _config(spec) -> str:
+def _config(spec: ModelSpec) -> str:
+    """Every constructor argument, with the card's value or the default (none shown: required)."""
     parts = []
-    for key, value in spec.config.items():
-        parts.append(f"`{key}`" + ("" if value == "???" else f"={'null' if value is None else value}"))
+    for key, described in config_rows(spec):
+        if described == "required":
+            parts.append(f"`{key}`")
+        elif described.startswith("null"):
+            parts.append(f"`{key}`=null")
+        else:
+            parts.append(f"`{key}`={described.removeprefix('default ')}")
     return ", ".join(parts) or "-"
+
+
+def _nulls(spec: ModelSpec) -> list[str]:
+    return [
+        f"| `{spec.name}` | `{key}` | {described.removeprefix('null: ')} |"
+        for key, described in config_rows(spec)
+        if described.startswith("null")
+    ]
 
 
 def render() -> str:
@@ -25,22 +44,36 @@ def render() -> str:
         "# Model catalogue",
         "",
         "Generated from the model cards in `registry/` by `python -m attnzoo.catalogue`; a test keeps it",
-        "in step with the registry. Required config keys have no default; `null` is a size inferred on",
-        "the first call or a value derived from another (see `attnzoo info NAME`).",
+        "in step with the registry. The config column lists every constructor argument (read from the",
+        "factory's signature) with the card's value or the default; an argument without one is required.",
+        "What `null` means for each argument is in the table after the catalogue (`attnzoo info NAME`",
+        "says the same).",
         "",
     ]
-    exemptions = []
+    exemptions, nulls = [], []
     for kind, title in (("layer", "Layers"), ("model", "Models")):
         lines += [f"## {title}", "", "| name | convention | summary | config | reference |", "|---|---|---|---|---|"]
         for name in list_models(provider="attnzoo"):
             spec = model_info(name)
             if spec.kind == kind:
-                lines.append(f"| `{name}` | `{spec.convention}` | {spec.summary} | {_config(spec)} | {spec.reference} |")
+                lines.append(
+                    f"| `{name}` | `{spec.convention}` | {spec.summary} | {_config(spec)} | {spec.reference} |"
+                )
                 exemptions += [f"| `{name}` | `{prop}` | {reason} |" for prop, reason in spec.exempt.items()]
+                nulls += _nulls(spec)
         lines.append("")
-    lines += ["## Exemptions from the conformance kit", "",
-              "Every variant above passes every property of `attnzoo check` except these, each for the reason",
-              "its card gives:", "", "| name | property | reason |", "|---|---|---|", *exemptions, ""]
+    lines += ["## What null means", "", "| name | argument | null means |", "|---|---|---|", *nulls, ""]
+    lines += [
+        "## Exemptions from the conformance kit",
+        "",
+        "Every variant above passes every property of `attnzoo check` except these, each for the reason",
+        "its card gives:",
+        "",
+        "| name | property | reason |",
+        "|---|---|---|",
+        *exemptions,
+        "",
+    ]
     lines += ["## Pretrained", "", "| name | dataset | metrics | file |", "|---|---|---|---|"]
     for name in list_models(pretrained=True, provider="attnzoo"):
         arch, tag = name.rsplit(".", 1)
@@ -50,7 +83,7 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fmt(metrics) -> str:
+def _fmt(metrics: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in metrics.items() if k != "model" and not k.startswith("subset_"))
 
 
@@ -72,14 +105,22 @@ def render_pretrained() -> str:
     for name in list_models(pretrained=True, provider="attnzoo"):
         arch, tag = name.rsplit(".", 1)
         w = model_info(arch).weights[tag]
-        splits = " / ".join(f"{w.splits.get(k, '?'):,}" if isinstance(w.splits.get(k), int) else "?"
-                            for k in ("train", "val", "test"))
+        splits = " / ".join(
+            f"{w.splits.get(k, '?'):,}" if isinstance(w.splits.get(k), int) else "?" for k in ("train", "val", "test")
+        )
         baseline = f"{w.baseline.get('model', '')}: {_fmt(w.baseline)}" if w.baseline else "-"
         command = f"`attnzoo train {w.recipe.rsplit('/', 1)[-1]}`"
-        lines.append(f"| `{name}` | {w.dataset} | {splits} | {_fmt(w.metrics)} | {baseline} | {w.train_time} "
-                     f"| {command} |")
-        details += [f"### `{name}`", "", f"- data: {w.data}", f"- licence: {w.license}",
-                    f"- recipe: `{w.recipe}` (seed {w.seed})", f"- file: `weights/{w.file}`, sha256 `{w.sha256}`"]
+        lines.append(
+            f"| `{name}` | {w.dataset} | {splits} | {_fmt(w.metrics)} | {baseline} | {w.train_time} | {command} |"
+        )
+        details += [
+            f"### `{name}`",
+            "",
+            f"- data: {w.data}",
+            f"- licence: {w.license}",
+            f"- recipe: `{w.recipe}` (seed {w.seed})",
+            f"- file: `weights/{w.file}`, sha256 `{w.sha256}`",
+        ]
         if w.notes:
             details.append(f"- notes: {w.notes}")
         details.append("")

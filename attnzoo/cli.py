@@ -18,7 +18,7 @@ import os
 import shutil
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import AttnzooError
 
@@ -76,7 +76,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name in names:
         spec = model_info(name)
         tag = name.rsplit(".", 1)[1] if args.pretrained else None
-        entry = {"name": name, "kind": spec.kind, "provider": spec.provider, "summary": spec.summary}
+        entry: dict[str, Any] = {"name": name, "kind": spec.kind, "provider": spec.provider, "summary": spec.summary}
         if tag is not None:
             entry["metrics"] = dict(spec.weights[tag].metrics)
             entry["dataset"] = spec.weights[tag].dataset
@@ -88,11 +88,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no model matches" + (f" {' '.join(args.patterns)}" if args.patterns else ""), file=sys.stderr)
         return 0
     if args.pretrained:
-        print_table(["NAME", "DATASET", "METRICS"],
-                    [(r["name"], r["dataset"], _metrics_text(r["metrics"])) for r in rows])
+        print_table(
+            ["NAME", "DATASET", "METRICS"], [(r["name"], r["dataset"], _metrics_text(r["metrics"])) for r in rows]
+        )
     else:
-        print_table(["NAME", "KIND", "PROVIDER", "SUMMARY"],
-                    [(r["name"], r["kind"], r["provider"], r["summary"]) for r in rows])
+        print_table(
+            ["NAME", "KIND", "PROVIDER", "SUMMARY"], [(r["name"], r["kind"], r["provider"], r["summary"]) for r in rows]
+        )
     return 0
 
 
@@ -108,12 +110,14 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key in ("summary", "reference", "factory", "source"):
         if data[key]:
             print(f"  {key + ':':<11}{data[key]}")
-    print("  config:")
-    if not data["config"]:
+    from .signatures import config_rows
+
+    print("  config (every constructor argument):")
+    rows = config_rows(spec)
+    if not rows:
         print("    (none)")
-    for key, value in data["config"].items():
-        note = "required" if value == "???" else ("inferred on first call" if value is None else f"default {value!r}")
-        print(f"    {key:<20}{note}")
+    for key, described in rows:
+        print(f"    {key:<20}{described}")
     if data["weights"]:
         print("  weights:" + (f"  (default {spec.default_tag})" if spec.default_tag else ""))
         for tag, w in data["weights"].items():
@@ -176,7 +180,8 @@ def cmd_create(args: argparse.Namespace) -> int:
         from .conventions import get_convention, sample_inputs
 
         device = None if any(True for _ in model.parameters()) or args.device is None else torch.device(args.device)
-        sample = sample_inputs(model, get_convention(spec.convention), **({"device": device} if device else {}))
+        placement: dict[str, Any] = {"device": device} if device else {}
+        sample = sample_inputs(model, get_convention(spec.convention), **placement)
         inputs, kwargs = sample.call_arguments()
         with torch.no_grad():
             model.eval()
@@ -251,16 +256,32 @@ def cmd_export(args: argparse.Namespace) -> int:
         # the card's example fills what the command line leaves open, so `attnzoo export laat` works
         config = {**dict(spec.example), **overrides} if not args.pretrained else overrides
         model = create(args.source, pretrained=args.pretrained, config=config or None)
-    result = export(model, args.output, dynamic=not args.static, return_attention=args.return_attention,
-                    overwrite=args.overwrite, batch=args.batch, seq=args.seq)
+    result = export(
+        model,
+        args.output,
+        dynamic=not args.static,
+        return_attention=args.return_attention,
+        overwrite=args.overwrite,
+        batch=args.batch,
+        seq=args.seq,
+    )
     if args.json:
-        _emit_json({"path": str(result.path), "format": result.format, "max_abs_diff": result.max_abs_diff,
-                    "checked_on": result.checked_on, "static_axes": list(result.static_axes)})
+        _emit_json(
+            {
+                "path": str(result.path),
+                "format": result.format,
+                "max_abs_diff": result.max_abs_diff,
+                "checked_on": result.checked_on,
+                "static_axes": list(result.static_axes),
+            }
+        )
         return 0
     fixed = f"; fixed: {', '.join(result.static_axes)}" if result.static_axes else ""
     shapes = ", ".join(f"{k} {v}" for k, v in result.checked_on.items())
-    print(f"wrote {result.path} ({result.format}); checked against the eager model on {shapes}: max abs "
-          f"difference {result.max_abs_diff:.3g}{fixed}")
+    print(
+        f"wrote {result.path} ({result.format}); checked against the eager model on {shapes}: max abs "
+        f"difference {result.max_abs_diff:.3g}{fixed}"
+    )
     return 0
 
 
@@ -287,18 +308,37 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not key or not values:
             raise UsageError(f"--sweep wants KEY=V1,V2,..., e.g. seq=512,1024,2048; got {args.sweep!r}")
         sweep = (key, [parse_overrides([f"v={v}"])["v"] for v in values.split(",")])
-    cases = [Case(name, config, batch=args.batch, seq=args.seq, dtype=args.dtype, device=args.device,
-                  backward=args.backward, compile=args.compile) for name in names]
-    results = run(cases, sweep=sweep, rounds=args.rounds, min_run_time=args.min_run_time,
-                  memory=not args.no_memory, threads=args.threads)
+    cases = [
+        Case(
+            name,
+            config,
+            batch=args.batch,
+            seq=args.seq,
+            dtype=args.dtype,
+            device=args.device,
+            backward=args.backward,
+            compile=args.compile,
+        )
+        for name in names
+    ]
+    results = run(
+        cases,
+        sweep=sweep,
+        rounds=args.rounds,
+        min_run_time=args.min_run_time,
+        memory=not args.no_memory,
+        threads=args.threads,
+    )
     if args.json:
         _emit_json([m.to_dict() for m in results])
     elif args.csv:
         sys.stdout.write(format_csv(results))
     else:
         step = "forward+backward" if args.backward else "forward"
-        print(f"{step} of one batch, {args.dtype}, {args.device}, {torch_threads()} threads, median of "
-              f"{args.rounds} alternating rounds")
+        print(
+            f"{step} of one batch, {args.dtype}, {args.device}, {torch_threads()} threads, median of "
+            f"{args.rounds} alternating rounds"
+        )
         print(format_table(results, sweep[0] if sweep else None))
     if args.plot:
         if sweep is None:
@@ -322,19 +362,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         for name, summary in rows:
             print(f"{name:<{width}}  {summary}")
         return 0
-    flags = {k: getattr(args, k) for k in ("model", "train_file", "validation_file", "test_file", "text", "labels",
-                                           "target", "label_separator", "labels_file", "task")}
+    flags = {
+        k: getattr(args, k)
+        for k in (
+            "model",
+            "train_file",
+            "validation_file",
+            "test_file",
+            "text",
+            "labels",
+            "target",
+            "label_separator",
+            "labels_file",
+            "task",
+        )
+    }
     if args.recipe and args.recipe.count("=") and not args.recipe.endswith((".yaml", ".yml")):
         args.overrides, args.recipe = [args.recipe, *args.overrides], None  # key=value given first
     if args.recipe is None:
         if not (flags["model"] and flags["train_file"]):
-            raise UsageError("give a recipe (a YAML file or a built-in name: attnzoo train --list), or --model "
-                             "and --train for your own data file")
+            raise UsageError(
+                "give a recipe (a YAML file or a built-in name: attnzoo train --list), or --model "
+                "and --train for your own data file"
+            )
         recipe = _recipe_from_flags(args, flags)
     else:
         if any(v is not None for k, v in flags.items() if k != "task"):
-            raise UsageError("--model, --train and the other data flags build a recipe of their own; give them "
-                             "without a recipe file, or put them into the recipe's data section")
+            raise UsageError(
+                "--model, --train and the other data flags build a recipe of their own; give them "
+                "without a recipe file, or put them into the recipe's data section"
+            )
         recipe = load_recipe(args.recipe, args.overrides)
     if args.recipe is None:
         from omegaconf import OmegaConf
@@ -345,9 +402,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     # with --json, stdout carries the report alone: the progress lines go to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        report = train(recipe, output=args.output, resume=args.resume, export=args.export,
-                       baseline=not args.no_baseline, quiet=args.quiet, stop_after=args.stop_after,
-                       overwrite=args.overwrite)
+        report = train(
+            recipe,
+            output=args.output,
+            resume=args.resume,
+            export=args.export,
+            baseline=not args.no_baseline,
+            quiet=args.quiet,
+            stop_after=args.stop_after,
+            overwrite=args.overwrite,
+        )
     if report and args.json:
         _emit_json(report)
     return 0
@@ -355,8 +419,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _recipe_from_flags(args: argparse.Namespace, flags: dict) -> dict:
     """``attnzoo train --model M --train F ...``: the recipe those flags describe."""
-    data = {"train": flags["train_file"], "validation": flags["validation_file"], "test": flags["test_file"],
-            "text": flags["text"] or "text", "task": flags["task"] or "multi_label"}
+    data = {
+        "train": flags["train_file"],
+        "validation": flags["validation_file"],
+        "test": flags["test_file"],
+        "text": flags["text"] or "text",
+        "task": flags["task"] or "multi_label",
+    }
     if data["task"] == "seq2seq":
         data["target"] = flags["target"] or "target"
     else:
@@ -368,15 +437,20 @@ def _recipe_from_flags(args: argparse.Namespace, flags: dict) -> dict:
     settings = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "clip": 1.0, "warmup_steps": 50}
     if args.patience is not None:
         settings["patience"] = args.patience
-    return {"model": flags["model"], "tag": args.tag, "seed": 0, "data": {k: v for k, v in data.items() if v},
-            "train": settings, "recipe_file": "flags"}
+    return {
+        "model": flags["model"],
+        "tag": args.tag,
+        "seed": 0,
+        "data": {k: v for k, v in data.items() if v},
+        "train": settings,
+        "recipe_file": "flags",
+    }
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from .train.trainer import evaluate_file
 
-    columns = {"text": args.text, "labels": args.labels, "target": args.target,
-               "label_separator": args.label_separator}
+    columns = {"text": args.text, "labels": args.labels, "target": args.target, "label_separator": args.label_separator}
     scores = evaluate_file(args.model, args.file, columns=columns, threshold=args.threshold)
     if args.json:
         _emit_json(scores)
@@ -394,8 +468,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     rows, failures = [], 0
     names = list_models(args.patterns or "*", pretrained=True)
     if not names:
-        raise UsageError(f"no pretrained model matches {' '.join(args.patterns) or '*'}; "
-                         f"`attnzoo list --pretrained` shows them")
+        raise UsageError(
+            f"no pretrained model matches {' '.join(args.patterns) or '*'}; `attnzoo list --pretrained` shows them"
+        )
     for name in names:
         arch, tag = name.rsplit(".", 1)
         spec = model_info(arch)
@@ -409,16 +484,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
         else:
             actual = sha256_file(path)
             ok = actual == wspec.sha256
-            status = ("ok" + (" (cached)" if wspec.remote else "")) if ok else \
-                f"MISMATCH: card {wspec.sha256[:12]}… file {actual[:12]}…"
+            status = (
+                ("ok" + (" (cached)" if wspec.remote else ""))
+                if ok
+                else f"MISMATCH: card {wspec.sha256[:12]}… file {actual[:12]}…"
+            )
             failures += not ok
         rows.append({"name": name, "file": str(path), "status": status})
     if args.json:
         _emit_json(rows)
     else:
         print_table(["NAME", "STATUS", "FILE"], [(r["name"], r["status"], r["file"]) for r in rows])
-        print(f"{sum(r['status'].startswith('ok') for r in rows)} of {len(rows)} weight files match their cards"
-              + (f"; {failures} do not" if failures else ""))
+        print(
+            f"{sum(r['status'].startswith('ok') for r in rows)} of {len(rows)} weight files match their cards"
+            + (f"; {failures} do not" if failures else "")
+        )
     return FAILURE if failures else 0
 
 
@@ -430,12 +510,14 @@ def cmd_download(args: argparse.Namespace) -> int:
     rows = []
     for name in args.names:
         if name.startswith(HUB_PREFIX):
-            rows.append((name, str(hub_folder(name[len(HUB_PREFIX):])), "fetched"))
+            rows.append((name, str(hub_folder(name[len(HUB_PREFIX) :])), "fetched"))
             continue
         spec, tag = resolve(name)
         tags = [tag] if tag else list(spec.weights)
         if not tags:
-            raise UsageError(f"{spec.name!r} has no pretrained weights; `attnzoo list --pretrained` shows the names that do")
+            raise UsageError(
+                f"{spec.name!r} has no pretrained weights; `attnzoo list --pretrained` shows the names that do"
+            )
         for t in tags:
             wspec = spec.weights[t]
             path = fetch(wspec, name=f"{spec.name}.{t}") if wspec.remote else resolve_weights(spec, wspec)
@@ -453,17 +535,32 @@ def cmd_cache(args: argparse.Namespace) -> int:
     if args.action == "list":
         import fnmatch
 
-        entries = [e for e in cache_entries() if args.pattern is None or any(
-            fnmatch.fnmatchcase(k, args.pattern) for k in (e["name"], e["source"], e["sha256"]) if k)]
+        entries = [
+            e
+            for e in cache_entries()
+            if args.pattern is None
+            or any(fnmatch.fnmatchcase(k, args.pattern) for k in (e["name"], e["source"], e["sha256"]) if k)
+        ]
         if args.json:
             _emit_json(entries)
         elif not entries:
-            print(f"the cache ({cache_home()}) holds nothing" + (f" matching {args.pattern}" if args.pattern else ""),
-                  file=sys.stderr)
+            print(
+                f"the cache ({cache_home()}) holds nothing" + (f" matching {args.pattern}" if args.pattern else ""),
+                file=sys.stderr,
+            )
         else:
-            print_table(["NAME", "MiB", "SHA256", "SOURCE"],
-                        [(e["name"] or "-", f"{e['bytes'] / 2**20:.1f}" + (" (partial)" if e["partial"] else ""),
-                          e["sha256"][:12] + "…", e["source"]) for e in entries])
+            print_table(
+                ["NAME", "MiB", "SHA256", "SOURCE"],
+                [
+                    (
+                        e["name"] or "-",
+                        f"{e['bytes'] / 2**20:.1f}" + (" (partial)" if e["partial"] else ""),
+                        e["sha256"][:12] + "…",
+                        e["source"],
+                    )
+                    for e in entries
+                ],
+            )
         return 0
     removed = clear_cache(args.pattern)
     print(f"removed {len(removed)} file(s) from {cache_home()}")
@@ -485,8 +582,12 @@ def cmd_convert_keras(args: argparse.Namespace) -> int:
     model = create(args.model, **overrides)
     load_keras_weights(model, args.file, layer=args.layer)
     info = model.attnzoo_config  # sizes left lazy in the config are set again by the weights on load
-    metadata = encode_metadata(info["name"], info["factory"], info["config"],
-                               {"source": f"Keras weights {Path(args.file).name}" + (f", layer {args.layer}" if args.layer else "")})
+    metadata = encode_metadata(
+        info["name"],
+        info["factory"],
+        info["config"],
+        {"source": f"Keras weights {Path(args.file).name}" + (f", layer {args.layer}" if args.layer else "")},
+    )
     digest = write_weights(model.state_dict(), args.output, metadata=metadata, overwrite=args.overwrite)
     print(f"wrote {args.output} ({info['name']}, sha256 {digest}); attnzoo.load({str(args.output)!r}) rebuilds it")
     return 0
@@ -500,8 +601,9 @@ def cmd_convert_checkpoint(args: argparse.Namespace) -> int:
         overrides = parse_overrides(args.overrides)
     except AttnzooError as e:
         raise UsageError(str(e)) from None
-    _, converted = convert_checkpoint(args.file, args.source, args.model, config=overrides, output=args.output,
-                                      overwrite=args.overwrite)
+    _, converted = convert_checkpoint(
+        args.file, args.source, args.model, config=overrides, output=args.output, overwrite=args.overwrite
+    )
     sizes = ", ".join(f"{k}={v}" for k, v in converted.config.items())
     print(f"wrote {args.output} ({args.model}: {sizes}); attnzoo.load({str(args.output)!r}) rebuilds it")
     for key, why in sorted(converted.dropped.items()):
@@ -528,8 +630,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokensWarning)  # printed below, with the result
-        result = predict(name, text, top=None if args.above_threshold else args.top, threshold=args.threshold,
-                         return_attention=bool(args.attention), beam_size=args.beam)
+        result = predict(
+            name,
+            text,
+            top=None if args.above_threshold else args.top,
+            threshold=args.threshold,
+            return_attention=bool(args.attention),
+            beam_size=args.beam,
+        )
     if args.above_threshold:
         result.labels = [label for label in result.labels if label.above_threshold]
         if result.attention is not None and result.output == "multilabel":
@@ -567,18 +675,21 @@ def _positive_int(text: str) -> int:
 
 # -- parser ------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own usage errors: exit 2, one line
+    def error(self, message: str) -> NoReturn:  # argparse's own usage errors: exit 2, one line
         raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    common.add_argument("--no-plugins", action="store_true", default=argparse.SUPPRESS,
-                        help="skip third-party plugins (same as ATTNZOO_DISABLE_PLUGIN_AUTOLOAD=1)")
+    common.add_argument(
+        "--no-plugins",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="skip third-party plugins (same as ATTNZOO_DISABLE_PLUGIN_AUTOLOAD=1)",
+    )
 
-    parser = _Parser(prog="attnzoo", description="A config-driven zoo of PyTorch attention layers.",
-                     parents=[common])
+    parser = _Parser(prog="attnzoo", description="A config-driven zoo of PyTorch attention layers.", parents=[common])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("list", parents=[common], help="list registered models")
@@ -600,8 +711,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("create", parents=[common], help="build a model and run a dummy forward")
     p.add_argument("name")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (values parsed as YAML)")
-    p.add_argument("--pretrained", nargs="?", const=True, default=False, metavar="TAG",
-                   help="load pretrained weights (the default tag, or TAG)")
+    p.add_argument(
+        "--pretrained",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="TAG",
+        help="load pretrained weights (the default tag, or TAG)",
+    )
     p.add_argument("--device", help="cpu, cuda:1, auto, meta, or a plugin's device string")
     p.add_argument("--dtype", help="float32, bfloat16 or float16")
     p.set_defaults(func=cmd_create)
@@ -615,11 +732,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", parents=[common], help="export a model to .pt2 (torch.export) or .onnx, checked")
     p.add_argument("source", metavar="NAME|FOLDER", help="a registered name or a folder written by attnzoo.save")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config of NAME (its card's example fills the rest)")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="config of NAME (its card's example fills the rest)"
+    )
     p.add_argument("-o", "--output", required=True, help="OUT.pt2 or OUT.onnx")
-    p.add_argument("--pretrained", nargs="?", const=True, default=False, metavar="TAG", help="export pretrained weights")
-    p.add_argument("--static", action="store_true", help="fix every axis at the traced size (default: batch and "
-                                                         "sequence dynamic)")
+    p.add_argument(
+        "--pretrained", nargs="?", const=True, default=False, metavar="TAG", help="export pretrained weights"
+    )
+    p.add_argument(
+        "--static", action="store_true", help="fix every axis at the traced size (default: batch and sequence dynamic)"
+    )
     p.add_argument("--return-attention", action="store_true", help="export the attention weights as an output too")
     p.add_argument("--batch", type=_positive_int, default=2, help="batch size to trace with (it stays dynamic)")
     p.add_argument("--seq", type=_positive_int, help="sequence length to trace with (fixed for recurrent models)")
@@ -628,8 +750,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("bench", parents=[common], help="time and memory of variants on your shapes")
-    p.add_argument("names", nargs="+", metavar="NAME|key=value",
-                   help="one or more registered variants (alternated round by round), then config pairs for all")
+    p.add_argument(
+        "names",
+        nargs="+",
+        metavar="NAME|key=value",
+        help="one or more registered variants (alternated round by round), then config pairs for all",
+    )
     p.add_argument("--batch", type=_positive_int, default=8)
     p.add_argument("--seq", type=_positive_int, default=512)
     p.add_argument("--dtype", default="float32", help="float32, bfloat16, float16 or float64")
@@ -647,11 +773,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PNG", help="with --sweep: plot time against the swept value")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("train", parents=[common], help="train a recipe, or a model on your own data file",
-                       description="attnzoo train RECIPE [key=value ...] | attnzoo train --model NAME --train FILE "
-                       "[--validation FILE] [--test FILE] --text COL --labels COL [key=value ...] | attnzoo train "
-                       "--list. Under torchrun (torchrun --nproc_per_node N -m attnzoo train ...) it trains with "
-                       "DistributedDataParallel.")
+    p = sub.add_parser(
+        "train",
+        parents=[common],
+        help="train a recipe, or a model on your own data file",
+        description="attnzoo train RECIPE [key=value ...] | attnzoo train --model NAME --train FILE "
+        "[--validation FILE] [--test FILE] --text COL --labels COL [key=value ...] | attnzoo train "
+        "--list. Under torchrun (torchrun --nproc_per_node N -m attnzoo train ...) it trains with "
+        "DistributedDataParallel.",
+    )
     p.add_argument("recipe", nargs="?", help="a recipe YAML file or the name of a built-in recipe (--list)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides, e.g. train.epochs=2")
     p.add_argument("--list", action="store_true", help="list the built-in recipes")
@@ -678,21 +808,31 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--epochs", type=_positive_int, default=10)
     own.add_argument("--batch-size", type=_positive_int, default=32)
     own.add_argument("--lr", type=float, default=0.002)
-    own.add_argument("--patience", type=_positive_int, help="stop after this many epochs without a better "
-                     "validation score")
+    own.add_argument(
+        "--patience", type=_positive_int, help="stop after this many epochs without a better validation score"
+    )
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("predict", parents=[common], help="run a pretrained model or a trained run on a text "
-                       "(or a word, for G2P)")
-    p.add_argument("name", help="a pretrained name (bilstm_labelwise.wordnet), or a run folder or weights file "
-                   "written by attnzoo train")
+    p = sub.add_parser(
+        "predict", parents=[common], help="run a pretrained model or a trained run on a text (or a word, for G2P)"
+    )
+    p.add_argument(
+        "name",
+        help="a pretrained name (bilstm_labelwise.wordnet), or a run folder or weights file written by attnzoo train",
+    )
     p.add_argument("text", nargs="+")
     p.add_argument("--pretrained", metavar="TAG", help="the tag, when the name has none and the default is not wanted")
     p.add_argument("--top", type=_positive_int, default=5, help="how many labels to show (a positive number)")
-    p.add_argument("--above-threshold", action="store_true",
-                   help="show every label at or above the decision threshold, and only those")
-    p.add_argument("--threshold", type=_probability, help="the multi-label decision threshold (default: the "
-                   "one stored with the weights, tuned on validation)")
+    p.add_argument(
+        "--above-threshold",
+        action="store_true",
+        help="show every label at or above the decision threshold, and only those",
+    )
+    p.add_argument(
+        "--threshold",
+        type=_probability,
+        help="the multi-label decision threshold (default: the one stored with the weights, tuned on validation)",
+    )
     p.add_argument("--beam", type=_positive_int, default=1, help="G2P: beam size (1 = greedy)")
     p.add_argument("--attention", metavar="PNG", help="draw the attention map into this file")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --attention file")
@@ -716,8 +856,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("download", parents=[common], help="fetch pretrained weights into the cache (for offline use)")
-    p.add_argument("names", nargs="+", metavar="NAME[.TAG]|hf-hub:ORG/REPO",
-                   help="a model (every tag), one tag, or a saved folder on the Hub")
+    p.add_argument(
+        "names",
+        nargs="+",
+        metavar="NAME[.TAG]|hf-hub:ORG/REPO",
+        help="a model (every tag), one tag, or a saved folder on the Hub",
+    )
     p.set_defaults(func=cmd_download)
 
     p = sub.add_parser("cache", parents=[common], help="show or empty the weights cache")
@@ -726,12 +870,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cache)
 
-    p = sub.add_parser("convert-checkpoint", parents=[common],
-                       help="convert a CAML, LAAT, PLM-ICD or medical-coding checkpoint into safetensors")
+    p = sub.add_parser(
+        "convert-checkpoint",
+        parents=[common],
+        help="convert a CAML, LAAT, PLM-ICD or medical-coding checkpoint into safetensors",
+    )
     p.add_argument("file", help="the reference's .pth, .bin or .safetensors file")
     p.add_argument("--from", dest="source", required=True, choices=["caml", "laat", "plm-icd", "medical-coding"])
-    p.add_argument("--model", required=True, help="the attnzoo model (conv_caml, caml, bilstm_laat, laat, "
-                                                  "bilstm_joint_laat, joint_laat)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="the attnzoo model (conv_caml, caml, bilstm_laat, laat, bilstm_joint_laat, joint_laat)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config the shapes do not say (split_size=...)")
     p.add_argument("-o", "--output", required=True, help="the .safetensors file to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
@@ -817,8 +967,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - a bug of ours: still one line, and how to see more
         if debug:
             raise
-        print(f"attnzoo: internal error: {type(e).__name__}: {one_line(e, 300)} (run again with --debug for the "
-              f"traceback)", file=sys.stderr)
+        print(
+            f"attnzoo: internal error: {type(e).__name__}: {one_line(e, 300)} (run again with --debug for the "
+            f"traceback)",
+            file=sys.stderr,
+        )
         return FAILURE
 
 

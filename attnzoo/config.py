@@ -19,8 +19,14 @@ from typing import Any
 
 from .errors import ConfigError, close_matches
 
-__all__ = ["merge_config", "validate_config", "load_config_source", "user_config", "parse_overrides",
-           "factory_parameters"]
+__all__ = [
+    "merge_config",
+    "validate_config",
+    "load_config_source",
+    "user_config",
+    "parse_overrides",
+    "factory_parameters",
+]
 
 
 _FOLDER_KEYS = {"name", "factory", "sha256", "previous"}
@@ -74,9 +80,11 @@ def user_config(config: Any) -> dict[str, Any]:
         container = OmegaConf.to_container(loaded, resolve=True, throw_on_missing=False)
     except OmegaConfBaseException as e:
         raise ConfigError(f"{where}: {' '.join(str(e).split())[:300]}") from None
+    if not isinstance(container, dict):
+        raise ConfigError(f"{where}: expected a mapping of key: value")
     for key in missing:
         container[key] = "???"
-    return container
+    return {str(k): v for k, v in container.items()}
 
 
 def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
@@ -86,7 +94,9 @@ def parse_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         if "=" not in pair or pair.startswith("="):
             raise ConfigError(f"expected key=value, got {pair!r}")
-    return OmegaConf.to_container(OmegaConf.from_dotlist(list(pairs)), resolve=True)
+    parsed = OmegaConf.to_container(OmegaConf.from_dotlist(list(pairs)), resolve=True)
+    assert isinstance(parsed, dict)  # a dot list always builds a mapping
+    return {str(k): v for k, v in parsed.items()}
 
 
 def merge_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -114,8 +124,7 @@ def factory_parameters(factory: Callable[..., Any]) -> tuple[dict[str, inspect.P
     except (TypeError, ValueError):  # a builtin without a signature: let the factory judge its arguments
         return {}, True, {}
     params = {
-        name: p for name, p in signature.parameters.items()
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        name: p for name, p in signature.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     }
     var_kw = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     try:

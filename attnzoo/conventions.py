@@ -271,8 +271,14 @@ class Convention:
     def pad(self, sample: Sample, extra: int, generator: torch.Generator | None = None) -> Sample:
         """``extra`` more key positions at the end of every input, masked, holding random garbage."""
         padded = self.sample(
-            sample.sizes, batch=sample.batch, seq=sample.sizes["keys"] + extra, queries=sample.sizes["queries"],
-            lengths=sample.lengths, dtype=self._float_dtype(sample), generator=generator, sizes=sample.sizes,
+            sample.sizes,
+            batch=sample.batch,
+            seq=sample.sizes["keys"] + extra,
+            queries=sample.sizes["queries"],
+            lengths=sample.lengths,
+            dtype=self._float_dtype(sample),
+            generator=generator,
+            sizes=sample.sizes,
         )
         tensors = {}
         seq = sample.sizes["keys"]
@@ -296,8 +302,12 @@ class Convention:
             if "batch" in slot.axes:
                 tensor = tensor.narrow(slot.axes.index("batch"), index, count).contiguous()
             tensors[slot.name] = tensor
-        return replace(sample, tensors=tensors, sizes={**sample.sizes, "batch": count},
-                       lengths=sample.lengths[index : index + count])
+        return replace(
+            sample,
+            tensors=tensors,
+            sizes={**sample.sizes, "batch": count},
+            lengths=sample.lengths[index : index + count],
+        )
 
     def cast(self, sample: Sample, dtype: torch.dtype | None = None, device: Any = None) -> Sample:
         tensors = {}
@@ -395,16 +405,27 @@ class Convention:
         for slot in self.slots:
             tensor = sample.tensors[slot.name]
             if slot.kind == "float":
-                cases.append((f"{slot.name} without its batch axis", sample.with_tensors(**{slot.name: tensor[0]}),
-                              "refuse"))
+                cases.append(
+                    (f"{slot.name} without its batch axis", sample.with_tensors(**{slot.name: tensor[0]}), "refuse")
+                )
                 cases.append((f"{slot.name} as integers", sample.with_tensors(**{slot.name: tensor.long()}), "refuse"))
                 other = torch.float64 if tensor.dtype != torch.float64 else torch.float32
-                cases.append((f"{slot.name} in {str(other).replace('torch.', '')}",
-                              sample.with_tensors(**{slot.name: tensor.to(other)}), "convert"))
+                cases.append(
+                    (
+                        f"{slot.name} in {str(other).replace('torch.', '')}",
+                        sample.with_tensors(**{slot.name: tensor.to(other)}),
+                        "convert",
+                    )
+                )
                 if slot.axes[-1] not in ("batch", "keys", "queries", *self.free):
                     bigger = torch.cat([tensor, tensor[..., :1]], dim=-1)
-                    cases.append((f"{slot.name} with one more feature ({tensor.shape[-1] + 1})",
-                                  sample.with_tensors(**{slot.name: bigger}), "refuse"))
+                    cases.append(
+                        (
+                            f"{slot.name} with one more feature ({tensor.shape[-1] + 1})",
+                            sample.with_tensors(**{slot.name: bigger}),
+                            "refuse",
+                        )
+                    )
             elif slot.kind == "tokens":
                 vocab = sample.sizes[slot.vocab]
                 cases.append((f"{slot.name} as floats", sample.with_tensors(**{slot.name: tensor.float()}), "refuse"))
@@ -416,24 +437,44 @@ class Convention:
                 cases.append((f"{slot.name} with a negative id", sample.with_tensors(**{slot.name: low}), "refuse"))
             elif slot.kind == "mask":
                 cases.append(("a float mask", sample.with_tensors(**{slot.name: tensor.float()}), "refuse"))
-                cases.append(("an additive float mask (0 / -inf)", sample.with_tensors(
-                    **{slot.name: torch.zeros_like(tensor, dtype=torch.float32).masked_fill(~tensor, float("-inf"))}),
-                    "refuse"))
-                cases.append(("a complex mask", sample.with_tensors(**{slot.name: tensor.to(torch.complex64)}),
-                              "refuse"))
+                cases.append(
+                    (
+                        "an additive float mask (0 / -inf)",
+                        sample.with_tensors(
+                            **{
+                                slot.name: torch.zeros_like(tensor, dtype=torch.float32).masked_fill(
+                                    ~tensor, float("-inf")
+                                )
+                            }
+                        ),
+                        "refuse",
+                    )
+                )
+                cases.append(
+                    ("a complex mask", sample.with_tensors(**{slot.name: tensor.to(torch.complex64)}), "refuse")
+                )
                 longer = torch.cat([tensor, tensor[..., :1]], dim=-1)
                 cases.append(("a mask one position too long", sample.with_tensors(**{slot.name: longer}), "refuse"))
         batched = [s for s in self.slots if s.kind != "mask" and "batch" in s.axes]
         if len(batched) > 1:
             second = batched[1]
             tensor = sample.tensors[second.name]
-            cases.append((f"{second.name} with a different batch size",
-                          sample.with_tensors(**{second.name: tensor.narrow(second.axes.index("batch"), 0, 1)}),
-                          "refuse"))
+            cases.append(
+                (
+                    f"{second.name} with a different batch size",
+                    sample.with_tensors(**{second.name: tensor.narrow(second.axes.index("batch"), 0, 1)}),
+                    "refuse",
+                )
+            )
         first = next((s for s in self.slots if s.kind != "mask"), None)
         if first is not None and (has_weights or len(batched) > 1):
-            cases.append((f"{first.name} on the meta device",
-                          sample.with_tensors(**{first.name: sample.tensors[first.name].to("meta")}), "refuse"))
+            cases.append(
+                (
+                    f"{first.name} on the meta device",
+                    sample.with_tensors(**{first.name: sample.tensors[first.name].to("meta")}),
+                    "refuse",
+                )
+            )
         if sample.sizes["keys"] > 0 and any("keys" in s.axes for s in self.slots):
             cases.append(("an empty sequence", self.truncate(sample, 0), "empty"))
         empty_batch = self.select(sample, 0, 0)
@@ -444,93 +485,141 @@ class Convention:
 # -- the built-in conventions ----------------------------------------------------------------------------
 _FEATURE = ("hidden_size", "embed_dim", "input_size", "dim", "in_features", "d_model")
 _SEQ = (Slot("x", "float", ("batch", "keys", "feature")), Slot("mask", "mask", ("batch", "keys"), keyword=True))
-_TOKENS = (Slot("tokens", "tokens", ("batch", "keys"), vocab="vocab"), Slot("mask", "mask", ("batch", "keys"),
-                                                                              keyword=True))
+_TOKENS = (
+    Slot("tokens", "tokens", ("batch", "keys"), vocab="vocab"),
+    Slot("mask", "mask", ("batch", "keys"), keyword=True),
+)
 
 _BUILTIN = [
     Convention(
-        "sequence_to_labels", _SEQ, outputs=(("batch", "*"),), weights=("batch", "*", "keys"),
-        size_keys={"feature": _FEATURE}, defaults={"feature": 16},
+        "sequence_to_labels",
+        _SEQ,
+        outputs=(("batch", "*"),),
+        weights=("batch", "*", "keys"),
+        size_keys={"feature": _FEATURE},
+        defaults={"feature": 16},
         description="x [B, T, F], mask [B, T] -> logits [B, L] (+ A [B, L, T])",
     ),
     Convention(
-        "sequence_to_vector", _SEQ, outputs=(("batch", "..."),), weights=("batch", "...", "keys"),
-        size_keys={"feature": _FEATURE}, defaults={"feature": 16},
+        "sequence_to_vector",
+        _SEQ,
+        outputs=(("batch", "..."),),
+        weights=("batch", "...", "keys"),
+        size_keys={"feature": _FEATURE},
+        defaults={"feature": 16},
         description="x [B, T, F], mask [B, T] -> pooled [B, ...] (+ A [B, ..., T])",
     ),
     Convention(
-        "sequence_to_sequence", _SEQ, outputs=(("batch", "keys", "*"),), weights=("batch", "...", "keys", "keys"),
-        keyed_output=True, size_keys={"feature": _FEATURE}, defaults={"feature": 16},
+        "sequence_to_sequence",
+        _SEQ,
+        outputs=(("batch", "keys", "*"),),
+        weights=("batch", "...", "keys", "keys"),
+        keyed_output=True,
+        size_keys={"feature": _FEATURE},
+        defaults={"feature": 16},
         description="x [B, T, F], mask [B, T] -> [B, T, D] (+ A [B, ..., T, T])",
     ),
     Convention(
         "query_key",
-        (Slot("query", "float", ("batch", "queries", "query_feature")),
-         Slot("key", "float", ("batch", "keys", "key_feature")),
-         Slot("value", "float", ("batch", "keys", "value_feature"), keyword=True),
-         Slot("mask", "mask", ("batch", "keys"), keyword=True)),
-        outputs=(("batch", "queries", "value_feature"),), weights=("batch", "queries", "keys"), attention="always",
+        (
+            Slot("query", "float", ("batch", "queries", "query_feature")),
+            Slot("key", "float", ("batch", "keys", "key_feature")),
+            Slot("value", "float", ("batch", "keys", "value_feature"), keyword=True),
+            Slot("mask", "mask", ("batch", "keys"), keyword=True),
+        ),
+        outputs=(("batch", "queries", "value_feature"),),
+        weights=("batch", "queries", "keys"),
+        attention="always",
         size_keys={"query_feature": ("query_size",), "key_feature": ("key_size",), "value_feature": ("value_size",)},
-        defaults={"query_feature": 16, "key_feature": 16, "value_feature": 10}, free=("value_feature",),
+        defaults={"query_feature": 16, "key_feature": 16, "value_feature": 10},
+        free=("value_feature",),
         description="query [B, Tq, Fq], key [B, T, Fk], value [B, T, Fv], mask [B, T] -> (context, A [B, Tq, T])",
     ),
     Convention(
         "decoder_encoder",
-        (Slot("decoder_out", "float", ("batch", "queries", "decoder_feature")),
-         Slot("encoder_out", "float", ("batch", "keys", "encoder_feature")),
-         Slot("mask", "mask", ("batch", "keys"), keyword=True)),
-        outputs=(("batch", "queries", "*"),), weights=("batch", "queries", "keys"), attention="always",
+        (
+            Slot("decoder_out", "float", ("batch", "queries", "decoder_feature")),
+            Slot("encoder_out", "float", ("batch", "keys", "encoder_feature")),
+            Slot("mask", "mask", ("batch", "keys"), keyword=True),
+        ),
+        outputs=(("batch", "queries", "*"),),
+        weights=("batch", "queries", "keys"),
+        attention="always",
         size_keys={"decoder_feature": ("decoder_size",), "encoder_feature": ("encoder_size",)},
         defaults={"decoder_feature": 16, "encoder_feature": 12},
         description="decoder_out [B, Tq, Fd], encoder_out [B, T, Fe], mask [B, T] -> (out [B, Tq, H], A [B, Tq, T])",
     ),
     Convention(
         "keras_query_value",
-        (Slot("query", "float", ("batch", "queries", "feature")), Slot("value", "float", ("batch", "keys", "feature")),
-         Slot("value_mask", "mask", ("batch", "keys"), keyword=True)),
-        outputs=(("batch", "queries", "feature"),), weights=("batch", "queries", "keys"),
-        size_keys={"feature": ("dim",)}, defaults={"feature": 16},
+        (
+            Slot("query", "float", ("batch", "queries", "feature")),
+            Slot("value", "float", ("batch", "keys", "feature")),
+            Slot("value_mask", "mask", ("batch", "keys"), keyword=True),
+        ),
+        outputs=(("batch", "queries", "feature"),),
+        weights=("batch", "queries", "keys"),
+        size_keys={"feature": ("dim",)},
+        defaults={"feature": 16},
         description="query [B, Tq, F], value [B, T, F], value_mask [B, T] -> [B, Tq, F] (+ A [B, Tq, T])",
     ),
     Convention(
         "keras_mha",
-        (Slot("query", "float", ("batch", "queries", "query_feature")),
-         Slot("value", "float", ("batch", "keys", "value_feature")),
-         Slot("value_mask", "mask", ("batch", "keys"), keyword=True)),
-        outputs=(("batch", "queries", "*"),), weights=("batch", "*", "queries", "keys"),
+        (
+            Slot("query", "float", ("batch", "queries", "query_feature")),
+            Slot("value", "float", ("batch", "keys", "value_feature")),
+            Slot("value_mask", "mask", ("batch", "keys"), keyword=True),
+        ),
+        outputs=(("batch", "queries", "*"),),
+        weights=("batch", "*", "queries", "keys"),
         size_keys={"query_feature": ("query_size",), "value_feature": ("value_size", "key_size")},
         defaults={"query_feature": 16, "value_feature": 12},
         description="query [B, Tq, Fq], value [B, T, Fv], value_mask [B, T] -> [B, Tq, D] (+ A [B, h, Tq, T])",
     ),
     Convention(
-        "tokens_to_labels", _TOKENS, outputs=(("batch", "*"),), weights=("batch", "...", "keys"),
-        size_keys={"vocab": ("vocab_size", "num_tokens")}, defaults={"vocab": 50},
+        "tokens_to_labels",
+        _TOKENS,
+        outputs=(("batch", "*"),),
+        weights=("batch", "...", "keys"),
+        size_keys={"vocab": ("vocab_size", "num_tokens")},
+        defaults={"vocab": 50},
         description="tokens [B, T] (0 = padding), mask [B, T] -> logits [B, L] (+ A [B, ..., T])",
     ),
     Convention(
         "tokens_to_tokens",
-        (Slot("source", "tokens", ("batch", "keys"), vocab="source_vocab"),
-         Slot("target_in", "tokens", ("batch", "queries"), vocab="target_vocab"),
-         Slot("mask", "mask", ("batch", "keys"), keyword=True)),
-        outputs=(("batch", "queries", "target_vocab"),), weights=("batch", "queries", "keys"),
-        size_keys={"source_vocab": ("num_letters", "source_vocab_size", "vocab_size"),
-                   "target_vocab": ("num_phonemes", "target_vocab_size", "vocab_size")},
+        (
+            Slot("source", "tokens", ("batch", "keys"), vocab="source_vocab"),
+            Slot("target_in", "tokens", ("batch", "queries"), vocab="target_vocab"),
+            Slot("mask", "mask", ("batch", "keys"), keyword=True),
+        ),
+        outputs=(("batch", "queries", "target_vocab"),),
+        weights=("batch", "queries", "keys"),
+        size_keys={
+            "source_vocab": ("num_letters", "source_vocab_size", "vocab_size"),
+            "target_vocab": ("num_phonemes", "target_vocab_size", "vocab_size"),
+        },
         defaults={"source_vocab": 20, "target_vocab": 12},
         description="source [B, T], target_in [B, Tq], mask [B, T] -> logits [B, Tq, V] (+ A [B, Tq, T])",
     ),
     Convention(
         "image_to_labels",
-        (Slot("x", "float", ("batch", "channels", "height", "keys")), Slot("mask", "mask", ("batch", "keys"),
-                                                                              keyword=True)),
-        outputs=(("batch", "*"),), weights=("batch", "..."),
-        size_keys={"channels": ("in_chans", "in_channels", "channels")}, defaults={"channels": 3, "height": 32},
-        seq=64, description="x [B, C, H, W], mask [B, W] over frames -> logits [B, L] (+ weights)",
+        (
+            Slot("x", "float", ("batch", "channels", "height", "keys")),
+            Slot("mask", "mask", ("batch", "keys"), keyword=True),
+        ),
+        outputs=(("batch", "*"),),
+        weights=("batch", "..."),
+        size_keys={"channels": ("in_chans", "in_channels", "channels")},
+        defaults={"channels": 3, "height": 32},
+        seq=64,
+        description="x [B, C, H, W], mask [B, W] over frames -> logits [B, L] (+ weights)",
     ),
     Convention(
         "image_to_image",
         (Slot("x", "float", ("batch", "channels", "height", "keys")),),
-        outputs=(("batch", "channels", "height", "keys"),), attention="none",
-        size_keys={"channels": ("channels", "in_channels", "in_chans")}, defaults={"channels": 8, "height": 6},
+        outputs=(("batch", "channels", "height", "keys"),),
+        attention="none",
+        size_keys={"channels": ("channels", "in_channels", "in_chans")},
+        defaults={"channels": 8, "height": 6},
         description="x [B, C, H, W] -> [B, C, H, W]",
     ),
 ]
@@ -538,14 +627,20 @@ _BUILTIN = [
 
 # documents: ``keys`` is the sentence axis. A padded document has whole padded sentences at its end (the
 # padded sentence is all padded words), which exercises both levels of a hierarchical model's masks.
-_BUILTIN.append(Convention(
-    "documents_to_labels",
-    (Slot("tokens", "tokens", ("batch", "keys", "words"), vocab="vocab"),
-     Slot("mask", "mask", ("batch", "keys", "words"), keyword=True)),
-    outputs=(("batch", "*"),), weights=("batch", "..."),
-    size_keys={"vocab": ("vocab_size",)}, defaults={"vocab": 50, "words": 5},
-    description="tokens [B, S, W], mask [B, S, W] -> logits [B, L] (+ weights)",
-))
+_BUILTIN.append(
+    Convention(
+        "documents_to_labels",
+        (
+            Slot("tokens", "tokens", ("batch", "keys", "words"), vocab="vocab"),
+            Slot("mask", "mask", ("batch", "keys", "words"), keyword=True),
+        ),
+        outputs=(("batch", "*"),),
+        weights=("batch", "..."),
+        size_keys={"vocab": ("vocab_size",)},
+        defaults={"vocab": 50, "words": 5},
+        description="tokens [B, S, W], mask [B, S, W] -> logits [B, L] (+ weights)",
+    )
+)
 
 CONVENTIONS: dict[str, Convention] = {c.name: c for c in _BUILTIN}
 _plugin_conventions: dict[str, Convention] = {}
@@ -616,8 +711,9 @@ def _model_dtype_device(model: Any) -> tuple[torch.dtype | None, Any]:
     return None, None
 
 
-def sample_inputs(model: Any, convention: str | Convention, *, config: Mapping[str, Any] | None = None,
-                  **kwargs: Any) -> Sample:
+def sample_inputs(
+    model: Any, convention: str | Convention, *, config: Mapping[str, Any] | None = None, **kwargs: Any
+) -> Sample:
     """Inputs for ``model`` under its convention, in its dtype and on its device (see :meth:`Convention.sample`)."""
     conv = get_convention(convention) if isinstance(convention, str) else convention
     dtype, device = _model_dtype_device(model)

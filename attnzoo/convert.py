@@ -3,22 +3,20 @@
     attnzoo convert-checkpoint model_best.pth --from laat --model bilstm_laat -o laat.safetensors
     attnzoo.convert.convert_checkpoint("model.pth", "caml", "conv_caml", output="caml.safetensors")
 
-=================  ==========================================================  =================================
-``--from``         the reference (how it saves)                                 attnzoo models it converts into
-=================  ==========================================================  =================================
-``caml``           jamesmullenbach/caml-mimic: ``ConvAttnPool`` (``embed``,      ``conv_caml`` (whole), ``caml`` (head)
-                   ``conv``, ``U``, ``final``); ``torch.save(model.state_dict())``
-``laat``           aehrc/LAAT: ``RNN`` + ``AttentionLayer`` (``embedding.embeddings``, ``bilstm_laat``, ``laat``; with two
-                   ``rnn``, ``attention.{first,second,third}_linears.<level>``,  levels ``bilstm_joint_laat``,
-                   ``projection_linears``); ``Trainer.save_checkpoint``:         ``joint_laat``
-                   ``{'epoch', 'state_dict', 'optimiser', ...}``
-``plm-icd``        MiuLab/PLM-ICD: ``RobertaForMultilabelClassification``        ``laat`` (the head: the RoBERTa
-                   (``roberta.*``, ``first_linear``, ``second_linear``,          encoder stays with transformers;
-                   ``third_linear``); ``save_pretrained`` (.bin or .safetensors) ``split_size=`` for laat-split)
-``medical-coding`` JoakimEdin/medical-coding-reproducibility: ``LAAT``, ``CAML``,  ``bilstm_laat``, ``laat``, ``conv_caml``,
-                   ``PLMICD`` (``embed``, ``rnn`` / ``conv``, ``attention.*``);  ``caml``
-                   ``{'model', 'optimizer', ...}``
-=================  ==========================================================  =================================
+``--from`` names the reference (and how it saves); ``--model`` the attnzoo model it converts into:
+
+* ``caml``: jamesmullenbach/caml-mimic ``ConvAttnPool`` (``embed``, ``conv``, ``U``, ``final``), saved as
+  ``torch.save(model.state_dict())``; into ``conv_caml`` (whole) or ``caml`` (head).
+* ``laat``: aehrc/LAAT ``RNN`` + ``AttentionLayer`` (``embedding.embeddings``, ``rnn``,
+  ``attention.{first,second,third}_linears.<level>``, ``projection_linears``), saved by
+  ``Trainer.save_checkpoint`` as ``{'epoch', 'state_dict', 'optimiser', ...}``; into ``bilstm_laat`` or
+  ``laat``, and with two levels ``bilstm_joint_laat`` or ``joint_laat``.
+* ``plm-icd``: MiuLab/PLM-ICD ``RobertaForMultilabelClassification`` (``roberta.*``, ``first_linear``,
+  ``second_linear``, ``third_linear``), saved by ``save_pretrained`` (.bin or .safetensors); into ``laat``
+  (the head: the RoBERTa encoder stays with transformers; ``split_size=`` for laat-split).
+* ``medical-coding``: JoakimEdin/medical-coding-reproducibility ``LAAT``, ``CAML`` (``embed``, ``rnn`` /
+  ``conv``, ``attention.*``), saved as ``{'model', 'optimizer', ...}``; into ``bilstm_laat``, ``laat``,
+  ``conv_caml`` or ``caml``.
 
 Files are read with ``torch.load(weights_only=True)``, the restricted unpickler that builds tensors and
 plain containers only (never arbitrary objects), or with safetensors. Sizes are read off the tensors'
@@ -83,9 +81,11 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as e:
         reason = " ".join(str(e).split())[:300]
-        raise WeightsError(f"{path.name}: cannot read it with torch.load(weights_only=True) ({reason}); attnzoo "
-                           f"never runs a full unpickler on a file. Re-save it as a plain state dict, or as "
-                           f"safetensors, in the environment that made it") from None
+        raise WeightsError(
+            f"{path.name}: cannot read it with torch.load(weights_only=True) ({reason}); attnzoo "
+            f"never runs a full unpickler on a file. Re-save it as a plain state dict, or as "
+            f"safetensors, in the environment that made it"
+        ) from None
     return _unwrap(loaded, path)
 
 
@@ -100,11 +100,13 @@ def _unwrap(loaded: Any, path: Path) -> dict[str, Any]:
                 break
     if not isinstance(loaded, Mapping) or not loaded or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
         shown = sorted(loaded)[:10] if isinstance(loaded, Mapping) else type(loaded).__name__
-        raise WeightsError(f"{path.name}: expected a state dict (name -> tensor), or a checkpoint holding one under "
-                           f"'state_dict' or 'model'; found {shown}")
+        raise WeightsError(
+            f"{path.name}: expected a state dict (name -> tensor), or a checkpoint holding one under "
+            f"'state_dict' or 'model'; found {shown}"
+        )
     state = dict(loaded)
     if all(k.startswith("module.") for k in state):  # saved from DataParallel / DistributedDataParallel
-        state = {k[len("module."):]: v for k, v in state.items()}
+        state = {k[len("module.") :]: v for k, v in state.items()}
     return state
 
 
@@ -121,15 +123,19 @@ def _lstm(state: dict, prefix: str, out: dict, target_prefix: str) -> dict[str, 
         raise WeightsError(f"no recurrent layer found (expected {prefix}weight_hh_l0)")
     hidden = weight.shape[1]
     if weight.shape[0] != 4 * hidden:
-        raise WeightsError(f"{prefix}weight_hh_l0 has shape {list(weight.shape)}: a GRU, not an LSTM; attnzoo's "
-                           f"bilstm models hold an LSTM")
+        raise WeightsError(
+            f"{prefix}weight_hh_l0 has shape {list(weight.shape)}: a GRU, not an LSTM; attnzoo's "
+            f"bilstm models hold an LSTM"
+        )
     if f"{prefix}weight_hh_l1" in state:
-        raise WeightsError(f"{prefix} has more than one layer; attnzoo's label-attention classifiers hold a one-layer "
-                           f"BiLSTM (convert the head alone with --model laat)")
+        raise WeightsError(
+            f"{prefix} has more than one layer; attnzoo's label-attention classifiers hold a one-layer "
+            f"BiLSTM (convert the head alone with --model laat)"
+        )
     if f"{prefix}weight_hh_l0_reverse" not in state:
         raise WeightsError(f"{prefix} is not bidirectional; attnzoo's bilstm models are")
     for key in [k for k in state if k.startswith(prefix)]:
-        out[target_prefix + key[len(prefix):]] = state.pop(key)
+        out[target_prefix + key[len(prefix) :]] = state.pop(key)
     return {"hidden": hidden}
 
 
@@ -156,9 +162,15 @@ def _caml(state: dict, whole: bool, keys: Mapping[str, str]) -> Converted:
     _take(state, keys["U"], f"{prefix}U.weight", out)
     _take(state, keys["final"] + ".weight", f"{prefix}final.weight", out)
     _take(state, keys["final"] + ".bias", f"{prefix}final.bias", out)
-    _drop(state, re.escape(keys["U_bias"]), "the formula never uses U's bias (softmax(U H) with U.weight only)", dropped)
-    _drop(state, r"(desc_embedding|label_conv|label_fc1)\..*", "CAML's description regulariser, used in training only",
-          dropped)
+    _drop(
+        state, re.escape(keys["U_bias"]), "the formula never uses U's bias (softmax(U H) with U.weight only)", dropped
+    )
+    _drop(
+        state,
+        r"(desc_embedding|label_conv|label_fc1)\..*",
+        "CAML's description regulariser, used in training only",
+        dropped,
+    )
     if f"{prefix}final.weight" not in out:
         raise WeightsError(f"no CAML output layer found (expected {keys['final']}.weight)")
     config["num_labels"] = out[f"{prefix}final.weight"].shape[0]
@@ -180,8 +192,16 @@ def _laat_levels(state: dict, keys: Callable[[int], tuple[str, str, str]]) -> in
     return sum(1 for level in range(8) if keys(level)[0] in state)
 
 
-def _laat(state: dict, whole: bool, joint: bool, *, embed_key: str, rnn_prefix: str,
-          level_keys: Callable[[int], tuple[str, str, str]], projection: Callable[[int], str] | None) -> Converted:
+def _laat(
+    state: dict,
+    whole: bool,
+    joint: bool,
+    *,
+    embed_key: str,
+    rnn_prefix: str,
+    level_keys: Callable[[int], tuple[str, str, str]],
+    projection: Callable[[int], str] | None,
+) -> Converted:
     out: dict[str, Any] = {}
     dropped: dict[str, str] = {}
     config: dict[str, Any] = {}
@@ -191,7 +211,9 @@ def _laat(state: dict, whole: bool, joint: bool, *, embed_key: str, rnn_prefix: 
     if joint and levels != 2:
         raise WeightsError(f"JointLAAT has two label levels; this checkpoint has {levels}")
     if not joint and levels != 1:
-        raise WeightsError(f"this checkpoint has {levels} label levels: convert it into bilstm_joint_laat or joint_laat")
+        raise WeightsError(
+            f"this checkpoint has {levels} label levels: convert it into bilstm_joint_laat or joint_laat"
+        )
     prefix = "head." if whole else ""
     names = ("parent.", "child.") if joint else ("",)
     for level, name in enumerate(names):
@@ -212,15 +234,23 @@ def _laat(state: dict, whole: bool, joint: bool, *, embed_key: str, rnn_prefix: 
             config["projection_size"] = out[f"{prefix}projection.weight"].shape[0]
         _drop(state, re.escape(projection(levels - 1)), "the last level's projection feeds no further level", dropped)
     _drop(state, r"attention\.linear\.weight", "created by the reference's AttentionLayer, never used", dropped)
-    _drop(state, r"linears\.\d+\.(weight|bias)", "unused in label-attention mode (the attention's third linears "
-                                                 "give the logits)", dropped)
+    _drop(
+        state,
+        r"linears\.\d+\.(weight|bias)",
+        "unused in label-attention mode (the attention's third linears give the logits)",
+        dropped,
+    )
     if whole:
         config.update(_embedding(state, embed_key, out, "encoder.embedding.weight"))
         config.update(_lstm(state, rnn_prefix, out, "encoder.lstm."))
     else:
         config["hidden_size"] = first.shape[1]
-        _drop(state, rf"({re.escape(embed_key)}|{re.escape(rnn_prefix)}.*)", "the encoder: convert into "
-              f"bilstm_{'joint_' if joint else ''}laat to keep it", dropped)
+        _drop(
+            state,
+            rf"({re.escape(embed_key)}|{re.escape(rnn_prefix)}.*)",
+            f"the encoder: convert into bilstm_{'joint_' if joint else ''}laat to keep it",
+            dropped,
+        )
     return Converted(out, config, dropped)
 
 
@@ -234,10 +264,17 @@ def _plm_icd_head(state: dict, keys: tuple[str, str, str], encoder: str) -> Conv
     _take(state, third + ".bias", "third_linear.bias", out)
     if "first_linear.weight" not in out:
         raise WeightsError(f"no PLM-ICD head found (expected {first})")
-    _drop(state, rf"{re.escape(encoder)}\..*", "the RoBERTa encoder: it stays with transformers, whose hidden states "
-                                              "the converted laat head takes", dropped)
-    config = {"num_labels": out["second_linear.weight"].shape[0], "hidden_size": out["first_linear.weight"].shape[1],
-              "attention_size": out["first_linear.weight"].shape[0]}
+    _drop(
+        state,
+        rf"{re.escape(encoder)}\..*",
+        "the RoBERTa encoder: it stays with transformers, whose hidden states the converted laat head takes",
+        dropped,
+    )
+    config = {
+        "num_labels": out["second_linear.weight"].shape[0],
+        "hidden_size": out["first_linear.weight"].shape[1],
+        "attention_size": out["first_linear.weight"].shape[0],
+    }
     return Converted(out, config, dropped)
 
 
@@ -247,32 +284,66 @@ def _map(source: str, target: str, state: dict) -> Converted:
     if source == "caml":
         return _caml(state, whole, {"embed": "embed.weight", "U": "U.weight", "U_bias": "U.bias", "final": "final"})
     if source == "laat":
-        return _laat(state, whole, joint, embed_key="embedding.embeddings.weight", rnn_prefix="rnn.",
-                     level_keys=lambda i: (f"attention.first_linears.{i}.weight", f"attention.second_linears.{i}.weight",
-                                           f"attention.third_linears.{i}"),
-                     projection=lambda i: f"projection_linears.{i}.weight")
+        return _laat(
+            state,
+            whole,
+            joint,
+            embed_key="embedding.embeddings.weight",
+            rnn_prefix="rnn.",
+            level_keys=lambda i: (
+                f"attention.first_linears.{i}.weight",
+                f"attention.second_linears.{i}.weight",
+                f"attention.third_linears.{i}",
+            ),
+            projection=lambda i: f"projection_linears.{i}.weight",
+        )
     if source == "plm-icd":
         return _plm_icd_head(state, ("first_linear.weight", "second_linear.weight", "third_linear"), "roberta")
     # medical-coding: its models share attention.first_linear / second_linear / third_linear names
     if any(k.startswith("roberta.") for k in state):
         if target != "laat":
-            raise WeightsError("this is a PLM-ICD checkpoint of medical-coding-reproducibility: convert its head "
-                               "with --model laat")
-        return _plm_icd_head(state, ("attention.first_linear.weight", "attention.second_linear.weight",
-                                     "attention.third_linear"), "roberta")
+            raise WeightsError(
+                "this is a PLM-ICD checkpoint of medical-coding-reproducibility: convert its head with --model laat"
+            )
+        return _plm_icd_head(
+            state,
+            ("attention.first_linear.weight", "attention.second_linear.weight", "attention.third_linear"),
+            "roberta",
+        )
     if "conv.weight" in state:
         if target not in ("conv_caml", "caml"):
-            raise WeightsError(f"this is a CAML checkpoint of medical-coding-reproducibility: convert it with "
-                               f"--model conv_caml or caml, not {target}")
-        return _caml(state, whole, {"embed": "embed.weight", "U": "attention.first_linear.weight",
-                                    "U_bias": "attention.first_linear.bias", "final": "attention.second_linear"})
+            raise WeightsError(
+                f"this is a CAML checkpoint of medical-coding-reproducibility: convert it with "
+                f"--model conv_caml or caml, not {target}"
+            )
+        return _caml(
+            state,
+            whole,
+            {
+                "embed": "embed.weight",
+                "U": "attention.first_linear.weight",
+                "U_bias": "attention.first_linear.bias",
+                "final": "attention.second_linear",
+            },
+        )
     if target not in ("bilstm_laat", "laat"):
-        raise WeightsError(f"this is a LAAT checkpoint of medical-coding-reproducibility: convert it with --model "
-                           f"bilstm_laat or laat, not {target}")
-    return _laat(state, whole, False, embed_key="embed.weight", rnn_prefix="rnn.",
-                 level_keys=lambda i: (("attention.first_linear.weight", "attention.second_linear.weight",
-                                        "attention.third_linear") if i == 0 else ("-", "-", "-")),
-                 projection=None)
+        raise WeightsError(
+            f"this is a LAAT checkpoint of medical-coding-reproducibility: convert it with --model "
+            f"bilstm_laat or laat, not {target}"
+        )
+    return _laat(
+        state,
+        whole,
+        False,
+        embed_key="embed.weight",
+        rnn_prefix="rnn.",
+        level_keys=lambda i: (
+            ("attention.first_linear.weight", "attention.second_linear.weight", "attention.third_linear")
+            if i == 0
+            else ("-", "-", "-")
+        ),
+        projection=None,
+    )
 
 
 def _listing(tensors: Mapping[str, Any], limit: int = 12) -> str:
@@ -309,31 +380,50 @@ def convert_checkpoint(
     original = dict(state)
     converted = _map(source, model, state)
     if state:
-        raise WeightsError(f"{Path(path).name}: keys the {source} layout does not explain, so nothing was converted: "
-                           f"{_listing(state)}; file: {_listing(original)}")
+        raise WeightsError(
+            f"{Path(path).name}: keys the {source} layout does not explain, so nothing was converted: "
+            f"{_listing(state)}; file: {_listing(original)}"
+        )
     merged = {**converted.config, **dict(config or {})}
     module = attnzoo.create(model, config=merged).eval()
     expected = module.state_dict()
     missing = sorted(set(expected) - set(converted.tensors))
     unexpected = sorted(set(converted.tensors) - set(expected))
-    misshapen = [k for k in expected if k in converted.tensors
-                 and tuple(expected[k].shape) != tuple(converted.tensors[k].shape)]
+    misshapen = [
+        k for k in expected if k in converted.tensors and tuple(expected[k].shape) != tuple(converted.tensors[k].shape)
+    ]
     if missing or unexpected or misshapen:
         raise WeightsError(
             f"{Path(path).name} does not fit {model} with {merged}: "
-            + "; ".join(p for p in (f"missing {missing[:6]}" if missing else "",
-                                    f"not in the model {unexpected[:6]}" if unexpected else "",
-                                    "shapes " + ", ".join(f"{k} file {list(converted.tensors[k].shape)} vs model "
-                                                          f"{list(expected[k].shape)}" for k in misshapen[:6])
-                                    if misshapen else "") if p)
-            + f". The file (as converted): {_listing(converted.tensors)}; the model: {_listing(expected)}")
+            + "; ".join(
+                p
+                for p in (
+                    f"missing {missing[:6]}" if missing else "",
+                    f"not in the model {unexpected[:6]}" if unexpected else "",
+                    "shapes "
+                    + ", ".join(
+                        f"{k} file {list(converted.tensors[k].shape)} vs model {list(expected[k].shape)}"
+                        for k in misshapen[:6]
+                    )
+                    if misshapen
+                    else "",
+                )
+                if p
+            )
+            + f". The file (as converted): {_listing(converted.tensors)}; the model: {_listing(expected)}"
+        )
     module.load_state_dict({k: v.to(expected[k].dtype) for k, v in converted.tensors.items()})
     converted.config = merged
     if output is not None:
         info = module.attnzoo_config
         digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        provenance = {"reference": SOURCES[source], "format": source, "file": Path(path).name, "sha256": digest,
-                      "dropped": sorted(converted.dropped)}
+        provenance = {
+            "reference": SOURCES[source],
+            "format": source,
+            "file": Path(path).name,
+            "sha256": digest,
+            "dropped": sorted(converted.dropped),
+        }
         metadata = encode_metadata(info["name"], info["factory"], info["config"], {"source": provenance})
         write_weights(module.state_dict(), output, metadata=metadata, overwrite=overwrite)
     return module, converted

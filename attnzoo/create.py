@@ -21,14 +21,29 @@ from .errors import ConfigError, UnknownModelError, WeightsError
 from .registry import REGISTRY, call_first, natural_key
 from .spec import ModelSpec, WeightsSpec, thaw
 
-__all__ = ["create", "load", "resolve_factory", "parse_dtype", "resolve_device", "weights_path", "hub_folder",
-           "HUB_PREFIX"]
+__all__ = [
+    "create",
+    "load",
+    "resolve_factory",
+    "parse_dtype",
+    "resolve_device",
+    "weights_path",
+    "hub_folder",
+    "HUB_PREFIX",
+]
 
 _DTYPES = {
-    "float32": "float32", "fp32": "float32", "float": "float32",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "float64": "float64", "fp64": "float64", "double": "float64",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "float64": "float64",
+    "fp64": "float64",
+    "double": "float64",
 }
 
 
@@ -61,8 +76,10 @@ def parse_dtype(dtype: Any) -> Any:
         return None
     if isinstance(dtype, torch.dtype):
         if not dtype.is_floating_point:
-            raise ConfigError(f"dtype must be a floating type (float32, bfloat16, float16, float64), got {dtype}; "
-                              f"attnzoo's layers compute in floating point")
+            raise ConfigError(
+                f"dtype must be a floating type (float32, bfloat16, float16, float64), got {dtype}; "
+                f"attnzoo's layers compute in floating point"
+            )
         return dtype
     if isinstance(dtype, str) and dtype.lower().removeprefix("torch.") in _DTYPES:
         return getattr(torch, _DTYPES[dtype.lower().removeprefix("torch.")])
@@ -107,8 +124,10 @@ def _place(model: Any, device: Any, dtype: Any) -> Any:
     try:
         placed = call_first("attnzoo_place_model", model=model, device=device, dtype=dtype)
     except (RuntimeError, AssertionError) as e:  # torch's own refusal: no such device on this machine
-        raise ConfigError(f"cannot place the model on {str(device)!r}: {e}; this machine has "
-                          f"{_available_devices()} (or use device='auto')") from None
+        raise ConfigError(
+            f"cannot place the model on {str(device)!r}: {e}; this machine has "
+            f"{_available_devices()} (or use device='auto')"
+        ) from None
     if placed is None:
         raise ConfigError(
             f"no plugin places a model on device {device!r}; use cpu, cuda[:N], mps, meta or auto, or install "
@@ -180,12 +199,15 @@ def _check_memory(model: Any, name: str, kwargs: Mapping[str, Any], dtype: Any) 
     available = _available_bytes()
     if available is not None and need > available:
         sizes = ", ".join(f"{k}={v}" for k, v in kwargs.items() if isinstance(v, int) and not isinstance(v, bool))
-        raise ConfigError(f"{name} with {sizes} needs {_gib(need)} for its parameters, more than the "
-                          f"{_gib(available)} this machine has available; choose smaller sizes")
+        raise ConfigError(
+            f"{name} with {sizes} needs {_gib(need)} for its parameters, more than the "
+            f"{_gib(available)} this machine has available; choose smaller sizes"
+        )
 
 
-def _build(factory: Callable[..., Any], kwargs: Mapping[str, Any], *, on_meta: bool, name: str,
-           dtype: Any = None) -> Any:
+def _build(
+    factory: Callable[..., Any], kwargs: Mapping[str, Any], *, on_meta: bool, name: str, dtype: Any = None
+) -> Any:
     import torch
 
     try:
@@ -225,7 +247,8 @@ def _load_state(
     missing = sorted(set(expected) - set(tensors), key=natural_key)
     unexpected = sorted(set(tensors) - set(expected), key=natural_key)
     misshapen = [
-        k for k in expected
+        k
+        for k in expected
         if k in tensors and not is_lazy(expected[k]) and tuple(expected[k].shape) != tuple(tensors[k].shape)
     ]
     problems = []
@@ -305,8 +328,14 @@ def create(
     if isinstance(name, str) and name.startswith(HUB_PREFIX):
         if pretrained or weights is not None:
             raise ConfigError(f"{name}: a Hub folder brings its own weights; drop pretrained= and weights=")
-        return _load_folder(hub_folder(name[len(HUB_PREFIX):]), device=device, dtype=dtype, sha256=None,
-                            config=config, overrides=overrides)
+        return _load_folder(
+            hub_folder(name[len(HUB_PREFIX) :]),
+            device=device,
+            dtype=dtype,
+            sha256=None,
+            config=config,
+            overrides=overrides,
+        )
     spec, tag = REGISTRY.resolve(name)
     wspec = _select_weights(spec, tag, pretrained)
     loaded = None
@@ -318,8 +347,9 @@ def create(
         path = resolve_weights(spec, wspec)
         tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
         loaded = (tensors, weights_io.decode_metadata(meta, where=path), path)
-    return _assemble(spec, tag, wspec, loaded, config=config, device=device, dtype=dtype,
-                     reset_head=reset_head, overrides=overrides)
+    return _assemble(
+        spec, tag, wspec, loaded, config=config, device=device, dtype=dtype, reset_head=reset_head, overrides=overrides
+    )
 
 
 def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, overrides) -> Any:
@@ -354,17 +384,26 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
         if torch_dtype is None:  # weights may be stored in float16; the model is float32 unless asked
             default = torch.get_default_dtype()
             tensors = {k: v.to(default) if v.is_floating_point() else v for k, v in tensors.items()}
-        reset = _load_state(model, tensors, source=source, assign=not reset_head, reset_head=reset_head,
-                            changed=changed)
+        assert source is not None  # tensors come with the file they were read from
+        reset = _load_state(
+            model, tensors, source=source, assign=not reset_head, reset_head=reset_head, changed=changed
+        )
         if reset:
-            warnings.warn(f"{spec.name}: re-initialised {', '.join(reset)} (their shapes differ from {source.name})",
-                          stacklevel=3)
+            warnings.warn(
+                f"{spec.name}: re-initialised {', '.join(reset)} (their shapes differ from {source.name})", stacklevel=3
+            )
 
     metadata = dict(file_meta["extra"]) if file_meta else {}
     if wspec is not None:
         metadata.setdefault("tag", wspec.tag)
-        metadata.setdefault("provenance", {k: v for k, v in wspec.to_dict().items()
-                                           if k in ("metrics", "dataset", "data", "license", "recipe") and v})
+        metadata.setdefault(
+            "provenance",
+            {
+                k: v
+                for k, v in wspec.to_dict().items()
+                if k in ("metrics", "dataset", "data", "license", "recipe") and v
+            },
+        )
     try:  # what save() needs to rebuild it; a factory may return an object that takes no attributes
         model.attnzoo_config = {"name": REGISTRY.display_name(spec), "factory": spec.factory_name, "config": merged}
         model.attnzoo_metadata = metadata
@@ -381,8 +420,7 @@ def load(directory_or_file: str | Path, *, device: Any = None, dtype: Any = None
     The name in the file's metadata picks the registered spec. The file's sha256 is checked against its
     folder's ``config.yaml``, a ``FILE.sha256`` next to it, or ``sha256=``.
     """
-    return _load_folder(Path(directory_or_file), device=device, dtype=dtype, sha256=sha256, config=None,
-                        overrides={})
+    return _load_folder(Path(directory_or_file), device=device, dtype=dtype, sha256=sha256, config=None, overrides={})
 
 
 def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, config: Any, overrides: dict) -> Any:
@@ -390,8 +428,17 @@ def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, con
     if not info["name"] or info["config"] is None:
         raise WeightsError(f"{path}: no attnzoo metadata (name, config); load it with create(NAME, weights=...)")
     spec, tag = REGISTRY.resolve(info["name"])
-    return _assemble(spec, tag, None, (tensors, info, path), config=config, device=device, dtype=dtype,
-                     reset_head=False, overrides=overrides)
+    return _assemble(
+        spec,
+        tag,
+        None,
+        (tensors, info, path),
+        config=config,
+        device=device,
+        dtype=dtype,
+        reset_head=False,
+        overrides=overrides,
+    )
 
 
 HUB_PREFIX = "hf-hub:"
@@ -418,13 +465,17 @@ def hub_folder(repo: str) -> Path:
                 text = response.read(1 << 20).decode("utf-8")
         except OSError as e:
             if not config.is_file():
-                raise WeightsError(f"{HUB_PREFIX}{repo}: cannot fetch {weights_io.CONFIG_FILE} from {url} ({e})") from None
+                raise WeightsError(
+                    f"{HUB_PREFIX}{repo}: cannot fetch {weights_io.CONFIG_FILE} from {url} ({e})"
+                ) from None
         else:
             folder.mkdir(parents=True, exist_ok=True)
             weights_io._atomic_write(config, lambda t: Path(t).write_text(text, encoding="utf-8"))
     if not config.is_file():
-        raise WeightsError(f"{HUB_PREFIX}{repo} is not in the cache ({folder}) and attnzoo is offline; run "
-                           f"`attnzoo download {HUB_PREFIX}{repo}` where there is a network")
+        raise WeightsError(
+            f"{HUB_PREFIX}{repo} is not in the cache ({folder}) and attnzoo is offline; run "
+            f"`attnzoo download {HUB_PREFIX}{repo}` where there is a network"
+        )
     record = weights_io.read_folder(folder)
     wspec = WeightsSpec(tag="hub", hf_hub=repo, filename=weights_io.WEIGHTS_FILE, sha256=str(record["sha256"]))
     cached = fetch(wspec, name=f"{HUB_PREFIX}{repo}")

@@ -69,8 +69,11 @@ def _convention_of(model: Any):
 
 
 def _parameter_names(model: Any) -> list[str]:
-    return [n for n, p in inspect.signature(model.forward).parameters.items()
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [
+        n
+        for n, p in inspect.signature(model.forward).parameters.items()
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
 
 
 def _fixed_axes(model: Any) -> tuple[str, ...]:
@@ -109,8 +112,15 @@ def _check_sample(model: Any, convention, sample):
     queries = sample.sizes["queries"] + (0 if "queries" in fixed else 1)
     lengths = [seq] * batch
     lengths[-1] = max(1, seq // 2)
-    new = convention.sample(sample.sizes, batch=batch, seq=seq, queries=queries,
-                            lengths=lengths, dtype=_float_dtype(sample), sizes=sample.sizes)
+    new = convention.sample(
+        sample.sizes,
+        batch=batch,
+        seq=seq,
+        queries=queries,
+        lengths=lengths,
+        dtype=_float_dtype(sample),
+        sizes=sample.sizes,
+    )
     return convention.cast(new, device=next(iter(sample.tensors.values())).device)
 
 
@@ -134,7 +144,9 @@ def _diff(got: list, want: list) -> float:
     worst = 0.0
     for g, w in zip(got, want, strict=True):
         if tuple(g.shape) != tuple(w.shape):
-            raise ExportError(f"the exported graph returns shape {list(g.shape)} where the model returns {list(w.shape)}")
+            raise ExportError(
+                f"the exported graph returns shape {list(g.shape)} where the model returns {list(w.shape)}"
+            )
         if w.numel():
             worst = max(worst, float((g.double() - w.double()).abs().max()))
     return worst
@@ -231,8 +243,9 @@ def export(
             try:
                 program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
             except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
-                raise ExportError(f"torch.export could not trace the model: {type(e).__name__}: "
-                                  f"{' '.join(str(e).split())[:400]}") from None
+                raise ExportError(
+                    f"torch.export could not trace the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
+                ) from None
             torch.export.save(program, tmp)
             got = _run_pt2(Path(tmp), *check)
         else:
@@ -244,24 +257,32 @@ def export(
             try:
                 with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                     warnings.filterwarnings("ignore", message=".*axis name.*")  # the exporter's naming notes
-                    program = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True,
-                                                dynamic_shapes=dynamic_shapes, verbose=False)
+                    program = torch.onnx.export(
+                        model, args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False
+                    )
             except Exception as e:  # noqa: BLE001
-                raise ExportError(f"the ONNX exporter could not convert the model: {type(e).__name__}: "
-                                  f"{' '.join(str(e).split())[:400]}") from None
+                raise ExportError(
+                    f"the ONNX exporter could not convert the model: {type(e).__name__}: "
+                    f"{' '.join(str(e).split())[:400]}"
+                ) from None
             program.save(tmp)
             got = _run_onnx(Path(tmp), model, *check)
         worst = _diff(got, _eager(model, *check))
         if not worst <= tolerance:
-            raise ExportError(f"the exported {path.suffix} file differs from the model by {worst:.3g} on new shapes "
-                              f"(tolerance {tolerance:g}); nothing was written")
+            raise ExportError(
+                f"the exported {path.suffix} file differs from the model by {worst:.3g} on new shapes "
+                f"(tolerance {tolerance:g}); nothing was written"
+            )
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     names = _parameter_names(model)
-    shapes = {names[i] if i < len(names) else f"arg{i}": list(a.shape) for i, a in enumerate(check[0])
-              if isinstance(a, torch.Tensor)}
+    shapes = {
+        names[i] if i < len(names) else f"arg{i}": list(a.shape)
+        for i, a in enumerate(check[0])
+        if isinstance(a, torch.Tensor)
+    }
     shapes.update({k: list(v.shape) for k, v in check[1].items() if isinstance(v, torch.Tensor)})
     fixed = tuple({"keys": "seq", "queries": "queries"}[a] for a in _fixed_axes(model)) if dynamic else ()
     return ExportResult(path, path.suffix[1:], worst, shapes, fixed)

@@ -1,5 +1,7 @@
 """The hooks a plugin may implement (pluggy project "attnzoo"; entry-point group "attnzoo")."""
 
+from typing import Any
+
 import pluggy
 
 hookspec = pluggy.HookspecMarker("attnzoo")
@@ -7,21 +9,21 @@ hookimpl = pluggy.HookimplMarker("attnzoo")
 
 
 @hookspec
-def attnzoo_register_models(register):
+def attnzoo_register_models(register: Any) -> None:
     """Add models by calling ``register(name, factory, *, config=..., summary=..., weights=...)``."""
 
 
 @hookspec(firstresult=True)
-def attnzoo_resolve_device(device):
+def attnzoo_resolve_device(device: Any) -> Any:
     """Turn a device string such as ``"auto"`` into a ``torch.device`` (or a string you place), or return None."""
 
 
 @hookspec(firstresult=True)
-def attnzoo_place_model(model, device, dtype):
+def attnzoo_place_model(model: Any, device: Any, dtype: Any) -> Any:
     """Move ``model`` to ``device`` / ``dtype`` and return it, or return None to leave it to the next plugin."""
 
 
 @hookspec
-def attnzoo_register_conventions(register):
+def attnzoo_register_conventions(register: Any) -> None:
     """Add calling conventions for the conformance kit: ``register(name, convention)`` with a ``Convention``
     or a ``"module:attr"`` string naming one (see ``attnzoo.conventions``)."""

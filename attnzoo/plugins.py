@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -66,7 +66,11 @@ def _name_set(name: str) -> frozenset[str]:
     return frozenset(p.strip().lower() for p in os.environ.get(name, "").split(",") if p.strip())
 
 
-def current_state() -> tuple:
+# the plugin switches: disabled, allow list, block list, strict
+State = tuple[bool, frozenset[str], frozenset[str], bool]
+
+
+def current_state() -> State:
     """The switches as they are now; the registry refills itself when they change."""
     return (_flag(ENV_DISABLE), _name_set(ENV_ALLOW), _name_set(ENV_BLOCK), _flag(ENV_STRICT))
 
@@ -79,12 +83,12 @@ class BuiltinPlugin:
     """attnzoo's own cards and device handling, registered through the same hooks as a third party."""
 
     @hookimpl
-    def attnzoo_register_models(self, register):
+    def attnzoo_register_models(self, register: Callable[..., Any]) -> None:
         for card in sorted(resources.cards_dir().glob("*.yaml")):
             register(card.stem, config=str(card))
 
     @hookimpl(trylast=True)
-    def attnzoo_resolve_device(self, device):
+    def attnzoo_resolve_device(self, device: Any) -> Any:
         if device != "auto":
             return None
         import torch
@@ -96,7 +100,7 @@ class BuiltinPlugin:
         return torch.device("cpu")
 
     @hookimpl(trylast=True)
-    def attnzoo_place_model(self, model, device, dtype):
+    def attnzoo_place_model(self, model: Any, device: Any, dtype: Any) -> Any:
         import torch
 
         if device is not None and not isinstance(device, torch.device):
@@ -110,7 +114,7 @@ def _version() -> str:
     return __version__
 
 
-def _entry_points() -> list:
+def _entry_points() -> list[Any]:
     from importlib.metadata import entry_points
 
     return sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
@@ -123,7 +127,7 @@ class PluginHost:
     table; after that only the failure bookkeeping of hook calls changes, under the host's own lock.
     """
 
-    def __init__(self, state: tuple) -> None:
+    def __init__(self, state: State) -> None:
         self.state = state
         self.manager = pluggy.PluginManager(ENTRY_POINT_GROUP)
         self.manager.add_hookspecs(hookspecs)
@@ -137,8 +141,10 @@ class PluginHost:
     def load(self) -> None:
         """Register the built-in plugin, then every entry point the switches allow, each isolated."""
         self.manager.register(BuiltinPlugin(), name=BUILTIN_PROVIDER)
-        self._add_info(BUILTIN_PROVIDER, PluginInfo(BUILTIN_PROVIDER, "attnzoo", _version(), "loaded",
-                                                    entry_point="attnzoo.plugins:BuiltinPlugin"))
+        self._add_info(
+            BUILTIN_PROVIDER,
+            PluginInfo(BUILTIN_PROVIDER, "attnzoo", _version(), "loaded", entry_point="attnzoo.plugins:BuiltinPlugin"),
+        )
         disabled, allow, block, _ = self.state
         if disabled:
             return
@@ -170,7 +176,7 @@ class PluginHost:
         self.infos[key] = info
         self.order.append(key)
 
-    def register_models(self, run: Callable[[str, Callable[..., Any], list[str]], list[str]]) -> None:
+    def register_models(self, run: Callable[[str, Callable[..., Any], Sequence[str]], list[str]]) -> None:
         """Call every loaded plugin's ``attnzoo_register_models``, one at a time, through ``run(name,
         hook, argnames)``, which calls the hook with the right ``register`` and returns the qualified
         names it registered (or raises what the hook raised, having taken those names back)."""
@@ -201,7 +207,7 @@ class PluginHost:
         what = "failed" if failed else "skipped"
         warnings.warn(f"attnzoo: plugin {info.name!r} ({info.distribution}) {what}: {message}", stacklevel=3)
 
-    def _implementations(self, hook_name: str) -> list:
+    def _implementations(self, hook_name: str) -> list[Any]:
         caller = getattr(self.manager.hook, hook_name)
         impls = []
         for impl in reversed(caller.get_hookimpls()):  # pluggy's own call order
@@ -210,7 +216,7 @@ class PluginHost:
             impls.append(impl)
         return impls
 
-    def _call(self, impl, hook_name: str, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+    def _call(self, impl: Any, hook_name: str, kwargs: dict[str, Any]) -> tuple[bool, Any]:
         try:
             return True, impl.function(*[kwargs[arg] for arg in impl.argnames])
         except Exception as e:  # noqa: BLE001

@@ -23,7 +23,7 @@ import fnmatch
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,12 +31,20 @@ from typing import Any
 from . import plugins, resources
 from .cards import read_card, spec_from_card
 from .errors import ConfigError, PluginError, UnknownModelError, close_matches
-from .plugins import PluginHost, PluginInfo
+from .plugins import PluginHost, PluginInfo, State
 from .spec import BUILTIN_PROVIDER, LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
 
 __all__ = [
-    "register", "list_models", "model_info", "resolve", "list_plugins", "call_first", "call_all", "REGISTRY",
-    "Registration", "natural_key",
+    "register",
+    "list_models",
+    "model_info",
+    "resolve",
+    "list_plugins",
+    "call_first",
+    "call_all",
+    "REGISTRY",
+    "Registration",
+    "natural_key",
 ]
 
 
@@ -44,7 +52,7 @@ class AttnzooWarning(UserWarning):
     """Something worth knowing that did not stop attnzoo: a name collision, a skipped card."""
 
 
-def natural_key(text: str) -> list:
+def natural_key(text: str) -> list[int | str]:
     """Sort key that orders ``m2`` before ``m10``."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
@@ -131,7 +139,7 @@ class Snapshot:
 
     table: _Table
     host: PluginHost
-    state: tuple
+    state: State
     version: int
 
 
@@ -159,12 +167,12 @@ class Registry:
     def ensure(self) -> None:
         self.snapshot()
 
-    def _build(self, state: tuple) -> Snapshot:
+    def _build(self, state: State) -> Snapshot:
         host = PluginHost(state)
         host.load()
         table = _Table()
 
-        def run(provider: str, hook: Callable[..., Any], argnames: list[str]) -> list[str]:
+        def run(provider: str, hook: Callable[..., Any], argnames: Sequence[str]) -> list[str]:
             context = Registration(provider=provider, table=table, strict=state[3])
             token = _current.set(context)
             try:
@@ -187,8 +195,11 @@ class Registry:
             try:
                 table.add(spec, override=override, context=None)
             except ConfigError as e:  # a plugin switched on since took the name: the plugin keeps it
-                warnings.warn(f"attnzoo: your register({spec.name!r}) lost its name after a reload: {e}",
-                              AttnzooWarning, stacklevel=2)
+                warnings.warn(
+                    f"attnzoo: your register({spec.name!r}) lost its name after a reload: {e}",
+                    AttnzooWarning,
+                    stacklevel=2,
+                )
                 table.specs[spec.qualified_name] = spec
         self._version += 1
         return Snapshot(table, host, state, self._version)
@@ -268,7 +279,7 @@ class Registry:
 
     def names(self, *, pretrained: bool, provider: str | None) -> list[str]:
         table = self.snapshot().table
-        out = []
+        out: list[str] = []
         for spec in table.specs.values():
             if provider is not None and spec.provider != provider:
                 continue
@@ -374,8 +385,16 @@ def _build_spec(
         # a card's weights live next to it, except for the built-in cards (weights/ at the top level)
         in_builtin = card_path.resolve().parent == resources.cards_dir().resolve()
         weights_dir = resources.weights_dir() if in_builtin else card_path.resolve().parent
-        defaults = {"name": name, "factory": factory, "summary": summary, "kind": kind, "reference": reference,
-                    "convention": convention, "example": example, "exempt": exempt}
+        defaults = {
+            "name": name,
+            "factory": factory,
+            "summary": summary,
+            "kind": kind,
+            "reference": reference,
+            "convention": convention,
+            "example": example,
+            "exempt": exempt,
+        }
         return spec_from_card(
             card,
             source=str(card_path),
@@ -434,9 +453,18 @@ def register(
     provider = context.provider if context is not None else LOCAL_PROVIDER
     try:
         spec = _build_spec(
-            name, factory, config=config, summary=summary, kind=kind, weights=weights,
-            reference=reference, default_tag=default_tag, provider=provider,
-            convention=convention, example=example, exempt=exempt,
+            name,
+            factory,
+            config=config,
+            summary=summary,
+            kind=kind,
+            weights=weights,
+            reference=reference,
+            default_tag=default_tag,
+            provider=provider,
+            convention=convention,
+            example=example,
+            exempt=exempt,
         )
         if context is None:
             REGISTRY.add_local(spec, override=override)

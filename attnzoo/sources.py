@@ -37,8 +37,17 @@ from typing import Any
 
 from .errors import ConfigError, WeightsError
 
-__all__ = ["cache_home", "cache_root", "cached_path", "fetch", "is_offline", "resolve_weights", "cache_entries",
-           "clear_cache", "hub_url"]
+__all__ = [
+    "cache_home",
+    "cache_root",
+    "cached_path",
+    "fetch",
+    "is_offline",
+    "resolve_weights",
+    "cache_entries",
+    "clear_cache",
+    "hub_url",
+]
 
 ENV_HOME = "ATTNZOO_HOME"
 ENV_OFFLINE = "ATTNZOO_OFFLINE"
@@ -61,7 +70,9 @@ def cache_root() -> Path:
 
 
 def is_offline() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in (ENV_OFFLINE, "HF_HUB_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on") for v in (ENV_OFFLINE, "HF_HUB_OFFLINE")
+    )
 
 
 def _basename(wspec: Any) -> str:
@@ -73,7 +84,7 @@ def _basename(wspec: Any) -> str:
 
 def cached_path(wspec: Any) -> Path:
     """Where a remote tag's file lives in the cache (it may not be there yet)."""
-    return cache_root() / wspec.sha256 / _basename(wspec)
+    return cache_root() / str(wspec.sha256) / _basename(wspec)
 
 
 def hub_url(repo: str, filename: str) -> tuple[str, dict[str, str]]:
@@ -81,11 +92,14 @@ def hub_url(repo: str, filename: str) -> tuple[str, dict[str, str]]:
     try:
         import huggingface_hub
     except ImportError:
-        raise ConfigError("weights from the Hugging Face Hub need huggingface_hub: pip install 'attnzoo[hub]'") from None
+        raise ConfigError(
+            "weights from the Hugging Face Hub need huggingface_hub: pip install 'attnzoo[hub]'"
+        ) from None
     repo_id, _, revision = repo.partition("@")
     # HF_ENDPOINT (a mirror) is read now, not when huggingface_hub was imported
-    url = huggingface_hub.hf_hub_url(repo_id, filename, revision=revision or None,
-                                     endpoint=os.environ.get("HF_ENDPOINT") or None)
+    url = huggingface_hub.hf_hub_url(
+        repo_id, filename, revision=revision or None, endpoint=os.environ.get("HF_ENDPOINT") or None
+    )
     try:
         headers = huggingface_hub.utils.build_hf_headers()
     except Exception:  # noqa: BLE001 - no token configured is fine for public files
@@ -99,7 +113,7 @@ def _source_url(wspec: Any) -> tuple[str, dict[str, str]]:
     return hub_url(wspec.hf_hub, wspec.filename or "model.safetensors")
 
 
-def _progress(total: int | None, start: int, label: str):
+def _progress(total: int | None, start: int, label: str) -> Any:
     """A tqdm bar on a terminal; nothing otherwise (logs and CI stay clean)."""
     if not sys.stderr.isatty():
         return contextlib.nullcontext(None)
@@ -127,8 +141,10 @@ def _file_lock(path: Path, timeout: float) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise WeightsError(f"{path.parent}: another process has been downloading this file for over "
-                                       f"{timeout:.0f} s; try again later") from None
+                    raise WeightsError(
+                        f"{path.parent}: another process has been downloading this file for over "
+                        f"{timeout:.0f} s; try again later"
+                    ) from None
                 time.sleep(0.1)
         try:
             yield
@@ -178,9 +194,11 @@ def _download(url: str, headers: dict[str, str], part: Path, label: str) -> None
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
             error = e
         if attempt == retries:
-            raise WeightsError(f"cannot download {url} after {retries + 1} attempts: {error}; "
-                               f"{part.stat().st_size if part.exists() else 0} bytes are kept in {part} and the "
-                               f"next attempt resumes from there") from None
+            raise WeightsError(
+                f"cannot download {url} after {retries + 1} attempts: {error}; "
+                f"{part.stat().st_size if part.exists() else 0} bytes are kept in {part} and the "
+                f"next attempt resumes from there"
+            ) from None
         time.sleep(min(0.5 * 2**attempt, 10.0))
 
 
@@ -213,11 +231,15 @@ def fetch(wspec: Any, *, name: str = "") -> Path:
         actual = _sha256(part)
         if actual != wspec.sha256:
             part.unlink(missing_ok=True)  # a bad download never stays, nor enters the cache
-            raise WeightsError(f"{label}: the download from {wspec.source} has sha256 {actual}, but the card "
-                               f"says {wspec.sha256}; nothing was cached (the source changed or was corrupted)")
-        (target.parent / "source.json").write_text(json.dumps({"source": wspec.source, "name": name,
-                                                               "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                        time.gmtime())}))
+            raise WeightsError(
+                f"{label}: the download from {wspec.source} has sha256 {actual}, but the card "
+                f"says {wspec.sha256}; nothing was cached (the source changed or was corrupted)"
+            )
+        (target.parent / "source.json").write_text(
+            json.dumps(
+                {"source": wspec.source, "name": name, "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            )
+        )
         os.replace(part, target)
     return target
 
@@ -233,7 +255,7 @@ def resolve_weights(spec: Any, wspec: Any) -> Path:
 def cache_entries() -> list[dict[str, Any]]:
     """What the cache holds: one entry per cached file (sha256, path, size, source), partial downloads too."""
     root = cache_root()
-    entries = []
+    entries: list[dict[str, Any]] = []
     if not root.is_dir():
         return entries
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
@@ -244,9 +266,16 @@ def cache_entries() -> list[dict[str, Any]]:
         for file in sorted(folder.iterdir()):
             if file.name in ("source.json", ".lock"):
                 continue
-            entries.append({"sha256": folder.name, "path": str(file), "bytes": file.stat().st_size,
-                            "name": info.get("name", ""), "source": info.get("source", ""),
-                            "partial": file.name.endswith(".part")})
+            entries.append(
+                {
+                    "sha256": folder.name,
+                    "path": str(file),
+                    "bytes": file.stat().st_size,
+                    "name": info.get("name", ""),
+                    "source": info.get("source", ""),
+                    "partial": file.name.endswith(".part"),
+                }
+            )
     return entries
 
 

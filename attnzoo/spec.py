@@ -115,8 +115,10 @@ class WeightsSpec:
             raise ValueError(f"sha256 of tag {self.tag!r} must be 64 lower-case hex digits, got {self.sha256!r}")
         sources = [k for k in ("file", "url", "hf_hub") if getattr(self, k)]
         if len(sources) != 1:
-            raise ValueError(f"tag {self.tag!r} needs exactly one source of its bytes (file, url or hf_hub), "
-                             f"got {', '.join(sources) or 'none'}")
+            raise ValueError(
+                f"tag {self.tag!r} needs exactly one source of its bytes (file, url or hf_hub), "
+                f"got {', '.join(sources) or 'none'}"
+            )
         if self.url and not re.match(r"^(https?|file)://", self.url):
             raise ValueError(f"url of tag {self.tag!r} must be an http, https or file URL, got {self.url!r}")
         if self.hf_hub and not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", self.hf_hub):
@@ -204,11 +206,11 @@ class ModelSpec:
         elif not callable(self.factory):
             raise ValueError(f"factory must be a 'module:attr' string or a callable, got {self.factory!r}")
         if self.default_tag is not None and self.default_tag not in self.weights:
-            raise ValueError(
-                f"default_tag {self.default_tag!r} is not one of the weights tags {sorted(self.weights)}"
-            )
+            raise ValueError(f"default_tag {self.default_tag!r} is not one of the weights tags {sorted(self.weights)}")
         if self.convention and not is_valid_arch(self.convention):
-            raise ValueError(f"convention must be a lower-case name such as 'sequence_to_labels', got {self.convention!r}")
+            raise ValueError(
+                f"convention must be a lower-case name such as 'sequence_to_labels', got {self.convention!r}"
+            )
         if not isinstance(self.example or {}, Mapping):
             raise ValueError(f"example must be a mapping of config values, got {type(self.example).__name__}")
         if not isinstance(self.exempt or {}, Mapping) or not all(

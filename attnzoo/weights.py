@@ -56,7 +56,9 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def encode_metadata(name: str, factory: str, config: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+def encode_metadata(
+    name: str, factory: str, config: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+) -> dict[str, str]:
     """Safetensors metadata (str -> str) that lets ``attnzoo.load(file)`` rebuild the model."""
     meta = {
         "format": "pt",
@@ -78,8 +80,9 @@ def decode_metadata(meta: Mapping[str, str], *, where: Any = "weights file") -> 
         try:
             return json.loads(meta[key])
         except ValueError as e:
-            raise WeightsError(f"{where}: metadata {key!r} is not valid JSON ({e}); the file was not written "
-                               f"by attnzoo or was edited") from None
+            raise WeightsError(
+                f"{where}: metadata {key!r} is not valid JSON ({e}); the file was not written by attnzoo or was edited"
+            ) from None
 
     config = parse("attnzoo.config") if "attnzoo.config" in meta else None
     if config is not None and not isinstance(config, dict):
@@ -92,7 +95,7 @@ def decode_metadata(meta: Mapping[str, str], *, where: Any = "weights file") -> 
     }
     for key in meta:
         if key.startswith(_META_PREFIX):
-            out["extra"][key[len(_META_PREFIX):]] = parse(key)
+            out["extra"][key[len(_META_PREFIX) :]] = parse(key)
     return out
 
 
@@ -133,8 +136,9 @@ def expected_digest(path: Path) -> tuple[str, ...]:
     return ()
 
 
-def read_weights(path: str | Path, *, sha256: str | Iterable[str] | None,
-                 what: str = "weights") -> tuple[dict[str, Any], dict[str, str]]:
+def read_weights(
+    path: str | Path, *, sha256: str | Iterable[str] | None, what: str = "weights"
+) -> tuple[dict[str, Any], dict[str, str]]:
     """Read a safetensors file after checking its full sha256; returns ``(tensors, metadata)``.
 
     ``sha256`` is the expected digest (or several acceptable ones); None looks for one next to the file
@@ -302,8 +306,10 @@ def _locked(directory: Path, timeout: float = 120.0) -> Iterator[None]:
         deadline = time.monotonic() + timeout
         while not _try_flock(fd, blocking=False):
             if time.monotonic() > deadline:
-                raise WeightsError(f"{directory}: another process has been writing there for over "
-                                   f"{timeout:.0f} s; try again when it has finished")
+                raise WeightsError(
+                    f"{directory}: another process has been writing there for over "
+                    f"{timeout:.0f} s; try again when it has finished"
+                )
             time.sleep(0.05)
         yield  # closing the descriptor releases the lock
     finally:
@@ -324,12 +330,18 @@ def folder_records(directory: str | Path) -> list[dict[str, Any]]:
         data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         reason = " ".join(str(e).split())[:200]
-        raise WeightsError(f"{config_path}: not valid YAML ({reason}); restore it, or load the weights alone "
-                           f"with attnzoo.load({str(directory / WEIGHTS_FILE)!r}, sha256=...)") from None
+        raise WeightsError(
+            f"{config_path}: not valid YAML ({reason}); restore it, or load the weights alone "
+            f"with attnzoo.load({str(directory / WEIGHTS_FILE)!r}, sha256=...)"
+        ) from None
     records = [data, *([data["previous"]] if isinstance(data, dict) and "previous" in data else [])]
     for record in records:
-        if not isinstance(record, dict) or not isinstance(record.get("name"), str) \
-                or not isinstance(record.get("config"), dict) or not isinstance(record.get("sha256"), str):
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("name"), str)
+            or not isinstance(record.get("config"), dict)
+            or not isinstance(record.get("sha256"), str)
+        ):
             raise WeightsError(f"{config_path}: expected a mapping with name, factory, config and sha256")
     return [{k: v for k, v in r.items() if k != "previous"} for r in records]
 
@@ -344,9 +356,9 @@ def read_saved_folder(directory: str | Path, sha256: str | None = None) -> tuple
     describes them: its digest, and its name, factory and config against the file's own metadata."""
     directory = Path(directory)
     records = folder_records(directory)
-    tensors, metadata, actual = _read_verified(directory / WEIGHTS_FILE,
-                                               _digests(sha256) or tuple(r["sha256"] for r in records),
-                                               "weights")
+    tensors, metadata, actual = _read_verified(
+        directory / WEIGHTS_FILE, _digests(sha256) or tuple(r["sha256"] for r in records), "weights"
+    )
     record = next((r for r in records if r["sha256"] == actual), records[0])
     decoded = decode_metadata(metadata, where=directory / WEIGHTS_FILE)
     for key in ("name", "factory", "config"):
@@ -387,8 +399,13 @@ def _clear_dead_siblings(directory: Path) -> None:
             os.close(fd)
 
 
-def _write_model_files(directory: Path, plain: Mapping[str, Any], metadata: Mapping[str, str],
-                       record: dict[str, Any], previous: dict[str, Any] | None) -> None:
+def _write_model_files(
+    directory: Path,
+    plain: Mapping[str, Any],
+    metadata: Mapping[str, str],
+    record: dict[str, Any],
+    previous: dict[str, Any] | None,
+) -> None:
     """The in-place protocol: weights to a temp file; config.yaml describing both models; the weights
     renamed into place; config.yaml describing the new one. Every step is one atomic rename."""
     from safetensors.torch import save_file
@@ -419,12 +436,28 @@ def model_card_text(record: Mapping[str, Any], provenance: Mapping[str, Any] | N
     if license_text:
         front.append(f"license: other  # {license_text}")
     front.append("---")
-    lines = [*front, "", f"# {record['name']}", "",
-             f"An attnzoo model (`{record['factory']}`), saved with `attnzoo.save`. sha256 of `{WEIGHTS_FILE}`: "
-             f"`{record['sha256']}` (also in `{CONFIG_FILE}`, and checked on every load).", "", "## Load it", "",
-             "```python", "import attnzoo", "", "model = attnzoo.create(\"hf-hub:ORG/REPO\")   # from the Hub, or:",
-             "model = attnzoo.load(\"path/to/this/folder\")", "```", "", "## Config", "",
-             "| key | value |", "|---|---|"]
+    lines = [
+        *front,
+        "",
+        f"# {record['name']}",
+        "",
+        f"An attnzoo model (`{record['factory']}`), saved with `attnzoo.save`. sha256 of `{WEIGHTS_FILE}`: "
+        f"`{record['sha256']}` (also in `{CONFIG_FILE}`, and checked on every load).",
+        "",
+        "## Load it",
+        "",
+        "```python",
+        "import attnzoo",
+        "",
+        'model = attnzoo.create("hf-hub:ORG/REPO")   # from the Hub, or:',
+        'model = attnzoo.load("path/to/this/folder")',
+        "```",
+        "",
+        "## Config",
+        "",
+        "| key | value |",
+        "|---|---|",
+    ]
     lines += [f"| `{k}` | `{v!r}` |" for k, v in record["config"].items()]
     for key, title in (("dataset", "Data"), ("data", "Data source"), ("license", "Licence"), ("recipe", "Recipe")):
         if provenance.get(key):
@@ -480,7 +513,9 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False, model_ca
         )
     meta_tensors = [k for k, v in state.items() if v.device.type == "meta"]
     if meta_tensors:
-        raise WeightsError(f"cannot save {info['name']!r}: {', '.join(meta_tensors[:3])} are on the meta device (no data)")
+        raise WeightsError(
+            f"cannot save {info['name']!r}: {', '.join(meta_tensors[:3])} are on the meta device (no data)"
+        )
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise WeightsError(f"{directory} exists and is not a folder; save() writes a folder")
@@ -494,15 +529,17 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False, model_ca
                 _write_card(directory, record, extra)
             return directory
         if not overwrite:
-            raise WeightsError(f"{directory}: another process saved a model there meanwhile; pass overwrite=True "
-                               f"to replace it")
+            raise WeightsError(
+                f"{directory}: another process saved a model there meanwhile; pass overwrite=True to replace it"
+            )
     with _locked(directory):
         _clear_debris(directory)
         present = _visible(directory)
         if not overwrite and present:
             what = "already holds a saved model" if {CONFIG_FILE, WEIGHTS_FILE} & set(present) else "is not empty"
-            raise WeightsError(f"{directory} {what}; pass overwrite=True to replace its model (other files in "
-                               f"it are left alone)")
+            raise WeightsError(
+                f"{directory} {what}; pass overwrite=True to replace its model (other files in it are left alone)"
+            )
         previous = None
         if (directory / CONFIG_FILE).is_file() and (directory / WEIGHTS_FILE).is_file():
             try:
@@ -522,8 +559,9 @@ def _write_card(directory: Path, record: Mapping[str, Any], extra: Mapping[str, 
     _atomic_write(directory / "README.md", lambda t: Path(t).write_text(model_card_text(record, provenance)))
 
 
-def _save_new_folder(directory: Path, plain: Mapping[str, Any], metadata: Mapping[str, str],
-                     record: dict[str, Any]) -> bool:
+def _save_new_folder(
+    directory: Path, plain: Mapping[str, Any], metadata: Mapping[str, str], record: dict[str, Any]
+) -> bool:
     """Write the model into a temporary folder beside ``directory`` and rename it into place. False when
     ``directory`` gained files meanwhile (another saver won); the temporary folder is then removed."""
     import shutil

@@ -31,9 +31,19 @@ def _rows(results, key):
     for m in results:
         point = getattr(m.case, key) if key in ("seq", "batch") else m.case.config.get(key)
         first.setdefault(point, m.median_ms)
-        out.append({"name": m.case.shown, key: point, "median_ms": m.median_ms, "spread_ms": list(m.spread_ms),
-                    "ratio_to_first": m.median_ms / first[point], "peak_mib": m.peak_mib, "route": m.route,
-                    "gflops_per_s": m.gflops_per_s, "config": dict(m.case.config)})
+        out.append(
+            {
+                "name": m.case.shown,
+                key: point,
+                "median_ms": m.median_ms,
+                "spread_ms": list(m.spread_ms),
+                "ratio_to_first": m.median_ms / first[point],
+                "peak_mib": m.peak_mib,
+                "route": m.route,
+                "gflops_per_s": m.gflops_per_s,
+                "config": dict(m.case.config),
+            }
+        )
     return out
 
 
@@ -49,49 +59,121 @@ def main() -> int:
 
     seqs = [512, 2048] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     config = {"embed_dim": 256, "num_heads": 4}
-    out["linear_vs_mha"] = _rows(run([Case("mha", config, batch=1, seq=512), Case("linear_self", config, batch=1,
-                                                                                   seq=512)],
-                                     sweep=("seq", seqs), rounds=rounds, min_run_time=0.3, threads=THREADS), "seq")
+    out["linear_vs_mha"] = _rows(
+        run(
+            [Case("mha", config, batch=1, seq=512), Case("linear_self", config, batch=1, seq=512)],
+            sweep=("seq", seqs),
+            rounds=rounds,
+            min_run_time=0.3,
+            threads=THREADS,
+        ),
+        "seq",
+    )
 
     gqa_config = {"embed_dim": 512, "num_heads": 8}
-    cases = [Case("mha", gqa_config, batch=8, seq=1024), Case("gqa", {**gqa_config, "num_kv_heads": 2}, batch=8,
-                                                              seq=1024)]
-    out["gqa_vs_mha"] = [*_rows(run(cases, rounds=rounds, min_run_time=0.5, threads=THREADS), "seq"),
-                         *_rows(run([Case(c.name, c.config, batch=8, seq=1024, backward=True) for c in cases],
-                                    rounds=rounds, min_run_time=0.5, threads=THREADS, memory=False), "seq")]
+    cases = [
+        Case("mha", gqa_config, batch=8, seq=1024),
+        Case("gqa", {**gqa_config, "num_kv_heads": 2}, batch=8, seq=1024),
+    ]
+    out["gqa_vs_mha"] = [
+        *_rows(run(cases, rounds=rounds, min_run_time=0.5, threads=THREADS), "seq"),
+        *_rows(
+            run(
+                [Case(c.name, c.config, batch=8, seq=1024, backward=True) for c in cases],
+                rounds=rounds,
+                min_run_time=0.5,
+                threads=THREADS,
+                memory=False,
+            ),
+            "seq",
+        ),
+    ]
     # a fair comparison needs equal heads and widths: the gqa card defaults to no biases, mha to biases
     for row in out["gqa_vs_mha"]:
         row["note"] = "mha has biases (nn.MultiheadAttention's layout), gqa none"
 
-    norm_cases = [Case("dot", {"normalizer": n}, batch=8, seq=1024, queries=1024, label=n)
-                  for n in ("softmax", "sparsemax", "entmax15")]
+    norm_cases = [
+        Case("dot", {"normalizer": n}, batch=8, seq=1024, queries=1024, label=n)
+        for n in ("softmax", "sparsemax", "entmax15")
+    ]
     results = run(norm_cases, rounds=rounds, min_run_time=0.5, threads=THREADS)
-    results += run([Case(c.name, c.config, batch=8, seq=1024, queries=1024, label=c.label, backward=True)
-                    for c in norm_cases], rounds=rounds, min_run_time=0.5, threads=THREADS, memory=False)
+    results += run(
+        [Case(c.name, c.config, batch=8, seq=1024, queries=1024, label=c.label, backward=True) for c in norm_cases],
+        rounds=rounds,
+        min_run_time=0.5,
+        threads=THREADS,
+        memory=False,
+    )
     out["normalizers"] = [{**r, "normalizer": r["config"]["normalizer"]} for r in _rows(results, "seq")]
     write_json(HERE / "results" / "breadth.json", out)
 
     lines = [f"Measured with `python benchmarks/breadth.py` ({machine_line()}); `attnzoo bench` runs the same code."]
-    lines += ["", "**linear_self against mha** (forward, B = 1, E = 256, 4 heads):", "",
-              markdown_table(["T", "mha ms", "linear_self ms", "mha / linear", "mha MiB", "linear MiB"],
-                             [[r["seq"], f"{r['median_ms']:.2f}", f"{l['median_ms']:.2f}",
-                               f"{r['median_ms'] / l['median_ms']:.2f}x", f"{r['peak_mib']:.1f}", f"{l['peak_mib']:.1f}"]
-                              for r, l in zip(out["linear_vs_mha"][0::2], out["linear_vs_mha"][1::2], strict=True)])]
+    lines += [
+        "",
+        "**linear_self against mha** (forward, B = 1, E = 256, 4 heads):",
+        "",
+        markdown_table(
+            ["T", "mha ms", "linear_self ms", "mha / linear", "mha MiB", "linear MiB"],
+            [
+                [
+                    r["seq"],
+                    f"{r['median_ms']:.2f}",
+                    f"{lin['median_ms']:.2f}",
+                    f"{r['median_ms'] / lin['median_ms']:.2f}x",
+                    f"{r['peak_mib']:.1f}",
+                    f"{lin['peak_mib']:.1f}",
+                ]
+                for r, lin in zip(out["linear_vs_mha"][0::2], out["linear_vs_mha"][1::2], strict=True)
+            ],
+        ),
+    ]
     g = out["gqa_vs_mha"]
-    lines += ["", "**gqa (2 key/value heads) against mha (8 heads)**, B = 8, T = 1,024, E = 512:", "",
-              markdown_table(["", "mha ms", "gqa ms", "mha / gqa"],
-                             [["forward", f"{g[0]['median_ms']:.1f}", f"{g[1]['median_ms']:.1f}",
-                               f"{g[0]['median_ms'] / g[1]['median_ms']:.2f}x"],
-                              ["forward+backward", f"{g[2]['median_ms']:.1f}", f"{g[3]['median_ms']:.1f}",
-                               f"{g[2]['median_ms'] / g[3]['median_ms']:.2f}x"]])]
+    lines += [
+        "",
+        "**gqa (2 key/value heads) against mha (8 heads)**, B = 8, T = 1,024, E = 512:",
+        "",
+        markdown_table(
+            ["", "mha ms", "gqa ms", "mha / gqa"],
+            [
+                [
+                    "forward",
+                    f"{g[0]['median_ms']:.1f}",
+                    f"{g[1]['median_ms']:.1f}",
+                    f"{g[0]['median_ms'] / g[1]['median_ms']:.2f}x",
+                ],
+                [
+                    "forward+backward",
+                    f"{g[2]['median_ms']:.1f}",
+                    f"{g[3]['median_ms']:.1f}",
+                    f"{g[2]['median_ms'] / g[3]['median_ms']:.2f}x",
+                ],
+            ],
+        ),
+    ]
     n = out["normalizers"]
-    lines += ["", "**Normalisers of `dot`** (B = 8, 1,024 queries over 1,024 keys, E = 16):", "",
-              markdown_table(["normaliser", "forward ms", "x softmax", "forward+backward ms", "x softmax"],
-                             [[n[i]["normalizer"], f"{n[i]['median_ms']:.1f}", f"{n[i]['median_ms'] / n[0]['median_ms']:.2f}",
-                               f"{n[i + 3]['median_ms']:.1f}", f"{n[i + 3]['median_ms'] / n[3]['median_ms']:.2f}"]
-                              for i in range(3)])]
-    lines += ["", "Sparsemax and entmax sort every row of scores, which the CPU does far more slowly than it "
-                  "exponentiates: pick them for their exact zeros (sparse, readable attention), not for speed."]
+    lines += [
+        "",
+        "**Normalisers of `dot`** (B = 8, 1,024 queries over 1,024 keys, E = 16):",
+        "",
+        markdown_table(
+            ["normaliser", "forward ms", "x softmax", "forward+backward ms", "x softmax"],
+            [
+                [
+                    n[i]["normalizer"],
+                    f"{n[i]['median_ms']:.1f}",
+                    f"{n[i]['median_ms'] / n[0]['median_ms']:.2f}",
+                    f"{n[i + 3]['median_ms']:.1f}",
+                    f"{n[i + 3]['median_ms'] / n[3]['median_ms']:.2f}",
+                ]
+                for i in range(3)
+            ],
+        ),
+    ]
+    lines += [
+        "",
+        "Sparsemax and entmax sort every row of scores, which the CPU does far more slowly than it "
+        "exponentiates: pick them for their exact zeros (sparse, readable attention), not for speed.",
+    ]
     text = "\n".join(lines)
     print(text)
     if args.write_docs:

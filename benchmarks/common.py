@@ -57,8 +57,9 @@ def steady_allocator() -> bool:
     return bool(mallopt(m_trim_threshold, -1)) and bool(mallopt(m_mmap_threshold, 1 << 30))
 
 
-def time_alternating(impls: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float,
-                     budget: dict[str, float] | None = None) -> dict[str, float]:
+def time_alternating(
+    impls: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float, budget: dict[str, float] | None = None
+) -> dict[str, float]:
     """Median seconds per call of each zero-argument callable, alternating implementations each round
     (``attnzoo.bench.time_alternating``, the same code as ``attnzoo bench``).
 
@@ -66,12 +67,14 @@ def time_alternating(impls: dict[str, Callable[[], object]], *, rounds: int, min
     """
     per_round: dict[str, list[float]] = {name: [] for name in impls}
     capped = {name for name in impls if (budget or {}).get(name, min_run_time) < min_run_time}
-    for name, times in bench.time_alternating({n: f for n, f in impls.items() if n not in capped}, rounds=rounds,
-                                              min_run_time=min_run_time, threads=THREADS).items():
+    for name, times in bench.time_alternating(
+        {n: f for n, f in impls.items() if n not in capped}, rounds=rounds, min_run_time=min_run_time, threads=THREADS
+    ).items():
         per_round[name] = times
     if capped:
-        slow = bench.time_alternating({n: impls[n] for n in capped}, rounds=rounds,
-                                      min_run_time=min(budget[n] for n in capped), threads=THREADS)
+        slow = bench.time_alternating(
+            {n: impls[n] for n in capped}, rounds=rounds, min_run_time=min(budget[n] for n in capped), threads=THREADS
+        )
         per_round.update(slow)
     return {name: statistics.median(times) for name, times in per_round.items()}
 

@@ -25,11 +25,20 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import attnzoo  # noqa: E402
 from common import (  # noqa: E402
-    HERE, ROOT, gemm_throughput, machine_line, markdown_table, peak_memory, setup_threads, time_alternating,
-    update_doc_section, write_json,
+    HERE,
+    ROOT,
+    gemm_throughput,
+    machine_line,
+    markdown_table,
+    peak_memory,
+    setup_threads,
+    time_alternating,
+    update_doc_section,
+    write_json,
 )
+
+import attnzoo  # noqa: E402
 
 SIZES = {
     "LAAT-50": dict(B=8, T=2500, h=512, d_a=256, L=50),
@@ -39,20 +48,22 @@ IMPLS = ["naive batched (scores, softmax, bmm)", "per-label loop", "attnzoo laat
 LOOP_LABELS = 16  # the loop is timed on this many labels and scaled to L
 
 
-def build(impl: str, backward: bool, B: int, T: int, h: int, d_a: int, L: int, labels: int | None = None,
-          padded: bool = True) -> Callable[[], object]:
+def build(
+    impl: str, backward: bool, B: int, T: int, h: int, d_a: int, L: int, labels: int | None = None, padded: bool = True
+) -> Callable[[], object]:
     """A zero-argument step (forward, or forward+backward) of one implementation on fresh inputs;
     ``padded``: every other sample has its last 20 % masked (else the mask is all True)."""
     torch.manual_seed(0)
     x = torch.randn(B, T, h, requires_grad=True)
     mask = torch.ones(B, T, dtype=torch.bool)
     if padded:
-        mask[1::2, int(T * 0.8):] = False
+        mask[1::2, int(T * 0.8) :] = False
     head = attnzoo.create("laat", num_labels=L, hidden_size=h, attention_size=d_a)
     W, U = head.first_linear.weight, head.second_linear.weight
     w3, b3 = head.third_linear.weight, head.third_linear.bias
     params = [x, *head.parameters()]
     if impl == "naive batched (scores, softmax, bmm)":
+
         def forward():
             z = torch.tanh(F.linear(x, W))
             scores = torch.matmul(U, z.transpose(1, 2)).masked_fill(~mask[:, None, :], torch.finfo(x.dtype).min)
@@ -64,11 +75,12 @@ def build(impl: str, backward: bool, B: int, T: int, h: int, d_a: int, L: int, l
         def forward():
             z = torch.tanh(F.linear(x, W))
             outs = []
-            for l in subset:
-                a = torch.matmul(z, U[l]).masked_fill(~mask, torch.finfo(x.dtype).min).softmax(-1)
-                outs.append((torch.bmm(a.unsqueeze(1), x).squeeze(1) * w3[l]).sum(-1) + b3[l])
+            for label in subset:
+                a = torch.matmul(z, U[label]).masked_fill(~mask, torch.finfo(x.dtype).min).softmax(-1)
+                outs.append((torch.bmm(a.unsqueeze(1), x).squeeze(1) * w3[label]).sum(-1) + b3[label])
             return torch.stack(outs, 1)
     else:
+
         def forward():
             return head(x, mask)
 
@@ -100,8 +112,10 @@ def run_size(name: str, rounds: int, gflops: float, memory: bool) -> dict:
         rounds *= 3
     results: dict[str, dict] = {impl: {} for impl in IMPLS}
     for backward in (False, True):
-        steps = {impl: build(impl, backward, **spec, labels=LOOP_LABELS if impl == "per-label loop" else None)
-                 for impl in IMPLS}
+        steps = {
+            impl: build(impl, backward, **spec, labels=LOOP_LABELS if impl == "per-label loop" else None)
+            for impl in IMPLS
+        }
         times = time_alternating(steps, rounds=rounds, min_run_time=1.0)
         times["per-label loop"] *= spec["L"] / LOOP_LABELS  # extrapolated to every label
         key = "fwd_bwd_s" if backward else "fwd_s"
@@ -126,8 +140,9 @@ def sweep(labels: list[int], rounds: int) -> dict:
         out[L] = {i: {} for i in impls}
         for padded in (True, False):
             for backward in (False, True):
-                times = time_alternating({i: build(i, backward, **spec, padded=padded) for i in impls},
-                                         rounds=rounds, min_run_time=0.5)
+                times = time_alternating(
+                    {i: build(i, backward, **spec, padded=padded) for i in impls}, rounds=rounds, min_run_time=0.5
+                )
                 key = f"{'fwd_bwd' if backward else 'fwd'}_{'padded' if padded else 'unpadded'}_s"
                 for i in impls:
                     out[L][i][key] = times[i]
@@ -135,8 +150,11 @@ def sweep(labels: list[int], rounds: int) -> dict:
             out[L][i].update(peak_memory("label_attention", "memory_step", "LAAT-full", i, L))
             out[L][i]["fwd_bwd_s"] = out[L][i]["fwd_bwd_padded_s"]
         naive, ours = out[L][impls[0]], out[L][impls[1]]
-        print(f"L={L}: naive/attnzoo " + ", ".join(f"{k[:-2]} {naive[k] / ours[k]:.2f}x" for k in naive
-                                                    if k.endswith("_s") and k != "fwd_bwd_s"), flush=True)
+        print(
+            f"L={L}: naive/attnzoo "
+            + ", ".join(f"{k[:-2]} {naive[k] / ours[k]:.2f}x" for k in naive if k.endswith("_s") and k != "fwd_bwd_s"),
+            flush=True,
+        )
     return out
 
 
@@ -182,14 +200,30 @@ def main() -> None:
         rows = []
         for impl, r in results[name].items():
             label = impl + (f" (timed on {LOOP_LABELS} labels, extrapolated)" if impl == "per-label loop" else "")
-            rows.append([label, f"{r['fwd_s'] * 1e3:.0f}", f"{r['fwd_bwd_s'] * 1e3:.0f}",
-                         f"{naive['fwd_bwd_s'] / r['fwd_bwd_s']:.2f}x",
-                         f"{100 * r['fwd_roofline']:.0f} % / {100 * r['fwd_bwd_roofline']:.0f} %",
-                         f"{r['extra_mib']:.0f}" if "extra_mib" in r else "-",
-                         f"{r['max_rss_mib']:.0f}" if "max_rss_mib" in r else "-"])
+            rows.append(
+                [
+                    label,
+                    f"{r['fwd_s'] * 1e3:.0f}",
+                    f"{r['fwd_bwd_s'] * 1e3:.0f}",
+                    f"{naive['fwd_bwd_s'] / r['fwd_bwd_s']:.2f}x",
+                    f"{100 * r['fwd_roofline']:.0f} % / {100 * r['fwd_bwd_roofline']:.0f} %",
+                    f"{r['extra_mib']:.0f}" if "extra_mib" in r else "-",
+                    f"{r['max_rss_mib']:.0f}" if "max_rss_mib" in r else "-",
+                ]
+            )
         spec = ", ".join(f"{k}={v}" for k, v in SIZES[name].items())
-        table = markdown_table(["implementation", "fwd ms", "fwd+bwd ms", "speed-up vs naive (fwd+bwd)",
-                                "roofline fwd / fwd+bwd", "peak extra MiB", "max RSS MiB"], rows)
+        table = markdown_table(
+            [
+                "implementation",
+                "fwd ms",
+                "fwd+bwd ms",
+                "speed-up vs naive (fwd+bwd)",
+                "roofline fwd / fwd+bwd",
+                "peak extra MiB",
+                "max RSS MiB",
+            ],
+            rows,
+        )
         sections.append(f"**{name}** ({spec}, padding mask)\n\n{table}\n")
         print(sections[-1], flush=True)
 
@@ -201,23 +235,46 @@ def main() -> None:
         if "max_rss_mib" in ours:
             ratio = ours["max_rss_mib"] / naive["max_rss_mib"]
             extra = ours["extra_mib"] / naive["extra_mib"]
-            checks.append(("LAAT-full peak memory (max RSS) at most half of naive batched", ratio <= 0.5,
-                           f"max RSS {ratio:.2f}x, extra above inputs {extra:.2f}x"))
+            checks.append(
+                (
+                    "LAAT-full peak memory (max RSS) at most half of naive batched",
+                    ratio <= 0.5,
+                    f"max RSS {ratio:.2f}x, extra above inputs {extra:.2f}x",
+                )
+            )
     if "LAAT-50" in results:
         naive, ours = results["LAAT-50"]["naive batched (scores, softmax, bmm)"], results["LAAT-50"]["attnzoo laat"]
-        checks.append(("LAAT-50 no slower than naive batched (fwd and fwd+bwd)",
-                       ours["fwd_s"] <= naive["fwd_s"] * 1.0 and ours["fwd_bwd_s"] <= naive["fwd_bwd_s"],
-                       f"fwd {naive['fwd_s'] / ours['fwd_s']:.2f}x, fwd+bwd {naive['fwd_bwd_s'] / ours['fwd_bwd_s']:.2f}x"))
+        checks.append(
+            (
+                "LAAT-50 no slower than naive batched (fwd and fwd+bwd)",
+                ours["fwd_s"] <= naive["fwd_s"] * 1.0 and ours["fwd_bwd_s"] <= naive["fwd_bwd_s"],
+                f"fwd {naive['fwd_s'] / ours['fwd_s']:.2f}x, fwd+bwd {naive['fwd_bwd_s'] / ours['fwd_bwd_s']:.2f}x",
+            )
+        )
     lines = [f"- {'met' if ok else 'NOT met'}: {what} ({detail})" for what, ok, detail in checks]
     print("\n".join(lines))
 
     swept = sweep([50, 200, 1000, 3000, 8921], max(1, args.rounds - 1)) if args.sweep else None
-    write_json(Path(args.json), {"machine": machine_line(), "gemm_gflops": gflops, "results": results,
-                                 "sweep": swept, "targets": [dict(target=w, met=ok, measured=d) for w, ok, d in checks]})
+    write_json(
+        Path(args.json),
+        {
+            "machine": machine_line(),
+            "gemm_gflops": gflops,
+            "results": results,
+            "sweep": swept,
+            "targets": [dict(target=w, met=ok, measured=d) for w, ok, d in checks],
+        },
+    )
     if args.write_docs:
-        text = (f"Measured with `python benchmarks/label_attention.py --sweep --write-docs` ({machine_line()}; "
-                f"median of {args.rounds} alternating rounds, {3 * args.rounds} at 50 labels; GEMM roofline "
-                f"{gflops:.0f} GFLOP/s measured in the same run).\n\n" + "\n".join(sections) + "\nTargets:\n\n" + "\n".join(lines) + "\n")
+        text = (
+            f"Measured with `python benchmarks/label_attention.py --sweep --write-docs` ({machine_line()}; "
+            f"median of {args.rounds} alternating rounds, {3 * args.rounds} at 50 labels; GEMM roofline "
+            f"{gflops:.0f} GFLOP/s measured in the same run).\n\n"
+            + "\n".join(sections)
+            + "\nTargets:\n\n"
+            + "\n".join(lines)
+            + "\n"
+        )
         if swept:
             image = ROOT / "docs" / "label_attention_scaling.png"
             plot(swept, image)
@@ -225,13 +282,35 @@ def main() -> None:
             rows = []
             for L in sorted(swept):
                 n, o = swept[L][naive_key], swept[L][ours_key]
-                rows.append([L, *(f"{n[k] / o[k]:.2f}x" for k in ("fwd_unpadded_s", "fwd_bwd_unpadded_s",
-                                                                      "fwd_padded_s", "fwd_bwd_padded_s")),
-                             f"{o['fwd_bwd_padded_s']:.3f}", f"{n['extra_mib']:.0f}", f"{o['extra_mib']:.0f}"])
-            text += ("\nAgainst the number of labels (speed-up of attnzoo over naive batched; > 1 is faster):\n\n"
-                     + markdown_table(["L", "fwd, unpadded", "fwd+bwd, unpadded", "fwd, padded", "fwd+bwd, padded",
-                                       "attnzoo fwd+bwd s (padded)", "naive extra MiB", "attnzoo extra MiB"], rows)
-                     + "\n\n![time and memory against labels](label_attention_scaling.png)\n")
+                rows.append(
+                    [
+                        L,
+                        *(
+                            f"{n[k] / o[k]:.2f}x"
+                            for k in ("fwd_unpadded_s", "fwd_bwd_unpadded_s", "fwd_padded_s", "fwd_bwd_padded_s")
+                        ),
+                        f"{o['fwd_bwd_padded_s']:.3f}",
+                        f"{n['extra_mib']:.0f}",
+                        f"{o['extra_mib']:.0f}",
+                    ]
+                )
+            text += (
+                "\nAgainst the number of labels (speed-up of attnzoo over naive batched; > 1 is faster):\n\n"
+                + markdown_table(
+                    [
+                        "L",
+                        "fwd, unpadded",
+                        "fwd+bwd, unpadded",
+                        "fwd, padded",
+                        "fwd+bwd, padded",
+                        "attnzoo fwd+bwd s (padded)",
+                        "naive extra MiB",
+                        "attnzoo extra MiB",
+                    ],
+                    rows,
+                )
+                + "\n\n![time and memory against labels](label_attention_scaling.png)\n"
+            )
         update_doc_section(ROOT / "docs" / "performance.md", "label_attention", text)
 
 

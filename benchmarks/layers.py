@@ -18,18 +18,26 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import attnzoo  # noqa: E402
 from common import (  # noqa: E402
-    HERE, ROOT, machine_line, markdown_table, peak_memory, setup_threads, time_alternating,
-    update_doc_section, write_json,
+    HERE,
+    ROOT,
+    machine_line,
+    markdown_table,
+    peak_memory,
+    setup_threads,
+    time_alternating,
+    update_doc_section,
+    write_json,
 )
+
+import attnzoo  # noqa: E402
 
 Step = Callable[[], object]
 
 
 def _mask(batch: int, seq: int) -> torch.Tensor:
     mask = torch.ones(batch, seq, dtype=torch.bool)
-    mask[1::2, int(seq * 0.8):] = False  # every other sample padded by 20 %
+    mask[1::2, int(seq * 0.8) :] = False  # every other sample padded by 20 %
     return mask
 
 
@@ -51,8 +59,11 @@ def labelwise(impl: str, backward: bool, B=8, T=2500, h=512, L=50) -> Step:
     x = torch.randn(B, T, h, requires_grad=True)
     mask = _mask(B, T)
     layer = attnzoo.create("labelwise_batched", num_labels=L, hidden_size=h)
-    wa, wo, bo = (layer.Wa.detach().clone().requires_grad_(), layer.Wo.detach().clone().requires_grad_(),
-                  layer.bo.detach().clone().requires_grad_())
+    wa, wo, bo = (
+        layer.Wa.detach().clone().requires_grad_(),
+        layer.Wo.detach().clone().requires_grad_(),
+        layer.bo.detach().clone().requires_grad_(),
+    )
     params = [x, wa, wo, bo]
     if impl == "seed loop (per label)":
         rows = [wa[i] for i in range(L)]
@@ -64,13 +75,16 @@ def labelwise(impl: str, backward: bool, B=8, T=2500, h=512, L=50) -> Step:
                 reps.append(torch.bmm(a.unsqueeze(1), x).squeeze(1))
             return (torch.stack(reps, 1) * wo).sum(-1) + bo
     elif impl == "batched matmul+softmax+bmm":
+
         def fn():
             s = torch.matmul(x, wa.T).masked_fill(~mask[..., None], torch.finfo(x.dtype).min)
             return (torch.bmm(s.softmax(dim=1).transpose(1, 2), x) * wo).sum(-1) + bo
     elif impl == "SDPA, label matrix as query":
+
         def fn():
-            r = F.scaled_dot_product_attention(wa.expand(B, 1, L, h), x[:, None], x[:, None],
-                                               attn_mask=mask[:, None, None, :], scale=1.0)
+            r = F.scaled_dot_product_attention(
+                wa.expand(B, 1, L, h), x[:, None], x[:, None], attn_mask=mask[:, None, None, :], scale=1.0
+            )
             return (r.squeeze(1) * wo).sum(-1) + bo
     else:
         model = attnzoo.create(impl, num_labels=L, hidden_size=h)
@@ -79,6 +93,7 @@ def labelwise(impl: str, backward: bool, B=8, T=2500, h=512, L=50) -> Step:
 
         def fn():
             return model(x, mask)
+
     return _step(fn, params, backward)
 
 
@@ -89,14 +104,17 @@ def keras_attn(impl: str, backward: bool, B=32, T=200, E=256, C=10) -> Step:
     layer = attnzoo.create("keras_attn", num_classes=C, embed_dim=E)
     ws = layer.Ws
     if impl == "seed 000 (permute, matmul, exp, einsum)":
+
         def fn():
             at = torch.tanh(torch.matmul(ws, x.permute(0, 2, 1)))
             at = torch.exp(at - torch.max(at, dim=-1, keepdims=True).values)
             at = at / torch.sum(at, dim=-1, keepdims=True)
             return torch.einsum("ijk,ikl->ijl", at, x)
     else:
+
         def fn():
             return layer(x)
+
     return _step(fn, [x, ws], backward)
 
 
@@ -111,6 +129,7 @@ def qkv_self(impl: str, backward: bool, B=16, T=512, D=256) -> Step:
 
         def fn():
             return mha(x, x, x, key_padding_mask=~mask, need_weights=False)[0]
+
         params = [x, *mha.parameters()]
     elif impl == "seed 001 answer (3 Linear, matmul, softmax)":
         q, k, v = (torch.nn.Linear(D, D) for _ in range(3))
@@ -119,10 +138,13 @@ def qkv_self(impl: str, backward: bool, B=16, T=512, D=256) -> Step:
             s = torch.matmul(q(x), k(x).transpose(-2, -1)) / D**0.5
             s = s.masked_fill(~mask[:, None, :], torch.finfo(s.dtype).min)
             return torch.matmul(s.softmax(-1), v(x))
+
         params = [x, *q.parameters(), *k.parameters(), *v.parameters()]
     else:
+
         def fn():
             return layer(x, mask)
+
         params = [x, *layer.parameters()]
     return _step(fn, params, backward)
 
@@ -134,13 +156,16 @@ def attn_pool(impl: str, backward: bool, B=32, T=200, H=256) -> Step:
     mask = _mask(B, T)
     layer = attnzoo.create("attn_pool", hidden_size=H)
     if impl == "naive (Linear, tanh, matmul v, softmax, bmm)":
+
         def fn():
             e = torch.matmul(torch.tanh(F.linear(x, layer.W, layer.b)), layer.v)
             a = e.masked_fill(~mask, torch.finfo(e.dtype).min).softmax(-1)
             return torch.bmm(a.unsqueeze(1), x).squeeze(1)
     else:
+
         def fn():
             return layer(x, mask)
+
     return _step(fn, [x, *layer.parameters()], backward)
 
 
@@ -149,45 +174,74 @@ def scores(impl: str, backward: bool, B=32, Tq=50, Tk=100, d=256) -> Step:
     torch.manual_seed(0)
     q, k = torch.randn(B, Tq, d, requires_grad=True), torch.randn(B, Tk, d, requires_grad=True)
     kind = impl.split()[-1]
-    layer = attnzoo.create({"(dot)": "dot", "(general)": "general", "(additive)": "additive"}[kind],
-                           **({} if kind == "(dot)" else {"query_size": d, "key_size": d}))
+    layer = attnzoo.create(
+        {"(dot)": "dot", "(general)": "general", "(additive)": "additive"}[kind],
+        **({} if kind == "(dot)" else {"query_size": d, "key_size": d}),
+    )
     if impl.startswith("seed 003"):
+
         def fn():
             if kind == "(dot)":
                 s = torch.matmul(q, k.permute(0, 2, 1))
             elif kind == "(general)":
                 s = torch.matmul(torch.matmul(q, layer.weight), k.permute(0, 2, 1))
             else:
-                s = torch.matmul(torch.tanh(F.linear(q, layer.query_proj, layer.bias)[:, :, None]
-                                            + F.linear(k, layer.key_proj)[:, None]), layer.v)
+                s = torch.matmul(
+                    torch.tanh(
+                        F.linear(q, layer.query_proj, layer.bias)[:, :, None] + F.linear(k, layer.key_proj)[:, None]
+                    ),
+                    layer.v,
+                )
             w = s.softmax(dim=-1)
             return torch.bmm(w, k), w
     else:
+
         def fn():
             return layer(q, k)
+
     return _step(lambda: sum(t.sum() for t in fn()), [q, k, *layer.parameters()], backward)
 
 
 CASES: dict[str, dict] = {
-    "labelwise": dict(build=labelwise, size="B=8, T=2500, h=512, L=50, padding mask",
-                      reference="seed loop (per label)",
-                      impls=["seed loop (per label)", "batched matmul+softmax+bmm", "SDPA, label matrix as query",
-                             "labelwise_batched", "labelwise"],
-                      slow={"seed loop (per label)": 0.2}),
-    "qkv_self": dict(build=qkv_self, size="B=16, T=512, D=256, 1 head, padding mask, no weights returned",
-                     reference="nn.MultiheadAttention (need_weights=False)",
-                     impls=["nn.MultiheadAttention (need_weights=False)", "seed 001 answer (3 Linear, matmul, softmax)",
-                            "qkv_self"]),
-    "keras_attn": dict(build=keras_attn, size="B=32, T=200, E=256, C=10, no mask",
-                       reference="seed 000 (permute, matmul, exp, einsum)",
-                       impls=["seed 000 (permute, matmul, exp, einsum)", "keras_attn"]),
-    "attn_pool": dict(build=attn_pool, size="B=32, T=200, H=256, padding mask",
-                      reference="naive (Linear, tanh, matmul v, softmax, bmm)",
-                      impls=["naive (Linear, tanh, matmul v, softmax, bmm)", "attn_pool"]),
+    "labelwise": dict(
+        build=labelwise,
+        size="B=8, T=2500, h=512, L=50, padding mask",
+        reference="seed loop (per label)",
+        impls=[
+            "seed loop (per label)",
+            "batched matmul+softmax+bmm",
+            "SDPA, label matrix as query",
+            "labelwise_batched",
+            "labelwise",
+        ],
+        slow={"seed loop (per label)": 0.2},
+    ),
+    "qkv_self": dict(
+        build=qkv_self,
+        size="B=16, T=512, D=256, 1 head, padding mask, no weights returned",
+        reference="nn.MultiheadAttention (need_weights=False)",
+        impls=["nn.MultiheadAttention (need_weights=False)", "seed 001 answer (3 Linear, matmul, softmax)", "qkv_self"],
+    ),
+    "keras_attn": dict(
+        build=keras_attn,
+        size="B=32, T=200, E=256, C=10, no mask",
+        reference="seed 000 (permute, matmul, exp, einsum)",
+        impls=["seed 000 (permute, matmul, exp, einsum)", "keras_attn"],
+    ),
+    "attn_pool": dict(
+        build=attn_pool,
+        size="B=32, T=200, H=256, padding mask",
+        reference="naive (Linear, tanh, matmul v, softmax, bmm)",
+        impls=["naive (Linear, tanh, matmul v, softmax, bmm)", "attn_pool"],
+    ),
 }
 for _kind in ("dot", "general", "additive"):
-    CASES[_kind] = dict(build=scores, size="B=32, Tq=50, Tk=100, d=256, no mask, weights returned",
-                        reference=f"seed 003 fixed ({_kind})", impls=[f"seed 003 fixed ({_kind})", f"attnzoo ({_kind})"])
+    CASES[_kind] = dict(
+        build=scores,
+        size="B=32, Tq=50, Tk=100, d=256, no mask, weights returned",
+        reference=f"seed 003 fixed ({_kind})",
+        impls=[f"seed 003 fixed ({_kind})", f"attnzoo ({_kind})"],
+    )
 
 
 def memory_step(case: str, impl: str) -> Step:
@@ -206,7 +260,7 @@ def run_case(name: str, spec: dict, rounds: int, min_run_time: float, memory: bo
         if memory:
             results[impl].update(peak_memory("layers", "memory_step", name, impl))
     ref = results[spec["reference"]]
-    for impl, r in results.items():
+    for r in results.values():
         r["fwd_ratio"] = ref["fwd_s"] / r["fwd_s"]
         r["fwd_bwd_ratio"] = ref["fwd_bwd_s"] / r["fwd_bwd_s"]
     return results
@@ -220,20 +274,33 @@ def targets(all_results: dict) -> list[tuple[str, bool, str]]:
     mha = all_results["qkv_self"]["nn.MultiheadAttention (need_weights=False)"]
     ka = all_results["keras_attn"]
     return [
-        ("labelwise_batched fwd+bwd >= 20x faster than the per-label loop",
-         loop["fwd_bwd_s"] / ours["fwd_bwd_s"] >= 20, f"{loop['fwd_bwd_s'] / ours['fwd_bwd_s']:.1f}x"),
-        ("labelwise_batched fwd+bwd within 1.1x of the faster of batched and SDPA",
-         ours["fwd_bwd_s"] <= 1.1 * best, f"{ours['fwd_bwd_s'] / best:.2f}x of the best"),
-        ("labelwise within 1.2x of labelwise_batched (fwd+bwd)",
-         per_label["fwd_bwd_s"] <= 1.2 * ours["fwd_bwd_s"], f"{per_label['fwd_bwd_s'] / ours['fwd_bwd_s']:.2f}x"),
-        ("qkv_self no slower than nn.MultiheadAttention (fwd and fwd+bwd)",
-         all_results["qkv_self"]["qkv_self"]["fwd_s"] <= mha["fwd_s"]
-         and all_results["qkv_self"]["qkv_self"]["fwd_bwd_s"] <= mha["fwd_bwd_s"],
-         f"fwd {mha['fwd_s'] / all_results['qkv_self']['qkv_self']['fwd_s']:.2f}x, "
-         f"fwd+bwd {mha['fwd_bwd_s'] / all_results['qkv_self']['qkv_self']['fwd_bwd_s']:.2f}x faster"),
-        ("keras_attn no slower than seed 000's form (fwd and fwd+bwd)",
-         ka["keras_attn"]["fwd_ratio"] >= 1 and ka["keras_attn"]["fwd_bwd_ratio"] >= 1,
-         f"fwd {ka['keras_attn']['fwd_ratio']:.2f}x, fwd+bwd {ka['keras_attn']['fwd_bwd_ratio']:.2f}x faster"),
+        (
+            "labelwise_batched fwd+bwd >= 20x faster than the per-label loop",
+            loop["fwd_bwd_s"] / ours["fwd_bwd_s"] >= 20,
+            f"{loop['fwd_bwd_s'] / ours['fwd_bwd_s']:.1f}x",
+        ),
+        (
+            "labelwise_batched fwd+bwd within 1.1x of the faster of batched and SDPA",
+            ours["fwd_bwd_s"] <= 1.1 * best,
+            f"{ours['fwd_bwd_s'] / best:.2f}x of the best",
+        ),
+        (
+            "labelwise within 1.2x of labelwise_batched (fwd+bwd)",
+            per_label["fwd_bwd_s"] <= 1.2 * ours["fwd_bwd_s"],
+            f"{per_label['fwd_bwd_s'] / ours['fwd_bwd_s']:.2f}x",
+        ),
+        (
+            "qkv_self no slower than nn.MultiheadAttention (fwd and fwd+bwd)",
+            all_results["qkv_self"]["qkv_self"]["fwd_s"] <= mha["fwd_s"]
+            and all_results["qkv_self"]["qkv_self"]["fwd_bwd_s"] <= mha["fwd_bwd_s"],
+            f"fwd {mha['fwd_s'] / all_results['qkv_self']['qkv_self']['fwd_s']:.2f}x, "
+            f"fwd+bwd {mha['fwd_bwd_s'] / all_results['qkv_self']['qkv_self']['fwd_bwd_s']:.2f}x faster",
+        ),
+        (
+            "keras_attn no slower than seed 000's form (fwd and fwd+bwd)",
+            ka["keras_attn"]["fwd_ratio"] >= 1 and ka["keras_attn"]["fwd_bwd_ratio"] >= 1,
+            f"fwd {ka['keras_attn']['fwd_ratio']:.2f}x, fwd+bwd {ka['keras_attn']['fwd_bwd_ratio']:.2f}x faster",
+        ),
     ]
 
 
@@ -256,10 +323,19 @@ def main() -> None:
         rows = []
         for impl, r in results.items():
             mem = f"{r['extra_mib']:.0f}" if "extra_mib" in r else "-"
-            rows.append([impl, f"{r['fwd_s'] * 1e3:.2f}", f"{r['fwd_bwd_s'] * 1e3:.2f}", f"{r['fwd_ratio']:.2f}x",
-                         f"{r['fwd_bwd_ratio']:.2f}x", mem])
-        table = markdown_table(["implementation", "fwd ms", "fwd+bwd ms", "speed-up fwd", "speed-up fwd+bwd",
-                                "peak extra MiB"], rows)
+            rows.append(
+                [
+                    impl,
+                    f"{r['fwd_s'] * 1e3:.2f}",
+                    f"{r['fwd_bwd_s'] * 1e3:.2f}",
+                    f"{r['fwd_ratio']:.2f}x",
+                    f"{r['fwd_bwd_ratio']:.2f}x",
+                    mem,
+                ]
+            )
+        table = markdown_table(
+            ["implementation", "fwd ms", "fwd+bwd ms", "speed-up fwd", "speed-up fwd+bwd", "peak extra MiB"], rows
+        )
         section = f"**{name}** ({spec['size']}; speed-up against: {spec['reference']})\n\n{table}\n"
         print(section, flush=True)
         sections.append(section)
@@ -267,12 +343,23 @@ def main() -> None:
     checks = targets(all_results) if {"labelwise", "qkv_self", "keras_attn"} <= set(all_results) else []
     lines = [f"- {'met' if ok else 'NOT met'}: {what} ({detail})" for what, ok, detail in checks]
     print("\n".join(lines))
-    write_json(Path(args.json), {"machine": machine_line(), "rounds": args.rounds, "results": all_results,
-                                 "targets": [dict(target=w, met=ok, measured=d) for w, ok, d in checks]})
+    write_json(
+        Path(args.json),
+        {
+            "machine": machine_line(),
+            "rounds": args.rounds,
+            "results": all_results,
+            "targets": [dict(target=w, met=ok, measured=d) for w, ok, d in checks],
+        },
+    )
     if args.write_docs:
-        text = (f"Measured with `python benchmarks/layers.py --write-docs` ({machine_line()}, median of "
-                f"{args.rounds} alternating rounds; peak memory in a fresh process per implementation).\n\n"
-                + "\n".join(sections) + "\nTargets:\n\n" + "\n".join(lines))
+        text = (
+            f"Measured with `python benchmarks/layers.py --write-docs` ({machine_line()}, median of "
+            f"{args.rounds} alternating rounds; peak memory in a fresh process per implementation).\n\n"
+            + "\n".join(sections)
+            + "\nTargets:\n\n"
+            + "\n".join(lines)
+        )
         update_doc_section(ROOT / "docs" / "performance.md", "layers", text)
 
 

@@ -49,14 +49,29 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
     python = sys.executable
     with tempfile.TemporaryDirectory() as site:
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target",
-                        site, str(HERE.parent / "examples" / "attnzoo-plugin-example")], check=True)
+        subprocess.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                site,
+                str(HERE.parent / "examples" / "attnzoo-plugin-example"),
+            ],
+            check=True,
+        )
         with_plugin = {**env, "PYTHONPATH": site}
         commands = {
             "attnzoo list": ([python, "-m", "attnzoo", "list"], env),
             "attnzoo list, example plugin installed": ([python, "-m", "attnzoo", "list"], with_plugin),
-            "attnzoo list --no-plugins, plugin installed": ([python, "-m", "attnzoo", "list", "--no-plugins"],
-                                                            with_plugin),
+            "attnzoo list --no-plugins, plugin installed": (
+                [python, "-m", "attnzoo", "list", "--no-plugins"],
+                with_plugin,
+            ),
             "python -c pass": ([python, "-c", "pass"], env),
             "timm.list_models()": ([python, "-c", "import timm; timm.list_models()"], env),
         }
@@ -69,10 +84,14 @@ def main() -> None:
     for name, median in medians.items():
         print(f"{name:<46}{median:>10.3f}{min(times[name]):>9.3f}{timm / median:>13.1f}")
     scan_ms = (medians["attnzoo list, example plugin installed"] - ours) * 1e3
-    print(f"\nthe example plugin adds {scan_ms:.1f} ms to attnzoo list (target < 50 ms: "
-          f"{'met' if scan_ms < 50 else 'NOT met'})")
-    print(f"attnzoo list is {timm / ours:.1f}x faster than timm.list_models() and takes {ours:.3f} s "
-          f"(target >= 20x and < 0.3 s: {'met' if timm / ours >= 20 and ours < 0.3 else 'NOT met'})")
+    print(
+        f"\nthe example plugin adds {scan_ms:.1f} ms to attnzoo list (target < 50 ms: "
+        f"{'met' if scan_ms < 50 else 'NOT met'})"
+    )
+    print(
+        f"attnzoo list is {timm / ours:.1f}x faster than timm.list_models() and takes {ours:.3f} s "
+        f"(target >= 20x and < 0.3 s: {'met' if timm / ours >= 20 and ours < 0.3 else 'NOT met'})"
+    )
 
     result = {
         "rounds": args.rounds,
@@ -90,11 +109,13 @@ def main() -> None:
         from common import markdown_table, update_doc_section
 
         rows = [[name, f"{m:.3f}", f"{min(times[name]):.3f}", f"{timm / m:.1f}x"] for name, m in medians.items()]
-        text = (f"Measured with `python benchmarks/registry.py --write-docs` (median of {args.rounds} alternating "
-                "rounds, each command in a fresh interpreter).\n\n"
-                + markdown_table(["command", "median s", "min s", "timm / this"], rows)
-                + f"\n\nThe example plugin adds {scan_ms:.1f} ms to `attnzoo list` (target < 50 ms); "
-                f"`attnzoo list` is {timm / ours:.1f}x faster than `timm.list_models()` (target >= 20x, < 0.3 s).")
+        text = (
+            f"Measured with `python benchmarks/registry.py --write-docs` (median of {args.rounds} alternating "
+            "rounds, each command in a fresh interpreter).\n\n"
+            + markdown_table(["command", "median s", "min s", "timm / this"], rows)
+            + f"\n\nThe example plugin adds {scan_ms:.1f} ms to `attnzoo list` (target < 50 ms); "
+            f"`attnzoo list` is {timm / ours:.1f}x faster than `timm.list_models()` (target >= 20x, < 0.3 s)."
+        )
         update_doc_section(HERE.parent / "docs" / "performance.md", "registry", text)
 
 

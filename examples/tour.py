@@ -46,8 +46,12 @@ def main() -> int:
         with torch.no_grad():
             out = layer(*args, **kwargs)
         first = out[0] if isinstance(out, tuple) else out
-        shapes = " -> ".join([", ".join(str(list(a.shape)) for a in args),
-                              ", ".join(str(list(o.shape)) for o in (out if isinstance(out, tuple) else (out,)))])
+        shapes = " -> ".join(
+            [
+                ", ".join(str(list(a.shape)) for a in args),
+                ", ".join(str(list(o.shape)) for o in (out if isinstance(out, tuple) else (out,))),
+            ]
+        )
         print(f"  {name:<18} {spec.convention:<20} {shapes:<44} finite={bool(torch.isfinite(first).all())}")
 
     x = torch.randn(2, 6, 8)
@@ -56,21 +60,27 @@ def main() -> int:
     logits, weights = layer(x, mask, return_attention=True)
     garbage = x.clone()
     garbage[0, 4:] = 1e4
-    print(f"  labelwise: padding ignored: {torch.allclose(layer(garbage, mask)[0], logits[0])}; "
-          f"empty text attends to nothing: {bool((weights[1] == 0).all())}")
+    print(
+        f"  labelwise: padding ignored: {torch.allclose(layer(garbage, mask)[0], logits[0])}; "
+        f"empty text attends to nothing: {bool((weights[1] == 0).all())}"
+    )
 
     section("pretrained models (sha256 checked on every load)")
-    samples = {"multilabel": "a large wild animal of the cat family with a striped coat",
-               "multiclass": "a person who writes books", "g2p": "attention"}
-    from attnzoo.train.predict import predict
-
+    samples = {
+        "multilabel": "a large wild animal of the cat family with a striped coat",
+        "multiclass": "a person who writes books",
+        "g2p": "attention",
+    }
     for name in attnzoo.list_models(pretrained=True):
         model = attnzoo.create(name, pretrained=True)
         meta = model.attnzoo_metadata
         text = samples[meta["output"]]
-        result = predict(model, text, top=3)
-        shown = " ".join(result.phonemes) if result.output == "g2p" else ", ".join(
-            f"{label} {p:.2f}" for label, p in result.labels)
+        result = attnzoo.predict(model, text, top=3)
+        shown = (
+            " ".join(result.phonemes)
+            if result.output == "g2p"
+            else ", ".join(f"{label.name} {label.probability:.2f}" for label in result.labels)
+        )
         print(f"  {name}: {text!r} -> {shown}")
         print(f"    metrics on its test split: {dict(attnzoo.model_info(name).weights[meta['tag']].metrics)}")
 
@@ -79,8 +89,10 @@ def main() -> int:
         model = attnzoo.create("laat", num_labels=5, attention_size=16, hidden_size=8)
         folder = attnzoo.save(model, f"{tmp}/laat")
         again = attnzoo.load(folder)
-        print(f"  saved {sorted(p.name for p in folder.iterdir())}; reloaded outputs equal: "
-              f"{torch.equal(again(x, mask), model(x, mask))}")
+        print(
+            f"  saved {sorted(p.name for p in folder.iterdir())}; reloaded outputs equal: "
+            f"{torch.equal(again(x, mask), model(x, mask))}"
+        )
     return 0
 
 

@@ -21,8 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def fresh_registry(monkeypatch):
     from attnzoo.registry import REGISTRY
 
-    for name in ("ATTNZOO_PLUGINS", "ATTNZOO_BLOCK_PLUGINS", "ATTNZOO_STRICT_PLUGINS",
-                 "ATTNZOO_REGISTRY_DIR", "ATTNZOO_WEIGHTS_DIR"):
+    for name in (
+        "ATTNZOO_PLUGINS",
+        "ATTNZOO_BLOCK_PLUGINS",
+        "ATTNZOO_STRICT_PLUGINS",
+        "ATTNZOO_REGISTRY_DIR",
+        "ATTNZOO_WEIGHTS_DIR",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ATTNZOO_DISABLE_PLUGIN_AUTOLOAD", "1")
     REGISTRY.reset()
@@ -33,14 +38,16 @@ def fresh_registry(monkeypatch):
 def run_python(code: str, *, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (the way a user would), returning the completed process."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
-                          cwd=cwd or ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, cwd=cwd or ROOT, timeout=600
+    )
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "attnzoo", *args], capture_output=True, text=True,
-                          env=full_env, cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "attnzoo", *args], capture_output=True, text=True, env=full_env, cwd=ROOT, timeout=600
+    )
 
 
 def require_data(available: bool, what: str) -> None:

@@ -96,19 +96,25 @@ def main(out: Path) -> None:
         for i, o in enumerate(outs):
             arrays[f"{case}/{run}/{i}"] = ops.convert_to_numpy(o)
 
-    for case, kwargs in {"attention_dot": {}, "attention_scaled": {"use_scale": True},
-                         "attention_concat": {"score_mode": "concat", "use_scale": True}}.items():
+    for case, kwargs in {
+        "attention_dot": {},
+        "attention_scaled": {"use_scale": True},
+        "attention_concat": {"score_mode": "concat", "use_scale": True},
+    }.items():
         layer = keras.layers.Attention(**kwargs)
         qi, vi, ki = keras.Input((4, 6)), keras.Input((5, 6)), keras.Input((5, 6))
         model = keras.Model([qi, vi, ki], layer([qi, vi, ki]))
         randomise(layer)
         record(case, "plain", layer([q, v, k]))
         record(case, "masked", layer([q, v, k], mask=[q_mask, v_mask], return_attention_scores=True))
-        record(case, "causal", layer([q, v, k], mask=[None, v_mask], use_causal_mask=True,
-                                     return_attention_scores=True))
+        record(
+            case, "causal", layer([q, v, k], mask=[None, v_mask], use_causal_mask=True, return_attention_scores=True)
+        )
         save(model, out, case)
-        cases[case] = {"name": "keras_dot", "config": {"use_scale": kwargs.get("use_scale", False),
-                                                       "score_mode": kwargs.get("score_mode", "dot")}}
+        cases[case] = {
+            "name": "keras_dot",
+            "config": {"use_scale": kwargs.get("use_scale", False), "score_mode": kwargs.get("score_mode", "dot")},
+        }
 
     for case, kwargs in {"additive": {}, "additive_noscale": {"use_scale": False}}.items():
         layer = keras.layers.AdditiveAttention(**kwargs)
@@ -117,8 +123,7 @@ def main(out: Path) -> None:
         randomise(layer)
         record(case, "plain", layer([q, v]))
         record(case, "masked", layer([q, v], mask=[q_mask, v_mask], return_attention_scores=True))
-        record(case, "causal", layer([q, v], mask=[None, v_mask], use_causal_mask=True,
-                                     return_attention_scores=True))
+        record(case, "causal", layer([q, v], mask=[None, v_mask], use_causal_mask=True, return_attention_scores=True))
         save(model, out, case)
         cases[case] = {"name": "keras_additive", "config": {"use_scale": kwargs.get("use_scale", True)}}
 
@@ -127,8 +132,10 @@ def main(out: Path) -> None:
     attention_mask[0, :, 3:] = False
     attention_mask[1, 2, 1] = False
     arrays.update({"mha_q": qm, "mha_v": vm, "mha_k": km, "mha_mask": attention_mask})
-    for case, kwargs in {"mha": {"num_heads": 2, "key_dim": 3, "value_dim": 4, "output_shape": 7},
-                         "mha_nobias": {"num_heads": 3, "key_dim": 2, "use_bias": False}}.items():
+    for case, kwargs in {
+        "mha": {"num_heads": 2, "key_dim": 3, "value_dim": 4, "output_shape": 7},
+        "mha_nobias": {"num_heads": 3, "key_dim": 2, "use_bias": False},
+    }.items():
         layer = keras.layers.MultiHeadAttention(**kwargs)
         qi, vi, ki = keras.Input((4, 6)), keras.Input((5, 5)), keras.Input((5, 8))
         model = keras.Model([qi, vi, ki], layer(qi, vi, ki))
@@ -141,8 +148,10 @@ def main(out: Path) -> None:
 
     x = rand(2, 6, 8)
     arrays["x"] = x
-    for case, layer, config in (("lwan", LabelWiseAttention(5), {"num_labels": 5, "output": "probs"}),
-                                ("keras_attn", Seed000Attention(3), {"num_classes": 3})):
+    for case, layer, config in (
+        ("lwan", LabelWiseAttention(5), {"num_labels": 5, "output": "probs"}),
+        ("keras_attn", Seed000Attention(3), {"num_classes": 3}),
+    ):
         xi = keras.Input((6, 8))
         model = keras.Model(xi, layer(xi))
         randomise(layer)

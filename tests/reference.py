@@ -13,17 +13,17 @@ import torch
 
 
 def softmax(scores: list[float], keep: list[bool]) -> list[float]:
-    kept = [s for s, k in zip(scores, keep) if k]
+    kept = [s for s, k in zip(scores, keep, strict=True) if k]
     if not kept:
         return [0.0] * len(scores)
     top = max(kept)
-    exps = [math.exp(s - top) if k else 0.0 for s, k in zip(scores, keep)]
+    exps = [math.exp(s - top) if k else 0.0 for s, k in zip(scores, keep, strict=True)]
     total = sum(exps)
     return [e / total for e in exps]
 
 
 def dot(u, v) -> float:
-    return sum(float(a) * float(b) for a, b in zip(u, v))
+    return sum(float(a) * float(b) for a, b in zip(u, v, strict=True))
 
 
 def matvec(m, v) -> list[float]:
@@ -32,7 +32,7 @@ def matvec(m, v) -> list[float]:
 
 def weighted_sum(weights: list[float], rows) -> torch.Tensor:
     out = torch.zeros(len(rows[0]), dtype=torch.float64)
-    for w, r in zip(weights, rows):
+    for w, r in zip(weights, rows, strict=True):
         out += w * r.double()
     return out
 
@@ -52,12 +52,12 @@ def labelwise(x, wa, wo, bo, mask=None):
     att = torch.zeros(B, L, T, dtype=torch.float64)
     for b in range(B):
         keep = keep_of(mask, b, T)
-        for l in range(L):
-            a = softmax([dot(x[b, t], wa[l]) for t in range(T)], keep)
+        for label in range(L):
+            a = softmax([dot(x[b, t], wa[label]) for t in range(T)], keep)
             r = weighted_sum(a, x[b])
-            w = wo[l] if wo.dim() == 2 else wo
-            logits[b, l] = dot(r, w) + float(bo[l])
-            att[b, l] = torch.tensor(a)
+            w = wo[label] if wo.dim() == 2 else wo
+            logits[b, label] = dot(r, w) + float(bo[label])
+            att[b, label] = torch.tensor(a)
     return logits, att
 
 
@@ -84,7 +84,7 @@ def attn_pool(x, w, bias, v, mask=None):
     for b in range(B):
         e = []
         for t in range(T):
-            hidden = [math.tanh(z + float(bb)) for z, bb in zip(matvec(w, x[b, t]), bias)]
+            hidden = [math.tanh(z + float(bb)) for z, bb in zip(matvec(w, x[b, t]), bias, strict=True)]
             e.append(dot(v, hidden))
         a = softmax(e, keep_of(mask, b, T))
         out[b] = weighted_sum(a, x[b])
@@ -138,7 +138,7 @@ def general_score(w):
 
 def additive_score(wq, wk, bias, v):
     def score(q, k):
-        hidden = [math.tanh(a + c + float(bb)) for a, c, bb in zip(matvec(wq, q), matvec(wk, k), bias)]
+        hidden = [math.tanh(a + c + float(bb)) for a, c, bb in zip(matvec(wq, q), matvec(wk, k), bias, strict=True)]
         return dot(v, hidden)
 
     return score
@@ -170,13 +170,13 @@ def laat(x, w, u, w_out, b_out, mask=None, extra=None):
     for b in range(B):
         z = tanh_rows(x[b], w)
         keep = keep_of(mask, b, T)
-        for l in range(L):
-            a = softmax([dot(u[l], z[t]) for t in range(T)], keep)
+        for label in range(L):
+            a = softmax([dot(u[label], z[t]) for t in range(T)], keep)
             v = weighted_sum(a, x[b])
             if extra is not None:
                 v = torch.cat([v, extra[b].double()])
-            logits[b, l] = dot(w_out[l], v) + float(b_out[l])
-            att[b, l] = torch.tensor(a)
+            logits[b, label] = dot(w_out[label], v) + float(b_out[label])
+            att[b, label] = torch.tensor(a)
     return logits, att
 
 
@@ -190,12 +190,15 @@ def plm_ca(x, q, wk, bk, wv, bv, gamma, beta, w, b, mask=None, scale=1.0, eps=1e
         keys = [linear(x[bi, t], wk, bk) for t in range(T)]
         values = [linear(x[bi, t], wv, bv) for t in range(T)]
         keep = keep_of(mask, bi, T)
-        for l in range(L):
-            a = softmax([scale * dot(q[l], keys[t]) for t in range(T)], keep)
+        for label in range(L):
+            a = softmax([scale * dot(q[label], keys[t]) for t in range(T)], keep)
             r = weighted_sum(a, values)
             mean = sum(float(v) for v in r) / h
             var = sum((float(v) - mean) ** 2 for v in r) / h
-            y = [(float(v) - mean) / math.sqrt(var + eps) * float(g) + float(bb) for v, g, bb in zip(r, gamma, beta)]
-            logits[bi, l] = dot(w, y) + float(b)
-            att[bi, l] = torch.tensor(a)
+            y = [
+                (float(v) - mean) / math.sqrt(var + eps) * float(g) + float(bb)
+                for v, g, bb in zip(r, gamma, beta, strict=True)
+            ]
+            logits[bi, label] = dot(w, y) + float(b)
+            att[bi, label] = torch.tensor(a)
     return logits, att

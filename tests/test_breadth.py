@@ -38,8 +38,22 @@ def params(layer):
 
 
 # -- a naive self-attention: one query, one head at a time -------------------------------------------------
-def naive_self_attention(x, wq, wk, wv, wo, heads, kv_heads, mask, *, score_extra=None, value_extra=None,
-                         allowed=None, rotate=None, scale=None):
+def naive_self_attention(
+    x,
+    wq,
+    wk,
+    wv,
+    wo,
+    heads,
+    kv_heads,
+    mask,
+    *,
+    score_extra=None,
+    value_extra=None,
+    allowed=None,
+    rotate=None,
+    scale=None,
+):
     """x [B, T, E] -> out [B, T, E], A [B, heads, T, T]; biases-free projections as plain matrix products.
 
     score_extra(h, i, j, q_i) adds to a score, value_extra(i, j) adds to a value, allowed(i, j) restricts
@@ -56,12 +70,12 @@ def naive_self_attention(x, wq, wk, wv, wo, heads, kv_heads, mask, *, score_extr
         for h in range(heads):
             g = h // (heads // kv_heads)
             for i in range(T):
-                qi = q[i, h * d:(h + 1) * d]
+                qi = q[i, h * d : (h + 1) * d]
                 if rotate is not None:
                     qi = rotate(qi, i)
                 keep, scores = [], []
                 for j in range(T):
-                    kj = k[j, g * d:(g + 1) * d]
+                    kj = k[j, g * d : (g + 1) * d]
                     if rotate is not None:
                         kj = rotate(kj, j)
                     s = float(qi @ kj) * (scale if scale is not None else d**-0.5)
@@ -73,11 +87,11 @@ def naive_self_attention(x, wq, wk, wv, wo, heads, kv_heads, mask, *, score_extr
                 att[b, h, i] = torch.tensor(a, dtype=torch.float64)
                 row = torch.zeros(d, dtype=torch.float64)
                 for j in range(T):
-                    vj = v[j, g * d:(g + 1) * d]
+                    vj = v[j, g * d : (g + 1) * d]
                     if value_extra is not None:
                         vj = vj + value_extra(i, j)
                     row += a[j] * vj
-                concat[i, h * d:(h + 1) * d] = row
+                concat[i, h * d : (h + 1) * d] = row
         out[b] = concat @ wo.double().T
     return out, att
 
@@ -136,8 +150,9 @@ def test_alibi_matches_the_formula_and_its_slopes():
     x, mask = torch.randn(2, 6, 8, dtype=torch.float64), padded(2, 6, [6, 4])
     out, att = layer(x, mask, return_attention=True)
     slopes = [2.0**-4, 2.0**-8]
-    want, want_att = naive_self_attention(_zeroed(x, mask), *_qkvo(layer), 2, 2, mask,
-                                          score_extra=lambda h, i, j, q: -slopes[h] * abs(i - j))
+    want, want_att = naive_self_attention(
+        _zeroed(x, mask), *_qkvo(layer), 2, 2, mask, score_extra=lambda h, i, j, q: -slopes[h] * abs(i - j)
+    )
     close(out[mask], want[mask])
     close(att.transpose(1, 2)[mask], want_att.transpose(1, 2)[mask])
     close(layer(x, mask)[mask], want[mask])
@@ -174,9 +189,14 @@ def test_relpos_matches_shaw_et_al():
 
     out, att = layer(x, mask, return_attention=True)
     want, want_att = naive_self_attention(
-        _zeroed(x, mask), *_qkvo(layer), 2, 2, mask,
+        _zeroed(x, mask),
+        *_qkvo(layer),
+        2,
+        2,
+        mask,
         score_extra=lambda h, i, j, q: float(q @ p["rel_key"][clip(i, j)]) / 2.0,
-        value_extra=lambda i, j: p["rel_value"][clip(i, j)])
+        value_extra=lambda i, j: p["rel_value"][clip(i, j)],
+    )
     close(out[mask], want[mask])
     close(att.transpose(1, 2)[mask], want_att.transpose(1, 2)[mask])
 
@@ -257,8 +277,9 @@ def test_linear_self_never_forms_the_t_by_t_matrix():
     causal = attnzoo.create("linear_self", embed_dim=8, num_heads=2, causal=True).eval()
     causal.load_state_dict(layer.state_dict())
     with torch.no_grad():
-        torch.testing.assert_close(causal(x[:, :2000], mask[:, :2000])[:, :100], causal(x[:, :100], mask[:, :100]),
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            causal(x[:, :2000], mask[:, :2000])[:, :100], causal(x[:, :100], mask[:, :100]), atol=1e-5, rtol=1e-4
+        )
 
 
 # -- pooling -----------------------------------------------------------------------------------------------------
@@ -293,8 +314,9 @@ def test_multihead_pooling_matches_the_set_transformer_block():
         for h in range(2):
             sl = slice(4 * h, 4 * h + 4)
             for s in range(2):
-                a = ref.softmax([float(q[s, sl] @ k[t, sl]) / math.sqrt(8) for t in range(5)],
-                                [bool(m) for m in mask[b]])
+                a = ref.softmax(
+                    [float(q[s, sl] @ k[t, sl]) / math.sqrt(8) for t in range(5)], [bool(m) for m in mask[b]]
+                )
                 close(att[b, h, s], torch.tensor(a, dtype=torch.float64))
                 o[s, sl] += ref.weighted_sum(a, v[:, sl])
         o = F.layer_norm(o, (8,), p["ln0.weight"], p["ln0.bias"])
@@ -338,10 +360,13 @@ def _bisect(z, transform):
     return transform(z - (lo + hi) / 2)
 
 
-@pytest.mark.parametrize("kind, transform", [
-    ("sparsemax", lambda d: d.clamp(min=0)),
-    ("entmax15", lambda d: (d / 2).clamp(min=0) ** 2),
-])
+@pytest.mark.parametrize(
+    "kind, transform",
+    [
+        ("sparsemax", lambda d: d.clamp(min=0)),
+        ("entmax15", lambda d: (d / 2).clamp(min=0) ** 2),
+    ],
+)
 def test_sparse_normalizers_match_bisection_and_give_exact_zeros(kind, transform):
     fn = sparsemax if kind == "sparsemax" else entmax15
     for _ in range(20):
@@ -380,8 +405,16 @@ def test_score_layers_take_a_normalizer_and_keep_every_promise(name, kind):
 
 # -- HAN ----------------------------------------------------------------------------------------------------------
 def test_han_equals_the_model_run_one_sentence_at_a_time_on_real_words_only():
-    model = attnzoo.create("han", vocab_size=30, num_classes=4, embed_dim=6, word_hidden=3, sentence_hidden=5,
-                           attention_size=4, dtype="float64").eval()
+    model = attnzoo.create(
+        "han",
+        vocab_size=30,
+        num_classes=4,
+        embed_dim=6,
+        word_hidden=3,
+        sentence_hidden=5,
+        attention_size=4,
+        dtype="float64",
+    ).eval()
     tokens = torch.randint(1, 30, (2, 4, 5))
     tokens[0, 1, 3:] = 0  # a short sentence
     tokens[0, 3] = 0  # a padded sentence
@@ -419,7 +452,7 @@ def test_vision_blocks_match_their_formulas():
     assert eca.kernel_size == 3  # |(log2 8 + 1) / 2| = 2 -> the next odd, 3
     w = eca.conv.weight[0, 0]
     padded_gap = F.pad(gap, (1, 1))
-    conv = torch.stack([(padded_gap[:, c:c + 3] * w).sum(-1) for c in range(8)], dim=1)
+    conv = torch.stack([(padded_gap[:, c : c + 3] * w).sum(-1) for c in range(8)], dim=1)
     close(eca(x), x * torch.sigmoid(conv)[:, :, None, None])
 
     cbam = attnzoo.create("cbam", channels=8, reduction=2, kernel_size=3, dtype="float64")
@@ -458,5 +491,7 @@ def test_vision_blocks_match_their_formulas():
 def test_vision_blocks_refuse_the_wrong_channels():
     for name in ("se", "eca", "cbam", "coord_attn", "non_local", "external_attn"):
         layer = attnzoo.create(name, channels=8)
-        with pytest.raises(ValueError, match=rf"{name} expects x of shape \[batch, 8, height, width\], got \[2, 3, 4, 4\]"):
+        with pytest.raises(
+            ValueError, match=rf"{name} expects x of shape \[batch, 8, height, width\], got \[2, 3, 4, 4\]"
+        ):
             layer(torch.randn(2, 3, 4, 4))

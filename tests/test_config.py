@@ -42,8 +42,16 @@ def test_missing_required_value_names_it(recorder):
 
 @pytest.mark.parametrize(
     "key, value",
-    [("size", "x"), ("size", 1.5), ("size", True), ("rate", "fast"), ("flag", 1), ("mode", "c"),
-     ("sizes", [1, "two"]), ("name", 3)],
+    [
+        ("size", "x"),
+        ("size", 1.5),
+        ("size", True),
+        ("rate", "fast"),
+        ("flag", 1),
+        ("mode", "c"),
+        ("sizes", [1, "two"]),
+        ("name", 3),
+    ],
 )
 def test_wrong_types_are_config_errors_not_crashes(recorder, key, value):
     # "name" is also create()'s own parameter: such keys go through config=
@@ -105,8 +113,13 @@ def tagged(tmp_path):
         "lw_tagged",
         factory="attnzoo.layers.labelwise:LabelwiseAttentionBatched",
         config={"num_labels": "???", "hidden_size": None, "output": "logits"},
-        weights={"t": {"file": str(path), "sha256": digest,
-                       "config": {"num_labels": 3, "hidden_size": 4, "output": "probs", "shared_output": True}}},
+        weights={
+            "t": {
+                "file": str(path),
+                "sha256": digest,
+                "config": {"num_labels": 3, "hidden_size": 4, "output": "probs", "shared_output": True},
+            }
+        },
     )
     return source
 

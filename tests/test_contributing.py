@@ -46,10 +46,10 @@ class CosineAttention(ScoreAttention):
         return (self.scale * q @ k.transpose(-2, -1)).to(query.dtype)
 '''
 
-IGNORES_MASK = '''
+IGNORES_MASK = """
     def forward(self, query, key, value=None, mask=None):
         return super().forward(query, key, value, None)
-'''
+"""
 
 CARD = """\
 name: cosine
@@ -77,8 +77,14 @@ def _copy_repo(target):
 def _pytest(repo, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
     env["PYTHONPATH"] = str(repo)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                          capture_output=True, text=True, cwd=repo, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env=env,
+        timeout=900,
+    )
 
 
 @pytest.mark.slow

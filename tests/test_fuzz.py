@@ -23,15 +23,23 @@ from attnzoo.create import resolve_factory  # noqa: E402
 from attnzoo.errors import AttnzooError, UnknownModelError  # noqa: E402
 
 NAMES = attnzoo.list_models()
+
+
 def fuzz(examples: int) -> settings:
     """Settings for a bounded, repeatable run: the same examples every time (CI must not be flaky)."""
-    return settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck),
-                    derandomize=True, database=None)
+    return settings(
+        max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+    )
 
 
 @fuzz(300)
-@given(st.one_of(st.text(max_size=40), st.from_regex(r"[a-z:._\-]{0,30}", fullmatch=True),
-                 st.sampled_from([n + suffix for n in NAMES[:5] for suffix in (".x", ".", ":", "..y", ".wordnet")])))
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.from_regex(r"[a-z:._\-]{0,30}", fullmatch=True),
+        st.sampled_from([n + suffix for n in NAMES[:5] for suffix in (".x", ".", ":", "..y", ".wordnet")]),
+    )
+)
 def test_any_name_is_a_spec_or_a_short_unknown_model_error(name):
     try:
         spec = attnzoo.model_info(name)
@@ -42,9 +50,14 @@ def test_any_name_is_a_spec_or_a_short_unknown_model_error(name):
 
 
 VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 40), st.sampled_from([10**12, -(10**9), 2**63]),
-    st.floats(allow_nan=True, allow_infinity=True, width=32), st.text(max_size=8),
-    st.lists(st.integers(0, 4), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(0, 3), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 40),
+    st.sampled_from([10**12, -(10**9), 2**63]),
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+    st.text(max_size=8),
+    st.lists(st.integers(0, 4), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(0, 3), max_size=2),
 )
 
 
@@ -99,8 +112,11 @@ def test_any_tensor_gives_a_result_or_a_value_error(name):
             size = data.draw(st.integers(0, 9))
             shape = list(tensor.shape)
             shape[axis] = size
-            tensor = torch.zeros(shape, dtype=tensor.dtype) if size == 0 else (
-                tensor.narrow(axis, 0, 1).expand(*shape[:axis], size, *shape[axis + 1:]).clone())
+            tensor = (
+                torch.zeros(shape, dtype=tensor.dtype)
+                if size == 0
+                else (tensor.narrow(axis, 0, 1).expand(*shape[:axis], size, *shape[axis + 1 :]).clone())
+            )
         elif change == "rank":
             tensor = tensor[0] if data.draw(st.booleans()) and tensor.dim() else tensor.unsqueeze(0)
         elif change == "dtype":

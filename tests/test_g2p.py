@@ -14,8 +14,15 @@ from attnzoo.models.g2p import BOS, EOS
 
 def _model(input_feeding: bool, phonemes: int = 12, seed: int = 0):
     torch.manual_seed(seed)
-    model = attnzoo.create("g2p_seq2seq", num_letters=9, num_phonemes=phonemes, embed_dim=5, hidden=4,
-                           decoder_hidden=6, input_feeding=input_feeding).eval()
+    model = attnzoo.create(
+        "g2p_seq2seq",
+        num_letters=9,
+        num_phonemes=phonemes,
+        embed_dim=5,
+        hidden=4,
+        decoder_hidden=6,
+        input_feeding=input_feeding,
+    ).eval()
     with torch.no_grad():  # sharper distributions than the initialisation gives, so that search matters
         model.out.weight.mul_(6.0)
     return model

@@ -8,7 +8,6 @@ by tests/test_keras.py. Here: configs, files, the command line, threads.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,16 +22,19 @@ from .conftest import ROOT, run_cli, run_python
 
 
 # -- configs: refused at create(), before anything is built --------------------------------------------
-@pytest.mark.parametrize("name, overrides, message", [
-    ("qkv_self", dict(dropout=1.5), "probability in \\[0, 1\\)"),
-    ("qkv_self", dict(dropout=float("nan")), "finite number"),
-    ("laat", dict(num_labels=3, chunk_size=-1), "chunk_size must be a positive int"),
-    ("laat", dict(num_labels=3, attention_size=0), "attention_size must be a positive int"),
-    ("labelwise", dict(num_labels=0), "num_labels must be a positive int"),
-    ("keras_mha", dict(num_heads=-2, key_dim=4), "num_heads must be a positive int"),
-    ("bilstm_labelwise", dict(vocab_size=10, num_labels=3, dropout=-0.1), "probability"),
-    ("cnn_bilstm_attn", dict(num_classes=3, backbone="no_such_net"), "unknown timm backbone"),
-])
+@pytest.mark.parametrize(
+    "name, overrides, message",
+    [
+        ("qkv_self", dict(dropout=1.5), "probability in \\[0, 1\\)"),
+        ("qkv_self", dict(dropout=float("nan")), "finite number"),
+        ("laat", dict(num_labels=3, chunk_size=-1), "chunk_size must be a positive int"),
+        ("laat", dict(num_labels=3, attention_size=0), "attention_size must be a positive int"),
+        ("labelwise", dict(num_labels=0), "num_labels must be a positive int"),
+        ("keras_mha", dict(num_heads=-2, key_dim=4), "num_heads must be a positive int"),
+        ("bilstm_labelwise", dict(vocab_size=10, num_labels=3, dropout=-0.1), "probability"),
+        ("cnn_bilstm_attn", dict(num_classes=3, backbone="no_such_net"), "unknown timm backbone"),
+    ],
+)
 def test_bad_config_values_are_config_errors_naming_the_key(name, overrides, message):
     with pytest.raises(ConfigError, match=message):
         attnzoo.create(name, **overrides)
@@ -58,11 +60,16 @@ def test_interpolations_in_a_weights_file_stay_plain_strings(tmp_path, monkeypat
 
     monkeypatch.setenv("ATTNZOO_TEST_SECRET", "probs")  # were it resolved, the config would be valid
     layer = attnzoo.create("labelwise_batched", num_labels=2, hidden_size=3)
-    meta = encode_metadata("labelwise_batched", layer.attnzoo_config["factory"],
-                           {"num_labels": 2, "hidden_size": 3, "output": "${oc.env:ATTNZOO_TEST_SECRET}"})
+    meta = encode_metadata(
+        "labelwise_batched",
+        layer.attnzoo_config["factory"],
+        {"num_labels": 2, "hidden_size": 3, "output": "${oc.env:ATTNZOO_TEST_SECRET}"},
+    )
     path = tmp_path / "w.safetensors"
     write_weights(layer.state_dict(), path, metadata=meta)
-    with pytest.raises(ConfigError, match=r"'output' expects 'logits' \| 'probs', got '\$\{oc.env:ATTNZOO_TEST_SECRET\}'"):
+    with pytest.raises(
+        ConfigError, match=r"'output' expects 'logits' \| 'probs', got '\$\{oc.env:ATTNZOO_TEST_SECRET\}'"
+    ):
         attnzoo.load(path)
 
 
@@ -88,17 +95,35 @@ def test_a_config_file_with_a_config_section_and_a_bad_key_names_the_file(tmp_pa
 
 # -- the command line ----------------------------------------------------------------------------------------
 def test_a_closed_pipe_ends_quietly():
-    proc = subprocess.run(f"{sys.executable} -m attnzoo list | head -1", shell=True, capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, executable="/bin/bash")
+    proc = subprocess.run(
+        f"{sys.executable} -m attnzoo list | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        executable="/bin/bash",
+    )
     assert proc.stdout.startswith("NAME") and proc.stderr == ""
-    proc = subprocess.run(f"set -o pipefail; {sys.executable} -m attnzoo list | head -1", shell=True,
-                          capture_output=True, text=True, cwd=ROOT, timeout=120, executable="/bin/bash")
+    proc = subprocess.run(
+        f"set -o pipefail; {sys.executable} -m attnzoo list | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        executable="/bin/bash",
+    )
     assert proc.returncode == 0
 
 
 def test_every_error_is_one_short_line():
-    for args in (["info", "x" * 100_000], ["create", "labelwise", "num_labels=" + "9" * 50_000],
-                 ["create", "labelwise", "num_labels=-3"], ["info", "Bad Name!"]):
+    for args in (
+        ["info", "x" * 100_000],
+        ["create", "labelwise", "num_labels=" + "9" * 50_000],
+        ["create", "labelwise", "num_labels=-3"],
+        ["info", "Bad Name!"],
+    ):
         proc = run_cli(*args)
         assert proc.returncode in (1, 2)
         assert proc.stderr.count("\n") == 1 and len(proc.stderr) < 800, proc.stderr[:300]
@@ -123,7 +148,8 @@ def test_predict_never_overwrites_an_attention_map_unasked(tmp_path):
 
 # -- threads ---------------------------------------------------------------------------------------------
 def test_eight_threads_fill_the_registry_once_without_warnings():
-    proc = run_python("""
+    proc = run_python(
+        """
         import json, threading, warnings
         warnings.simplefilter("always")
         import attnzoo
@@ -137,13 +163,16 @@ def test_eight_threads_fill_the_registry_once_without_warnings():
         [t.start() for t in threads]; [t.join() for t in threads]
         print(json.dumps({"sizes": sorted({len(r) for r in results}), "warnings": caught,
                           "problems": [p.problems for p in attnzoo.list_plugins()]}))
-    """.replace("\n        ", "\n"), env={"ATTNZOO_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    """.replace("\n        ", "\n"),
+        env={"ATTNZOO_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
     out = json.loads(proc.stdout)
     assert out == {"sizes": [len(attnzoo.list_models())], "warnings": [], "problems": [[]]}, proc.stderr
 
 
 def test_flipping_switches_while_threads_create_never_loses_a_builtin():
-    proc = run_python("""
+    proc = run_python(
+        """
         import os, threading, attnzoo
         errors, sizes, stop = [], set(), threading.Event()
         def create():
@@ -159,9 +188,13 @@ def test_flipping_switches_while_threads_create_never_loses_a_builtin():
             os.environ["ATTNZOO_BLOCK_PLUGINS"] = "x" if i % 2 else "y,z"
         stop.set(); [t.join() for t in threads]
         print(len(errors), sorted(sizes))
-    """.replace("\n        ", "\n"), env={"ATTNZOO_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    """.replace("\n        ", "\n"),
+        env={"ATTNZOO_DISABLE_PLUGIN_AUTOLOAD": "1"},
+    )
     count, sizes = proc.stdout.split(" ", 1)
-    assert count == "0" and sizes.strip() == f"[{len(attnzoo.list_models(provider='attnzoo'))}]", proc.stdout + proc.stderr
+    assert count == "0" and sizes.strip() == f"[{len(attnzoo.list_models(provider='attnzoo'))}]", (
+        proc.stdout + proc.stderr
+    )
 
 
 def test_unknown_names_stay_key_errors_with_short_messages():

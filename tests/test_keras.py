@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,8 +31,13 @@ def keras_dir(tmp_path_factory):
     require_data(have_keras, "keras 3 and h5py (the test extra)")
     out = tmp_path_factory.mktemp("keras")
     env = {**os.environ, "KERAS_BACKEND": "torch"}
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "keras_fixtures.py"), str(out)],
-                          capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "keras_fixtures.py"), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -57,30 +61,40 @@ def expected(arrays, case, run):
 RUNS = {
     "keras_dot": {
         "plain": lambda a, m: m(a["q"], a["v"], a["k"]),
-        "masked": lambda a, m: m(a["q"], a["v"], a["k"], query_mask=a["q_mask"], value_mask=a["v_mask"],
-                                 return_attention=True),
-        "causal": lambda a, m: m(a["q"], a["v"], a["k"], value_mask=a["v_mask"], use_causal_mask=True,
-                                 return_attention=True),
+        "masked": lambda a, m: m(
+            a["q"], a["v"], a["k"], query_mask=a["q_mask"], value_mask=a["v_mask"], return_attention=True
+        ),
+        "causal": lambda a, m: m(
+            a["q"], a["v"], a["k"], value_mask=a["v_mask"], use_causal_mask=True, return_attention=True
+        ),
     },
     "keras_additive": {
         "plain": lambda a, m: m(a["q"], a["v"]),
-        "masked": lambda a, m: m(a["q"], a["v"], query_mask=a["q_mask"], value_mask=a["v_mask"],
-                                 return_attention=True),
-        "causal": lambda a, m: m(a["q"], a["v"], value_mask=a["v_mask"], use_causal_mask=True,
-                                 return_attention=True),
+        "masked": lambda a, m: m(a["q"], a["v"], query_mask=a["q_mask"], value_mask=a["v_mask"], return_attention=True),
+        "causal": lambda a, m: m(a["q"], a["v"], value_mask=a["v_mask"], use_causal_mask=True, return_attention=True),
     },
     "keras_mha": {
         "plain": lambda a, m: m(a["mha_q"], a["mha_v"], a["mha_k"]),
-        "masked": lambda a, m: m(a["mha_q"], a["mha_v"], a["mha_k"], attention_mask=a["mha_mask"],
-                                 return_attention=True),
+        "masked": lambda a, m: m(
+            a["mha_q"], a["mha_v"], a["mha_k"], attention_mask=a["mha_mask"], return_attention=True
+        ),
         "causal": lambda a, m: m(a["mha_q"], a["mha_v"], a["mha_k"], use_causal_mask=True, return_attention=True),
     },
     "lwan": {"plain": lambda a, m: m(a["x"])},
     "keras_attn": {"plain": lambda a, m: m(a["x"])},
 }
 
-CASES = ["attention_dot", "attention_scaled", "attention_concat", "additive", "additive_noscale", "mha",
-         "mha_nobias", "lwan", "keras_attn"]
+CASES = [
+    "attention_dot",
+    "attention_scaled",
+    "attention_concat",
+    "additive",
+    "additive_noscale",
+    "mha",
+    "mha_nobias",
+    "lwan",
+    "keras_attn",
+]
 
 
 @pytest.mark.parametrize("fmt", ["weights.h5", "h5"])
@@ -99,16 +113,33 @@ def test_attnzoo_matches_keras_on_imported_weights(fixtures, keras_dir, case, fm
             # a masked query attends to nothing here; Keras returns scores of the padded query anyway
             want[-1] = want[-1].masked_fill(~arrays["q_mask"].bool()[..., None], 0.0)
         assert len(outs) == len(want), (case, run)
-        for got, ref in zip(outs, want):
+        for got, ref in zip(outs, want, strict=True):
             torch.testing.assert_close(got, ref, **TOL, msg=f"{case}/{run}")
 
 
 def test_convert_keras_cli_writes_a_file_attnzoo_load_rebuilds(fixtures, keras_dir, tmp_path):
     arrays, _ = fixtures
     out = tmp_path / "mha.safetensors"
-    proc = subprocess.run([sys.executable, "-m", "attnzoo", "convert-keras", str(keras_dir / "mha.weights.h5"),
-                           "--model", "keras_mha", "num_heads=2", "key_dim=3", "value_dim=4", "output_shape=7",
-                           "-o", str(out)], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnzoo",
+            "convert-keras",
+            str(keras_dir / "mha.weights.h5"),
+            "--model",
+            "keras_mha",
+            "num_heads=2",
+            "key_dim=3",
+            "value_dim=4",
+            "output_shape=7",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     model = attnzoo.load(out).eval()
     with torch.no_grad():
@@ -195,15 +226,18 @@ def _mha_group(f, name="multi_head_attention", heads=2, key_dim=3, dim=6):
     g["1"] = np.zeros((dim,), dtype="float32")
 
 
-@pytest.mark.parametrize("case, message", [
-    ("cycle", None),
-    ("soft_link", "is a soft link"),
-    ("external_link", "is an external link"),
-    ("strings", "not numbers"),
-    ("bomb", "GiB, more than a Keras attention weight"),
-    ("deep", "nested deeper"),
-    ("legacy_missing", "not a dataset"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("cycle", None),
+        ("soft_link", "is a soft link"),
+        ("external_link", "is an external link"),
+        ("strings", "not numbers"),
+        ("bomb", "GiB, more than a Keras attention weight"),
+        ("deep", "nested deeper"),
+        ("legacy_missing", "not a dataset"),
+    ],
+)
 def test_hostile_keras_files_are_refused_before_reading(tmp_path, case, message):
     def build(f, h5py):
         _mha_group(f)
@@ -220,8 +254,13 @@ def test_hostile_keras_files_are_refused_before_reading(tmp_path, case, message)
         elif case == "bomb":  # a few KiB on disk, 4 GiB once read
             del f["layers/multi_head_attention/query_dense/vars/0"]
             f["layers/multi_head_attention/query_dense/vars"].create_dataset(
-                "0", shape=(50_000_000, 2, 3), dtype="float32", chunks=(1_000_000, 2, 3), compression="gzip",
-                fillvalue=0)
+                "0",
+                shape=(50_000_000, 2, 3),
+                dtype="float32",
+                chunks=(1_000_000, 2, 3),
+                compression="gzip",
+                fillvalue=0,
+            )
         elif case == "deep":
             path = "layers/multi_head_attention" + "/g" * 100
             f.create_group(path)
@@ -245,9 +284,25 @@ def test_hostile_keras_files_are_refused_before_reading(tmp_path, case, message)
 def test_a_lazy_mha_of_the_wrong_head_count_is_refused_and_nothing_is_written(tmp_path):
     path = _hostile(tmp_path / "mha.weights.h5", lambda f, h5py: _mha_group(f, heads=4, key_dim=3))
     out = tmp_path / "converted.safetensors"
-    proc = subprocess.run([sys.executable, "-m", "attnzoo", "convert-keras", str(path), "--model", "keras_mha",
-                           "num_heads=2", "key_dim=6", "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnzoo",
+            "convert-keras",
+            str(path),
+            "--model",
+            "keras_mha",
+            "num_heads=2",
+            "key_dim=6",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 1 and not out.exists()
     assert "query.weight needs [?, 2, 6]" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

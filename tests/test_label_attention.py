@@ -46,8 +46,9 @@ def test_caml_matches_its_formula(path, masked):
     _randomise(head)
     x = torch.randn(3, 7, 6)
     mask = padded_mask([7, 3, 5], 7) if masked else None
-    expected, expected_att = ref.labelwise(x, head.U.weight.detach(), head.final.weight.detach(),
-                                           head.final.bias.detach(), mask)
+    expected, expected_att = ref.labelwise(
+        x, head.U.weight.detach(), head.final.weight.detach(), head.final.bias.detach(), mask
+    )
     close(head(x, mask), expected)
     logits, att = head(x, mask, return_attention=True)
     close(logits, expected)
@@ -62,8 +63,9 @@ def test_laat_matches_its_formula(path, masked, attention_size):
     x = torch.randn(3, 7, 6)
     mask = padded_mask([7, 3, 5], 7) if masked else None
     p = {k: v.detach() for k, v in head.named_parameters()}
-    expected, expected_att = ref.laat(x, p["first_linear.weight"], p["second_linear.weight"],
-                                      p["third_linear.weight"], p["third_linear.bias"], mask)
+    expected, expected_att = ref.laat(
+        x, p["first_linear.weight"], p["second_linear.weight"], p["third_linear.weight"], p["third_linear.bias"], mask
+    )
     close(head(x, mask), expected)
     logits, att = head(x, mask, return_attention=True)
     close(logits, expected)
@@ -71,16 +73,30 @@ def test_laat_matches_its_formula(path, masked, attention_size):
 
 
 def test_joint_laat_matches_its_formula(path):
-    head = attnzoo.create("joint_laat", num_labels=5, num_parent_labels=3, hidden_size=6, attention_size=4,
-                          projection_size=2)
+    head = attnzoo.create(
+        "joint_laat", num_labels=5, num_parent_labels=3, hidden_size=6, attention_size=4, projection_size=2
+    )
     _randomise(head)
     x, mask = torch.randn(2, 6, 6), padded_mask([6, 4], 6)
     p = {k: v.detach() for k, v in head.named_parameters()}
-    parent, _ = ref.laat(x, p["parent.first_linear.weight"], p["parent.second_linear.weight"],
-                         p["parent.third_linear.weight"], p["parent.third_linear.bias"], mask)
+    parent, _ = ref.laat(
+        x,
+        p["parent.first_linear.weight"],
+        p["parent.second_linear.weight"],
+        p["parent.third_linear.weight"],
+        p["parent.third_linear.bias"],
+        mask,
+    )
     g = torch.sigmoid(torch.sigmoid(parent) @ p["projection.weight"].double().T)
-    child, child_att = ref.laat(x, p["child.first_linear.weight"], p["child.second_linear.weight"],
-                                p["child.third_linear.weight"], p["child.third_linear.bias"], mask, extra=g)
+    child, child_att = ref.laat(
+        x,
+        p["child.first_linear.weight"],
+        p["child.second_linear.weight"],
+        p["child.third_linear.weight"],
+        p["child.third_linear.bias"],
+        mask,
+        extra=g,
+    )
     logits, parents, att = head(x, mask, return_attention=True, return_parents=True)
     close(logits, child)
     close(parents, parent)
@@ -94,16 +110,28 @@ def test_plm_ca_matches_its_formula(path, scaled):
     _randomise(head)
     x, mask = torch.randn(3, 7, 6), padded_mask([7, 3, 5], 7)
     p = {k: v.detach() for k, v in head.named_parameters()}
-    expected, expected_att = ref.plm_ca(x, p["label_queries"], p["key.weight"], p["key.bias"], p["value.weight"],
-                                        p["value.bias"], p["norm.weight"], p["norm.bias"], p["output.weight"],
-                                        p["output.bias"][0], mask, scale=6**-0.5 if scaled else 1.0)
+    expected, expected_att = ref.plm_ca(
+        x,
+        p["label_queries"],
+        p["key.weight"],
+        p["key.bias"],
+        p["value.weight"],
+        p["value.bias"],
+        p["norm.weight"],
+        p["norm.bias"],
+        p["output.weight"],
+        p["output.bias"][0],
+        mask,
+        scale=6**-0.5 if scaled else 1.0,
+    )
     close(head(x, mask), expected)
     logits, att = head(x, mask, return_attention=True)
     close(att, expected_att)
 
 
-@pytest.mark.parametrize("name, kw", [("caml", {}), ("laat", {"attention_size": 8}), ("plm_ca", {}),
-                                      ("lwan", {}), ("labelwise_batched", {})])
+@pytest.mark.parametrize(
+    "name, kw", [("caml", {}), ("laat", {"attention_size": 8}), ("plm_ca", {}), ("lwan", {}), ("labelwise_batched", {})]
+)
 def test_fused_path_equals_explicit_path_and_chunking(monkeypatch, name, kw):
     head = attnzoo.create(name, num_labels=37, hidden_size=16, **kw)
     x, mask = torch.randn(3, 11, 16, requires_grad=True), padded_mask([11, 4, 0], 11)
@@ -144,8 +172,12 @@ def test_full_models_are_padding_invariant(name):
 # -- reference checkpoints ------------------------------------------------------------------------------------
 def test_caml_reference_state_dict_loads():
     L, d = 5, 7
-    state = {"U.weight": torch.randn(L, d), "U.bias": torch.randn(L),  # nn.Linear's unused bias
-             "final.weight": torch.randn(L, d), "final.bias": torch.randn(L)}
+    state = {
+        "U.weight": torch.randn(L, d),
+        "U.bias": torch.randn(L),  # nn.Linear's unused bias
+        "final.weight": torch.randn(L, d),
+        "final.bias": torch.randn(L),
+    }
     head = attnzoo.create("caml", num_labels=L)  # lazy: the sizes come from the checkpoint
     head.load_state_dict(state)
     x, mask = torch.randn(2, 6, d), padded_mask([6, 2], 6)
@@ -156,14 +188,27 @@ def test_caml_reference_state_dict_loads():
 def test_caml_full_model_from_the_reference_repository_layout():
     """CAML's repository keeps embed, conv, U, final at the top level of its model."""
     vocab, E, filters, L = 20, 6, 4, 3
-    model = attnzoo.create("conv_caml", vocab_size=vocab, num_labels=L, embed_dim=E, hidden=filters,
-                           kernel_size=3).eval()
-    theirs = {"embed.weight": torch.randn(vocab, E), "conv.weight": torch.randn(filters, E, 3),
-              "conv.bias": torch.randn(filters), "U.weight": torch.randn(L, filters), "U.bias": torch.randn(L),
-              "final.weight": torch.randn(L, filters), "final.bias": torch.randn(L)}
+    model = attnzoo.create(
+        "conv_caml", vocab_size=vocab, num_labels=L, embed_dim=E, hidden=filters, kernel_size=3
+    ).eval()
+    theirs = {
+        "embed.weight": torch.randn(vocab, E),
+        "conv.weight": torch.randn(filters, E, 3),
+        "conv.bias": torch.randn(filters),
+        "U.weight": torch.randn(L, filters),
+        "U.bias": torch.randn(L),
+        "final.weight": torch.randn(L, filters),
+        "final.bias": torch.randn(L),
+    }
     theirs["embed.weight"][0] = 0
-    renamed = {{"embed.weight": "encoder.embedding.weight", "conv.weight": "encoder.conv.weight",
-                "conv.bias": "encoder.conv.bias"}.get(k, "head." + k): v for k, v in theirs.items()}
+    renamed = {
+        {
+            "embed.weight": "encoder.embedding.weight",
+            "conv.weight": "encoder.conv.weight",
+            "conv.bias": "encoder.conv.bias",
+        }.get(k, "head." + k): v
+        for k, v in theirs.items()
+    }
     model.load_state_dict(renamed)
     tokens = torch.tensor([[3, 5, 7, 2, 9]])
     emb = theirs["embed.weight"][tokens]
@@ -178,11 +223,19 @@ def test_laat_and_plm_icd_state_dicts_load(layout):
     L, h, d_a = 5, 8, 6
     w, u, w3, b3 = torch.randn(d_a, h), torch.randn(L, d_a), torch.randn(L, h), torch.randn(L)
     if layout == "laat":
-        state = {"attention.first_linears.0.weight": w, "attention.second_linears.0.weight": u,
-                 "attention.third_linears.0.weight": w3, "attention.third_linears.0.bias": b3}
+        state = {
+            "attention.first_linears.0.weight": w,
+            "attention.second_linears.0.weight": u,
+            "attention.third_linears.0.weight": w3,
+            "attention.third_linears.0.bias": b3,
+        }
     else:
-        state = {"first_linear.weight": w, "second_linear.weight": u, "third_linear.weight": w3,
-                 "third_linear.bias": b3}
+        state = {
+            "first_linear.weight": w,
+            "second_linear.weight": u,
+            "third_linear.weight": w3,
+            "third_linear.bias": b3,
+        }
     head = attnzoo.create("laat", num_labels=L, attention_size=d_a)
     head.load_state_dict(state)
     x, mask = torch.randn(2, 6, h), padded_mask([6, 3], 6)
@@ -196,8 +249,9 @@ def test_laat_and_plm_icd_state_dicts_load(layout):
 
 def test_joint_laat_loads_the_laat_repository_levels():
     L1, L, h, d_a, p = 3, 5, 8, 6, 4
-    head = attnzoo.create("joint_laat", num_labels=L, num_parent_labels=L1, attention_size=d_a,
-                          projection_size=p, hidden_size=h)
+    head = attnzoo.create(
+        "joint_laat", num_labels=L, num_parent_labels=L1, attention_size=d_a, projection_size=p, hidden_size=h
+    )
     state = {}
     for level, labels, width in ((0, L1, h), (1, L, h + p)):
         state[f"attention.first_linears.{level}.weight"] = torch.randn(d_a, h)
@@ -212,7 +266,11 @@ def test_joint_laat_loads_the_laat_repository_levels():
 
 def test_a_checkpoint_for_other_sizes_is_refused_clearly():
     head = attnzoo.create("laat", num_labels=5, attention_size=6, hidden_size=8)
-    state = {"first_linear.weight": torch.randn(6, 8), "second_linear.weight": torch.randn(7, 6),
-             "third_linear.weight": torch.randn(7, 8), "third_linear.bias": torch.randn(7)}
+    state = {
+        "first_linear.weight": torch.randn(6, 8),
+        "second_linear.weight": torch.randn(7, 6),
+        "third_linear.weight": torch.randn(7, 8),
+        "third_linear.bias": torch.randn(7),
+    }
     with pytest.raises(RuntimeError, match="second_linear.weight.*torch.Size\\(\\[7, 6\\]\\)"):
         head.load_state_dict(state)

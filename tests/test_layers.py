@@ -132,8 +132,17 @@ def test_qkv_self_matches_the_formula(heads, mask_kind):
     p = {n: t.detach() for n, t in layer.named_parameters()}
     if mask_kind == "padding":  # positions no query attends to are read as zeros, whatever they hold
         x = x.masked_fill(~mask[..., None], 0.0)
-    expected, expected_att = ref.qkv_self(x, p["query.weight"], p["query.bias"], p["key.weight"], p["key.bias"],
-                                          p["value.weight"], p["value.bias"], heads, mask)
+    expected, expected_att = ref.qkv_self(
+        x,
+        p["query.weight"],
+        p["query.bias"],
+        p["key.weight"],
+        p["key.bias"],
+        p["value.weight"],
+        p["value.bias"],
+        heads,
+        mask,
+    )
     close(out, expected)
     close(att, expected_att.squeeze(1) if heads == 1 else expected_att)
     close(layer(x, mask), expected)
@@ -154,8 +163,11 @@ def test_qkv_self_loads_seed_001_and_agrees_with_it():
 
 def test_qkv_self_refuses_the_seeds_2d_input_and_says_why():
     layer = attnzoo.create("qkv_self")
-    with pytest.raises(ValueError, match=r"qkv_self expects x of shape \[batch, seq, embed_dim\], got \[8, 256\]"
-                                         r".*attend across the samples of the batch"):
+    with pytest.raises(
+        ValueError,
+        match=r"qkv_self expects x of shape \[batch, seq, embed_dim\], got \[8, 256\]"
+        r".*attend across the samples of the batch",
+    ):
         layer(torch.randn(8, 256))
 
 
@@ -178,8 +190,9 @@ def test_dot_general_additive_match_their_formulas():
 
     layer = attnzoo.create("additive", attention_size=3, scaled=True)
     ctx, att = layer(q6, k, None, mask)
-    score = ref.additive_score(layer.query_proj.detach(), layer.key_proj.detach(), layer.bias.detach(),
-                               layer.v.detach())
+    score = ref.additive_score(
+        layer.query_proj.detach(), layer.key_proj.detach(), layer.bias.detach(), layer.v.detach()
+    )
     e_ctx, e_att = ref.scored(q6, k, k, score, mask, 3**-0.5)
     close(ctx, e_ctx)
     close(att, e_att)
@@ -282,22 +295,54 @@ def test_masks_must_be_boolean_with_a_helpful_message():
 @pytest.mark.parametrize(
     "name, config, bad, message",
     [
-        ("labelwise", dict(num_labels=3, hidden_size=256), (torch.randn(8, 300),),
-         r"labelwise expects x of shape \[batch, seq, 256\], got \[8, 300\]"),
-        ("labelwise_batched", dict(num_labels=3, hidden_size=4), (torch.randn(2, 5, 6),),
-         r"labelwise_batched expects x of shape \[batch, seq, 4\], got \[2, 5, 6\]"),
-        ("keras_attn", dict(num_classes=2), (torch.randn(3, 4),),
-         r"keras_attn expects x of shape \[batch, seq, embed_dim\], got \[3, 4\]"),
-        ("attn_pool", dict(hidden_size=4), (torch.randn(2, 5, 3),),
-         r"attn_pool expects x of shape \[batch, seq, 4\], got \[2, 5, 3\]"),
-        ("general", dict(query_size=4, key_size=5), (torch.randn(2, 3, 4), torch.randn(2, 6, 4)),
-         r"general expects key of shape \[2, key_len, 5\], got \[2, 6, 4\]"),
-        ("dot", {}, (torch.randn(2, 3, 4), torch.randn(2, 6, 5)),
-         r"dot expects key of shape \[2, key_len, 4\], got \[2, 6, 5\]. The score compares query and key"),
-        ("seq2seq_attn", {}, (torch.randn(2, 3), torch.randn(2, 6, 4)),
-         r"seq2seq_attn expects decoder_out of shape \[batch, dec_len, decoder_size\], got \[2, 3\]"),
-        ("cnn_bilstm_attn", dict(num_classes=2, backbone="test_resnet"), (torch.randn(2, 3, 32, 32),),
-         r"cnn_bilstm_attn expects x of shape \[batch, 5, freq, time\], got \[2, 3, 32, 32\]"),
+        (
+            "labelwise",
+            dict(num_labels=3, hidden_size=256),
+            (torch.randn(8, 300),),
+            r"labelwise expects x of shape \[batch, seq, 256\], got \[8, 300\]",
+        ),
+        (
+            "labelwise_batched",
+            dict(num_labels=3, hidden_size=4),
+            (torch.randn(2, 5, 6),),
+            r"labelwise_batched expects x of shape \[batch, seq, 4\], got \[2, 5, 6\]",
+        ),
+        (
+            "keras_attn",
+            dict(num_classes=2),
+            (torch.randn(3, 4),),
+            r"keras_attn expects x of shape \[batch, seq, embed_dim\], got \[3, 4\]",
+        ),
+        (
+            "attn_pool",
+            dict(hidden_size=4),
+            (torch.randn(2, 5, 3),),
+            r"attn_pool expects x of shape \[batch, seq, 4\], got \[2, 5, 3\]",
+        ),
+        (
+            "general",
+            dict(query_size=4, key_size=5),
+            (torch.randn(2, 3, 4), torch.randn(2, 6, 4)),
+            r"general expects key of shape \[2, key_len, 5\], got \[2, 6, 4\]",
+        ),
+        (
+            "dot",
+            {},
+            (torch.randn(2, 3, 4), torch.randn(2, 6, 5)),
+            r"dot expects key of shape \[2, key_len, 4\], got \[2, 6, 5\]. The score compares query and key",
+        ),
+        (
+            "seq2seq_attn",
+            {},
+            (torch.randn(2, 3), torch.randn(2, 6, 4)),
+            r"seq2seq_attn expects decoder_out of shape \[batch, dec_len, decoder_size\], got \[2, 3\]",
+        ),
+        (
+            "cnn_bilstm_attn",
+            dict(num_classes=2, backbone="test_resnet"),
+            (torch.randn(2, 3, 32, 32),),
+            r"cnn_bilstm_attn expects x of shape \[batch, 5, freq, time\], got \[2, 3, 32, 32\]",
+        ),
     ],
 )
 def test_wrong_rank_or_size_names_the_variant_and_both_shapes(name, config, bad, message):

@@ -14,11 +14,35 @@ from .conftest import ROOT
 @pytest.mark.slow
 def test_a_wheel_install_finds_the_cards_and_weights(tmp_path):
     wheels, site = tmp_path / "wheels", tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheels), str(ROOT)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     wheel = next(wheels.glob("attnzoo-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
-                    str(wheel)], check=True, capture_output=True, timeout=600)
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "attnzoo/py.typed" in names  # users' type checkers read attnzoo's annotations
+    assert {"attnzoo/train/recipes/tiny_wordnet.yaml", "attnzoo/signatures.py"} <= names
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     code = (
         "import attnzoo, attnzoo.resources as r\n"
         "print(attnzoo.__file__)\nprint(r.cards_dir())\n"

@@ -23,26 +23,37 @@ EXAMPLE = ROOT / "examples" / "attnzoo-plugin-example"
 
 # name -> (entry point name, plugin module source)
 BROKEN_PLUGINS = {
-    "broken-import": ("broken", """
+    "broken-import": (
+        "broken",
+        """
         raise ImportError("this plugin needs a library that is not installed")
-    """),
-    "hook-raises": ("hookraises", """
+    """,
+    ),
+    "hook-raises": (
+        "hookraises",
+        """
         from attnzoo import hookimpl
 
         @hookimpl
         def attnzoo_register_models(register):
             register("half_done", factory="collections:OrderedDict")
             raise RuntimeError("the second registration crashed")
-    """),
-    "takes-builtin": ("takesbuiltin", """
+    """,
+    ),
+    "takes-builtin": (
+        "takesbuiltin",
+        """
         from attnzoo import hookimpl
 
         @hookimpl
         def attnzoo_register_models(register):
             register("labelwise", factory="collections:OrderedDict", summary="an impostor")
             register("own_model", factory="collections:OrderedDict", summary="fine")
-    """),
-    "bad-card": ("badcard", """
+    """,
+    ),
+    "bad-card": (
+        "badcard",
+        """
         from pathlib import Path
         from attnzoo import hookimpl
 
@@ -52,28 +63,38 @@ BROKEN_PLUGINS = {
             card.write_text("name: broken_card\\nconfig: {a: 1}\\n")  # no factory
             register("broken_card", config=str(card))
             register("good_after_bad", factory="collections:OrderedDict")
-    """),
-    "twin-a": ("twina", """
+    """,
+    ),
+    "twin-a": (
+        "twina",
+        """
         from attnzoo import hookimpl
 
         @hookimpl
         def attnzoo_register_models(register):
             register("twin", factory="collections:OrderedDict", summary="from a")
-    """),
-    "twin-b": ("twinb", """
+    """,
+    ),
+    "twin-b": (
+        "twinb",
+        """
         from attnzoo import hookimpl
 
         @hookimpl
         def attnzoo_register_models(register):
             register("twin", factory="collections:OrderedDict", summary="from b")
-    """),
-    "place-raises": ("placeraises", """
+    """,
+    ),
+    "place-raises": (
+        "placeraises",
+        """
         from attnzoo import hookimpl
 
         @hookimpl
         def attnzoo_place_model(model, device, dtype):
             raise RuntimeError("placement exploded")
-    """),
+    """,
+    ),
 }
 
 
@@ -82,7 +103,8 @@ def _project(root: Path, dist: str, entry: str, source: str) -> Path:
     project = root / dist
     (project / module).mkdir(parents=True)
     (project / module / "__init__.py").write_text(textwrap.dedent(source))
-    (project / "pyproject.toml").write_text(textwrap.dedent(f"""
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
         [build-system]
         requires = ["hatchling"]
         build-backend = "hatchling.build"
@@ -96,13 +118,24 @@ def _project(root: Path, dist: str, entry: str, source: str) -> Path:
 
         [tool.hatch.build.targets.wheel]
         packages = ["{module}"]
-    """))
+    """)
+    )
     return project
 
 
 def _pip_install(projects: list[Path], target: Path) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-           "--target", str(target), *map(str, projects)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(target),
+        *map(str, projects),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
 
 
@@ -121,8 +154,9 @@ def run(site: Path | None, code: str, **env: str) -> subprocess.CompletedProcess
     full = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
     full["PYTHONPATH"] = os.pathsep.join([str(site)] if site else [])
     full.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full, cwd=ROOT, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full, cwd=ROOT, timeout=600
+    )
 
 
 def cli(site: Path | None, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -148,7 +182,9 @@ def test_example_plugin_lists_with_its_provider(sites):
 
 
 def test_example_plugin_creates_and_its_device_reaches_its_hook(sites):
-    proc = run(sites["healthy"], """
+    proc = run(
+        sites["healthy"],
+        """
         import torch, attnzoo
         m = attnzoo.create("gated_pool", hidden_size=6, device="example:0", dtype="float64")
         x = torch.randn(2, 5, 6, dtype=torch.float64)
@@ -157,7 +193,8 @@ def test_example_plugin_creates_and_its_device_reaches_its_hook(sites):
         ref = (torch.softmax(m.w(torch.tanh(m.V(x)) * torch.sigmoid(m.U(x))).squeeze(-1)
                .masked_fill(~mask, float("-inf")), -1).unsqueeze(1) @ x).squeeze(1)
         print(m.placed_on, pooled.dtype, torch.allclose(pooled, ref), bool((a[0, 3:] == 0).all()))
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["example:0", "torch.float64", "True", "True"]
     proc = cli(sites["healthy"], "create", "gated_pool", "hidden_size=4", "--device", "example:1")
@@ -165,24 +202,30 @@ def test_example_plugin_creates_and_its_device_reaches_its_hook(sites):
 
 
 def test_an_unknown_device_that_nobody_places_is_a_config_error(sites):
-    proc = run(sites["healthy"], """
+    proc = run(
+        sites["healthy"],
+        """
         import attnzoo
         try:
             attnzoo.create("attn_pool", hidden_size=4, device="npu:0")
         except attnzoo.ConfigError as e:
             print("ConfigError", e)
-    """)
+    """,
+    )
     assert proc.stdout.startswith("ConfigError") and "npu:0" in proc.stdout, proc.stderr
 
 
 def test_listing_with_plugins_does_not_import_torch(sites):
-    proc = run(sites["crowded"], """
+    proc = run(
+        sites["crowded"],
+        """
         import sys, warnings
         warnings.simplefilter("ignore")
         import attnzoo
         attnzoo.list_models(); attnzoo.list_plugins(); attnzoo.model_info("gated_pool")
         print("torch" in sys.modules)
-    """)
+    """,
+    )
     assert proc.stdout.strip() == "False", proc.stderr
 
 
@@ -211,33 +254,41 @@ def test_broken_plugins_are_reported_and_everything_else_works(sites):
 
 
 def test_each_problem_is_reported_once_naming_its_plugin(sites):
-    proc = run(sites["crowded"], """
+    proc = run(
+        sites["crowded"],
+        """
         import attnzoo
         attnzoo.list_models(); attnzoo.list_models("t*"); attnzoo.model_info("labelwise")
         attnzoo.create("gated_pool", hidden_size=4, device="cpu")
         attnzoo.create("gated_pool", hidden_size=4, device="cpu")
         print("OK")
-    """)
+    """,
+    )
     assert proc.stdout.strip() == "OK", proc.stderr
-    lines = [l for l in proc.stderr.splitlines() if "attnzoo: plugin" in l]
+    lines = [line for line in proc.stderr.splitlines() if "attnzoo: plugin" in line]
     for plugin in ("broken", "hookraises", "takesbuiltin", "badcard", "twinb", "placeraises"):
-        assert sum(f"plugin '{plugin}'" in l for l in lines) == 1, (plugin, lines)
+        assert sum(f"plugin '{plugin}'" in line for line in lines) == 1, (plugin, lines)
 
 
 def test_builtins_and_healthy_plugins_still_create(sites):
-    proc = run(sites["crowded"], """
+    proc = run(
+        sites["crowded"],
+        """
         import warnings; warnings.simplefilter("ignore")
         import attnzoo
         print(type(attnzoo.create("labelwise", num_labels=3)).__name__)
         print(type(attnzoo.create("gated_pool", hidden_size=4, device="cpu")).__name__)
         print(attnzoo.create("twin", a=1))
-    """)
+    """,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:2] == ["LabelwiseAttention", "GatedAttentionPooling"]
 
 
 def test_unknown_name_of_a_failed_plugin_says_which_plugin_and_why(sites):
-    proc = run(sites["crowded"], """
+    proc = run(
+        sites["crowded"],
+        """
         import warnings; warnings.simplefilter("ignore")
         import attnzoo
         for name in ("half_done", "broken:anything", "nothing_at_all"):
@@ -245,7 +296,8 @@ def test_unknown_name_of_a_failed_plugin_says_which_plugin_and_why(sites):
                 attnzoo.model_info(name)
             except attnzoo.UnknownModelError as e:
                 print(e)
-    """)
+    """,
+    )
     lines = proc.stdout.strip().splitlines()
     assert "plugin 'hookraises'" in lines[0] and "second registration crashed" in lines[0], lines
     assert "plugin 'broken'" in lines[1] and "ImportError" in lines[1], lines
@@ -253,26 +305,35 @@ def test_unknown_name_of_a_failed_plugin_says_which_plugin_and_why(sites):
 
 
 def test_strict_mode_raises_at_the_first_problem(sites):
-    proc = run(sites["crowded"], """
+    proc = run(
+        sites["crowded"],
+        """
         import attnzoo
         try:
             attnzoo.list_models()
         except attnzoo.PluginError as e:
             print("PluginError", e)
-    """, ATTNZOO_STRICT_PLUGINS="1")
+    """,
+        ATTNZOO_STRICT_PLUGINS="1",
+    )
     assert proc.stdout.startswith("PluginError plugin 'broken'"), proc.stdout + proc.stderr
     proc = cli(sites["crowded"], "list", ATTNZOO_STRICT_PLUGINS="1")
     assert proc.returncode == 1 and "plugin 'broken'" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_strict_mode_covers_hook_calls_after_loading(sites):
-    proc = run(sites["crowded"], """
+    proc = run(
+        sites["crowded"],
+        """
         import attnzoo
         try:
             attnzoo.create("attn_pool", hidden_size=4, device="cpu")
         except attnzoo.PluginError as e:
             print("PluginError", e)
-    """, ATTNZOO_STRICT_PLUGINS="1", ATTNZOO_PLUGINS="placeraises")
+    """,
+        ATTNZOO_STRICT_PLUGINS="1",
+        ATTNZOO_PLUGINS="placeraises",
+    )
     assert proc.stdout.startswith("PluginError plugin 'placeraises'"), proc.stdout + proc.stderr
 
 
@@ -296,30 +357,41 @@ def test_block_list_and_autoload_switches(sites):
 
 
 def test_switches_are_read_at_call_time(sites):
-    proc = run(sites["healthy"], """
+    proc = run(
+        sites["healthy"],
+        """
         import os, attnzoo
         before = "gated_pool" in attnzoo.list_models()
         os.environ["ATTNZOO_BLOCK_PLUGINS"] = "example"
         after = "gated_pool" in attnzoo.list_models()
         print(before, after)
-    """)
+    """,
+    )
     assert proc.stdout.split() == ["True", "False"], proc.stderr
 
 
 def test_a_plugin_may_override_on_purpose(tmp_path):
-    project = _project(tmp_path / "src", "overrider", "overrider", """
+    project = _project(
+        tmp_path / "src",
+        "overrider",
+        "overrider",
+        """
         from attnzoo import hookimpl
 
         @hookimpl
         def attnzoo_register_models(register):
             register("labelwise", factory="collections:OrderedDict", summary="mine", override=True)
-    """)
+    """,
+    )
     _pip_install([project], tmp_path / "site")
-    proc = run(tmp_path / "site", """
+    proc = run(
+        tmp_path / "site",
+        """
         import attnzoo
         print(attnzoo.model_info("labelwise").provider, attnzoo.model_info("attnzoo:labelwise").provider)
         print(attnzoo.list_plugins()[1].problems)
-    """)
+    """,
+    )
     assert proc.stdout.split("\n")[:2] == ["overrider attnzoo", "[]"], proc.stderr
 
 
@@ -332,8 +404,14 @@ def test_the_example_plugin_passes_the_kit_from_the_cli_and_from_its_own_pytest(
     assert {r["status"] for r in report["results"]} == {"passed"}
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
     env["PYTHONPATH"] = str(sites["healthy"])
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
-                          capture_output=True, text=True, env=env, cwd=EXAMPLE, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=EXAMPLE,
+        timeout=600,
+    )
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-2000:]
 
 
@@ -403,7 +481,7 @@ class Square(nn.Module):
         return x * x
 '''
 
-BROKEN_PLUGIN = '''
+BROKEN_PLUGIN = """
 from attnzoo import hookimpl
 
 BROKEN = {"ignores_mask": "IgnoresMask", "nan_row": "NaNRow", "bad_repr": "BadRepr", "mixes_batch": "MixesBatch"}
@@ -420,14 +498,14 @@ def attnzoo_register_models(register):
 @hookimpl
 def attnzoo_register_conventions(register):
     register("flat_square", "brokenvariants_layers_conv:FLAT")
-'''
+"""
 
-FLAT_CONVENTION = '''
+FLAT_CONVENTION = """
 from attnzoo.conventions import Convention, Slot
 
 FLAT = Convention("flat_square", (Slot("x", "float", ("batch", "keys")),), outputs=(("batch", "keys"),),
                   attention="none")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -438,16 +516,26 @@ def broken_site(tmp_path_factory):
     (module.parent / "brokenvariants_layers.py").write_text(BROKEN_LAYERS)
     (module.parent / "brokenvariants_layers_conv.py").write_text(FLAT_CONVENTION)
     pyproject = project / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace(
-        'packages = ["brokenvariants_plugin"]',
-        'packages = ["brokenvariants_plugin"]\nonly-include = ["brokenvariants_plugin", "brokenvariants_layers.py", '
-        '"brokenvariants_layers_conv.py"]\nsources = ["."]'))
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            'packages = ["brokenvariants_plugin"]',
+            'packages = ["brokenvariants_plugin"]\nonly-include = ["brokenvariants_plugin", '
+            '"brokenvariants_layers.py", "brokenvariants_layers_conv.py"]\nsources = ["."]',
+        )
+    )
     _pip_install([project], root / "site")
     return root / "site"
 
 
-@pytest.mark.parametrize("name, prop", [("ignores_mask", "masked_values"), ("nan_row", "fully_masked"),
-                                        ("bad_repr", "meta"), ("mixes_batch", "batch_independence")])
+@pytest.mark.parametrize(
+    "name, prop",
+    [
+        ("ignores_mask", "masked_values"),
+        ("nan_row", "fully_masked"),
+        ("bad_repr", "meta"),
+        ("mixes_batch", "batch_independence"),
+    ],
+)
 def test_a_broken_third_party_variant_fails_the_kit_naming_the_property(broken_site, name, prop):
     proc = cli(broken_site, "check", name, "--json")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -478,13 +566,18 @@ def test_the_skeleton_on_docs_plugins_md_installs_and_passes_the_kit(tmp_path):
         first = block.splitlines()[0]
         if first.startswith("# my_plugin/") or first.startswith("# tests/"):
             files[first[2:].strip()] = block
-    assert set(files) == {"my_plugin/layers.py", "my_plugin/query_pool.yaml", "my_plugin/__init__.py",
-                          "tests/test_query_pool.py"}
+    assert set(files) == {
+        "my_plugin/layers.py",
+        "my_plugin/query_pool.yaml",
+        "my_plugin/__init__.py",
+        "tests/test_query_pool.py",
+    }
     project = tmp_path / "my-plugin"
     for name, text in files.items():
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
-    (project / "pyproject.toml").write_text(textwrap.dedent("""
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [build-system]
         requires = ["hatchling"]
         build-backend = "hatchling.build"
@@ -498,13 +591,20 @@ def test_the_skeleton_on_docs_plugins_md_installs_and_passes_the_kit(tmp_path):
 
         [tool.hatch.build.targets.wheel]
         packages = ["my_plugin"]
-    """))
+    """)
+    )
     _pip_install([project], tmp_path / "site")
     proc = cli(tmp_path / "site", "check", "my_plugin:*", ATTNZOO_STRICT_PLUGINS="1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "my_plugin:query_pool" in proc.stdout and "0 failed" in proc.stdout
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
     env["PYTHONPATH"] = str(tmp_path / "site")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-                          capture_output=True, text=True, env=env, cwd=project, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=project,
+        timeout=600,
+    )
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]

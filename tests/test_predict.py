@@ -42,8 +42,9 @@ def test_two_texts_give_two_named_ranked_results_and_unknown_words_warn(model):
     for label in cat.labels:
         assert label.probability == pytest.approx(float(probs[ids.index(label.id)]), abs=1e-6)
         assert label.name == label.id.split(".n.")[0].replace("_", " ") and label.description
-    assert [label.probability for label in cat.labels] == sorted((label.probability for label in cat.labels),
-                                                                 reverse=True)
+    assert [label.probability for label in cat.labels] == sorted(
+        (label.probability for label in cat.labels), reverse=True
+    )
     assert "animal" in {label.name for label in cat.labels} or "vertebrate" in {label.name for label in cat.labels}
     assert cat.unknown == 0 and not cat.warnings
     assert gibberish.unknown == 2 and gibberish.warnings and gibberish.tokens == ["xyzzy", "qwerty"]
@@ -75,8 +76,9 @@ def test_the_cli_prints_what_python_returns():
     printed = json.loads(proc.stdout)
     with pytest.warns(UnknownTokensWarning):
         expected = attnzoo.predict(LABELWISE, "xyzzy qwerty").to_dict()
-    assert [(l["id"], round(l["probability"], 6)) for l in printed["labels"]] == \
-        [(l["id"], round(l["probability"], 6)) for l in expected["labels"]]
+    assert [(row["id"], round(row["probability"], 6)) for row in printed["labels"]] == [
+        (row["id"], round(row["probability"], 6)) for row in expected["labels"]
+    ]
     assert printed["warnings"] and "phonemes" not in printed
     shown = run_cli("predict", LABELWISE, CAT, "--above-threshold")
     lines = [line for line in shown.stdout.splitlines() if line[:1] in "* " and "  " in line]
@@ -99,5 +101,6 @@ def test_the_heat_map_has_a_colour_bar_probabilities_and_the_threshold(model):
 
 def test_a_run_folder_predicts_like_its_model(tmp_path, model):
     attnzoo.save(model, tmp_path / "run")
-    assert [label.id for label in attnzoo.predict(tmp_path / "run", CAT).labels] == \
-        [label.id for label in attnzoo.predict(model, CAT).labels]
+    assert [label.id for label in attnzoo.predict(tmp_path / "run", CAT).labels] == [
+        label.id for label in attnzoo.predict(model, CAT).labels
+    ]

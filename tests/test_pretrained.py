@@ -14,7 +14,7 @@ from attnzoo.errors import WeightsError
 from attnzoo.resources import weights_dir
 from attnzoo.train import sources
 
-from .conftest import run_cli, require_data
+from .conftest import require_data, run_cli
 
 PRETRAINED = attnzoo.list_models(pretrained=True, provider="attnzoo")
 DATA_OF_TASK = {"wordnet_hypernyms": "wordnet_noun", "wordnet_lexnames": "wordnet_noun", "cmudict_g2p": "cmudict"}

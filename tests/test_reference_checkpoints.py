@@ -107,9 +107,11 @@ class LaatReference(nn.Module):
         self.attention.first_linears = nn.ModuleList([nn.Linear(size, d_a, bias=False) for _ in labels])
         self.attention.second_linears = nn.ModuleList([nn.Linear(d_a, n, bias=False) for n in labels])
         self.attention.third_linears = nn.ModuleList(
-            [nn.Linear(size + (projection if level else 0), n) for level, n in enumerate(labels)])
-        self.linears = nn.ModuleList([nn.Linear(size + (projection if level else 0), n)
-                                      for level, n in enumerate(labels)])
+            [nn.Linear(size + (projection if level else 0), n) for level, n in enumerate(labels)]
+        )
+        self.linears = nn.ModuleList(
+            [nn.Linear(size + (projection if level else 0), n) for level, n in enumerate(labels)]
+        )
         self.projection_linears = nn.ModuleList([nn.Linear(n, projection, bias=False) for n in labels])
         for module in self.modules():  # spread the values so that a mix-up of tensors cannot hide
             if isinstance(module, nn.Linear):
@@ -136,16 +138,32 @@ class LaatReference(nn.Module):
 def _save_like_laat(model, path):
     """Trainer.save_checkpoint: the whole training state, the weights under 'state_dict'."""
     optimiser = torch.optim.Adam(model.parameters())
-    torch.save({"epoch": 7, "state_dict": model.state_dict(), "optimiser": optimiser.state_dict(),
-                "lr_scheduler": {"last_epoch": 7}, "test_scores": {"micro_f1": 0.5}}, path)
+    torch.save(
+        {
+            "epoch": 7,
+            "state_dict": model.state_dict(),
+            "optimiser": optimiser.state_dict(),
+            "lr_scheduler": {"last_epoch": 7},
+            "test_scores": {"micro_f1": 0.5},
+        },
+        path,
+    )
 
 
 def test_laat_checkpoint_converts_and_predicts_what_laat_predicts(tmp_path):
     reference = LaatReference(vocab=30, labels=[6]).eval()
     path = tmp_path / "checkpoint.pkl"
     _save_like_laat(reference, path)
-    proc = run_cli("convert-checkpoint", str(path), "--from", "laat", "--model", "bilstm_laat",
-                   "-o", str(tmp_path / "laat.safetensors"))
+    proc = run_cli(
+        "convert-checkpoint",
+        str(path),
+        "--from",
+        "laat",
+        "--model",
+        "bilstm_laat",
+        "-o",
+        str(tmp_path / "laat.safetensors"),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "left out attention.linear.weight" in proc.stdout and "left out linears.0.weight" in proc.stdout
     model = attnzoo.load(tmp_path / "laat.safetensors").eval()
@@ -179,12 +197,17 @@ def test_jointlaat_checkpoint_converts_for_any_projection_size(tmp_path, project
 # -- PLM-ICD -----------------------------------------------------------------------------------------------------
 def _plm_icd_state(hidden, labels):
     """What save_pretrained writes for RobertaForMultilabelClassification (laat modes): encoder and head."""
-    head = {"first_linear.weight": torch.randn(hidden, hidden) * 0.3,
-            "second_linear.weight": torch.randn(labels, hidden) * 0.3,
-            "third_linear.weight": torch.randn(labels, hidden) * 0.3, "third_linear.bias": torch.randn(labels)}
-    encoder = {"roberta.embeddings.word_embeddings.weight": torch.randn(50, hidden),
-               "roberta.encoder.layer.0.attention.self.query.weight": torch.randn(hidden, hidden),
-               "roberta.encoder.layer.0.attention.self.query.bias": torch.randn(hidden)}
+    head = {
+        "first_linear.weight": torch.randn(hidden, hidden) * 0.3,
+        "second_linear.weight": torch.randn(labels, hidden) * 0.3,
+        "third_linear.weight": torch.randn(labels, hidden) * 0.3,
+        "third_linear.bias": torch.randn(labels),
+    }
+    encoder = {
+        "roberta.embeddings.word_embeddings.weight": torch.randn(50, hidden),
+        "roberta.encoder.layer.0.attention.self.query.weight": torch.randn(hidden, hidden),
+        "roberta.encoder.layer.0.attention.self.query.bias": torch.randn(hidden),
+    }
     return {**encoder, **head}, head
 
 
@@ -222,27 +245,41 @@ def test_plm_icd_head_converts_in_both_modes(tmp_path, suffix, split):
 def test_medical_coding_laat_and_caml_convert(tmp_path):
     # LAAT: embed, rnn (packed batch-first), attention.{first,second,third}_linear; checkpoint {'model', ...}
     embed, rnn = nn.Embedding(30, 5, padding_idx=0), nn.LSTM(5, 4, bidirectional=True)
-    attention = {"first_linear.weight": torch.randn(6, 8) * 0.3, "second_linear.weight": torch.randn(7, 6) * 0.3,
-                 "third_linear.weight": torch.randn(7, 8) * 0.3, "third_linear.bias": torch.randn(7)}
-    state = {"embed.weight": embed.weight.data, **{f"rnn.{k}": v for k, v in rnn.state_dict().items()},
-             **{f"attention.{k}": v for k, v in attention.items()}}
+    attention = {
+        "first_linear.weight": torch.randn(6, 8) * 0.3,
+        "second_linear.weight": torch.randn(7, 6) * 0.3,
+        "third_linear.weight": torch.randn(7, 8) * 0.3,
+        "third_linear.bias": torch.randn(7),
+    }
+    state = {
+        "embed.weight": embed.weight.data,
+        **{f"rnn.{k}": v for k, v in rnn.state_dict().items()},
+        **{f"attention.{k}": v for k, v in attention.items()},
+    }
     path = tmp_path / "laat.pt"
     torch.save({"model": state, "optimizer": {}, "scaler": {}, "epoch": 3}, path)
     model, _ = convert_checkpoint(path, "medical-coding", "bilstm_laat")
     x = _tokens(2, 6, 30)
-    out = pad_packed_sequence(rnn(pack_padded_sequence(embed(x), torch.tensor([6, 6]), batch_first=True))[0],
-                              batch_first=True)[0]
-    att = torch.softmax(torch.tanh(out @ attention["first_linear.weight"].T) @ attention["second_linear.weight"].T,
-                        dim=1).transpose(1, 2)
+    out = pad_packed_sequence(
+        rnn(pack_padded_sequence(embed(x), torch.tensor([6, 6]), batch_first=True))[0], batch_first=True
+    )[0]
+    att = torch.softmax(
+        torch.tanh(out @ attention["first_linear.weight"].T) @ attention["second_linear.weight"].T, dim=1
+    ).transpose(1, 2)
     want = attention["third_linear.weight"].mul(att @ out).sum(2).add(attention["third_linear.bias"])
     torch.testing.assert_close(model(x), want, **TOL)
 
     # CAML: embed, conv (kernel 4: T + 1 windows), attention.first_linear (U) and second_linear (final)
     reference = CamlReference(vocab=30, labels=5, kernel=4).eval()
-    renamed = {"embed.weight": reference.embed.weight, "conv.weight": reference.conv.weight,
-               "conv.bias": reference.conv.bias, "attention.first_linear.weight": reference.U.weight,
-               "attention.first_linear.bias": reference.U.bias, "attention.second_linear.weight": reference.final.weight,
-               "attention.second_linear.bias": reference.final.bias}
+    renamed = {
+        "embed.weight": reference.embed.weight,
+        "conv.weight": reference.conv.weight,
+        "conv.bias": reference.conv.bias,
+        "attention.first_linear.weight": reference.U.weight,
+        "attention.first_linear.bias": reference.U.bias,
+        "attention.second_linear.weight": reference.final.weight,
+        "attention.second_linear.bias": reference.final.bias,
+    }
     torch.save({"model": {k: v.detach() for k, v in renamed.items()}}, tmp_path / "caml.pt")
     model, _ = convert_checkpoint(tmp_path / "caml.pt", "medical-coding", "conv_caml")
     torch.testing.assert_close(model(x), reference(x)[0], **TOL)
@@ -277,12 +314,15 @@ def test_create_with_weights_applies_reference_layouts(tmp_path):
     from attnzoo.weights import write_weights
 
     head = attnzoo.create("laat", num_labels=4, hidden_size=6, attention_size=3)
-    renamed = {"attention.first_linears.0.weight": head.first_linear.weight,
-               "attention.second_linears.0.weight": head.second_linear.weight,
-               "attention.third_linears.0.weight": head.third_linear.weight,
-               "attention.third_linears.0.bias": head.third_linear.bias}
+    renamed = {
+        "attention.first_linears.0.weight": head.first_linear.weight,
+        "attention.second_linears.0.weight": head.second_linear.weight,
+        "attention.third_linears.0.weight": head.third_linear.weight,
+        "attention.third_linears.0.bias": head.third_linear.bias,
+    }
     write_weights({k: v.detach() for k, v in renamed.items()}, tmp_path / "laat_layout.safetensors")
-    again = attnzoo.create("laat", num_labels=4, hidden_size=6, attention_size=3,
-                           weights=tmp_path / "laat_layout.safetensors")
+    again = attnzoo.create(
+        "laat", num_labels=4, hidden_size=6, attention_size=3, weights=tmp_path / "laat_layout.safetensors"
+    )
     x = torch.randn(2, 5, 6)
     torch.testing.assert_close(again(x), head(x))

@@ -35,8 +35,15 @@ TOL = dict(atol=1e-5, rtol=1e-5)
 @pytest.fixture
 def reference_import(monkeypatch):
     """Import a module from a reference checkout, with gensim stood in for and sys.modules restored after."""
-    for name in ("gensim", "gensim.models", "gensim.models.fasttext", "gensim.models.word2vec",
-                 "gensim.models.keyedvectors", "dataproc", "dataproc.extract_wvs"):
+    for name in (
+        "gensim",
+        "gensim.models",
+        "gensim.models.fasttext",
+        "gensim.models.word2vec",
+        "gensim.models.keyedvectors",
+        "dataproc",
+        "dataproc.extract_wvs",
+    ):
         stand_in = types.ModuleType(name)
         stand_in.KeyedVectors = stand_in.FastText = stand_in.Word2Vec = object
         stand_in.extract_wvs = stand_in
@@ -58,9 +65,16 @@ def reference_import(monkeypatch):
 def test_caml_conv_attn_pool(tmp_path, reference_import, kernel):
     models = reference_import("caml-mimic", "learn.models")
     torch.manual_seed(0)
-    reference = models.ConvAttnPool(Y=9, embed_file=None, kernel_size=kernel, num_filter_maps=16, lmbda=0,
-                                    gpu=False, dicts={"ind2w": {i: f"w{i}" for i in range(40)}},
-                                    embed_size=12).eval()
+    reference = models.ConvAttnPool(
+        Y=9,
+        embed_file=None,
+        kernel_size=kernel,
+        num_filter_maps=16,
+        lmbda=0,
+        gpu=False,
+        dicts={"ind2w": {i: f"w{i}" for i in range(40)}},
+        embed_size=12,
+    ).eval()
     torch.save(reference.cpu().state_dict(), tmp_path / "model_best_prec_at_8.pth")  # persistence.save_everything
     model, _ = convert_checkpoint(tmp_path / "model_best_prec_at_8.pth", "caml", "conv_caml")
     tokens = torch.randint(1, 42, (3, 25))
@@ -71,24 +85,51 @@ def test_caml_conv_attn_pool(tmp_path, reference_import, kernel):
     # padding: CAML attends over it; an all-True mask asks attnzoo for the same
     padded = tokens.clone()
     padded[0, 15:] = 0
-    torch.testing.assert_close(model(padded, mask=torch.ones_like(padded, dtype=torch.bool)),
-                               reference(padded, torch.zeros(3, 9))[0], **TOL)
+    torch.testing.assert_close(
+        model(padded, mask=torch.ones_like(padded, dtype=torch.bool)), reference(padded, torch.zeros(3, 9))[0], **TOL
+    )
 
 
 def _laat(reference_import, labels, projection):
     rnn = reference_import("LAAT", "src.models.rnn")
-    vocab = types.SimpleNamespace(n_words=lambda: 50, word_embeddings=None, n_level=lambda: len(labels),
-                                  all_n_labels=lambda: labels, n_labels=lambda level: labels[level])
-    args = Namespace(use_last_hidden_state=0, mode="rand", n_layers=1, hidden_size=8, bidirectional=1,
-                     attention_mode="label", rnn_model="LSTM", dropout=0.3, embedding_size=10,
-                     joint_mode="hierarchical", level_projection_size=projection, d_a=7, r=-1)
+    vocab = types.SimpleNamespace(
+        n_words=lambda: 50,
+        word_embeddings=None,
+        n_level=lambda: len(labels),
+        all_n_labels=lambda: labels,
+        n_labels=lambda level: labels[level],
+    )
+    args = Namespace(
+        use_last_hidden_state=0,
+        mode="rand",
+        n_layers=1,
+        hidden_size=8,
+        bidirectional=1,
+        attention_mode="label",
+        rnn_model="LSTM",
+        dropout=0.3,
+        embedding_size=10,
+        joint_mode="hierarchical",
+        level_projection_size=projection,
+        d_a=7,
+        r=-1,
+    )
     torch.manual_seed(0)
     return rnn.RNN(vocab, args).eval()
 
 
 def _save_like_trainer(model, path):
-    torch.save({"epoch": 3, "state_dict": model.state_dict(), "best_val": {}, "test_scores": {},
-                "optimiser": torch.optim.Adam(model.parameters()).state_dict(), "best_epoch_num": 3}, path)
+    torch.save(
+        {
+            "epoch": 3,
+            "state_dict": model.state_dict(),
+            "best_val": {},
+            "test_scores": {},
+            "optimiser": torch.optim.Adam(model.parameters()).state_dict(),
+            "best_epoch_num": 3,
+        },
+        path,
+    )
 
 
 def test_laat_rnn(tmp_path, reference_import):
@@ -118,8 +159,15 @@ def test_plm_icd_roberta_head(tmp_path, reference_import, mode):
     from transformers import RobertaConfig
 
     modeling = reference_import("PLM-ICD/src", "modeling_roberta")
-    config = RobertaConfig(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=20, max_position_embeddings=40, num_labels=7)
+    config = RobertaConfig(
+        vocab_size=60,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=20,
+        max_position_embeddings=40,
+        num_labels=7,
+    )
     config.model_mode = mode
     torch.manual_seed(0)
     reference = modeling.RobertaForMultilabelClassification(config).eval()
@@ -131,7 +179,8 @@ def test_plm_icd_roberta_head(tmp_path, reference_import, mode):
         hidden = reference.roberta(input_ids.view(-1, 8))[0].view(2, 24, 16)
     config = {"split_size": 8} if mode == "laat-split" else {}
     for path in (tmp_path / "plm" / "model.safetensors", tmp_path / "pytorch_model.bin"):
-        head, _ = convert_checkpoint(path, "plm-icd", "laat", config=config, output=tmp_path / "head.safetensors",
-                                     overwrite=True)
+        head, _ = convert_checkpoint(
+            path, "plm-icd", "laat", config=config, output=tmp_path / "head.safetensors", overwrite=True
+        )
         torch.testing.assert_close(head(hidden), want, **TOL)
         torch.testing.assert_close(attnzoo.load(tmp_path / "head.safetensors")(hidden), want, **TOL)

@@ -47,7 +47,9 @@ def test_name_grammar():
 def test_builtin_cards_are_listed_in_natural_order():
     names = attnzoo.list_models()
     assert {"labelwise", "labelwise_batched"} <= set(names)
-    assert names == sorted(names, key=lambda n: [int(t) if t.isdigit() else t for t in __import__("re").split(r"(\d+)", n)])
+    assert names == sorted(
+        names, key=lambda n: [int(t) if t.isdigit() else t for t in __import__("re").split(r"(\d+)", n)]
+    )
     assert attnzoo.list_models("label*") == [n for n in names if n.startswith("label")]
     assert "labelwise" not in attnzoo.list_models("label*", exclude="labelwise")
     assert attnzoo.list_models(provider="attnzoo") == names
@@ -133,29 +135,44 @@ def _write(path, text):
 
 
 def test_bad_cards_are_reported_by_file_name_and_do_not_hide_the_others(tmp_path, monkeypatch):
-    _write(tmp_path / "good.yaml", """
+    _write(
+        tmp_path / "good.yaml",
+        """
         name: good
         factory: collections:OrderedDict
         config: {a: 1}
-    """)
-    _write(tmp_path / "nofactory.yaml", """
+    """,
+    )
+    _write(
+        tmp_path / "nofactory.yaml",
+        """
         name: nofactory
         config: {a: 1}
-    """)
-    _write(tmp_path / "unknownkey.yaml", """
+    """,
+    )
+    _write(
+        tmp_path / "unknownkey.yaml",
+        """
         name: unknownkey
         factory: collections:OrderedDict
         sumary: typo
-    """)
-    _write(tmp_path / "Bad-Name.yaml", """
+    """,
+    )
+    _write(
+        tmp_path / "Bad-Name.yaml",
+        """
         name: Bad-Name
         factory: collections:OrderedDict
-    """)
+    """,
+    )
     _write(tmp_path / "notyaml.yaml", "name: [unclosed\n")
-    _write(tmp_path / "mismatch.yaml", """
+    _write(
+        tmp_path / "mismatch.yaml",
+        """
         name: other
         factory: collections:OrderedDict
-    """)
+    """,
+    )
     monkeypatch.setenv("ATTNZOO_REGISTRY_DIR", str(tmp_path))
     with pytest.warns(UserWarning) as record:
         names = attnzoo.list_models()
@@ -211,3 +228,31 @@ def test_generated_docs_are_in_step_with_the_registry(page):
 
     text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()
     assert text == PAGES[page](), f"docs/{page} is stale: run python -m attnzoo.catalogue"
+
+
+@pytest.mark.parametrize("name", attnzoo.list_models(provider="attnzoo"))
+def test_every_constructor_argument_is_listed_with_what_null_means(name):
+    """The AST reading of the factory (torch-free, for attnzoo info) agrees with inspect on the imported
+    factory, and no argument that defaults to None leaves its meaning unsaid."""
+    import inspect
+
+    from attnzoo.create import resolve_factory
+    from attnzoo.signatures import constructor_arguments
+
+    spec = attnzoo.model_info(name)
+    read = constructor_arguments(spec)
+    real = inspect.signature(resolve_factory(spec)).parameters
+    expected = [
+        (
+            p.name,
+            p.default is inspect.Parameter.empty,
+            None if p.default is inspect.Parameter.empty else repr(p.default),
+        )
+        for p in real.values()
+        if p.name not in ("device", "dtype") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    assert [(a.name, a.required, None if a.required else repr(eval(a.default))) for a in read] == expected
+    assert all(a.null for a in read if a.default == "None"), [
+        a.name for a in read if a.default == "None" and not a.null
+    ]
+    assert set(spec.config) <= {a.name for a in read}

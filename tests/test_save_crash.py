@@ -136,8 +136,11 @@ def test_a_hand_edited_config_yaml_is_an_error_naming_both(tmp_path):
     folder = attnzoo.save(_model(0), tmp_path / "m")
     text = (folder / "config.yaml").read_text()
     (folder / "config.yaml").write_text(text.replace("num_labels: 5", "num_labels: 7"))
-    with pytest.raises(WeightsError, match=r"disagree about the config: config.yaml says .*num_labels.*7.*saved with"
-                                           r".*num_labels.*5"):
+    with pytest.raises(
+        WeightsError,
+        match=r"disagree about the config: config.yaml says .*num_labels.*7.*saved with"
+        r".*num_labels.*5",
+    ):
         attnzoo.load(folder)
     (folder / "config.yaml").write_text("name: [unclosed\n")
     with pytest.raises(WeightsError, match="not valid YAML") as err:
@@ -162,8 +165,13 @@ def test_real_processes_killed_at_random_times_and_four_concurrent_savers(tmp_pa
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def saver(seed: int) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(folder), str(seed)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SAVER, str(folder), str(seed)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert proc.stdout.readline().strip() == "ready"
         return proc
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -79,7 +78,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for i in range(0, len(body), 1 << 16):
             if delay:
                 time.sleep(delay)
-            self.wfile.write(body[i:i + (1 << 16)])
+            self.wfile.write(body[i : i + (1 << 16)])
 
 
 @pytest.fixture
@@ -111,10 +110,13 @@ def _weights(tmp_path, seed=0, labels=500, hidden=300):
 
 
 def _register(name, url, digest, labels=500, hidden=300):
-    attnzoo.register(name, factory="attnzoo.layers.labelwise:LabelwiseAttentionBatched", convention="sequence_to_labels",
-                     config={"num_labels": "???", "hidden_size": None},
-                     weights={"remote": {"url": url, "sha256": digest,
-                                         "config": {"num_labels": labels, "hidden_size": hidden}}})
+    attnzoo.register(
+        name,
+        factory="attnzoo.layers.labelwise:LabelwiseAttentionBatched",
+        convention="sequence_to_labels",
+        config={"num_labels": "???", "hidden_size": None},
+        weights={"remote": {"url": url, "sha256": digest, "config": {"num_labels": labels, "hidden_size": hidden}}},
+    )
 
 
 def _gets(server, path):
@@ -140,8 +142,11 @@ def test_offline_with_an_empty_cache_names_the_source_the_cache_and_the_command(
     _register("remote_lw", f"{server.base}/w.safetensors", digest)
     for variable in ("ATTNZOO_OFFLINE", "HF_HUB_OFFLINE"):
         monkeypatch.setenv(variable, "1")
-        with pytest.raises(WeightsError, match=r"offline.*source is http://127\.0\.0\.1.*cache path .*w\.safetensors"
-                                               r".*attnzoo download remote_lw\.remote"):
+        with pytest.raises(
+            WeightsError,
+            match=r"offline.*source is http://127\.0\.0\.1.*cache path .*w\.safetensors"
+            r".*attnzoo download remote_lw\.remote",
+        ):
             attnzoo.create("remote_lw", pretrained=True)
         monkeypatch.delenv(variable)
     assert server.requests == []
@@ -154,8 +159,9 @@ def test_corrupted_bytes_never_enter_the_cache(server, tmp_path, home):
     _register("remote_lw", f"{server.base}/w.safetensors", digest)
     with pytest.raises(WeightsError, match=rf"sha256 [0-9a-f]{{64}}, but the card says {digest}; nothing was cached"):
         attnzoo.create("remote_lw", pretrained=True)
-    assert not any(p.is_file() and not p.name.startswith(".") for p in (home / "weights").rglob("*")
-                   if p.name != "source.json")
+    assert not any(
+        p.is_file() and not p.name.startswith(".") for p in (home / "weights").rglob("*") if p.name != "source.json"
+    )
 
 
 def test_an_interrupted_download_resumes_with_a_range_request(server, tmp_path, monkeypatch):
@@ -223,20 +229,31 @@ def test_four_processes_fetching_at_once_download_once(server, tmp_path, home):
     server.files["/w.safetensors"] = data
     server.faults["slow"] = 0.02  # long enough for the four to meet
     env = {**os.environ, "ATTNZOO_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    procs = [subprocess.Popen([sys.executable, "-c", FETCHER, f"{server.base}/w.safetensors", digest],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", FETCHER, f"{server.base}/w.safetensors", digest],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(4)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [o[1][-500:] for o in outs]
     assert len({o[0] for o in outs}) == 1
     assert len(_gets(server, "/w.safetensors")) == 1
     assert [p.name for p in (home / "weights" / digest).iterdir() if not p.name.startswith(".")] in (
-        ["source.json", "w.safetensors"], ["w.safetensors", "source.json"])
+        ["source.json", "w.safetensors"],
+        ["w.safetensors", "source.json"],
+    )
 
 
 def _cli(*args, env=None):
     full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "attnzoo", *args], capture_output=True, text=True, env=full,
-                          cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "attnzoo", *args], capture_output=True, text=True, env=full, cwd=ROOT, timeout=300
+    )
 
 
 def test_download_then_offline_and_the_cache_commands(server, tmp_path, home):
@@ -246,10 +263,12 @@ def test_download_then_offline_and_the_cache_commands(server, tmp_path, home):
     cards = tmp_path / "cards"
     cards.mkdir()
     (cards / "remote_card.yaml").write_text(
-        "name: remote_card\nfactory: attnzoo.layers.labelwise:LabelwiseAttentionBatched\nconvention: sequence_to_labels\n"
+        "name: remote_card\nfactory: attnzoo.layers.labelwise:LabelwiseAttentionBatched\n"
+        "convention: sequence_to_labels\n"
         "config:\n  num_labels: ???\n  hidden_size: null\n"
         f"weights:\n  v1:\n    url: {server.base}/w.safetensors\n    sha256: {digest}\n"
-        "    config: {num_labels: 500, hidden_size: 300}\n")
+        "    config: {num_labels: 500, hidden_size: 300}\n"
+    )
     env = {"ATTNZOO_HOME": str(home), "ATTNZOO_REGISTRY_DIR": str(cards)}
     assert _cli("verify", env=env).stdout.count("not cached") == 1
     proc = _cli("download", "remote_card.v1", env=env)
@@ -281,10 +300,19 @@ def test_a_saved_folder_on_the_hub_and_an_hf_hub_tag(server, tmp_path, monkeypat
     # a tag whose bytes live on the Hub
     data = (folder / "model.safetensors").read_bytes()
     server.files["/org/repo/resolve/v2/weights.safetensors"] = data
-    attnzoo.register("hub_laat", factory="attnzoo.layers.label_attention:LAATHead", config={"num_labels": "???"},
-                     weights={"v2": {"hf_hub": "org/repo@v2", "filename": "weights.safetensors",
-                                     "sha256": hashlib.sha256(data).hexdigest(),
-                                     "config": {"num_labels": 4, "hidden_size": 6, "attention_size": 3}}})
+    attnzoo.register(
+        "hub_laat",
+        factory="attnzoo.layers.label_attention:LAATHead",
+        config={"num_labels": "???"},
+        weights={
+            "v2": {
+                "hf_hub": "org/repo@v2",
+                "filename": "weights.safetensors",
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "config": {"num_labels": 4, "hidden_size": 6, "attention_size": 3},
+            }
+        },
+    )
     assert torch.equal(attnzoo.create("hub_laat", pretrained=True)(x), model(x))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # both come from the cache now
     assert torch.equal(attnzoo.create("hf-hub:org/repo")(x), model(x))
@@ -297,7 +325,11 @@ def test_without_huggingface_hub_the_error_names_the_extra(monkeypatch, tmp_path
 
 
 def test_a_tag_needs_exactly_one_source_and_a_digest():
-    for weights in ({"sha256": "0" * 64}, {"file": "a.safetensors", "url": "https://x/a.safetensors", "sha256": "0" * 64},
-                    {"url": "ftp://x/a", "sha256": "0" * 64}, {"url": "https://x/a.safetensors"}):
+    for weights in (
+        {"sha256": "0" * 64},
+        {"file": "a.safetensors", "url": "https://x/a.safetensors", "sha256": "0" * 64},
+        {"url": "ftp://x/a", "sha256": "0" * 64},
+        {"url": "https://x/a.safetensors"},
+    ):
         with pytest.raises(ConfigError):
             attnzoo.register("bad_source", factory="collections:OrderedDict", weights={"t": weights})

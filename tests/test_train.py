@@ -98,35 +98,48 @@ def test_f1_scores_match_scikit_learn():
     predicted[:, 11] = False  # a label nobody has: not counted in macro
     ours = metrics.multilabel_f1(predicted, target)
     assert ours["micro_f1"] == pytest.approx(f1_score(target.numpy(), predicted.numpy(), average="micro"))
-    assert ours["macro_f1"] == pytest.approx(f1_score(target[:, :11].numpy(), predicted[:, :11].numpy(),
-                                                      average="macro"))
+    assert ours["macro_f1"] == pytest.approx(
+        f1_score(target[:, :11].numpy(), predicted[:, :11].numpy(), average="macro")
+    )
     single_t, single_p = torch.randint(0, 5, (300,)), torch.randint(0, 5, (300,))
     assert metrics.macro_f1_single(single_p, single_t, 5) == pytest.approx(
-        f1_score(single_t.numpy(), single_p.numpy(), average="macro"))
+        f1_score(single_t.numpy(), single_p.numpy(), average="macro")
+    )
 
 
 def test_g2p_scores_on_a_hand_computed_case():
     assert metrics.edit_distance("kitten", "sitting") == 3
     preds = [["K", "AE1", "T"], ["T", "AH0", "M", "EY1", "T", "OW2"], ["D", "AO1"]]
-    refs = [[("K", "AE1", "T")], [("T", "AH0", "M", "EY1", "T", "OW2"), ("T", "AH0", "M", "AA1", "T", "OW2")],
-            [("D", "AO1", "G")]]
+    refs = [
+        [("K", "AE1", "T")],
+        [("T", "AH0", "M", "EY1", "T", "OW2"), ("T", "AH0", "M", "AA1", "T", "OW2")],
+        [("D", "AO1", "G")],
+    ]
     scores = metrics.g2p_scores(preds, refs)
     assert scores["word_accuracy"] == pytest.approx(2 / 3)
     assert scores["phoneme_error_rate"] == pytest.approx(1 / 12)  # one deletion over 3 + 6 + 3 phonemes
     # without stress, a stress slip is no error: AE2 for AE1 counts as right
     both = metrics.g2p_scores_both([["K", "AE2", "T"], ["D", "AO0", "G"]], [[("K", "AE1", "T")], [("D", "AA1", "G")]])
     assert both["word_accuracy"] == 0 and both["stress_free_word_accuracy"] == pytest.approx(1 / 2)
-    assert both["phoneme_error_rate"] == pytest.approx(2 / 6) and both["stress_free_phoneme_error_rate"] == pytest.approx(1 / 6)
+    assert both["phoneme_error_rate"] == pytest.approx(2 / 6) and both[
+        "stress_free_phoneme_error_rate"
+    ] == pytest.approx(1 / 6)
 
 
 # -- the trainer -----------------------------------------------------------------------------------------------
 def _train(args, env=None, runner=None):
-    cmd = (runner or [sys.executable, "-m", "attnzoo"]) + ["train", "tiny_wordnet.yaml", "--no-baseline",
-                                                          "--quiet", "--json", *args]
+    cmd = (runner or [sys.executable, "-m", "attnzoo"]) + [
+        "train",
+        "tiny_wordnet.yaml",
+        "--no-baseline",
+        "--quiet",
+        "--json",
+        *args,
+    ]
     full = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout[proc.stdout.index("{"):])
+    return json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
 def _weights(report):
@@ -142,7 +155,8 @@ def test_resume_continues_exactly(tmp_path):
     assert stopped["stopped_after"] == 1
     resumed = _train(["--output", str(tmp_path / "b"), "--resume"])
     assert [h["train_loss"] for h in resumed["history"]] == pytest.approx(
-        [h["train_loss"] for h in straight["history"]], rel=1e-6)
+        [h["train_loss"] for h in straight["history"]], rel=1e-6
+    )
     a, b = _weights(straight), _weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -150,8 +164,15 @@ def test_resume_continues_exactly(tmp_path):
 def test_ddp_with_two_processes_takes_the_same_steps(tmp_path):
     need_wordnet()
     single = _train(["--output", str(tmp_path / "one")])
-    runner = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29541",
-              "-m", "attnzoo"]
+    runner = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=29541",
+        "-m",
+        "attnzoo",
+    ]
     double = _train(["--output", str(tmp_path / "two")], runner=runner)
     assert double["world_size"] == 2 and single["world_size"] == 1
     for key in ("micro_f1", "macro_f1"):

@@ -18,9 +18,34 @@ from attnzoo.train.trainer import complete_recipe, evaluate_file, train
 
 from .conftest import run_cli
 
-TOPICS = {"sport": ["football", "tennis", "goal"], "food": ["bread", "cheese", "soup"],
-          "music": ["guitar", "piano", "song"], "travel": ["train", "airport", "hotel"]}
-FILLER = "the a of and to in is it that with for on was as by this day time some very".split()
+TOPICS = {
+    "sport": ["football", "tennis", "goal"],
+    "food": ["bread", "cheese", "soup"],
+    "music": ["guitar", "piano", "song"],
+    "travel": ["train", "airport", "hotel"],
+}
+FILLER = [
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "that",
+    "with",
+    "for",
+    "on",
+    "was",
+    "as",
+    "by",
+    "this",
+    "day",
+    "time",
+    "some",
+    "very",
+]
 
 
 def _synthetic(n: int, seed: int) -> list[tuple[str, list[str]]]:
@@ -49,14 +74,23 @@ def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("files")
     for name, n, seed in (("train", 800, 0), ("val", 100, 1), ("test", 200, 2)):
         _write_csv(folder / f"{name}.csv", _synthetic(n, seed))
-    recipe = complete_recipe({
-        "model": "bilstm_labelwise", "seed": 0,
-        "data": {"train": str(folder / "train.csv"), "validation": str(folder / "val.csv"),
-                 "test": str(folder / "test.csv"), "text": "body", "labels": "tags", "task": "multi_label",
-                 "vocab": {"min_freq": 1}},
-        "config": {"embed_dim": 16, "hidden": 16, "dropout": 0.0},
-        "train": {"epochs": 6, "batch_size": 32, "lr": 0.01, "clip": 1.0, "warmup_steps": 5, "threads": 2},
-    })
+    recipe = complete_recipe(
+        {
+            "model": "bilstm_labelwise",
+            "seed": 0,
+            "data": {
+                "train": str(folder / "train.csv"),
+                "validation": str(folder / "val.csv"),
+                "test": str(folder / "test.csv"),
+                "text": "body",
+                "labels": "tags",
+                "task": "multi_label",
+                "vocab": {"min_freq": 1},
+            },
+            "config": {"embed_dim": 16, "hidden": 16, "dropout": 0.0},
+            "train": {"epochs": 6, "batch_size": 32, "lr": 0.01, "clip": 1.0, "warmup_steps": 5, "threads": 2},
+        }
+    )
     report = train(recipe, output=folder / "run", baseline=False, quiet=True)
     return folder, report
 
@@ -77,7 +111,9 @@ def test_a_csv_recipe_learns_keyword_labels_and_its_run_folder_loads_predicts_an
     target = torch.tensor([[t in r.values["tags"].split("|") for t in sorted(TOPICS)] for r in rows])
     expected = multilabel_f1(probs >= model.attnzoo_metadata["threshold"], target)["micro_f1"]
     scored = evaluate_file(folder / "run", folder / "test.csv")
-    assert scored["micro_f1"] == pytest.approx(expected, abs=1e-9) == pytest.approx(report["test"]["micro_f1"], abs=1e-4)
+    assert (
+        scored["micro_f1"] == pytest.approx(expected, abs=1e-9) == pytest.approx(report["test"]["micro_f1"], abs=1e-4)
+    )
     assert 0.0 <= scored["precision_at_1"] <= 1.0 and scored["rows"] == 200
 
     proc = run_cli("evaluate", str(folder / "run"), str(folder / "test.csv"), "--json")
@@ -91,8 +127,13 @@ def test_a_csv_recipe_learns_keyword_labels_and_its_run_folder_loads_predicts_an
 
 def test_a_run_folder_is_not_trained_over_without_being_asked(trained):
     folder, _ = trained
-    recipe = complete_recipe({"model": "bilstm_labelwise", "data": {"train": str(folder / "train.csv"),
-                              "text": "body", "labels": "tags"}, "train": {"epochs": 1, "batch_size": 32, "lr": 0.01}})
+    recipe = complete_recipe(
+        {
+            "model": "bilstm_labelwise",
+            "data": {"train": str(folder / "train.csv"), "text": "body", "labels": "tags"},
+            "train": {"epochs": 1, "batch_size": 32, "lr": 0.01},
+        }
+    )
     before = (folder / "run" / "config.yaml").read_bytes()
     with pytest.raises(ConfigError, match="already holds a run.*--resume.*--overwrite"):
         train(recipe, output=folder / "run", baseline=False, quiet=True)
@@ -100,15 +141,36 @@ def test_a_run_folder_is_not_trained_over_without_being_asked(trained):
 
 
 def test_flags_jsonl_single_label_and_early_stopping(tmp_path):
-    rows = [(text, labels[0] if labels else "none") for text, labels in _synthetic(500, 5)
-            if len(labels) <= 1]
+    rows = [(text, labels[0] if labels else "none") for text, labels in _synthetic(500, 5) if len(labels) <= 1]
     with open(tmp_path / "train.jsonl", "w", encoding="utf-8") as f:
         for text, label in rows:
             f.write(json.dumps({"text": text, "topic": label}) + "\n")
-    proc = run_cli("train", "--model", "bilstm_attn_pool", "--train", str(tmp_path / "train.jsonl"),
-                   "--test", str(tmp_path / "train.jsonl"), "--labels", "topic", "--task", "single_label",
-                   "--epochs", "8", "--lr", "0.0", "--patience", "2", "--output", str(tmp_path / "run"),
-                   "--no-baseline", "--json", "config.embed_dim=8", "config.hidden=8", "train.threads=1")
+    proc = run_cli(
+        "train",
+        "--model",
+        "bilstm_attn_pool",
+        "--train",
+        str(tmp_path / "train.jsonl"),
+        "--test",
+        str(tmp_path / "train.jsonl"),
+        "--labels",
+        "topic",
+        "--task",
+        "single_label",
+        "--epochs",
+        "8",
+        "--lr",
+        "0.0",
+        "--patience",
+        "2",
+        "--output",
+        str(tmp_path / "run"),
+        "--no-baseline",
+        "--json",
+        "config.embed_dim=8",
+        "config.hidden=8",
+        "train.threads=1",
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     # lr 0 never improves on epoch 1: patience 2 stops after epoch 3 of 8
@@ -117,12 +179,15 @@ def test_flags_jsonl_single_label_and_early_stopping(tmp_path):
     assert attnzoo.load(tmp_path / "run").attnzoo_metadata["output"] == "multiclass"
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("missing_column", r"train.csv, line 1: no column 'tags'; the columns are 'id', 'body'"),
-    ("empty_text", r"train.csv, line 5, column 'body': empty text"),  # the header is line 1
-    ("unknown_label", r"val.csv, line 3, column 'tags': label 'weather' is not among the 2 labels"),
-    ("not_utf8", r"train.csv, line 3: byte 0xff at character 5 is not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("missing_column", r"train.csv, line 1: no column 'tags'; the columns are 'id', 'body'"),
+        ("empty_text", r"train.csv, line 5, column 'body': empty text"),  # the header is line 1
+        ("unknown_label", r"val.csv, line 3, column 'tags': label 'weather' is not among the 2 labels"),
+        ("not_utf8", r"train.csv, line 3: byte 0xff at character 5 is not UTF-8"),
+    ],
+)
 def test_bad_data_is_named_by_file_line_and_column(tmp_path, damage, message):
     train_rows = "id,body,tags\n0,a football match,sport\n1,fresh bread,food\n2,more bread,food\n"
     val_rows = "id,body,tags\n0,a goal,sport\n1,rain,weather\n"
@@ -130,12 +195,22 @@ def test_bad_data_is_named_by_file_line_and_column(tmp_path, damage, message):
         train_rows = "id,body\n0,a football match\n"
     elif damage == "empty_text":
         train_rows += "3,,food\n"
-    (tmp_path / "train.csv").write_bytes(train_rows.encode() if damage != "not_utf8"
-                                         else train_rows.encode().replace(b"fresh", b"fr\xffsh"))
+    (tmp_path / "train.csv").write_bytes(
+        train_rows.encode() if damage != "not_utf8" else train_rows.encode().replace(b"fresh", b"fr\xffsh")
+    )
     (tmp_path / "val.csv").write_text(val_rows)
-    recipe = complete_recipe({"model": "bilstm_labelwise", "data": {
-        "train": str(tmp_path / "train.csv"), "validation": str(tmp_path / "val.csv"), "text": "body",
-        "labels": "tags"}, "train": {"epochs": 1, "batch_size": 2, "lr": 0.01}})
+    recipe = complete_recipe(
+        {
+            "model": "bilstm_labelwise",
+            "data": {
+                "train": str(tmp_path / "train.csv"),
+                "validation": str(tmp_path / "val.csv"),
+                "text": "body",
+                "labels": "tags",
+            },
+            "train": {"epochs": 1, "batch_size": 2, "lr": 0.01},
+        }
+    )
     with pytest.raises(DataError, match=message):
         train(recipe, output=tmp_path / "run", baseline=False, quiet=True)
     assert not (tmp_path / "run").exists()
@@ -147,8 +222,15 @@ def test_a_labels_file_fixes_the_order_and_admits_labels_training_lacks(tmp_path
     (tmp_path / "labels.txt").write_text("weather\nsport\nfood\n")
     from attnzoo.train.tasks import build_task
 
-    task = build_task({"name": "files", "train": str(tmp_path / "train.tsv"), "validation": str(tmp_path / "val.tsv"),
-                       "labels_file": str(tmp_path / "labels.txt"), "vocab": {"min_freq": 1}})
+    task = build_task(
+        {
+            "name": "files",
+            "train": str(tmp_path / "train.tsv"),
+            "validation": str(tmp_path / "val.tsv"),
+            "labels_file": str(tmp_path / "labels.txt"),
+            "vocab": {"min_freq": 1},
+        }
+    )
     assert task.label_names == ["weather", "sport", "food"]
     assert [task.labels[i] for i in task.splits["val"]] == [[0]]
 
@@ -156,24 +238,35 @@ def test_a_labels_file_fixes_the_order_and_admits_labels_training_lacks(tmp_path
 def test_the_wordnet_preset_through_csv_files_scores_what_the_preset_scores(tmp_path):
     """tiny_wordnet's own splits written out as CSV (and its label order as a labels_file) train to the
     same test micro-F1 as the preset, within 0.01."""
+    from attnzoo.train import sources
     from attnzoo.train.tasks import build_task
     from attnzoo.train.trainer import load_recipe
 
     from .conftest import require_data
-    from attnzoo.train import sources
 
     require_data(sources.available("wordnet_noun"), sources.SOURCES["wordnet_noun"].name)
     preset = load_recipe("tiny_wordnet")
     task = build_task(preset["task"])
     for split, file in (("train", "train"), ("val", "val"), ("test", "test")):
-        _write_csv(tmp_path / f"{file}.csv", [(task.texts[i], [task.label_names[j] for j in task.labels[i]])
-                                              for i in task.splits[split]])
+        _write_csv(
+            tmp_path / f"{file}.csv",
+            [(task.texts[i], [task.label_names[j] for j in task.labels[i]]) for i in task.splits[split]],
+        )
     (tmp_path / "labels.txt").write_text("\n".join(task.label_names) + "\n")
-    files = complete_recipe({**{k: v for k, v in preset.items() if k not in ("task", "tag", "recipe_file")},
-                             "data": {"train": str(tmp_path / "train.csv"), "validation": str(tmp_path / "val.csv"),
-                                      "test": str(tmp_path / "test.csv"), "text": "body", "labels": "tags",
-                                      "labels_file": str(tmp_path / "labels.txt"),
-                                      **{k: preset["task"][k] for k in ("max_len", "vocab")}}})
+    files = complete_recipe(
+        {
+            **{k: v for k, v in preset.items() if k not in ("task", "tag", "recipe_file")},
+            "data": {
+                "train": str(tmp_path / "train.csv"),
+                "validation": str(tmp_path / "val.csv"),
+                "test": str(tmp_path / "test.csv"),
+                "text": "body",
+                "labels": "tags",
+                "labels_file": str(tmp_path / "labels.txt"),
+                **{k: preset["task"][k] for k in ("max_len", "vocab")},
+            },
+        }
+    )
     want = train(preset, output=tmp_path / "preset", baseline=False, quiet=True)["test"]["micro_f1"]
     got = train(files, output=tmp_path / "files", baseline=False, quiet=True)["test"]["micro_f1"]
     assert abs(got - want) <= 0.01, (got, want)

@@ -154,7 +154,9 @@ def test_device_strings_resolve_or_fail_clearly():
     model = attnzoo.create("attn_pool", hidden_size=4, device="auto")
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert next(model.parameters()).device.type == expected
-    assert next(attnzoo.create("attn_pool", hidden_size=4, device=torch.device("cpu")).parameters()).device.type == "cpu"
+    assert (
+        next(attnzoo.create("attn_pool", hidden_size=4, device=torch.device("cpu")).parameters()).device.type == "cpu"
+    )
     if not torch.cuda.is_available():
         with pytest.raises(attnzoo.ConfigError, match=r"cannot place the model on 'cuda:1'.*this machine has cpu"):
             attnzoo.create("attn_pool", hidden_size=4, device="cuda:1")
@@ -162,8 +164,9 @@ def test_device_strings_resolve_or_fail_clearly():
         attnzoo.create("attn_pool", hidden_size=4, device="tpu-of-dreams")
 
 
-@pytest.mark.parametrize("name, config", [("qkv_self", {}), ("labelwise", {"num_labels": 3}),
-                                          ("keras_mha", {"num_heads": 2, "key_dim": 3})])
+@pytest.mark.parametrize(
+    "name, config", [("qkv_self", {}), ("labelwise", {"num_labels": 3}), ("keras_mha", {"num_heads": 2, "key_dim": 3})]
+)
 def test_a_lazy_layers_state_dict_can_be_taken_before_its_first_call(name, config):
     from torch.nn.parameter import is_lazy
 

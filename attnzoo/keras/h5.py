@@ -57,8 +57,10 @@ def _read(dataset, where: str) -> np.ndarray | Unread:
     """A numeric dataset's values; a too-large one as :class:`Unread`; anything else refused."""
     kind = dataset.dtype.kind
     if kind not in "fiub":
-        raise WeightsError(f"{where}: dataset {dataset.name} holds {dataset.dtype} values, not numbers; a Keras "
-                           f"weights file holds numeric arrays only")
+        raise WeightsError(
+            f"{where}: dataset {dataset.name} holds {dataset.dtype} values, not numbers; a Keras "
+            f"weights file holds numeric arrays only"
+        )
     nbytes = int(dataset.size) * dataset.dtype.itemsize
     if nbytes > MAX_DATASET_BYTES:
         return Unread(tuple(dataset.shape), nbytes)
@@ -74,8 +76,10 @@ def _children(group, where: str):
         link = group.get(key, getlink=True)
         if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
             kind = "an external link" if isinstance(link, h5py.ExternalLink) else "a soft link"
-            raise WeightsError(f"{where}: {group.name.rstrip('/')}/{key} is {kind}; Keras never writes links, so "
-                               f"the file was assembled by hand; refusing to follow it")
+            raise WeightsError(
+                f"{where}: {group.name.rstrip('/')}/{key} is {kind}; Keras never writes links, so "
+                f"the file was assembled by hand; refusing to follow it"
+            )
         yield key, group[key]
 
 
@@ -116,7 +120,7 @@ def _keras3_layers(root, where: str) -> list[KerasLayer]:
 def _legacy_layers(root, where: str) -> list[KerasLayer]:
     import h5py
 
-    group = root["model_weights"] if "model_weights" in root else root
+    group = root.get("model_weights", root)
     layers = []
     for raw in group.attrs["layer_names"]:
         name = _decode(raw)
@@ -148,7 +152,7 @@ def read_keras_file(path: str | Path) -> list[KerasLayer]:
         raise WeightsError(f"Keras weights file not found: looked for {path.resolve()}")
     try:
         with h5py.File(path, "r") as f:
-            root = f["model_weights"] if "model_weights" in f else f
+            root = f.get("model_weights", f)
             if "layer_names" in root.attrs:
                 return _legacy_layers(f, str(path))
             if "layers" in f:
@@ -158,6 +162,9 @@ def read_keras_file(path: str | Path) -> list[KerasLayer]:
         raise WeightsError(f"{path}: not an HDF5 file ({reason}); expected a Keras .weights.h5 or .h5") from None
     except (KeyError, ValueError, TypeError, RecursionError) as e:
         reason = " ".join(str(e).split())[:200]
-        raise WeightsError(f"{path}: not a Keras weights file attnzoo can read ({type(e).__name__}: {reason})") from None
-    raise WeightsError(f"{path}: neither a keras 3 .weights.h5 (no 'layers' group) nor a legacy .h5 "
-                       "(no 'layer_names' attribute)")
+        raise WeightsError(
+            f"{path}: not a Keras weights file attnzoo can read ({type(e).__name__}: {reason})"
+        ) from None
+    raise WeightsError(
+        f"{path}: neither a keras 3 .weights.h5 (no 'layers' group) nor a legacy .h5 (no 'layer_names' attribute)"
+    )

@@ -91,14 +91,17 @@ def _convert(model, layer: KerasLayer) -> tuple[dict[str, torch.Tensor] | None, 
             problems.append(f"{key}: {list(raw.shape)}, {var.param} needs [{want}] in Keras's layout")
             continue
         if isinstance(raw, Unread):
-            problems.append(f"{key}: {list(raw.shape)} is {raw.nbytes / 2**30:.1f} GiB, more than a Keras "
-                            f"attention weight can be; not read")
+            problems.append(
+                f"{key}: {list(raw.shape)} is {raw.nbytes / 2**30:.1f} GiB, more than a Keras "
+                f"attention weight can be; not read"
+            )
             continue
         array = CONVERSIONS[var.convert](raw)
         want = expected[var.param]
         if want is not None and tuple(array.shape) != want:
-            problems.append(f"{key}: {list(layer.variables[key].shape)} gives {list(array.shape)}, "
-                            f"{var.param} needs {list(want)}")
+            problems.append(
+                f"{key}: {list(layer.variables[key].shape)} gives {list(array.shape)}, {var.param} needs {list(want)}"
+            )
             continue
         state[var.param] = torch.from_numpy(np.ascontiguousarray(array))
     extra = sorted(set(layer.variables) - used)
@@ -114,15 +117,17 @@ def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -
     when ``layer`` names none, or when several fit and ``layer`` is not given.
     """
     if not hasattr(model, "keras_layout"):
-        raise WeightsError(f"{type(model).__name__} declares no Keras layout; Keras import works for "
-                           "keras_dot, keras_additive, keras_mha, keras_attn, lwan")
+        raise WeightsError(
+            f"{type(model).__name__} declares no Keras layout; Keras import works for "
+            "keras_dot, keras_additive, keras_mha, keras_attn, lwan"
+        )
     layers = read_keras_file(path)
     if not model.keras_layout():  # a Keras layer without weights (Attention without use_scale)
         return model
-    listing = "\n  ".join(l.describe() for l in layers) or "(no layer with weights)"
+    listing = "\n  ".join(found.describe() for found in layers) or "(no layer with weights)"
     wanted = ", ".join(f"{p} {list(s) if s else 'lazy'}" for p, s in _expected(model).items()) or "no weights"
     if layer is not None:
-        chosen = [l for l in layers if layer in (l.path, l.path.rsplit("/", 1)[-1], l.name)]
+        chosen = [found for found in layers if layer in (found.path, found.path.rsplit("/", 1)[-1], found.name)]
         if not chosen:
             raise WeightsError(f"{path}: no layer {layer!r}; the file has:\n  {listing}")
         candidates = chosen
@@ -137,11 +142,12 @@ def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -
             reasons.append(f"{candidate.path}: {'; '.join(problems)}")
     if not fitting:
         raise WeightsError(
-            f"{path}: no layer fits {type(model).__name__}: " + "; ".join(reasons)
+            f"{path}: no layer fits {type(model).__name__}: "
+            + "; ".join(reasons)
             + f".\nThe model expects {wanted}.\nThe file has:\n  {listing}"
         )
     if len(fitting) > 1:
-        names = ", ".join(repr(c.path.rsplit('/', 1)[-1]) for c, _ in fitting)
+        names = ", ".join(repr(c.path.rsplit("/", 1)[-1]) for c, _ in fitting)
         raise WeightsError(f"{path}: several layers fit ({names}); pick one with layer=...")
     _, state = fitting[0]
     reference = next(iter(model.parameters()), None)

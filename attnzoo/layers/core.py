@@ -93,16 +93,24 @@ def _name(dtype: torch.dtype) -> str:
 def check_device(layer: str, arg: str, x: Tensor, like: Tensor) -> None:
     """Raise ``ValueError`` unless ``x`` lives on ``like``'s device."""
     if x.device != like.device:
-        raise ValueError(f"{layer} expects {arg} on {like.device} (where its weights are), got {x.device}; "
-                         f"move one of them with .to(...)")
+        raise ValueError(
+            f"{layer} expects {arg} on {like.device} (where its weights are), got {x.device}; "
+            f"move one of them with .to(...)"
+        )
 
 
-def check_tokens(layer: str, tokens: object, vocab_size: int, arg: str = "tokens", *, rank: int = 2,
-                 like: Tensor | None = None) -> None:
+def check_tokens(
+    layer: str, tokens: object, vocab_size: int, arg: str = "tokens", *, rank: int = 2, like: Tensor | None = None
+) -> None:
     """Raise ``ValueError`` unless ``tokens`` is an integer tensor of ``rank`` dims with ids in [0, vocab_size)."""
     axes = ["batch", "seq", "words"][:rank] if rank <= 3 else ["batch", *["..."] * (rank - 1)]
-    if not isinstance(tokens, Tensor) or tokens.dim() != rank or tokens.is_floating_point() or tokens.is_complex() \
-            or tokens.dtype == torch.bool:
+    if (
+        not isinstance(tokens, Tensor)
+        or tokens.dim() != rank
+        or tokens.is_floating_point()
+        or tokens.is_complex()
+        or tokens.dtype == torch.bool
+    ):
         shape = list(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
         kind = f" {_name(tokens.dtype)}" if isinstance(tokens, Tensor) else ""
         raise ValueError(f"{layer} expects {arg} as integer ids of shape {_describe(axes)}, got{kind} {shape}")
@@ -111,8 +119,10 @@ def check_tokens(layer: str, tokens: object, vocab_size: int, arg: str = "tokens
     if tokens.numel() and tokens.device.type != "meta" and not tracing():
         low, high = int(tokens.min()), int(tokens.max())
         if low < 0 or high >= vocab_size:
-            raise ValueError(f"{layer} expects {arg} ids in [0, {vocab_size}) (0 = padding), got ids from {low} "
-                             f"to {high}; map unknown words to an id of the vocabulary")
+            raise ValueError(
+                f"{layer} expects {arg} ids in [0, {vocab_size}) (0 = padding), got ids from {low} "
+                f"to {high}; map unknown words to an id of the vocabulary"
+            )
 
 
 def check_positive(layer: str, name: str, value: object, *, allow_none: bool = True) -> None:
@@ -178,7 +188,7 @@ def _padding_is_bounded(x: Tensor, keep: Tensor) -> bool:
         for b, n in enumerate(keep.sum(dim=1).tolist()):
             if n < keep.shape[1]:
                 low, high = torch.aminmax(x[b, n:])
-                if not (-SAFE_PADDING_BOUND <= float(low) and float(high) <= SAFE_PADDING_BOUND):
+                if not (float(low) >= -SAFE_PADDING_BOUND and float(high) <= SAFE_PADDING_BOUND):
                     return False
     return True
 
@@ -195,8 +205,16 @@ def from_key_padding_mask(key_padding_mask: Tensor) -> Tensor:
     return ~key_padding_mask.bool()
 
 
-def check_mask(layer: str, mask: Tensor | None, batch: int, q_len: int, k_len: int, *, arg: str = "mask",
-               like: Tensor | None = None) -> Tensor | None:
+def check_mask(
+    layer: str,
+    mask: Tensor | None,
+    batch: int,
+    q_len: int,
+    k_len: int,
+    *,
+    arg: str = "mask",
+    like: Tensor | None = None,
+) -> Tensor | None:
     """Validate a mask and return it as bool ``[B, Tq or 1, Tk]`` (True = attend).
 
     Accepts bool or 0/1 integer masks of shape ``[B, Tk]`` (keys, e.g. padding) or ``[B, Tq, Tk]``.
@@ -206,8 +224,9 @@ def check_mask(layer: str, mask: Tensor | None, batch: int, q_len: int, k_len: i
     if mask is None:
         return None
     if not isinstance(mask, Tensor):
-        raise ValueError(f"{layer} expects {arg} to be a bool tensor [batch, {k_len}] (True = attend), got "
-                         f"{type(mask).__name__}")
+        raise ValueError(
+            f"{layer} expects {arg} to be a bool tensor [batch, {k_len}] (True = attend), got {type(mask).__name__}"
+        )
     if mask.is_floating_point() or mask.is_complex():
         raise ValueError(
             f"{layer} expects a boolean {arg} (True = attend), got {mask.dtype}; for an additive float mask use "
@@ -265,9 +284,13 @@ def _explicit_trains_faster(query: Tensor, key: Tensor, value: Tensor) -> bool:
     twice the head size (0.73-0.97x of SDPA's time at head sizes 64-256, the case of seed 001's
     single 256-wide head at T = 512); SDPA wins everywhere else, by up to 6x at small heads and long
     sequences, and always in forward-only inference, so that stays fused."""
-    return (query.device.type == "cpu" and torch.is_grad_enabled() and not tracing()
-            and (query.requires_grad or key.requires_grad or value.requires_grad)
-            and key.shape[-2] <= 2 * query.shape[-1])
+    return (
+        query.device.type == "cpu"
+        and torch.is_grad_enabled()
+        and not tracing()
+        and (query.requires_grad or key.requires_grad or value.requires_grad)
+        and key.shape[-2] <= 2 * query.shape[-1]
+    )
 
 
 def expand_kv_heads(tensor: Tensor, heads: int) -> Tensor:
@@ -325,8 +348,9 @@ def attend(
             extra["enable_gqa"] = True
         elif grouped:
             key, value = expand_kv_heads(key, query.shape[-3]), expand_kv_heads(value, query.shape[-3])
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout, scale=scale,
-                                             **extra)
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout, scale=scale, **extra
+        )
         return (out, None) if has_any is None else (out.masked_fill(~has_any, 0.0), None)
 
     if grouped:
@@ -393,8 +417,10 @@ def label_attention(
     labels = queries.shape[-2]
     if return_attention:
         step = chunk_size or labels
-        parts = [_label_scores_explicit(queries[..., i : i + step, :], keys, values, mask, scale, True)
-                 for i in range(0, labels, step)]
+        parts = [
+            _label_scores_explicit(queries[..., i : i + step, :], keys, values, mask, scale, True)
+            for i in range(0, labels, step)
+        ]
         if len(parts) == 1:
             return parts[0]
         return torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=1)

@@ -41,12 +41,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import (attend, check_input, check_mask, check_positive, check_probability, masked_softmax,
-                   neutralise)
+from .core import attend, check_input, check_mask, check_positive, check_probability, masked_softmax, neutralise
 from .lazy import LazyLayer
 
-__all__ = ["KerasDotAttention", "KerasAdditiveAttention", "KerasMultiHeadAttention", "KerasVar",
-           "mha_to_torch", "mha_from_torch"]
+__all__ = [
+    "KerasDotAttention",
+    "KerasAdditiveAttention",
+    "KerasMultiHeadAttention",
+    "KerasVar",
+    "mha_to_torch",
+    "mha_from_torch",
+]
 
 
 class KerasVar(NamedTuple):
@@ -106,16 +111,19 @@ class _KerasInputs:
             key = value
         check_input(self.name, "key", key, (query.shape[0], value.shape[1], "key_dim"), like=query)
         if same_size and key.shape[-1] != query.shape[-1]:
-            raise ValueError(f"{self.name} expects query and key of the same size, got {query.shape[-1]} and "
-                             f"{key.shape[-1]} (the key is the value unless given)")
+            raise ValueError(
+                f"{self.name} expects query and key of the same size, got {query.shape[-1]} and "
+                f"{key.shape[-1]} (the key is the value unless given)"
+            )
         batch = query.shape[0]
         query_mask = _key_mask(self.name, query_mask, batch, query.shape[1], "query_mask", query)
         value_mask = _key_mask(self.name, value_mask, batch, value.shape[1], "value_mask", query)
         value, key = neutralise(value, value_mask), neutralise(key, value_mask)
         return neutralise(query, query_mask), value, key, query_mask, value_mask
 
-    def _weigh(self, scores: Tensor, mask: Tensor | None, value: Tensor, query_mask: Tensor | None,
-               return_attention: bool):
+    def _weigh(
+        self, scores: Tensor, mask: Tensor | None, value: Tensor, query_mask: Tensor | None, return_attention: bool
+    ):
         """Keras's ``_apply_scores`` and query mask: softmax, dropout while training, A V, zeroed queries."""
         weights = masked_softmax(scores, mask)
         dropout = self.dropout if self.training else 0.0
@@ -147,10 +155,20 @@ class KerasDotAttention(_KerasInputs, nn.Module):
         names = [n for n in ("scale", "concat_score_weight") if getattr(self, n) is not None]
         return [KerasVar(n, f"vars/{i}", n) for i, n in enumerate(names)]
 
-    def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *, query_mask: Tensor | None = None,
-                value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
-        query, value, key, query_mask, value_mask = self._prepare(query, value, key, query_mask, value_mask,
-                                                                  same_size=True)
+    def forward(
+        self,
+        query: Tensor,
+        value: Tensor,
+        key: Tensor | None = None,
+        *,
+        query_mask: Tensor | None = None,
+        value_mask: Tensor | None = None,
+        return_attention: bool = False,
+        use_causal_mask: bool = False,
+    ):
+        query, value, key, query_mask, value_mask = self._prepare(
+            query, value, key, query_mask, value_mask, same_size=True
+        )
         q_len, k_len = query.shape[1], key.shape[1]
         mask = _score_mask(value_mask, q_len, k_len, use_causal_mask, query.device)
         dropout = self.dropout if self.training else 0.0
@@ -182,8 +200,9 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
 
     name = "keras_additive"
 
-    def __init__(self, use_scale: bool = True, *, dropout: float = 0.0, dim: int | None = None,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, use_scale: bool = True, *, dropout: float = 0.0, dim: int | None = None, device=None, dtype=None
+    ) -> None:
         super().__init__()
         check_probability(self.name, "dropout", dropout)
         check_positive(self.name, "dim", dim)
@@ -208,13 +227,25 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
     def keras_layout(self) -> list[KerasVar]:
         return [KerasVar("scale", "vars/0", "scale")] if self.use_scale else []
 
-    def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *, query_mask: Tensor | None = None,
-                value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
+    def forward(
+        self,
+        query: Tensor,
+        value: Tensor,
+        key: Tensor | None = None,
+        *,
+        query_mask: Tensor | None = None,
+        value_mask: Tensor | None = None,
+        return_attention: bool = False,
+        use_causal_mask: bool = False,
+    ):
         dim = self.size("dim")
         if dim is not None and isinstance(query, Tensor) and query.dim() == 3 and query.shape[-1] != dim:
-            raise ValueError(f"keras_additive expects query of shape [batch, query_len, {dim}], got {list(query.shape)}")
-        query, value, key, query_mask, value_mask = self._prepare(query, value, key, query_mask, value_mask,
-                                                                  same_size=True)
+            raise ValueError(
+                f"keras_additive expects query of shape [batch, query_len, {dim}], got {list(query.shape)}"
+            )
+        query, value, key, query_mask, value_mask = self._prepare(
+            query, value, key, query_mask, value_mask, same_size=True
+        )
         q_len, k_len = query.shape[1], key.shape[1]
         mask = _score_mask(value_mask, q_len, k_len, use_causal_mask, query.device)
         hidden = torch.tanh(query.unsqueeze(2) + key.unsqueeze(1))  # [B, Tq, Tv, d]
@@ -228,9 +259,9 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
 class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
     """``keras.layers.MultiHeadAttention`` (attention over axis 1 of [B, T, dim] inputs).
 
-    Args: ``num_heads``, ``key_dim``, ``value_dim`` (default key_dim), ``dropout``, ``use_bias``,
-    ``output_shape`` (default: the query's size), and the input sizes ``query_size``, ``value_size``,
-    ``key_size`` (None: inferred on the first call, as Keras builds).
+    Args: ``num_heads``, ``key_dim``, ``value_dim`` (None: key_dim), ``dropout``, ``use_bias``,
+    ``output_shape`` (None: the query's size), and the input sizes ``query_size``, ``value_size`` and
+    ``key_size``, each None: inferred on the first call, as Keras builds.
 
     Shapes: ``forward(query [B, T, dq], value [B, S, dv], key [B, S, dk] = value, *,
     attention_mask [B, T, S], query_mask [B, T], value_mask [B, S], return_attention=False,
@@ -241,26 +272,48 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
 
     name = "keras_mha"
 
-    def __init__(self, num_heads: int, key_dim: int, *, value_dim: int | None = None, dropout: float = 0.0,
-                 use_bias: bool = True, output_shape: int | None = None, query_size: int | None = None,
-                 value_size: int | None = None, key_size: int | None = None, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_heads: int,
+        key_dim: int,
+        *,
+        value_dim: int | None = None,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        output_shape: int | None = None,
+        query_size: int | None = None,
+        value_size: int | None = None,
+        key_size: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         check_positive(self.name, "num_heads", num_heads, allow_none=False)
         check_positive(self.name, "key_dim", key_dim, allow_none=False)
-        for key, value in (("value_dim", value_dim), ("output_shape", output_shape), ("query_size", query_size),
-                           ("value_size", value_size), ("key_size", key_size)):
+        for key, value in (
+            ("value_dim", value_dim),
+            ("output_shape", output_shape),
+            ("query_size", query_size),
+            ("value_size", value_size),
+            ("key_size", key_size),
+        ):
             check_positive(self.name, key, value)
         check_probability(self.name, "dropout", dropout)
         self.num_heads, self.key_dim = num_heads, key_dim
         self.value_dim = value_dim or key_dim
         self.dropout, self.use_bias, self.output_shape = dropout, use_bias, output_shape
-        self._create_parameters({"query_size": query_size, "value_size": value_size,
-                                 "key_size": key_size or value_size}, device, dtype)
+        self._create_parameters(
+            {"query_size": query_size, "value_size": value_size, "key_size": key_size or value_size}, device, dtype
+        )
 
     def _parameter_shapes(self, sizes):
         h, kd, vd = self.num_heads, self.key_dim, self.value_dim
-        inputs = {"query": (h * kd, sizes["query_size"]), "key": (h * kd, sizes["key_size"]),
-                  "value": (h * vd, sizes["value_size"]), "output": (self.output_shape or sizes["query_size"], h * vd)}
+        inputs = {
+            "query": (h * kd, sizes["query_size"]),
+            "key": (h * kd, sizes["key_size"]),
+            "value": (h * vd, sizes["value_size"]),
+            "output": (self.output_shape or sizes["query_size"], h * vd),
+        }
         shapes = {}
         for part, (rows, cols) in inputs.items():
             shapes[f"{part}.weight"] = (rows, cols)
@@ -276,8 +329,11 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         return {"query_size": query.shape[-1], "value_size": value.shape[-1], "key_size": key.shape[-1]}
 
     def _sizes_from_parameters(self):
-        return {"query_size": self.query.weight.shape[1], "value_size": self.value.weight.shape[1],
-                "key_size": self.key.weight.shape[1]}
+        return {
+            "query_size": self.query.weight.shape[1],
+            "value_size": self.value.weight.shape[1],
+            "key_size": self.key.weight.shape[1],
+        }
 
     def reset_parameters(self) -> None:
         # Keras glorot_uniform on the 3-D EinsumDense kernels: fans are (in, heads·d) and (heads·d, out)
@@ -292,8 +348,12 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
 
     def keras_layout(self) -> list[KerasVar]:
         layout = []
-        for ours, group, legacy in (("query", "query_dense", "query"), ("key", "key_dense", "key"),
-                                    ("value", "value_dense", "value"), ("output", "output_dense", "attention_output")):
+        for ours, group, legacy in (
+            ("query", "query_dense", "query"),
+            ("key", "key_dense", "key"),
+            ("value", "value_dense", "value"),
+            ("output", "output_dense", "attention_output"),
+        ):
             kernel = "heads_out" if ours == "output" else "heads_in"
             layout.append(KerasVar(f"{ours}.weight", f"{group}/vars/0", f"{legacy}/kernel", kernel))
             if self.use_bias:
@@ -306,9 +366,16 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         h, kd, vd = self.num_heads, self.key_dim, self.value_dim
         q, k, v = self.size("query_size"), self.size("key_size"), self.size("value_size")
         out = self.output_shape or q
-        shapes = {"query.weight": (q, h, kd), "key.weight": (k, h, kd), "value.weight": (v, h, vd),
-                  "output.weight": (h, vd, out), "query.bias": (h, kd), "key.bias": (h, kd),
-                  "value.bias": (h, vd), "output.bias": (out,)}
+        shapes = {
+            "query.weight": (q, h, kd),
+            "key.weight": (k, h, kd),
+            "value.weight": (v, h, vd),
+            "output.weight": (h, vd, out),
+            "query.bias": (h, kd),
+            "key.bias": (h, kd),
+            "value.bias": (h, vd),
+            "output.bias": (out,),
+        }
         return {n: s for n, s in shapes.items() if n in self._lazy_names}
 
     def _project(self, x: Tensor, part: str, head_dim: int) -> Tensor:
@@ -316,9 +383,18 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         y = F.linear(x, group.weight, group.bias if self.use_bias else None)
         return y.view(x.shape[0], x.shape[1], self.num_heads, head_dim).transpose(1, 2)  # [B, heads, T, d]
 
-    def forward(self, query: Tensor, value: Tensor, key: Tensor | None = None, *,
-                attention_mask: Tensor | None = None, query_mask: Tensor | None = None,
-                value_mask: Tensor | None = None, return_attention: bool = False, use_causal_mask: bool = False):
+    def forward(
+        self,
+        query: Tensor,
+        value: Tensor,
+        key: Tensor | None = None,
+        *,
+        attention_mask: Tensor | None = None,
+        query_mask: Tensor | None = None,
+        value_mask: Tensor | None = None,
+        return_attention: bool = False,
+        use_causal_mask: bool = False,
+    ):
         sizes = [self.size(n) for n in ("query_size", "value_size", "key_size")]
         for arg, tensor, size in (("query", query, sizes[0]), ("value", value, sizes[1]), ("key", key, sizes[2])):
             if size is not None and isinstance(tensor, Tensor) and tensor.dim() == 3 and tensor.shape[-1] != size:
@@ -347,15 +423,18 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         v = self._project(value, "value", self.value_dim)
         mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, T or 1, S]
         dropout = self.dropout if self.training else 0.0
-        out, weights = attend(q, k, v, mask4, scale=self.key_dim**-0.5, return_attention=return_attention,
-                              dropout=dropout)
+        out, weights = attend(
+            q, k, v, mask4, scale=self.key_dim**-0.5, return_attention=return_attention, dropout=dropout
+        )
         out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
         out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
         return (out, weights) if return_attention else out
 
     def extra_repr(self) -> str:
-        return (f"num_heads={self.num_heads}, key_dim={self.key_dim}, value_dim={self.value_dim}, "
-                f"output_shape={self.output_shape}, use_bias={self.use_bias}, query_size={self.size('query_size')}")
+        return (
+            f"num_heads={self.num_heads}, key_dim={self.key_dim}, value_dim={self.value_dim}, "
+            f"output_shape={self.output_shape}, use_bias={self.use_bias}, query_size={self.size('query_size')}"
+        )
 
 
 def mha_to_torch(layer: KerasMultiHeadAttention) -> nn.MultiheadAttention:
@@ -372,8 +451,16 @@ def mha_to_torch(layer: KerasMultiHeadAttention) -> nn.MultiheadAttention:
             f"nn.MultiheadAttention cannot hold this layer: it needs heads*key_dim ({embed}) = query size ({q}) = "
             f"output size ({out}), key_dim = value_dim ({kd}, {vd}) and biases ({layer.use_bias})"
         )
-    mha = nn.MultiheadAttention(embed, h, bias=True, batch_first=True, kdim=k, vdim=v,
-                                device=layer.query.weight.device, dtype=layer.query.weight.dtype)
+    mha = nn.MultiheadAttention(
+        embed,
+        h,
+        bias=True,
+        batch_first=True,
+        kdim=k,
+        vdim=v,
+        device=layer.query.weight.device,
+        dtype=layer.query.weight.dtype,
+    )
     with torch.no_grad():
         if mha._qkv_same_embed_dim:
             mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
@@ -392,16 +479,27 @@ def mha_from_torch(mha: nn.MultiheadAttention) -> KerasMultiHeadAttention:
     if not mha.batch_first or mha.in_proj_bias is None or mha.bias_k is not None:
         raise ValueError("mha_from_torch needs nn.MultiheadAttention(batch_first=True, bias=True) without add_bias_kv")
     e, h = mha.embed_dim, mha.num_heads
-    layer = KerasMultiHeadAttention(h, e // h, query_size=e, key_size=mha.kdim, value_size=mha.vdim,
-                                    device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
+    layer = KerasMultiHeadAttention(
+        h,
+        e // h,
+        query_size=e,
+        key_size=mha.kdim,
+        value_size=mha.vdim,
+        device=mha.out_proj.weight.device,
+        dtype=mha.out_proj.weight.dtype,
+    )
     with torch.no_grad():
         if mha._qkv_same_embed_dim:
             wq, wk, wv = mha.in_proj_weight.chunk(3)
         else:
             wq, wk, wv = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
         bq, bk, bv = mha.in_proj_bias.chunk(3)
-        for group, w, b in ((layer.query, wq, bq), (layer.key, wk, bk), (layer.value, wv, bv),
-                            (layer.output, mha.out_proj.weight, mha.out_proj.bias)):
+        for group, w, b in (
+            (layer.query, wq, bq),
+            (layer.key, wk, bk),
+            (layer.value, wv, bv),
+            (layer.output, mha.out_proj.weight, mha.out_proj.bias),
+        ):
             group.weight.copy_(w)
             group.bias.copy_(b)
     return layer

@@ -59,10 +59,25 @@ class LWAN(LabelwiseAttentionBatched):
 
     name = "lwan"
 
-    def __init__(self, num_labels: int, *, hidden_size: int | None = None, output: str = "logits",
-                 chunk_size: int | None = None, device=None, dtype=None) -> None:
-        super().__init__(num_labels, hidden_size=hidden_size, shared_output=False, output=output,
-                         chunk_size=chunk_size, device=device, dtype=dtype)
+    def __init__(
+        self,
+        num_labels: int,
+        *,
+        hidden_size: int | None = None,
+        output: str = "logits",
+        chunk_size: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__(
+            num_labels,
+            hidden_size=hidden_size,
+            shared_output=False,
+            output=output,
+            chunk_size=chunk_size,
+            device=device,
+            dtype=dtype,
+        )
 
     def reset_parameters(self) -> None:
         with torch.no_grad():
@@ -91,8 +106,9 @@ class CAMLHead(LabelHead):
     name = "caml"
     drops = ("U.bias",)  # the reference's U is an nn.Linear whose bias the formula never uses
 
-    def __init__(self, num_labels: int, *, hidden_size: int | None = None, chunk_size: int | None = None,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, num_labels: int, *, hidden_size: int | None = None, chunk_size: int | None = None, device=None, dtype=None
+    ) -> None:
         super().__init__(num_labels, chunk_size=chunk_size)
         check_positive(self.name, "hidden_size", hidden_size)
         self._create_parameters({"hidden_size": hidden_size}, device, dtype)
@@ -111,15 +127,20 @@ class CAMLHead(LabelHead):
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         x, mask = self.prepare(x, mask)
-        reps, weights = label_attention(self.U.weight, x, x, mask, return_attention=return_attention,
-                                        chunk_size=self.chunk_size)
+        reps, weights = label_attention(
+            self.U.weight, x, x, mask, return_attention=return_attention, chunk_size=self.chunk_size
+        )
         logits = (reps * self.final.weight).sum(-1) + self.final.bias
         return (logits, weights) if return_attention else logits
 
 
 def _laat_shapes(prefix: str, labels: int, hidden: int, attention: int, output_in: int) -> dict:
-    return {f"{prefix}first_linear.weight": (attention, hidden), f"{prefix}second_linear.weight": (labels, attention),
-            f"{prefix}third_linear.weight": (labels, output_in), f"{prefix}third_linear.bias": (labels,)}
+    return {
+        f"{prefix}first_linear.weight": (attention, hidden),
+        f"{prefix}second_linear.weight": (labels, attention),
+        f"{prefix}third_linear.weight": (labels, output_in),
+        f"{prefix}third_linear.bias": (labels,),
+    }
 
 
 class LAATHead(LabelHead):
@@ -137,13 +158,24 @@ class LAATHead(LabelHead):
     """
 
     name = "laat"
-    renames = {"attention.first_linears.0.weight": "first_linear.weight",
-               "attention.second_linears.0.weight": "second_linear.weight",
-               "attention.third_linears.0.weight": "third_linear.weight",
-               "attention.third_linears.0.bias": "third_linear.bias"}
+    renames = {
+        "attention.first_linears.0.weight": "first_linear.weight",
+        "attention.second_linears.0.weight": "second_linear.weight",
+        "attention.third_linears.0.weight": "third_linear.weight",
+        "attention.third_linears.0.bias": "third_linear.bias",
+    }
 
-    def __init__(self, num_labels: int, *, hidden_size: int | None = None, attention_size: int = 512,
-                 chunk_size: int | None = None, split_size: int | None = None, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_labels: int,
+        *,
+        hidden_size: int | None = None,
+        attention_size: int = 512,
+        chunk_size: int | None = None,
+        split_size: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(num_labels, chunk_size=chunk_size)
         check_positive(self.name, "hidden_size", hidden_size)
         check_positive(self.name, "attention_size", attention_size, allow_none=False)
@@ -182,6 +214,7 @@ class LAATHead(LabelHead):
         """laat-split: [B, T, h] as [B·C, S, h] segments (padded with masked zeros to a multiple of S)."""
         batch, seq, hidden = x.shape
         size = self.split_size
+        assert size is not None  # forward() comes here only with a split size
         segments = -(-seq // size) if seq else 0
         keep = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask is None else mask
         extra = segments * size - seq
@@ -191,8 +224,11 @@ class LAATHead(LabelHead):
         reps, weights = self.attend(x, keep, return_attention)
         logits = ((reps * self.third_linear.weight).sum(-1) + self.third_linear.bias).view(batch, segments, -1)
         present = keep.view(batch, segments, size).any(-1)  # [B, C]
-        logits = logits.masked_fill(~present[..., None], torch.finfo(logits.dtype).min).amax(dim=1) if segments \
+        logits = (
+            logits.masked_fill(~present[..., None], torch.finfo(logits.dtype).min).amax(dim=1)
+            if segments
             else logits.new_zeros(batch, self.num_labels)
+        )
         has_any = present.any(-1, keepdim=True)
         logits = torch.where(has_any, logits, self.third_linear.bias.expand_as(logits))
         if not return_attention:
@@ -219,30 +255,51 @@ class JointLAATHead(LAATHead):
     """
 
     name = "joint_laat"
-    renames = {f"attention.{part}_linears.{level}.{kind}": f"{who}.{part}_linear.{kind}"
-               for part in ("first", "second", "third") for level, who in ((0, "parent"), (1, "child"))
-               for kind in ("weight", "bias")}
+    renames = {
+        f"attention.{part}_linears.{level}.{kind}": f"{who}.{part}_linear.{kind}"
+        for part in ("first", "second", "third")
+        for level, who in ((0, "parent"), (1, "child"))
+        for kind in ("weight", "bias")
+    }
 
-    def __init__(self, num_labels: int, num_parent_labels: int, *, hidden_size: int | None = None,
-                 attention_size: int = 512, projection_size: int = 128, chunk_size: int | None = None,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_labels: int,
+        num_parent_labels: int,
+        *,
+        hidden_size: int | None = None,
+        attention_size: int = 512,
+        projection_size: int = 128,
+        chunk_size: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
         check_positive(self.name, "num_parent_labels", num_parent_labels, allow_none=False)
         check_positive(self.name, "projection_size", projection_size, allow_none=False)
         self.num_parent_labels, self.projection_size = num_parent_labels, projection_size
-        super().__init__(num_labels, hidden_size=hidden_size, attention_size=attention_size, chunk_size=chunk_size,
-                         device=device, dtype=dtype)
+        super().__init__(
+            num_labels,
+            hidden_size=hidden_size,
+            attention_size=attention_size,
+            chunk_size=chunk_size,
+            device=device,
+            dtype=dtype,
+        )
 
     def _parameter_shapes(self, sizes):
         h, d_a, p = sizes["hidden_size"], self.attention_size, self.projection_size
-        return {**_laat_shapes("parent.", self.num_parent_labels, h, d_a, h),
-                **_laat_shapes("child.", self.num_labels, h, d_a, h + p),
-                "projection.weight": (p, self.num_parent_labels)}
+        return {
+            **_laat_shapes("parent.", self.num_parent_labels, h, d_a, h),
+            **_laat_shapes("child.", self.num_labels, h, d_a, h + p),
+            "projection.weight": (p, self.num_parent_labels),
+        }
 
     def _sizes_from_parameters(self):
         return {"hidden_size": self.parent.first_linear.weight.shape[1]}
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False,
-                return_parents: bool = False):
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False, return_parents: bool = False
+    ):
         x, mask = self.prepare(x, mask)
         parent_reps, _ = self.attend(x, mask, False, "parent.")
         third = self.parent.third_linear
@@ -261,7 +318,10 @@ class JointLAATHead(LAATHead):
         return out if len(out) > 1 else logits
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, num_parent_labels={self.num_parent_labels}, projection_size={self.projection_size}"
+        return (
+            f"{super().extra_repr()}, num_parent_labels={self.num_parent_labels}, "
+            f"projection_size={self.projection_size}"
+        )
 
 
 class PLMCAHead(LabelHead):
@@ -269,15 +329,23 @@ class PLMCAHead(LabelHead):
     LayerNorm, one output vector shared by all labels.
 
     Args: ``num_labels``, ``hidden_size`` (None: inferred), ``scaled`` (divide scores by sqrt(h); the
-    formula has no scale), ``chunk_size``. Shapes: ``forward(x [B, T, h], mask [B, T] = None,
+    formula has no scale), ``chunk_size`` (None: all labels at once). Shapes: ``forward(x [B, T, h], mask [B, T] = None,
     return_attention=False)`` -> logits [B, L], or ``(logits, A [B, L, T])``.
     """
 
     name = "plm_ca"
     weighs_inputs = False  # its values are a projection of x
 
-    def __init__(self, num_labels: int, *, hidden_size: int | None = None, scaled: bool = False,
-                 chunk_size: int | None = None, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_labels: int,
+        *,
+        hidden_size: int | None = None,
+        scaled: bool = False,
+        chunk_size: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(num_labels, chunk_size=chunk_size)
         check_positive(self.name, "hidden_size", hidden_size)
         self.scaled = scaled
@@ -285,9 +353,17 @@ class PLMCAHead(LabelHead):
 
     def _parameter_shapes(self, sizes):
         h = sizes["hidden_size"]
-        return {"label_queries": (self.num_labels, h), "key.weight": (h, h), "key.bias": (h,),
-                "value.weight": (h, h), "value.bias": (h,), "norm.weight": (h,), "norm.bias": (h,),
-                "output.weight": (h,), "output.bias": (1,)}
+        return {
+            "label_queries": (self.num_labels, h),
+            "key.weight": (h, h),
+            "key.bias": (h,),
+            "value.weight": (h, h),
+            "value.bias": (h,),
+            "norm.weight": (h,),
+            "norm.bias": (h,),
+            "output.weight": (h,),
+            "output.bias": (1,),
+        }
 
     def _sizes_from_parameters(self):
         return {"hidden_size": self.label_queries.shape[1]}
@@ -308,8 +384,15 @@ class PLMCAHead(LabelHead):
         keys = F.linear(x, self.key.weight, self.key.bias)
         values = F.linear(x, self.value.weight, self.value.bias)
         scale = keys.shape[-1] ** -0.5 if self.scaled else 1.0
-        reps, weights = label_attention(self.label_queries, keys, values, mask, scale=scale,
-                                        return_attention=return_attention, chunk_size=self.chunk_size)
+        reps, weights = label_attention(
+            self.label_queries,
+            keys,
+            values,
+            mask,
+            scale=scale,
+            return_attention=return_attention,
+            chunk_size=self.chunk_size,
+        )
         normed = F.layer_norm(reps, reps.shape[-1:], self.norm.weight, self.norm.bias)
         logits = normed @ self.output.weight + self.output.bias
         return (logits, weights) if return_attention else logits

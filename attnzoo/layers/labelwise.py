@@ -133,8 +133,9 @@ class _LabelwiseBase(LabelHead):
         """x [B, T, h], mask [B, T] bool (True = attend) -> logits [B, L] (and A [B, L, T])."""
         x, keep = self.prepare(x, mask)
         # the label matrix Wa [L, h] is the query; keys = values = x
-        reps, weights = label_attention(self.query_matrix(), x, x, keep, scale=1.0,
-                                        return_attention=return_attention, chunk_size=self.chunk_size)
+        reps, weights = label_attention(
+            self.query_matrix(), x, x, keep, scale=1.0, return_attention=return_attention, chunk_size=self.chunk_size
+        )
         logits = (reps * self.Wo).sum(-1) + self.bo  # [B, L]
         out = torch.sigmoid(logits) if self.output == "probs" else logits
         return (out, weights) if return_attention else out

@@ -9,6 +9,8 @@ forward. :class:`LazyLayer` adds the bookkeeping every attnzoo layer needs on to
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 from torch.nn.modules.lazy import LazyModuleMixin
@@ -20,6 +22,10 @@ __all__ = ["LazyLayer", "ParameterGroup"]
 class ParameterGroup(nn.Module):
     """A holder for parameters that belong together (``query.weight``, ``query.bias``), so that
     state-dict keys read like the ``nn.Linear`` layers people port from."""
+
+    if TYPE_CHECKING:  # parameters are registered at run time: tell type checkers they are there
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         # as LazyModuleMixin does for its own: an uninitialised parameter cannot be detached
@@ -47,6 +53,10 @@ class LazyLayer(LazyModuleMixin, nn.Module):
     * ``_sizes_from_parameters() -> {size_name: int}`` for a lazy layer that was given a state dict;
     * ``reset_parameters()``.
     """
+
+    if TYPE_CHECKING:  # parameters and groups are registered at run time (see _create_parameters)
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def _create_parameters(self, sizes: dict[str, int | None], device=None, dtype=None) -> None:
         self._sizes = dict(sizes)

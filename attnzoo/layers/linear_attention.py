@@ -38,16 +38,26 @@ class LinearSelfAttention(_QKVOProjections):
 
     name = "linear_self"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, causal: bool = False,
-                 bias: bool = False, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        causal: bool = False,
+        bias: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, bias=bias, dropout=0.0)
         self.causal = causal
         self._create_parameters({"embed_dim": embed_dim}, device, dtype)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         if isinstance(mask, Tensor) and mask.dim() == 3:
-            raise ValueError(f"{self.name} takes a key-padding mask [batch, seq], got {list(mask.shape)}: linear "
-                             f"attention forms no [T, T] matrix to mask (causal=True gives the causal pattern)")
+            raise ValueError(
+                f"{self.name} takes a key-padding mask [batch, seq], got {list(mask.shape)}: linear "
+                f"attention forms no [T, T] matrix to mask (causal=True gives the causal pattern)"
+            )
         return super().forward(x, mask, return_attention)
 
     def _attend(self, q, k, v, mask, return_attention):

@@ -30,19 +30,25 @@ cannot focus; ``attn_pool`` or label attention can.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-import torch.nn.functional as F
-
-from .core import (attend, check_input, check_mask, check_positive, label_attention, masked_softmax, neutralise)
+from .core import attend, check_input, check_mask, check_positive, label_attention, masked_softmax, neutralise
 from .lazy import LazyLayer
 
-__all__ = ["KerasAttention", "AttentionPooling", "StructuredSelfAttention", "MultiheadPooling", "PerceiverLatent",
-           "redundancy_penalty"]
+__all__ = [
+    "KerasAttention",
+    "AttentionPooling",
+    "StructuredSelfAttention",
+    "MultiheadPooling",
+    "PerceiverLatent",
+    "redundancy_penalty",
+]
 
 
-def _prepare(layer: str, x: Tensor, mask: Tensor | None, size: int | None, like: Tensor, *,
-             weighs_inputs: bool = False):
+def _prepare(
+    layer: str, x: Tensor, mask: Tensor | None, size: int | None, like: Tensor, *, weighs_inputs: bool = False
+):
     """Check x [B, T, size] and mask [B, T]; x with padded positions zeroed, and the mask as [B, 1, T].
     ``weighs_inputs``: the pooling weighs x itself (its values), so bounded padding may stay (core.neutralise)."""
     check_input(layer, "x", x, ("batch", "seq", size or "hidden"), like=like)
@@ -147,8 +153,14 @@ class AttentionPooling(LazyLayer):
         x, mask = _prepare(self.name, x, mask, self.size("hidden_size"), self.W, weighs_inputs=True)
         keys = torch.tanh(torch.nn.functional.linear(x, self.W, self.b))  # [B, T, d_a]
         # one learned query v against the keys tanh(W h + b): label attention with one label
-        pooled, weights = label_attention(self.v.unsqueeze(0), keys, x, None if mask is None else mask[:, 0],
-                                          scale=1.0, return_attention=return_attention)
+        pooled, weights = label_attention(
+            self.v.unsqueeze(0),
+            keys,
+            x,
+            None if mask is None else mask[:, 0],
+            scale=1.0,
+            return_attention=return_attention,
+        )
         pooled = pooled.squeeze(1)
         return (pooled, weights.squeeze(1)) if return_attention else pooled
 
@@ -185,8 +197,9 @@ class StructuredSelfAttention(LazyLayer):
 
     name = "structured_self_attn"
 
-    def __init__(self, num_hops: int = 4, *, hidden_size: int | None = None, attention_size: int = 350,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self, num_hops: int = 4, *, hidden_size: int | None = None, attention_size: int = 350, device=None, dtype=None
+    ) -> None:
         super().__init__()
         check_positive(self.name, "num_hops", num_hops, allow_none=False)
         check_positive(self.name, "hidden_size", hidden_size)
@@ -213,13 +226,13 @@ class StructuredSelfAttention(LazyLayer):
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         x, mask = _prepare(self.name, x, mask, self.size("hidden_size"), self.W_s1, weighs_inputs=True)
         keys = torch.tanh(F.linear(x, self.W_s1))  # [B, T, d_a]
-        pooled, weights = label_attention(self.W_s2, keys, x, None if mask is None else mask[:, 0],
-                                          return_attention=return_attention)
+        pooled, weights = label_attention(
+            self.W_s2, keys, x, None if mask is None else mask[:, 0], return_attention=return_attention
+        )
         return (pooled, weights) if return_attention else pooled
 
     def extra_repr(self) -> str:
-        return (f"num_hops={self.num_hops}, hidden_size={self.size('hidden_size')}, "
-                f"attention_size={self.attention_size}")
+        return f"num_hops={self.num_hops}, hidden_size={self.size('hidden_size')}, attention_size={self.attention_size}"
 
 
 def _heads(x: Tensor, heads: int) -> Tensor:
@@ -245,8 +258,16 @@ class MultiheadPooling(LazyLayer):
 
     name = "multihead_pool"
 
-    def __init__(self, num_seeds: int = 1, *, embed_dim: int | None = None, num_heads: int = 1,
-                 layer_norm: bool = True, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_seeds: int = 1,
+        *,
+        embed_dim: int | None = None,
+        num_heads: int = 1,
+        layer_norm: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         check_positive(self.name, "num_seeds", num_seeds, allow_none=False)
         check_positive(self.name, "embed_dim", embed_dim)
@@ -305,8 +326,10 @@ class MultiheadPooling(LazyLayer):
         return (out, weights) if return_attention else out
 
     def extra_repr(self) -> str:
-        return (f"num_seeds={self.num_seeds}, embed_dim={self.size('embed_dim')}, num_heads={self.num_heads}, "
-                f"layer_norm={self.layer_norm}")
+        return (
+            f"num_seeds={self.num_seeds}, embed_dim={self.size('embed_dim')}, num_heads={self.num_heads}, "
+            f"layer_norm={self.layer_norm}"
+        )
 
 
 class PerceiverLatent(LazyLayer):
@@ -325,8 +348,16 @@ class PerceiverLatent(LazyLayer):
 
     name = "perceiver_latent"
 
-    def __init__(self, num_latents: int = 8, *, latent_dim: int | None = None, embed_dim: int | None = None,
-                 num_heads: int = 1, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_latents: int = 8,
+        *,
+        latent_dim: int | None = None,
+        embed_dim: int | None = None,
+        num_heads: int = 1,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         check_positive(self.name, "num_latents", num_latents, allow_none=False)
         check_positive(self.name, "latent_dim", latent_dim)
@@ -344,19 +375,32 @@ class PerceiverLatent(LazyLayer):
     def _parameter_shapes(self, sizes):
         e = sizes["embed_dim"]
         d = self._latent_dim(e)
-        return {"latents": (self.num_latents, d),
-                "norm_latents.weight": (d,), "norm_latents.bias": (d,),
-                "norm_inputs.weight": (e,), "norm_inputs.bias": (e,),
-                "to_q.weight": (d, d), "to_k.weight": (d, e), "to_v.weight": (d, e),
-                "to_out.weight": (d, d), "to_out.bias": (d,),
-                "norm_mlp.weight": (d,), "norm_mlp.bias": (d,),
-                "mlp_in.weight": (4 * d, d), "mlp_in.bias": (4 * d,), "mlp_out.weight": (d, 4 * d), "mlp_out.bias": (d,)}
+        return {
+            "latents": (self.num_latents, d),
+            "norm_latents.weight": (d,),
+            "norm_latents.bias": (d,),
+            "norm_inputs.weight": (e,),
+            "norm_inputs.bias": (e,),
+            "to_q.weight": (d, d),
+            "to_k.weight": (d, e),
+            "to_v.weight": (d, e),
+            "to_out.weight": (d, d),
+            "to_out.bias": (d,),
+            "norm_mlp.weight": (d,),
+            "norm_mlp.bias": (d,),
+            "mlp_in.weight": (4 * d, d),
+            "mlp_in.bias": (4 * d,),
+            "mlp_out.weight": (d, 4 * d),
+            "mlp_out.bias": (d,),
+        }
 
     def _infer_sizes(self, x, *args, **kwargs):
         check_input(self.name, "x", x, ("batch", "seq", "embed_dim"))
         if self._latent_dim(x.shape[-1]) % self.num_heads:
-            raise ValueError(f"{self.name}: latent size {self._latent_dim(x.shape[-1])} is not divisible by "
-                             f"num_heads {self.num_heads}")
+            raise ValueError(
+                f"{self.name}: latent size {self._latent_dim(x.shape[-1])} is not divisible by "
+                f"num_heads {self.num_heads}"
+            )
         return {"embed_dim": x.shape[-1]}
 
     def _sizes_from_parameters(self):
@@ -392,5 +436,7 @@ class PerceiverLatent(LazyLayer):
 
     def extra_repr(self) -> str:
         e = self.size("embed_dim")
-        return (f"num_latents={self.num_latents}, latent_dim={self._latent_dim(e) if e else self.latent_dim_arg}, "
-                f"embed_dim={e}, num_heads={self.num_heads}")
+        return (
+            f"num_latents={self.num_latents}, latent_dim={self._latent_dim(e) if e else self.latent_dim_arg}, "
+            f"embed_dim={e}, num_heads={self.num_heads}"
+        )

@@ -74,8 +74,14 @@ class ScoreAttention(nn.Module):
         dq, dk = self._expected()
         like = self._like()
         check_input(self.name, "query", query, ("batch", "query_len", dq), like=like)
-        check_input(self.name, "key", key, (query.shape[0], "key_len", query.shape[-1] if self.same_size else dk),
-                    like=query, hint="The score compares query and key feature by feature" if self.same_size else "")
+        check_input(
+            self.name,
+            "key",
+            key,
+            (query.shape[0], "key_len", query.shape[-1] if self.same_size else dk),
+            like=query,
+            hint="The score compares query and key feature by feature" if self.same_size else "",
+        )
         if value is None:
             value = key
         check_input(self.name, "value", value, (query.shape[0], key.shape[1], "value_size"), like=query)
@@ -137,8 +143,16 @@ class GeneralAttention(_LearnedScore):
 
     name = "general"
 
-    def __init__(self, query_size: int | None = None, key_size: int | None = None, *, scaled: bool = False,
-                 normalizer: str = "softmax", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        query_size: int | None = None,
+        key_size: int | None = None,
+        *,
+        scaled: bool = False,
+        normalizer: str = "softmax",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         check_positive(self.name, "query_size", query_size)
         check_positive(self.name, "key_size", key_size)
@@ -159,8 +173,10 @@ class GeneralAttention(_LearnedScore):
         return torch.matmul(torch.matmul(query, self.weight), key.transpose(-2, -1))
 
     def extra_repr(self) -> str:
-        return (f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, scaled={self.scaled}, "
-                f"normalizer={self.normalizer!r}")
+        return (
+            f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, scaled={self.scaled}, "
+            f"normalizer={self.normalizer!r}"
+        )
 
 
 class AdditiveAttention(_LearnedScore):
@@ -178,9 +194,17 @@ class AdditiveAttention(_LearnedScore):
 
     name = "additive"
 
-    def __init__(self, query_size: int | None = None, key_size: int | None = None, *,
-                 attention_size: int | None = None, scaled: bool = False, normalizer: str = "softmax",
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        query_size: int | None = None,
+        key_size: int | None = None,
+        *,
+        attention_size: int | None = None,
+        scaled: bool = False,
+        normalizer: str = "softmax",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         check_positive(self.name, "query_size", query_size)
         check_positive(self.name, "key_size", key_size)
@@ -192,8 +216,12 @@ class AdditiveAttention(_LearnedScore):
 
     def _parameter_shapes(self, sizes):
         d_a = self.attention_size_arg or sizes["key_size"]
-        return {"query_proj": (d_a, sizes["query_size"]), "key_proj": (d_a, sizes["key_size"]),
-                "bias": (d_a,), "v": (d_a,)}
+        return {
+            "query_proj": (d_a, sizes["query_size"]),
+            "key_proj": (d_a, sizes["key_size"]),
+            "bias": (d_a,),
+            "v": (d_a,),
+        }
 
     def _sizes_from_parameters(self):
         return {"query_size": self.query_proj.shape[1], "key_size": self.key_proj.shape[1]}
@@ -214,8 +242,10 @@ class AdditiveAttention(_LearnedScore):
 
     def extra_repr(self) -> str:
         d_a = self.attention_size_arg if self.has_uninitialized_params() else self.v.shape[0]
-        return (f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, "
-                f"attention_size={d_a}, scaled={self.scaled}, normalizer={self.normalizer!r}")
+        return (
+            f"query_size={self.size('query_size')}, key_size={self.size('key_size')}, "
+            f"attention_size={d_a}, scaled={self.scaled}, normalizer={self.normalizer!r}"
+        )
 
 
 SCORES = {"dot": DotAttention, "general": GeneralAttention, "additive": AdditiveAttention}
@@ -228,7 +258,7 @@ class Seq2SeqAttention(LazyLayer):
         score: ``"dot"``, ``"general"`` or ``"additive"``.
         decoder_size, encoder_size: Hd and He; None infers them from the first call.
         output_size: H of the attentional state; None uses Hd.
-        attention_size: d_a of the additive score.
+        attention_size: d_a of the additive score; None uses He.
         scaled: scale the scores by 1/sqrt(d).
         normalizer: ``"softmax"``, ``"sparsemax"`` or ``"entmax15"``.
 
@@ -239,29 +269,47 @@ class Seq2SeqAttention(LazyLayer):
 
     name = "seq2seq_attn"
 
-    def __init__(self, score: str = "general", *, decoder_size: int | None = None, encoder_size: int | None = None,
-                 output_size: int | None = None, attention_size: int | None = None, scaled: bool = False,
-                 normalizer: str = "softmax", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        score: str = "general",
+        *,
+        decoder_size: int | None = None,
+        encoder_size: int | None = None,
+        output_size: int | None = None,
+        attention_size: int | None = None,
+        scaled: bool = False,
+        normalizer: str = "softmax",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
         check_normalizer(self.name, normalizer)
-        for key, value in (("decoder_size", decoder_size), ("encoder_size", encoder_size),
-                           ("output_size", output_size), ("attention_size", attention_size)):
+        for key, value in (
+            ("decoder_size", decoder_size),
+            ("encoder_size", encoder_size),
+            ("output_size", output_size),
+            ("attention_size", attention_size),
+        ):
             check_positive(self.name, key, value)
         if score not in SCORES:
             raise ValueError(f"seq2seq_attn: score must be one of {', '.join(SCORES)}, got {score!r}")
         if score == "dot" and None not in (decoder_size, encoder_size) and decoder_size != encoder_size:
-            raise ValueError(f"seq2seq_attn: the dot score needs decoder_size == encoder_size, got "
-                             f"{decoder_size} and {encoder_size}; use general or additive")
+            raise ValueError(
+                f"seq2seq_attn: the dot score needs decoder_size == encoder_size, got "
+                f"{decoder_size} and {encoder_size}; use general or additive"
+            )
         self.score = score
         self.output_size_arg = output_size
         kw = {"device": device, "dtype": dtype}
+        self.attention: DotAttention | GeneralAttention | AdditiveAttention
         if score == "dot":
             self.attention = DotAttention(scaled=scaled, normalizer=normalizer)
         elif score == "general":
             self.attention = GeneralAttention(decoder_size, encoder_size, scaled=scaled, normalizer=normalizer, **kw)
         else:
-            self.attention = AdditiveAttention(decoder_size, encoder_size, attention_size=attention_size, scaled=scaled,
-                                               normalizer=normalizer, **kw)
+            self.attention = AdditiveAttention(
+                decoder_size, encoder_size, attention_size=attention_size, scaled=scaled, normalizer=normalizer, **kw
+            )
         self._create_parameters({"decoder_size": decoder_size, "encoder_size": encoder_size}, **kw)
 
     def _parameter_shapes(self, sizes):
@@ -286,15 +334,26 @@ class Seq2SeqAttention(LazyLayer):
         nn.init.xavier_uniform_(self.combine.weight)
 
     def forward(self, decoder_out: Tensor, encoder_out: Tensor, mask: Tensor | None = None):
-        check_input(self.name, "decoder_out", decoder_out,
-                    ("batch", "dec_len", self.size("decoder_size") or "decoder_size"), like=self.combine.weight)
-        check_input(self.name, "encoder_out", encoder_out,
-                    (decoder_out.shape[0], "enc_len", self.size("encoder_size") or "encoder_size"), like=decoder_out)
+        check_input(
+            self.name,
+            "decoder_out",
+            decoder_out,
+            ("batch", "dec_len", self.size("decoder_size") or "decoder_size"),
+            like=self.combine.weight,
+        )
+        check_input(
+            self.name,
+            "encoder_out",
+            encoder_out,
+            (decoder_out.shape[0], "enc_len", self.size("encoder_size") or "encoder_size"),
+            like=decoder_out,
+        )
         check_mask(self.name, mask, decoder_out.shape[0], decoder_out.shape[1], encoder_out.shape[1], like=decoder_out)
         context, weights = self.attention(decoder_out, encoder_out, encoder_out, mask)
         output = torch.tanh(F.linear(torch.cat([context, decoder_out], dim=-1), self.combine.weight))
         return output, weights
 
     def extra_repr(self) -> str:
-        return (f"score={self.score!r}, decoder_size={self.size('decoder_size')}, "
-                f"encoder_size={self.size('encoder_size')}")
+        return (
+            f"score={self.score!r}, decoder_size={self.size('decoder_size')}, encoder_size={self.size('encoder_size')}"
+        )

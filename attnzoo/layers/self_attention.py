@@ -41,8 +41,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import (attend, attended_keys, check_input, check_mask, check_positive, check_probability,
-                   masked_softmax, neutralise)
+from .core import (
+    attend,
+    attended_keys,
+    check_input,
+    check_mask,
+    check_positive,
+    check_probability,
+    masked_softmax,
+    neutralise,
+)
 from .lazy import LazyLayer
 
 __all__ = [
@@ -130,15 +138,17 @@ class SelfAttentionBase(LazyLayer):
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, return_attention: bool):
         dropout = self.dropout if self.training else 0.0
-        return attend(q, k, v, mask, return_attention=return_attention, dropout=dropout,
-                      bias=self._bias(q.shape[-2], q))
+        return attend(
+            q, k, v, mask, return_attention=return_attention, dropout=dropout, bias=self._bias(q.shape[-2], q)
+        )
 
     # -- the call --------------------------------------------------------------------------------------
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         like = next(iter(self.parameters()))
         d = self.embed_dim
-        check_input(self.name, "x", x, ("batch", "seq", d or "embed_dim"), hint=_TWO_D_HINT if x.dim() == 2 else "",
-                    like=like)
+        check_input(
+            self.name, "x", x, ("batch", "seq", d or "embed_dim"), hint=_TWO_D_HINT if x.dim() == 2 else "", like=like
+        )
         batch, seq, _ = x.shape
         mask = check_mask(self.name, mask, batch, seq, seq, like=x)
         x = neutralise(x, attended_keys(mask))  # keys no query attends to: padding, whatever it holds
@@ -181,8 +191,17 @@ class QKVSelfAttention(SelfAttentionBase):
 
     name = "qkv_self"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, bias: bool = True,
-                 output_projection: bool = False, dropout: float = 0.0, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        bias: bool = True,
+        output_projection: bool = False,
+        dropout: float = 0.0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, dropout=dropout)
         self.bias, self.output_projection = bias, output_projection
         self._create_parameters({"embed_dim": embed_dim}, device, dtype)
@@ -235,8 +254,16 @@ class MultiHeadSelfAttention(SelfAttentionBase):
 
     name = "mha"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, bias: bool = True, dropout: float = 0.0,
-                 device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        bias: bool = True,
+        dropout: float = 0.0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, dropout=dropout)
         self.bias = bias
         self._create_parameters({"embed_dim": embed_dim}, device, dtype)
@@ -273,8 +300,15 @@ class _QKVOProjections(SelfAttentionBase):
     """Separate q/k/v/o projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, as in LLaMA and most
     checkpoints of the modern variants), with ``num_kv_heads`` key/value heads."""
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, num_kv_heads: int | None = None,
-                 bias: bool = False, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        num_kv_heads: int | None = None,
+        bias: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, dropout=dropout)
         kv = num_heads if num_kv_heads is None else num_kv_heads
         check_positive(self.name, "num_kv_heads", kv, allow_none=False)
@@ -298,9 +332,11 @@ class _QKVOProjections(SelfAttentionBase):
         return F.linear(x, group.weight, group.bias if self.bias else None)
 
     def _project(self, x):
-        return (_split_heads(self._linear(x, "q_proj"), self.num_heads),
-                _split_heads(self._linear(x, "k_proj"), self.num_kv_heads),
-                _split_heads(self._linear(x, "v_proj"), self.num_kv_heads))
+        return (
+            _split_heads(self._linear(x, "q_proj"), self.num_heads),
+            _split_heads(self._linear(x, "k_proj"), self.num_kv_heads),
+            _split_heads(self._linear(x, "v_proj"), self.num_kv_heads),
+        )
 
     def _output(self, out):
         return self._linear(out, "o_proj")
@@ -319,8 +355,17 @@ class GroupedQueryAttention(_QKVOProjections):
 
     name = "gqa"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, num_kv_heads: int = 1,
-                 bias: bool = False, dropout: float = 0.0, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        num_kv_heads: int = 1,
+        bias: bool = False,
+        dropout: float = 0.0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout)
         self._create_parameters({"embed_dim": embed_dim}, device, dtype)
 
@@ -350,8 +395,17 @@ class ALiBiSelfAttention(_QKVOProjections):
 
     name = "alibi_self"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, causal: bool = False, bias: bool = False,
-                 dropout: float = 0.0, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        causal: bool = False,
+        bias: bool = False,
+        dropout: float = 0.0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, bias=bias, dropout=dropout)
         self.causal = causal
         self._create_parameters({"embed_dim": embed_dim}, device, dtype)
@@ -380,8 +434,18 @@ class RotarySelfAttention(_QKVOProjections):
 
     name = "rope_self"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, num_kv_heads: int | None = None,
-                 base: float = 10000.0, bias: bool = False, dropout: float = 0.0, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        num_kv_heads: int | None = None,
+        base: float = 10000.0,
+        bias: bool = False,
+        dropout: float = 0.0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, num_kv_heads=num_kv_heads, bias=bias, dropout=dropout)
         if not base > 1:
             raise ValueError(f"{self.name}: base must be above 1, got {base!r}")
@@ -426,8 +490,17 @@ class RelativePositionSelfAttention(_QKVOProjections):
 
     name = "relpos_self"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, max_relative_position: int = 16,
-                 bias: bool = False, dropout: float = 0.0, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        max_relative_position: int = 16,
+        bias: bool = False,
+        dropout: float = 0.0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, bias=bias, dropout=dropout)
         check_positive(self.name, "max_relative_position", max_relative_position, allow_none=False)
         self.max_relative_position = max_relative_position
@@ -475,8 +548,18 @@ class LocalSelfAttention(_QKVOProjections):
 
     name = "local_self"
 
-    def __init__(self, embed_dim: int | None = None, *, num_heads: int = 1, window: int = 16, causal: bool = False,
-                 bias: bool = False, dropout: float = 0.0, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        window: int = 16,
+        causal: bool = False,
+        bias: bool = False,
+        dropout: float = 0.0,
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__(embed_dim, num_heads=num_heads, bias=bias, dropout=dropout)
         check_positive(self.name, "window", window, allow_none=False)
         self.window, self.causal = window, causal

@@ -28,8 +28,14 @@ from torch import Tensor, nn
 
 from .core import attend, check_input, check_positive
 
-__all__ = ["SqueezeExcitation", "EfficientChannelAttention", "CBAM", "CoordinateAttention", "NonLocalBlock",
-           "ExternalAttention"]
+__all__ = [
+    "SqueezeExcitation",
+    "EfficientChannelAttention",
+    "CBAM",
+    "CoordinateAttention",
+    "NonLocalBlock",
+    "ExternalAttention",
+]
 
 
 class _ImageBlock(nn.Module):

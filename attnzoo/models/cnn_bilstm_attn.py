@@ -17,11 +17,10 @@ sequence only up to its length (packed), and the pooling ignores the padded fram
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..layers.core import check_input, check_mask, check_positive, check_probability, neutralise, tracing
+from ..layers.core import check_input, check_mask, check_positive, check_probability, tracing
 from ..layers.pooling import AttentionPooling
 from .text import run_packed
 
@@ -35,7 +34,7 @@ class CNNBiLSTMAttention(nn.Module):
         in_chans: input channels (5 in the seed).
         lstm_hidden: hidden size per direction of the BiLSTM.
         lstm_layers: stacked BiLSTM layers.
-        attention_size: d_a of the pooling (default 2·lstm_hidden).
+        attention_size: d_a of the pooling; None: 2·lstm_hidden.
         dropout: dropout before the classifier.
 
     Shapes: ``forward(x [B, C_in, F, W], mask [B, W] = None, return_attention=False)`` ->
@@ -44,23 +43,39 @@ class CNNBiLSTMAttention(nn.Module):
 
     name = "cnn_bilstm_attn"
 
-    def __init__(self, num_classes: int, *, backbone: str = "resnet18", in_chans: int = 5, lstm_hidden: int = 128,
-                 lstm_layers: int = 1, attention_size: int | None = None, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        backbone: str = "resnet18",
+        in_chans: int = 5,
+        lstm_hidden: int = 128,
+        lstm_layers: int = 1,
+        attention_size: int | None = None,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         import timm
 
-        for key, value in (("num_classes", num_classes), ("in_chans", in_chans), ("lstm_hidden", lstm_hidden),
-                           ("lstm_layers", lstm_layers)):
+        for key, value in (
+            ("num_classes", num_classes),
+            ("in_chans", in_chans),
+            ("lstm_hidden", lstm_hidden),
+            ("lstm_layers", lstm_layers),
+        ):
             check_positive(self.name, key, value, allow_none=False)
         check_positive(self.name, "attention_size", attention_size)
         check_probability(self.name, "dropout", dropout)
         if backbone not in timm.list_models():
-            raise ValueError(f"{self.name}: unknown timm backbone {backbone!r}; timm.list_models() lists them "
-                             f"(it must support features_only)")
+            raise ValueError(
+                f"{self.name}: unknown timm backbone {backbone!r}; timm.list_models() lists them "
+                f"(it must support features_only)"
+            )
         self.in_chans = in_chans
         # never download: attnzoo's weights come from its own cards
-        self.backbone = timm.create_model(backbone, pretrained=False, in_chans=in_chans, features_only=True,
-                                          out_indices=(-1,))
+        self.backbone = timm.create_model(
+            backbone, pretrained=False, in_chans=in_chans, features_only=True, out_indices=(-1,)
+        )
         channels = self.backbone.feature_info.channels()[-1]
         self.lstm = nn.LSTM(channels, lstm_hidden, num_layers=lstm_layers, batch_first=True, bidirectional=True)
         self.pool = AttentionPooling(2 * lstm_hidden, attention_size=attention_size)
@@ -71,22 +86,31 @@ class CNNBiLSTMAttention(nn.Module):
         check_input(self.name, "x", x, ("batch", self.in_chans, "freq", "time"), like=self.head.weight)
         if mask is not None:
             mask = check_mask(self.name, mask, x.shape[0], 1, x.shape[-1], like=x)[:, 0]
-            if mask.shape[1] > 1 and mask.device.type != "meta" and not tracing() \
-                    and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
-                raise ValueError(f"{self.name} reads each sequence up to its length, so the real frames must come "
-                                 f"first (right padding)")
+            if (
+                mask.shape[1] > 1
+                and mask.device.type != "meta"
+                and not tracing()
+                and bool((mask[:, 1:] & ~mask[:, :-1]).any())
+            ):
+                raise ValueError(
+                    f"{self.name} reads each sequence up to its length, so the real frames must come "
+                    f"first (right padding)"
+                )
             # padded frames read as zeros whatever they hold (the CNN's receptive field spans frames)
             x = x.masked_fill(~mask[:, None, None, :], 0.0)
         if 0 in x.shape:
-            raise ValueError(f"{self.name} expects a non-empty batch of [batch, {self.in_chans}, freq, time] inputs, "
-                             f"got {list(x.shape)}")
+            raise ValueError(
+                f"{self.name} expects a non-empty batch of [batch, {self.in_chans}, freq, time] inputs, "
+                f"got {list(x.shape)}"
+            )
         features = self.backbone(x)[-1]  # [B, C, F', W']
         sequence = features.mean(dim=2).transpose(1, 2)  # [B, W', C]
         frames = sequence.shape[1]
         if mask is not None:
             mask = F.adaptive_max_pool1d(mask.to(sequence.dtype).unsqueeze(1), frames).squeeze(1) > 0
         hidden = self.lstm(sequence)[0] if mask is None else run_packed(self.lstm, sequence, mask)
-        pooled, weights = self.pool(hidden, mask, return_attention=True) if return_attention else (
-            self.pool(hidden, mask), None)
+        pooled, weights = (
+            self.pool(hidden, mask, return_attention=True) if return_attention else (self.pool(hidden, mask), None)
+        )
         logits = self.head(self.dropout(pooled))
         return (logits, weights) if return_attention else logits

@@ -40,12 +40,26 @@ class G2PSeq2Seq(nn.Module):
 
     name = "g2p_seq2seq"
 
-    def __init__(self, num_letters: int, num_phonemes: int, *, embed_dim: int = 64, hidden: int = 128,
-                 decoder_hidden: int = 256, score: str = "general", dropout: float = 0.1,
-                 input_feeding: bool = False) -> None:
+    def __init__(
+        self,
+        num_letters: int,
+        num_phonemes: int,
+        *,
+        embed_dim: int = 64,
+        hidden: int = 128,
+        decoder_hidden: int = 256,
+        score: str = "general",
+        dropout: float = 0.1,
+        input_feeding: bool = False,
+    ) -> None:
         super().__init__()
-        for key, value in (("num_letters", num_letters), ("num_phonemes", num_phonemes), ("embed_dim", embed_dim),
-                           ("hidden", hidden), ("decoder_hidden", decoder_hidden)):
+        for key, value in (
+            ("num_letters", num_letters),
+            ("num_phonemes", num_phonemes),
+            ("embed_dim", embed_dim),
+            ("hidden", hidden),
+            ("decoder_hidden", decoder_hidden),
+        ):
             check_positive(self.name, key, value, allow_none=False)
         check_probability(self.name, "dropout", dropout)
         self.num_letters, self.num_phonemes = num_letters, num_phonemes
@@ -56,8 +70,9 @@ class G2PSeq2Seq(nn.Module):
         self.phoneme_embedding = nn.Embedding(num_phonemes, embed_dim, padding_idx=0)
         decoder_input = embed_dim + (decoder_hidden if self.input_feeding else 0)
         self.decoder = nn.LSTM(decoder_input, decoder_hidden, batch_first=True)
-        self.attention = Seq2SeqAttention(score, decoder_size=decoder_hidden, encoder_size=2 * hidden,
-                                          output_size=decoder_hidden)
+        self.attention = Seq2SeqAttention(
+            score, decoder_size=decoder_hidden, encoder_size=2 * hidden, output_size=decoder_hidden
+        )
         self.attention.name = self.name  # its input errors are this model's
         self.dropout = nn.Dropout(dropout)
         self.out = nn.Linear(decoder_hidden, num_phonemes)
@@ -90,21 +105,23 @@ class G2PSeq2Seq(nn.Module):
         attended, weights = torch.cat(outputs, 1), torch.cat(maps, 1)
         return self.out(self.dropout(attended)), weights, (h, c, feed)
 
-    def forward(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor | None = None,
-                return_attention: bool = False):
+    def forward(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor | None = None, return_attention: bool = False):
         like = self.out.weight
         mask = token_mask(self.name, letters, mask, self.num_letters, like=like)
         check_tokens(self.name, phonemes_in, self.num_phonemes, "phonemes_in", like=like)
         if phonemes_in.shape[0] != letters.shape[0]:
-            raise ValueError(f"{self.name} expects phonemes_in with the letters' batch size {letters.shape[0]}, "
-                             f"got {list(phonemes_in.shape)}")
+            raise ValueError(
+                f"{self.name} expects phonemes_in with the letters' batch size {letters.shape[0]}, "
+                f"got {list(phonemes_in.shape)}"
+            )
         encoded, state = self.encode(letters, mask)
         logits, weights, _ = self.decode_step(phonemes_in, encoded, mask, state)
         return (logits, weights) if return_attention else logits
 
     @torch.no_grad()
-    def generate(self, letters: Tensor, max_len: int = 32, *, beam_size: int = 1,
-                 length_penalty: float = 1.0) -> tuple[Tensor, Tensor]:
+    def generate(
+        self, letters: Tensor, max_len: int = 32, *, beam_size: int = 1, length_penalty: float = 1.0
+    ) -> tuple[Tensor, Tensor]:
         """Decode letters [B, S] -> (phoneme ids [B, U] ending at </s>, 0-padded after it; A [B, U, S]).
 
         ``beam_size`` 1 is greedy. With a beam, each word keeps its ``beam_size`` best prefixes by summed
@@ -134,15 +151,19 @@ class G2PSeq2Seq(nn.Module):
                 break
         return torch.cat(outputs, 1), torch.cat(maps, 1)
 
-    def _beam(self, encoded: Tensor, mask: Tensor, state: DecoderState, max_len: int, beam: int,
-              length_penalty: float) -> tuple[Tensor, Tensor]:
+    def _beam(
+        self, encoded: Tensor, mask: Tensor, state: DecoderState, max_len: int, beam: int, length_penalty: float
+    ) -> tuple[Tensor, Tensor]:
         batch, seq = encoded.shape[0], encoded.shape[1]
         device = encoded.device
         # every word's prefixes side by side: row b * beam + k
         encoded, mask = encoded.repeat_interleave(beam, 0), mask.repeat_interleave(beam, 0)
         h, c, feed = state
-        state = (h.repeat_interleave(beam, 1), c.repeat_interleave(beam, 1),
-                 None if feed is None else feed.repeat_interleave(beam, 0))
+        state = (
+            h.repeat_interleave(beam, 1),
+            c.repeat_interleave(beam, 1),
+            None if feed is None else feed.repeat_interleave(beam, 0),
+        )
         scores = torch.full((batch, beam), float("-inf"), device=device)
         scores[:, 0] = 0.0  # one live prefix (<s>) to start with
         tokens = torch.full((batch * beam, 0), 0, dtype=torch.long, device=device)
@@ -153,11 +174,11 @@ class G2PSeq2Seq(nn.Module):
             logits, weights, state = self.decode_step(step, encoded, mask, state)
             vocab = logits.shape[-1]
             logp = torch.log_softmax(logits.squeeze(1).float(), dim=-1)
-            logp[:, :BOS + 1] = float("-inf")  # padding and <s> are never emitted
+            logp[:, : BOS + 1] = float("-inf")  # padding and <s> are never emitted
             total = (scores.view(-1, 1) + logp).view(batch, beam * vocab)
             top, index = total.topk(2 * beam, dim=1)  # room for beam live ones after the finished
             origin, symbol = index // vocab, index % vocab
-            rows = (torch.arange(batch, device=device).unsqueeze(1) * beam + origin)  # [B, 2·beam]
+            rows = torch.arange(batch, device=device).unsqueeze(1) * beam + origin  # [B, 2·beam]
             new_scores = torch.full((batch, beam), float("-inf"), device=device)
             chosen = torch.zeros(batch, beam, dtype=torch.long, device=device)
             chosen_symbol = torch.zeros(batch, beam, dtype=torch.long, device=device)
@@ -168,10 +189,11 @@ class G2PSeq2Seq(nn.Module):
                     if score == float("-inf"):
                         break
                     if sym == EOS:
-                        if len(best[b]) < beam or score / length ** length_penalty > best[b][-1][0]:
+                        if len(best[b]) < beam or score / length**length_penalty > best[b][-1][0]:
                             ids = torch.cat([tokens[row], tokens.new_tensor([EOS])])
-                            best[b].append((score / length ** length_penalty, ids,
-                                            torch.cat([maps[row], weights[row]], 0)))
+                            best[b].append(
+                                (score / length**length_penalty, ids, torch.cat([maps[row], weights[row]], 0))
+                            )
                             best[b].sort(key=lambda item: -item[0])
                             del best[b][beam:]
                     elif kept < beam:
@@ -187,8 +209,14 @@ class G2PSeq2Seq(nn.Module):
             # a word is done when its worst kept hypothesis beats what any live prefix could still reach
             # (scores only fall as a prefix grows; the length divisor can grow to max_len ** penalty)
             reach = scores.max(dim=1).values.tolist()
-            if all(len(best[b]) == beam and (reach[b] == float("-inf") or best[b][-1][0] >= self._bound(
-                    reach[b], length, max_len, length_penalty)) for b in range(batch)):
+            if all(
+                len(best[b]) == beam
+                and (
+                    reach[b] == float("-inf")
+                    or best[b][-1][0] >= self._bound(reach[b], length, max_len, length_penalty)
+                )
+                for b in range(batch)
+            ):
                 break
         out_ids, out_maps = [], []
         for b in range(batch):
@@ -212,4 +240,4 @@ class G2PSeq2Seq(nn.Module):
         """The best normalised score a live prefix with summed log-probability ``live`` could still end with."""
         if length_penalty <= 0:
             return live / (length + 1) ** length_penalty
-        return live / max_len ** length_penalty
+        return live / max_len**length_penalty

@@ -26,9 +26,16 @@ __all__ = ["HierarchicalAttentionNetwork"]
 
 
 def _right_padded(name: str, mask: Tensor, what: str) -> None:
-    if mask.shape[-1] > 1 and mask.device.type != "meta" and not tracing() and bool((mask[..., 1:] & ~mask[..., :-1]).any()):
-        raise ValueError(f"{name} reads {what} up to their lengths, so the real ones must come first (right "
-                         f"padding); the mask has padding before a real position")
+    if (
+        mask.shape[-1] > 1
+        and mask.device.type != "meta"
+        and not tracing()
+        and bool((mask[..., 1:] & ~mask[..., :-1]).any())
+    ):
+        raise ValueError(
+            f"{name} reads {what} up to their lengths, so the real ones must come first (right "
+            f"padding); the mask has padding before a real position"
+        )
 
 
 class HierarchicalAttentionNetwork(nn.Module):
@@ -41,12 +48,26 @@ class HierarchicalAttentionNetwork(nn.Module):
 
     name = "han"
 
-    def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 100, word_hidden: int = 50,
-                 sentence_hidden: int = 50, attention_size: int = 100, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        *,
+        embed_dim: int = 100,
+        word_hidden: int = 50,
+        sentence_hidden: int = 50,
+        attention_size: int = 100,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
-        for key, value in (("vocab_size", vocab_size), ("num_classes", num_classes), ("embed_dim", embed_dim),
-                           ("word_hidden", word_hidden), ("sentence_hidden", sentence_hidden),
-                           ("attention_size", attention_size)):
+        for key, value in (
+            ("vocab_size", vocab_size),
+            ("num_classes", num_classes),
+            ("embed_dim", embed_dim),
+            ("word_hidden", word_hidden),
+            ("sentence_hidden", sentence_hidden),
+            ("attention_size", attention_size),
+        ):
             check_positive(self.name, key, value, allow_none=False)
         check_probability(self.name, "dropout", dropout)
         self.vocab_size = vocab_size
@@ -68,9 +89,12 @@ class HierarchicalAttentionNetwork(nn.Module):
         else:
             if not isinstance(mask, Tensor) or tuple(mask.shape) != tuple(tokens.shape):
                 shape = list(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-                raise ValueError(f"{self.name} expects mask of shape {list(tokens.shape)} (True = real word), got {shape}")
-            mask = check_mask(self.name, mask.reshape(batch, sentences * words), batch, 1, sentences * words,
-                              like=tokens)[:, 0].reshape(batch, sentences, words)
+                raise ValueError(
+                    f"{self.name} expects mask of shape {list(tokens.shape)} (True = real word), got {shape}"
+                )
+            mask = check_mask(
+                self.name, mask.reshape(batch, sentences * words), batch, 1, sentences * words, like=tokens
+            )[:, 0].reshape(batch, sentences, words)
         _right_padded(self.name, mask, "the words of each sentence")
         sentence_mask = mask.any(dim=-1)  # [B, S]
         _right_padded(self.name, sentence_mask, "the sentences of each document")

@@ -19,12 +19,19 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise, tracing
-from ..layers.label_attention import CAMLHead, JointLAATHead, LAATHead, LWAN, PLMCAHead
+from ..layers.label_attention import LWAN, CAMLHead, JointLAATHead, LAATHead, PLMCAHead
 from ..layers.labelwise import LabelwiseAttentionBatched
 from ..layers.pooling import AttentionPooling
 
-__all__ = ["BiLSTMEncoder", "ConvEncoder", "BiLSTMLabelwise", "BiLSTMAttnPool", "LabelAttentionClassifier",
-           "token_mask", "run_packed"]
+__all__ = [
+    "BiLSTMEncoder",
+    "ConvEncoder",
+    "BiLSTMLabelwise",
+    "BiLSTMAttnPool",
+    "LabelAttentionClassifier",
+    "token_mask",
+    "run_packed",
+]
 
 
 def run_packed(rnn: nn.RNNBase, x: Tensor, mask: Tensor) -> Tensor:
@@ -52,8 +59,10 @@ def _run_traceable(rnn: nn.RNNBase, x: Tensor, mask: Tensor) -> Tensor:
     (a gather), reversed back. Outputs past each length are zeroed, as unpacking does.
     """
     if rnn.num_layers != 1:
-        raise ValueError(f"exporting a {rnn.num_layers}-layer bidirectional {type(rnn).__name__} is not supported: "
-                         f"its layers mix both directions; export a model with layers=1")
+        raise ValueError(
+            f"exporting a {rnn.num_layers}-layer bidirectional {type(rnn).__name__} is not supported: "
+            f"its layers mix both directions; export a model with layers=1"
+        )
     keep = mask.to(x.dtype).unsqueeze(-1)
     forward = rnn(x)[0][..., : rnn.hidden_size] if rnn.bidirectional else rnn(x)[0]
     if not rnn.bidirectional:
@@ -62,15 +71,17 @@ def _run_traceable(rnn: nn.RNNBase, x: Tensor, mask: Tensor) -> Tensor:
     steps = torch.arange(x.shape[1], device=x.device)[None, :]
     order = torch.where(steps < lengths, lengths - 1 - steps, steps)  # reverse the real part of each row
     reversed_x = x.gather(1, order.unsqueeze(-1).expand_as(x))
-    reverse_weights = {name: getattr(rnn, name + "_reverse") for name, _ in rnn.named_parameters()
-                       if not name.endswith("_reverse")}
+    reverse_weights = {
+        name: getattr(rnn, name + "_reverse") for name, _ in rnn.named_parameters() if not name.endswith("_reverse")
+    }
     backward = torch.func.functional_call(rnn, reverse_weights, (reversed_x,))[0][..., : rnn.hidden_size]
     backward = backward.gather(1, order.unsqueeze(-1).expand_as(backward))
     return torch.cat([forward, backward], dim=-1) * keep
 
 
-def token_mask(name: str, tokens: Tensor, mask: Tensor | None, vocab_size: int, *, like: Tensor,
-               right_padded: bool = True) -> Tensor:
+def token_mask(
+    name: str, tokens: Tensor, mask: Tensor | None, vocab_size: int, *, like: Tensor, right_padded: bool = True
+) -> Tensor:
     """Check token ids [B, T] and their mask; return the mask as bool [B, T] (default: ``tokens != 0``).
 
     ``right_padded``: an RNN reads each text up to its length, so the real tokens must be a prefix of
@@ -81,11 +92,18 @@ def token_mask(name: str, tokens: Tensor, mask: Tensor | None, vocab_size: int, 
         mask = tokens != 0
     else:
         mask = check_mask(name, mask, tokens.shape[0], 1, tokens.shape[1], like=tokens)[:, 0]
-    if right_padded and mask.shape[1] > 1 and mask.device.type != "meta" and not tracing() \
-            and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
+    if (
+        right_padded
+        and mask.shape[1] > 1
+        and mask.device.type != "meta"
+        and not tracing()
+        and bool((mask[:, 1:] & ~mask[:, :-1]).any())
+    ):
         rows = (mask[:, 1:] & ~mask[:, :-1]).any(-1).nonzero().flatten().tolist()
-        raise ValueError(f"{name} reads each text up to its length, so the real tokens must come first (right "
-                         f"padding); rows {rows[:5]} have padding (or token id 0) before a real token")
+        raise ValueError(
+            f"{name} reads each text up to its length, so the real tokens must come first (right "
+            f"padding); rows {rows[:5]} have padding (or token id 0) before a real token"
+        )
     return mask
 
 
@@ -95,8 +113,14 @@ class BiLSTMEncoder(nn.Module):
     def __init__(self, vocab_size: int, embed_dim: int, hidden: int, *, layers: int = 1, dropout: float = 0.0):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
-        self.lstm = nn.LSTM(embed_dim, hidden, num_layers=layers, batch_first=True, bidirectional=True,
-                            dropout=dropout if layers > 1 else 0.0)
+        self.lstm = nn.LSTM(
+            embed_dim,
+            hidden,
+            num_layers=layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=dropout if layers > 1 else 0.0,
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
@@ -144,8 +168,9 @@ class _TextModel(nn.Module):
     right_padded = True  # an RNN encoder reads each text up to its length
 
     def _mask(self, tokens: Tensor, mask: Tensor | None) -> Tensor:
-        return token_mask(self.name, tokens, mask, self.vocab_size, like=self.encoder.embedding.weight,
-                          right_padded=self.right_padded)
+        return token_mask(
+            self.name, tokens, mask, self.vocab_size, like=self.encoder.embedding.weight, right_padded=self.right_padded
+        )
 
 
 def _check_text_config(name: str, vocab_size: int, sizes: dict[str, int | None], dropout: float) -> None:
@@ -165,11 +190,23 @@ class BiLSTMLabelwise(_TextModel):
 
     name = "bilstm_labelwise"
 
-    def __init__(self, vocab_size: int, num_labels: int, *, embed_dim: int = 128, hidden: int = 128,
-                 layers: int = 1, dropout: float = 0.2) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        num_labels: int,
+        *,
+        embed_dim: int = 128,
+        hidden: int = 128,
+        layers: int = 1,
+        dropout: float = 0.2,
+    ) -> None:
         super().__init__()
-        _check_text_config(self.name, vocab_size, {"num_labels": num_labels, "embed_dim": embed_dim, "hidden": hidden,
-                                                   "layers": layers}, dropout)
+        _check_text_config(
+            self.name,
+            vocab_size,
+            {"num_labels": num_labels, "embed_dim": embed_dim, "hidden": hidden, "layers": layers},
+            dropout,
+        )
         self.vocab_size = vocab_size
         self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, layers=layers, dropout=dropout)
         self.head = LabelwiseAttentionBatched(num_labels, hidden_size=2 * hidden)
@@ -182,19 +219,38 @@ class BiLSTMLabelwise(_TextModel):
 class BiLSTMAttnPool(_TextModel):
     """Single-label text classifier: BiLSTM, additive attention pooling, linear classifier.
 
-    Args: vocab_size, num_classes, embed_dim, hidden (per direction), attention_size, layers, dropout.
+    Args: vocab_size, num_classes, embed_dim, hidden (per direction), attention_size (None: 2·hidden), layers,
+    dropout.
     Shapes: ``forward(tokens [B, T], mask [B, T] = tokens != 0, return_attention=False)`` ->
     logits [B, C], or ``(logits [B, C], a [B, T])``.
     """
 
     name = "bilstm_attn_pool"
 
-    def __init__(self, vocab_size: int, num_classes: int, *, embed_dim: int = 128, hidden: int = 128,
-                 attention_size: int | None = None, layers: int = 1, dropout: float = 0.2) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        *,
+        embed_dim: int = 128,
+        hidden: int = 128,
+        attention_size: int | None = None,
+        layers: int = 1,
+        dropout: float = 0.2,
+    ) -> None:
         super().__init__()
-        _check_text_config(self.name, vocab_size, {"num_classes": num_classes, "embed_dim": embed_dim,
-                                                   "hidden": hidden, "attention_size": attention_size,
-                                                   "layers": layers}, dropout)
+        _check_text_config(
+            self.name,
+            vocab_size,
+            {
+                "num_classes": num_classes,
+                "embed_dim": embed_dim,
+                "hidden": hidden,
+                "attention_size": attention_size,
+                "layers": layers,
+            },
+            dropout,
+        )
         self.vocab_size = vocab_size
         self.encoder = BiLSTMEncoder(vocab_size, embed_dim, hidden, layers=layers, dropout=dropout)
         self.pool = AttentionPooling(2 * hidden, attention_size=attention_size)
@@ -223,10 +279,22 @@ class LabelAttentionClassifier(_TextModel):
     -> logits [B, L], or ``(logits, A [B, L, T])``; JointLAAT also takes ``return_parents``.
     """
 
-    def __init__(self, vocab_size: int, num_labels: int, *, encoder: str = "bilstm", head: str = "laat",
-                 embed_dim: int = 100, hidden: int = 256, kernel_size: int = 10, attention_size: int = 512,
-                 num_parent_labels: int | None = None, projection_size: int = 128, dropout: float = 0.2,
-                 chunk_size: int | None = None) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        num_labels: int,
+        *,
+        encoder: str = "bilstm",
+        head: str = "laat",
+        embed_dim: int = 100,
+        hidden: int = 256,
+        kernel_size: int = 10,
+        attention_size: int = 512,
+        num_parent_labels: int | None = None,
+        projection_size: int = 128,
+        dropout: float = 0.2,
+        chunk_size: int | None = None,
+    ) -> None:
         super().__init__()
         if head not in _HEADS:
             raise ValueError(f"head must be one of {', '.join(_HEADS)}, got {head!r}")
@@ -234,9 +302,19 @@ class LabelAttentionClassifier(_TextModel):
             raise ValueError(f"encoder must be 'cnn' or 'bilstm', got {encoder!r}")
         # the registry names of the combinations: conv_caml, bilstm_laat, bilstm_joint_laat, ...
         self.name = f"{'conv' if encoder == 'cnn' else 'bilstm'}_{head}"
-        _check_text_config(self.name, vocab_size, {"num_labels": num_labels, "embed_dim": embed_dim, "hidden": hidden,
-                                                   "kernel_size": kernel_size, "attention_size": attention_size,
-                                                   "chunk_size": chunk_size}, dropout)
+        _check_text_config(
+            self.name,
+            vocab_size,
+            {
+                "num_labels": num_labels,
+                "embed_dim": embed_dim,
+                "hidden": hidden,
+                "kernel_size": kernel_size,
+                "attention_size": attention_size,
+                "chunk_size": chunk_size,
+            },
+            dropout,
+        )
         self.vocab_size, self.head_name = vocab_size, head
         self.right_padded = encoder == "bilstm"
         if encoder == "cnn":

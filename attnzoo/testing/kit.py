@@ -33,8 +33,12 @@ def _seeded(build: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _subject(name_or_factory: str | Callable[..., Any], config: Mapping[str, Any] | None,
-             convention: str | None, exempt: Mapping[str, str] | None) -> tuple[Subject | None, dict[str, str], Result | None]:
+def _subject(
+    name_or_factory: str | Callable[..., Any],
+    config: Mapping[str, Any] | None,
+    convention: str | None,
+    exempt: Mapping[str, str] | None,
+) -> tuple[Subject | None, dict[str, str], Result | None]:
     """The subject to check, its exemptions, and a failed ``card`` result if it cannot be set up."""
     import attnzoo
 
@@ -69,11 +73,23 @@ def _subject(name_or_factory: str | Callable[..., Any], config: Mapping[str, Any
         registered, kind = False, "layer"
     unknown = sorted(set(exemptions) - set(PROPERTIES))
     if unknown:
-        return None, exemptions, Result(shown, "card", FAILED, f"exempt names unknown properties {unknown}; "
-                                        f"known: {', '.join(PROPERTIES)}")
+        return (
+            None,
+            exemptions,
+            Result(shown, "card", FAILED, f"exempt names unknown properties {unknown}; known: {', '.join(PROPERTIES)}"),
+        )
     if not conv_name:
-        return None, exemptions, Result(shown, "card", FAILED, "no calling convention: add `convention:` to the "
-                                        "card (see attnzoo.conventions) so the kit can build its inputs")
+        return (
+            None,
+            exemptions,
+            Result(
+                shown,
+                "card",
+                FAILED,
+                "no calling convention: add `convention:` to the "
+                "card (see attnzoo.conventions) so the kit can build its inputs",
+            ),
+        )
     try:
         conv = get_convention(conv_name)
     except KeyError as e:
@@ -103,8 +119,9 @@ def check_property(subject: Subject, prop: str) -> Result:
         return Result(subject.name, prop, SKIPPED, str(e), time.perf_counter() - start)
     except (AttnzooError, Exception) as e:  # noqa: BLE001 - a crash is a failure with its reason
         message = str(e).splitlines()[0] if str(e) else ""
-        return Result(subject.name, prop, FAILED, f"raised {type(e).__name__}: {message[:300]}",
-                      time.perf_counter() - start)
+        return Result(
+            subject.name, prop, FAILED, f"raised {type(e).__name__}: {message[:300]}", time.perf_counter() - start
+        )
     return Result(subject.name, prop, PASSED, "", time.perf_counter() - start)
 
 
@@ -134,8 +151,11 @@ def check_model(
     variant does not build, every other property is skipped.
     """
     subject, exemptions, card_problem = _subject(name_or_factory, config, convention, exempt)
-    shown = subject.name if subject else (name_or_factory if isinstance(name_or_factory, str) else
-                                          getattr(name_or_factory, "__name__", "variant"))
+    shown = (
+        subject.name
+        if subject
+        else (name_or_factory if isinstance(name_or_factory, str) else getattr(name_or_factory, "__name__", "variant"))
+    )
     report = Report(shown, subject.convention.name if subject else "")
     if card_problem is not None:
         report.results.append(card_problem)

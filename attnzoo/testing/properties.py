@@ -80,12 +80,27 @@ class Subject:
         self._sizes: dict[str, int] | None = None
 
     # -- inputs ------------------------------------------------------------------------------------
-    def sample(self, *, batch: int = 2, seq: int | None = None, lengths: Sequence[int] | None = None,
-               seed: int = 0, dtype: torch.dtype = torch.float32, model: nn.Module | None = None) -> Sample:
+    def sample(
+        self,
+        *,
+        batch: int = 2,
+        seq: int | None = None,
+        lengths: Sequence[int] | None = None,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        model: nn.Module | None = None,
+    ) -> Sample:
         generator = torch.Generator().manual_seed(seed)
         config = _config_of(model) if model is not None else {}
-        return self.convention.sample(config, batch=batch, seq=self.seq if seq is None else seq, lengths=lengths,
-                                      dtype=dtype, generator=generator, sizes=self._sizes)
+        return self.convention.sample(
+            config,
+            batch=batch,
+            seq=self.seq if seq is None else seq,
+            lengths=lengths,
+            dtype=dtype,
+            generator=generator,
+            sizes=self._sizes,
+        )
 
     def materialised(self, dtype: torch.dtype | None = None) -> tuple[nn.Module, Sample]:
         """A built instance that has seen one batch (lazy sizes fixed), and that batch."""
@@ -99,8 +114,9 @@ class Subject:
         return model, sample
 
     # -- calls -------------------------------------------------------------------------------------
-    def run(self, model: nn.Module, sample: Sample, *, return_attention: bool = False,
-            grad: bool = False) -> tuple[list[Tensor], Tensor | None]:
+    def run(
+        self, model: nn.Module, sample: Sample, *, return_attention: bool = False, grad: bool = False
+    ) -> tuple[list[Tensor], Tensor | None]:
         args, kwargs = sample.call_arguments(return_attention=return_attention)
         with torch.set_grad_enabled(grad):
             out = model(*args, **kwargs)
@@ -205,8 +221,11 @@ def _real_gradients(s: Subject, model: nn.Module, sample: Sample, return_attenti
     out, w = s.run(model, feed, return_attention=return_attention, grad=True)
     parts = conv.real_parts(feed, out, w)
     gen = torch.Generator().manual_seed(11)
-    loss = sum((p.double() * torch.randn(p.shape, generator=gen, dtype=torch.float64)).sum()
-               for p in parts if p.is_floating_point() and p.requires_grad)
+    loss = sum(
+        (p.double() * torch.randn(p.shape, generator=gen, dtype=torch.float64)).sum()
+        for p in parts
+        if p.is_floating_point() and p.requires_grad
+    )
     grads = []
     if isinstance(loss, Tensor):
         loss.backward()
@@ -233,8 +252,13 @@ def masked_values(s: Subject) -> None:
             dirty = conv.fill_masked(sample, _garbage(value))
             out, grads, w = _real_gradients(s, model, dirty, ra)
             _same(out, ref, f"{value} in masked positions ({mode} return_attention)")
-            _same(grads, ref_grads, f"gradients with {value} in masked positions ({mode} return_attention)",
-                  atol=1e-5, rtol=1e-4)
+            _same(
+                grads,
+                ref_grads,
+                f"gradients with {value} in masked positions ({mode} return_attention)",
+                atol=1e-5,
+                rtol=1e-4,
+            )
             for b, part in enumerate(conv.masked_weights(dirty, w)):
                 if part.numel() and not (part == 0).all():
                     raise Failure(f"sample {b} gives weight {part.abs().max().item():.3g} to masked keys")
@@ -248,8 +272,11 @@ def padding(s: Subject) -> None:
     for ra in s.attention_modes():
         a_out, a_w = s.run(model, plain, return_attention=ra)
         b_out, b_w = s.run(model, padded, return_attention=ra)
-        _same(conv.real_parts(padded, b_out, b_w), conv.real_parts(plain, a_out, a_w),
-              f"4 masked positions of padding ({'with' if ra else 'without'} return_attention)")
+        _same(
+            conv.real_parts(padded, b_out, b_w),
+            conv.real_parts(plain, a_out, a_w),
+            f"4 masked positions of padding ({'with' if ra else 'without'} return_attention)",
+        )
 
 
 def fully_masked(s: Subject) -> None:
@@ -288,8 +315,11 @@ def batch_independence(s: Subject) -> None:
     for b in range(3):
         alone = conv.select(sample, b)
         a_out, a_w = s.run(model, alone)
-        _same(conv.real_parts(alone, a_out, a_w), together[b * per_sample : (b + 1) * per_sample],
-              f"sample {b} alone vs in a batch of 3")
+        _same(
+            conv.real_parts(alone, a_out, a_w),
+            together[b * per_sample : (b + 1) * per_sample],
+            f"sample {b} alone vs in a batch of 3",
+        )
 
 
 def bad_inputs(s: Subject) -> None:
@@ -328,13 +358,16 @@ def gradcheck(s: Subject) -> None:
     model, _ = s.materialised()
     model = model.double()
     seq = min(s.seq, 4)
-    sample = s.sample(batch=2, seq=seq, lengths=(seq, 2) if s.convention.has_mask else None, dtype=torch.float64,
-                      model=model)
+    sample = s.sample(
+        batch=2, seq=seq, lengths=(seq, 2) if s.convention.has_mask else None, dtype=torch.float64, model=model
+    )
     # at the weights plus a little noise: a zero-initialised parameter (timm's last BatchNorm of a block)
     # can put a ReLU exactly on its kink, where finite differences are meaningless
     gen = torch.Generator().manual_seed(2)
-    params = {k: (v.detach() + 1e-2 * torch.randn(v.shape, generator=gen, dtype=v.dtype)).requires_grad_()
-              for k, v in model.named_parameters()}
+    params = {
+        k: (v.detach() + 1e-2 * torch.randn(v.shape, generator=gen, dtype=v.dtype)).requires_grad_()
+        for k, v in model.named_parameters()
+    }
     inputs = {k: t.detach().clone().requires_grad_() for k, t in sample.tensors.items() if t.is_floating_point()}
     if not params and not inputs:
         raise NotApplicable("no parameters and no floating inputs")
@@ -342,15 +375,22 @@ def gradcheck(s: Subject) -> None:
 
     def f(*flat: Tensor):
         state = dict(zip(param_names, flat[: len(param_names)], strict=True))
-        feed = sample.with_tensors(**dict(zip(input_names, flat[len(param_names):], strict=True)))
+        feed = sample.with_tensors(**dict(zip(input_names, flat[len(param_names) :], strict=True)))
         args, kwargs = feed.call_arguments(return_attention=s.convention.attention == "flag")
         out = torch.func.functional_call(model, state, args, kwargs)
         outputs, weights = s.convention.split(out, return_attention=s.convention.attention == "flag")
         return tuple(_float_tensors([*outputs, weights]))
 
     try:
-        ok = torch.autograd.gradcheck(f, (*params.values(), *inputs.values()), eps=1e-6, atol=1e-5, rtol=1e-3,
-                                      fast_mode=s.kind == "model", raise_exception=True)
+        ok = torch.autograd.gradcheck(
+            f,
+            (*params.values(), *inputs.values()),
+            eps=1e-6,
+            atol=1e-5,
+            rtol=1e-3,
+            fast_mode=s.kind == "model",
+            raise_exception=True,
+        )
     except RuntimeError as e:
         raise Failure(f"float64 gradients disagree with finite differences: {str(e).splitlines()[0][:200]}") from None
     if not ok:
@@ -393,8 +433,13 @@ def state_dict(s: Subject) -> None:
     except Exception as e:  # noqa: BLE001
         raise Failure(f"a fresh instance refused the state dict: {type(e).__name__}: {str(e)[:200]}") from None
     got = s.run(fresh, sample)
-    _same(_float_tensors([*got[0], got[1]]), _float_tensors([*expected[0], expected[1]]), "after load_state_dict",
-          atol=0, rtol=0)
+    _same(
+        _float_tensors([*got[0], got[1]]),
+        _float_tensors([*expected[0], expected[1]]),
+        "after load_state_dict",
+        atol=0,
+        rtol=0,
+    )
 
 
 def save_load(s: Subject) -> None:
@@ -408,8 +453,13 @@ def save_load(s: Subject) -> None:
         attnzoo.save(model, f"{tmp}/model")
         again = attnzoo.load(f"{tmp}/model").eval()
     got = s.run(again, sample)
-    _same(_float_tensors([*got[0], got[1]]), _float_tensors([*expected[0], expected[1]]), "after save and load",
-          atol=0, rtol=0)
+    _same(
+        _float_tensors([*got[0], got[1]]),
+        _float_tensors([*expected[0], expected[1]]),
+        "after save and load",
+        atol=0,
+        rtol=0,
+    )
 
 
 def dtypes(s: Subject) -> None:
@@ -473,8 +523,10 @@ def _exported(s: Subject, suffix: str) -> None:
         except ExportError as e:
             raise Failure(str(e)) from None
     if result.static_axes:
-        raise Failure(f"exported with {', '.join(result.static_axes)} fixed at the traced size; the batch and "
-                      f"sequence axes should be dynamic")
+        raise Failure(
+            f"exported with {', '.join(result.static_axes)} fixed at the traced size; the batch and "
+            f"sequence axes should be dynamic"
+        )
 
 
 def export_(s: Subject) -> None:
@@ -497,26 +549,30 @@ class Property:
     slow: bool = False
 
 
-PROPERTIES: dict[str, Property] = {p.name: p for p in [
-    Property("builds", builds, "the example config builds a module that runs"),
-    Property("repr", repr_, "repr() works before and after the first call"),
-    Property("shapes", shapes, "outputs have the convention's shapes; attention rows sum to one"),
-    Property("masked_values", masked_values, "masked positions never change real outputs, whatever they hold"),
-    Property("padding", padding, "extra masked positions never change real outputs"),
-    Property("fully_masked", fully_masked, "a fully masked sample: zero weights, finite outputs and gradients"),
-    Property("batch_independence", batch_independence, "each sample's outputs are what it gets alone"),
-    Property("bad_inputs", bad_inputs, "bad inputs raise a ValueError naming the variant"),
-    Property("gradcheck", gradcheck, "float64 gradients over inputs and parameters"),
-    Property("meta", meta, "builds, prints and runs on the meta device"),
-    Property("state_dict", state_dict, "state_dict into a fresh instance gives identical outputs"),
-    Property("save_load", save_load, "attnzoo.save / attnzoo.load give identical outputs"),
-    Property("dtypes", dtypes, "float64, bfloat16 and float16 copies stay finite and close"),
-    Property("train_step", train_step, "a train-mode step has finite gradients that change the parameters"),
-    Property("compile", compile_, "torch.compile gives the eager outputs", slow=True),
-    Property("export", export_, "torch.export with dynamic batch and length reproduces eager on new shapes",
-             slow=True),
-    Property("onnx", onnx_, "ONNX (dynamo exporter) run by onnxruntime reproduces eager on new shapes", slow=True),
-]}
+PROPERTIES: dict[str, Property] = {
+    p.name: p
+    for p in [
+        Property("builds", builds, "the example config builds a module that runs"),
+        Property("repr", repr_, "repr() works before and after the first call"),
+        Property("shapes", shapes, "outputs have the convention's shapes; attention rows sum to one"),
+        Property("masked_values", masked_values, "masked positions never change real outputs, whatever they hold"),
+        Property("padding", padding, "extra masked positions never change real outputs"),
+        Property("fully_masked", fully_masked, "a fully masked sample: zero weights, finite outputs and gradients"),
+        Property("batch_independence", batch_independence, "each sample's outputs are what it gets alone"),
+        Property("bad_inputs", bad_inputs, "bad inputs raise a ValueError naming the variant"),
+        Property("gradcheck", gradcheck, "float64 gradients over inputs and parameters"),
+        Property("meta", meta, "builds, prints and runs on the meta device"),
+        Property("state_dict", state_dict, "state_dict into a fresh instance gives identical outputs"),
+        Property("save_load", save_load, "attnzoo.save / attnzoo.load give identical outputs"),
+        Property("dtypes", dtypes, "float64, bfloat16 and float16 copies stay finite and close"),
+        Property("train_step", train_step, "a train-mode step has finite gradients that change the parameters"),
+        Property("compile", compile_, "torch.compile gives the eager outputs", slow=True),
+        Property(
+            "export", export_, "torch.export with dynamic batch and length reproduces eager on new shapes", slow=True
+        ),
+        Property("onnx", onnx_, "ONNX (dynamo exporter) run by onnxruntime reproduces eager on new shapes", slow=True),
+    ]
+}
 
 FAST = tuple(n for n, p in PROPERTIES.items() if not p.slow)
 SLOW = tuple(n for n, p in PROPERTIES.items() if p.slow)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ class Result:
     reason: str = ""
     seconds: float = 0.0
 
-    @property
+    @builtins.property  # the field above is named property
     def failed(self) -> bool:
         return self.status == FAILED
 
@@ -67,8 +68,12 @@ class Report:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant, "convention": self.convention, "ok": self.ok,
-                "results": [r.to_dict() for r in self.results]}
+        return {
+            "variant": self.variant,
+            "convention": self.convention,
+            "ok": self.ok,
+            "results": [r.to_dict() for r in self.results],
+        }
 
     def table(self) -> str:
         return format_table([self])
@@ -86,8 +91,10 @@ def format_table(reports: list[Report], width: int = 120, *, variant_width: int 
     line of totals. ``variant_width`` keeps the first column aligned across tables printed one by one."""
     rows = [(r.variant, res.property, res.status, res.reason.replace("\n", " ")) for r in reports for res in r.results]
     headers = ("VARIANT", "PROPERTY", "STATUS", "REASON")
-    widths = [max([len(headers[i]), len("batch_independence") if i == 1 else 7] + [len(row[i]) for row in rows])
-              for i in range(3)]
+    widths = [
+        max([len(headers[i]), len("batch_independence") if i == 1 else 7] + [len(row[i]) for row in rows])
+        for i in range(3)
+    ]
     widths[0] = max(widths[0], variant_width)
     lines = []
     for row in [headers, *rows]:

@@ -8,7 +8,7 @@ symbols with stress. Every pronunciation of a word is a correct answer when eval
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 
 from .sources import locate
 
@@ -17,7 +17,7 @@ __all__ = ["read_pronunciations"]
 _WORD = re.compile(r"^[a-z][a-z']*$")
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_pronunciations() -> dict[str, tuple[tuple[str, ...], ...]]:
     """word -> its pronunciations (each a tuple of phonemes), words of letters and apostrophes only."""
     entries: dict[str, list[tuple[str, ...]]] = {}

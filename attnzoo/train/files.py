@@ -63,8 +63,9 @@ def read_table(path: str | Path, columns: Sequence[str]) -> list[Row]:
     """Every row of the file(s) at ``path``; each must have ``columns`` (others are ignored)."""
     rows: list[Row] = []
     for file in files_of(path):
-        reader = {".csv": _read_delimited, ".tsv": _read_delimited, ".jsonl": _read_jsonl,
-                  ".parquet": _read_parquet}[file.suffix.lower()]
+        reader = {".csv": _read_delimited, ".tsv": _read_delimited, ".jsonl": _read_jsonl, ".parquet": _read_parquet}[
+            file.suffix.lower()
+        ]
         for values, line in reader(file, columns):
             rows.append(Row(values, file, line))
     return rows
@@ -74,8 +75,10 @@ def _missing(file: Path, present: Sequence[str], columns: Sequence[str], line: i
     lacking = [c for c in columns if c not in present]
     if lacking:
         where = f"{file}" + (f", line {line}" if line else "")
-        raise DataError(f"{where}: no column {lacking[0]!r}; the columns are {', '.join(map(repr, present)) or 'none'} "
-                        f"(name the right one in the recipe's data section, or with --text / --labels / --target)")
+        raise DataError(
+            f"{where}: no column {lacking[0]!r}; the columns are {', '.join(map(repr, present)) or 'none'} "
+            f"(name the right one in the recipe's data section, or with --text / --labels / --target)"
+        )
 
 
 def _text_of(file: Path) -> str:
@@ -85,8 +88,10 @@ def _text_of(file: Path) -> str:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise DataError(f"{file}, line {line}: byte 0x{data[e.start]:02x} at character {column} is not UTF-8; "
-                        f"re-save the file as UTF-8") from None
+        raise DataError(
+            f"{file}, line {line}: byte 0x{data[e.start]:02x} at character {column} is not UTF-8; "
+            f"re-save the file as UTF-8"
+        ) from None
 
 
 def _read_delimited(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
@@ -95,8 +100,10 @@ def _read_delimited(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, 
     _missing(file, reader.fieldnames or [], columns, 1)
     for record in reader:
         if None in record:  # more fields than the header names
-            raise DataError(f"{file}, line {reader.line_num}: {len(record) - 1 + len(record[None])} fields where the "
-                            f"header has {len(reader.fieldnames or [])}; quote fields that hold the delimiter")
+            raise DataError(
+                f"{file}, line {reader.line_num}: {len(record) - 1 + len(record[None])} fields where the "
+                f"header has {len(reader.fieldnames or [])}; quote fields that hold the delimiter"
+            )
         yield record, reader.line_num
 
 
@@ -106,7 +113,7 @@ def _read_jsonl(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]
             continue
         try:
             record = json.loads(line)
-        except ValueError as e:
+        except json.JSONDecodeError as e:
             raise DataError(f"{file}, line {number}: not a JSON object ({e.msg})") from None
         if not isinstance(record, dict):
             raise DataError(f"{file}, line {number}: expected a JSON object per line, got {type(record).__name__}")

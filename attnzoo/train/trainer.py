@@ -66,23 +66,25 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
         name = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.name
         builtin = builtin_recipes().get(name)
         if builtin is None or path.parent != Path("."):
-            raise ConfigError(f"recipe {str(path)!r} not found: not a file, and not a built-in recipe "
-                              f"({', '.join(builtin_recipes())}; attnzoo train --list)")
+            raise ConfigError(
+                f"recipe {str(path)!r} not found: not a file, and not a built-in recipe "
+                f"({', '.join(builtin_recipes())}; attnzoo train --list)"
+            )
         path = builtin
     recipe = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides or [])))
-    data = OmegaConf.to_container(recipe, resolve=True)
-    data = complete_recipe(data, where=f"recipe {path.name}")
+    data = complete_recipe(OmegaConf.to_container(recipe, resolve=True), where=f"recipe {path.name}")
     data["recipe_file"] = path.name
     return data
 
 
-def complete_recipe(data: dict[str, Any], where: str = "recipe") -> dict[str, Any]:
+def complete_recipe(data: Any, where: str = "recipe") -> dict[str, Any]:
     """Check a recipe's sections; a ``data:`` section (the user's files) becomes the task ``files``."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of sections (model, data or task, config, train)")
     if "data" in data and "task" in data:
-        raise ConfigError(f"{where}: give either a data section (your files) or a task section (a bundled data "
-                          f"set), not both")
+        raise ConfigError(
+            f"{where}: give either a data section (your files) or a task section (a bundled data set), not both"
+        )
     if "data" in data:
         if not isinstance(data["data"], dict):
             raise ConfigError(f"{where}: the data section must be a mapping (train:, text:, labels:, ...)")
@@ -150,8 +152,15 @@ def _progress(total: int, enabled: bool, description: str):
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm comes with timm's dependencies
         return None
-    return tqdm(total=total, disable=not enabled, desc=description, mininterval=2.0, file=sys.stderr,
-                dynamic_ncols=True, leave=False)
+    return tqdm(
+        total=total,
+        disable=not enabled,
+        desc=description,
+        mininterval=2.0,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        leave=False,
+    )
 
 
 def _device(setting: str | None) -> torch.device:
@@ -172,8 +181,13 @@ def _epochs_within(budget_min: float, task, model, optimizer, batch_size: int, e
     the weights and optimizer state are restored afterwards, so the measurement leaves no trace."""
     saved_model = {k: v.clone() for k, v in model.state_dict().items()}
     saved_opt = optimizer.state_dict()
-    saved_opt = {"state": {i: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in e.items()}
-                           for i, e in saved_opt["state"].items()}, "param_groups": saved_opt["param_groups"]}
+    saved_opt = {
+        "state": {
+            i: {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in e.items()}
+            for i, e in saved_opt["state"].items()
+        },
+        "param_groups": saved_opt["param_groups"],
+    }
     generator = torch.Generator().manual_seed(12345)
     batches = task.batches("train", batch_size, generator=generator)
     model.train()
@@ -207,9 +221,11 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
 
     spec = attnzoo.model_info(model_name)
     if spec.convention not in ("", "tokens_to_labels", "tokens_to_tokens"):
-        raise ConfigError(f"{model_name} is called as {spec.convention!r}; the trainer trains text models "
-                          f"(tokens_to_labels: attnzoo list shows them with their convention) and G2P-style "
-                          f"models (tokens_to_tokens)")
+        raise ConfigError(
+            f"{model_name} is called as {spec.convention!r}; the trainer trains text models "
+            f"(tokens_to_labels: attnzoo list shows them with their convention) and G2P-style "
+            f"models (tokens_to_tokens)"
+        )
     params, _, _ = factory_parameters(resolve_factory(spec))
     swap = {"num_labels": "num_classes", "num_classes": "num_labels"}
     return {swap[k] if k not in params and swap.get(k) in params else k: v for k, v in sizes.items()}
@@ -229,13 +245,23 @@ def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
     """A run folder that holds a run is continued (--resume) or replaced (--overwrite), never silently."""
     held = [name for name in ("checkpoint", "config.yaml", "report.json") if (output / name).exists()]
     if held and not resume and not overwrite:
-        raise ConfigError(f"{output} already holds a run ({', '.join(held)}); pass --resume to continue it, "
-                          f"--overwrite to start again in it, or --output for a new folder")
+        raise ConfigError(
+            f"{output} already holds a run ({', '.join(held)}); pass --resume to continue it, "
+            f"--overwrite to start again in it, or --output for a new folder"
+        )
 
 
-def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: bool = False,
-          export: str | Path | None = None, baseline: bool = True, quiet: bool = False,
-          stop_after: int | None = None, overwrite: bool = False) -> dict[str, Any]:
+def train(
+    recipe: dict[str, Any],
+    *,
+    output: str | Path | None = None,
+    resume: bool = False,
+    export: str | Path | None = None,
+    baseline: bool = True,
+    quiet: bool = False,
+    stop_after: int | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Train a recipe; returns the final report (also written to ``OUTPUT/report.json``).
 
     ``stop_after`` ends this run after that many epochs (the schedule still spans the recipe's
@@ -260,15 +286,15 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
             print(note, flush=True)
     device = _device(settings.get("device", "auto"))
     sizes = model_sizes(recipe["model"], task.model_config())
-    model = attnzoo.create(recipe["model"], **sizes, **recipe.get("config", {}), device=device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=float(settings["lr"]),
-                                  weight_decay=float(settings.get("weight_decay", 0.0)))
+    model = attnzoo.create(recipe["model"], config={**sizes, **recipe.get("config", {})}, device=device)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=float(settings["lr"]), weight_decay=float(settings.get("weight_decay", 0.0))
+    )
     epochs, batch_size = int(settings["epochs"]), int(settings["batch_size"])
     if batch_size % world:
         raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {world}")
     if settings.get("time_budget_min") and not resume:
-        epochs = _epochs_within(float(settings["time_budget_min"]), task, model, optimizer, batch_size, epochs,
-                                device)
+        epochs = _epochs_within(float(settings["time_budget_min"]), task, model, optimizer, batch_size, epochs, device)
         if rank == 0 and not quiet:
             print(f"{epochs} epochs fit in the time budget of {settings['time_budget_min']} min", flush=True)
     elif resume and (output / "checkpoint" / "trainer.json").is_file():
@@ -284,8 +310,14 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    state: dict[str, Any] = {"epoch": 0, "best": None, "best_epoch": None, "history": [], "elapsed": 0.0,
-                             "epochs": epochs}
+    state: dict[str, Any] = {
+        "epoch": 0,
+        "best": None,
+        "best_epoch": None,
+        "history": [],
+        "elapsed": 0.0,
+        "epochs": epochs,
+    }
     checkpoint = output / "checkpoint"
     best_path = output / "best.safetensors"
     if resume:
@@ -327,14 +359,20 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
             state["elapsed"] = time.perf_counter() - started
             _save_checkpoint(checkpoint, model, optimizer, state)
             if verbose:
-                print(f"epoch {epoch + 1}/{epochs}: train loss {total / max(count, 1):.4f}, val "
-                      + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
-                      + f" ({state['elapsed'] / 60:.1f} min)", flush=True)
+                print(
+                    f"epoch {epoch + 1}/{epochs}: train loss {total / max(count, 1):.4f}, val "
+                    + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+                    + f" ({state['elapsed'] / 60:.1f} min)",
+                    flush=True,
+                )
         _barrier(world)
         if patience is not None and _stop_early(state, int(patience), epochs, rank, world):
             if verbose:
-                print(f"early stop: no better validation {task.main_metric} for {patience} epochs; the best "
-                      f"is epoch {state['best_epoch']}", flush=True)
+                print(
+                    f"early stop: no better validation {task.main_metric} for {patience} epochs; the best "
+                    f"is epoch {state['best_epoch']}",
+                    flush=True,
+                )
             state["stopped_early"] = state["epoch"]
             last = epochs  # what follows is the end of the run
             break
@@ -354,23 +392,42 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
     if hasattr(task, "tune_threshold") and task.splits["val"]:
         task.tune_threshold(model, task.splits["val"])  # on validation only
     has_test = bool(task.splits["test"])
-    test = ({**task.evaluate(model, task.splits["test"]), **task.extra_metrics(model, task.splits["test"])}
-            if has_test else {})
+    test = (
+        {**task.evaluate(model, task.splits["test"]), **task.extra_metrics(model, task.splits["test"])}
+        if has_test
+        else {}
+    )
     subset_size = int(recipe.get("check_subset", 2000))
     subset = task.evaluate(model, task.subset(subset_size)) if has_test else {}
     train_time = time.perf_counter() - started
     report = {
-        "model": recipe["model"], "tag": recipe["tag"], "task": task.name, "world_size": world,
-        "split_sizes": task.split_sizes(), "epochs": epochs, "best_epoch": state["best_epoch"],
-        "stopped_early": state.get("stopped_early"), "history": state["history"], "device": str(device),
-        "test": test, "subset": {"size": subset_size, **subset}, "train_time_s": train_time,
+        "model": recipe["model"],
+        "tag": recipe["tag"],
+        "task": task.name,
+        "world_size": world,
+        "split_sizes": task.split_sizes(),
+        "epochs": epochs,
+        "best_epoch": state["best_epoch"],
+        "stopped_early": state.get("stopped_early"),
+        "history": state["history"],
+        "device": str(device),
+        "test": test,
+        "subset": {"size": subset_size, **subset},
+        "train_time_s": train_time,
         "baseline": task.baseline() if baseline and has_test else None,
         "data": task.describe_data(),
     }
-    metrics = {**{k: round(v, 4) for k, v in test.items()},
-               **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
-    extra = {**task.metadata(), "metrics": metrics, "dataset": task.dataset, "license": task.license,
-             "recipe": recipe, "check_subset": subset_size, "seed": seed, "torch_version": torch.__version__}
+    metrics = {**{k: round(v, 4) for k, v in test.items()}, **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
+    extra = {
+        **task.metadata(),
+        "metrics": metrics,
+        "dataset": task.dataset,
+        "license": task.license,
+        "recipe": recipe,
+        "check_subset": subset_size,
+        "seed": seed,
+        "torch_version": torch.__version__,
+    }
     config = {**sizes, **recipe.get("config", {})}
     spec = attnzoo.model_info(recipe["model"])
     metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
@@ -382,33 +439,46 @@ def train(recipe: dict[str, Any], *, output: str | Path | None = None, resume: b
     model.attnzoo_metadata = extra
     save_model(model.cpu(), output, overwrite=True)
     report["card_entry"] = {
-        recipe["tag"]: {"file": file_name, "sha256": report["sha256"],
-                        "num_params": sum(p.numel() for p in model.parameters()),
-                        "file_size": target.stat().st_size, "torch_version": torch.__version__,
-                        "config": config, "metrics": metrics,
-                        "dataset": task.dataset, "license": task.license,
-                        "recipe": f"attnzoo/train/recipes/{recipe.get('recipe_file', 'flags')}", "seed": seed,
-                        "data": report["data"], "train_time": _describe_time(train_time, epochs, device),
-                        "splits": task.split_sizes(),
-                        "baseline": {"model": "TF-IDF word 1-2 grams + linear SVM",
-                                     **{k: round(v, 4) for k, v in (report["baseline"] or {}).items()}}}}
+        recipe["tag"]: {
+            "file": file_name,
+            "sha256": report["sha256"],
+            "num_params": sum(p.numel() for p in model.parameters()),
+            "file_size": target.stat().st_size,
+            "torch_version": torch.__version__,
+            "config": config,
+            "metrics": metrics,
+            "dataset": task.dataset,
+            "license": task.license,
+            "recipe": f"attnzoo/train/recipes/{recipe.get('recipe_file', 'flags')}",
+            "seed": seed,
+            "data": report["data"],
+            "train_time": _describe_time(train_time, epochs, device),
+            "splits": task.split_sizes(),
+            "baseline": {
+                "model": "TF-IDF word 1-2 grams + linear SVM",
+                **{k: round(v, 4) for k, v in (report["baseline"] or {}).items()},
+            },
+        }
+    }
     output.mkdir(parents=True, exist_ok=True)
     (output / "report.json").write_text(json.dumps(report, indent=1))
     if verbose:
-        print(f"test: {test or 'no test split'}\nsubset[{subset_size}]: {subset}\nbaseline: {report['baseline']}\n"
-              f"weights: {target} sha256 {report['sha256']} ({train_time / 60:.1f} min)\n"
-              f"run folder: {output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)")
+        print(
+            f"test: {test or 'no test split'}\nsubset[{subset_size}]: {subset}\nbaseline: {report['baseline']}\n"
+            f"weights: {target} sha256 {report['sha256']} ({train_time / 60:.1f} min)\n"
+            f"run folder: {output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
+        )
     return report
 
 
 def _describe_time(seconds: float, epochs: int, device: torch.device) -> str:
-    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
-             else f"{torch.get_num_threads()} CPU threads")
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
     return f"{seconds / 60:.0f} min on {where} ({epochs} epochs)"
 
 
-def evaluate_file(model_or_path: Any, path: str | Path, *, columns: dict[str, str] | None = None,
-                  threshold: float | None = None) -> dict[str, Any]:
+def evaluate_file(
+    model_or_path: Any, path: str | Path, *, columns: dict[str, str] | None = None, threshold: float | None = None
+) -> dict[str, Any]:
     """Score a trained model (a run folder, weights file, pretrained name or module) on a data file.
 
     The file is read with the data settings the model was trained with (columns, separator), which

@@ -32,8 +32,14 @@ class Vocabulary:
         self.unk = self.index.get("<unk>")
 
     @classmethod
-    def build(cls, sequences: Iterable[Sequence[str]], *, min_freq: int = 1, max_size: int | None = None,
-              specials: Sequence[str] = ("<pad>", "<unk>")) -> Vocabulary:
+    def build(
+        cls,
+        sequences: Iterable[Sequence[str]],
+        *,
+        min_freq: int = 1,
+        max_size: int | None = None,
+        specials: Sequence[str] = ("<pad>", "<unk>"),
+    ) -> Vocabulary:
         counts = Counter(t for seq in sequences for t in seq)
         ranked = sorted((t for t, c in counts.items() if c >= min_freq), key=lambda t: (-counts[t], t))
         if max_size is not None:
@@ -52,7 +58,7 @@ class Vocabulary:
         return [self.tokens[i] for i in ids]
 
     def to_json(self) -> dict:
-        return {"tokens": self.tokens[len(self.specials):], "specials": self.specials}
+        return {"tokens": self.tokens[len(self.specials) :], "specials": self.specials}
 
     @classmethod
     def from_json(cls, data: dict) -> Vocabulary:

@@ -17,21 +17,60 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from .sources import locate
 
 __all__ = ["Synset", "read_synsets", "hypernym_examples", "lexname_examples", "LEXNAMES"]
 
 # lexnames(5WN): the lexicographer files, by number
-LEXNAMES = (
-    "adj.all adj.pert adv.all noun.Tops noun.act noun.animal noun.artifact noun.attribute noun.body "
-    "noun.cognition noun.communication noun.event noun.feeling noun.food noun.group noun.location "
-    "noun.motive noun.object noun.person noun.phenomenon noun.plant noun.possession noun.process "
-    "noun.quantity noun.relation noun.shape noun.state noun.substance noun.time verb.body verb.change "
-    "verb.cognition verb.communication verb.competition verb.consumption verb.contact verb.creation "
-    "verb.emotion verb.motion verb.perception verb.possession verb.social verb.stative verb.weather adj.ppl"
-).split()
+LEXNAMES = [
+    "adj.all",
+    "adj.pert",
+    "adv.all",
+    "noun.Tops",
+    "noun.act",
+    "noun.animal",
+    "noun.artifact",
+    "noun.attribute",
+    "noun.body",
+    "noun.cognition",
+    "noun.communication",
+    "noun.event",
+    "noun.feeling",
+    "noun.food",
+    "noun.group",
+    "noun.location",
+    "noun.motive",
+    "noun.object",
+    "noun.person",
+    "noun.phenomenon",
+    "noun.plant",
+    "noun.possession",
+    "noun.process",
+    "noun.quantity",
+    "noun.relation",
+    "noun.shape",
+    "noun.state",
+    "noun.substance",
+    "noun.time",
+    "verb.body",
+    "verb.change",
+    "verb.cognition",
+    "verb.communication",
+    "verb.competition",
+    "verb.consumption",
+    "verb.contact",
+    "verb.creation",
+    "verb.emotion",
+    "verb.motion",
+    "verb.perception",
+    "verb.possession",
+    "verb.social",
+    "verb.stative",
+    "verb.weather",
+    "adj.ppl",
+]
 
 ROOTS = {"00001740", "00001930", "00002137"}  # entity, physical_entity, abstraction
 
@@ -45,7 +84,7 @@ class Synset:
     gloss: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def read_synsets(pos: str) -> tuple[Synset, ...]:
     """Every synset of ``data.<pos>`` (noun, verb, adj, adv), in file order."""
     synsets = []
@@ -86,7 +125,7 @@ def hypernym_examples(num_labels: int = 100) -> tuple[list[str], list[list[int]]
     top = [offset for offset, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:num_labels]]
     index = {offset: i for i, offset in enumerate(top)}
     texts, labels = [], []
-    for synset, anc in zip(synsets, ancestry):
+    for synset, anc in zip(synsets, ancestry, strict=True):
         ids = sorted(index[a] for a in anc if a in index)
         if ids:
             texts.append(synset.gloss)
