@@ -1,0 +1,105 @@
+"""On CUDA, every variant computes what it computes on the CPU (forward and gradients), stays finite in
+bfloat16, and the paths that only CUDA takes (the fused label core at any size) match the explicit one.
+
+Skipped without a GPU; run on one with ``python -m pytest tests/test_cuda.py``. TF32 is switched off so
+that the comparison is of the code, not of the tensor cores' rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.conventions import get_convention, sample_inputs
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+NAMES = [n for n in attnzoo.list_models(provider="attnzoo") if attnzoo.model_info(n).convention]
+TOL = dict(atol=2e-4, rtol=2e-4)
+
+
+@pytest.fixture(autouse=True)
+def exact_matmuls():
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for item in out for t in _tensors(item)]
+    if isinstance(out, dict):
+        return [t for item in out.values() for t in _tensors(item)]
+    return []
+
+
+def _loss(out):
+    return sum(t.float().sum() for t in _tensors(out) if t.is_floating_point() and t.requires_grad)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_forward_and_gradients_match_the_cpu(name):
+    spec = attnzoo.model_info(name)
+    convention = get_convention(spec.convention)
+    torch.manual_seed(0)
+    cpu = attnzoo.create(name, config=dict(spec.example)).eval()
+    sample = sample_inputs(cpu, convention)
+    args, kwargs = sample.call_arguments()
+    want = cpu(*args, **kwargs)  # also gives lazy layers their sizes
+    gpu = copy.deepcopy(cpu).cuda()
+    gpu_args, gpu_kwargs = convention.cast(sample, device="cuda").call_arguments()
+    got = gpu(*gpu_args, **gpu_kwargs)
+    for w, g in zip(_tensors(want), _tensors(got), strict=True):
+        assert g.device.type == "cuda"
+        torch.testing.assert_close(g.cpu(), w, **TOL)
+    # gradients in training mode (cuDNN's RNN backward refuses eval mode), with dropout switched off
+    for model in (cpu, gpu):
+        model.train()
+        for module in model.modules():
+            if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+                module.p = 0.0
+            elif isinstance(getattr(module, "dropout", None), float):
+                module.dropout = 0.0
+    loss_cpu, loss_gpu = _loss(cpu(*args, **kwargs)), _loss(gpu(*gpu_args, **gpu_kwargs))
+    if isinstance(loss_cpu, torch.Tensor):
+        loss_cpu.backward()
+        loss_gpu.backward()
+        for (key, p), q in zip(cpu.named_parameters(), gpu.parameters(), strict=True):
+            if p.grad is not None:
+                torch.testing.assert_close(q.grad.cpu(), p.grad, **TOL, msg=f"{name}: gradient of {key}")
+    half = copy.deepcopy(cpu).to("cuda", torch.bfloat16)
+    half_args, half_kwargs = convention.cast(sample, dtype=torch.bfloat16, device="cuda").call_arguments()
+    with torch.no_grad():
+        assert all(
+            torch.isfinite(t.float()).all() for t in _tensors(half(*half_args, **half_kwargs)) if t.is_floating_point()
+        ), name
+
+
+def test_the_fused_label_core_matches_the_explicit_form_at_icd_scale():
+    """On CUDA the label core always takes scaled_dot_product_attention; on the CPU small sizes take the
+    explicit form. Same weights, 2,000 labels over 700 positions with padding: the same logits."""
+    torch.manual_seed(0)
+    head = attnzoo.create("laat", num_labels=2000, hidden_size=64, attention_size=32).eval()
+    x = torch.randn(3, 700, 64)
+    mask = torch.ones(3, 700, dtype=torch.bool)
+    mask[1, 400:] = False
+    mask[2, :] = False  # a sample with nothing to attend to
+    with torch.no_grad():
+        want = head(x, mask)
+        got = copy.deepcopy(head).cuda()(x.cuda(), mask.cuda())
+    torch.testing.assert_close(got.cpu(), want, **TOL)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_g2p_decodes_the_same_on_cuda(beam):
+    model = attnzoo.create("g2p_seq2seq.cmudict", pretrained=True).eval()
+    letters = torch.tensor([[3, 4, 5, 6, 7, 0], [8, 9, 10, 11, 12, 13]])
+    want, _ = model.generate(letters, beam_size=beam)
+    got, _ = copy.deepcopy(model).cuda().generate(letters.cuda(), beam_size=beam)
+    assert got.cpu().tolist() == want.tolist()
