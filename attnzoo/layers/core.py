@@ -299,6 +299,16 @@ def expand_kv_heads(tensor: Tensor, heads: int) -> Tensor:
     return tensor if groups == 1 else tensor.repeat_interleave(groups, dim=-3)
 
 
+def _zero_empty_rows(out: Tensor, has_any: Tensor | None) -> Tensor:
+    """``out`` with the rows of queries that have no key at all set to zero. On the CPU (no device sync to
+    pay) the pass over ``out`` is skipped when every query has a key, the usual case."""
+    if has_any is None:
+        return out
+    if out.device.type == "cpu" and not tracing() and bool(has_any.all()):
+        return out
+    return out.masked_fill(~has_any, 0.0)
+
+
 def attend(
     query: Tensor,
     key: Tensor,
@@ -335,7 +345,7 @@ def attend(
         if bias is not None:
             scores = scores + bias.to(scores.dtype)
         out = torch.matmul(_filled_softmax(scores, mask, -1), value)
-        return (out, None) if has_any is None else (out.masked_fill(~has_any, 0.0), None)
+        return _zero_empty_rows(out, has_any), None
     if not return_attention:
         allowed = None if mask is None else mask | ~has_any
         attn_mask = allowed
@@ -351,7 +361,7 @@ def attend(
         out = F.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout, scale=scale, **extra
         )
-        return (out, None) if has_any is None else (out.masked_fill(~has_any, 0.0), None)
+        return _zero_empty_rows(out, has_any), None
 
     if grouped:
         key, value = expand_kv_heads(key, query.shape[-3]), expand_kv_heads(value, query.shape[-3])
