@@ -57,11 +57,11 @@ def steady_allocator() -> bool:
     return bool(mallopt(m_trim_threshold, -1)) and bool(mallopt(m_mmap_threshold, 1 << 30))
 
 
-def time_alternating(
+def time_rounds(
     impls: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float, budget: dict[str, float] | None = None
-) -> dict[str, float]:
-    """Median seconds per call of each zero-argument callable, alternating implementations each round
-    (``attnzoo.bench.time_alternating``, the same code as ``attnzoo bench``).
+) -> dict[str, list[float]]:
+    """Seconds per call of each zero-argument callable, one median per round, alternating implementations
+    each round (``attnzoo.bench.time_alternating``, the same code as ``attnzoo bench``).
 
     ``budget`` caps the run time per round of slow implementations (seconds), e.g. a Python loop.
     """
@@ -76,7 +76,22 @@ def time_alternating(
             {n: impls[n] for n in capped}, rounds=rounds, min_run_time=min(budget[n] for n in capped), threads=THREADS
         )
         per_round.update(slow)
+    return per_round
+
+
+def time_alternating(
+    impls: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float, budget: dict[str, float] | None = None
+) -> dict[str, float]:
+    """The median over rounds of :func:`time_rounds` for each implementation."""
+    per_round = time_rounds(impls, rounds=rounds, min_run_time=min_run_time, budget=budget)
     return {name: statistics.median(times) for name, times in per_round.items()}
+
+
+def paired_speedup(reference: list[float], times: list[float]) -> float:
+    """How many times faster than ``reference`` (> 1: faster): the median over rounds of the ratio within
+    each round. Both times of a round are taken within seconds of each other, so the slow drifts of a
+    shared machine (another tenant, the clock) cancel, which a ratio of two medians does not do."""
+    return statistics.median(r / t for r, t in zip(reference, times, strict=True))
 
 
 def gemm_throughput(size: int = 2048, rounds: int = 5) -> float:

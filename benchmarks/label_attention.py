@@ -17,6 +17,7 @@ a plot; ``--write-docs`` writes the tables and the plot into docs/performance.md
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,9 +32,10 @@ from common import (  # noqa: E402
     gemm_throughput,
     machine_line,
     markdown_table,
+    paired_speedup,
     peak_memory,
     setup_threads,
-    time_alternating,
+    time_rounds,
     update_doc_section,
     write_json,
 )
@@ -120,11 +122,12 @@ def run_size(name: str, rounds: int, gflops: float, memory: bool) -> dict:
             impl: build(impl, backward, **spec, labels=LOOP_LABELS if impl == "per-label loop" else None)
             for impl in impls
         }
-        times = time_alternating(steps, rounds=rounds, min_run_time=1.0)
-        times["per-label loop"] *= spec["L"] / LOOP_LABELS  # extrapolated to every label
+        times = time_rounds(steps, rounds=rounds, min_run_time=1.0)
+        times["per-label loop"] = [t * spec["L"] / LOOP_LABELS for t in times["per-label loop"]]  # every label
         key = "fwd_bwd_s" if backward else "fwd_s"
         for impl, t in times.items():
-            results[impl][key] = t
+            results[impl][key] = statistics.median(t)
+            results[impl]["speedup_" + key] = paired_speedup(times[NAIVE], t)
     flops = floor_flops(**spec)
     for impl, r in results.items():
         r["fwd_roofline"] = flops / r["fwd_s"] / 1e9 / gflops
@@ -146,22 +149,23 @@ def sweep(labels: list[int], rounds: int) -> dict:
         out[L] = {i: {} for i in impls}
         for padded in (True, False):
             for backward in (False, True):
-                times = time_alternating(
+                times = time_rounds(
                     {i: build(i, backward, **spec, padded=padded) for i in impls},
                     rounds=3 * rounds if L <= 1000 else rounds,
                     min_run_time=0.5,
                 )
                 key = f"{'fwd_bwd' if backward else 'fwd'}_{'padded' if padded else 'unpadded'}_s"
                 for i in impls:
-                    out[L][i][key] = times[i]
+                    out[L][i][key] = statistics.median(times[i])
+                    out[L][i]["speedup_" + key] = paired_speedup(times[NAIVE], times[i])
         for i in (NAIVE, OURS):
             out[L][i].update(peak_memory("label_attention", "memory_step", "LAAT-full", i, L))
         for i in impls:
             out[L][i]["fwd_bwd_s"] = out[L][i]["fwd_bwd_padded_s"]
-        naive, ours = out[L][NAIVE], out[L][OURS]
+        ours = out[L][OURS]
         print(
-            f"L={L}: naive/attnzoo "
-            + ", ".join(f"{k[:-2]} {naive[k] / ours[k]:.2f}x" for k in naive if k.endswith("_s") and k != "fwd_bwd_s"),
+            f"L={L}: attnzoo over naive "
+            + ", ".join(f"{k[8:-2]} {v:.2f}x" for k, v in ours.items() if k.startswith("speedup_")),
             flush=True,
         )
     return out
@@ -189,14 +193,12 @@ def plot(data: dict, path: Path) -> None:
     print(f"wrote {path}")
 
 
-def no_slower_check(
-    what: str, naive: list[dict], control: list[dict], ours: list[dict], keys: tuple[str, ...]
-) -> tuple[str, bool, str]:
+def no_slower_check(what: str, control: list[dict], ours: list[dict], keys: tuple[str, ...]) -> tuple[str, bool, str]:
     """ "No slower than naive" judged against the noise of the same run: every speed-up of attnzoo over
-    naive must be at least the lowest ratio seen between naive and its A/A control (two timings of the
-    same code), and never below 0.95x."""
-    ratios = [n[k] / o[k] for n, o in zip(naive, ours, strict=True) for k in keys]
-    drift = [n[k] / c[k] for n, c in zip(naive, control, strict=True) for k in keys]
+    naive (paired by round) must be at least the lowest seen between naive and its A/A control (two
+    timings of the same code), and never below 0.95x."""
+    ratios = [o["speedup_" + k] for o in ours for k in keys]
+    drift = [c["speedup_" + k] for c in control for k in keys]
     noise = max(abs(1 - min(drift)), abs(max(drift) - 1))
     floor = max(0.95, 1 - noise)
     return (
@@ -232,7 +234,7 @@ def main() -> None:
                     label,
                     f"{r['fwd_s'] * 1e3:.0f}",
                     f"{r['fwd_bwd_s'] * 1e3:.0f}",
-                    f"{naive['fwd_bwd_s'] / r['fwd_bwd_s']:.2f}x",
+                    f"{r['speedup_fwd_bwd_s']:.2f}x",
                     f"{100 * r['fwd_roofline']:.0f} % / {100 * r['fwd_bwd_roofline']:.0f} %",
                     f"{r['extra_mib']:.0f}" if "extra_mib" in r else "-",
                     f"{r['max_rss_mib']:.0f}" if "max_rss_mib" in r else "-",
@@ -257,7 +259,7 @@ def main() -> None:
     checks = []
     if "LAAT-full" in results:
         naive, ours = results["LAAT-full"][NAIVE], results["LAAT-full"][OURS]
-        speed = naive["fwd_bwd_s"] / ours["fwd_bwd_s"]
+        speed = ours["speedup_fwd_bwd_s"]
         checks.append(("LAAT-full fwd+bwd >= 1.4x faster than naive batched", speed >= 1.4, f"{speed:.2f}x"))
         if "max_rss_mib" in ours:
             ratio = ours["max_rss_mib"] / naive["max_rss_mib"]
@@ -271,7 +273,7 @@ def main() -> None:
             )
     if "LAAT-50" in results:
         r = results["LAAT-50"]
-        checks.append(no_slower_check("LAAT-50", [r[NAIVE]], [r[CONTROL]], [r[OURS]], ("fwd_s", "fwd_bwd_s")))
+        checks.append(no_slower_check("LAAT-50", [r[CONTROL]], [r[OURS]], ("fwd_s", "fwd_bwd_s")))
 
     swept = sweep([50, 200, 1000, 3000, 8921], max(1, args.rounds - 1)) if args.sweep else None
     if swept:
@@ -280,7 +282,6 @@ def main() -> None:
         checks.append(
             no_slower_check(
                 f"LAAT at {min(swept)}-{max(swept)} labels (sweep)",
-                [r[NAIVE] for r in runs],
                 [r[CONTROL] for r in runs],
                 [r[OURS] for r in runs],
                 keys,
@@ -318,11 +319,11 @@ def main() -> None:
             for L in sorted(swept):
                 n, o, c = swept[L][naive_key], swept[L][ours_key], swept[L][CONTROL]
                 keys = ("fwd_unpadded_s", "fwd_bwd_unpadded_s", "fwd_padded_s", "fwd_bwd_padded_s")
-                drift = [n[k] / c[k] for k in keys]
+                drift = [c["speedup_" + k] for k in keys]
                 rows.append(
                     [
                         L,
-                        *(f"{n[k] / o[k]:.2f}x" for k in keys),
+                        *(f"{o['speedup_' + k]:.2f}x" for k in keys),
                         f"{min(drift):.2f}-{max(drift):.2f}x",
                         f"{o['fwd_bwd_padded_s']:.3f}",
                         f"{n['extra_mib']:.0f}",

@@ -236,37 +236,26 @@ def test_a_labels_file_fixes_the_order_and_admits_labels_training_lacks(tmp_path
 
 
 def test_the_wordnet_preset_through_csv_files_scores_what_the_preset_scores(tmp_path):
-    """tiny_wordnet's own splits written out as CSV (and its label order as a labels_file) train to the
-    same test micro-F1 as the preset, within 0.01."""
+    """tiny_wordnet's own splits written out as CSV (and its label order as a labels_file) by
+    examples/wordnet_through_csv.py train to the same test micro-F1 as the preset, within 0.01."""
+    import importlib.util
+
     from attnzoo.train import sources
-    from attnzoo.train.tasks import build_task
     from attnzoo.train.trainer import load_recipe
 
-    from .conftest import require_data
+    from .conftest import ROOT, require_data
 
     require_data(sources.available("wordnet_noun"), sources.SOURCES["wordnet_noun"].name)
+    spec = importlib.util.spec_from_file_location("wordnet_through_csv", ROOT / "examples" / "wordnet_through_csv.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
     preset = load_recipe("tiny_wordnet")
-    task = build_task(preset["task"])
-    for split, file in (("train", "train"), ("val", "val"), ("test", "test")):
-        _write_csv(
-            tmp_path / f"{file}.csv",
-            [(task.texts[i], [task.label_names[j] for j in task.labels[i]]) for i in task.splits[split]],
-        )
-    (tmp_path / "labels.txt").write_text("\n".join(task.label_names) + "\n")
-    files = complete_recipe(
-        {
-            **{k: v for k, v in preset.items() if k not in ("task", "tag", "recipe_file")},
-            "data": {
-                "train": str(tmp_path / "train.csv"),
-                "validation": str(tmp_path / "val.csv"),
-                "test": str(tmp_path / "test.csv"),
-                "text": "body",
-                "labels": "tags",
-                "labels_file": str(tmp_path / "labels.txt"),
-                **{k: preset["task"][k] for k in ("max_len", "vocab")},
-            },
-        }
-    )
+    files = example.preset_as_csv(preset, tmp_path / "data")
     want = train(preset, output=tmp_path / "preset", baseline=False, quiet=True)["test"]["micro_f1"]
     got = train(files, output=tmp_path / "files", baseline=False, quiet=True)["test"]["micro_f1"]
     assert abs(got - want) <= 0.01, (got, want)
+    # the data section left the task to be inferred: evaluate must infer it the same way
+    scored = evaluate_file(tmp_path / "files", tmp_path / "data" / "test.csv")
+    assert scored["task"] == "multi_label"
+    assert scored["micro_f1"] == pytest.approx(got, abs=1e-9)

@@ -501,6 +501,7 @@ def evaluate_file(
     config = dict(meta["task_config"])
     if config.get("name") != "files":  # a bundled task's model, scored on the user's file
         config = {"name": "files", "task": kinds[meta["output"]], "max_len": config.get("max_len", 64)}
+    config.setdefault("task", kinds[meta["output"]])  # a data: section that left the task to be inferred
     config.update({k: v for k, v in (columns or {}).items() if v is not None})
     config["evaluate_file"] = str(path)
     for key in ("train", "validation", "test", "labels_file"):
