@@ -374,3 +374,16 @@ def test_cnn_bilstm_attn_pools_over_time_with_a_mask():
     logits, weights = model(x, mask, return_attention=True)
     assert logits.shape == (2, 3) and weights.shape == (2, 2)  # test_resnet reduces 64 frames by 32
     assert weights[1, 1] == 0 and torch.allclose(weights.sum(-1), torch.ones(2))
+
+
+def test_masked_softmax_leaves_the_callers_scores_alone():
+    """The layers fill their own fresh scores in place; the public helper must not touch the caller's."""
+    from attnzoo.layers.core import masked_softmax
+
+    scores = torch.randn(2, 3, 5)
+    before = scores.clone()
+    mask = torch.tensor([[True, True, False, False, True], [False] * 5])[:, None, :]
+    weights = masked_softmax(scores, mask)
+    assert torch.equal(scores, before)
+    expected = torch.where(mask, before, torch.tensor(float("-inf"))).softmax(-1).nan_to_num(0.0)
+    torch.testing.assert_close(weights, expected)

@@ -248,14 +248,19 @@ def check_mask(
     return mask != 0
 
 
-def _filled_softmax(scores: Tensor, mask: Tensor | None, dim: int) -> Tensor:
+def _filled_softmax(scores: Tensor, mask: Tensor | None, dim: int, *, fresh: bool = False) -> Tensor:
     """Softmax over ``dim`` after filling masked scores with ``finfo.min``: masked positions get exactly
     zero weight, but a row with no position left comes out uniform (the callers zero it, each in the
     cheapest place). Half-precision scores are normalised in float32 (a sum over thousands of
-    positions would lose digits otherwise) and returned in their own dtype."""
+    positions would lose digits otherwise) and returned in their own dtype.
+
+    ``fresh``: the caller just computed ``scores`` and nothing else holds them (no backward needs them
+    either: matmul, add and scaling keep their inputs, not their output), so they are filled in place,
+    sparing a copy of the largest tensor of attention."""
     upcast = scores.dtype in (torch.float16, torch.bfloat16)
     if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        fill = torch.finfo(scores.dtype).min
+        scores = scores.masked_fill_(~mask, fill) if fresh else scores.masked_fill(~mask, fill)
     return torch.softmax(scores, dim=dim, dtype=torch.float32 if upcast else None).to(scores.dtype)
 
 
@@ -344,7 +349,7 @@ def attend(
         scores = torch.matmul(query * scale, key.transpose(-2, -1))  # the scale on [Lq, E], not [Lq, Lk]
         if bias is not None:
             scores = scores + bias.to(scores.dtype)
-        out = torch.matmul(_filled_softmax(scores, mask, -1), value)
+        out = torch.matmul(_filled_softmax(scores, mask, -1, fresh=True), value)
         return _zero_empty_rows(out, has_any), None
     if not return_attention:
         allowed = None if mask is None else mask | ~has_any
@@ -370,7 +375,7 @@ def attend(
         scores = scores * scale
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
-    weights = _filled_softmax(scores, mask, -1)
+    weights = _filled_softmax(scores, mask, -1, fresh=True)
     out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, value)
     if has_any is None:
         return out, weights
@@ -388,7 +393,7 @@ def _label_scores_explicit(
     if scale != 1.0:
         queries = queries * scale
     scores = torch.matmul(queries, keys.transpose(1, 2))  # [B, L, T]
-    weights = _filled_softmax(scores, None if mask is None else mask[:, None, :], -1)
+    weights = _filled_softmax(scores, None if mask is None else mask[:, None, :], -1, fresh=True)
     out = torch.bmm(weights, values)  # [B, L, dv]
     if mask is not None:
         # a sample with no key at all came out uniform and must attend to nothing
