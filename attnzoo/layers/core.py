@@ -305,8 +305,9 @@ def expand_kv_heads(tensor: Tensor, heads: int) -> Tensor:
 
 
 def _zero_empty_rows(out: Tensor, has_any: Tensor | None) -> Tensor:
-    """``out`` with the rows of queries that have no key at all set to zero. On the CPU (no device sync to
-    pay) the pass over ``out`` is skipped when every query has a key, the usual case."""
+    """``out`` (outputs or weights) with the rows of queries that have no key at all set to zero;
+    ``has_any`` broadcasts to it. On the CPU (no device sync to pay) the pass over ``out`` is skipped
+    when every query has a key, the usual case."""
     if has_any is None:
         return out
     if out.device.type == "cpu" and not tracing() and bool(has_any.all()):
@@ -377,11 +378,8 @@ def attend(
         scores = scores + bias.to(scores.dtype)
     weights = _filled_softmax(scores, mask, -1, fresh=True)
     out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, value)
-    if has_any is None:
-        return out, weights
-    # only rows with no key at all need fixing, and zeroing their [Lq, Dv] output is cheaper than a
-    # pass over [Lq, Lk]
-    return out.masked_fill(~has_any, 0.0), weights.masked_fill(~has_any, 0.0)
+    # rows with no key at all came out uniform and must attend to nothing
+    return _zero_empty_rows(out, has_any), _zero_empty_rows(weights, has_any)
 
 
 def _label_scores_explicit(
@@ -398,12 +396,9 @@ def _label_scores_explicit(
     if mask is not None:
         # a sample with no key at all came out uniform and must attend to nothing
         has_any = mask.any(dim=1)[:, None, None]
-        # on the CPU (the only place this path runs without weights) the check costs no device sync
-        # and saves a pass over the output in the usual case of no empty sample
-        if keep_weights or not bool(has_any.all()):
-            out = out.masked_fill(~has_any, 0.0)
+        out = _zero_empty_rows(out, has_any)
         if keep_weights:
-            weights = weights.masked_fill(~has_any, 0.0)
+            weights = _zero_empty_rows(weights, has_any)
     return out, weights
 
 
