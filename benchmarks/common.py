@@ -87,6 +87,12 @@ def time_alternating(
     return {name: statistics.median(times) for name, times in per_round.items()}
 
 
+def noise_floor(drifts: list[float]) -> float:
+    """The lowest speed-up still read as "no slower": 1 minus the farthest an A/A control (the same code
+    timed as two implementations) drifted from 1 in the same run, and never below 0.95."""
+    return max(0.95, 1 - max(abs(1 - d) for d in drifts))
+
+
 def paired_speedup(reference: list[float], times: list[float]) -> float:
     """How many times faster than ``reference`` (> 1: faster): the median over rounds of the ratio within
     each round. Both times of a round are taken within seconds of each other, so the slow drifts of a

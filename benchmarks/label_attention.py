@@ -32,6 +32,7 @@ from common import (  # noqa: E402
     gemm_throughput,
     machine_line,
     markdown_table,
+    noise_floor,
     paired_speedup,
     peak_memory,
     setup_threads,
@@ -199,8 +200,7 @@ def no_slower_check(what: str, control: list[dict], ours: list[dict], keys: tupl
     timings of the same code), and never below 0.95x."""
     ratios = [o["speedup_" + k] for o in ours for k in keys]
     drift = [c["speedup_" + k] for c in control for k in keys]
-    noise = max(abs(1 - min(drift)), abs(max(drift) - 1))
-    floor = max(0.95, 1 - noise)
+    floor = noise_floor(drift)
     return (
         f"{what} no slower than naive batched (fwd and fwd+bwd, padded and not), beyond the noise of the run",
         min(ratios) >= floor,
@@ -225,7 +225,6 @@ def main() -> None:
     results, sections = {}, []
     for name in args.sizes:
         results[name] = run_size(name, args.rounds, gflops, not args.no_memory)
-        naive = results[name][NAIVE]
         rows = []
         for impl, r in results[name].items():
             label = impl + (f" (timed on {LOOP_LABELS} labels, extrapolated)" if impl == "per-label loop" else "")

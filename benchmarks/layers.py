@@ -24,6 +24,7 @@ from common import (  # noqa: E402
     ROOT,
     machine_line,
     markdown_table,
+    noise_floor,
     paired_speedup,
     peak_memory,
     setup_threads,
@@ -294,7 +295,7 @@ def targets(all_results: dict) -> list[tuple[str, bool, str]]:
     over_mha = qkv["vs"]["nn.MultiheadAttention (need_weights=False)"]
     over_seed = qkv["vs"]["seed 001 answer (3 Linear, matmul, softmax)"]
     drift = qs[SEED_001_AGAIN]["vs"]["seed 001 answer (3 Linear, matmul, softmax)"]["fwd_bwd"]
-    floor = max(0.95, 1 - abs(1 - drift))
+    floor = noise_floor([drift])
     ka = all_results["keras_attn"]["keras_attn"]
     return [
         (
