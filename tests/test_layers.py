@@ -387,3 +387,48 @@ def test_masked_softmax_leaves_the_callers_scores_alone():
     assert torch.equal(scores, before)
     expected = torch.where(mask, before, torch.tensor(float("-inf"))).softmax(-1).nan_to_num(0.0)
     torch.testing.assert_close(weights, expected)
+
+
+def _attend_by_rows(q, k, v, mask):
+    """softmax(q k^T / sqrt(E)) v one query row at a time over its allowed keys only; a row with no key is zeros."""
+    rows, maps = [], []
+    for b in range(q.shape[0]):
+        for i in range(q.shape[1]):
+            keep = mask[b, i].nonzero().flatten()
+            weights = torch.zeros(k.shape[1], dtype=q.dtype)
+            if keep.numel():
+                weights = weights.index_put((keep,), torch.softmax(k[b, keep] @ q[b, i] / q.shape[-1] ** 0.5, 0))
+            maps.append(weights)
+            rows.append(weights @ v[b])
+    shape = q.shape[:2]
+    return torch.stack(rows).view(*shape, -1), torch.stack(maps).view(*shape, -1)
+
+
+@pytest.mark.parametrize("keys", [6, 20])  # 6 <= 2·E: the explicit route on the CPU; 20: SDPA's
+@pytest.mark.parametrize("return_attention", [False, True])
+def test_attend_gradients_match_the_row_by_row_formula(keys, return_attention):
+    """The cores fill masked scores in place outside autograd (no fill backward); every gradient must still
+    be the formula's, with padding, a causal pattern and a query row that has no key at all."""
+    from attnzoo.layers.core import attend
+
+    q, k, v = (torch.randn(2, 5 if n == "q" else keys, 4, dtype=torch.float64) for n in "qkv")
+    mask = torch.ones(2, 5, keys, dtype=torch.bool)
+    mask[0, :, keys - 2 :] = False  # padding
+    mask[1] = torch.ones(5, keys, dtype=torch.bool).tril()
+    mask[1, 3] = False  # no key at all
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out, weights = attend(*(t.unsqueeze(1) for t in leaves), mask.unsqueeze(1), return_attention=return_attention)
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref_out, ref_weights = _attend_by_rows(*ref_leaves, mask)
+    g_out, g_weights = torch.randn_like(ref_out), torch.randn_like(ref_weights)
+    loss = (out.squeeze(1) * g_out).sum()
+    ref_loss = (ref_out * g_out).sum()
+    if return_attention:
+        close(weights.squeeze(1), ref_weights)
+        loss = loss + (weights.squeeze(1) * g_weights).sum()
+        ref_loss = ref_loss + (ref_weights * g_weights).sum()
+    close(out.squeeze(1), ref_out)
+    loss.backward()
+    ref_loss.backward()
+    for name, leaf, ref_leaf in zip("qkv", leaves, ref_leaves, strict=True):
+        torch.testing.assert_close(leaf.grad, ref_leaf.grad, atol=1e-10, rtol=1e-8, msg=f"gradient of {name}")

@@ -255,12 +255,23 @@ def _filled_softmax(scores: Tensor, mask: Tensor | None, dim: int, *, fresh: boo
     positions would lose digits otherwise) and returned in their own dtype.
 
     ``fresh``: the caller just computed ``scores`` and nothing else holds them (no backward needs them
-    either: matmul, add and scaling keep their inputs, not their output), so they are filled in place,
-    sparing a copy of the largest tensor of attention."""
+    either: matmul, add and scaling keep their inputs, not their output), and it zeroes the outputs (and
+    weights) of rows with no position left. Then the scores are filled in place and outside autograd,
+    sparing two passes over the largest tensor of attention: the copy of an out-of-place fill, and the
+    fill's backward, which would zero a gradient that is zero already. A masked position has weight
+    exactly 0, so softmax's backward ``A · (dA − Σ A dA)`` gives it exactly 0 for any finite ``dA`` (a
+    row with no position left is uniform instead, but its output's gradient is zero, so its ``dA`` is).
+    Under torch.compile/export the plain in-place fill is kept: graphs get no hidden mutation."""
     upcast = scores.dtype in (torch.float16, torch.bfloat16)
     if mask is not None:
         fill = torch.finfo(scores.dtype).min
-        scores = scores.masked_fill_(~mask, fill) if fresh else scores.masked_fill(~mask, fill)
+        if not fresh:
+            scores = scores.masked_fill(~mask, fill)
+        elif tracing():
+            scores = scores.masked_fill_(~mask, fill)
+        else:
+            with torch.no_grad():
+                scores.masked_fill_(~mask, fill)
     return torch.softmax(scores, dim=dim, dtype=torch.float32 if upcast else None).to(scores.dtype)
 
 
