@@ -179,3 +179,60 @@ def test_ddp_with_two_processes_takes_the_same_steps(tmp_path):
         assert double["test"][key] == pytest.approx(single["test"][key], abs=2e-3)
     a, b = _weights(single), _weights(double)
     assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) < 2e-3  # float16 storage
+
+
+def test_average_last_keeps_the_mean_of_the_last_epochs_across_a_resume(tmp_path):
+    """train.average_last: the running mean of the last epochs' weights equals their mean computed here
+    from the per-epoch checkpoints (one epoch per process, resumed), and the shipped weights are that
+    mean when it validates at least as well as the best epoch, else the best epoch."""
+    need_wordnet()
+    from attnzoo.weights import read_weights
+
+    out = tmp_path / "run"
+    per_epoch = []
+    report = _train(["--output", str(out), "--stop-after", "1", "train.average_last=2"])
+    assert report["stopped_after"] == 1
+    per_epoch.append(read_weights(out / "checkpoint" / "model.safetensors", sha256=None)[0])
+    report = _train(["--output", str(out), "--resume", "train.average_last=2"])  # the same recipe again
+    per_epoch.append(read_weights(out / "checkpoint" / "model.safetensors", sha256=None)[0])
+    average = read_weights(out / "checkpoint" / "average.safetensors", sha256=None)[0]
+    for key, value in average.items():
+        torch.testing.assert_close(value, (per_epoch[0][key] + per_epoch[1][key]) / 2, rtol=1e-6, atol=1e-7)
+    assert report["average"]["epochs"] == [1, 2]
+    kept = report["average"]["kept"]
+    best_epoch = max(report["history"], key=lambda h: h["micro_f1"])
+    assert kept == (report["average"]["val"]["micro_f1"] >= best_epoch["micro_f1"])
+    expected = average if kept else per_epoch[best_epoch["epoch"] - 1]
+    shipped = _weights(report)
+    assert all(torch.equal(shipped[k], expected[k].half()) for k in shipped)
+
+
+def test_label_smoothing_is_refused_for_a_multi_label_task(tmp_path):
+    need_wordnet()
+    cmd = [sys.executable, "-m", "attnzoo", "train", "tiny_wordnet.yaml", "train.label_smoothing=0.1"]
+    proc = subprocess.run(cmd + ["--output", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode != 0 and "label_smoothing" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_seq2seq_label_smoothing_is_the_written_out_formula():
+    """(1 - e)·(-log p_target) + e·mean_c(-log p_c) at every non-padding target, averaged over them."""
+    from attnzoo.train.tasks import CMUDictG2P
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 6)
+    target = torch.tensor([[3, 4, 2, 0], [5, 2, 0, 0]])  # 0 is padding
+
+    class Model:
+        def __call__(self, letters, phonemes_in):
+            return logits
+
+    task = CMUDictG2P.__new__(CMUDictG2P)
+    task.label_smoothing = 0.2
+    batch = {"letters": None, "phonemes_in": None, "phonemes_out": target}
+    terms = []
+    for b in range(2):
+        for t in range(4):
+            if target[b, t]:
+                logp = torch.log_softmax(logits[b, t].double(), 0)
+                terms.append(0.8 * -logp[target[b, t]] + 0.2 * -logp.mean())
+    assert task.loss(Model(), batch).item() == pytest.approx(torch.stack(terms).mean().item(), rel=1e-6)

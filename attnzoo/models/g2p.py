@@ -32,7 +32,8 @@ DecoderState = tuple[Tensor, Tensor, Tensor | None]
 
 class G2PSeq2Seq(nn.Module):
     """Args: num_letters, num_phonemes (vocabulary sizes, specials included), embed_dim, hidden (encoder,
-    per direction), decoder_hidden, score (dot | general | additive), dropout, input_feeding.
+    per direction), decoder_hidden, score (dot | general | additive), dropout (also between stacked encoder
+    layers), input_feeding, encoder_layers (stacked BiLSTM layers; 1 is the shipped model's layout).
 
     Shapes: ``forward(letters [B, S], phonemes_in [B, U], mask [B, S] = letters != 0,
     return_attention=False)`` -> logits [B, U, P], or ``(logits, A [B, U, S])``.
@@ -51,6 +52,7 @@ class G2PSeq2Seq(nn.Module):
         score: str = "general",
         dropout: float = 0.1,
         input_feeding: bool = False,
+        encoder_layers: int = 1,
     ) -> None:
         super().__init__()
         for key, value in (
@@ -59,13 +61,21 @@ class G2PSeq2Seq(nn.Module):
             ("embed_dim", embed_dim),
             ("hidden", hidden),
             ("decoder_hidden", decoder_hidden),
+            ("encoder_layers", encoder_layers),
         ):
             check_positive(self.name, key, value, allow_none=False)
         check_probability(self.name, "dropout", dropout)
         self.num_letters, self.num_phonemes = num_letters, num_phonemes
         self.input_feeding = bool(input_feeding)
         self.letter_embedding = nn.Embedding(num_letters, embed_dim, padding_idx=0)
-        self.encoder = nn.LSTM(embed_dim, hidden, batch_first=True, bidirectional=True)
+        self.encoder = nn.LSTM(
+            embed_dim,
+            hidden,
+            num_layers=encoder_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=dropout if encoder_layers > 1 else 0.0,
+        )
         self.bridge = nn.Linear(2 * hidden, 2 * decoder_hidden)  # mean encoder state -> decoder (h0, c0)
         self.phoneme_embedding = nn.Embedding(num_phonemes, embed_dim, padding_idx=0)
         decoder_input = embed_dim + (decoder_hidden if self.input_feeding else 0)

@@ -73,6 +73,9 @@ class Task:
     license = ""
     texts: list[str]  # one per example; load() fills it
     threshold: float | None = None  # multi-label decision threshold (tuned on validation)
+    # train.label_smoothing: the trainer sets it; tasks whose loss is a softmax cross-entropy use it
+    label_smoothing: float = 0.0
+    takes_label_smoothing = False
 
     def __init__(self, config: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
         self.config = config
@@ -271,8 +274,10 @@ class _SingleLabelTask(_TextTask):
         out["target"] = torch.tensor([self.classes[i] for i in indices])
         return out
 
+    takes_label_smoothing = True
+
     def loss(self, model, batch):
-        return F.cross_entropy(model(batch["tokens"]), batch["target"])
+        return F.cross_entropy(model(batch["tokens"]), batch["target"], label_smoothing=self.label_smoothing)
 
     def evaluate(self, model, indices, batch_size=512):
         predicted = self._logits(model, indices, batch_size).argmax(-1)
@@ -340,9 +345,13 @@ class CMUDictG2P(Task):
         padded = pad_batch(targets)
         return {"letters": letters, "phonemes_in": padded[:, :-1], "phonemes_out": padded[:, 1:]}
 
+    takes_label_smoothing = True
+
     def loss(self, model, batch):
         logits = model(batch["letters"], batch["phonemes_in"])
-        return F.cross_entropy(logits.transpose(1, 2), batch["phonemes_out"], ignore_index=0)
+        return F.cross_entropy(
+            logits.transpose(1, 2), batch["phonemes_out"], ignore_index=0, label_smoothing=self.label_smoothing
+        )
 
     def decode(self, ids: torch.Tensor) -> list[list[str]]:
         out = []

@@ -111,9 +111,13 @@ def _barrier(world: int) -> None:
 
 
 # -- checkpoints -------------------------------------------------------------------------------------------
-def _save_checkpoint(folder: Path, model, optimizer, state: dict[str, Any]) -> None:
+def _save_checkpoint(
+    folder: Path, model, optimizer, state: dict[str, Any], average: dict[str, torch.Tensor] | None = None
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     write_weights(model.state_dict(), folder / "model.safetensors", overwrite=True, sidecar=True)
+    if average is not None:
+        write_weights(average, folder / "average.safetensors", overwrite=True, sidecar=True)
     opt = optimizer.state_dict()
     tensors = {"rng": torch.get_rng_state()}
     scalars: dict[str, Any] = {"param_groups": opt["param_groups"], "state": {}}
@@ -127,7 +131,8 @@ def _save_checkpoint(folder: Path, model, optimizer, state: dict[str, Any]) -> N
     (folder / "trainer.json").write_text(json.dumps({**state, "optimizer": scalars}, indent=1))
 
 
-def _load_checkpoint(folder: Path, model, optimizer) -> dict[str, Any]:
+def _load_checkpoint(folder: Path, model, optimizer) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
+    """The trainer's state (model and optimizer restored in place) and the running weight average, if any."""
     from ..weights import read_weights
 
     model_state, _ = read_weights(folder / "model.safetensors", sha256=None)
@@ -143,7 +148,25 @@ def _load_checkpoint(folder: Path, model, optimizer) -> dict[str, Any]:
         state.setdefault(int(index), {}).update(entry)
     optimizer.load_state_dict({"state": state, "param_groups": saved["optimizer"]["param_groups"]})
     torch.set_rng_state(tensors["rng"])
-    return saved
+    average = None
+    if (folder / "average.safetensors").is_file():
+        average = read_weights(folder / "average.safetensors", sha256=None)[0]
+    return saved, average
+
+
+def _running_mean(
+    mean: dict[str, torch.Tensor] | None, current: dict[str, torch.Tensor], count: int
+) -> dict[str, torch.Tensor]:
+    """The mean of ``count`` state dicts, updated with ``current``: ``m += (w - m) / (count + 1)`` for
+    floating tensors; other tensors (counters) are taken from ``current``."""
+    if mean is None or count == 0:
+        return {k: v.detach().clone() for k, v in current.items()}
+    for key, value in current.items():
+        if value.is_floating_point():
+            mean[key] += (value.detach() - mean[key]) / (count + 1)
+        else:
+            mean[key] = value.detach().clone()
+    return mean
 
 
 # -- training ----------------------------------------------------------------------------------------------
@@ -290,6 +313,18 @@ def train(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=float(settings["lr"]), weight_decay=float(settings.get("weight_decay", 0.0))
     )
+    smoothing = float(settings.get("label_smoothing") or 0.0)
+    if not 0.0 <= smoothing < 1.0:
+        raise ConfigError(f"train.label_smoothing must be in [0, 1), got {smoothing}")
+    if smoothing and not task.takes_label_smoothing:
+        raise ConfigError(
+            f"train.label_smoothing applies to a softmax over classes (single-label and seq2seq tasks); "
+            f"{task.name} trains with a per-label sigmoid: remove it"
+        )
+    task.label_smoothing = smoothing
+    average_last = settings.get("average_last") or 0
+    if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 0:
+        raise ConfigError(f"train.average_last must be a whole number of epochs (0: off), got {average_last!r}")
     epochs, batch_size = int(settings["epochs"]), int(settings["batch_size"])
     if batch_size % world:
         raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {world}")
@@ -320,10 +355,11 @@ def train(
     }
     checkpoint = output / "checkpoint"
     best_path = output / "best.safetensors"
+    average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
     if resume:
         if not (checkpoint / "trainer.json").is_file():
             raise ConfigError(f"--resume: no checkpoint in {checkpoint}")
-        state = _load_checkpoint(checkpoint, model, optimizer)
+        state, average = _load_checkpoint(checkpoint, model, optimizer)
         scheduler.last_epoch = state["epoch"] * steps_per_epoch - 1
         scheduler.step()
         started -= state["elapsed"]
@@ -349,6 +385,9 @@ def train(
         if bar is not None:
             bar.close()
         if rank == 0:
+            if average_last and epoch + 1 > epochs - average_last:
+                average = _running_mean(average, model.state_dict(), state.get("averaged_epochs", 0))
+                state["averaged_epochs"] = state.get("averaged_epochs", 0) + 1
             scores = task.validate(model, task.splits["val"])
             main = scores[task.main_metric]
             state["history"].append({"epoch": epoch + 1, "train_loss": total / max(count, 1), **scores})
@@ -357,7 +396,7 @@ def train(
                 write_weights(model.state_dict(), best_path, overwrite=True, sidecar=True)
             state["epoch"] = epoch + 1
             state["elapsed"] = time.perf_counter() - started
-            _save_checkpoint(checkpoint, model, optimizer, state)
+            _save_checkpoint(checkpoint, model, optimizer, state, average)
             if verbose:
                 print(
                     f"epoch {epoch + 1}/{epochs}: train loss {total / max(count, 1):.4f}, val "
@@ -385,6 +424,8 @@ def train(
 
     from ..weights import read_weights
 
+    if average is not None:
+        _judge_average(task, model, average, state, best_path, verbose)
     model.load_state_dict(read_weights(best_path, sha256=None)[0])
     # the weights ship in float16: tune and measure the model as it will be loaded
     half = {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in model.state_dict().items()}
@@ -409,6 +450,7 @@ def train(
         "epochs": epochs,
         "best_epoch": state["best_epoch"],
         "stopped_early": state.get("stopped_early"),
+        "average": state.get("average"),
         "history": state["history"],
         "device": str(device),
         "test": test,
@@ -469,6 +511,28 @@ def train(
             f"run folder: {output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
         )
     return report
+
+
+def _judge_average(
+    task, model, average: dict[str, torch.Tensor], state: dict[str, Any], best_path: Path, verbose: bool
+) -> None:
+    """Checkpoint averaging: validate the mean weights of the last epochs, and keep them as the model when
+    they score at least as well as the best single epoch (recorded in ``state["average"]``)."""
+    model.load_state_dict(average)
+    scores = task.validate(model, task.splits["val"])
+    kept = state["best"] is None or scores[task.main_metric] >= state["best"]
+    last = state["epoch"]
+    state["average"] = {"epochs": [last - state["averaged_epochs"] + 1, last], "val": scores, "kept": kept}
+    if kept:
+        write_weights(average, best_path, overwrite=True, sidecar=True)
+    if verbose:
+        first = state["average"]["epochs"][0]
+        best = "none" if state["best"] is None else f"{state['best']:.4f} (epoch {state['best_epoch']})"
+        print(
+            f"average of epochs {first}-{last}: val {task.main_metric} {scores[task.main_metric]:.4f}, the best "
+            f"single epoch {best}: " + ("the average is kept" if kept else "the best epoch is kept"),
+            flush=True,
+        )
 
 
 def _describe_time(seconds: float, epochs: int, device: torch.device) -> str:
