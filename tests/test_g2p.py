@@ -110,3 +110,18 @@ def test_beams_in_a_batch_are_independent_and_narrow_beams_never_beat_the_optimu
         assert together[b, : alone.shape[1]].tolist() == alone[0].tolist()
     with pytest.raises(ValueError, match="beam_size"):
         model.generate(letters, beam_size=0)
+
+
+def test_a_stacked_encoder_reads_each_word_as_if_alone():
+    """encoder_layers=2: the encoding of a padded word equals the two-layer BiLSTM run on the word alone
+    (no padding anywhere), so padding reaches neither direction of either layer."""
+    torch.manual_seed(0)
+    model = attnzoo.create(
+        "g2p_seq2seq", num_letters=9, num_phonemes=12, embed_dim=5, hidden=4, decoder_hidden=6, encoder_layers=2
+    ).eval()
+    assert model.encoder.num_layers == 2 and hasattr(model.encoder, "weight_ih_l1_reverse")
+    letters = torch.tensor([[3, 4, 5, 6, 7], [7, 8, 2, 0, 0]])
+    encoded, _ = model.encode(letters, letters != 0)
+    for row, length in ((0, 5), (1, 3)):
+        alone, _ = model.encoder(model.letter_embedding(letters[row : row + 1, :length]))
+        torch.testing.assert_close(encoded[row, :length], alone[0], atol=1e-6, rtol=1e-5)
