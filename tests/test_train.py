@@ -212,6 +212,9 @@ def test_label_smoothing_is_refused_for_a_multi_label_task(tmp_path):
     cmd = [sys.executable, "-m", "attnzoo", "train", "tiny_wordnet.yaml", "train.label_smoothing=0.1"]
     proc = subprocess.run(cmd + ["--output", str(tmp_path / "r")], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode != 0 and "label_smoothing" in proc.stderr and "Traceback" not in proc.stderr
+    cmd[-1] = "train.label_smoothing=abc"  # not a number: the key is named, not float()'s message
+    proc = subprocess.run(cmd + ["--output", str(tmp_path / "s")], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode != 0 and "train.label_smoothing must be a number" in proc.stderr
 
 
 def test_seq2seq_label_smoothing_is_the_written_out_formula():

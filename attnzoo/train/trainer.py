@@ -313,15 +313,15 @@ def train(
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=float(settings["lr"]), weight_decay=float(settings.get("weight_decay", 0.0))
     )
-    smoothing = float(settings.get("label_smoothing") or 0.0)
-    if not 0.0 <= smoothing < 1.0:
-        raise ConfigError(f"train.label_smoothing must be in [0, 1), got {smoothing}")
+    smoothing = settings.get("label_smoothing") or 0.0
+    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
+        raise ConfigError(f"train.label_smoothing must be a number in [0, 1), got {smoothing!r}")
     if smoothing and not task.takes_label_smoothing:
         raise ConfigError(
             f"train.label_smoothing applies to a softmax over classes (single-label and seq2seq tasks); "
             f"{task.name} trains with a per-label sigmoid: remove it"
         )
-    task.label_smoothing = smoothing
+    task.label_smoothing = float(smoothing)
     average_last = settings.get("average_last") or 0
     if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 0:
         raise ConfigError(f"train.average_last must be a whole number of epochs (0: off), got {average_last!r}")
@@ -386,8 +386,9 @@ def train(
             bar.close()
         if rank == 0:
             if average_last and epoch + 1 > epochs - average_last:
-                average = _running_mean(average, model.state_dict(), state.get("averaged_epochs", 0))
-                state["averaged_epochs"] = state.get("averaged_epochs", 0) + 1
+                averaged = state.get("averaged_epochs", 0)
+                average = _running_mean(average, model.state_dict(), averaged)
+                state["averaged_epochs"] = averaged + 1
             scores = task.validate(model, task.splits["val"])
             main = scores[task.main_metric]
             state["history"].append({"epoch": epoch + 1, "train_loss": total / max(count, 1), **scores})
