@@ -110,7 +110,13 @@ def render_pretrained() -> str:
             f"{w.splits.get(k, '?'):,}" if isinstance(w.splits.get(k), int) else "?" for k in ("train", "val", "test")
         )
         baseline = f"{w.baseline.get('model', '')}: {_fmt(w.baseline)}" if w.baseline else "-"
-        command = f"`attnzoo train {w.recipe.rsplit('/', 1)[-1]}`"
+        recipe = w.recipe.rsplit("/", 1)[-1]
+        seeds = ", ".join(map(str, w.seed)) if isinstance(w.seed, list) else None
+        command = (
+            f"`attnzoo train {recipe} seed=S` for S in {seeds}, joined by `python -m attnzoo.train.ensemble`"
+            if seeds
+            else f"`attnzoo train {recipe}`"
+        )
         lines.append(
             f"| `{name}` | {w.dataset} | {splits} | {_fmt(w.metrics)} | {baseline} | {w.train_time} | {command} |"
         )
@@ -119,7 +125,7 @@ def render_pretrained() -> str:
             "",
             f"- data: {w.data}",
             f"- licence: {w.license}",
-            f"- recipe: `{w.recipe}` (seed {w.seed})",
+            f"- recipe: `{w.recipe}` ({f'seeds {seeds}' if seeds else f'seed {w.seed}'})",
             f"- file: `weights/{w.file}`, sha256 `{w.sha256}`",
         ]
         if w.notes:

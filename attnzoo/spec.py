@@ -98,7 +98,7 @@ class WeightsSpec:
     dataset: str = ""
     license: str = ""
     recipe: str = ""
-    seed: int | None = None
+    seed: int | list[int] | None = None  # a list: an ensemble's members, one recipe run per seed
     data: str = ""  # the data source and its version (package, version, sha256 of the file read)
     train_time: str = ""  # wall time of the recipe on the machine that produced the file
     splits: Mapping[str, int] = field(default_factory=dict)  # examples in train / val / test

@@ -125,3 +125,76 @@ def test_a_stacked_encoder_reads_each_word_as_if_alone():
     for row, length in ((0, 5), (1, 3)):
         alone, _ = model.encoder(model.letter_embedding(letters[row : row + 1, :length]))
         torch.testing.assert_close(encoded[row, :length], alone[0], atol=1e-6, rtol=1e-5)
+
+
+# -- the ensemble ----------------------------------------------------------------------------------------------
+def _ensemble(input_feeding: bool, phonemes: int = 12, seeds=(0, 1)):
+    """A g2p_ensemble whose members are the _model()s of ``seeds`` (so each can also be run alone)."""
+    singles = [_model(input_feeding, phonemes, seed) for seed in seeds]
+    ensemble = attnzoo.create(
+        "g2p_ensemble",
+        num_letters=9,
+        num_phonemes=phonemes,
+        members=len(seeds),
+        embed_dim=5,
+        hidden=4,
+        decoder_hidden=6,
+        input_feeding=input_feeding,
+    ).eval()
+    for slot, single in zip(ensemble.members, singles, strict=True):
+        slot.load_state_dict(single.state_dict())
+    return ensemble, singles
+
+
+@pytest.mark.parametrize("input_feeding", [False, True])
+def test_the_ensemble_is_the_mean_of_its_members_distributions(input_feeding):
+    """softmax(ensemble logits) = (1/N) Σ_n softmax(member_n logits); the attention is the members' mean."""
+    ensemble, singles = _ensemble(input_feeding, seeds=(0, 1, 2))
+    letters = torch.tensor([[3, 4, 5, 6, 0], [7, 8, 2, 0, 0]])
+    phonemes = torch.tensor([[BOS, 4, 5, 6], [BOS, 7, 3, 0]])
+    logits, weights = ensemble(letters, phonemes, return_attention=True)
+    outputs = [m(letters, phonemes, return_attention=True) for m in singles]
+    mean = sum(logit.softmax(-1) for logit, _ in outputs) / 3
+    torch.testing.assert_close(logits.softmax(-1), mean, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights, sum(w for _, w in outputs) / 3, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_an_ensemble_of_copies_decodes_as_the_model_alone(beam):
+    """The mean of N equal distributions is that distribution: ids and alignments are the single model's."""
+    ensemble, singles = _ensemble(True, seeds=(3, 3))
+    letters = torch.tensor([[3, 4, 5, 6, 2], [7, 8, 2, 0, 0]])
+    ids, alignment = ensemble.generate(letters, max_len=6, beam_size=beam)
+    alone_ids, alone_alignment = singles[0].generate(letters, max_len=6, beam_size=beam)
+    assert ids.tolist() == alone_ids.tolist()
+    torch.testing.assert_close(alignment, alone_alignment, atol=1e-6, rtol=1e-5)
+
+
+def test_ensemble_greedy_decoding_follows_the_mixture_argmax():
+    ensemble, singles = _ensemble(False, seeds=(0, 4))
+    letters = torch.tensor([[3, 4, 5, 6, 2], [7, 8, 2, 0, 0]])
+    ids, _ = ensemble.generate(letters, max_len=6)
+    for b in range(2):
+        row = ids[b].tolist()
+        length = row.index(EOS) + 1 if EOS in row else len(row)
+        prefix = torch.tensor([[BOS] + row[: length - 1]])
+        mixture = sum(m(letters[b : b + 1], prefix).softmax(-1) for m in singles)
+        assert mixture[0].argmax(-1).tolist() == row[:length]
+
+
+@pytest.mark.parametrize("penalty", [0.0, 1.0])
+def test_a_wide_ensemble_beam_finds_the_exhaustive_optimum(penalty):
+    ensemble, _ = _ensemble(False, phonemes=6, seeds=(1, 5))
+    for letters in ([[3, 4, 5]], [[6, 7, 8, 3]]):
+        letters = torch.tensor(letters)
+        score, target = _exhaustive(ensemble, letters, max_len=4, penalty=penalty)
+        ids, _ = ensemble.generate(letters, max_len=4, beam_size=27, length_penalty=penalty)
+        assert ids[0].tolist()[: len(target)] == target, (letters, score)
+
+
+def test_an_ensemble_names_itself_in_input_errors():
+    ensemble, _ = _ensemble(False)
+    with pytest.raises(ValueError, match="g2p_ensemble"):
+        ensemble.generate(torch.tensor([[3, 40]]))  # a letter id outside the vocabulary of 9
+    with pytest.raises(ValueError, match="members"):
+        attnzoo.create("g2p_ensemble", num_letters=9, num_phonemes=12, members=0)

@@ -217,6 +217,40 @@ def test_label_smoothing_is_refused_for_a_multi_label_task(tmp_path):
     assert proc.returncode != 0 and "train.label_smoothing must be a number" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "key, value",
+    [("lr", "abc"), ("lr", 0), ("epochs", 2.5), ("epochs", None), ("batch_size", -1), ("threads", True),
+     ("patience", 0), ("time_budget_min", "inf"), ("weight_decay", -0.1), ("average_last", "two")],
+)  # fmt: skip
+def test_a_train_setting_that_is_not_a_fitting_number_is_refused_naming_its_key(key, value):
+    from attnzoo.errors import ConfigError
+    from attnzoo.train.trainer import _checked_numbers
+
+    with pytest.raises(ConfigError, match=rf"train\.{key} must be a (whole )?number .*got {value!r}"):
+        _checked_numbers({"epochs": 2, "batch_size": 8, "lr": 0.01, key: value})
+
+
+def test_train_settings_written_as_text_become_numbers(tmp_path):
+    from attnzoo.train.trainer import _checked_numbers
+
+    checked = _checked_numbers({"epochs": "3", "batch_size": 8.0, "lr": "1e-3", "clip": None, "average_last": 0})
+    assert checked == {"epochs": 3, "batch_size": 8, "lr": 0.001, "clip": None, "average_last": 0}
+    assert type(checked["epochs"]) is int and type(checked["batch_size"]) is int
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnzoo",
+        "train",
+        "tiny_wordnet.yaml",
+        "train.lr=abc",
+        "--output",
+        str(tmp_path / "r"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode != 0 and "train.lr must be a number > 0, got 'abc'" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
+
+
 def test_seq2seq_label_smoothing_is_the_written_out_formula():
     """(1 - e)·(-log p_target) + e·mean_c(-log p_c) at every non-padding target, averaged over them."""
     from attnzoo.train.tasks import CMUDictG2P
@@ -239,3 +273,57 @@ def test_seq2seq_label_smoothing_is_the_written_out_formula():
                 logp = torch.log_softmax(logits[b, t].double(), 0)
                 terms.append(0.8 * -logp[target[b, t]] + 0.2 * -logp.mean())
     assert task.loss(Model(), batch).item() == pytest.approx(torch.stack(terms).mean().item(), rel=1e-6)
+
+
+# -- joining G2P runs into an ensemble -------------------------------------------------------------------------
+def _tiny_g2p(out, seed: int, hidden: int = 8):
+    cmd = [sys.executable, "-m", "attnzoo", "train", "g2p_seq2seq_cmudict.yaml", "--no-baseline", "--quiet"]
+    cmd += ["--json", "--output", str(out), f"seed={seed}", "task.limit=400", "task.beam_size=2", "check_subset=30"]
+    cmd += ["train.epochs=1", "train.average_last=null", "train.threads=1", "config.embed_dim=8"]
+    cmd += [f"config.hidden={hidden}", "config.decoder_hidden=8", "config.encoder_layers=1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout[proc.stdout.index("{") :])
+
+
+def _join(*args):
+    cmd = [sys.executable, "-m", "attnzoo.train.ensemble", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
+    """The joined file holds every member's float16 weights unchanged, loads as g2p_ensemble, and its
+    recorded subset metrics are what re-scoring the loaded file gives; mismatched members, a single
+    member and an existing output are refused without touching anything."""
+    need_cmudict()
+    import attnzoo
+    from attnzoo.train.tasks import build_task
+
+    reports = [_tiny_g2p(tmp_path / f"run{seed}", seed) for seed in (1, 2)]
+    out = tmp_path / "ensemble.safetensors"
+    proc = _join(tmp_path / "run1", reports[1]["weights"], "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    model = attnzoo.load(out)
+    assert model.attnzoo_config["name"] == "g2p_ensemble" and len(model.members) == 2
+    assert report["card_entry"]["num_params"] == sum(p.numel() for p in model.parameters())
+    assert report["card_entry"]["file_size"] == out.stat().st_size
+    joined = model.state_dict()
+    for n, member in enumerate(reports):
+        own = _weights(member)
+        assert all(torch.equal(joined[f"members.{n}.{k}"].half(), v) for k, v in own.items())
+    meta = model.attnzoo_metadata
+    assert [m["seed"] for m in meta["members"]] == [1, 2]
+    task = build_task(meta["task_config"], metadata=meta)
+    rescored = task.evaluate(model.eval(), task.subset(int(meta["check_subset"])))
+    for key, value in rescored.items():
+        assert meta["metrics"][f"subset_{key}"] == pytest.approx(value, abs=1e-4), key
+
+    before = out.read_bytes()
+    again = _join(tmp_path / "run1", tmp_path / "run2", "-o", out)
+    assert again.returncode == 2 and "exists" in again.stderr and out.read_bytes() == before
+    assert _join(tmp_path / "run1", "-o", tmp_path / "one.safetensors").returncode == 2
+    _tiny_g2p(tmp_path / "wide", 3, hidden=6)
+    mismatch = _join(tmp_path / "run1", tmp_path / "wide", "-o", tmp_path / "x.safetensors")
+    assert mismatch.returncode == 2 and "configuration" in mismatch.stderr and "Traceback" not in mismatch.stderr
+    assert not (tmp_path / "x.safetensors").exists() and not (tmp_path / "one.safetensors").exists()

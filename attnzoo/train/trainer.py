@@ -254,6 +254,45 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
     return {swap[k] if k not in params and swap.get(k) in params else k: v for k, v in sizes.items()}
 
 
+# train.KEY: (int or float, the lowest value, whether the lowest itself is allowed, whether null is allowed)
+_NUMBERS: dict[str, tuple[type, float, bool, bool]] = {
+    "epochs": (int, 1, True, False),
+    "batch_size": (int, 1, True, False),
+    "lr": (float, 0.0, False, False),
+    "weight_decay": (float, 0.0, True, True),
+    "clip": (float, 0.0, True, True),  # 0 or null: no clipping
+    "warmup_steps": (int, 0, True, True),
+    "threads": (int, 1, True, True),
+    "time_budget_min": (float, 0.0, False, True),
+    "patience": (int, 1, True, True),
+    "average_last": (int, 0, True, True),  # 0 or null: off
+}
+
+
+def _checked_numbers(settings: dict[str, Any]) -> dict[str, Any]:
+    """The train section with its numeric keys as numbers; a value that is not one (``train.lr=abc``, a
+    negative batch size, 2.5 epochs) is a ``ConfigError`` naming the key and what it takes."""
+    out = dict(settings)
+    for key, (kind, lowest, inclusive, nullable) in _NUMBERS.items():
+        if key not in out or (out[key] is None and nullable):
+            continue
+        value = out[key]
+        wanted = (
+            f"train.{key} must be {'a whole number' if kind is int else 'a number'} "
+            f"{'>=' if inclusive else '>'} {lowest:g}{' (or null)' if nullable else ''}, got {value!r}"
+        )
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            raise ConfigError(wanted) from None
+        if not math.isfinite(number) or (kind is int and not number.is_integer()):
+            raise ConfigError(wanted)
+        if number < lowest or (number == lowest and not inclusive):
+            raise ConfigError(wanted)
+        out[key] = int(number) if kind is int else number
+    return out
+
+
 def _stop_early(state: dict[str, Any], patience: int, epochs: int, rank: int, world: int) -> bool:
     """Rank 0 decides (it holds the validation scores); every rank learns the decision."""
     stop = rank == 0 and state["epoch"] < epochs and state["epoch"] - (state["best_epoch"] or 0) >= patience
@@ -293,7 +332,7 @@ def train(
     import attnzoo
 
     rank, world = _distributed()
-    settings = recipe["train"]
+    settings = _checked_numbers(recipe["train"])
     torch.set_num_threads(int(settings.get("threads", max(1, (os.cpu_count() or 2) // world))))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
@@ -323,8 +362,6 @@ def train(
         )
     task.label_smoothing = float(smoothing)
     average_last = settings.get("average_last") or 0
-    if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 0:
-        raise ConfigError(f"train.average_last must be a whole number of epochs (0: off), got {average_last!r}")
     epochs, batch_size = int(settings["epochs"]), int(settings["batch_size"])
     if batch_size % world:
         raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {world}")

@@ -1,0 +1,136 @@
+"""Join G2P models trained apart into one ``g2p_ensemble`` weights file:
+``python -m attnzoo.train.ensemble MEMBER MEMBER ... -o OUT.safetensors``.
+
+A member is a run folder or weights file written by ``attnzoo train``, or a pretrained name
+(``g2p_seq2seq.cmudict``). The members must share the model configuration, the task settings (data,
+split, decoding) and the vocabularies; the first one that differs is named in a ``ConfigError``. The
+joined model is scored exactly as the trainer scores one: the task's test split with its beam search
+and greedy, and the fixed subset the tests re-evaluate. The file holds the members' float16 weights
+unchanged under ``members.N.``, and metadata naming each member (its seed and sha256) beside the
+metrics, so that ``attnzoo.load``, ``attnzoo predict`` and ``attnzoo evaluate`` take it like any trained
+model. An existing file is never replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import AttnzooError, ConfigError
+from ..weights import encode_metadata, sha256_file, write_weights
+from .tasks import build_task
+
+__all__ = ["join_weights"]
+
+# what every member must agree on (keys of the weights' attnzoo metadata)
+_SHARED = ("task", "task_config", "output", "vocab", "phonemes", "data", "dataset", "license", "check_subset")
+
+
+def _member(source: str | Path):
+    import attnzoo
+
+    path = Path(source)
+    model = attnzoo.load(path) if path.exists() else attnzoo.create(str(source), pretrained=True)
+    if getattr(model, "name", None) != "g2p_seq2seq":
+        raise ConfigError(f"{source}: an ensemble joins g2p_seq2seq models, this is {getattr(model, 'name', model)!r}")
+    return model
+
+
+def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool = True) -> dict[str, Any]:
+    """Build the ensemble of ``sources`` (two or more), score it, write it to ``output``; returns a
+    report with the metrics and the card entry (as ``attnzoo train`` does)."""
+    import attnzoo
+
+    if len(sources) < 2:
+        raise ConfigError(f"an ensemble needs two or more members, got {len(sources)}")
+    output = Path(output)
+    if output.exists():
+        raise ConfigError(f"{output} exists; name a new file (an ensemble never replaces one)")
+    started = time.perf_counter()
+    members = [_member(s) for s in sources]
+    metas = [m.attnzoo_metadata for m in members]
+    configs = [dict(m.attnzoo_config["config"]) for m in members]
+    for source, meta, config in zip(sources[1:], metas[1:], configs[1:], strict=True):
+        if config != configs[0]:
+            raise ConfigError(f"{source}: model configuration {config} differs from {sources[0]}'s {configs[0]}")
+        for key in _SHARED:
+            if meta.get(key) != metas[0].get(key):
+                raise ConfigError(f"{source}: its {key} differs from {sources[0]}'s; members must share data and task")
+    config = {**configs[0], "members": len(members)}
+    ensemble = attnzoo.create("g2p_ensemble", **config).eval()
+    for slot, member in zip(ensemble.members, members, strict=True):
+        slot.load_state_dict(member.state_dict())
+    task = build_task(metas[0]["task_config"], metadata=metas[0])
+    test = {**task.evaluate(ensemble, task.splits["test"]), **task.extra_metrics(ensemble, task.splits["test"])}
+    subset_size = int(metas[0]["check_subset"])
+    subset = task.evaluate(ensemble, task.subset(subset_size))
+    metrics = {**{k: round(v, 4) for k, v in test.items()}, **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
+    shared = {key: metas[0][key] for key in _SHARED if key in metas[0]}
+    described = [
+        {
+            "source": str(s),
+            "seed": meta.get("seed"),
+            "sha256": _digest(s),
+            "test_word_accuracy": meta.get("metrics", {}).get("word_accuracy"),
+        }
+        for s, meta in zip(sources, metas, strict=True)
+    ]
+    extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
+    spec = attnzoo.model_info("g2p_ensemble")
+    half = {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in ensemble.state_dict().items()}
+    digest = write_weights(half, output, metadata=encode_metadata("g2p_ensemble", spec.factory_name, config, extra))
+    report = {
+        "weights": str(output),
+        "sha256": digest,
+        "members": described,
+        "test": test,
+        "subset": {"size": subset_size, **subset},
+        "time_s": time.perf_counter() - started,
+        "card_entry": {
+            "file": output.name,
+            "sha256": digest,
+            "num_params": sum(p.numel() for p in ensemble.parameters()),
+            "file_size": output.stat().st_size,
+            "torch_version": torch.__version__,
+            "config": config,
+            "metrics": metrics,
+        },
+    }
+    if verbose:
+        print(f"test: {test}\nsubset[{subset_size}]: {subset}\nweights: {output} sha256 {digest}")
+    return report
+
+
+def _digest(source: str | Path) -> str | None:
+    """The member file's sha256 (a run folder's weights file, or the file itself); None for a name."""
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors"))
+        path = files[0] if len(files) == 1 else path / "model.safetensors"
+    return sha256_file(path) if path.is_file() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnzoo.train.ensemble", description=__doc__.split("\n\n")[0])
+    parser.add_argument("members", nargs="+", help="run folders, weights files or pretrained names (two or more)")
+    parser.add_argument("-o", "--output", required=True, help="the new weights file (never replaced)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    try:
+        report = join_weights(args.members, args.output, verbose=not args.json)
+    except AttnzooError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
