@@ -219,7 +219,7 @@ def test_label_smoothing_is_refused_for_a_multi_label_task(tmp_path):
 
 @pytest.mark.parametrize(
     "key, value",
-    [("lr", "abc"), ("lr", 0), ("epochs", 2.5), ("epochs", None), ("batch_size", -1), ("threads", True),
+    [("lr", "abc"), ("lr", -0.1), ("epochs", 2.5), ("epochs", None), ("batch_size", -1), ("threads", True),
      ("patience", 0), ("time_budget_min", "inf"), ("weight_decay", -0.1), ("average_last", "two")],
 )  # fmt: skip
 def test_a_train_setting_that_is_not_a_fitting_number_is_refused_naming_its_key(key, value):
@@ -247,7 +247,7 @@ def test_train_settings_written_as_text_become_numbers(tmp_path):
         str(tmp_path / "r"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode != 0 and "train.lr must be a number > 0, got 'abc'" in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "train.lr must be a number >= 0, got 'abc'" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "r").exists()
 
 
@@ -326,4 +326,6 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     _tiny_g2p(tmp_path / "wide", 3, hidden=6)
     mismatch = _join(tmp_path / "run1", tmp_path / "wide", "-o", tmp_path / "x.safetensors")
     assert mismatch.returncode == 2 and "configuration" in mismatch.stderr and "Traceback" not in mismatch.stderr
-    assert not (tmp_path / "x.safetensors").exists() and not (tmp_path / "one.safetensors").exists()
+    other = _join(tmp_path / "run1", "bilstm_labelwise.wordnet", "-o", tmp_path / "y.safetensors")
+    assert other.returncode == 2 and "joins g2p_seq2seq models" in other.stderr
+    assert not any((tmp_path / f).exists() for f in ("x.safetensors", "y.safetensors", "one.safetensors"))

@@ -107,13 +107,17 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     return report
 
 
-def _digest(source: str | Path) -> str | None:
-    """The member file's sha256 (a run folder's weights file, or the file itself); None for a name."""
+def _digest(source: str | Path) -> str:
+    """The member's sha256: its card's for a pretrained name, else the file's (a run folder's
+    ``model.safetensors``)."""
+    import attnzoo
+
     path = Path(source)
-    if path.is_dir():
-        files = sorted(path.glob("*.safetensors"))
-        path = files[0] if len(files) == 1 else path / "model.safetensors"
-    return sha256_file(path) if path.is_file() else None
+    if not path.exists():
+        name, _, tag = str(source).partition(".")
+        spec = attnzoo.model_info(name)
+        return spec.weights[tag or spec.default_tag].sha256
+    return sha256_file(path / "model.safetensors" if path.is_dir() else path)
 
 
 def main(argv: list[str] | None = None) -> int:

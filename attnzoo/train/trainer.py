@@ -258,7 +258,7 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
 _NUMBERS: dict[str, tuple[type, float, bool, bool]] = {
     "epochs": (int, 1, True, False),
     "batch_size": (int, 1, True, False),
-    "lr": (float, 0.0, False, False),
+    "lr": (float, 0.0, True, False),  # 0 is allowed: a frozen run (tests use it)
     "weight_decay": (float, 0.0, True, True),
     "clip": (float, 0.0, True, True),  # 0 or null: no clipping
     "warmup_steps": (int, 0, True, True),
