@@ -116,7 +116,7 @@ def _digest(source: str | Path) -> str:
     if not path.exists():
         name, _, tag = str(source).partition(".")
         spec = attnzoo.model_info(name)
-        return spec.weights[tag or spec.default_tag].sha256
+        return spec.weights[tag or str(spec.default_tag)].sha256  # create() has already resolved it
     return sha256_file(path / "model.safetensors" if path.is_dir() else path)
 
 
