@@ -220,7 +220,8 @@ def test_label_smoothing_is_refused_for_a_multi_label_task(tmp_path):
 @pytest.mark.parametrize(
     "key, value",
     [("lr", "abc"), ("lr", -0.1), ("epochs", 2.5), ("epochs", None), ("batch_size", -1), ("threads", True),
-     ("patience", 0), ("time_budget_min", "inf"), ("weight_decay", -0.1), ("average_last", "two")],
+     ("patience", 0), ("time_budget_min", "inf"), ("weight_decay", -0.1), ("average_last", "two"),
+     ("label_smoothing", 1.0)],
 )  # fmt: skip
 def test_a_train_setting_that_is_not_a_fitting_number_is_refused_naming_its_key(key, value):
     from attnzoo.errors import ConfigError

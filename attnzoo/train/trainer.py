@@ -254,18 +254,20 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
     return {swap[k] if k not in params and swap.get(k) in params else k: v for k, v in sizes.items()}
 
 
-# train.KEY: (int or float, the lowest value, whether the lowest itself is allowed, whether null is allowed)
-_NUMBERS: dict[str, tuple[type, float, bool, bool]] = {
-    "epochs": (int, 1, True, False),
-    "batch_size": (int, 1, True, False),
-    "lr": (float, 0.0, True, False),  # 0 is allowed: a frozen run (tests use it)
-    "weight_decay": (float, 0.0, True, True),
-    "clip": (float, 0.0, True, True),  # 0 or null: no clipping
-    "warmup_steps": (int, 0, True, True),
-    "threads": (int, 1, True, True),
-    "time_budget_min": (float, 0.0, False, True),
-    "patience": (int, 1, True, True),
-    "average_last": (int, 0, True, True),  # 0 or null: off
+# train.KEY: (int or float, the lowest value, whether the lowest itself is allowed, whether null is allowed
+# (null: the default, or off), a bound the value must stay below)
+_NUMBERS: dict[str, tuple[type, float, bool, bool, float]] = {
+    "epochs": (int, 1, True, False, math.inf),
+    "batch_size": (int, 1, True, False, math.inf),
+    "lr": (float, 0.0, True, False, math.inf),  # 0 is allowed: a frozen run (tests use it)
+    "weight_decay": (float, 0.0, True, True, math.inf),
+    "clip": (float, 0.0, True, True, math.inf),  # 0 or null: no clipping
+    "warmup_steps": (int, 0, True, True, math.inf),
+    "threads": (int, 1, True, True, math.inf),
+    "time_budget_min": (float, 0.0, False, True, math.inf),
+    "patience": (int, 1, True, True, math.inf),
+    "average_last": (int, 0, True, True, math.inf),  # 0 or null: off
+    "label_smoothing": (float, 0.0, True, True, 1.0),  # 0 or null: off
 }
 
 
@@ -273,13 +275,14 @@ def _checked_numbers(settings: dict[str, Any]) -> dict[str, Any]:
     """The train section with its numeric keys as numbers; a value that is not one (``train.lr=abc``, a
     negative batch size, 2.5 epochs) is a ``ConfigError`` naming the key and what it takes."""
     out = dict(settings)
-    for key, (kind, lowest, inclusive, nullable) in _NUMBERS.items():
+    for key, (kind, lowest, inclusive, nullable, below) in _NUMBERS.items():
         if key not in out or (out[key] is None and nullable):
             continue
         value = out[key]
         wanted = (
             f"train.{key} must be {'a whole number' if kind is int else 'a number'} "
-            f"{'>=' if inclusive else '>'} {lowest:g}{' (or null)' if nullable else ''}, got {value!r}"
+            f"{'>=' if inclusive else '>'} {lowest:g}{f' and < {below:g}' if below < math.inf else ''}"
+            f"{' (or null)' if nullable else ''}, got {value!r}"
         )
         try:
             number = float(value) if not isinstance(value, bool) else math.nan
@@ -287,7 +290,7 @@ def _checked_numbers(settings: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(wanted) from None
         if not math.isfinite(number) or (kind is int and not number.is_integer()):
             raise ConfigError(wanted)
-        if number < lowest or (number == lowest and not inclusive):
+        if number < lowest or (number == lowest and not inclusive) or number >= below:
             raise ConfigError(wanted)
         out[key] = int(number) if kind is int else number
     return out
@@ -333,7 +336,7 @@ def train(
 
     rank, world = _distributed()
     settings = _checked_numbers(recipe["train"])
-    torch.set_num_threads(int(settings.get("threads", max(1, (os.cpu_count() or 2) // world))))
+    torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
     output = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{recipe['tag']}")
@@ -350,29 +353,27 @@ def train(
     sizes = model_sizes(recipe["model"], task.model_config())
     model = attnzoo.create(recipe["model"], config={**sizes, **recipe.get("config", {})}, device=device)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=float(settings["lr"]), weight_decay=float(settings.get("weight_decay", 0.0))
+        model.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay") or 0.0
     )
     smoothing = settings.get("label_smoothing") or 0.0
-    if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0.0 <= smoothing < 1.0:
-        raise ConfigError(f"train.label_smoothing must be a number in [0, 1), got {smoothing!r}")
     if smoothing and not task.takes_label_smoothing:
         raise ConfigError(
             f"train.label_smoothing applies to a softmax over classes (single-label and seq2seq tasks); "
             f"{task.name} trains with a per-label sigmoid: remove it"
         )
-    task.label_smoothing = float(smoothing)
+    task.label_smoothing = smoothing
     average_last = settings.get("average_last") or 0
-    epochs, batch_size = int(settings["epochs"]), int(settings["batch_size"])
+    epochs, batch_size = settings["epochs"], settings["batch_size"]
     if batch_size % world:
         raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {world}")
     if settings.get("time_budget_min") and not resume:
-        epochs = _epochs_within(float(settings["time_budget_min"]), task, model, optimizer, batch_size, epochs, device)
+        epochs = _epochs_within(settings["time_budget_min"], task, model, optimizer, batch_size, epochs, device)
         if rank == 0 and not quiet:
             print(f"{epochs} epochs fit in the time budget of {settings['time_budget_min']} min", flush=True)
     elif resume and (output / "checkpoint" / "trainer.json").is_file():
         epochs = int(json.loads((output / "checkpoint" / "trainer.json").read_text()).get("epochs", epochs))
     steps_per_epoch = max(1, len(task.splits["train"]) // batch_size)
-    warmup = int(settings.get("warmup_steps", 0))
+    warmup = settings.get("warmup_steps") or 0
 
     def lr_factor(step: int) -> float:  # linear warm-up, then cosine to 10 %
         if step < warmup:
@@ -412,7 +413,7 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if settings.get("clip"):
-                torch.nn.utils.clip_grad_norm_(model.parameters(), float(settings["clip"]))
+                torch.nn.utils.clip_grad_norm_(model.parameters(), settings["clip"])
             optimizer.step()
             scheduler.step()
             total, count = total + loss.item(), count + 1
@@ -443,7 +444,7 @@ def train(
                     flush=True,
                 )
         _barrier(world)
-        if patience is not None and _stop_early(state, int(patience), epochs, rank, world):
+        if patience is not None and _stop_early(state, patience, epochs, rank, world):
             if verbose:
                 print(
                     f"early stop: no better validation {task.main_metric} for {patience} epochs; the best "
