@@ -25,6 +25,7 @@ import torch
 from ..errors import AttnzooError, ConfigError
 from ..weights import encode_metadata, sha256_file, write_weights
 from .tasks import build_task
+from .trainer import card_metrics, float16_state
 
 __all__ = ["join_weights"]
 
@@ -67,10 +68,8 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     for slot, member in zip(ensemble.members, members, strict=True):
         slot.load_state_dict(member.state_dict())
     task = build_task(metas[0]["task_config"], metadata=metas[0])
-    test = {**task.evaluate(ensemble, task.splits["test"]), **task.extra_metrics(ensemble, task.splits["test"])}
     subset_size = int(metas[0]["check_subset"])
-    subset = task.evaluate(ensemble, task.subset(subset_size))
-    metrics = {**{k: round(v, 4) for k, v in test.items()}, **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
+    test, subset, metrics = card_metrics(task, ensemble, subset_size)
     shared = {key: metas[0][key] for key in _SHARED if key in metas[0]}
     described = [
         {
@@ -83,8 +82,9 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     ]
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     spec = attnzoo.model_info("g2p_ensemble")
-    half = {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in ensemble.state_dict().items()}
-    digest = write_weights(half, output, metadata=encode_metadata("g2p_ensemble", spec.factory_name, config, extra))
+    digest = write_weights(
+        float16_state(ensemble), output, metadata=encode_metadata("g2p_ensemble", spec.factory_name, config, extra)
+    )
     report = {
         "weights": str(output),
         "sha256": digest,

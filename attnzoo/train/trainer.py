@@ -467,18 +467,12 @@ def train(
         _judge_average(task, model, average, state, best_path, verbose)
     model.load_state_dict(read_weights(best_path, sha256=None)[0])
     # the weights ship in float16: tune and measure the model as it will be loaded
-    half = {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in model.state_dict().items()}
+    half = float16_state(model)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in half.items()})
     if hasattr(task, "tune_threshold") and task.splits["val"]:
         task.tune_threshold(model, task.splits["val"])  # on validation only
-    has_test = bool(task.splits["test"])
-    test = (
-        {**task.evaluate(model, task.splits["test"]), **task.extra_metrics(model, task.splits["test"])}
-        if has_test
-        else {}
-    )
     subset_size = int(recipe.get("check_subset", 2000))
-    subset = task.evaluate(model, task.subset(subset_size)) if has_test else {}
+    test, subset, metrics = card_metrics(task, model, subset_size)
     train_time = time.perf_counter() - started
     report = {
         "model": recipe["model"],
@@ -495,10 +489,9 @@ def train(
         "test": test,
         "subset": {"size": subset_size, **subset},
         "train_time_s": train_time,
-        "baseline": task.baseline() if baseline and has_test else None,
+        "baseline": task.baseline() if baseline and test else None,
         "data": task.describe_data(),
     }
-    metrics = {**{k: round(v, 4) for k, v in test.items()}, **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
     extra = {
         **task.metadata(),
         "metrics": metrics,
@@ -550,6 +543,23 @@ def train(
             f"run folder: {output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
         )
     return report
+
+
+def float16_state(model) -> dict[str, torch.Tensor]:
+    """The state dict as shipped weights hold it: floating tensors in float16, every tensor on the CPU."""
+    return {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in model.state_dict().items()}
+
+
+def card_metrics(task, model, subset_size: int) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Score a finished model for its card: (the test split's metrics with the task's extras, the fixed
+    subset's that the tests re-evaluate, both rounded to 4 places with the subset's as ``subset_*``).
+    All empty when the task has no test split."""
+    if not task.splits["test"]:
+        return {}, {}, {}
+    test = {**task.evaluate(model, task.splits["test"]), **task.extra_metrics(model, task.splits["test"])}
+    subset = task.evaluate(model, task.subset(subset_size))
+    metrics = {**{k: round(v, 4) for k, v in test.items()}, **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
+    return test, subset, metrics
 
 
 def _judge_average(
