@@ -265,6 +265,11 @@ class G2PSeq2Seq(_Decoding):
         return self.out(self.dropout(attended)), weights, (h, c, feed)
 
     def forward(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor | None = None, return_attention: bool = False):
+        logits, weights = self._teacher_forced(letters, phonemes_in, self._checked_mask(letters, phonemes_in, mask))
+        return (logits, weights) if return_attention else logits
+
+    def _checked_mask(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor | None) -> Tensor:
+        """Check forward's inputs; the letters' mask [B, S] (``letters != 0`` when none is given)."""
         like = self.out.weight
         mask = token_mask(self.name, letters, mask, self.num_letters, like=like)
         check_tokens(self.name, phonemes_in, self.num_phonemes, "phonemes_in", like=like)
@@ -273,9 +278,12 @@ class G2PSeq2Seq(_Decoding):
                 f"{self.name} expects phonemes_in with the letters' batch size {letters.shape[0]}, "
                 f"got {list(phonemes_in.shape)}"
             )
+        return mask
+
+    def _teacher_forced(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         encoded, state = self.encode(letters, mask)
         logits, weights, _ = self.decode_step(phonemes_in, encoded, mask, state)
-        return (logits, weights) if return_attention else logits
+        return logits, weights
 
     # decoding hooks (see _Decoding)
     def _like(self) -> Tensor:
@@ -348,7 +356,8 @@ class G2PEnsemble(_Decoding):
         return torch.logsumexp(torch.stack(logps), dim=0) - math.log(len(logps))
 
     def forward(self, letters: Tensor, phonemes_in: Tensor, mask: Tensor | None = None, return_attention: bool = False):
-        outputs = [m(letters, phonemes_in, mask, return_attention=True) for m in self.members]
+        mask = self.members[0]._checked_mask(letters, phonemes_in, mask)  # once: the members share the inputs
+        outputs = [m._teacher_forced(letters, phonemes_in, mask) for m in self.members]
         dtype = torch.promote_types(outputs[0][0].dtype, torch.float32)  # half mixes in float32, float64 stays
         logits = self._mix([torch.log_softmax(logits, dim=-1, dtype=dtype) for logits, _ in outputs])
         logits = logits.to(outputs[0][0].dtype)
