@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -315,6 +316,8 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
         assert all(torch.equal(joined[f"members.{n}.{k}"].half(), v) for k, v in own.items())
     meta = model.attnzoo_metadata
     assert [m["seed"] for m in meta["members"]] == [1, 2]
+    # sources by their names only: no path of the machine that joined them
+    assert [m["source"] for m in meta["members"]] == ["run1", Path(reports[1]["weights"]).name]
     task = build_task(meta["task_config"], metadata=meta)
     rescored = task.evaluate(model.eval(), task.subset(int(meta["check_subset"])))
     for key, value in rescored.items():

@@ -73,7 +73,8 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     shared = {key: metas[0][key] for key in _SHARED if key in metas[0]}
     described = [
         {
-            "source": str(s),
+            # a pretrained name as given; a path by its last part only (the machine's layout is not provenance)
+            "source": Path(s).name if Path(s).exists() else str(s),
             "seed": meta.get("seed"),
             "sha256": _digest(s),
             "test_word_accuracy": meta.get("metrics", {}).get("word_accuracy"),
