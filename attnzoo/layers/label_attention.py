@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import check_positive, label_attention
+from .core import check_positive, label_attention, tracing
 from .keras_layers import KerasVar
 from .label_head import LabelHead
 from .labelwise import LabelwiseAttentionBatched
@@ -199,7 +199,10 @@ class LAATHead(LabelHead):
     def attend(self, x: Tensor, mask: Tensor | None, return_attention: bool, prefix: str = ""):
         first = self.tensor(f"{prefix}first_linear.weight")
         second = self.tensor(f"{prefix}second_linear.weight")
-        keys = torch.tanh(F.linear(x, first))  # Z [B, T, d_a]
+        keys = F.linear(x, first)
+        # tanh in place on the fresh projection (linear's backward keeps x and W, not its output): one
+        # [B, T, d_a] tensor fewer to allocate and fill; graphs (export, compile) keep the plain form
+        keys = torch.tanh(keys) if tracing() else keys.tanh_()  # Z [B, T, d_a]
         return label_attention(second, keys, x, mask, return_attention=return_attention, chunk_size=self.chunk_size)
 
     def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False):
