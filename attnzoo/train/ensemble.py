@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import AttnzooError, ConfigError
+from ..registry import resolve
 from ..weights import encode_metadata, sha256_file, write_weights
 from .tasks import build_task
 from .trainer import card_metrics, float16_state
@@ -34,13 +35,23 @@ _SHARED = ("task", "task_config", "output", "vocab", "phonemes", "data", "datase
 
 
 def _member(source: str | Path):
+    """Load one member; returns (model, its provenance: source as recorded, seed and sha256).
+
+    A path is recorded by its last part only (the joining machine's layout is not provenance) with its
+    file's sha256; a pretrained name as given, with the sha256 of the card tag that ``create`` loads."""
     import attnzoo
 
     path = Path(source)
-    model = attnzoo.load(path) if path.exists() else attnzoo.create(str(source), pretrained=True)
+    if path.exists():
+        model = attnzoo.load(path)
+        shown, digest = path.name, sha256_file(path / "model.safetensors" if path.is_dir() else path)
+    else:
+        model = attnzoo.create(str(source), pretrained=True)
+        spec, tag = resolve(str(source))  # as create() resolved it, which has checked that the tag exists
+        shown, digest = str(source), spec.weights[tag or str(spec.default_tag)].sha256
     if getattr(model, "name", None) != "g2p_seq2seq":
         raise ConfigError(f"{source}: an ensemble joins g2p_seq2seq models, this is {getattr(model, 'name', model)!r}")
-    return model
+    return model, {"source": shown, "seed": model.attnzoo_metadata.get("seed"), "sha256": digest}
 
 
 def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool = True) -> dict[str, Any]:
@@ -54,7 +65,7 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     if output.exists():
         raise ConfigError(f"{output} exists; name a new file (an ensemble never replaces one)")
     started = time.perf_counter()
-    members = [_member(s) for s in sources]
+    members, provenance = zip(*(_member(s) for s in sources), strict=True)
     metas = [m.attnzoo_metadata for m in members]
     configs = [dict(m.attnzoo_config["config"]) for m in members]
     for source, meta, config in zip(sources[1:], metas[1:], configs[1:], strict=True):
@@ -72,14 +83,8 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     test, subset, metrics = card_metrics(task, ensemble, subset_size)
     shared = {key: metas[0][key] for key in _SHARED if key in metas[0]}
     described = [
-        {
-            # a pretrained name as given; a path by its last part only (the machine's layout is not provenance)
-            "source": Path(s).name if Path(s).exists() else str(s),
-            "seed": meta.get("seed"),
-            "sha256": _digest(s),
-            "test_word_accuracy": meta.get("metrics", {}).get("word_accuracy"),
-        }
-        for s, meta in zip(sources, metas, strict=True)
+        {**where, "test_word_accuracy": meta.get("metrics", {}).get("word_accuracy")}
+        for where, meta in zip(provenance, metas, strict=True)
     ]
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     spec = attnzoo.model_info("g2p_ensemble")
@@ -106,19 +111,6 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     if verbose:
         print(f"test: {test}\nsubset[{subset_size}]: {subset}\nweights: {output} sha256 {digest}")
     return report
-
-
-def _digest(source: str | Path) -> str:
-    """The member's sha256: its card's for a pretrained name, else the file's (a run folder's
-    ``model.safetensors``)."""
-    import attnzoo
-
-    path = Path(source)
-    if not path.exists():
-        name, _, tag = str(source).partition(".")
-        spec = attnzoo.model_info(name)
-        return spec.weights[tag or str(spec.default_tag)].sha256  # create() has already resolved it
-    return sha256_file(path / "model.safetensors" if path.is_dir() else path)
 
 
 def main(argv: list[str] | None = None) -> int:
