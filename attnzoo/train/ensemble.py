@@ -2,13 +2,15 @@
 ``python -m attnzoo.train.ensemble MEMBER MEMBER ... -o OUT.safetensors``.
 
 A member is a run folder or weights file written by ``attnzoo train``, or a pretrained name
-(``g2p_seq2seq.cmudict``). The members must share the model configuration, the task settings (data,
-split, decoding) and the vocabularies; the first one that differs is named in a ``ConfigError``. The
-joined model is scored exactly as the trainer scores one: the task's test split with its beam search
-and greedy, and the fixed subset the tests re-evaluate. The file holds the members' float16 weights
-unchanged under ``members.N.``, and metadata naming each member (its seed and sha256) beside the
-metrics, so that ``attnzoo.load``, ``attnzoo predict`` and ``attnzoo evaluate`` take it like any trained
-model. An existing file is never replaced.
+(``g2p_seq2seq.cmudict``); an ensemble (``g2p_ensemble.cmudict`` or a joined file) brings all its
+members, so an ensemble grows by joining it with new runs. A member may be in only once. The members
+must share the model configuration, the task settings (data, split, decoding) and the vocabularies; the
+first one that differs is named in a ``ConfigError``. The joined model is scored exactly as the
+trainer scores one: the task's test split with its beam search and greedy, and the fixed subset the
+tests re-evaluate. The file holds the members' float16 weights unchanged under ``members.N.``, and
+metadata naming each member (its source, seed and sha256) beside the metrics, so that ``attnzoo.load``,
+``attnzoo predict`` and ``attnzoo evaluate`` take it like any trained model. An existing file is never
+replaced.
 """
 
 from __future__ import annotations
@@ -34,11 +36,15 @@ __all__ = ["join_weights"]
 _SHARED = ("task", "task_config", "output", "vocab", "phonemes", "data", "dataset", "license", "check_subset")
 
 
-def _member(source: str | Path):
-    """Load one member; returns (model, its provenance: source as recorded, seed and sha256).
+def _members(source: str | Path) -> list[tuple[Any, dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """Load the member or members behind one source; returns (model, its metadata, its model configuration,
+    its provenance) for each, where provenance is what the joined file records: source, seed, sha256 and
+    test word accuracy.
 
     A path is recorded by its last part only (the joining machine's layout is not provenance) with its
-    file's sha256; a pretrained name as given, with the sha256 of the card tag that ``create`` loads."""
+    file's sha256; a pretrained name as given, with the sha256 of the card tag that ``create`` loads. An
+    ensemble (a file or name) contributes its members with the provenance it recorded for them, so that
+    an ensemble grows by joining it with new runs: its float16 weights pass through unchanged."""
     import attnzoo
 
     path = Path(source)
@@ -49,31 +55,47 @@ def _member(source: str | Path):
         model = attnzoo.create(str(source), pretrained=True)
         spec, tag = resolve(str(source))  # as create() resolved it, which has checked that the tag exists
         shown, digest = str(source), spec.weights[tag or str(spec.default_tag)].sha256
-    if getattr(model, "name", None) != "g2p_seq2seq":
-        raise ConfigError(f"{source}: an ensemble joins g2p_seq2seq models, this is {getattr(model, 'name', model)!r}")
-    return model, {"source": shown, "seed": model.attnzoo_metadata.get("seed"), "sha256": digest}
+    meta = model.attnzoo_metadata
+    config = {k: v for k, v in model.attnzoo_config["config"].items() if k != "members"}
+    if model.attnzoo_config["name"] == "g2p_ensemble":
+        recorded = meta.get("members") or []
+        if len(recorded) != len(model.members):
+            raise ConfigError(f"{source}: an ensemble without a record of its {len(model.members)} members")
+        return [(member, meta, config, dict(record)) for member, record in zip(model.members, recorded, strict=True)]
+    if model.attnzoo_config["name"] != "g2p_seq2seq":
+        raise ConfigError(f"{source}: an ensemble joins g2p_seq2seq models, this is {model.attnzoo_config['name']!r}")
+    accuracy = meta.get("metrics", {}).get("word_accuracy")
+    return [
+        (
+            model,
+            meta,
+            config,
+            {"source": shown, "seed": meta.get("seed"), "sha256": digest, "test_word_accuracy": accuracy},
+        )
+    ]
 
 
 def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool = True) -> dict[str, Any]:
-    """Build the ensemble of ``sources`` (two or more), score it, write it to ``output``; returns a
-    report with the metrics and the card entry (as ``attnzoo train`` does)."""
+    """Build the ensemble of the members behind ``sources`` (two or more in all), score it, write it to
+    ``output``; returns a report with the metrics and the card entry (as ``attnzoo train`` does)."""
     import attnzoo
 
-    if len(sources) < 2:
-        raise ConfigError(f"an ensemble needs two or more members, got {len(sources)}")
     output = Path(output)
     if output.exists():
         raise ConfigError(f"{output} exists; name a new file (an ensemble never replaces one)")
     started = time.perf_counter()
-    members, provenance = zip(*(_member(s) for s in sources), strict=True)
-    metas = [m.attnzoo_metadata for m in members]
-    configs = [dict(m.attnzoo_config["config"]) for m in members]
-    for source, meta, config in zip(sources[1:], metas[1:], configs[1:], strict=True):
+    loaded = [(str(source), *member) for source in sources for member in _members(source)]
+    sources_, members, metas, configs, described = (list(column) for column in zip(*loaded, strict=True))
+    if len(members) < 2:
+        raise ConfigError(f"an ensemble needs two or more members, got {len(members)}")
+    for n, (source, meta, config, where) in enumerate(zip(sources_, metas, configs, described, strict=True)):
+        if any(where["sha256"] == earlier["sha256"] for earlier in described[:n]):
+            raise ConfigError(f"{source}: member {where['source']} (sha256 {where['sha256'][:12]}...) is in twice")
         if config != configs[0]:
-            raise ConfigError(f"{source}: model configuration {config} differs from {sources[0]}'s {configs[0]}")
+            raise ConfigError(f"{source}: model configuration {config} differs from {sources_[0]}'s {configs[0]}")
         for key in _SHARED:
             if meta.get(key) != metas[0].get(key):
-                raise ConfigError(f"{source}: its {key} differs from {sources[0]}'s; members must share data and task")
+                raise ConfigError(f"{source}: its {key} differs from {sources_[0]}'s; members must share data and task")
     config = {**configs[0], "members": len(members)}
     ensemble = attnzoo.create("g2p_ensemble", **config).eval()
     for slot, member in zip(ensemble.members, members, strict=True):
@@ -82,10 +104,6 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
     subset_size = int(metas[0]["check_subset"])
     test, subset, metrics = card_metrics(task, ensemble, subset_size)
     shared = {key: metas[0][key] for key in _SHARED if key in metas[0]}
-    described = [
-        {**where, "test_word_accuracy": meta.get("metrics", {}).get("word_accuracy")}
-        for where, meta in zip(provenance, metas, strict=True)
-    ]
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     spec = attnzoo.model_info("g2p_ensemble")
     digest = write_weights(
@@ -115,7 +133,11 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnzoo.train.ensemble", description=__doc__.split("\n\n")[0])
-    parser.add_argument("members", nargs="+", help="run folders, weights files or pretrained names (two or more)")
+    parser.add_argument(
+        "members",
+        nargs="+",
+        help="run folders, weights files, pretrained names or ensembles (two or more members in all)",
+    )
     parser.add_argument("-o", "--output", required=True, help="the new weights file (never replaced)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
