@@ -293,11 +293,22 @@ def _join(*args):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 
+def test_best_prefix_takes_the_highest_score_and_the_fewest_members_on_a_tie():
+    from attnzoo.train.ensemble import best_prefix
+
+    rows = [{"members": 2, "acc": 0.70}, {"members": 3, "acc": 0.72}, {"members": 4, "acc": 0.71}]
+    assert best_prefix(rows, "acc") == 3
+    rows += [{"members": 5, "acc": 0.72}]
+    assert best_prefix(rows, "acc") == 3
+    assert best_prefix(rows[:1], "acc") == 2
+
+
 def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     """The joined file holds every member's float16 weights unchanged, loads as g2p_ensemble, and its
     recorded subset metrics are what re-scoring the loaded file gives; joined with a new run it grows,
-    keeping its members' weights and provenance; mismatched members, a single member, a member given
-    twice and an existing output are refused without touching anything."""
+    keeping its members' weights and provenance; --choose-on-val keeps the best prefix on validation;
+    mismatched members, a single member, a member given twice and an existing output are refused
+    without touching anything."""
     need_cmudict()
     import attnzoo
     from attnzoo.train.tasks import build_task
@@ -320,6 +331,7 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     assert [m["seed"] for m in meta["members"]] == [1, 2]
     # sources by their names only: no path of the machine that joined them
     assert [m["source"] for m in meta["members"]] == ["run1", Path(reports[1]["weights"]).name]
+    meta_config = {k: v for k, v in model.attnzoo_config["config"].items() if k != "members"}
     task = build_task(meta["task_config"], metadata=meta)
     rescored = task.evaluate(model.eval(), task.subset(int(meta["check_subset"])))
     for key, value in rescored.items():
@@ -346,6 +358,28 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     # a run folder is recorded with the digest of the file that was loaded from it
     assert grown.attnzoo_metadata["members"][2]["sha256"] == sha256_file(tmp_path / "run3" / "model.safetensors")
     assert [m["seed"] for m in grown.attnzoo_metadata["members"]] == [1, 2, 3]
+
+    # choosing on validation: each prefix's recorded score is what evaluating that prefix gives, and the
+    # file holds the best prefix (the fewest members on a tie)
+    chosen_path = tmp_path / "chosen.safetensors"
+    proc = _join(
+        tmp_path / "run3", tmp_path / "run1", tmp_path / "run2", "--choose-on-val", "-o", chosen_path, "--json"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = json.loads(proc.stdout)["validation"]
+    assert [row["members"] for row in table] == [2, 3]
+    runs = [attnzoo.load(tmp_path / run) for run in ("run3", "run1", "run2")]
+    for row in table:
+        prefix = attnzoo.create("g2p_ensemble", **{**meta_config, "members": row["members"]}).eval()
+        for slot, run in zip(prefix.members, runs, strict=False):
+            slot.load_state_dict(run.state_dict())
+        expected = task.evaluate(prefix, task.splits["val"])
+        assert all(row[k] == pytest.approx(v, abs=1e-4) for k, v in expected.items()), (row, expected)
+    best = max(row["word_accuracy"] for row in table)
+    want = min(row["members"] for row in table if row["word_accuracy"] == best)
+    chosen = attnzoo.load(chosen_path)
+    assert len(chosen.members) == want and chosen.attnzoo_metadata["validation"] == table
+    assert [m["source"] for m in chosen.attnzoo_metadata["members"]] == ["run3", "run1", "run2"][:want]
 
     _tiny_g2p(tmp_path / "wide", 4, hidden=6)
     mismatch = _join(tmp_path / "run1", tmp_path / "wide", "-o", tmp_path / "x.safetensors")

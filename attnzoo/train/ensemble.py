@@ -10,7 +10,8 @@ trainer scores one: the task's test split with its beam search and greedy, and t
 tests re-evaluate. The file holds the members' float16 weights unchanged under ``members.N.``, and
 metadata naming each member (its source, seed and sha256) beside the metrics, so that ``attnzoo.load``,
 ``attnzoo predict`` and ``attnzoo evaluate`` take it like any trained model. An existing file is never
-replaced.
+replaced. ``--choose-on-val`` keeps the best of the ensembles of the first 2, 3, ... members on the
+validation split.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..weights import encode_metadata, sha256_file, write_weights
 from .tasks import build_task
 from .trainer import card_metrics, float16_state
 
-__all__ = ["join_weights"]
+__all__ = ["best_prefix", "join_weights"]
 
 # what every member must agree on (keys of the weights' attnzoo metadata)
 _SHARED = ("task", "task_config", "output", "vocab", "phonemes", "data", "dataset", "license", "check_subset")
@@ -75,9 +76,42 @@ def _members(source: str | Path) -> list[tuple[Any, dict[str, Any], dict[str, An
     ]
 
 
-def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool = True) -> dict[str, Any]:
+def _ensemble(config: dict[str, Any], members: list[Any]):
+    """A g2p_ensemble of ``config`` holding ``members``' weights, in eval mode."""
+    import attnzoo
+
+    model = attnzoo.create("g2p_ensemble", **{**config, "members": len(members)}).eval()
+    for slot, member in zip(model.members, members, strict=True):
+        slot.load_state_dict(member.state_dict())
+    return model
+
+
+def _prefix_scores(task, config: dict[str, Any], members: list[Any], verbose: bool) -> list[dict[str, Any]]:
+    """The validation scores of the ensembles of the first k members, k = 2 .. N, decoded as the test
+    split is (the task's beam search): one row ``{"members": k, metric: value, ...}`` per k."""
+    rows = []
+    for k in range(2, len(members) + 1):
+        scores = task.evaluate(_ensemble(config, members[:k]), task.splits["val"])
+        rows.append({"members": k, **{key: round(value, 4) for key, value in scores.items()}})
+        if verbose:
+            print(f"validation, first {k} members: {rows[-1]}")
+    return rows
+
+
+def best_prefix(rows: list[dict[str, Any]], metric: str) -> int:
+    """The member count of the row with the highest ``metric`` (higher is better); on a tie the fewest."""
+    return max(rows, key=lambda row: (row[metric], -row["members"]))["members"]
+
+
+def join_weights(
+    sources: list[str | Path], output: str | Path, *, choose_on_val: bool = False, verbose: bool = True
+) -> dict[str, Any]:
     """Build the ensemble of the members behind ``sources`` (two or more in all), score it, write it to
-    ``output``; returns a report with the metrics and the card entry (as ``attnzoo train`` does)."""
+    ``output``; returns a report with the metrics and the card entry (as ``attnzoo train`` does).
+
+    ``choose_on_val``: score the ensembles of the first 2, 3, ... N members (in the order given) on the
+    validation split and keep the best of them (on a tie, the fewest members); the table is in the
+    report and the file's metadata under ``validation``. The test split is scored once, for the choice."""
     import attnzoo
 
     output = Path(output)
@@ -96,15 +130,20 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
         for key in _SHARED:
             if meta.get(key) != metas[0].get(key):
                 raise ConfigError(f"{source}: its {key} differs from {sources_[0]}'s; members must share data and task")
-    config = {**configs[0], "members": len(members)}
-    ensemble = attnzoo.create("g2p_ensemble", **config).eval()
-    for slot, member in zip(ensemble.members, members, strict=True):
-        slot.load_state_dict(member.state_dict())
     task = build_task(metas[0]["task_config"], metadata=metas[0])
+    validation = None
+    if choose_on_val:
+        validation = _prefix_scores(task, configs[0], members, verbose)
+        keep = best_prefix(validation, task.main_metric)
+        members, described = members[:keep], described[:keep]
+    config = {**configs[0], "members": len(members)}
+    ensemble = _ensemble(config, members)
     subset_size = int(metas[0]["check_subset"])
     test, subset, metrics = card_metrics(task, ensemble, subset_size)
     shared = {key: metas[0][key] for key in _SHARED if key in metas[0]}
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
+    if validation is not None:
+        extra["validation"] = validation
     spec = attnzoo.model_info("g2p_ensemble")
     digest = write_weights(
         float16_state(ensemble), output, metadata=encode_metadata("g2p_ensemble", spec.factory_name, config, extra)
@@ -113,6 +152,7 @@ def join_weights(sources: list[str | Path], output: str | Path, *, verbose: bool
         "weights": str(output),
         "sha256": digest,
         "members": described,
+        "validation": validation,
         "test": test,
         "subset": {"size": subset_size, **subset},
         "time_s": time.perf_counter() - started,
@@ -139,10 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         help="run folders, weights files, pretrained names or ensembles (two or more members in all)",
     )
     parser.add_argument("-o", "--output", required=True, help="the new weights file (never replaced)")
+    parser.add_argument(
+        "--choose-on-val",
+        action="store_true",
+        help="keep the best ensemble of the first 2, 3, ... members on the validation split (ties: fewer)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     try:
-        report = join_weights(args.members, args.output, verbose=not args.json)
+        report = join_weights(args.members, args.output, choose_on_val=args.choose_on_val, verbose=not args.json)
     except AttnzooError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
