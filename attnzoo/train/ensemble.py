@@ -27,7 +27,7 @@ import torch
 
 from ..errors import AttnzooError, ConfigError
 from ..registry import resolve
-from ..weights import encode_metadata, sha256_file, write_weights
+from ..weights import WEIGHTS_FILE, encode_metadata, sha256_file, write_weights
 from .tasks import build_task
 from .trainer import card_metrics, float16_state
 
@@ -51,7 +51,7 @@ def _members(source: str | Path) -> list[tuple[Any, dict[str, Any], dict[str, An
     path = Path(source)
     if path.exists():
         model = attnzoo.load(path)
-        shown, digest = path.name, sha256_file(path / "model.safetensors" if path.is_dir() else path)
+        shown, digest = path.name, sha256_file(path / WEIGHTS_FILE if path.is_dir() else path)
     else:
         model = attnzoo.create(str(source), pretrained=True)
         spec, tag = resolve(str(source))  # as create() resolved it, which has checked that the tag exists
