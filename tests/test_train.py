@@ -380,11 +380,25 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     chosen = attnzoo.load(chosen_path)
     assert len(chosen.members) == want and chosen.attnzoo_metadata["validation"] == table
     assert [m["source"] for m in chosen.attnzoo_metadata["members"]] == ["run3", "run1", "run2"][:want]
+    # an ensemble chosen before and now grown: only the ensembles from K members up are scored, and the
+    # file holds one of them
+    from_three = tmp_path / "from3.safetensors"
+    runs_args = (tmp_path / "run3", tmp_path / "run1", tmp_path / "run2", "--choose-on-val")
+    proc = _join(*runs_args, "--choose-from", "3", "-o", from_three, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["validation"] == [row for row in table if row["members"] == 3]
+    assert len(attnzoo.load(from_three).members) == 3
+    for bad in ("4", "1"):
+        refused_from = _join(*runs_args, "--choose-from", bad, "-o", tmp_path / "z.safetensors")
+        assert refused_from.returncode == 2 and "2 to 3" in refused_from.stderr, refused_from.stderr[-2000:]
+        assert "Traceback" not in refused_from.stderr
+    alone = _join(tmp_path / "run1", tmp_path / "run2", "--choose-from", "3", "-o", tmp_path / "z.safetensors")
+    assert alone.returncode == 2 and "--choose-on-val" in alone.stderr
 
     _tiny_g2p(tmp_path / "wide", 4, hidden=6)
     mismatch = _join(tmp_path / "run1", tmp_path / "wide", "-o", tmp_path / "x.safetensors")
     assert mismatch.returncode == 2 and "configuration" in mismatch.stderr and "Traceback" not in mismatch.stderr
     other = _join(tmp_path / "run1", "bilstm_labelwise.wordnet", "-o", tmp_path / "y.safetensors")
     assert other.returncode == 2 and "joins g2p_seq2seq models" in other.stderr
-    refused = ("x.safetensors", "y.safetensors", "one.safetensors", "twice.safetensors")
+    refused = ("x.safetensors", "y.safetensors", "one.safetensors", "twice.safetensors", "z.safetensors")
     assert not any((tmp_path / f).exists() for f in refused)

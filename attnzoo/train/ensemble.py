@@ -86,11 +86,13 @@ def _ensemble(config: dict[str, Any], members: list[Any]):
     return model
 
 
-def _prefix_scores(task, config: dict[str, Any], members: list[Any], verbose: bool) -> list[dict[str, Any]]:
-    """The validation scores of the ensembles of the first k members, k = 2 .. N, decoded as the test
-    split is (the task's beam search): one row ``{"members": k, metric: value, ...}`` per k."""
+def _prefix_scores(
+    task, config: dict[str, Any], members: list[Any], smallest: int, verbose: bool
+) -> list[dict[str, Any]]:
+    """The validation scores of the ensembles of the first k members, k = smallest .. N, decoded as the
+    test split is (the task's beam search): one row ``{"members": k, metric: value, ...}`` per k."""
     rows = []
-    for k in range(2, len(members) + 1):
+    for k in range(smallest, len(members) + 1):
         scores = task.evaluate(_ensemble(config, members[:k]), task.splits["val"])
         rows.append({"members": k, **{key: round(value, 4) for key, value in scores.items()}})
         if verbose:
@@ -104,14 +106,21 @@ def best_prefix(rows: list[dict[str, Any]], metric: str) -> int:
 
 
 def join_weights(
-    sources: list[str | Path], output: str | Path, *, choose_on_val: bool = False, verbose: bool = True
+    sources: list[str | Path],
+    output: str | Path,
+    *,
+    choose_on_val: bool = False,
+    choose_from: int = 2,
+    verbose: bool = True,
 ) -> dict[str, Any]:
     """Build the ensemble of the members behind ``sources`` (two or more in all), score it, write it to
     ``output``; returns a report with the metrics and the card entry (as ``attnzoo train`` does).
 
     ``choose_on_val``: score the ensembles of the first 2, 3, ... N members (in the order given) on the
     validation split and keep the best of them (on a tie, the fewest members); the table is in the
-    report and the file's metadata under ``validation``. The test split is scored once, for the choice."""
+    report and the file's metadata under ``validation``. The test split is scored once, for the choice.
+    ``choose_from``: the smallest ensemble scored (say, the size of an ensemble already chosen that way and
+    now grown, whose smaller prefixes were scored before)."""
     import attnzoo
 
     output = Path(output)
@@ -122,6 +131,11 @@ def join_weights(
     sources_, members, metas, configs, described = (list(column) for column in zip(*loaded, strict=True))
     if len(members) < 2:
         raise ConfigError(f"an ensemble needs two or more members, got {len(members)}")
+    if choose_on_val and not 2 <= choose_from <= len(members):
+        raise ConfigError(
+            f"the smallest ensemble to choose from has {choose_from} members; it must have 2 to {len(members)}, "
+            f"the number of members the sources bring"
+        )
     for n, (source, meta, config, where) in enumerate(zip(sources_, metas, configs, described, strict=True)):
         if any(where["sha256"] == earlier["sha256"] for earlier in described[:n]):
             raise ConfigError(f"{source}: member {where['source']} (sha256 {where['sha256'][:12]}...) is in twice")
@@ -133,7 +147,7 @@ def join_weights(
     task = build_task(metas[0]["task_config"], metadata=metas[0])
     validation = None
     if choose_on_val:
-        validation = _prefix_scores(task, configs[0], members, verbose)
+        validation = _prefix_scores(task, configs[0], members, choose_from, verbose)
         keep = best_prefix(validation, task.main_metric)
         members, described = members[:keep], described[:keep]
     config = {**configs[0], "members": len(members)}
@@ -184,10 +198,25 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the best ensemble of the first 2, 3, ... members on the validation split (ties: fewer)",
     )
+    parser.add_argument(
+        "--choose-from",
+        type=int,
+        default=2,
+        metavar="K",
+        help="with --choose-on-val: the smallest ensemble scored, the first K members (default 2)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+    if args.choose_from != 2 and not args.choose_on_val:
+        parser.error("--choose-from only applies with --choose-on-val")
     try:
-        report = join_weights(args.members, args.output, choose_on_val=args.choose_on_val, verbose=not args.json)
+        report = join_weights(
+            args.members,
+            args.output,
+            choose_on_val=args.choose_on_val,
+            choose_from=args.choose_from,
+            verbose=not args.json,
+        )
     except AttnzooError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
