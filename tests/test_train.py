@@ -343,6 +343,9 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     assert _join(tmp_path / "run1", "-o", tmp_path / "one.safetensors").returncode == 2
     twice = _join(tmp_path / "run1", out, "-o", tmp_path / "twice.safetensors")
     assert twice.returncode == 2 and "in twice" in twice.stderr and "Traceback" not in twice.stderr
+    # a run folder (float32 model.safetensors) and its float16 card file: two digests, one member
+    same = _join(tmp_path / "run2", reports[1]["weights"], "-o", tmp_path / "same.safetensors")
+    assert same.returncode == 2 and "same weights" in same.stderr and "Traceback" not in same.stderr
 
     # growing: the joined file brings its two members (weights and provenance as recorded) beside a new run
     third = _tiny_g2p(tmp_path / "run3", 3)
@@ -400,5 +403,5 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     assert mismatch.returncode == 2 and "configuration" in mismatch.stderr and "Traceback" not in mismatch.stderr
     other = _join(tmp_path / "run1", "bilstm_labelwise.wordnet", "-o", tmp_path / "y.safetensors")
     assert other.returncode == 2 and "joins g2p_seq2seq models" in other.stderr
-    refused = ("x.safetensors", "y.safetensors", "one.safetensors", "twice.safetensors", "z.safetensors")
-    assert not any((tmp_path / f).exists() for f in refused)
+    refused = ("x", "y", "one", "twice", "z", "same")
+    assert not any((tmp_path / f"{name}.safetensors").exists() for name in refused)

@@ -3,7 +3,8 @@
 
 A member is a run folder or weights file written by ``attnzoo train``, or a pretrained name
 (``g2p_seq2seq.cmudict``); an ensemble (``g2p_ensemble.cmudict`` or a joined file) brings all its
-members, so an ensemble grows by joining it with new runs. A member may be in only once. The members
+members, so an ensemble grows by joining it with new runs. A member may be in only once: the same
+file (by sha256) or the same weights in float16 (a run folder and the card file beside it) is refused. The members
 must share the model configuration, the task settings (data, split, decoding) and the vocabularies; the
 first one that differs is named in a ``ConfigError``. The joined model is scored exactly as the
 trainer scores one: the task's test split with its beam search and greedy, and the fixed subset the
@@ -76,6 +77,11 @@ def _members(source: str | Path) -> list[tuple[Any, dict[str, Any], dict[str, An
     ]
 
 
+def _same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Whether two state dicts hold the same tensors under the same names."""
+    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a)
+
+
 def _ensemble(config: dict[str, Any], members: list[Any]):
     """A g2p_ensemble of ``config`` holding ``members``' weights, in eval mode."""
     import attnzoo
@@ -136,9 +142,17 @@ def join_weights(
             f"the smallest ensemble to choose from has {choose_from} members; it must have 2 to {len(members)}, "
             f"the number of members the sources bring"
         )
+    # float16, as the file stores them: a run folder's float32 weights and the card file beside it are one member
+    stored = [float16_state(member) for member in members]
     for n, (source, meta, config, where) in enumerate(zip(sources_, metas, configs, described, strict=True)):
         if any(where["sha256"] == earlier["sha256"] for earlier in described[:n]):
             raise ConfigError(f"{source}: member {where['source']} (sha256 {where['sha256'][:12]}...) is in twice")
+        for earlier, earlier_state in zip(described[:n], stored[:n], strict=True):
+            if _same_state(stored[n], earlier_state):
+                raise ConfigError(
+                    f"{source}: member {where['source']} holds the same weights as {earlier['source']} "
+                    "(equal in float16, as the file stores them), so it is in twice; give each member once"
+                )
         if config != configs[0]:
             raise ConfigError(f"{source}: model configuration {config} differs from {sources_[0]}'s {configs[0]}")
         for key in _SHARED:
