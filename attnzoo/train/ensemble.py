@@ -3,11 +3,11 @@
 
 A member is a run folder or weights file written by ``attnzoo train``, or a pretrained name
 (``g2p_seq2seq.cmudict``); an ensemble (``g2p_ensemble.cmudict`` or a joined file) brings all its
-members, so an ensemble grows by joining it with new runs. A member may be in only once: the same
-file (by sha256) or the same weights in float16 (a run folder and the card file beside it) is refused. The members
-must share the model configuration, the task settings (data, split, decoding) and the vocabularies; the
-first one that differs is named in a ``ConfigError``. The joined model is scored exactly as the
-trainer scores one: the task's test split with its beam search and greedy, and the fixed subset the
+members, so an ensemble grows by joining it with new runs. A member may be in only once: a second file
+with the same sha256, or with the same weights in float16 (a run folder and the card file beside it), is
+refused. The members must share the model configuration, the task settings (data, split, decoding) and
+the vocabularies; the first one that differs is named in a ``ConfigError``. The joined model is scored
+exactly as the trainer scores one: the task's test split with its beam search and greedy, and the fixed subset the
 tests re-evaluate. The file holds the members' float16 weights unchanged under ``members.N.``, and
 metadata naming each member (its source, seed and sha256) beside the metrics, so that ``attnzoo.load``,
 ``attnzoo predict`` and ``attnzoo evaluate`` take it like any trained model. An existing file is never
@@ -79,7 +79,7 @@ def _members(source: str | Path) -> list[tuple[Any, dict[str, Any], dict[str, An
 
 def _same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     """Whether two state dicts hold the same tensors under the same names."""
-    return a.keys() == b.keys() and all(a[k].shape == b[k].shape and torch.equal(a[k], b[k]) for k in a)
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # equal: same shape and values
 
 
 def _ensemble(config: dict[str, Any], members: list[Any]):
@@ -142,7 +142,8 @@ def join_weights(
             f"the smallest ensemble to choose from has {choose_from} members; it must have 2 to {len(members)}, "
             f"the number of members the sources bring"
         )
-    # float16, as the file stores them: a run folder's float32 weights and the card file beside it are one member
+    # twice by provenance (the file's recorded digests must differ) or by weights, compared in float16 as the
+    # file stores them: a run folder's float32 weights and the card file beside it are one member
     stored = [float16_state(member) for member in members]
     for n, (source, meta, config, where) in enumerate(zip(sources_, metas, configs, described, strict=True)):
         if any(where["sha256"] == earlier["sha256"] for earlier in described[:n]):
