@@ -87,6 +87,12 @@ class BuiltinPlugin:
         for card in sorted(resources.cards_dir().glob("*.yaml")):
             register(card.stem, config=str(card))
 
+    @hookimpl
+    def attnzoo_register_keras_layers(self, register: Callable[..., Any]) -> None:
+        from .keras.convert import register_builtin_keras_layers  # torch comes with it: at conversion only
+
+        register_builtin_keras_layers(register)
+
     @hookimpl(trylast=True)
     def attnzoo_resolve_device(self, device: Any) -> Any:
         if device != "auto":
@@ -245,6 +251,12 @@ class PluginHost:
             if ok:
                 results.append(result)
         return results
+
+    def call_each(self, hook_name: str, arguments: Callable[[str], dict[str, Any]]) -> None:
+        """Call every implementation of a hook, each isolated, with the arguments ``arguments(plugin)``
+        builds for that plugin (a ``register`` that records who registered what)."""
+        for impl in self._implementations(hook_name):
+            self._call(impl, hook_name, arguments(impl.plugin_name))
 
     def plugin_list(self) -> list[PluginInfo]:
         return [self.infos[name] for name in self.order]

@@ -42,6 +42,7 @@ __all__ = [
     "list_plugins",
     "call_first",
     "call_all",
+    "call_each",
     "REGISTRY",
     "Registration",
     "natural_key",
@@ -307,6 +308,11 @@ def call_first(hook_name: str, **kwargs: Any) -> Any:
 def call_all(hook_name: str, **kwargs: Any) -> list[Any]:
     """Call every implementation of a hook of the current plugins, each isolated."""
     return REGISTRY.snapshot().host.call_all(hook_name, **kwargs)
+
+
+def call_each(hook_name: str, arguments: Callable[[str], dict[str, Any]]) -> None:
+    """Call every implementation of a hook, each isolated, with arguments built for its plugin."""
+    REGISTRY.snapshot().host.call_each(hook_name, arguments)
 
 
 def table_version() -> int:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import WeightsError
 
-__all__ = ["KerasLayer", "Unread", "read_keras_file", "MAX_DATASET_BYTES"]
+__all__ = ["KerasLayer", "Unread", "read_keras_file", "read_dataset", "group_items", "decode_attr", "MAX_DATASET_BYTES"]
 
 
 # A weight of an attention layer is megabytes at most; a dataset larger than this is refused before it is
@@ -49,11 +49,11 @@ class KerasLayer:
         return f"{self.path} (name {self.name!r}): {shapes or 'no weights'}"
 
 
-def _decode(value) -> str:
+def decode_attr(value) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def _read(dataset, where: str) -> np.ndarray | Unread:
+def read_dataset(dataset, where: str) -> np.ndarray | Unread:
     """A numeric dataset's values; a too-large one as :class:`Unread`; anything else refused."""
     kind = dataset.dtype.kind
     if kind not in "fiub":
@@ -67,7 +67,7 @@ def _read(dataset, where: str) -> np.ndarray | Unread:
     return np.asarray(dataset)
 
 
-def _children(group, where: str):
+def group_items(group, where: str):
     """The (key, item) pairs of a group, refusing links: Keras never writes soft or external links, and
     following one could leave the file (external) or find nothing (dangling)."""
     import h5py
@@ -96,21 +96,23 @@ def _keras3_layers(root, where: str) -> list[KerasLayer]:
         seen.add(group.id)
         if depth > MAX_DEPTH:
             raise WeightsError(f"{where}: groups nested deeper than {MAX_DEPTH} levels; not a Keras weights file")
-        for key, item in reversed(list(_children(group, where))):
+        for key, item in reversed(list(group_items(group, where))):
             if not isinstance(item, h5py.Group):
                 continue
             child = f"{path}/{key}" if path else key
             if path.endswith("layers") or path == "layers":  # a layer of a model: a new entry
                 vars_group = item.get("vars")
-                name = _decode(vars_group.attrs.get("name", key)) if vars_group is not None else key
+                name = decode_attr(vars_group.attrs.get("name", key)) if vars_group is not None else key
                 entry = KerasLayer(child, name, "keras3")
                 found.append(entry)
                 stack.append((item, child, entry, depth + 1))
             elif key == "vars" and layer is not None:
                 prefix = child[len(layer.path) + 1 :]
-                for var, dataset in sorted(_children(item, where), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+                for var, dataset in sorted(
+                    group_items(item, where), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0
+                ):
                     if isinstance(dataset, h5py.Dataset):
-                        layer.variables[f"{prefix}/{var}"] = _read(dataset, where)
+                        layer.variables[f"{prefix}/{var}"] = read_dataset(dataset, where)
             else:
                 stack.append((item, child, layer, depth + 1))
     found.sort(key=lambda layer: layer.path)
@@ -123,19 +125,19 @@ def _legacy_layers(root, where: str) -> list[KerasLayer]:
     group = root.get("model_weights", root)
     layers = []
     for raw in group.attrs["layer_names"]:
-        name = _decode(raw)
+        name = decode_attr(raw)
         item = group.get(name)
         if not isinstance(item, h5py.Group):
             raise WeightsError(f"{where}: layer_names lists {name!r}, which is not a group of the file")
         entry = KerasLayer(name, name, "legacy")
         for weight in item.attrs.get("weight_names", []):
-            weight = _decode(weight)
+            weight = decode_attr(weight)
             dataset = item.get(weight)
             if not isinstance(dataset, h5py.Dataset):
                 raise WeightsError(f"{where}: layer {name!r} lists weight {weight!r}, which is not a dataset")
             key = weight.split(":")[0]
             key = key[len(name) + 1 :] if key.startswith(name + "/") else key
-            entry.variables[key] = _read(dataset, where)
+            entry.variables[key] = read_dataset(dataset, where)
         if entry.variables:
             layers.append(entry)
     return layers

@@ -19,7 +19,7 @@ import torch
 from ..errors import WeightsError
 from .h5 import KerasLayer, Unread, read_keras_file
 
-__all__ = ["load_keras_weights", "keras_layers_in", "CONVERSIONS"]
+__all__ = ["load_keras_weights", "load_keras_arrays", "keras_layers_in", "CONVERSIONS"]
 
 
 def _heads_in(a: np.ndarray) -> np.ndarray:  # [in, heads, d] -> [heads*d, in]
@@ -157,4 +157,34 @@ def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -
     if missing:
         raise WeightsError(f"{path}: the Keras layer gives no value for {', '.join(sorted(missing))}")
     model.load_state_dict(state, strict=True)
+    return model
+
+
+def load_keras_arrays(model: Any, arrays: list[np.ndarray], *, where: str = "Keras layer") -> Any:
+    """Load a Keras layer's variables, in the order of its ``weights``, into ``model`` (an attnzoo layer
+    that declares ``keras_layout()``), converted to torch's layout. Raises ``WeightsError`` naming what
+    does not fit, and leaves the model untouched, when the count or a shape is wrong."""
+    layout = model.keras_layout()
+    if len(arrays) != len(layout):
+        raise WeightsError(
+            f"{where}: has {len(arrays)} variables {[list(a.shape) for a in arrays]}, {type(model).__name__} takes "
+            f"{len(layout)} ({', '.join(v.param for v in layout) or 'none'})"
+        )
+    expected = _expected(model)
+    keras_shapes = model.keras_shapes() if hasattr(model, "keras_shapes") else {}
+    state = {}
+    for var, raw in zip(layout, arrays, strict=True):
+        if not _keras_shape_fits(tuple(raw.shape), keras_shapes.get(var.param)):
+            want = ", ".join("?" if d is None else str(d) for d in keras_shapes[var.param])
+            raise WeightsError(f"{where}: {var.legacy} is {list(raw.shape)}, {var.param} needs [{want}]")
+        array = CONVERSIONS[var.convert](raw)
+        want = expected[var.param]
+        if want is not None and tuple(array.shape) != want:
+            raise WeightsError(
+                f"{where}: {var.legacy} {list(raw.shape)} gives {list(array.shape)}, {var.param} needs {list(want)}"
+            )
+        state[var.param] = torch.from_numpy(np.ascontiguousarray(array))
+    reference = next(iter(model.parameters()), None)
+    dtype = reference.dtype if reference is not None and not reference.is_meta else torch.get_default_dtype()
+    model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True)
     return model

@@ -26,6 +26,14 @@ Keras spreads the weight uniformly over the masked keys (it subtracts 1e9), attn
 returns scores computed from the padded query anyway (both zero its output). Masked queries, values
 and keys are zeroed before any arithmetic, so padding that holds NaN or inf changes nothing.
 
+``keras_semantics=2`` or ``3`` drops both differences and reproduces that Keras version's masked
+arithmetic exactly (the whole-model converter, :func:`attnzoo.keras.convert_keras_model`, sets it so a
+converted model predicts what Keras predicts, fully masked rows included): ``Attention`` and
+``AdditiveAttention`` subtract 1e9 (65504 in float16) from masked scores; keras 3's
+``MultiHeadAttention`` fills them with -0.7 · 3.39e38 in its fused path (a row with no key is uniform
+over all keys) and, where it returns the weights or has dropout, with -1e9 and then zeroes them; Keras
+2's adds -1e9. Padding is then not zeroed first, as Keras does not.
+
 Each layer declares its Keras weight layout (``keras_layout``): which parameter comes from which Keras
 variable, in the keras 3 ``.weights.h5`` (positional ``vars/<i>``, sub-layer groups) and the legacy
 ``.h5`` (``weight_names``) files, and how it converts (Keras Dense kernels are [in, out]; the
@@ -97,8 +105,33 @@ def _apply_query_mask(out: Tensor, query_mask: Tensor | None) -> Tensor:
     return out if query_mask is None else out.masked_fill(~query_mask[..., None], 0.0)
 
 
+def _keras_weights(scores: Tensor, mask: Tensor | None, rule: str) -> Tensor:
+    """Keras's masked softmax over the last axis, by its ``rule`` (see the module docstring):
+    ``subtract`` (Attention layers), ``add`` (Keras 2 MHA), ``replace`` (keras 3 MHA with weights),
+    ``fused`` (keras 3 MHA's fused path)."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    half = scores.dtype == torch.float16
+    if rule == "subtract":
+        scores = torch.where(mask, scores, scores - (65504.0 if half else 1.0e9))
+    elif rule == "add":
+        scores = scores + (~mask).to(scores.dtype) * (torch.finfo(torch.float16).min if half else -1.0e9)
+    elif rule == "replace":
+        weights = torch.softmax(torch.where(mask, scores, torch.full_like(scores, -3e4 if half else -1e9)), dim=-1)
+        return torch.where(mask, weights, torch.zeros_like(weights))
+    else:
+        scores = scores.masked_fill(~mask, -0.7 * (65500.0 if half else 3.38953e38))
+    return torch.softmax(scores, dim=-1)
+
+
+def _check_semantics(layer: str, value: object) -> None:
+    if value not in (None, 2, 3):
+        raise ValueError(f"{layer}: keras_semantics must be None, 2 or 3 (a Keras major version), got {value!r}")
+
+
 class _KerasInputs:
     name = "keras"
+    keras_semantics: int | None = None
 
     def _prepare(self, query, value, key, query_mask, value_mask, *, same_size: bool = False):
         """Check the inputs and masks; zero masked values, keys and queries before any arithmetic.
@@ -118,6 +151,8 @@ class _KerasInputs:
         batch = query.shape[0]
         query_mask = _key_mask(self.name, query_mask, batch, query.shape[1], "query_mask", query)
         value_mask = _key_mask(self.name, value_mask, batch, value.shape[1], "value_mask", query)
+        if self.keras_semantics is not None:  # Keras computes with the padding as it is
+            return query, value, key, query_mask, value_mask
         value, key = neutralise(value, value_mask), neutralise(key, value_mask)
         return neutralise(query, query_mask), value, key, query_mask, value_mask
 
@@ -125,6 +160,12 @@ class _KerasInputs:
         self, scores: Tensor, mask: Tensor | None, value: Tensor, query_mask: Tensor | None, return_attention: bool
     ):
         """Keras's ``_apply_scores`` and query mask: softmax, dropout while training, A V, zeroed queries."""
+        if self.keras_semantics is not None:
+            weights = _keras_weights(scores, mask, "subtract")
+            dropout = self.dropout if self.training else 0.0
+            out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, value)
+            out = _apply_query_mask(out, query_mask)
+            return (out, weights) if return_attention else out
         weights = masked_softmax(scores, mask)
         dropout = self.dropout if self.training else 0.0
         out = torch.bmm(F.dropout(weights, dropout) if dropout else weights, value)
@@ -142,9 +183,18 @@ class KerasDotAttention(_KerasInputs, nn.Module):
 
     name = "keras_dot"
 
-    def __init__(self, use_scale: bool = False, *, score_mode: str = "dot", dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        use_scale: bool = False,
+        *,
+        score_mode: str = "dot",
+        dropout: float = 0.0,
+        keras_semantics: int | None = None,
+    ) -> None:
         super().__init__()
         check_probability(self.name, "dropout", dropout)
+        _check_semantics(self.name, keras_semantics)
+        self.keras_semantics = keras_semantics
         if score_mode not in ("dot", "concat"):
             raise ValueError(f"keras_dot: score_mode must be 'dot' or 'concat', got {score_mode!r}")
         self.use_scale, self.score_mode, self.dropout = use_scale, score_mode, dropout
@@ -172,7 +222,7 @@ class KerasDotAttention(_KerasInputs, nn.Module):
         q_len, k_len = query.shape[1], key.shape[1]
         mask = _score_mask(value_mask, q_len, k_len, use_causal_mask, query.device)
         dropout = self.dropout if self.training else 0.0
-        if self.score_mode == "dot" and not return_attention and dropout == 0.0:
+        if self.score_mode == "dot" and not return_attention and dropout == 0.0 and self.keras_semantics is None:
             q = query * self.scale if self.scale is not None else query
             out, _ = attend(q, key, value, mask, scale=1.0)
             return _apply_query_mask(out, query_mask)
@@ -188,7 +238,8 @@ class KerasDotAttention(_KerasInputs, nn.Module):
         return self._weigh(scores, mask, value, query_mask, return_attention)
 
     def extra_repr(self) -> str:
-        return f"use_scale={self.use_scale}, score_mode={self.score_mode!r}, dropout={self.dropout}"
+        semantics = f", keras_semantics={self.keras_semantics}" if self.keras_semantics else ""
+        return f"use_scale={self.use_scale}, score_mode={self.score_mode!r}, dropout={self.dropout}{semantics}"
 
 
 class KerasAdditiveAttention(_KerasInputs, LazyLayer):
@@ -201,11 +252,20 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
     name = "keras_additive"
 
     def __init__(
-        self, use_scale: bool = True, *, dropout: float = 0.0, dim: int | None = None, device=None, dtype=None
+        self,
+        use_scale: bool = True,
+        *,
+        dropout: float = 0.0,
+        dim: int | None = None,
+        keras_semantics: int | None = None,
+        device=None,
+        dtype=None,
     ) -> None:
         super().__init__()
         check_probability(self.name, "dropout", dropout)
         check_positive(self.name, "dim", dim)
+        _check_semantics(self.name, keras_semantics)
+        self.keras_semantics = keras_semantics
         self.use_scale, self.dropout = use_scale, dropout
         self._create_parameters({"dim": dim}, device, dtype)
 
@@ -284,11 +344,14 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         query_size: int | None = None,
         value_size: int | None = None,
         key_size: int | None = None,
+        keras_semantics: int | None = None,
         device=None,
         dtype=None,
     ) -> None:
         super().__init__()
         check_positive(self.name, "num_heads", num_heads, allow_none=False)
+        _check_semantics(self.name, keras_semantics)
+        self.keras_semantics = keras_semantics
         check_positive(self.name, "key_dim", key_dim, allow_none=False)
         for key, value in (
             ("value_dim", value_dim),
@@ -407,8 +470,9 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
                 shape = list(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask)
                 raise ValueError(f"keras_mha expects attention_mask of shape [{batch}, {t}, {s}], got {shape}")
             mask = check_mask(self.name, attention_mask, batch, t, s, arg="attention_mask", like=query)
-            unseen = ~mask.any(dim=1)  # keys no query may attend to
-            value, key = neutralise(value, ~unseen), neutralise(key, ~unseen)
+            if self.keras_semantics is None:
+                unseen = ~mask.any(dim=1)  # keys no query may attend to
+                value, key = neutralise(value, ~unseen), neutralise(key, ~unseen)
         if query_mask is not None:
             qm = query_mask[:, :, None]
             mask = qm if mask is None else mask & qm
@@ -423,12 +487,29 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
         v = self._project(value, "value", self.value_dim)
         mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, T or 1, S]
         dropout = self.dropout if self.training else 0.0
+        if self.keras_semantics is not None:
+            out, weights = self._keras_attend(q, k, v, mask4, return_attention, dropout)
+            out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
+            out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
+            return (out, weights) if return_attention else out
         out, weights = attend(
             q, k, v, mask4, scale=self.key_dim**-0.5, return_attention=return_attention, dropout=dropout
         )
         out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
         out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
         return (out, weights) if return_attention else out
+
+    def _keras_attend(self, q, k, v, mask, return_attention: bool, dropout: float):
+        """Keras's own arithmetic (``keras_semantics``): which masked softmax runs depends on the version
+        and, in keras 3, on whether the weights are returned or dropout is configured (its explicit path)."""
+        scores = torch.matmul(q * self.key_dim**-0.5, k.transpose(-2, -1))
+        if mask is not None:
+            mask = mask.expand(scores.shape)
+        explicit = return_attention or self.dropout > 0  # keras 3's path that materialises the weights
+        rule = "add" if self.keras_semantics == 2 else ("replace" if explicit else "fused")
+        weights = _keras_weights(scores, mask, rule)
+        out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, v)
+        return out, weights
 
     def extra_repr(self) -> str:
         return (

@@ -1,0 +1,366 @@
+"""Reading a whole Keras model from disk: its config, its Keras version and its weights, with json and h5py.
+
+Three forms hold a whole model:
+
+* ``.keras`` (keras 3's default): a zip of ``config.json``, ``metadata.json`` (the Keras version) and
+  ``model.weights.h5``, whose layers are groups ``layers/<snake_case class>[_N]`` holding ``vars/<i>``
+  (the layer's own variables, in creation order) and one sub-group per sub-layer (``cell``,
+  ``forward_layer``, ``query_dense``, ...). The layer's own name is the ``name`` attribute of ``vars``.
+* legacy ``.h5`` (Keras 2, or keras 3's ``model.save("x.h5")``): the config in the root attribute
+  ``model_config``, the version in ``keras_version``, and the weights under ``model_weights``, one group
+  per layer name listing ``weight_names`` in the order of the layer's ``weights``.
+* a ``config.json`` (``model.to_json()`` or the file inside a ``.keras``) with a weights file beside it
+  (``model.weights.h5`` or ``<stem>.weights.h5``), or named with ``weights=``.
+
+Nothing here imports Keras, and nothing is executed: the config is JSON data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import WeightsError
+from .h5 import MAX_DEPTH, decode_attr, group_items, read_dataset
+
+__all__ = ["KerasFile", "LayerPath", "read_keras_model", "MAX_CONFIG_BYTES"]
+
+MAX_CONFIG_BYTES = 64 << 20  # a model config is kilobytes; a larger one is not a Keras file
+MAX_WEIGHTS_BYTES = 64 << 30  # what one model.weights.h5 inside a .keras may expand to
+
+
+@dataclass(frozen=True)
+class LayerPath:
+    """Where a layer sits: the names of the models around it, outermost first, then its own name; with
+    its class and, per level, its position among the layers of the same class (keras 3 groups are named
+    by class and position: ``dense``, ``dense_1``, ...)."""
+
+    names: tuple[str, ...]
+    classes: tuple[str, ...]
+    positions: tuple[int, ...]
+
+    def child(self, name: str, class_name: str, position: int) -> LayerPath:
+        return LayerPath((*self.names, name), (*self.classes, class_name), (*self.positions, position))
+
+    def __str__(self) -> str:
+        return "/".join(self.names)
+
+
+def _snake(name: str) -> str:
+    """Keras's ``to_snake_case``: ``MultiHeadAttention`` -> ``multi_head_attention``, ``GRU`` -> ``gru``."""
+    name = re.sub(r"\W+", "", name)
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    name = re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+    return name
+
+
+def _walk_key(name: str) -> str:
+    # keras saves public attributes before private ones, each set in sorted order
+    return "~" + name if name.startswith("_") else name
+
+
+class _Keras3Weights:
+    """The datasets of a keras 3 ``.weights.h5``, found by layer name (or by class and position)."""
+
+    def __init__(self, root: Any, where: str) -> None:
+        self.root, self.where = root, where
+
+    def _group_of(self, parent: Any, path: LayerPath, level: int) -> Any:
+        import h5py
+
+        layers = parent.get("layers")
+        if not isinstance(layers, h5py.Group):
+            return None
+        name, class_name, position = path.names[level], path.classes[level], path.positions[level]
+        by_name = None
+        for _, item in group_items(layers, self.where):
+            vars_group = item.get("vars") if isinstance(item, h5py.Group) else None
+            if vars_group is not None and decode_attr(vars_group.attrs.get("name", "")) == name:
+                by_name = item
+                break
+        if by_name is not None:
+            return by_name
+        # files written before keras recorded the name: the group of the position-th layer of this class
+        key = _snake(class_name) + (f"_{position}" if position else "")
+        item = layers.get(key)
+        return item if isinstance(item, h5py.Group) else None
+
+    def group(self, path: LayerPath) -> Any:
+        group = self.root
+        for level in range(len(path.names)):
+            group = self._group_of(group, path, level)
+            if group is None:
+                return None
+        return group
+
+    def arrays(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> list[np.ndarray] | None:
+        """The layer's variables in the order of its ``weights``: its own ``vars/<i>``, then each
+        sub-layer's (``child_order`` first where Keras's creation order is not its save order)."""
+        group = self.group(path)
+        if group is None:
+            return None
+        return self._collect(group, child_order, 0)
+
+    def _collect(self, group: Any, child_order: tuple[str, ...], depth: int) -> list[np.ndarray]:
+        import h5py
+
+        if depth > MAX_DEPTH:
+            raise WeightsError(f"{self.where}: groups nested deeper than {MAX_DEPTH} levels; not a Keras file")
+        out: list[np.ndarray] = []
+        own = group.get("vars")
+        if isinstance(own, h5py.Group):
+            keys = sorted((k for k, _ in group_items(own, self.where)), key=lambda k: int(k) if k.isdigit() else -1)
+            for key in keys:
+                item = own[key]
+                if isinstance(item, h5py.Dataset):
+                    out.append(_read_whole(item, self.where))
+        names = [k for k, item in group_items(group, self.where) if k != "vars" and isinstance(item, h5py.Group)]
+        ordered = [k for k in child_order if k in names] + sorted(
+            (k for k in names if k not in child_order), key=_walk_key
+        )
+        for key in ordered:
+            out += self._collect(group[key], (), depth + 1)
+        return out
+
+
+class _LegacyWeights:
+    """The datasets of a legacy ``.h5``: per top-level layer, ``weight_names`` in the layer's order."""
+
+    def __init__(self, root: Any, where: str) -> None:
+        self.where = where
+        self.group = root.get("model_weights", root)
+
+    def arrays(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> list[np.ndarray] | None:
+        import h5py
+
+        top = self.group.get(path.names[0])
+        if not isinstance(top, h5py.Group):
+            return None
+        names = [decode_attr(w) for w in top.attrs.get("weight_names", [])]
+        # inside a nested model, a layer's weights are the ones whose name passes through its own name
+        inner = path.names[1:]
+        out = []
+        for weight in names:
+            parts = weight.split(":")[0].split("/")
+            if inner and not _passes_through(parts, inner):
+                continue
+            dataset = top.get(weight)
+            if not isinstance(dataset, h5py.Dataset):
+                raise WeightsError(
+                    f"{self.where}: layer {path.names[0]!r} lists weight {weight!r}, which is not a dataset"
+                )
+            out.append(_read_whole(dataset, self.where))
+        return out
+
+
+def _passes_through(parts: list[str], inner: tuple[str, ...]) -> bool:
+    """Whether a weight name's parts (``outer/inner/dense_1/kernel``) hold the inner names in order."""
+    at = 0
+    for part in parts[:-1]:
+        if at < len(inner) and part == inner[at]:
+            at += 1
+    return at == len(inner)
+
+
+def _read_whole(dataset: Any, where: str) -> np.ndarray:
+    array = read_dataset(dataset, where)
+    if not isinstance(array, np.ndarray):  # an Unread: too large for any Keras variable attnzoo converts
+        raise WeightsError(
+            f"{where}: dataset {dataset.name} {list(array.shape)} is {array.nbytes / 2**30:.1f} GiB, more than "
+            f"one variable of a model attnzoo converts may be; refusing to read it"
+        )
+    return array
+
+
+@dataclass
+class KerasFile:
+    """A whole Keras model as read from disk: its config (JSON data), Keras version and weights."""
+
+    path: Path
+    format: str  # "keras" | "h5" | "json"
+    keras_version: str
+    config: dict[str, Any]
+    weights: Any = field(repr=False)  # _Keras3Weights | _LegacyWeights
+    _handles: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def major(self) -> int:
+        """The Keras major version (2 or 3) the file was written by; its semantics follow it."""
+        match = re.match(r"\s*(\d+)", self.keras_version or "")
+        return int(match.group(1)) if match else 3
+
+    def close(self) -> None:
+        for handle in reversed(self._handles):
+            close = getattr(handle, "close", None) or handle.cleanup  # an h5py file, or the scratch folder
+            close()
+        self._handles.clear()
+
+    def __enter__(self) -> KerasFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _parse_config(text: bytes | str, where: str) -> dict[str, Any]:
+    if len(text) > MAX_CONFIG_BYTES:
+        raise WeightsError(f"{where}: the model config is {len(text) >> 20} MiB; a Keras config is kilobytes")
+    try:
+        config = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise WeightsError(f"{where}: the model config is not valid JSON ({e})") from None
+    if not isinstance(config, dict) or "class_name" not in config or not isinstance(config.get("config"), dict):
+        raise WeightsError(f"{where}: the model config is not a Keras model (no class_name and config)")
+    return config
+
+
+def _h5(path: Path, where: str) -> Any:
+    try:
+        import h5py
+    except ImportError:
+        raise WeightsError("reading Keras files needs h5py: pip install 'attnzoo[keras]'") from None
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        reason = " ".join(str(e).split())[:200]
+        raise WeightsError(f"{where}: not an HDF5 file ({reason}); expected a Keras weights file") from None
+
+
+def _version_of(config: dict[str, Any], default: str) -> str:
+    # a keras 3 config has "module" entries and inbound nodes as {"args", "kwargs"} records
+    text = json.dumps(config.get("config", {}).get("layers", [])[:3])
+    return default or ("3" if '"module"' in text or '"args"' in text else "2")
+
+
+def _read_zip(path: Path) -> KerasFile:
+    where = str(path)
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise WeightsError(f"{where}: not a .keras archive ({e})") from None
+    with archive:
+        names = set(archive.namelist())
+        if "config.json" not in names:
+            raise WeightsError(f"{where}: a .keras archive holds config.json; this one has {sorted(names)[:8]}")
+        info = archive.getinfo("config.json")
+        if info.file_size > MAX_CONFIG_BYTES:
+            raise WeightsError(f"{where}: config.json is {info.file_size >> 20} MiB; a Keras config is kilobytes")
+        config = _parse_config(archive.read("config.json"), where)
+        version = ""
+        if "metadata.json" in names and archive.getinfo("metadata.json").file_size < 1 << 20:
+            try:
+                version = str(json.loads(archive.read("metadata.json")).get("keras_version", ""))
+            except (ValueError, AttributeError):
+                version = ""
+        if "model.weights.h5" not in names:
+            sharded = "model.weights.json" in names
+            raise WeightsError(
+                f"{where}: no model.weights.h5 in the archive"
+                + ("; sharded weights are not supported, save the model unsharded" if sharded else "")
+            )
+        member = archive.getinfo("model.weights.h5")
+        if member.file_size > MAX_WEIGHTS_BYTES:
+            raise WeightsError(f"{where}: model.weights.h5 expands to {member.file_size >> 30} GiB; refusing it")
+        scratch = tempfile.TemporaryDirectory(prefix="attnzoo-keras-")
+        target = Path(scratch.name) / "model.weights.h5"
+        with archive.open(member) as source, open(target, "wb") as sink:
+            copied = 0
+            for block in iter(lambda: source.read(1 << 20), b""):
+                copied += len(block)
+                if copied > member.file_size:  # the entry says one size and holds more
+                    raise WeightsError(f"{where}: model.weights.h5 is larger than the archive says; refusing it")
+                sink.write(block)
+    handle = _h5(target, f"{where} (model.weights.h5)")
+    if "layers" not in handle and "vars" not in handle:
+        handle.close()
+        scratch.cleanup()
+        raise WeightsError(f"{where}: model.weights.h5 is not a keras 3 weights file (no 'layers' group)")
+    return KerasFile(
+        path, "keras", _version_of(config, version), config, _Keras3Weights(handle, where), [scratch, handle]
+    )
+
+
+def _read_legacy(path: Path) -> KerasFile:
+    where = str(path)
+    handle = _h5(path, where)
+    try:
+        raw = handle.attrs.get("model_config")
+        if raw is None:
+            raise WeightsError(
+                f"{where}: this .h5 holds weights only (no model_config): convert a whole model from the file "
+                f"model.save() wrote, or a config.json beside it; for one attention layer use "
+                f"attnzoo.keras.load_keras_weights"
+            )
+        config = _parse_config(decode_attr(raw), where)
+        version = decode_attr(handle.attrs.get("keras_version", ""))
+        root = handle.get("model_weights", handle)
+        if "layer_names" not in root.attrs:
+            raise WeightsError(f"{where}: model_weights lists no layer_names; not a Keras model file")
+    except BaseException:
+        handle.close()
+        raise
+    return KerasFile(path, "h5", _version_of(config, version), config, _LegacyWeights(handle, where), [handle])
+
+
+def _weights_beside(config_path: Path) -> Path:
+    for candidate in (
+        config_path.with_name("model.weights.h5"),
+        config_path.with_name(config_path.stem + ".weights.h5"),
+        config_path.with_suffix(".h5"),
+    ):
+        if candidate.is_file():
+            return candidate
+    raise WeightsError(
+        f"{config_path}: no weights beside it (looked for model.weights.h5 and {config_path.stem}.weights.h5); "
+        f"pass weights=PATH"
+    )
+
+
+def _read_json(path: Path, weights: Path | None) -> KerasFile:
+    where = str(path)
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise WeightsError(f"{where}: {path.stat().st_size >> 20} MiB; a Keras config is kilobytes")
+    config = _parse_config(path.read_bytes(), where)
+    version = str(config.get("keras_version", "")) if isinstance(config.get("keras_version"), str) else ""
+    weights_path = Path(weights) if weights is not None else _weights_beside(path)
+    handle = _h5(weights_path, str(weights_path))
+    root = handle.get("model_weights", handle)
+    store: Any
+    if "layer_names" in root.attrs:
+        store = _LegacyWeights(handle, str(weights_path))
+    elif "layers" in handle or "vars" in handle:
+        store = _Keras3Weights(handle, str(weights_path))
+    else:
+        handle.close()
+        raise WeightsError(f"{weights_path}: neither a keras 3 .weights.h5 nor a legacy weights .h5")
+    return KerasFile(path, "json", _version_of(config, version), config, store, [handle])
+
+
+def read_keras_model(path: str | Path, *, weights: str | Path | None = None) -> KerasFile:
+    """Open a whole Keras model (``.keras``, legacy ``.h5``, or ``config.json`` with its weights).
+
+    The returned :class:`KerasFile` keeps the weights file open until ``close()`` (it is a context
+    manager). A file that is none of these is a ``WeightsError`` saying what was expected.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"Keras model file not found: looked for {path.resolve()}")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"PK"):
+        return _read_zip(path)
+    if head.startswith(b"\x89HDF"):
+        return _read_legacy(path)
+    if head.lstrip()[:1] == b"{":
+        return _read_json(path, Path(weights) if weights is not None else None)
+    raise WeightsError(
+        f"{path}: not a Keras model file; expected a .keras archive, a legacy .h5 written by model.save(), or a "
+        f"config.json (with its .weights.h5)"
+    )

@@ -1,0 +1,513 @@
+"""A Keras model config (keras 2 or 3, Sequential or functional, nested) as one flat graph of calls.
+
+Keras describes a model as layers, each called on tensors one or more times (a shared layer); a
+nested model is a layer whose calls run its own graph. This module reads that description, as JSON
+data, into:
+
+* :class:`LayerRecord`: one Keras layer (its class, config and place in the model), called once or
+  more; a nested model's layers are records of their own, keyed ``outer/inner``;
+* :class:`Call`: one application of a layer (or of a keras 3 operation such as ``ops.not_equal``) to
+  tensors. Its ``args`` and ``kwargs`` keep Keras's structure, with :class:`Ref` wherever a tensor goes;
+* the model's inputs and outputs, as refs.
+
+Nested models are inlined: each call of one becomes the calls of its layers (the weights stay shared).
+The calls come out in an order where every tensor is made before it is used, and calls that no output
+needs are dropped.
+
+Keras 3 records inbound nodes as ``{"args": [...], "kwargs": {...}}`` with tensors as
+``{"class_name": "__keras_tensor__", "config": {"keras_history": [layer, node, index]}}``; Keras 2 as
+lists of ``[layer, node, index, kwargs]`` per input tensor. Both end up the same here.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import WeightsError
+from .files import LayerPath
+
+__all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
+
+MODEL_CLASSES = ("Functional", "Model", "Sequential")
+MAX_CALLS = 100_000  # a model with more calls than this is not a model a person built
+MAX_NESTING = 32
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A tensor: output ``index`` of call ``call``."""
+
+    call: str
+    index: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.call}:{self.index}"
+
+
+@dataclass
+class LayerRecord:
+    key: str  # unique within the model: the nested names joined by "/"
+    path: LayerPath
+    class_name: str
+    registered_name: str | None
+    module: str | None
+    config: dict[str, Any]
+
+    @property
+    def is_operation(self) -> bool:
+        """A keras 3 operation recorded in a functional graph (``ops.not_equal``, ``x[:, -1]``)."""
+        return bool(self.module and self.module.startswith("keras.src.ops"))
+
+    @property
+    def name(self) -> str:
+        return self.path.names[-1]
+
+
+@dataclass
+class Call:
+    id: str
+    layer: str  # a LayerRecord key
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+    def refs(self) -> list[Ref]:
+        found: list[Ref] = []
+        _collect_refs(self.args, found)
+        _collect_refs(self.kwargs, found)
+        return found
+
+    def keras_tensors(self) -> list[Ref]:
+        """The tensors in the order keras 3 flattens a node's arguments: args, then kwargs by key."""
+        found: list[Ref] = []
+        _collect_refs(self.args, found)
+        for key in sorted(self.kwargs):
+            _collect_refs(self.kwargs[key], found)
+        return found
+
+
+def _collect_refs(value: Any, found: list[Ref]) -> None:
+    if isinstance(value, Ref):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect_refs(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_refs(item, found)
+
+
+@dataclass
+class InputSpec:
+    name: str
+    shape: list[int | None]  # batch axis included
+    dtype: str
+
+
+@dataclass
+class KerasGraph:
+    layers: dict[str, LayerRecord] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    inputs: list[tuple[InputSpec, Ref]] = field(default_factory=list)
+    outputs: list[Ref] = field(default_factory=list)
+
+
+class _Builder:
+    def __init__(self, where: str, keras3: bool) -> None:
+        self.where = where
+        self.keras3 = keras3
+        self.graph = KerasGraph()
+
+    def fail(self, message: str) -> WeightsError:
+        return WeightsError(f"{self.where}: {message}")
+
+    # -- layers -----------------------------------------------------------------------------------------
+    def record(self, entry: Any, parent: LayerPath, prefix: str, position: int) -> LayerRecord:
+        if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
+            raise self.fail(f"a layer entry of the config is not a Keras layer record: {str(entry)[:120]}")
+        config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
+        name = entry.get("name") or config.get("name")
+        if not isinstance(name, str) or not name:
+            raise self.fail(f"a {entry['class_name']} layer has no name")
+        key = f"{prefix}{name}"
+        if key in self.graph.layers:
+            raise self.fail(f"two layers are named {key!r}; Keras layer names are unique within a model")
+        record = LayerRecord(
+            key=key,
+            path=parent.child(name, entry["class_name"], position),
+            class_name=entry["class_name"],
+            registered_name=entry.get("registered_name") if isinstance(entry.get("registered_name"), str) else None,
+            module=entry.get("module") if isinstance(entry.get("module"), str) else None,
+            config=config,
+        )
+        self.graph.layers[key] = record
+        return record
+
+    def add_call(self, call: Call) -> None:
+        if len(self.graph.calls) >= MAX_CALLS:
+            raise self.fail(f"more than {MAX_CALLS} layer calls; not a model attnzoo converts")
+        self.graph.calls.append(call)
+
+    # -- models -----------------------------------------------------------------------------------------
+    def model(
+        self, entry: dict[str, Any], path: LayerPath, prefix: str, bound: list[Ref] | None, call_prefix: str, depth: int
+    ) -> tuple[list[tuple[InputSpec, Ref]], list[Ref]]:
+        """Emit the calls of a model; ``bound`` gives the tensors its inputs take (a nested model's call),
+        None for the outermost model. Returns its inputs and output refs."""
+        if depth > MAX_NESTING:
+            raise self.fail(f"models nested deeper than {MAX_NESTING} levels")
+        config = entry.get("config")
+        if not isinstance(config, dict) or not isinstance(config.get("layers"), list):
+            raise self.fail(f"model {entry.get('class_name')} has no layer list in its config")
+        if entry["class_name"] == "Sequential":
+            return self.sequential(config, path, prefix, bound, call_prefix, depth)
+        return self.functional(config, path, prefix, bound, call_prefix, depth)
+
+    def _positions(self, layers: list[Any]) -> list[int]:
+        # keras 3 names a layer's weights group by its class and its position among layers of that class
+        # (operations are not layers and do not count)
+        counts: dict[str, int] = {}
+        out = []
+        for entry in layers:
+            cls = entry.get("class_name") if isinstance(entry, dict) else None
+            module = entry.get("module") if isinstance(entry, dict) else None
+            if isinstance(module, str) and module.startswith("keras.src.ops"):
+                out.append(0)
+                continue
+            out.append(counts.get(cls, 0))
+            counts[cls] = counts.get(cls, 0) + 1
+        return out
+
+    def _input_spec(self, config: dict[str, Any], name: str) -> InputSpec:
+        shape = config.get("batch_shape", config.get("batch_input_shape"))
+        if not isinstance(shape, list):
+            raise self.fail(f"input {name!r} has no batch_shape; save the model after building it")
+        dtype = config.get("dtype", "float32")
+        if isinstance(dtype, dict):  # a keras 3 dtype policy
+            dtype = dtype.get("config", {}).get("name", "float32")
+        return InputSpec(name, [d if isinstance(d, int) else None for d in shape], str(dtype))
+
+    def sequential(
+        self,
+        config: dict[str, Any],
+        path: LayerPath,
+        prefix: str,
+        bound: list[Ref] | None,
+        call_prefix: str,
+        depth: int,
+    ) -> tuple[list[tuple[InputSpec, Ref]], list[Ref]]:
+        layers = config["layers"]
+        positions = self._positions(layers)
+        inputs: list[tuple[InputSpec, Ref]] = []
+        current: Ref | None = None
+        if bound is not None:
+            if len(bound) != 1:
+                raise self.fail(f"Sequential model {path} is called on {len(bound)} tensors; it takes one")
+            current = self._pass(f"{call_prefix}{prefix}input", bound[0])
+        for entry, position in zip(layers, positions, strict=True):
+            if isinstance(entry, dict) and entry.get("class_name") == "InputLayer":
+                if current is None:
+                    record = self.record(entry, path, prefix, position)
+                    spec = self._input_spec(record.config, record.name)
+                    current = Ref(f"{call_prefix}{record.key}")
+                    inputs.append((spec, current))
+                continue
+            if current is None:  # keras 2: the first layer carries the input shape
+                first = entry.get("config", {}) if isinstance(entry, dict) else {}
+                name = f"{first.get('name', 'input')}_input"
+                spec = self._input_spec(first, name)
+                current = Ref(f"{call_prefix}{prefix}{name}")
+                inputs.append((spec, current))
+            record = self.record(entry, path, prefix, position)
+            current = self.apply(record, [current], {}, call_prefix, depth, call_id=f"{call_prefix}{record.key}")
+        if current is None:
+            raise self.fail(f"Sequential model {path or 'model'} has no layers")
+        return inputs, [current]
+
+    def _pass(self, call_id: str, ref: Ref, mask: Any = None) -> Ref:
+        """A nested model's input: the outer tensor, with its mask (or the one its call passes)."""
+        self.graph.layers.setdefault("", LayerRecord("", LayerPath((), (), ()), "Identity", None, None, {}))
+        self.add_call(Call(call_id, "", [ref], {"mask": mask} if mask is not None else {}))
+        return Ref(call_id)
+
+    def functional(
+        self,
+        config: dict[str, Any],
+        path: LayerPath,
+        prefix: str,
+        bound: list[Ref] | None,
+        call_prefix: str,
+        depth: int,
+    ) -> tuple[list[tuple[InputSpec, Ref]], list[Ref]]:
+        layers = config["layers"]
+        positions = self._positions(layers)
+        records = [
+            self.record(entry, path, prefix, position) for entry, position in zip(layers, positions, strict=True)
+        ]
+        input_names = [ref[0] for ref in _ref_list(config.get("input_layers"), self.fail)]
+        if bound is not None and len(bound) != len(input_names):
+            raise self.fail(f"model {path} is called on {len(bound)} tensors; it has {len(input_names)} inputs")
+        nodes: dict[tuple[str, int], str] = {}  # (layer name, node index) -> call id
+        inputs: list[tuple[InputSpec, Ref]] = []
+        start = len(self.graph.calls)
+        blocks: list[_Block] = []  # this model's nodes: one call, or all the calls of a nested model
+        for record, entry in zip(records, layers, strict=True):
+            if record.class_name == "InputLayer":
+                call_id = f"{call_prefix}{record.key}"
+                nodes[(record.name, 0)] = call_id
+                if bound is not None and record.name in input_names:
+                    at = len(self.graph.calls)
+                    self._pass(call_id, bound[input_names.index(record.name)])
+                    blocks.append(_Block(call_id, record.key, at, len(self.graph.calls), [], is_input=True))
+                else:
+                    inputs.append((self._input_spec(record.config, record.name), Ref(call_id)))
+                    blocks.append(_Block(call_id, record.key, -1, -1, [], is_input=True))
+                continue
+            inbound = entry.get("inbound_nodes") or []
+            if not isinstance(inbound, list):
+                raise self.fail(f"layer {record.key!r} has inbound_nodes that are not a list")
+            for index, node in enumerate(inbound):
+                call_id = f"{call_prefix}{record.key}" + (f"#{index}" if index else "")
+                nodes[(record.name, index)] = call_id
+                args, kwargs = self.node_arguments(node, record, nodes)
+                at = len(self.graph.calls)
+                self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
+                parents = Call(call_id, record.key, args, kwargs).keras_tensors()
+                blocks.append(_Block(call_id, record.key, at, len(self.graph.calls), parents))
+        by_name = {name: inputs_ref for name, inputs_ref in ((s.name, r) for s, r in inputs)}
+        ordered_inputs = []
+        for name in input_names:
+            if bound is None:
+                if name not in by_name:
+                    raise self.fail(f"input_layers names {name!r}, which is no InputLayer of the model")
+                ordered_inputs.append(next((s, r) for s, r in inputs if s.name == name))
+        outputs = []
+        for name, node, index in _ref_list(config.get("output_layers"), self.fail):
+            if (name, node) not in nodes:
+                raise self.fail(f"output_layers names {name!r} node {node}, which the model never calls")
+            outputs.append(Ref(nodes[(name, node)], index))
+        if self.keras3:
+            self.graph.calls[start:] = _keras3_order(self.graph.calls[start:], start, blocks, outputs)
+        return ordered_inputs if bound is None else [], outputs
+
+    def node_arguments(
+        self, node: Any, record: LayerRecord, nodes: dict[tuple[str, int], str]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        def resolve(history: Any) -> Ref:
+            if not (isinstance(history, list) and len(history) >= 3 and isinstance(history[0], str)):
+                raise self.fail(f"layer {record.key!r} has an input reference {str(history)[:80]}")
+            name, node_index, tensor_index = history[0], history[1], history[2]
+            if (name, node_index) not in nodes:
+                raise self.fail(
+                    f"layer {record.key!r} takes an output of {name!r} (node {node_index}) that comes later "
+                    f"in the config or does not exist"
+                )
+            return Ref(nodes[(name, node_index)], int(tensor_index))
+
+        if isinstance(node, dict):  # keras 3
+            return _tensors_k3(node.get("args", []), resolve), _tensors_k3(node.get("kwargs", {}), resolve)
+        if isinstance(node, list):  # keras 2: one [name, node, index, kwargs] per input tensor
+            refs, kwargs = [], {}
+            for item in node:
+                if not isinstance(item, list) or len(item) < 3:
+                    raise self.fail(f"layer {record.key!r} has an inbound node {str(item)[:80]}")
+                refs.append(resolve(item))
+                if len(item) > 3 and isinstance(item[3], dict) and not kwargs:
+                    kwargs = _tensors_k2(item[3], resolve)
+            return ([refs[0]] if len(refs) == 1 else [refs]), kwargs
+        raise self.fail(f"layer {record.key!r} has an inbound node of an unknown form: {str(node)[:80]}")
+
+    def apply(
+        self,
+        record: LayerRecord,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        call_prefix: str,
+        depth: int,
+        *,
+        call_id: str,
+    ) -> Ref:
+        """Emit one call of ``record`` (inlining a nested model); returns its first output."""
+        if record.class_name in MODEL_CLASSES:
+            tensors = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+            bound = [t for t in tensors if isinstance(t, Ref)]
+            mask = kwargs.get("mask")
+            if isinstance(mask, Ref) and len(bound) == 1:
+                bound = [self._pass(f"{call_id}/masked", bound[0], mask)]
+            entry = {"class_name": record.class_name, "config": record.config}
+            _, outputs = self.model(entry, record.path, record.key + "/", bound, call_id + "/", depth + 1)
+            # the call's outputs are the inner model's outputs, under the call's own id
+            self.graph.layers.setdefault("", LayerRecord("", LayerPath((), (), ()), "Identity", None, None, {}))
+            self.add_call(Call(call_id, "", list(outputs), {"outputs": True}))
+            return Ref(call_id)
+        self.add_call(Call(call_id, record.key, args, kwargs))
+        return Ref(call_id)
+
+
+@dataclass
+class _Block:
+    """One node of a functional model, for ordering: the calls ``start:end`` it emitted."""
+
+    id: str
+    operation: str
+    start: int
+    end: int
+    parents: list[Ref]
+    is_input: bool = False
+
+
+def _keras3_order(calls: list[Call], offset: int, blocks: list[_Block], outputs: list[Ref]) -> list[Call]:
+    """The calls of one functional model in the order keras 3 runs them (``Function._run_through_graph``:
+    nodes by decreasing depth from the outputs, each depth in the order ``map_graph`` found them).
+
+    The order is observable: keras 3's MultiHeadAttention deletes the masks of its input tensors, so a
+    layer that reads the same tensor's mask sees it or not depending on whether it ran first."""
+    by_id = {b.id: b for b in blocks}
+    finished: set[str] = set()
+    in_progress: set[str] = set()
+    decreasing: list[str] = []
+    operation_index: dict[str, int] = {}
+
+    def visit(call_id: str) -> None:  # keras's _build_map_helper, iteratively safe for our depths
+        if call_id in finished or call_id not in by_id:
+            return
+        if call_id in in_progress:
+            raise WeightsError(f"the model graph has a cycle through {call_id!r}")
+        block = by_id[call_id]
+        operation_index.setdefault(block.operation, len(operation_index))
+        in_progress.add(call_id)
+        if not block.is_input:
+            for ref in block.parents:
+                visit(ref.call)
+        in_progress.discard(call_id)
+        finished.add(call_id)
+        decreasing.append(call_id)
+
+    for ref in outputs:
+        visit(ref.call)
+    depths: dict[str, int] = {}
+    operation_depths: dict[str, int] = {}
+    for call_id in reversed(decreasing):
+        block = by_id[call_id]
+        depth = depths.setdefault(call_id, 0)
+        depth = max(depth, operation_depths.get(block.operation, 0))
+        operation_depths[block.operation] = depth
+        depths[call_id] = depth
+        for ref in block.parents:
+            if ref.call in by_id and ref.call in finished:
+                depths[ref.call] = max(depth + 1, depths.get(ref.call, 0))
+    by_depth: dict[int, list[str]] = {}
+    for call_id, depth in depths.items():
+        by_depth.setdefault(depth, []).append(call_id)
+    ordered: list[Call] = []
+    placed: set[int] = set()
+    for depth in sorted(by_depth, reverse=True):
+        for call_id in by_depth[depth]:
+            block = by_id[call_id]
+            for index in range(block.start, block.end):
+                if index >= 0:
+                    ordered.append(calls[index - offset])
+                    placed.add(index - offset)
+    # calls no output needs keep their place at the end (they are dropped later)
+    ordered += [call for i, call in enumerate(calls) if i not in placed]
+    return ordered
+
+
+def _tensors_k3(value: Any, resolve: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get("class_name") == "__keras_tensor__":
+            return resolve(value.get("config", {}).get("keras_history"))
+        if value.get("class_name") == "__slice__":
+            c = value.get("config", {})
+            return {"slice": [c.get("start"), c.get("stop"), c.get("step")]}
+        if value.get("class_name") == "__ellipsis__":
+            return {"ellipsis": True}
+        return {k: _tensors_k3(v, resolve) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tensors_k3(v, resolve) for v in value]
+    return value
+
+
+def _tensors_k2(value: Any, resolve: Any) -> Any:
+    # keras 2 writes a tensor passed by keyword as [layer, node, index]
+    if isinstance(value, list) and len(value) in (3, 4) and isinstance(value[0], str) and isinstance(value[1], int):
+        return resolve(value)
+    if isinstance(value, dict):
+        return {k: _tensors_k2(v, resolve) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_tensors_k2(v, resolve) for v in value]
+    return value
+
+
+def _ref_list(value: Any, fail: Any) -> list[tuple[str, int, int]]:
+    """``input_layers`` / ``output_layers``: one ``[name, node, index]`` or a list of them."""
+    if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise fail("the model config lists no input or output layers")
+    out = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str)):
+            raise fail(f"an input or output layer reference {str(item)[:80]}")
+        out.append((item[0], int(item[1]), int(item[2])))
+    return out
+
+
+def _needed(graph: KerasGraph) -> KerasGraph:
+    """Calls in an order where every input exists before use, without the calls no output needs."""
+    by_id = {call.id: call for call in graph.calls}
+    needed: set[str] = set()
+    stack = [ref.call for ref in graph.outputs]
+    while stack:
+        call_id = stack.pop()
+        if call_id in needed or call_id not in by_id:
+            continue
+        needed.add(call_id)
+        stack.extend(ref.call for ref in by_id[call_id].refs())
+    # a stable topological sort: the given order wherever it already puts inputs first (keras's own is)
+    pending = [call for call in graph.calls if call.id in needed]
+    position = {call.id: i for i, call in enumerate(pending)}
+    made = {ref.call for _, ref in graph.inputs}
+    waiting: dict[str, set[str]] = {}
+    users: dict[str, list[str]] = {}
+    heap: list[tuple[int, str]] = []
+    for call in pending:
+        deps = {ref.call for ref in call.refs()} - made
+        waiting[call.id] = deps
+        for dep in deps:
+            users.setdefault(dep, []).append(call.id)
+        if not deps:
+            heapq.heappush(heap, (position[call.id], call.id))
+    by_pending = {call.id: call for call in pending}
+    ordered: list[Call] = []
+    while heap:
+        _, call_id = heapq.heappop(heap)
+        ordered.append(by_pending[call_id])
+        for user in users.get(call_id, []):
+            waiting[user].discard(call_id)
+            if not waiting[user]:
+                heapq.heappush(heap, (position[user], user))
+    if len(ordered) != len(pending):
+        missing = sorted({d for deps in waiting.values() for d in deps} - set(position))
+        raise WeightsError(f"the model graph uses tensors nothing makes: {', '.join(missing[:5]) or 'a cycle'}")
+    used = {call.layer for call in ordered}
+    graph.layers = {k: v for k, v in graph.layers.items() if k in used}
+    graph.calls = ordered
+    return graph
+
+
+def parse_model(config: dict[str, Any], where: str, *, keras3: bool = True) -> KerasGraph:
+    """The flat graph of a Keras model config (the ``{"class_name", "config"}`` record of the model);
+    ``keras3``: order the calls as keras 3 runs them (Keras 2 has no order-dependent behaviour)."""
+    if config.get("class_name") not in MODEL_CLASSES:
+        raise WeightsError(
+            f"{where}: the file holds a {config.get('class_name')!r}, not a Keras model (Sequential or functional)"
+        )
+    builder = _Builder(where, keras3)
+    inputs, outputs = builder.model(config, LayerPath((), (), ()), "", None, "", 0)
+    if not inputs:
+        raise WeightsError(f"{where}: the model has no inputs")
+    builder.graph.inputs = inputs
+    builder.graph.outputs = outputs
+    return _needed(builder.graph)

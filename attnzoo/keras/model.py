@@ -1,0 +1,247 @@
+"""``KerasModel`` (registered as ``keras_model``): a converted Keras model, run as a graph of torch nodes.
+
+The whole model is its config, ``graph``, plain data that ``attnzoo.save`` writes to config.yaml and
+``attnzoo.load`` reads back, with no Keras installed::
+
+    graph = {
+        "format": 1,
+        "keras_version": "3.15.1",
+        "inputs":  [{"id": "ids", "name": "ids", "shape": [None, None], "dtype": "int32", "vocab": 50}],
+        "layers":  {"embedding": {"op": "embedding", "input_dim": 50, ...}, ...},   # module key -> node
+        "calls":   [{"id": "embedding", "layer": "embedding", "args": [{"ref": ["ids", 0]}], "kwargs": {}},
+                    ...],                                 # in order; "layer": null passes tensors on
+        "outputs": [["dense", 0]],                        # (call id, output index), Keras's output order
+    }
+
+Each call's ``args`` and ``kwargs`` keep the Keras call's structure with ``{"ref": [call, index]}``
+where a tensor goes. Every tensor travels with its Keras mask (bool [batch, time], True = keep, or
+None), which the nodes make, use and pass on as Keras does (:mod:`attnzoo.keras.nodes`); an explicit
+``mask`` argument of a call (keras 3 records them) takes the place of the implicit one.
+
+``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
+tensors for integer inputs (token ids), floating tensors for the others, any batch size, and any length
+on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's output order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .nodes import build_node
+
+__all__ = ["KerasModel", "GRAPH_FORMAT"]
+
+GRAPH_FORMAT = 1
+_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def _graph_error(message: str) -> ValueError:
+    return ValueError(f"keras_model: the graph config is not valid: {message}")
+
+
+def _check_refs(value: Any, known: set[str], where: str) -> None:
+    if isinstance(value, dict) and "ref" in value:
+        ref = value["ref"]
+        if not (isinstance(ref, list) and len(ref) == 2 and isinstance(ref[0], str) and isinstance(ref[1], int)):
+            raise _graph_error(f"{where}: a ref must be [call id, index], got {ref!r}")
+        if ref[0] not in known:
+            raise _graph_error(f"{where} uses {ref[0]!r}, which no earlier call or input makes")
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_refs(v, known, where)
+    elif isinstance(value, list):
+        for v in value:
+            _check_refs(v, known, where)
+
+
+class KerasModel(nn.Module):
+    """A Keras model converted by :func:`attnzoo.keras.convert_keras_model` (see the module docstring)."""
+
+    name = "keras_model"
+
+    def __init__(self, graph: dict[str, Any]) -> None:
+        super().__init__()
+        self._validate(graph)
+        self.graph = graph
+        self.layers = nn.ModuleDict({key: build_node(_node_spec(spec)) for key, spec in graph["layers"].items()})
+        self.keras_names = {key: spec.get("keras", {}).get("name", key) for key, spec in graph["layers"].items()}
+        self.keras_classes = {
+            key: spec.get("keras", {}).get("class", spec["op"]) for key, spec in graph["layers"].items()
+        }
+        self.inputs_spec = [dict(i) for i in graph["inputs"]]
+        self.calls = [dict(c) for c in graph["calls"]]
+        self.outputs = [tuple(o) for o in graph["outputs"]]
+
+    @staticmethod
+    def _validate(graph: Any) -> None:
+        if not isinstance(graph, dict):
+            raise _graph_error(f"expected a mapping, got {type(graph).__name__}")
+        if graph.get("format") != GRAPH_FORMAT:
+            raise _graph_error(f"format {graph.get('format')!r}; this attnzoo reads format {GRAPH_FORMAT}")
+        for key, kind in (("inputs", list), ("layers", dict), ("calls", list), ("outputs", list)):
+            if not isinstance(graph.get(key), kind):
+                raise _graph_error(f"{key!r} must be a {kind.__name__}")
+        if not graph["inputs"] or not graph["outputs"]:
+            raise _graph_error("a model needs at least one input and one output")
+        known = set()
+        for entry in graph["inputs"]:
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                raise _graph_error(f"input {entry!r} has no id")
+            if not isinstance(entry.get("shape"), list) or not entry["shape"]:
+                raise _graph_error(f"input {entry['id']!r} has no shape")
+            known.add(entry["id"])
+        for key, spec in graph["layers"].items():
+            if not isinstance(spec, dict) or not isinstance(spec.get("op"), str):
+                raise _graph_error(f"layer {key!r} has no op")
+        for call in graph["calls"]:
+            if not isinstance(call, dict) or not isinstance(call.get("id"), str):
+                raise _graph_error(f"a call {str(call)[:60]} has no id")
+            if call.get("layer") is not None and call["layer"] not in graph["layers"]:
+                raise _graph_error(f"call {call['id']!r} uses layer {call['layer']!r}, which is not in 'layers'")
+            if not isinstance(call.get("args"), list) or not isinstance(call.get("kwargs"), dict):
+                raise _graph_error(f"call {call['id']!r} needs 'args' (a list) and 'kwargs' (a mapping)")
+            _check_refs(call["args"], known, f"call {call['id']!r}")
+            _check_refs(call["kwargs"], known, f"call {call['id']!r}")
+            known.add(call["id"])
+        for out in graph["outputs"]:
+            if not (isinstance(out, list) and len(out) == 2 and out[0] in known and isinstance(out[1], int)):
+                raise _graph_error(f"output {out!r} is not [call id, index] of a call")
+
+    # -- inputs ---------------------------------------------------------------------------------------
+    def _reference(self) -> Tensor | None:
+        for tensor in [*self.parameters(), *self.buffers()]:
+            if tensor.is_floating_point():
+                return tensor
+        return None
+
+    def _check_inputs(self, inputs: tuple[Any, ...]) -> list[Tensor]:
+        specs = self.inputs_spec
+        names = ", ".join(f"{s['name']} {_shape_text(s['shape'])} {s['dtype']}" for s in specs)
+        if len(inputs) != len(specs):
+            raise ValueError(f"keras_model takes {len(specs)} input(s) ({names}), got {len(inputs)}")
+        reference = self._reference()
+        checked = []
+        batch = None
+        for spec, x in zip(specs, inputs, strict=True):
+            name, shape = spec["name"], spec["shape"]
+            if not isinstance(x, Tensor):
+                raise ValueError(
+                    f"keras_model expects input {name!r} as a tensor {_shape_text(shape)}, got {type(x).__name__}"
+                )
+            if x.dim() != len(shape) or any(
+                d is not None and d != s for d, s in zip(shape[1:], x.shape[1:], strict=False)
+            ):
+                raise ValueError(
+                    f"keras_model expects input {name!r} of shape {_shape_text(shape)}, got {list(x.shape)}"
+                )
+            integer = spec["dtype"] in _INTEGER
+            if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+                raise ValueError(
+                    f"keras_model expects input {name!r} as integer ids ({spec['dtype']}), got {x.dtype}; "
+                    f"pass a LongTensor of token ids"
+                )
+            if not integer and not x.is_floating_point():
+                raise ValueError(
+                    f"keras_model expects input {name!r} as a floating tensor ({spec['dtype']}), got {x.dtype}"
+                )
+            if reference is not None and x.device != reference.device:
+                raise ValueError(
+                    f"keras_model expects input {name!r} on {reference.device} (where its weights are), got "
+                    f"{x.device}; move one of them with .to(...)"
+                )
+            if batch is not None and x.shape[0] != batch:
+                raise ValueError(
+                    f"keras_model expects every input with the same batch size, got {batch} and {x.shape[0]}"
+                )
+            batch = x.shape[0]
+            if not integer and reference is not None and x.dtype != reference.dtype:
+                x = x.to(reference.dtype)  # Keras casts its inputs to the layers' dtype as well
+            checked.append(x)
+        return checked
+
+    # -- running ----------------------------------------------------------------------------------------
+    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
+        values: dict[str, list[Any]] = {}
+        # a mask belongs to a tensor object, as Keras's _keras_mask does: a layer that returns its input
+        # (Dropout at inference) passes the same tensor, and keras 3's MultiHeadAttention clears it
+        mask_of: dict[int, Tensor | None] = {}
+        for spec, x in zip(self.inputs_spec, self._check_inputs(inputs), strict=True):
+            values[spec["id"]] = [x]
+            mask_of[id(x)] = None
+
+        def tensor(value: Any) -> Any:
+            if isinstance(value, dict) and "ref" in value:
+                call, index = value["ref"]
+                return values[call][index]
+            if isinstance(value, dict):
+                return {k: tensor(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [tensor(v) for v in value]
+            return value
+
+        def mask(value: Any) -> Any:
+            if isinstance(value, Tensor):
+                return mask_of.get(id(value))
+            if isinstance(value, list):
+                return [mask(v) for v in value]
+            return None
+
+        for call in self.calls:
+            args, kwargs = tensor(call["args"]), tensor(call["kwargs"])
+            arg_masks = mask(args)
+            explicit = kwargs.get("mask")
+            if isinstance(explicit, Tensor) or (
+                isinstance(explicit, list) and any(isinstance(m, Tensor) for m in explicit)
+            ):
+                arg_masks = [explicit, *arg_masks[1:]]
+            if call["layer"] is None:  # a pass: a nested model's input (maybe given a mask) or its outputs
+                out = list(args) if kwargs.get("outputs") else [args[0]]
+                out_masks = list(arg_masks) if kwargs.get("outputs") else [arg_masks[0]]
+            else:
+                node = self.layers[call["layer"]]
+                out, out_masks = self._run(node, call, args, kwargs, arg_masks)
+                if getattr(node, "clears_input_masks", False):
+                    for t in args[:3] if isinstance(args, list) else []:
+                        if isinstance(t, Tensor):
+                            mask_of[id(t)] = None
+                    for key in ("value", "key"):
+                        if isinstance(kwargs.get(key), Tensor):
+                            mask_of[id(kwargs[key])] = None
+            values[call["id"]] = out
+            for t, m in zip(out, out_masks, strict=False):
+                if isinstance(t, Tensor):
+                    mask_of[id(t)] = m
+        results = tuple(values[call][index] for call, index in self.outputs)
+        return results[0] if len(results) == 1 else results
+
+    def _run(self, node: nn.Module, call: dict[str, Any], args: Any, kwargs: Any, masks: Any) -> tuple[list, list]:
+        try:
+            return node(args, kwargs, masks)
+        except (ValueError, IndexError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and not _is_shape_error(e):
+                raise
+            key = call["layer"]
+            raise ValueError(
+                f"keras_model: layer {self.keras_names.get(key, key)!r} ({self.keras_classes.get(key)}): "
+                f"{' '.join(str(e).split())[:300]}"
+            ) from None
+
+    def extra_repr(self) -> str:
+        inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)
+        return f"inputs=({inputs}), keras_version={self.graph.get('keras_version')!r}"
+
+
+def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k != "keras"}
+
+
+def _shape_text(shape: list[Any]) -> str:
+    return "[" + ", ".join("batch" if i == 0 else ("?" if d is None else str(d)) for i, d in enumerate(shape)) + "]"
+
+
+def _is_shape_error(error: RuntimeError) -> bool:
+    text = str(error)
+    return any(word in text for word in ("shape", "size", "dimension", "mat1", "Expected", "expected"))
