@@ -89,7 +89,7 @@ class BuiltinPlugin:
 
     @hookimpl
     def attnzoo_register_keras_layers(self, register: Callable[..., Any]) -> None:
-        from .keras.convert import register_builtin_keras_layers  # torch comes with it: at conversion only
+        from .keras.converters import register_builtin_keras_layers  # torch comes with it: at conversion only
 
         register_builtin_keras_layers(register)
 

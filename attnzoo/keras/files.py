@@ -30,7 +30,7 @@ import numpy as np
 from ..errors import WeightsError
 from .h5 import MAX_DEPTH, decode_attr, group_items, read_dataset
 
-__all__ = ["KerasFile", "LayerPath", "read_keras_model", "MAX_CONFIG_BYTES"]
+__all__ = ["KerasFile", "LayerPath", "read_keras_model", "snake_case", "MAX_CONFIG_BYTES"]
 
 MAX_CONFIG_BYTES = 64 << 20  # a model config is kilobytes; a larger one is not a Keras file
 MAX_WEIGHTS_BYTES = 64 << 30  # what one model.weights.h5 inside a .keras may expand to
@@ -53,7 +53,7 @@ class LayerPath:
         return "/".join(self.names)
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
     """Keras's ``to_snake_case``: ``MultiHeadAttention`` -> ``multi_head_attention``, ``GRU`` -> ``gru``."""
     name = re.sub(r"\W+", "", name)
     name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
@@ -88,7 +88,7 @@ class _Keras3Weights:
         if by_name is not None:
             return by_name
         # files written before keras recorded the name: the group of the position-th layer of this class
-        key = _snake(class_name) + (f"_{position}" if position else "")
+        key = snake_case(class_name) + (f"_{position}" if position else "")
         item = layers.get(key)
         return item if isinstance(item, h5py.Group) else None
 

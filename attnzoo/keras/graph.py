@@ -132,6 +132,8 @@ class _Builder:
             raise self.fail(f"a {entry['class_name']} layer has no name")
         key = f"{prefix}{name}"
         if key in self.graph.layers:
+            if self.graph.layers[key].config is config:  # a nested model called again: the same layer
+                return self.graph.layers[key]
             raise self.fail(f"two layers are named {key!r}; Keras layer names are unique within a model")
         record = LayerRecord(
             key=key,
@@ -267,9 +269,10 @@ class _Builder:
             inbound = entry.get("inbound_nodes") or []
             if not isinstance(inbound, list):
                 raise self.fail(f"layer {record.key!r} has inbound_nodes that are not a list")
+            offset = self._node_offset(record)
             for index, node in enumerate(inbound):
                 call_id = f"{call_prefix}{record.key}" + (f"#{index}" if index else "")
-                nodes[(record.name, index)] = call_id
+                nodes[(record.name, index + offset)] = call_id
                 args, kwargs = self.node_arguments(node, record, nodes)
                 at = len(self.graph.calls)
                 self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
@@ -290,6 +293,16 @@ class _Builder:
         if self.keras3:
             self.graph.calls[start:] = _keras3_order(self.graph.calls[start:], start, blocks, outputs)
         return ordered_inputs if bound is None else [], outputs
+
+    def _node_offset(self, record: LayerRecord) -> int:
+        """Keras 2 numbers the calls of a nested model with an input layer from 1: its node 0 is the one
+        linking its own inputs to its outputs, which the config leaves out (``_should_skip_first_node``)."""
+        if self.keras3 or record.class_name not in MODEL_CLASSES:
+            return 0
+        if record.class_name != "Sequential":
+            return 1
+        layers = record.config.get("layers") or [{}]
+        return int(isinstance(layers[0], dict) and layers[0].get("class_name") == "InputLayer")
 
     def node_arguments(
         self, node: Any, record: LayerRecord, nodes: dict[tuple[str, int], str]

@@ -74,6 +74,7 @@ class KerasModel(nn.Module):
         self.inputs_spec = [dict(i) for i in graph["inputs"]]
         self.calls = [dict(c) for c in graph["calls"]]
         self.outputs = [tuple(o) for o in graph["outputs"]]
+        self.keras3 = not str(graph.get("keras_version", "3")).strip().startswith(("1", "2"))
 
     @staticmethod
     def _validate(graph: Any) -> None:
@@ -192,11 +193,18 @@ class KerasModel(nn.Module):
         for call in self.calls:
             args, kwargs = tensor(call["args"]), tensor(call["kwargs"])
             arg_masks = mask(args)
+            kwarg_masks = {k: mask(v) for k, v in kwargs.items() if k != "mask" and isinstance(v, Tensor)}
+            if kwarg_masks:
+                kwargs["kwarg_masks"] = kwarg_masks
             explicit = kwargs.get("mask")
             if isinstance(explicit, Tensor) or (
                 isinstance(explicit, list) and any(isinstance(m, Tensor) for m in explicit)
             ):
                 arg_masks = [explicit, *arg_masks[1:]]
+            elif self.keras3 and _tensor_arguments(args, kwargs) > 1:
+                # keras 3 fills a layer's `mask` argument only when the call has one tensor argument
+                # (an RNN given initial_state reads no mask; its output still carries the input's)
+                kwargs["implicit_mask"] = False
             if call["layer"] is None:  # a pass: a nested model's input (maybe given a mask) or its outputs
                 out = list(args) if kwargs.get("outputs") else [args[0]]
                 out_masks = list(arg_masks) if kwargs.get("outputs") else [arg_masks[0]]
@@ -232,6 +240,19 @@ class KerasModel(nn.Module):
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)
         return f"inputs=({inputs}), keras_version={self.graph.get('keras_version')!r}"
+
+
+def _is_tensors(value: Any) -> bool:
+    if isinstance(value, Tensor):
+        return True
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, Tensor) for v in value)
+
+
+def _tensor_arguments(args: list[Any], kwargs: dict[str, Any]) -> int:
+    """How many arguments of a call hold tensors, as keras 3 counts them (``CallSpec``)."""
+    return sum(_is_tensors(v) for v in args) + sum(
+        _is_tensors(v) for k, v in kwargs.items() if k not in ("mask", "kwarg_masks")
+    )
 
 
 def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:

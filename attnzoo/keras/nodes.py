@@ -676,6 +676,10 @@ class Operation(Node):
                 out = out.reshape([1] * x.dim()) if keepdims else out
             else:
                 out = _REDUCE[name](x, dim=axis, keepdim=keepdims)
+        elif name in ("zeros_like", "ones_like"):
+            dtype = config.get("dtype", kwargs.get("dtype"))
+            make = torch.zeros_like if name == "zeros_like" else torch.ones_like
+            out = make(args[0], dtype=_DTYPES.get(str(dtype)) if dtype else None)
         elif name == "convert_to_tensor":
             out = args[0]
         elif name == "cast":
@@ -743,6 +747,7 @@ _register(
 
 OPERATION_NAMES = frozenset(
     [*_ELEMENTWISE, *_UNARY, *_REDUCE, "convert_to_tensor", "cast", "get_item", "expand_dims", "squeeze"]
+    + ["zeros_like", "ones_like"]
     + ["transpose", "reshape", "concatenate", "stack", "matmul", "softmax", "where"]
 )
 

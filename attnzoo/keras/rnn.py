@@ -202,6 +202,9 @@ class Recurrent(Node):
         explicit = kwargs.get("mask")
         if isinstance(explicit, Tensor):
             mask = explicit
+        out_mask = mask if self.return_sequences else None
+        if kwargs.get("implicit_mask") is False:  # keras 3 passed this call no mask
+            mask = None
         initial = kwargs.get("initial_state")
         if isinstance(initial, Tensor):
             initial = [initial]
@@ -213,7 +216,6 @@ class Recurrent(Node):
         out = seq if self.return_sequences else seq[:, -1]
         if self.time_major and self.return_sequences:
             out = out.transpose(0, 1)
-        out_mask = mask if self.return_sequences else None
         if self.return_state:
             return [out, *states], [out_mask, *[None] * len(states)]
         return [out], [out_mask]
@@ -245,7 +247,7 @@ class Bidirectional(Node):
     def forward(self, args, kwargs, masks):
         fwd, bwd = self.forward_layer, self.backward_layer
         initial = kwargs.get("initial_state")
-        f_kwargs = {"mask": kwargs.get("mask")}
+        f_kwargs = {"mask": kwargs.get("mask"), "implicit_mask": kwargs.get("implicit_mask")}
         b_kwargs = dict(f_kwargs)
         if initial is not None:
             half = len(initial) // 2

@@ -65,7 +65,7 @@ class ZooNode(Node):
             return self._mha(args, kwargs, masks)
         tensors = [t for t in _flat(args) if isinstance(t, Tensor)]
         extra = dict(self.call_kwargs)
-        if self.takes_mask and self.call != "layer_unmasked":
+        if self.takes_mask and self.call != "layer_unmasked" and kwargs.get("implicit_mask") is not False:
             extra["mask"] = masks[0]
         result = self.layer(*tensors, **extra)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -99,12 +99,13 @@ class ZooNode(Node):
         value = args[1] if len(args) > 1 else kwargs["value"]
         key = args[2] if len(args) > 2 else kwargs.get("key")
         query_mask = masks[0]
+        by_keyword = kwargs.get("kwarg_masks", {})  # Keras 2 passes value and key by keyword
         value_mask = kwargs.get("value_mask")
         if not isinstance(value_mask, Tensor):
-            value_mask = masks[1] if len(masks) > 1 else None
+            value_mask = masks[1] if len(masks) > 1 else by_keyword.get("value")
         key_mask = kwargs.get("key_mask")
-        if not isinstance(key_mask, Tensor) and len(masks) > 2:
-            key_mask = masks[2]
+        if not isinstance(key_mask, Tensor):
+            key_mask = masks[2] if len(masks) > 2 else by_keyword.get("key")
         if isinstance(key_mask, Tensor) and key is not None and key is not value:
             value_mask = key_mask if value_mask is None else value_mask & key_mask
         scores = bool(kwargs.get("return_attention_scores", False))
