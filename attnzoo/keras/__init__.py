@@ -1,12 +1,28 @@
-"""Keras weight import: keras 3 ``.weights.h5`` and legacy Keras 2 ``.h5`` files into attnzoo layers.
+"""Keras models and layers into attnzoo, with no Keras at run time (json and h5py read the files).
+
+Whole models (``.keras``, legacy ``.h5``, or ``config.json`` + weights) become native modules::
+
+    from attnzoo.keras import convert_keras_model
+    model = convert_keras_model("model.keras")      # a keras_model: attnzoo.save / load rebuild it
+    y = model(ids)                                  # inputs in the Keras model's order
+
+One attention layer's weights go into the matching attnzoo layer::
 
     from attnzoo.keras import load_keras_weights
     layer = attnzoo.create("keras_mha", num_heads=4, key_dim=16)
     load_keras_weights(layer, "model.weights.h5", layer="multi_head_attention")
 
-Needs ``h5py`` (the ``keras`` extra); Keras itself is not needed to import weights.
+Needs ``h5py`` (the ``keras`` extra); Keras itself is never imported.
 """
 
-from .importer import keras_layers_in, load_keras_weights
+from .convert import ConversionReport, UnsupportedKerasLayerError, convert_keras_model
+from .importer import keras_layers_in, load_keras_arrays, load_keras_weights
 
-__all__ = ["load_keras_weights", "keras_layers_in"]
+__all__ = [
+    "convert_keras_model",
+    "load_keras_weights",
+    "load_keras_arrays",
+    "keras_layers_in",
+    "ConversionReport",
+    "UnsupportedKerasLayerError",
+]

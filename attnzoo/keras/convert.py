@@ -131,18 +131,18 @@ def _hook_converters(custom: Mapping[str, Any] | None) -> dict[str, list[KerasLa
     return table
 
 
-def _keys(record: LayerRecord, major: int) -> list[str]:
-    """The names a converter may be registered under, most specific first."""
+def _keys(record: LayerRecord) -> list[str]:
+    """The names a converter may be registered under, most specific first: ``keras>Class`` for Keras's
+    own layers; a custom layer's ``package>Class`` when Keras recorded one, else its bare class name.
+    A bare name never matches a packaged class: two packages' ``LabelWiseAttention`` need not agree."""
     # a legacy .h5 records no module: a Keras class name is taken for Keras's own layer first
     own = bool(record.module and record.module.startswith("keras")) or (
         record.module is None and record.class_name in KERAS_LAYERS
     )
-    keys = []
-    if own:
-        keys.append(f"keras>{record.class_name}")
-    if record.registered_name and not own:
+    keys = [f"keras>{record.class_name}"] if own else []
+    if record.registered_name and ">" in record.registered_name and not own:
         keys.append(record.registered_name)
-    if not own or record.module is None:
+    elif not own or record.module is None:
         keys.append(record.class_name)
     return keys
 
@@ -254,7 +254,7 @@ def build_graph(
         elif bad_call:
             reasons.append(bad_call)
         else:
-            for key in _keys(record, file.major):
+            for key in _keys(record):
                 for entry in hooks.get(key, []):
                     try:
                         converted = _convert_zoo(entry, record, arrays, ctx)

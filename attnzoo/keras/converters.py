@@ -325,7 +325,7 @@ def _batch_norm(record, arrays, ctx):
 def _merge(mode: str):
     def convert(record, arrays, ctx):
         _count(arrays, 0, record.class_name)
-        return Converted({"op": "merge", "mode": mode}, {})
+        return Converted({"op": "merge", "mode": mode, "keras3": ctx.major >= 3}, {})
 
     return convert
 

@@ -478,17 +478,51 @@ def _ranked(xs: Sequence[Tensor]) -> list[Tensor]:
 
 class Merge(Node):
     """``Add``, ``Subtract``, ``Multiply``, ``Average``, ``Maximum``, ``Minimum``; the output mask is the OR
-    of the input masks (None unless every input has one)."""
+    of the input masks (None unless every input has one). Keras 3 (``keras3``) also masks the values of
+    Multiply, Maximum and Minimum: a masked step of one input is the identity of the operation (1 for
+    Multiply, the other input for Maximum / Minimum), and Multiply's output is 0 where every input is
+    masked. Keras 2 computes them plainly."""
 
     op = "merge"
     supports_masking = True
 
-    def __init__(self, *, mode: str) -> None:
-        super().__init__(mode=mode)
-        self.mode = mode
+    def __init__(self, *, mode: str, keras3: bool = True) -> None:
+        super().__init__(mode=mode, keras3=keras3)
+        self.mode, self.keras3 = mode, keras3
 
     def forward(self, args, kwargs, masks):
         xs = _ranked(list(args[0]))
+        ms = list(masks[0]) if isinstance(masks[0], (list, tuple)) else [None] * len(xs)
+        every = bool(ms) and all(isinstance(m, Tensor) for m in ms)
+        mask = None
+        if every:
+            mask = ms[0]
+            for m in ms[1:]:
+                mask = mask | m
+        if self.keras3 and self.mode == "multiply":
+            out, full = None, None
+            for x, m in zip(xs, ms, strict=True):
+                if isinstance(m, Tensor):
+                    wide = m.unsqueeze(-1).expand_as(x)
+                    x = torch.where(wide, x, torch.ones_like(x))
+                    full = wide if full is None else full | wide
+                out = x if out is None else out * x
+            if every and full is not None:
+                out = torch.where(full, out, torch.zeros_like(out))
+            return [out], [mask]
+        if self.keras3 and self.mode in ("maximum", "minimum"):
+            fn = torch.maximum if self.mode == "maximum" else torch.minimum
+            out = xs[0]
+            running = ms[0].unsqueeze(-1).expand_as(out) if isinstance(ms[0], Tensor) else None
+            for x, m in zip(xs[1:], ms[1:], strict=True):
+                wide = m.unsqueeze(-1).expand_as(x) if isinstance(m, Tensor) else None
+                if wide is not None:
+                    x = torch.where(wide, x, out)
+                if running is not None:
+                    out = torch.where(running, out, x)
+                running = running | wide if (running is not None and wide is not None) else None
+                out = fn(out, x)
+            return [out], [mask]
         out = xs[0]
         for x in xs[1:]:
             if self.mode in ("add", "average"):
@@ -503,12 +537,6 @@ class Merge(Node):
                 out = torch.minimum(out, x)
         if self.mode == "average":
             out = out / len(xs)
-        ms = list(masks[0]) if isinstance(masks[0], (list, tuple)) else []
-        mask = None
-        if ms and all(isinstance(m, Tensor) for m in ms):
-            mask = ms[0]
-            for m in ms[1:]:
-                mask = mask | m
         return [out], [mask]
 
 

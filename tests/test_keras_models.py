@@ -1,0 +1,305 @@
+"""Whole Keras models: a .keras / .h5 file converts without Keras and predicts what Keras predicts.
+
+Keras 3 (torch backend, tests/keras_oracle.py in a subprocess) is the oracle: it builds each model,
+moves its weights off their initial values, saves it, and runs it on batches padded on the right, on
+the left, in the middle, fully and not at all. attnzoo converts the file and must agree within 1e-5
+wherever Keras's output is finite; where Keras divides 0 by 0 (a fully masked average), attnzoo's
+output is finite. Random models come from a grammar drawn by hypothesis; named models cover the
+seeds' shapes and the rest of the coverage table. Keras 2 files, made once with tf_keras
+(tests/keras2_fixtures.py), are committed under tests/data/keras2 with their expected outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnzoo
+from attnzoo.keras import convert_keras_model
+from attnzoo.keras.convert import UnsupportedKerasLayerError
+
+from .conftest import ROOT, require_data, run_python
+
+KERAS2 = ROOT / "tests" / "data" / "keras2"
+ATOL = RTOL = 1e-5
+
+
+class Oracle:
+    """The Keras subprocess: one JSON request per line, one answer per line."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONWARNINGS": "ignore"}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "keras_oracle.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+
+    def ask(self, **request) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "the Keras oracle exited"
+        answer = json.loads(line)
+        assert answer["ok"], answer.get("traceback", answer)
+        return answer
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def oracle():
+    import importlib.util
+
+    have = importlib.util.find_spec("keras") is not None and importlib.util.find_spec("h5py") is not None
+    require_data(have, "keras 3 and h5py (the test extra)")
+    keras = Oracle()
+    yield keras
+    keras.close()
+
+
+def outputs_of(model, io: dict, batch: int) -> tuple[list[torch.Tensor], list[np.ndarray]]:
+    inputs = []
+    i = 0
+    while f"in/{batch}/{i}" in io:
+        inputs.append(torch.from_numpy(io[f"in/{batch}/{i}"]))
+        i += 1
+    with torch.no_grad():
+        got = model(*inputs)
+    got = list(got) if isinstance(got, tuple) else [got]
+    want = []
+    k = 0
+    while f"out/{batch}/{k}" in io:
+        want.append(io[f"out/{batch}/{k}"])
+        k += 1
+    return got, want
+
+
+def assert_matches_keras(model, folder: Path, what: str) -> None:
+    io = dict(np.load(folder / "io.npz"))
+    batch = 0
+    while f"in/{batch}/0" in io:
+        got, want = outputs_of(model, io, batch)
+        assert len(got) == len(want), f"{what}: {len(got)} outputs, Keras has {len(want)}"
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            g = g.numpy()
+            assert g.shape == w.shape, f"{what}, output {k}: shape {g.shape}, Keras {w.shape}"
+            finite = np.isfinite(w)
+            assert np.isfinite(g).all(), f"{what}, output {k}: non-finite values"
+            diff = np.abs(g[finite] - w[finite])
+            bound = ATOL + RTOL * np.abs(w[finite])
+            assert (diff <= bound).all(), (
+                f"{what}, batch {batch}, output {k}: max difference {diff.max():.2e} from Keras "
+                f"(at {np.unravel_index(np.argmax(diff - bound), diff.shape)})"
+            )
+        batch += 1
+
+
+def convert_both(oracle, tmp_path: Path, **request) -> Path:
+    answer = oracle.ask(dir=str(tmp_path), **request)
+    assert [Path(f).name for f in answer["files"]] == ["model.keras", "model.h5"]
+    return tmp_path
+
+
+# -- random models from a grammar ---------------------------------------------------------------------------
+CELLS = st.sampled_from(["lstm", "gru", "simple_rnn"])
+
+
+@st.composite
+def rnn_block(draw, kind="rnn"):
+    block = {"type": kind, "cell": draw(CELLS), "units": draw(st.integers(2, 5))}
+    block["go_backwards"] = kind == "rnn" and draw(st.booleans())  # Bidirectional sets its own
+    if block["cell"] == "gru":
+        block["reset_after"] = draw(st.booleans())
+    if block["cell"] != "simple_rnn" and draw(st.booleans()):
+        block["recurrent_activation"] = draw(st.sampled_from(["hard_sigmoid", "tanh"]))
+    if kind == "bidirectional":
+        block["merge_mode"] = draw(st.sampled_from(["concat", "sum", "mul", "ave"]))
+    return block
+
+
+SIMPLE_BLOCKS = st.one_of(
+    rnn_block(),
+    rnn_block("bidirectional"),
+    st.fixed_dictionaries(
+        {"type": st.just("dense"), "units": st.integers(2, 6), "activation": st.sampled_from(["relu", "tanh", "gelu"])}
+    ),
+    st.fixed_dictionaries({"type": st.just("time_distributed"), "units": st.integers(2, 5)}),
+    st.fixed_dictionaries(
+        {
+            "type": st.just("conv1d"),
+            "filters": st.integers(2, 5),
+            "kernel": st.integers(1, 3),
+            "padding": st.sampled_from(["same", "causal"]),
+            "dilation": st.integers(1, 2),
+        }
+    ),
+    st.just({"type": "layer_norm"}),
+    st.just({"type": "dropout"}),
+    st.fixed_dictionaries({"type": st.just("activation"), "activation": st.sampled_from(["softsign", "selu", "swish"])}),
+)
+FUNCTIONAL_BLOCKS = st.one_of(
+    SIMPLE_BLOCKS,
+    st.fixed_dictionaries(
+        {"type": st.just("mha"), "heads": st.integers(1, 2), "key_dim": st.integers(2, 4), "residual": st.booleans()}
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("attention"), "use_scale": st.booleans(), "score_mode": st.sampled_from(["dot", "concat"])}
+    ),
+    st.just({"type": "additive"}),
+)
+
+
+@st.composite
+def recipes(draw):
+    form = draw(st.sampled_from(["functional", "sequential"]))
+    if draw(st.booleans()):
+        source = {"kind": "tokens", "vocab": 12, "embed": draw(st.integers(2, 6)), "mask_zero": draw(st.booleans())}
+    else:
+        source = {"kind": "features", "dim": draw(st.integers(2, 5)), "masking": draw(st.booleans())}
+    blocks = SIMPLE_BLOCKS if form == "sequential" else FUNCTIONAL_BLOCKS
+    branches = [draw(st.lists(blocks, min_size=1, max_size=3))]
+    recipe = {"form": form, "input": source, "branches": branches}
+    if form == "functional" and draw(st.booleans()):
+        # two branches ending in the same width, merged
+        width = draw(st.integers(2, 4))
+        second = draw(st.lists(blocks, min_size=1, max_size=2))
+        for branch in (branches[0], second):
+            branch.append({"type": "dense", "units": width, "activation": "linear"})
+        branches.append(second)
+        recipe["merge"] = draw(st.sampled_from(["add", "concatenate", "multiply", "average", "maximum", "minimum", "subtract"]))
+    reduce = draw(st.sampled_from(["average", "max", "last_rnn"] + (["last_step", "none"] if form == "functional" else [])))
+    recipe["reduce"] = reduce
+    if reduce == "last_rnn":
+        recipe["reduce_rnn"] = draw(rnn_block())
+    recipe["head"] = {"units": draw(st.integers(1, 3)), "activation": draw(st.sampled_from(["softmax", "sigmoid", None]))}
+    recipe["sequence_output"] = form == "functional" and reduce != "none" and draw(st.booleans())
+    return recipe
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(recipe=recipes(), seed=st.integers(0, 2**16))
+def test_random_models_predict_what_keras_predicts(oracle, tmp_path_factory, recipe, seed):
+    folder = convert_both(oracle, tmp_path_factory.mktemp("grammar"), recipe=recipe, seed=seed, batches=[[5, 6], [3, 2]])
+    for name in ("model.keras", "model.h5"):
+        assert_matches_keras(convert_keras_model(folder / name), folder, f"{name} of {recipe}")
+
+
+# -- named models: the seeds' shapes and the coverage table --------------------------------------------------
+@pytest.mark.parametrize(
+    "name", ["seed001", "seed003", "shared_and_nested", "two_inputs_two_outputs", "transformer", "states", "vision"]
+)
+def test_named_models_predict_what_keras_predicts_from_both_files(oracle, tmp_path, name):
+    batches = [[5, 7], [1, 4]] if name not in ("seed001", "vision") else [[3, 1], [1, 1]]
+    folder = convert_both(oracle, tmp_path, name=name, seed=1, batches=batches)
+    for file in ("model.keras", "model.h5"):
+        assert_matches_keras(convert_keras_model(folder / file), folder, f"{name} ({file})")
+
+
+def _label_wise(config, weights):
+    """What the example plugin registers for its LabelWiseAttention (seed 004): attnzoo's lwan."""
+    from attnzoo.keras import load_keras_arrays
+
+    labels, hidden = weights[0].shape
+    layer = attnzoo.create("lwan", num_labels=labels, hidden_size=hidden, output="probs")
+    return load_keras_arrays(layer, weights)
+
+
+def test_seed004_converts_with_a_custom_layer_converter_and_reloads(oracle, tmp_path):
+    folder = convert_both(oracle, tmp_path / "keras", name="seed004", seed=2, batches=[[4, 6]])
+    with pytest.raises(UnsupportedKerasLayerError, match=r"label_wise_attention \(attnzoo_example>LabelWiseAttention"):
+        convert_keras_model(folder / "model.keras")
+    model = convert_keras_model(folder / "model.keras", custom_layers={"attnzoo_example>LabelWiseAttention": _label_wise})
+    assert_matches_keras(model, folder, "seed004")
+    saved = attnzoo.save(model, tmp_path / "saved")
+    assert_matches_keras(attnzoo.load(saved), folder, "seed004 reloaded")
+
+
+def test_an_unsupported_model_lists_every_layer_it_cannot_convert(oracle, tmp_path):
+    folder = convert_both(oracle, tmp_path, name="unsupported", seed=0, batches=[[2, 3]])
+    for file in ("model.keras", "model.h5"):
+        with pytest.raises(UnsupportedKerasLayerError) as caught:
+            convert_keras_model(folder / file)
+        text = str(caught.value)
+        assert "2 layer(s) cannot be converted" in text and "nothing was converted" in text
+        assert "lambda (Lambda" in text
+        assert "mystery (" in text and "[4, 2]" in text  # its name, class and variable shapes
+        assert "attnzoo_register_keras_layers" in text
+        assert [p["layer"] for p in caught.value.layers] == ["lambda", "mystery"]
+
+
+def test_a_converted_model_saves_and_loads_without_keras_installed(oracle, tmp_path):
+    folder = convert_both(oracle, tmp_path / "k", name="transformer", seed=3, batches=[[5, 6]])
+    code = f"""
+import sys
+for blocked in ("keras", "tensorflow", "tf_keras"):
+    sys.modules[blocked] = None  # `import keras` now raises ImportError, as where it is not installed
+import numpy as np, torch, attnzoo
+from attnzoo.keras import convert_keras_model
+model = convert_keras_model({str(folder / 'model.keras')!r})
+attnzoo.save(model, {str(tmp_path / 'saved')!r})
+again = attnzoo.load({str(tmp_path / 'saved')!r})
+io = dict(np.load({str(folder / 'io.npz')!r}))
+with torch.no_grad():
+    a, b = model(torch.from_numpy(io["in/0/0"])), again(torch.from_numpy(io["in/0/0"]))
+assert torch.equal(a, b)
+want = io["out/0/0"]
+finite = np.isfinite(want)  # a fully padded row averages 0 / 0 in Keras
+print(float(np.abs(a.numpy()[finite] - want[finite]).max()))
+print(sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] in ("keras", "tensorflow", "tf_keras")))
+"""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    diff, modules = proc.stdout.strip().splitlines()
+    assert float(diff) < 1e-5
+    assert modules == "[]"
+
+
+# -- Keras 2 files, made once with tf_keras ------------------------------------------------------------------
+def _keras2_cases() -> list[str]:
+    return sorted(p.stem for p in KERAS2.glob("*.h5"))
+
+
+@pytest.mark.parametrize("case", _keras2_cases())
+def test_keras2_files_predict_what_tf_keras_predicted(case):
+    expected = dict(np.load(KERAS2 / "expected.npz"))
+    model = convert_keras_model(KERAS2 / f"{case}.h5")
+    batch = 0
+    while f"{case}/{batch}/in/0" in expected:
+        inputs = []
+        while f"{case}/{batch}/in/{len(inputs)}" in expected:
+            inputs.append(torch.from_numpy(expected[f"{case}/{batch}/in/{len(inputs)}"]))
+        with torch.no_grad():
+            got = model(*inputs)
+        got = list(got) if isinstance(got, tuple) else [got]
+        for k, g in enumerate(got):
+            want = expected[f"{case}/{batch}/out/{k}"]
+            finite = np.isfinite(want)
+            np.testing.assert_allclose(g.numpy()[finite], want[finite], atol=ATOL, rtol=RTOL, err_msg=f"{case} {k}")
+        batch += 1
+    assert batch > 0
+
+
+def test_keras2_fixtures_cover_the_version_specific_semantics():
+    cases = set(_keras2_cases())
+    assert {"hard_sigmoid_lstm", "gru_reset_before", "masked_bidirectional", "mha_fully_masked"} <= cases
+    report = convert_keras_model(KERAS2 / "hard_sigmoid_lstm.h5").keras_report.to_text()
+    assert "Keras 2 hard_sigmoid" in report and "exact step loop" in report
+    config = json.loads(__import__("h5py").File(KERAS2 / "masked_bidirectional.h5").attrs["model_config"])
+    assert '"time_major"' in json.dumps(config)  # the key keras 3 cannot load, read here
