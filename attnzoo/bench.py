@@ -95,7 +95,7 @@ def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     """A zero-argument step of ``case`` (fresh weights, inputs from its convention) and the model."""
     import attnzoo
 
-    from .conventions import get_convention, sample_inputs
+    from .conventions import get_convention, model_config, sample_inputs
 
     spec = attnzoo.model_info(case.name)
     if not spec.convention:
@@ -104,6 +104,7 @@ def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     torch.manual_seed(0)
     model = attnzoo.create(case.name, config=dict(case.config) or None, dtype=case.dtype, device=case.device)
     model.train(case.backward)
+    convention = convention.for_config(model_config(model))
     sample = sample_inputs(
         model,
         convention,

@@ -568,6 +568,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_convert_keras(args: argparse.Namespace) -> int:
+    if args.model is None:
+        return _convert_keras_model(args)
     from pathlib import Path
 
     from .config import parse_overrides
@@ -575,6 +577,8 @@ def cmd_convert_keras(args: argparse.Namespace) -> int:
     from .keras import load_keras_weights
     from .weights import encode_metadata, write_weights
 
+    if args.check or args.weights:
+        raise UsageError("--check and --weights belong to a whole-model conversion (without --model)")
     try:
         overrides = parse_overrides(args.overrides)
     except AttnzooError as e:
@@ -590,6 +594,56 @@ def cmd_convert_keras(args: argparse.Namespace) -> int:
     )
     digest = write_weights(model.state_dict(), args.output, metadata=metadata, overwrite=args.overwrite)
     print(f"wrote {args.output} ({info['name']}, sha256 {digest}); attnzoo.load({str(args.output)!r}) rebuilds it")
+    return 0
+
+
+def _convert_keras_model(args: argparse.Namespace) -> int:
+    """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
+    from pathlib import Path
+
+    from .keras import convert_keras_model
+    from .weights import save
+
+    if args.layer or args.overrides:
+        raise UsageError(
+            "--layer and key=value go with --model NAME (one layer's weights); a whole model needs neither"
+        )
+    output = Path(args.output)
+    if output.suffix == ".safetensors":
+        raise UsageError(
+            f"-o {output}: a whole Keras model is saved as a folder (config.yaml + model.safetensors); "
+            f"give a folder, or --model NAME to convert one layer's weights into a .safetensors file"
+        )
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"-o {output}: exists and is not a folder; a converted model is saved as a folder")
+    model = convert_keras_model(args.file, weights=args.weights)
+    check = None
+    if args.check:
+        from .keras.check import check_against_keras
+
+        check = check_against_keras(args.file, model)
+        if not check.ok:
+            where = ""
+            if check.first_divergence:
+                layer, difference = check.first_divergence
+                where = f"; first layer that differs: {layer} (max difference {difference:.3g})"
+            raise AttnzooError(
+                f"{args.file}: the converted model differs from Keras by "
+                f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
+            )
+    save(model, output, overwrite=args.overwrite)
+    report = model.keras_report
+    if args.json:
+        payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
+        if check is not None:
+            payload["check"] = {"outputs": check.outputs, "layers": check.layers, "tolerance": check.tolerance}
+        print(json.dumps(payload, indent=2))
+        return 0
+    print(report.to_text())
+    if check is not None:
+        shown = ", ".join(f"{d:.2g}" for d in check.outputs)
+        print(f"checked against Keras on padded inputs: max difference per output {shown}")
+    print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
     return 0
 
 
@@ -887,13 +941,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.set_defaults(func=cmd_convert_checkpoint)
 
-    p = sub.add_parser("convert-keras", parents=[common], help="import Keras weights into a safetensors file")
-    p.add_argument("file", help="a keras 3 .weights.h5 or a legacy Keras .h5")
-    p.add_argument("--model", required=True, help="the attnzoo name (keras_dot, keras_additive, keras_mha, lwan, ...)")
-    p.add_argument("--layer", help="the Keras layer (group name or layer name) when the file has several")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="config of the attnzoo layer")
-    p.add_argument("-o", "--output", required=True, help="the .safetensors file to write")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    p = sub.add_parser(
+        "convert-keras", parents=[common], help="convert a whole Keras model, or one layer's weights, to attnzoo"
+    )
+    p.add_argument("file", help="a .keras, a legacy .h5 or a config.json (whole model); a .weights.h5 with --model")
+    p.add_argument(
+        "--model", help="one attention layer's weights into this attnzoo layer (keras_dot, keras_mha, lwan, ...)"
+    )
+    p.add_argument("--layer", help="with --model: the Keras layer (group name or layer name) when the file has several")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="with --model: config of the attnzoo layer")
+    p.add_argument("--weights", help="the weights file of a config.json (default: the .weights.h5 beside it)")
+    p.add_argument("--check", action="store_true", help="run Keras beside the result on padded inputs first")
+    p.add_argument("--json", action="store_true", help="the conversion report as JSON")
+    p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.set_defaults(func=cmd_convert_keras)
 
     return parser

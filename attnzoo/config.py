@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, close_matches
+from .spec import thaw
 
 __all__ = [
     "merge_config",
@@ -62,8 +63,8 @@ def load_config_source(config: Any) -> Any:
         if not isinstance(loaded, DictConfig):
             raise ConfigError(f"config file {path.name}: expected a mapping of key: value, got a list")
         return _section(loaded)
-    if isinstance(config, Mapping):
-        return OmegaConf.create(dict(config))
+    if isinstance(config, Mapping):  # a card's frozen mapping (a spec's example) works as well
+        return OmegaConf.create(thaw(config))
     raise ConfigError(f"config must be a dict, a DictConfig or a YAML path, got {type(config).__name__}")
 
 

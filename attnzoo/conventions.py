@@ -37,6 +37,8 @@ documents_to_labels     ``(tokens [B, S, W], mask=None, return_attention=False)`
 image_to_labels         ``(x [B, C, H, W], mask=None over W, return_attention=False)``
                                                                                ``[B, L]`` (+ weights)
 image_to_image          ``(x [B, C, H, W])``                                   ``[B, C, H, W]``
+keras_inputs            ``(*inputs)``, as a converted Keras model's graph      its outputs
+                        declares them
 ======================  =====================================================  ===============================
 
 A plugin adds its own convention with a :class:`Convention` subclass (or instance), registered through
@@ -144,6 +146,11 @@ class Convention:
     description: str = ""
 
     # -- what it holds ---------------------------------------------------------------------------------
+    def for_config(self, config: Mapping[str, Any] | None) -> Convention:
+        """The convention for one config: itself, unless its inputs depend on the config (``keras_inputs``:
+        a converted Keras model takes the inputs its graph declares)."""
+        return self
+
     @property
     def has_mask(self) -> bool:
         return any(s.kind == "mask" for s in self.slots)
@@ -642,6 +649,63 @@ _BUILTIN.append(
     )
 )
 
+_INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+@dataclass
+class KerasInputs(Convention):
+    """A converted Keras model (``keras_model``): its inputs are the ones its graph declares, in order,
+    positionally: integer ids (below the vocabulary of the Embedding that reads them) or floats, with
+    Keras's shapes. A length Keras left open is the ``keys`` axis; fixed sizes are kept. Padding is in
+    the inputs themselves (ids 0 under ``mask_zero``), so there is no mask argument: the masked
+    properties do not apply, and the Keras semantics of masks are tested against Keras itself."""
+
+    def for_config(self, config: Mapping[str, Any] | None) -> Convention:
+        graph = (config or {}).get("graph") if isinstance(config, Mapping) else None
+        inputs = graph.get("inputs") if isinstance(graph, Mapping) else None
+        if not isinstance(inputs, (list, tuple)) or not inputs:  # a card's example is frozen into tuples
+            return self
+        slots, defaults = [], {}
+        for i, spec in enumerate(inputs):
+            shape = list(spec.get("shape") or [None])
+            axes = ["batch"]
+            for j, size in enumerate(shape[1:], start=1):
+                if size is None and j == 1:
+                    axes.append("keys")
+                else:
+                    axis = f"in{i}_axis{j}"
+                    axes.append(axis)
+                    defaults[axis] = size if isinstance(size, int) else 4
+            integer = str(spec.get("dtype")) in _INTEGER_DTYPES
+            vocab = f"in{i}_vocab"
+            if integer:
+                defaults[vocab] = int(spec.get("vocab") or 10)
+            name = str(spec.get("name") or f"input_{i}")
+            slots.append(Slot(name, "tokens" if integer else "float", tuple(axes), vocab=vocab if integer else ""))
+        outputs = tuple(("batch", "...") for _ in graph.get("outputs") or [None])
+        return Convention(
+            self.name,
+            tuple(slots),
+            outputs=outputs,
+            attention="none",
+            defaults=defaults,
+            free=tuple(a for a in defaults if a.endswith("_vocab")),
+            seq=self.seq,
+            description=self.description,
+        )
+
+
+_BUILTIN.append(
+    KerasInputs(
+        "keras_inputs",
+        (),
+        outputs=(("batch", "..."),),
+        attention="none",
+        seq=5,
+        description="the inputs a converted Keras model's graph declares, positionally -> its outputs",
+    )
+)
+
 CONVENTIONS: dict[str, Convention] = {c.name: c for c in _BUILTIN}
 _plugin_conventions: dict[str, Convention] = {}
 _plugin_state: object = None
@@ -719,4 +783,5 @@ def sample_inputs(
     dtype, device = _model_dtype_device(model)
     kwargs.setdefault("dtype", dtype)
     kwargs.setdefault("device", device)
-    return conv.sample(model_config(model) if config is None else config, **kwargs)
+    config = model_config(model) if config is None else config
+    return conv.for_config(config).sample(config, **kwargs)

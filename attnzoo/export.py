@@ -65,7 +65,9 @@ def _convention_of(model: Any):
     spec = model_info(info["name"])
     if not spec.convention:
         raise ConfigError(f"{spec.name}: its card names no convention; pass inputs=(args, kwargs)")
-    return get_convention(spec.convention)
+    from .conventions import model_config
+
+    return get_convention(spec.convention).for_config(model_config(model))
 
 
 def _parameter_names(model: Any) -> list[str]:
@@ -74,6 +76,27 @@ def _parameter_names(model: Any) -> list[str]:
         for n, p in inspect.signature(model.forward).parameters.items()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
+
+
+def _input_names(model: Any, count: int) -> list[str]:
+    """The names of ``count`` positional inputs: forward's parameters, then a model's own
+    ``input_names`` (a converted Keras model names its inputs as Keras did) or ``args_<i>``."""
+    names = _parameter_names(model)
+    if count <= len(names):
+        return names[:count]
+    own = getattr(model, "input_names", None)
+    if isinstance(own, (list, tuple)) and len(own) == count and all(isinstance(n, str) for n in own):
+        return list(own)
+    rest = _var_positional(model) or "args"
+    return [*names, *(f"{rest}_{i}" for i in range(count - len(names)))]
+
+
+def _var_positional(model: Any) -> str | None:
+    """The name of ``forward``'s ``*args`` parameter, if it has one (a converted Keras model's inputs)."""
+    for n, p in inspect.signature(model.forward).parameters.items():
+        if p.kind is p.VAR_POSITIONAL:
+            return n
+    return None
 
 
 def _fixed_axes(model: Any) -> tuple[str, ...]:
@@ -96,8 +119,13 @@ def _dynamic_shapes(model: Any, convention, sample, dynamic: bool) -> dict[str, 
     names = _parameter_names(model)
     positional = [s for s in convention.slots if not s.keyword and s.name in sample.tensors]
     shapes: dict[str, Any] = {}
+    rest = _var_positional(model)
     for position, slot in enumerate(positional):
-        shapes[names[position]] = {i: dims[a] for i, a in enumerate(slot.axes) if a in dims}
+        axes = {i: dims[a] for i, a in enumerate(slot.axes) if a in dims}
+        if position < len(names):
+            shapes[names[position]] = axes
+        elif rest is not None:  # forward(*inputs): the shapes of the rest go as one tuple
+            shapes[rest] = (*shapes.get(rest, ()), axes)
     for slot in convention.slots:
         if slot.keyword and slot.name in sample.tensors:
             shapes[slot.name] = {i: dims[a] for i, a in enumerate(slot.axes) if a in dims}
@@ -169,7 +197,7 @@ def _run_onnx(path: Path, model: Any, args: tuple, kwargs: dict) -> list:
     except ImportError:
         raise ExportError("checking an ONNX file needs onnxruntime: pip install 'attnzoo[export]'") from None
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = _parameter_names(model)
+    names = _input_names(model, len(args))
     given = {**dict(zip(names, args, strict=False)), **kwargs}
     feed = {}
     for item in session.get_inputs():
@@ -257,8 +285,17 @@ def export(
             try:
                 with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                     warnings.filterwarnings("ignore", message=".*axis name.*")  # the exporter's naming notes
+                    named = {}
+                    if _var_positional(model) is not None:  # name the *inputs as the model names them
+                        named["input_names"] = _input_names(model, len(args))
                     program = torch.onnx.export(
-                        model, args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False
+                        model,
+                        args,
+                        kwargs=kwargs,
+                        dynamo=True,
+                        dynamic_shapes=dynamic_shapes,
+                        verbose=False,
+                        **named,
                     )
             except Exception as e:  # noqa: BLE001
                 raise ExportError(

@@ -112,6 +112,7 @@ SHARED = {
     "num_parent_labels": "no parent level (joint_laat needs it)",
     "num_kv_heads": "num_heads (one key/value head per query head)",
     "hidden_size": "inferred from the first call",
+    "keras_semantics": "attnzoo's masking (a row with no key attends to nothing); 2 or 3: that Keras version's",
 }
 
 

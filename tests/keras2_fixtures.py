@@ -39,15 +39,25 @@ def token_model(body, vocab=20, width=8):
 
 
 def cases():
-    yield "hard_sigmoid_lstm", token_model(
-        lambda e: layers.LSTM(5, recurrent_activation="hard_sigmoid", return_sequences=True)(e)
-    ), [[ids()]]
-    yield "gru_reset_before", token_model(
-        lambda e: [layers.GRU(4, reset_after=False, return_sequences=True)(e), layers.GRU(4, reset_after=False)(e)]
-    ), [[ids()]]
-    yield "masked_bidirectional", token_model(
-        lambda e: layers.GlobalAveragePooling1D()(layers.Bidirectional(layers.LSTM(4, return_sequences=True))(e))
-    ), [[ids()]]
+    yield (
+        "hard_sigmoid_lstm",
+        token_model(lambda e: layers.LSTM(5, recurrent_activation="hard_sigmoid", return_sequences=True)(e)),
+        [[ids()]],
+    )
+    yield (
+        "gru_reset_before",
+        token_model(
+            lambda e: [layers.GRU(4, reset_after=False, return_sequences=True)(e), layers.GRU(4, reset_after=False)(e)]
+        ),
+        [[ids()]],
+    )
+    yield (
+        "masked_bidirectional",
+        token_model(
+            lambda e: layers.GlobalAveragePooling1D()(layers.Bidirectional(layers.LSTM(4, return_sequences=True))(e))
+        ),
+        [[ids()]],
+    )
 
     def attention(e):
         m = layers.MultiHeadAttention(2, 3)(e, e)
@@ -67,9 +77,17 @@ def cases():
     shared = layers.LSTM(5)
     joined = layers.Concatenate()([shared(emb(inp)), shared(layers.Dropout(0.2)(emb(inp)))])
     yield "nested_and_shared", keras.Model(inp, head(joined)), [[ids()]]
-    yield "sequential", keras.Sequential(
-        [layers.Embedding(20, 6, mask_zero=True, input_shape=(None,)), layers.GRU(5), layers.Dense(2, activation="softmax")]
-    ), [[ids()]]
+    yield (
+        "sequential",
+        keras.Sequential(
+            [
+                layers.Embedding(20, 6, mask_zero=True, input_shape=(None,)),
+                layers.GRU(5),
+                layers.Dense(2, activation="softmax"),
+            ]
+        ),
+        [[ids()]],
+    )
 
 
 def main(out: str) -> None:

@@ -138,7 +138,9 @@ def build(recipe):
     """A Keras model from a recipe (dicts and lists only)."""
     source = recipe["input"]
     if recipe.get("form") == "sequential":
-        stack = [keras.Input((None,), dtype="int32") if source["kind"] == "tokens" else keras.Input((None, source["dim"]))]
+        stack = [
+            keras.Input((None,), dtype="int32") if source["kind"] == "tokens" else keras.Input((None, source["dim"]))
+        ]
         if source["kind"] == "tokens":
             stack.append(layers.Embedding(source["vocab"], source["embed"], mask_zero=source["mask_zero"]))
         elif source.get("masking"):
@@ -185,7 +187,9 @@ def _single_layer(block):
     if kind == "time_distributed":
         return layers.TimeDistributed(layers.Dense(block["units"], activation=block.get("activation")))
     if kind == "conv1d":
-        return layers.Conv1D(block["filters"], block["kernel"], padding=block["padding"], dilation_rate=block.get("dilation", 1))
+        return layers.Conv1D(
+            block["filters"], block["kernel"], padding=block["padding"], dilation_rate=block.get("dilation", 1)
+        )
     if kind == "layer_norm":
         return layers.LayerNormalization()
     if kind == "dropout":

@@ -46,7 +46,7 @@ def _loss(out):
 @pytest.mark.parametrize("name", NAMES)
 def test_cuda_forward_and_gradients_match_the_cpu(name):
     spec = attnzoo.model_info(name)
-    convention = get_convention(spec.convention)
+    convention = get_convention(spec.convention).for_config(spec.example)
     torch.manual_seed(0)
     cpu = attnzoo.create(name, config=dict(spec.example)).eval()
     sample = sample_inputs(cpu, convention)

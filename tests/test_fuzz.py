@@ -93,7 +93,7 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.int64, torch.bool, 
 @pytest.mark.parametrize("name", NAMES)
 def test_any_tensor_gives_a_result_or_a_value_error(name):
     spec = attnzoo.model_info(name)
-    convention = get_convention(spec.convention)
+    convention = get_convention(spec.convention).for_config(spec.example)
     torch.manual_seed(0)
     model = attnzoo.create(name, config=dict(spec.example)).eval()
     valid = sample_inputs(model, convention, seq=convention.seq)

@@ -152,7 +152,9 @@ SIMPLE_BLOCKS = st.one_of(
     ),
     st.just({"type": "layer_norm"}),
     st.just({"type": "dropout"}),
-    st.fixed_dictionaries({"type": st.just("activation"), "activation": st.sampled_from(["softsign", "selu", "swish"])}),
+    st.fixed_dictionaries(
+        {"type": st.just("activation"), "activation": st.sampled_from(["softsign", "selu", "swish"])}
+    ),
 )
 FUNCTIONAL_BLOCKS = st.one_of(
     SIMPLE_BLOCKS,
@@ -183,20 +185,29 @@ def recipes(draw):
         for branch in (branches[0], second):
             branch.append({"type": "dense", "units": width, "activation": "linear"})
         branches.append(second)
-        recipe["merge"] = draw(st.sampled_from(["add", "concatenate", "multiply", "average", "maximum", "minimum", "subtract"]))
-    reduce = draw(st.sampled_from(["average", "max", "last_rnn"] + (["last_step", "none"] if form == "functional" else [])))
+        recipe["merge"] = draw(
+            st.sampled_from(["add", "concatenate", "multiply", "average", "maximum", "minimum", "subtract"])
+        )
+    reduce = draw(
+        st.sampled_from(["average", "max", "last_rnn"] + (["last_step", "none"] if form == "functional" else []))
+    )
     recipe["reduce"] = reduce
     if reduce == "last_rnn":
         recipe["reduce_rnn"] = draw(rnn_block())
-    recipe["head"] = {"units": draw(st.integers(1, 3)), "activation": draw(st.sampled_from(["softmax", "sigmoid", None]))}
+    recipe["head"] = {
+        "units": draw(st.integers(1, 3)),
+        "activation": draw(st.sampled_from(["softmax", "sigmoid", None])),
+    }
     recipe["sequence_output"] = form == "functional" and reduce != "none" and draw(st.booleans())
     return recipe
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(recipe=recipes(), seed=st.integers(0, 2**16))
 def test_random_models_predict_what_keras_predicts(oracle, tmp_path_factory, recipe, seed):
-    folder = convert_both(oracle, tmp_path_factory.mktemp("grammar"), recipe=recipe, seed=seed, batches=[[5, 6], [3, 2]])
+    folder = convert_both(
+        oracle, tmp_path_factory.mktemp("grammar"), recipe=recipe, seed=seed, batches=[[5, 6], [3, 2]]
+    )
     for name in ("model.keras", "model.h5"):
         assert_matches_keras(convert_keras_model(folder / name), folder, f"{name} of {recipe}")
 
@@ -225,7 +236,9 @@ def test_seed004_converts_with_a_custom_layer_converter_and_reloads(oracle, tmp_
     folder = convert_both(oracle, tmp_path / "keras", name="seed004", seed=2, batches=[[4, 6]])
     with pytest.raises(UnsupportedKerasLayerError, match=r"label_wise_attention \(attnzoo_example>LabelWiseAttention"):
         convert_keras_model(folder / "model.keras")
-    model = convert_keras_model(folder / "model.keras", custom_layers={"attnzoo_example>LabelWiseAttention": _label_wise})
+    model = convert_keras_model(
+        folder / "model.keras", custom_layers={"attnzoo_example>LabelWiseAttention": _label_wise}
+    )
     assert_matches_keras(model, folder, "seed004")
     saved = attnzoo.save(model, tmp_path / "saved")
     assert_matches_keras(attnzoo.load(saved), folder, "seed004 reloaded")
@@ -252,17 +265,18 @@ for blocked in ("keras", "tensorflow", "tf_keras"):
     sys.modules[blocked] = None  # `import keras` now raises ImportError, as where it is not installed
 import numpy as np, torch, attnzoo
 from attnzoo.keras import convert_keras_model
-model = convert_keras_model({str(folder / 'model.keras')!r})
-attnzoo.save(model, {str(tmp_path / 'saved')!r})
-again = attnzoo.load({str(tmp_path / 'saved')!r})
-io = dict(np.load({str(folder / 'io.npz')!r}))
+model = convert_keras_model({str(folder / "model.keras")!r})
+attnzoo.save(model, {str(tmp_path / "saved")!r})
+again = attnzoo.load({str(tmp_path / "saved")!r})
+io = dict(np.load({str(folder / "io.npz")!r}))
 with torch.no_grad():
     a, b = model(torch.from_numpy(io["in/0/0"])), again(torch.from_numpy(io["in/0/0"]))
 assert torch.equal(a, b)
 want = io["out/0/0"]
 finite = np.isfinite(want)  # a fully padded row averages 0 / 0 in Keras
 print(float(np.abs(a.numpy()[finite] - want[finite]).max()))
-print(sorted(m for m, v in sys.modules.items() if v is not None and m.split(".")[0] in ("keras", "tensorflow", "tf_keras")))
+loaded = [m for m, v in sys.modules.items() if v is not None and m.split(".")[0] in ("keras", "tensorflow", "tf_keras")]
+print(sorted(loaded))
 """
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -303,3 +317,30 @@ def test_keras2_fixtures_cover_the_version_specific_semantics():
     assert "Keras 2 hard_sigmoid" in report and "exact step loop" in report
     config = json.loads(__import__("h5py").File(KERAS2 / "masked_bidirectional.h5").attrs["model_config"])
     assert '"time_major"' in json.dumps(config)  # the key keras 3 cannot load, read here
+
+
+def test_seed004_converts_through_an_installed_plugin_hook(oracle, tmp_path):
+    """The example plugin, pip-installed, registers its Keras layer through attnzoo_register_keras_layers."""
+    from .test_plugins import EXAMPLE, _pip_install
+    from .test_plugins import run as run_with_site
+
+    folder = convert_both(oracle, tmp_path / "keras", name="seed004", seed=5, batches=[[4, 6]])
+    site = tmp_path / "site"
+    _pip_install([EXAMPLE], site)
+    proc = run_with_site(
+        site,
+        f"""
+        import numpy as np, torch, attnzoo
+        from attnzoo.keras import convert_keras_model
+        model = convert_keras_model({str(folder / "model.keras")!r})
+        print(model.keras_report.to_text())
+        attnzoo.save(model, {str(tmp_path / "saved")!r})
+        io = dict(np.load({str(folder / "io.npz")!r}))
+        with torch.no_grad():
+            got = attnzoo.load({str(tmp_path / "saved")!r})(torch.from_numpy(io["in/0/0"]))
+        print("max", float(np.abs(got.numpy() - io["out/0/0"]).max()))
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "registered by example for attnzoo_example>LabelWiseAttention" in proc.stdout
+    assert float(proc.stdout.split("max ")[-1]) < 1e-5

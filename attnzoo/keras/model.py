@@ -76,6 +76,11 @@ class KerasModel(nn.Module):
         self.outputs = [tuple(o) for o in graph["outputs"]]
         self.keras3 = not str(graph.get("keras_version", "3")).strip().startswith(("1", "2"))
 
+    @property
+    def input_names(self) -> list[str]:
+        """The Keras model's input names, in its order (exports name their inputs so)."""
+        return [str(spec["name"]) for spec in self.inputs_spec]
+
     @staticmethod
     def _validate(graph: Any) -> None:
         if not isinstance(graph, dict):
@@ -165,6 +170,13 @@ class KerasModel(nn.Module):
 
     # -- running ----------------------------------------------------------------------------------------
     def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
+        values = self.trace(*inputs)
+        results = tuple(values[call][index] for call, index in self.outputs)
+        return results[0] if len(results) == 1 else results
+
+    def trace(self, *inputs: Tensor) -> dict[str, list[Any]]:
+        """Every call's outputs, by call id (a layer's name for its first call), in the order they ran:
+        what ``attnzoo convert-keras --check`` compares with Keras layer by layer."""
         values: dict[str, list[Any]] = {}
         # a mask belongs to a tensor object, as Keras's _keras_mask does: a layer that returns its input
         # (Dropout at inference) passes the same tensor, and keras 3's MultiHeadAttention clears it
@@ -222,8 +234,7 @@ class KerasModel(nn.Module):
             for t, m in zip(out, out_masks, strict=False):
                 if isinstance(t, Tensor):
                     mask_of[id(t)] = m
-        results = tuple(values[call][index] for call, index in self.outputs)
-        return results[0] if len(results) == 1 else results
+        return values
 
     def _run(self, node: nn.Module, call: dict[str, Any], args: Any, kwargs: Any, masks: Any) -> tuple[list, list]:
         try:

@@ -17,6 +17,7 @@ pooling) say so below.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -58,6 +59,12 @@ class Node(nn.Module):
 
 
 # -- passing, embedding, masking --------------------------------------------------------------------------
+def _glorot(weight: Tensor, fan_in: int, fan_out: int) -> None:
+    """Keras's glorot_uniform, the initial value of a fresh layer (a converted one loads its weights)."""
+    bound = math.sqrt(6.0 / max(fan_in + fan_out, 1))
+    nn.init.uniform_(weight, -bound, bound)
+
+
 class Identity(Node):
     """A tensor passed on with its mask (a nested model's input or output, Dropout at inference,
     ``ConvertToTensor``); with ``mask`` given, that mask instead."""
@@ -83,6 +90,7 @@ class Embedding(Node):
         self.name = name
         self.weight = nn.Parameter(torch.empty(input_dim, output_dim))
         self.mask_zero = mask_zero
+        nn.init.uniform_(self.weight, -0.05, 0.05)  # Keras's default for a fresh layer
 
     def forward(self, args, kwargs, masks):
         ids = args[0]
@@ -118,6 +126,9 @@ class Dense(Node):
         super().__init__(units=units, in_features=in_features, activation=activation, use_bias=use_bias)
         self.weight = nn.Parameter(torch.empty(units, in_features))
         self.bias = nn.Parameter(torch.empty(units)) if use_bias else None
+        _glorot(self.weight, in_features, units)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
         self.act = activation_fn(activation)
 
     def compute(self, x, mask):
@@ -170,6 +181,7 @@ class PReLU(Node):
     def __init__(self, *, alpha_shape: list[int]) -> None:
         super().__init__(alpha_shape=alpha_shape)
         self.alpha = nn.Parameter(torch.empty(*alpha_shape))
+        nn.init.zeros_(self.alpha)
 
     def compute(self, x, mask):
         return torch.relu(x) - self.alpha * torch.relu(-x)
@@ -303,6 +315,10 @@ class Conv(Node):
         self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
         self.weight = nn.Parameter(torch.empty(filters, in_channels // groups, *kernel_size))
         self.bias = nn.Parameter(torch.empty(filters)) if use_bias else None
+        receptive = math.prod(kernel_size)
+        _glorot(self.weight, in_channels // groups * receptive, filters * receptive)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
         self.act = activation_fn(activation)
 
     def compute(self, x, mask):
@@ -414,6 +430,10 @@ class LayerNorm(Node):
         self.axis, self.shape, self.epsilon, self.rms_scaling = list(axis), list(shape), epsilon, rms_scaling
         self.weight = nn.Parameter(torch.empty(*shape)) if scale else None
         self.bias = nn.Parameter(torch.empty(*shape)) if center and not rms_scaling else None
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def compute(self, x, mask):
         dtype = x.dtype
@@ -453,6 +473,12 @@ class BatchNorm(Node):
         self.bias = nn.Parameter(torch.empty(features)) if center else None
         self.register_buffer("running_mean", torch.empty(features))
         self.register_buffer("running_var", torch.empty(features))
+        nn.init.zeros_(self.running_mean)
+        nn.init.ones_(self.running_var)
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def compute(self, x, mask):
         shape = [1] * x.dim()

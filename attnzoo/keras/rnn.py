@@ -111,7 +111,7 @@ class Recurrent(Node):
             mask = None if mask is None else mask.flip(1)
         if mask is not None:
             mask = mask.bool()
-        if self.fast and not tracing():
+        if self.fast and not tracing() and x.device.type != "meta":  # packing reads lengths on the host
             return self._packed(x, mask, initial)
         return self._loop(x, mask, initial)
 
@@ -212,7 +212,11 @@ class Recurrent(Node):
             raise ValueError(f"expects a sequence of shape [batch, time, features], got {list(x.shape)}")
         if x.shape[1] == 0:
             raise ValueError("got a sequence of length 0; a Keras RNN needs at least one step")
-        seq, states = self.run(x, mask, list(initial) if initial is not None else None)
+        if x.shape[0] == 0:  # an empty batch: nothing to run, outputs of the right shapes
+            seq = x.new_zeros(0, x.shape[1], self.units)
+            states = [x.new_zeros(0, self.units)] * self.num_states
+        else:
+            seq, states = self.run(x, mask, list(initial) if initial is not None else None)
         out = seq if self.return_sequences else seq[:, -1]
         if self.time_major and self.return_sequences:
             out = out.transpose(0, 1)

@@ -10,6 +10,7 @@ import torch
 
 from ..conventions import get_convention
 from ..errors import AttnzooError
+from ..spec import thaw
 from .properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
 from .report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
 
@@ -46,7 +47,7 @@ def _subject(
         spec = attnzoo.model_info(name_or_factory)
         shown = name_or_factory
         conv_name = convention or spec.convention
-        example = dict(spec.example) if config is None else dict(config)
+        example = thaw(spec.example) if config is None else dict(config)
         exemptions = {**dict(spec.exempt), **dict(exempt or {})}
 
         def build(dtype=None, device=None):
@@ -91,7 +92,7 @@ def _subject(
             ),
         )
     try:
-        conv = get_convention(conv_name)
+        conv = get_convention(conv_name).for_config(example)
     except KeyError as e:
         return None, exemptions, Result(shown, "card", FAILED, str(e.args[0]))
     subject = Subject(shown, names, conv, _seeded(build), kind=kind, registered=registered, seq=conv.seq)

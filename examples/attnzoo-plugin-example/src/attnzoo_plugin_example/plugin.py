@@ -15,6 +15,14 @@ def attnzoo_register_models(register):
 
 
 @hookimpl
+def attnzoo_register_keras_layers(register):
+    # called when a Keras model is converted; torch is imported by then, so the converter may need it
+    from .keras_layers import convert_label_wise
+
+    register("attnzoo_example>LabelWiseAttention", convert_label_wise)
+
+
+@hookimpl
 def attnzoo_resolve_device(device):
     # claim our own strings; returning None leaves every other string to the next plugin
     if isinstance(device, str) and device.split(":", 1)[0] == DEVICE_PREFIX:

@@ -1,0 +1,239 @@
+"""Whole Keras models converted by attnzoo against Keras itself and against a hand-written nn.Module.
+
+    python benchmarks/keras_models.py [--rounds 3] [--batches 32,64] [--length 200] [--write-docs]
+
+Two models, built in Keras 3 (torch backend, in this process), weights moved off their initial values:
+
+* ``bilstm_classifier``: Embedding(20000, 128, mask_zero) -> Bidirectional(LSTM(128, return_sequences))
+  -> GlobalAveragePooling1D -> Dense(5), the masked BiLSTM text classifier;
+* ``seed004``: Embedding(20000, 128, mask_zero) -> Bidirectional(LSTM(128, return_sequences)) -> a custom
+  LabelWiseAttention(50) (converted through ``custom_layers``, as a plugin would register it).
+
+Each is timed, forward only and without gradients, as (a) the Keras model called directly
+(``model(ids, training=False)``), (b) the model ``attnzoo.keras.convert_keras_model`` makes of its
+``.keras`` file, and (c) for the classifier, the nn.Module a careful PyTorch user writes by hand:
+packed bidirectional ``nn.LSTM``, masked mean, Linear, holding the same weights. Inputs: token ids
+right-padded to lengths drawn from [length/2, length]. The converted model's outputs are checked
+against Keras's (1e-5) before anything is timed. Goals: at least 5x faster than Keras, and no slower
+than 1.1x the hand-written module. Writes benchmarks/results/keras_models.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    HERE,
+    ROOT,
+    machine_line,
+    markdown_table,
+    paired_speedup,
+    setup_threads,
+    time_rounds,
+    update_doc_section,
+    write_json,
+)
+
+import attnzoo  # noqa: E402
+from attnzoo.keras import convert_keras_model, load_keras_arrays  # noqa: E402
+
+VOCAB, WIDTH, UNITS, LABELS, CLASSES = 20000, 128, 128, 50, 5
+
+
+def keras_models():
+    import keras
+    from keras import layers, ops
+
+    @keras.saving.register_keras_serializable(package="attnzoo_example")
+    class LabelWiseAttention(keras.layers.Layer):
+        def __init__(self, n_labels, **kwargs):
+            super().__init__(**kwargs)
+            self.n_labels = n_labels
+            self.supports_masking = True
+
+        def build(self, input_shape):
+            h = input_shape[-1]
+            self.Wa = self.add_weight(name="Wa", shape=(self.n_labels, h), initializer="he_normal")
+            self.Wo = self.add_weight(name="Wo", shape=(self.n_labels, h), initializer="he_normal")
+            self.bo = self.add_weight(name="bo", shape=(self.n_labels,), initializer="zeros")
+
+        def call(self, x, mask=None):
+            scores = ops.einsum("bth,lh->blt", x, self.Wa)
+            if mask is not None:
+                scores = ops.where(ops.expand_dims(mask, 1), scores, -1e9)
+            reps = ops.einsum("blt,bth->blh", ops.softmax(scores, axis=-1), x)
+            return ops.sigmoid(ops.sum(reps * self.Wo, axis=-1) + self.bo)
+
+        def compute_mask(self, inputs, mask=None):
+            return None
+
+        def get_config(self):
+            return {**super().get_config(), "n_labels": self.n_labels}
+
+    def encoder():
+        ids = keras.Input((None,), dtype="int32")
+        x = layers.Embedding(VOCAB, WIDTH, mask_zero=True)(ids)
+        return ids, layers.Bidirectional(layers.LSTM(UNITS, return_sequences=True))(x)
+
+    ids, h = encoder()
+    classifier = keras.Model(ids, layers.Dense(CLASSES)(layers.GlobalAveragePooling1D()(h)))
+    ids, h = encoder()
+    seed004 = keras.Model(ids, LabelWiseAttention(LABELS)(h))
+    rng = np.random.default_rng(0)
+    for model in (classifier, seed004):
+        for weight in model.weights:
+            weight.assign(rng.standard_normal(weight.shape).astype("float32") * 0.1)
+    return {"bilstm_classifier": classifier, "seed004": seed004}
+
+
+def label_wise(config, weights):
+    labels, hidden = weights[0].shape
+    return load_keras_arrays(attnzoo.create("lwan", num_labels=labels, hidden_size=hidden, output="probs"), weights)
+
+
+class HandWritten(nn.Module):
+    """The classifier as one writes it by hand: packed BiLSTM over the real steps, masked mean, Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(VOCAB, WIDTH)
+        self.lstm = nn.LSTM(WIDTH, UNITS, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(2 * UNITS, CLASSES)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        mask = ids != 0
+        lengths = mask.sum(1)
+        packed = pack_padded_sequence(self.embedding(ids), lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True, total_length=ids.shape[1])
+        return self.out(out.sum(1) / lengths[:, None])
+
+    @classmethod
+    def like(cls, converted: nn.Module) -> HandWritten:
+        """The same weights as the converted classifier (torch layouts on both sides)."""
+        hand = cls()
+        layers = converted.layers
+        emb = next(m for m in layers.values() if getattr(m, "op", "") == "embedding")
+        bi = next(m for m in layers.values() if getattr(m, "op", "") == "bidirectional")
+        dense = next(m for m in layers.values() if getattr(m, "op", "") == "dense")
+        with torch.no_grad():
+            hand.embedding.weight.copy_(emb.weight)
+            for suffix, direction in (("", bi.forward_layer), ("_reverse", bi.backward_layer)):
+                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                    getattr(hand.lstm, f"{name}_l0{suffix}").copy_(getattr(direction.rnn, f"{name}_l0"))
+            hand.out.weight.copy_(dense.weight)
+            hand.out.bias.copy_(dense.bias)
+        return hand.eval()
+
+
+def padded_ids(batch: int, length: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, VOCAB, size=(batch, length))
+    lengths = rng.integers(length // 2, length + 1, size=batch)
+    ids[np.arange(length)[None, :] >= lengths[:, None]] = 0
+    return ids
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batches", default="32,64")
+    parser.add_argument("--length", type=int, default=200)
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    setup_threads()
+    torch.manual_seed(0)
+    models = keras_models()
+    rows, results = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, keras_model in models.items():
+            path = Path(tmp) / f"{name}.keras"
+            keras_model.save(path)
+            converted = convert_keras_model(path, custom_layers={"attnzoo_example>LabelWiseAttention": label_wise})
+            converted.eval()
+            hand = HandWritten.like(converted) if name == "bilstm_classifier" else None
+            for batch in (int(b) for b in args.batches.split(",")):
+                ids = padded_ids(batch, args.length)
+                tensor = torch.from_numpy(ids)
+                with torch.no_grad():
+                    want = np.asarray(keras_model(ids, training=False).detach().cpu())
+                    got = converted(tensor).numpy()
+                    assert np.abs(got - want).max() < 1e-5, f"{name}: {np.abs(got - want).max():.2e} from Keras"
+                    if hand is not None:
+                        assert np.abs(hand(tensor).numpy() - got).max() < 1e-5, "the hand-written module differs"
+
+                def run_keras(ids=ids, model=keras_model):
+                    with torch.no_grad():
+                        return model(ids, training=False)
+
+                def run_converted(tensor=tensor, model=converted):
+                    with torch.no_grad():
+                        return model(tensor)
+
+                impls = {"keras": run_keras, "attnzoo": run_converted}
+                if hand is not None:
+
+                    def run_hand(tensor=tensor, model=hand):
+                        with torch.no_grad():
+                            return model(tensor)
+
+                    impls["hand-written"] = run_hand
+                times = time_rounds(impls, rounds=args.rounds, min_run_time=0.5, budget={"keras": 0.1})
+                median = {k: float(np.median(v)) for k, v in times.items()}
+                vs_keras = paired_speedup(times["keras"], times["attnzoo"])
+                vs_hand = 1 / paired_speedup(times["hand-written"], times["attnzoo"]) if hand is not None else None
+                results.append(
+                    {
+                        "model": name,
+                        "batch": batch,
+                        "length": args.length,
+                        "seconds": median,
+                        "speedup_vs_keras": vs_keras,
+                        "ratio_to_hand_written": vs_hand,
+                    }
+                )
+                rows.append(
+                    [
+                        name,
+                        f"{batch} x {args.length}",
+                        f"{median['keras'] * 1e3:,.0f} ms",
+                        f"{median['attnzoo'] * 1e3:,.1f} ms",
+                        f"{vs_keras:.1f}x",
+                        "" if hand is None else f"{median['hand-written'] * 1e3:,.1f} ms",
+                        "" if vs_hand is None else f"{vs_hand:.2f}x",
+                    ]
+                )
+                print(rows[-1], flush=True)
+    headers = ["model", "batch x length", "Keras 3 (torch)", "attnzoo", "speed-up", "hand-written", "attnzoo / hand"]
+    table = markdown_table(headers, rows)
+    print(machine_line())
+    print(table)
+    goals = {
+        "at least 5x faster than Keras": all(r["speedup_vs_keras"] >= 5 for r in results),
+        "no slower than 1.1x the hand-written module": all(
+            r["ratio_to_hand_written"] <= 1.1 for r in results if r["ratio_to_hand_written"] is not None
+        ),
+    }
+    for goal, met in goals.items():
+        print(f"{'met' if met else 'NOT met'}: {goal}")
+    write_json(HERE / "results" / "keras_models.json", {"machine": machine_line(), "results": results, "goals": goals})
+    if args.write_docs:
+        update_doc_section(ROOT / "docs" / "keras-migration.md", "keras-models", f"{machine_line()}\n\n{table}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
