@@ -321,6 +321,41 @@ def vision():
     return keras.Model(inp, [layers.Dense(3, activation="softmax")(flat), g])
 
 
+@named
+def shapes_and_merges():
+    """The shape layers, the merges of 2-D inputs, the activation layers, RMS layer norm."""
+    seq = keras.Input((6, 4), name="sequence")
+    vec = keras.Input((4,), name="vector")
+    x = layers.LayerNormalization(axis=-1, epsilon=1e-2)(seq)
+    x = layers.Dense(4, activation="gelu")(x)
+    joined = layers.Concatenate()([x, layers.RepeatVector(6)(vec)])
+    t = layers.Reshape((4, 12))(layers.Permute((2, 1))(joined))
+    d = layers.Dot(axes=(2, 2), normalize=True)([t, t])
+    m = layers.Multiply()([vec, vec])
+    s = layers.Subtract()([m, vec])
+    a = layers.Average()([m, s])
+    hi, lo = layers.Maximum()([a, vec]), layers.Minimum()([a, vec])
+    act = layers.ELU(alpha=0.5)(layers.Activation("selu")(hi))
+    leaky = layers.ReLU(max_value=0.5, negative_slope=0.1, threshold=0.05)(layers.LeakyReLU(0.2)(lo))
+    soft = layers.Softmax()(layers.PReLU()(act))
+    rms = layers.LayerNormalization(rms_scaling=True)(t)
+    noisy = layers.GaussianNoise(0.3)(layers.Flatten()(rms))
+    return keras.Model([seq, vec], [d, leaky, soft, noisy, layers.Dense(2, activation="hard_sigmoid")(soft)])
+
+
+@named
+def uneven_same_average_pool():
+    """An AveragePooling1D whose 'same' window is uneven: keras 3's torch backend counts the padding there."""
+    inp = keras.Input((6, 3), name="features")
+    return keras.Model(inp, layers.AveragePooling1D(3, strides=2, padding="same")(inp))
+
+
+@named
+def stateful():
+    inp = keras.Input(batch_shape=(2, None, 3))
+    return keras.Model(inp, layers.LSTM(4, stateful=True)(inp))
+
+
 # -- inputs and the serving loop ------------------------------------------------------------------------
 def _inputs(model, batch, length, rng):
     """One array per model input; rows padded by PATTERNS (ids 0 or all-zero feature frames)."""

@@ -306,3 +306,26 @@ def test_a_lazy_mha_of_the_wrong_head_count_is_refused_and_nothing_is_written(tm
     assert proc.returncode == 1 and not out.exists()
     assert "query.weight needs [?, 2, 6]" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fmt", ["weights.h5", "h5"])
+def test_convert_keras_refuses_a_file_without_the_asked_for_parameter_free_layer(keras_dir, tmp_path, fmt):
+    """keras_dot without use_scale has no weights; a file with no Attention layer still gives no keras_dot."""
+    out = tmp_path / "dot.safetensors"
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnzoo", "convert-keras", str(keras_dir / f"mha.{fmt}"), "--model", "keras_dot"]
+        + ["-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 1 and "holds no Attention layer for KerasDotAttention" in proc.stderr
+    assert not out.exists()
+    fine = subprocess.run(
+        [sys.executable, "-m", "attnzoo", "convert-keras", str(keras_dir / f"attention_dot.{fmt}"), "--model"]
+        + ["keras_dot", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert fine.returncode == 0, fine.stderr

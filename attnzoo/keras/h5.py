@@ -20,7 +20,16 @@ import numpy as np
 
 from ..errors import WeightsError
 
-__all__ = ["KerasLayer", "Unread", "read_keras_file", "read_dataset", "group_items", "decode_attr", "MAX_DATASET_BYTES"]
+__all__ = [
+    "KerasLayer",
+    "Unread",
+    "read_keras_file",
+    "read_dataset",
+    "group_items",
+    "decode_attr",
+    "layer_names",
+    "MAX_DATASET_BYTES",
+]
 
 
 # A weight of an attention layer is megabytes at most; a dataset larger than this is refused before it is
@@ -141,6 +150,34 @@ def _legacy_layers(root, where: str) -> list[KerasLayer]:
         if entry.variables:
             layers.append(entry)
     return layers
+
+
+def layer_names(path: str | Path) -> tuple[list[str], set[str]]:
+    """Every layer's group name in a Keras weights file (weights or not), and the class names its model
+    config records (legacy files written by model.save)."""
+    import json
+
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            root = f.get("model_weights", f)
+            if "layer_names" in root.attrs:
+                names = [decode_attr(n) for n in root.attrs["layer_names"]]
+            else:
+                group = f.get("layers")
+                names = list(group.keys()) if isinstance(group, h5py.Group) else []
+            classes: set[str] = set()
+            raw = f.attrs.get("model_config")
+            if raw is not None:
+                try:
+                    config = json.loads(decode_attr(raw))
+                    classes = {str(layer.get("class_name")) for layer in config.get("config", {}).get("layers", [])}
+                except (ValueError, AttributeError):
+                    classes = set()
+    except OSError as e:
+        raise WeightsError(f"{path}: not an HDF5 file ({' '.join(str(e).split())[:200]})") from None
+    return names, classes
 
 
 def read_keras_file(path: str | Path) -> list[KerasLayer]:

@@ -110,6 +110,26 @@ def _convert(model, layer: KerasLayer) -> tuple[dict[str, torch.Tensor] | None, 
     return (None if problems else state), problems
 
 
+def _require_layer_of_class(path: str | Path, keras_class: str, ours: str) -> None:
+    """A layer without weights still has to be in the file: a keras 3 group ``layers/<snake_case>[_N]``,
+    or a legacy file's layer of that class (its model_config) or default name."""
+    import re
+
+    from .files import snake_case
+    from .h5 import layer_names
+
+    if not keras_class:
+        return
+    names, classes = layer_names(path)
+    pattern = re.compile(rf"^{re.escape(snake_case(keras_class))}(_\d+)?$")
+    if keras_class in classes or any(pattern.match(n) for n in names):
+        return
+    shown = ", ".join(sorted(names)[:12]) or "none"
+    raise WeightsError(
+        f"{path}: holds no {keras_class} layer for {ours} (its layers: {shown}); nothing was loaded or written"
+    )
+
+
 def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -> Any:
     """Load the weights of one Keras layer from ``path`` into ``model`` (an attnzoo Keras-compatible layer).
 
@@ -123,6 +143,7 @@ def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -
         )
     layers = read_keras_file(path)
     if not model.keras_layout():  # a Keras layer without weights (Attention without use_scale)
+        _require_layer_of_class(path, getattr(model, "keras_class", ""), type(model).__name__)
         return model
     listing = "\n  ".join(found.describe() for found in layers) or "(no layer with weights)"
     wanted = ", ".join(f"{p} {list(s) if s else 'lazy'}" for p, s in _expected(model).items()) or "no weights"

@@ -105,22 +105,41 @@ def _apply_query_mask(out: Tensor, query_mask: Tensor | None) -> Tensor:
     return out if query_mask is None else out.masked_fill(~query_mask[..., None], 0.0)
 
 
+# Keras's own masking constants, by Keras's name for them and the dtype (float16, other). They exist to
+# reproduce Keras's arithmetic under keras_semantics only; attnzoo's own masking never uses such numbers
+# (it fills with finfo.min or uses SDPA's boolean mask, and zeroes rows with no key).
+KERAS_CONSTANTS = {  # keras-constant: the table the no-literal-mask test allows
+    "attention_max_value": (65504.0, 1.0e9),  # keras-constant: Attention subtracts it from masked scores
+    "softmax_large_negative": (-3e4, -1e9),  # keras-constant: keras 3 Softmax's masked value
+    "keras2_large_negative": (None, -1.0e9),  # keras-constant: Keras 2 Softmax adds it (float16: finfo.min)
+    "torch_backend_negative": (-0.7 * 65500.0, -0.7 * 3.38953e38),  # keras-constant: keras 3's fused SDPA mask
+}
+
+
+def _constant(name: str, dtype: torch.dtype) -> float:
+    half, other = KERAS_CONSTANTS[name]
+    if dtype != torch.float16:
+        return other
+    return torch.finfo(torch.float16).min if half is None else half
+
+
 def _keras_weights(scores: Tensor, mask: Tensor | None, rule: str) -> Tensor:
     """Keras's masked softmax over the last axis, by its ``rule`` (see the module docstring):
     ``subtract`` (Attention layers), ``add`` (Keras 2 MHA), ``replace`` (keras 3 MHA with weights),
     ``fused`` (keras 3 MHA's fused path)."""
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    half = scores.dtype == torch.float16
+    dtype = scores.dtype
     if rule == "subtract":
-        scores = torch.where(mask, scores, scores - (65504.0 if half else 1.0e9))
+        scores = torch.where(mask, scores, scores - _constant("attention_max_value", dtype))
     elif rule == "add":
-        scores = scores + (~mask).to(scores.dtype) * (torch.finfo(torch.float16).min if half else -1.0e9)
+        scores = scores + (~mask).to(dtype) * _constant("keras2_large_negative", dtype)
     elif rule == "replace":
-        weights = torch.softmax(torch.where(mask, scores, torch.full_like(scores, -3e4 if half else -1e9)), dim=-1)
+        filled = torch.where(mask, scores, torch.full_like(scores, _constant("softmax_large_negative", dtype)))
+        weights = torch.softmax(filled, dim=-1)
         return torch.where(mask, weights, torch.zeros_like(weights))
     else:
-        scores = scores.masked_fill(~mask, -0.7 * (65500.0 if half else 3.38953e38))
+        scores = scores.masked_fill(~mask, _constant("torch_backend_negative", dtype))
     return torch.softmax(scores, dim=-1)
 
 
@@ -182,6 +201,7 @@ class KerasDotAttention(_KerasInputs, nn.Module):
     """
 
     name = "keras_dot"
+    keras_class = "Attention"
 
     def __init__(
         self,
@@ -250,6 +270,7 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
     """
 
     name = "keras_additive"
+    keras_class = "AdditiveAttention"
 
     def __init__(
         self,
@@ -331,6 +352,7 @@ class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
     """
 
     name = "keras_mha"
+    keras_class = "MultiHeadAttention"
 
     def __init__(
         self,
