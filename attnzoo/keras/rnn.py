@@ -31,13 +31,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from ..layers.core import tracing
 from .activations import activation as activation_fn
 from .nodes import NODES, Node, build_node
 
-__all__ = ["Recurrent", "Bidirectional", "GATES"]
+__all__ = ["Recurrent", "Bidirectional", "GATES", "kept_first", "keras_outputs"]
 
 GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
 _TORCH = {"lstm": nn.LSTM, "gru": nn.GRU, "simple_rnn": nn.RNN}
@@ -128,27 +128,13 @@ class Recurrent(Node):
         if mask is None:
             out, hn = self.rnn(x, h0)
             return out, _states(hn)
-        steps = x.shape[1]
-        lengths = mask.sum(1)
-        positions = torch.arange(steps, device=mask.device)
-        right_padded = bool((mask == (positions < lengths[:, None])).all())
-        kept = x
-        if not right_padded:  # the kept steps of each sample first, in order
-            order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
-            kept = x.gather(1, order.unsqueeze(-1).expand_as(x))
+        kept, lengths, right_padded = kept_first(x, mask)
         packed = pack_padded_sequence(kept, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         out, hn = self.rnn(packed, h0)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=steps)
-        if right_padded and self.zero_output_for_mask:
-            seq = out  # packed output is zero past each length: Keras's zeroed masked outputs
-        else:
-            counts = mask.cumsum(1)  # kept steps up to and including each position
-            index = (counts - 1).clamp(min=0).unsqueeze(-1).expand(-1, -1, out.shape[-1])
-            seq = out.gather(1, index)
-            seq = torch.where((mask if self.zero_output_for_mask else counts > 0).unsqueeze(-1), seq, 0.0)
-        states = _states(hn)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        seq = keras_outputs(out, mask, right_padded, zero=self.zero_output_for_mask)
         empty = lengths == 0  # a sample with no kept step keeps its initial states
-        states = [torch.where(empty[:, None], s0, s) for s, s0 in zip(states, states0, strict=True)]
+        states = [torch.where(empty[:, None], s0, s) for s, s0 in zip(_states(hn), states0, strict=True)]
         return seq, states
 
     def _step(self, xp: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
@@ -225,6 +211,29 @@ class Recurrent(Node):
         return [out], [out_mask]
 
 
+def kept_first(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, bool]:
+    """``x`` [B, T, F] with each sample's kept steps moved to the front, in order (a stable sort of the
+    mask; nothing moves when every sample is right-padded), the kept counts [B], and whether it was."""
+    lengths = mask.sum(1)
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    right_padded = bool((mask == (positions < lengths[:, None])).all())
+    if right_padded:
+        return x, lengths, True
+    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
+    return x.gather(1, order.unsqueeze(-1).expand_as(x)), lengths, False
+
+
+def keras_outputs(out: Tensor, mask: Tensor, right_padded: bool, *, zero: bool) -> Tensor:
+    """Keras's per-step outputs in time order from the outputs over the kept steps (``out`` [B, T, H],
+    kept steps first): each position takes the output of the last kept step at or before it (zeros
+    before the first), or zeros at masked positions when ``zero`` (``zero_output_for_mask``)."""
+    if right_padded and zero:
+        return out  # a packed output is zero past each length already
+    counts = mask.cumsum(1)  # kept steps up to and including each position
+    index = (counts - 1).clamp(min=0).unsqueeze(-1).expand(-1, -1, out.shape[-1])
+    return torch.where((mask if zero else counts > 0).unsqueeze(-1), out.gather(1, index), 0.0)
+
+
 def _states(hn: Any) -> list[Tensor]:
     if isinstance(hn, tuple):
         return [s[0] for s in hn]
@@ -248,20 +257,97 @@ class Bidirectional(Node):
         self.backward_layer = build_node(backward_layer)
         self.merge_mode = merge_mode
 
+    def _fusable(self, x: Any) -> bool:
+        """Both directions in one bidirectional torch call: the same kind of cell that torch computes,
+        of the same size, outside tracing and off the meta device."""
+        f, b = self.forward_layer, self.backward_layer
+        same = all(getattr(f, k) == getattr(b, k) for k in ("cell", "units", "return_sequences", "return_state"))
+        same = (
+            same
+            and f.rnn.bias == b.rnn.bias
+            and getattr(f.rnn, "nonlinearity", "") == getattr(b.rnn, "nonlinearity", "")
+        )
+        return (
+            same
+            and f.fast
+            and b.fast
+            and not f.time_major
+            and not b.time_major
+            and isinstance(x, Tensor)
+            and x.dim() == 3
+            and x.shape[0] > 0
+            and x.shape[1] > 0
+            and x.device.type != "meta"
+            and not tracing()
+        )
+
+    def _fused(self, x: Tensor, mask: Tensor | None, initial: list[Tensor] | None):
+        """Keras's two directions from one packed bidirectional kernel: the kept steps first, torch's reverse
+        direction runs over them from the last, which is Keras's go_backwards layer over the kept steps.
+        Returns the forward and backward outputs in time order (or the last outputs) and the states."""
+        f, b = self.forward_layer, self.backward_layer
+        half = None if initial is None else len(initial) // 2
+        s_f = f._initial(x, None if initial is None else list(initial[:half]))
+        s_b = b._initial(x, None if initial is None else list(initial[half:]))
+        hx = [torch.stack([sf, sb]) for sf, sb in zip(s_f, s_b, strict=True)]
+        kernel = _KERNELS[f.cell if f.cell != "simple_rnn" else f"simple_rnn_{f.rnn.nonlinearity}"]
+        weights = [*f.rnn._flat_weights, *b.rnn._flat_weights]
+        hidden: Any = tuple(hx) if f.cell == "lstm" else hx[0]
+        units = f.units
+        if mask is None:
+            out, *hn = kernel(x, hidden, weights, f.rnn.bias, 1, 0.0, False, True, True)
+            seq_f, seq_b = out[..., :units], out[..., units:]
+            lengths, empty = None, None
+        else:
+            kept, lengths, right_padded = kept_first(x, mask)
+            packed = pack_padded_sequence(kept, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+            order = packed.sorted_indices
+            sorted_hidden = tuple(h[:, order] for h in hx) if f.cell == "lstm" else hx[0][:, order]
+            data, *hn = kernel(packed.data, packed.batch_sizes, sorted_hidden, weights, f.rnn.bias, 1, 0.0, False, True)
+            hn = [h[:, packed.unsorted_indices] for h in hn]
+            out, _ = pad_packed_sequence(
+                PackedSequence(data, packed.batch_sizes, order, packed.unsorted_indices),
+                batch_first=True,
+                total_length=x.shape[1],
+            )
+            seq_f = keras_outputs(out[..., :units], mask, right_padded, zero=f.zero_output_for_mask)
+            # the backward layer's outputs, already in time order; Bidirectional zeroes its masked steps
+            seq_b = keras_outputs(out[..., units:], mask, right_padded, zero=True)
+            empty = lengths == 0
+        states = [[h[0] for h in hn], [h[1] for h in hn]]
+        if empty is not None:  # a sample with no kept step keeps its initial states and outputs nothing
+            states = [
+                [torch.where(empty[:, None], s0, s) for s, s0 in zip(got, given, strict=True)]
+                for got, given in zip(states, (s_f, s_b), strict=True)
+            ]
+        if f.return_sequences:
+            y, y_rev = seq_f, seq_b
+        else:  # each direction's last output: its final state, zero where nothing was kept
+            y, y_rev = states[0][0], states[1][0]
+            if empty is not None:
+                y, y_rev = (torch.where(empty[:, None], torch.zeros_like(t), t) for t in (y, y_rev))
+        outputs = [*states[0], *states[1]] if f.return_state else []
+        return y, y_rev, outputs
+
     def forward(self, args, kwargs, masks):
         fwd, bwd = self.forward_layer, self.backward_layer
         initial = kwargs.get("initial_state")
-        f_kwargs = {"mask": kwargs.get("mask"), "implicit_mask": kwargs.get("implicit_mask")}
-        b_kwargs = dict(f_kwargs)
-        if initial is not None:
-            half = len(initial) // 2
-            f_kwargs["initial_state"], b_kwargs["initial_state"] = list(initial[:half]), list(initial[half:])
-        y, _ = fwd(args, f_kwargs, masks)
-        y_rev, _ = bwd(args, b_kwargs, masks)
-        states = [*y[1:], *y_rev[1:]]
-        y, y_rev = y[0], y_rev[0]
-        if fwd.return_sequences:
-            y_rev = y_rev.flip(1)
+        if self._fusable(args[0]):
+            mask = kwargs.get("mask") if isinstance(kwargs.get("mask"), Tensor) else masks[0]
+            given = None if kwargs.get("implicit_mask") is False or mask is None else mask.bool()
+            y, y_rev, states = self._fused(args[0], given, None if initial is None else list(initial))
+        else:
+            f_kwargs = {"mask": kwargs.get("mask"), "implicit_mask": kwargs.get("implicit_mask")}
+            b_kwargs = dict(f_kwargs)
+            if initial is not None:
+                half = len(initial) // 2
+                f_kwargs["initial_state"], b_kwargs["initial_state"] = list(initial[:half]), list(initial[half:])
+            y, _ = fwd(args, f_kwargs, masks)
+            y_rev, _ = bwd(args, b_kwargs, masks)
+            states = [*y[1:], *y_rev[1:]]
+            y, y_rev = y[0], y_rev[0]
+            if fwd.return_sequences:
+                y_rev = y_rev.flip(1)
         mode = self.merge_mode
         if mode == "concat":
             out = [torch.cat([y, y_rev], dim=-1)]
@@ -277,6 +363,14 @@ class Bidirectional(Node):
         out_mask = mask if fwd.return_sequences else None
         return [*out, *states], [out_mask] * len(out) + [None] * len(states)
 
+
+# torch's recurrent kernels (what nn.LSTM / nn.GRU / nn.RNN call), for both directions in one call
+_KERNELS = {
+    "lstm": torch.lstm,
+    "gru": torch.gru,
+    "simple_rnn_tanh": torch.rnn_tanh,
+    "simple_rnn_relu": torch.rnn_relu,
+}
 
 NODES[Recurrent.op] = Recurrent
 NODES[Bidirectional.op] = Bidirectional
