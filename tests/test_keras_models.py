@@ -403,3 +403,72 @@ def test_cli_refuses_an_unsupported_model_and_writes_nothing(oracle, tmp_path):
     proc = run_cli("convert-keras", str(folder / "model.keras"), "-o", str(tmp_path / "out"))
     assert proc.returncode == 1 and "mystery" in proc.stderr and "(Lambda" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+# -- files a hostile user hands over ------------------------------------------------------------------------
+def _rewrite_config(source: Path, target: Path, edit) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            data = old.read(item.filename)
+            if item.filename == "config.json":
+                config = json.loads(data)
+                edit(config)
+                data = json.dumps(config).encode()
+            new.writestr(item, data)
+    return target
+
+
+def test_hostile_keras_model_files_are_refused_with_one_clear_error(oracle, tmp_path):
+    from attnzoo.errors import WeightsError
+
+    folder = convert_both(oracle, tmp_path / "k", name="seed003", seed=1, batches=[[2, 3]])
+    (tmp_path / "text.keras").write_text("not a model")
+    with pytest.raises(WeightsError, match="not a Keras model file"):
+        convert_keras_model(tmp_path / "text.keras")
+
+    def dense_units(config):
+        for layer in config["config"]["layers"]:
+            if layer["class_name"] == "Dense":
+                layer["config"]["units"] += 1
+                return
+
+    edited = _rewrite_config(folder / "model.keras", tmp_path / "units.keras", dense_units)
+    with pytest.raises(UnsupportedKerasLayerError, match=r"config says units=\d+ but the kernel has"):
+        convert_keras_model(edited)
+
+    def later_input(config):
+        layers = config["config"]["layers"]
+        layers.append(layers.pop(1))  # an Embedding moved after the layers that read it
+
+    with pytest.raises(WeightsError, match="comes later in the config or does not exist"):
+        convert_keras_model(_rewrite_config(folder / "model.keras", tmp_path / "order.keras", later_input))
+
+    def no_layers(config):
+        config["config"]["layers"] = "nothing"
+
+    with pytest.raises(WeightsError, match="has no layer list"):
+        convert_keras_model(_rewrite_config(folder / "model.keras", tmp_path / "nolayers.keras", no_layers))
+
+    import h5py
+
+    with h5py.File(tmp_path / "weights_only.h5", "w") as f:
+        f.attrs["layer_names"] = [b"dense"]
+    with pytest.raises(WeightsError, match="holds weights only"):
+        convert_keras_model(tmp_path / "weights_only.h5")
+
+
+def test_a_saved_graph_cannot_make_loading_reach_the_network(oracle, tmp_path):
+    """A zoo node in a saved folder's config names a registered layer; a hub name or a tag is refused."""
+    import yaml
+
+    from attnzoo.errors import ConfigError
+
+    folder = convert_both(oracle, tmp_path / "k", name="seed003", seed=1, batches=[[2, 3]])
+    saved = attnzoo.save(convert_keras_model(folder / "model.keras"), tmp_path / "saved")
+    record = yaml.safe_load((saved / "config.yaml").read_text())
+    node = next(spec for spec in record["config"]["graph"]["layers"].values() if spec["op"] == "zoo")
+    node["model"] = "hf-hub:someone/something"
+    with pytest.raises(ConfigError, match="must be a registered layer's name"):
+        attnzoo.create("keras_model", config=record["config"])

@@ -83,6 +83,14 @@ def _count(arrays: list[np.ndarray], n: int | tuple[int, ...], what: str) -> Non
         raise Refused(f"has {len(arrays)} variables {shapes}, {what} has {' or '.join(map(str, allowed))}")
 
 
+def _agrees(config: Mapping[str, Any], key: str, actual: int, what: str) -> None:
+    """The config's size, where it gives one, must be the variables' (a file whose config and weights
+    disagree was edited or mixed up; Keras itself would not load it)."""
+    stated = config.get(key)
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated != actual:
+        raise Refused(f"its config says {key}={stated} but {what} has {actual}")
+
+
 def _t(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array).astype(np.float32, copy=False))
 
@@ -106,6 +114,8 @@ def _embedding(record, arrays, ctx):
     table = arrays[0]
     if table.ndim != 2:
         raise Refused(f"embeddings {list(table.shape)} is not 2-D")
+    _agrees(c, "input_dim", table.shape[0], "the embeddings table")
+    _agrees(c, "output_dim", table.shape[1], "the embeddings table")
     spec = {"op": "embedding", "input_dim": table.shape[0], "output_dim": table.shape[1]}
     spec["mask_zero"] = bool(c.get("mask_zero", False))
     return Converted(spec, {"weight": _t(table)})
@@ -127,6 +137,9 @@ def _dense(record, arrays, ctx):
     kernel = arrays[0]
     if kernel.ndim != 2:
         raise Refused(f"kernel {list(kernel.shape)} is not 2-D")
+    _agrees(c, "units", kernel.shape[1], "the kernel")
+    if use_bias and arrays[1].shape != (kernel.shape[1],):
+        raise Refused(f"bias {list(arrays[1].shape)} does not fit kernel {list(kernel.shape)}")
     spec = {"op": "dense", "units": kernel.shape[1], "in_features": kernel.shape[0]}
     spec.update(activation=_act(c, "activation", ctx), use_bias=use_bias)
     state = {"weight": _t(kernel.T)}
@@ -219,6 +232,10 @@ def _conv(rank: int):
         kernel = arrays[0]
         if kernel.ndim != rank + 2:
             raise Refused(f"kernel {list(kernel.shape)} is not {rank + 2}-D")
+        _agrees(c, "filters", kernel.shape[-1], "the kernel")
+        stated = c.get("kernel_size")
+        if stated is not None and _ints(stated, rank, "kernel_size") != list(kernel.shape[:rank]):
+            raise Refused(f"its config says kernel_size={stated} but the kernel is {list(kernel.shape)}")
         padding = str(c.get("padding", "valid")).lower()
         if padding not in ("valid", "same") and not (padding == "causal" and rank == 1):
             raise Refused(f"padding {padding!r} is not supported")
@@ -362,6 +379,7 @@ def _recurrent_spec(config: Mapping[str, Any], arrays: list[np.ndarray], cell: s
     kernel, recurrent = arrays[0], arrays[1]
     gates = {"lstm": 4, "gru": 3, "simple_rnn": 1}[cell]
     units = recurrent.shape[0]
+    _agrees(config, "units", units, "the recurrent kernel")
     if kernel.ndim != 2 or recurrent.shape != (units, gates * units) or kernel.shape[1] != gates * units:
         raise Refused(
             f"kernel {list(kernel.shape)} and recurrent_kernel {list(recurrent.shape)} do not fit {gates} gates"

@@ -46,7 +46,12 @@ class ZooNode(Node):
     ) -> None:
         super().__init__(model=model, config=config, call=call, output_mask=output_mask)
         from ..create import create
+        from ..spec import parse_name
 
+        # a registered layer by name, nothing fetched: a saved graph cannot make loading reach a network
+        parsed = parse_name(model)
+        if parsed is None or parsed.tag is not None:
+            raise ValueError(f"keras_model: a zoo node names {model!r}; it must be a registered layer's name, no tag")
         self.call, self.mask_rule = call, output_mask
         self.call_kwargs = dict(call_kwargs or {})
         self.layer = create(model, config=dict(config))
