@@ -223,7 +223,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             report = check_model(name, only=args.property or None, slow=args.slow)
         reports.append(report)
         if not args.json and not args.quiet:
-            table = format_table([report], width=_width(), variant_width=max(map(len, names)))
+            table = format_table([report], width=_width(), variant_width=max(map(len, names)), whole=args.verbose)
             lines = table.split("\n")
             print("\n".join(lines[: len(lines) - 1] if not reports[:-1] else lines[1:-1]), flush=True)
     if args.json:
@@ -353,6 +353,23 @@ def torch_threads() -> int:
     return torch.get_num_threads()
 
 
+# what `attnzoo train` needs beyond the core install: attnzoo[train]
+TRAIN_EXTRA = {"sklearn": "scikit-learn", "tqdm": "tqdm"}
+
+
+def _require_train_extra(baseline: bool) -> None:
+    """Checked before any work: a run must not train for an hour and then miss a package."""
+    import importlib.util
+
+    needed = {m: p for m, p in TRAIN_EXTRA.items() if baseline or m != "sklearn"}
+    missing = [package for module, package in needed.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UsageError(
+            f"attnzoo train needs the train extra ({', '.join(missing)} missing): pip install 'attnzoo[train]'"
+            + ("; or --no-baseline to train without the scikit-learn baseline" if missing == ["scikit-learn"] else "")
+        )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from .train.trainer import builtin_recipes, complete_recipe, load_recipe, recipe_summary, train
 
@@ -377,6 +394,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "task",
         )
     }
+    _require_train_extra(baseline=not args.no_baseline)
     if args.recipe and args.recipe.count("=") and not args.recipe.endswith((".yaml", ".yml")):
         args.overrides, args.recipe = [args.recipe, *args.overrides], None  # key=value given first
     if args.recipe is None:
@@ -396,6 +414,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.recipe is None:
         from omegaconf import OmegaConf
 
+        from .train.trainer import check_overrides
+
+        check_overrides(list(args.overrides))
         merged = OmegaConf.merge(OmegaConf.create(recipe), OmegaConf.from_dotlist(list(args.overrides)))
         recipe = complete_recipe(OmegaConf.to_container(merged, resolve=True), where="the command line")
     import contextlib
@@ -778,6 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_create)
     p = sub.add_parser("check", parents=[common], help="run the conformance kit on registered variants")
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="fnmatch patterns (default: every variant)")
+    p.add_argument("--verbose", "-v", action="store_true", help="every reason in full (the table cuts long ones)")
     p.add_argument("--property", action="append", metavar="P", help="only this property (repeatable)")
     p.add_argument("--slow", action="store_true", help="include the slow tier (torch.compile)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line")
@@ -989,6 +1011,10 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if sys.stdout is None:  # started with stdout closed (`attnzoo list >&-`): run, and say where output went
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+        if sys.stderr is not None:
+            print("attnzoo: standard output is closed; what this command prints is discarded", file=sys.stderr)
     debug = "--debug" in argv
     if not debug:
         import warnings

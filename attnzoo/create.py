@@ -140,6 +140,11 @@ def _select_weights(spec: ModelSpec, tag: str | None, pretrained: bool | str) ->
     if pretrained is False or pretrained is None:
         return None
     if isinstance(pretrained, str):
+        if not pretrained.strip():
+            raise ConfigError(
+                f"{spec.name}: pretrained={pretrained!r} names no tag; pass pretrained=True (--pretrained) for the "
+                f"default tag, or one of {', '.join(spec.weights) or 'no tags: it has no pretrained weights'}"
+            )
         if tag is not None and tag != pretrained:
             raise ConfigError(f"{spec.name}: the name asks for tag {tag!r} but pretrained={pretrained!r}")
         tag = pretrained

@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 CONFIG_FILE = "config.yaml"
+MAX_CONFIG_YAML = 64 << 20  # a saved model's config.yaml is kilobytes (a converted Keras graph: hundreds)
 WEIGHTS_FILE = "model.safetensors"
 _META_PREFIX = "attnzoo.meta."
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -327,7 +328,17 @@ def folder_records(directory: str | Path) -> list[dict[str, Any]]:
     if not config_path.is_file():
         raise WeightsError(f"{directory} is not a saved attnzoo model: {CONFIG_FILE} not found in it")
     try:
-        data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+        text = config_path.read_text(encoding="utf-8")
+        if len(text) > MAX_CONFIG_YAML:
+            raise WeightsError(f"{config_path}: {len(text) >> 20} MiB; a saved model's config.yaml is kilobytes")
+        # save() writes no anchors; a file with aliases was made by hand, and a few hundred bytes of them
+        # can expand into billions of nodes (a YAML "billion laughs")
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise WeightsError(
+                f"{config_path}: uses YAML aliases (*name), which attnzoo.save never writes; refusing to "
+                f"expand it (restore the file, or load the weights alone with sha256=...)"
+            )
+        data = yaml.safe_load(text)
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         reason = " ".join(str(e).split())[:200]
         raise WeightsError(

@@ -50,3 +50,19 @@ def test_card_is_complete(name):
     assert "[" in doc and "]" in doc, f"{name}: docstrings must state shapes"
     for prop, reason in spec.exempt.items():
         assert prop in PROPERTIES and len(reason) > 20, f"{name}: exempt {prop!r} needs a known property and a reason"
+
+
+def test_raise_for_failures_and_verbose_give_every_reason_whole():
+    from attnzoo.testing.report import FAILED, PASSED, Report, Result, format_table
+
+    reason = "masked position 3 changed output 0 by 0.5 " + "while the padding held NaN; " * 12 + "END-OF-REASON"
+    report = Report(
+        "my_layer",
+        "sequence_to_labels",
+        [Result("my_layer", "builds", PASSED), Result("my_layer", "masked_values", FAILED, reason)],
+    )
+    assert "END-OF-REASON" not in format_table([report])  # the table for people cuts it
+    with pytest.raises(AssertionError) as caught:
+        report.raise_for_failures()
+    assert "END-OF-REASON" in str(caught.value) and "masked_values" in str(caught.value)
+    assert " ".join(str(caught.value).split()).count(" ".join(reason.split())) == 1

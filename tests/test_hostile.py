@@ -201,3 +201,53 @@ def test_unknown_names_stay_key_errors_with_short_messages():
     with pytest.raises(UnknownModelError) as err:
         attnzoo.model_info("q" * 10_000)
     assert len(str(err.value)) < 400 and isinstance(err.value, KeyError)
+
+
+def test_an_empty_pretrained_tag_is_refused_not_read_as_the_default():
+    import attnzoo
+    from attnzoo.errors import ConfigError
+
+    from .conftest import run_cli
+
+    with pytest.raises(ConfigError, match="names no tag"):
+        attnzoo.create("bilstm_labelwise", pretrained="")
+    proc = run_cli("create", "bilstm_labelwise", "--pretrained=")
+    assert proc.returncode != 0 and "names no tag" in proc.stderr
+
+
+@pytest.mark.parametrize("override", ["=5", "train.=3", "train..epochs=2", "epochs"])
+def test_a_malformed_training_override_is_refused(override):
+    from .conftest import run_cli
+
+    proc = run_cli("train", "tiny_wordnet", override, "--output", "/nonexistent/never")
+    assert proc.returncode != 0 and "expected section.key=value" in proc.stderr, proc.stderr
+
+
+def test_a_closed_standard_output_is_no_internal_error():
+    import subprocess
+    import sys
+
+    from .conftest import ROOT
+
+    command = [sys.executable, "-m", "attnzoo", "list"]
+    proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.returncode == 0
+    closed = subprocess.run(
+        f"{sys.executable} -m attnzoo list >&-", shell=True, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    assert closed.returncode == 0 and "internal error" not in closed.stderr
+    assert "standard output is closed" in closed.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["model: [unclosed", "- a\n- list\n", "model: !!python/object/apply:os.system ['echo hi']\n", "\xff\xfe bad"],
+)
+def test_a_broken_recipe_file_is_a_config_error_not_an_internal_error(tmp_path, text):
+    from .conftest import run_cli
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    proc = run_cli("train", str(recipe), "--output", str(tmp_path / "run"))
+    assert proc.returncode in (1, 2) and "internal error" not in proc.stderr, proc.stderr
+    assert "recipe.yaml" in proc.stderr and "hi\n" not in proc.stdout

@@ -259,3 +259,23 @@ def test_the_wordnet_preset_through_csv_files_scores_what_the_preset_scores(tmp_
     scored = evaluate_file(tmp_path / "files", tmp_path / "data" / "test.csv")
     assert scored["task"] == "multi_label"
     assert scored["micro_f1"] == pytest.approx(got, abs=1e-9)
+
+
+def test_train_without_the_train_extra_says_so_before_any_work(tmp_path):
+    """sklearn (the baseline) and tqdm are the train extra; a missing one is named at once, exit 2."""
+    from .conftest import run_python
+
+    code = f"""
+import sys
+sys.modules["sklearn"] = None
+import importlib.util
+real = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] == "sklearn" else real(name, *a)
+from attnzoo.cli import main
+code = main(["train", "tiny_wordnet", "--output", {str(tmp_path / "run")!r}])
+print("exit", code)
+"""
+    proc = run_python(code)
+    assert "exit 2" in proc.stdout, proc.stderr
+    assert "pip install 'attnzoo[train]'" in proc.stderr and "--no-baseline" in proc.stderr
+    assert not (tmp_path / "run").exists()  # nothing was trained

@@ -172,3 +172,22 @@ def test_a_lazy_layers_state_dict_can_be_taken_before_its_first_call(name, confi
 
     state = attnzoo.create(name, **config).state_dict()
     assert state and all(is_lazy(v) for k, v in state.items() if k != "bo")
+
+
+def test_a_yaml_alias_bomb_in_config_yaml_is_refused_at_once(tmp_path):
+    """A few hundred bytes of nested aliases expand into billions of nodes; attnzoo.save writes none."""
+    import time
+
+    import attnzoo
+    from attnzoo.errors import WeightsError
+
+    layer = attnzoo.create("labelwise", num_labels=2, hidden_size=4)
+    folder = attnzoo.save(layer, tmp_path / "m")
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 10)]
+    original = (folder / "config.yaml").read_text()
+    (folder / "config.yaml").write_text("\n".join(lines) + "\n" + original)
+    started = time.perf_counter()
+    with pytest.raises(WeightsError, match="uses YAML aliases"):
+        attnzoo.load(folder)
+    assert time.perf_counter() - started < 5

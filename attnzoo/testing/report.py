@@ -82,13 +82,17 @@ class Report:
         return self.table()
 
     def raise_for_failures(self) -> None:
+        """Raise an ``AssertionError`` holding the table with every failing property's reason in full."""
         if not self.ok:
-            raise AssertionError(f"{self.variant} breaks {len(self.failures)} promise(s) of attnzoo:\n{self.table()}")
+            raise AssertionError(
+                f"{self.variant} breaks {len(self.failures)} promise(s) of attnzoo:\n{format_table([self], whole=True)}"
+            )
 
 
-def format_table(reports: list[Report], width: int = 120, *, variant_width: int = 0) -> str:
-    """One row per variant and property: VARIANT, PROPERTY, STATUS, REASON (cut to ``width``), then a
-    line of totals. ``variant_width`` keeps the first column aligned across tables printed one by one."""
+def format_table(reports: list[Report], width: int = 120, *, variant_width: int = 0, whole: bool = False) -> str:
+    """One row per variant and property: VARIANT, PROPERTY, STATUS, REASON (cut to ``width``, or with
+    ``whole`` given in full on indented lines below the row), then a line of totals. ``variant_width``
+    keeps the first column aligned across tables printed one by one."""
     rows = [(r.variant, res.property, res.status, res.reason.replace("\n", " ")) for r in reports for res in r.results]
     headers = ("VARIANT", "PROPERTY", "STATUS", "REASON")
     widths = [
@@ -100,6 +104,12 @@ def format_table(reports: list[Report], width: int = 120, *, variant_width: int 
     for row in [headers, *rows]:
         fixed = "  ".join(v.ljust(widths[i]) for i, v in enumerate(row[:3]))
         room = max(width - len(fixed) - 2, 20)
+        if whole and len(row[3]) > room:
+            import textwrap
+
+            lines.append(fixed.rstrip())
+            lines += textwrap.wrap(row[3], width=max(width - 4, 40), initial_indent="    ", subsequent_indent="    ")
+            continue
         reason = row[3] if len(row[3]) <= room else row[3][: room - 1] + "…"
         lines.append(f"{fixed}  {reason}".rstrip())
     total = {PASSED: 0, FAILED: 0, EXEMPT: 0, SKIPPED: 0}

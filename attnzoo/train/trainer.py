@@ -57,9 +57,19 @@ def recipe_summary(path: Path) -> str:
     return ""
 
 
+def check_overrides(overrides: list[str]) -> None:
+    """Every override is ``section.key=value`` with a key (``=5`` or ``train.=3`` is a mistake, said so)."""
+    import re
+
+    for pair in overrides:
+        key = pair.split("=", 1)[0]
+        if "=" not in pair or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
+            raise ConfigError(f"override {pair!r}: expected section.key=value, such as train.epochs=5")
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
     """A recipe from a file, or a built-in one by name (``tiny_wordnet`` or ``tiny_wordnet.yaml``)."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     path = Path(path)
     if not path.is_file():
@@ -71,8 +81,21 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
                 f"({', '.join(builtin_recipes())}; attnzoo train --list)"
             )
         path = builtin
-    recipe = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(list(overrides or [])))
-    data = complete_recipe(OmegaConf.to_container(recipe, resolve=True), where=f"recipe {path.name}")
+    check_overrides(overrides or [])
+    try:
+        loaded = OmegaConf.load(path)
+    except Exception as e:  # noqa: BLE001 - YAML syntax, a python tag, bad UTF-8: all the file's fault
+        raise ConfigError(
+            f"recipe {path.name}: not a YAML mapping attnzoo can read ({' '.join(str(e).split())[:200]})"
+        ) from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"recipe {path.name}: expected a mapping of sections (model, data or task, config, train)")
+    try:
+        recipe = OmegaConf.merge(loaded, OmegaConf.from_dotlist(list(overrides or [])))
+        container = OmegaConf.to_container(recipe, resolve=True)
+    except Exception as e:  # noqa: BLE001 - omegaconf's own errors (an interpolation, a type clash)
+        raise ConfigError(f"recipe {path.name}: {' '.join(str(e).split())[:300]}") from None
+    data = complete_recipe(container, where=f"recipe {path.name}")
     data["recipe_file"] = path.name
     return data
 
@@ -296,6 +319,17 @@ def _checked_numbers(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _have_sklearn(verbose: bool) -> bool:
+    """The TF-IDF baseline needs scikit-learn (the train extra); without it the baseline is skipped, said once."""
+    import importlib.util
+
+    if importlib.util.find_spec("sklearn") is not None:
+        return True
+    if verbose:
+        print("baseline skipped: the TF-IDF baseline needs scikit-learn (pip install 'attnzoo[train]')", flush=True)
+    return False
+
+
 def _stop_early(state: dict[str, Any], patience: int, epochs: int, rank: int, world: int) -> bool:
     """Rank 0 decides (it holds the validation scores); every rank learns the decision."""
     stop = rank == 0 and state["epoch"] < epochs and state["epoch"] - (state["best_epoch"] or 0) >= patience
@@ -346,6 +380,7 @@ def train(
 
     task = build_task(recipe["task"])
     verbose = rank == 0 and not quiet
+    baseline = baseline and _have_sklearn(verbose)  # said at the start, not after the last epoch
     for note in getattr(task, "notes", []):
         if verbose:
             print(note, flush=True)
