@@ -294,13 +294,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     pairs = [p for p in args.names if "=" in p]
     names = [p for p in args.names if "=" not in p]
     if not names:
-        raise UsageError("name at least one registered variant to measure (`attnzoo list` shows them)")
+        raise UsageError("name at least one registered variant (`attnzoo list` shows them) or saved folder to measure")
     try:
         config = parse_overrides(pairs)
     except AttnzooError as e:
         raise UsageError(str(e)) from None
+    from pathlib import Path
+
+    from .weights import read_folder
+
+    folders: dict[str, dict[str, Any]] = {}  # a saved folder (a converted Keras model) measures its own config
     for name in names:
-        model_info(name)
+        if Path(name).is_dir():
+            record = read_folder(name)
+            folders[name] = {"name": record["name"], "config": {**record["config"], **config}}
+            model_info(record["name"])
+        else:
+            model_info(name)
     parse_dtype(args.dtype)
     sweep = None
     if args.sweep:
@@ -310,8 +320,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sweep = (key, [parse_overrides([f"v={v}"])["v"] for v in values.split(",")])
     cases = [
         Case(
-            name,
-            config,
+            folders[name]["name"] if name in folders else name,
+            folders[name]["config"] if name in folders else config,
+            label=Path(name).name if name in folders else "",
             batch=args.batch,
             seq=args.seq,
             dtype=args.dtype,

@@ -380,6 +380,9 @@ def test_cli_converts_a_whole_model_into_a_folder_that_loads(oracle, tmp_path):
     assert again.returncode == 1 and "already holds a saved model" in again.stderr  # nothing replaced unasked
     wrong = run_cli("convert-keras", str(folder / "model.keras"), "-o", str(tmp_path / "x.safetensors"))
     assert wrong.returncode == 2 and "saved as a folder" in wrong.stderr
+    bench = run_cli("bench", str(out), "--batch", "3", "--seq", "5", "--rounds", "1", "--no-memory", "--json")
+    assert bench.returncode == 0, bench.stderr
+    assert json.loads(bench.stdout)[0]["median_ms"] > 0
 
 
 def test_cli_check_names_the_first_layer_that_differs_and_writes_nothing(oracle, tmp_path):
