@@ -453,10 +453,10 @@ def hub_folder(repo: str) -> Path:
     """A folder written by ``attnzoo.save`` and pushed to the Hub (``org/repo[@revision]``), made local:
     its config.yaml (fetched again while online unless the revision is a commit hash) and its
     model.safetensors (fetched once into the verified cache, against the digest config.yaml records)."""
+    import http.client
     import re
-    import urllib.request
 
-    from .sources import cache_home, fetch, hub_url, is_offline
+    from .sources import cache_home, fetch, hub_url, is_offline, open_url
 
     if not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", repo):
         raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")
@@ -466,16 +466,23 @@ def hub_folder(repo: str) -> Path:
     if not is_offline() and not (pinned and config.is_file()):
         url, headers = hub_url(repo, weights_io.CONFIG_FILE)
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as response:
+            with open_url(url, headers, timeout=30) as response:
                 text = response.read(1 << 20).decode("utf-8")
-        except OSError as e:
+        except (OSError, UnicodeDecodeError, http.client.HTTPException, WeightsError) as e:
             if not config.is_file():
                 raise WeightsError(
                     f"{HUB_PREFIX}{repo}: cannot fetch {weights_io.CONFIG_FILE} from {url} ({e})"
                 ) from None
         else:
-            folder.mkdir(parents=True, exist_ok=True)
-            weights_io._atomic_write(config, lambda t: Path(t).write_text(text, encoding="utf-8"))
+            try:  # checked before it replaces anything: a captive portal's HTML page is no config
+                weights_io.parse_folder_records(text, f"{HUB_PREFIX}{repo} ({url})")
+            except WeightsError as e:
+                if not config.is_file():
+                    raise
+                warnings.warn(f"{e}; using the copy cached in {folder}", stacklevel=3)
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                weights_io.atomic_write_text(config, text)
     if not config.is_file():
         raise WeightsError(
             f"{HUB_PREFIX}{repo} is not in the cache ({folder}) and attnzoo is offline; run "

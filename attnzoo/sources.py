@@ -47,6 +47,7 @@ __all__ = [
     "cache_entries",
     "clear_cache",
     "hub_url",
+    "open_url",
 ]
 
 ENV_HOME = "ATTNZOO_HOME"
@@ -161,41 +162,122 @@ def _settings() -> tuple[float, int]:
     return timeout, max(retries, 0)
 
 
-def _download(url: str, headers: dict[str, str], part: Path, label: str) -> None:
-    """Append the rest of ``url`` to ``part`` (resuming from its size), retrying with back-off."""
+MAX_DOWNLOAD = 64 << 30  # bytes a download may reach when its card states no file_size
+MIN_RATE = 16 << 10  # bytes per second, averaged over an attempt, below which a transfer has stalled
+
+
+class _SameHostCredentials(urllib.request.HTTPRedirectHandler):
+    """Redirects as urllib follows them, but only to http(s), and a credential (Authorization, a cookie)
+    goes only to the host it was meant for, as huggingface_hub and requests do."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        import urllib.parse
+
+        target = urllib.parse.urlsplit(newurl)
+        if target.scheme not in ("http", "https"):
+            raise WeightsError(
+                f"cannot download {req.full_url}: the server redirects to {target.scheme}://, not http(s); "
+                f"refusing to follow it"
+            )
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(req.full_url).netloc != target.netloc:
+            for name in list(new.headers):
+                if name.lower() in ("authorization", "cookie", "proxy-authorization"):
+                    del new.headers[name]
+            new.unredirected_hdrs.pop("Authorization", None)
+        return new
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(_SameHostCredentials())
+
+
+def open_url(url: str, headers: dict[str, str], timeout: float) -> Any:
+    """``urlopen`` for attnzoo's downloads: redirects to http(s) only, credentials to their own host only."""
+    return _opener().open(urllib.request.Request(url, headers=headers), timeout=timeout)
+
+
+def _open_part(part: Path, append: bool):
+    """The partial file, opened without following a link planted at its name (a cache never holds one)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(part, flags, 0o644)
+    except OSError as e:
+        if part.is_symlink():
+            raise WeightsError(
+                f"{part} is a symbolic link; attnzoo's cache writes only files it made, so it will not write "
+                f"through one (remove it: attnzoo cache clear)"
+            ) from None
+        raise WeightsError(f"cannot write {part}: {e.strerror or e}") from None
+    return os.fdopen(fd, "ab" if append else "wb")
+
+
+def _download(url: str, headers: dict[str, str], part: Path, label: str, *, size: int | None = None) -> None:
+    """Append the rest of ``url`` to ``part`` (resuming from its size), retrying with back-off.
+
+    Bounded three ways: each read by ATTNZOO_DOWNLOAD_TIMEOUT, the whole body by ``size`` (the card's
+    file_size; else MAX_DOWNLOAD), and the transfer by a minimum average rate (a server that drips a byte
+    at a time is a stalled one)."""
+    import http.client
+
     timeout, retries = _settings()
+    limit = size if size is not None else MAX_DOWNLOAD
+    opener = _opener()
     for attempt in range(retries + 1):
-        start = part.stat().st_size if part.exists() else 0
+        start = part.stat().st_size if part.exists() and not part.is_symlink() else 0
+        if start > limit:  # a partial file larger than the file can be: start over
+            start = 0
         request = urllib.request.Request(url, headers={**headers, **({"Range": f"bytes={start}-"} if start else {})})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with opener.open(request, timeout=timeout) as response:
                 status = getattr(response, "status", 200)
                 if start and status != 206:  # the server ignored the Range: start over
                     start = 0
                 length = response.headers.get("Content-Length")
                 total = (int(length) + start) if length and length.isdigit() else None
-                with open(part, "ab" if start else "wb") as out, _progress(total, start, label) as bar:
+                if total is not None and total > limit:
+                    raise WeightsError(
+                        f"cannot download {url}: it declares {total:,} bytes, "
+                        + (f"but the card says the file has {size:,}" if size is not None else f"over {limit:,}")
+                        + "; nothing more was written"
+                    )
+                began, written = time.monotonic(), start
+                with _open_part(part, append=bool(start)) as out, _progress(total, start, label) as bar:
                     while True:
-                        block = response.read(CHUNK)
+                        # read1: what has arrived (up to CHUNK), so a dripping server is seen as one
+                        block = response.read1(CHUNK) if hasattr(response, "read1") else response.read(CHUNK)
                         if not block:
                             break
+                        written += len(block)
+                        if written > limit:
+                            raise WeightsError(
+                                f"cannot download {url}: the body runs past "
+                                + (f"the card's file_size ({size:,} bytes)" if size is not None else f"{limit:,} bytes")
+                                + "; the download was stopped"
+                            )
                         out.write(block)
                         if bar is not None:
                             bar.update(len(block))
+                        elapsed = time.monotonic() - began
+                        if elapsed > timeout and (written - start) / elapsed < MIN_RATE:
+                            raise TimeoutError(f"the transfer stalled ({(written - start) / elapsed:,.0f} bytes/s)")
                 if total is not None and part.stat().st_size < total:
                     raise ConnectionError(f"the connection closed after {part.stat().st_size} of {total} bytes")
                 return
+        except WeightsError:
+            part.unlink(missing_ok=True)  # bytes that cannot be the file (or a planted link) are not kept
+            raise
         except urllib.error.HTTPError as e:
             if e.code == 416 and start:  # we asked beyond the end: what we have is the whole file
                 return
             if e.code in (404, 401, 403, 410):
                 raise WeightsError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
             error: Exception = e
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, http.client.HTTPException) as e:
             error = e
         if attempt == retries:
             raise WeightsError(
-                f"cannot download {url} after {retries + 1} attempts: {error}; "
+                f"cannot download {url} after {retries + 1} attempts: {type(error).__name__}: {error}; "
                 f"{part.stat().st_size if part.exists() else 0} bytes are kept in {part} and the "
                 f"next attempt resumes from there"
             ) from None
@@ -227,7 +309,7 @@ def fetch(wspec: Any, *, name: str = "") -> Path:
     with _file_lock(target.with_name(".lock"), timeout=3600):
         if target.is_file():  # another process finished it while we waited
             return target
-        _download(url, headers, part, Path(target.name).stem)
+        _download(url, headers, part, Path(target.name).stem, size=getattr(wspec, "file_size", None))
         actual = _sha256(part)
         if actual != wspec.sha256:
             part.unlink(missing_ok=True)  # a bad download never stays, nor enters the cache
@@ -235,11 +317,11 @@ def fetch(wspec: Any, *, name: str = "") -> Path:
                 f"{label}: the download from {wspec.source} has sha256 {actual}, but the card "
                 f"says {wspec.sha256}; nothing was cached (the source changed or was corrupted)"
             )
-        (target.parent / "source.json").write_text(
-            json.dumps(
-                {"source": wspec.source, "name": name, "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            )
-        )
+        record = {"source": wspec.source, "name": name, "fetched": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        staged = target.parent / f".source.json.{os.getpid()}"
+        with _open_part(staged, append=False) as out:  # renamed over whatever is there: no link is followed
+            out.write(json.dumps({**record, "attnzoo_cache": 1}).encode())
+        os.replace(staged, target.parent / "source.json")
         os.replace(part, target)
     return target
 
@@ -252,19 +334,35 @@ def resolve_weights(spec: Any, wspec: Any) -> Path:
     return path if path.is_absolute() else Path(spec.weights_dir or ".") / path
 
 
+def _is_cache_folder(folder: Path) -> bool:
+    """A folder the cache made: named by a sha256, a real folder (not a link), with the source.json it
+    writes. Anything else under the cache root (a user's own folder) is never listed or removed."""
+    import re
+
+    if folder.is_symlink() or not folder.is_dir() or not re.fullmatch(r"[0-9a-f]{64}", folder.name):
+        return False
+    marker = folder / "source.json"
+    if marker.is_symlink() or not marker.is_file():
+        return any(p.name.endswith(".part") and not p.is_symlink() for p in folder.iterdir())  # a download under way
+    try:
+        return isinstance(json.loads(marker.read_text()).get("source"), str)
+    except (ValueError, OSError, AttributeError):
+        return False
+
+
 def cache_entries() -> list[dict[str, Any]]:
     """What the cache holds: one entry per cached file (sha256, path, size, source), partial downloads too."""
     root = cache_root()
     entries: list[dict[str, Any]] = []
     if not root.is_dir():
         return entries
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in root.iterdir() if _is_cache_folder(p)):
         info = {}
         if (folder / "source.json").is_file():
             with contextlib.suppress(ValueError, OSError):
                 info = json.loads((folder / "source.json").read_text())
         for file in sorted(folder.iterdir()):
-            if file.name in ("source.json", ".lock"):
+            if file.name in ("source.json", ".lock") or file.is_symlink() or file.name.startswith(".source.json"):
                 continue
             entries.append(
                 {
@@ -288,6 +386,7 @@ def clear_cache(pattern: str | None = None) -> list[str]:
         keys = (entry["name"], entry["source"], entry["sha256"], Path(entry["path"]).name)
         if pattern is None or any(fnmatch.fnmatchcase(k, pattern) for k in keys if k):
             folder = Path(entry["path"]).parent
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(entry["path"])
+            if _is_cache_folder(folder):  # checked again: only what the cache made goes, links never followed
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(entry["path"])
     return removed

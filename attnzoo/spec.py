@@ -125,6 +125,15 @@ class WeightsSpec:
             raise ValueError(f"hf_hub of tag {self.tag!r} must be org/repo or org/repo@revision, got {self.hf_hub!r}")
         if self.filename and not self.hf_hub:
             raise ValueError(f"tag {self.tag!r}: filename goes with hf_hub (a url names its own file)")
+        if self.url and (re.search(r"%0[0-9a-fA-F]|%1[0-9a-fA-F]|%7[fF]|[\x00-\x20\x7f]", self.url)):
+            raise ValueError(f"url of tag {self.tag!r} holds a control character or a space; got {self.url!r}")
+        if self.filename:
+            parts = self.filename.replace("\\", "/").split("/")
+            if self.filename.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in self.filename:
+                raise ValueError(
+                    f"filename of tag {self.tag!r} must be a file's path inside the repository (no '.', '..', "
+                    f"leading '/' or empty part), got {self.filename!r}"
+                )
         for name in ("num_params", "file_size"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):

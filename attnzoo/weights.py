@@ -36,6 +36,8 @@ __all__ = [
     "read_folder",
     "folder_records",
     "read_saved_folder",
+    "parse_folder_records",
+    "atomic_write_text",
     "CONFIG_FILE",
     "WEIGHTS_FILE",
     "encode_metadata",
@@ -256,8 +258,18 @@ def write_weights(
     path = Path(path)
     if path.exists() and not overwrite:
         raise WeightsError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
+    if path.suffix != ".safetensors":
+        raise WeightsError(
+            f"{path.name}: attnzoo writes weights as .safetensors files (and loads nothing else); name the "
+            f"output NAME.safetensors"
+        )
     plain = _plain(tensors)
     side = path.with_name(path.name + ".sha256")
+    if sidecar and side.exists() and not path.exists() and not overwrite:  # someone's own digest file
+        raise WeightsError(
+            f"{side} already exists (and {path.name} does not); it is not attnzoo's to replace: move it, or pass "
+            f"overwrite=True (--overwrite)"
+        )
     with _locked(path.parent):
         tmp = _stage(path, lambda t: save_file(plain, t, metadata=dict(metadata or {})))
         try:
@@ -318,33 +330,25 @@ def _locked(directory: Path, timeout: float = 120.0) -> Iterator[None]:
 
 
 # -- saved folders -----------------------------------------------------------------------------------------
-def folder_records(directory: str | Path) -> list[dict[str, Any]]:
-    """The records of a saved folder's ``config.yaml``: the current one and, while an overwrite is under
-    way (or was killed), the previous one. Each holds name, factory, config and sha256."""
+def parse_folder_records(text: str, where: Any) -> list[dict[str, Any]]:
+    """The records of a saved folder's ``config.yaml`` text (see :func:`folder_records`); anything that is
+    not one (not YAML, YAML aliases, an HTML page a captive portal served) is a ``WeightsError``."""
     import yaml
 
-    directory = Path(directory)
-    config_path = directory / CONFIG_FILE
-    if not config_path.is_file():
-        raise WeightsError(f"{directory} is not a saved attnzoo model: {CONFIG_FILE} not found in it")
+    if len(text) > MAX_CONFIG_YAML:
+        raise WeightsError(f"{where}: {len(text) >> 20} MiB; a saved model's config.yaml is kilobytes")
     try:
-        text = config_path.read_text(encoding="utf-8")
-        if len(text) > MAX_CONFIG_YAML:
-            raise WeightsError(f"{config_path}: {len(text) >> 20} MiB; a saved model's config.yaml is kilobytes")
         # save() writes no anchors; a file with aliases was made by hand, and a few hundred bytes of them
         # can expand into billions of nodes (a YAML "billion laughs")
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
             raise WeightsError(
-                f"{config_path}: uses YAML aliases (*name), which attnzoo.save never writes; refusing to "
+                f"{where}: uses YAML aliases (*name), which attnzoo.save never writes; refusing to "
                 f"expand it (restore the file, or load the weights alone with sha256=...)"
             )
         data = yaml.safe_load(text)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except yaml.YAMLError as e:
         reason = " ".join(str(e).split())[:200]
-        raise WeightsError(
-            f"{config_path}: not valid YAML ({reason}); restore it, or load the weights alone "
-            f"with attnzoo.load({str(directory / WEIGHTS_FILE)!r}, sha256=...)"
-        ) from None
+        raise WeightsError(f"{where}: not valid YAML ({reason})") from None
     records = [data, *([data["previous"]] if isinstance(data, dict) and "previous" in data else [])]
     for record in records:
         if (
@@ -353,8 +357,33 @@ def folder_records(directory: str | Path) -> list[dict[str, Any]]:
             or not isinstance(record.get("config"), dict)
             or not isinstance(record.get("sha256"), str)
         ):
-            raise WeightsError(f"{config_path}: expected a mapping with name, factory, config and sha256")
+            raise WeightsError(f"{where}: expected a mapping with name, factory, config and sha256")
     return [{k: v for k, v in r.items() if k != "previous"} for r in records]
+
+
+def folder_records(directory: str | Path) -> list[dict[str, Any]]:
+    """The records of a saved folder's ``config.yaml``: the current one and, while an overwrite is under
+    way (or was killed), the previous one. Each holds name, factory, config and sha256."""
+    directory = Path(directory)
+    config_path = directory / CONFIG_FILE
+    if not config_path.is_file():
+        raise WeightsError(f"{directory} is not a saved attnzoo model: {CONFIG_FILE} not found in it")
+    try:
+        text = config_path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise WeightsError(f"{config_path}: not UTF-8 text ({e.reason})") from None
+    try:
+        return parse_folder_records(text, config_path)
+    except WeightsError as e:
+        raise WeightsError(
+            f"{e}; restore it, or load the weights alone with attnzoo.load({str(directory / WEIGHTS_FILE)!r}, "
+            f"sha256=...)"
+        ) from None
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """``path`` replaced by ``text`` in one rename: a reader sees the old content or the new, never a part."""
+    _atomic_write(Path(path), lambda t: Path(t).write_text(text, encoding="utf-8"))
 
 
 def read_folder(directory: str | Path) -> dict[str, Any]:

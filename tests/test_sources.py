@@ -33,6 +33,7 @@ class Server(http.server.ThreadingHTTPServer):
         self.files: dict[str, bytes] = {}
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
         self.faults: dict[str, object] = {}
+        self.headers_seen: list[dict[str, str]] = []
         self.lock = threading.Lock()
 
     @property
@@ -48,9 +49,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         server: Server = self.server
         with server.lock:
             server.requests.append((self.path, self.headers.get("Range")))
+            server.headers_seen.append(dict(self.headers))
             if len(server.requests) > 200:  # bounded: a runaway client cannot keep a test alive
                 self.send_error(429)
                 return
+        redirect = server.faults.get("redirect")
+        if redirect:
+            self.send_response(302)
+            self.send_header("Location", str(redirect))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if server.faults.get("endless") or server.faults.get("bad_chunks") or server.faults.get("drip"):
+            self._hostile_body(server)
+            return
         data = server.files.get(self.path)
         if data is None or server.faults.get("404"):
             self.send_error(404)
@@ -79,6 +91,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if delay:
                 time.sleep(delay)
             self.wfile.write(body[i : i + (1 << 16)])
+
+    def _hostile_body(self, server):
+        """Bodies a hostile server sends, each bounded so that a broken client cannot hang the test."""
+        if server.faults.get("bad_chunks"):
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"10\r\nonly five\r\nzz\r\n")  # a chunk shorter than it says, then garbage
+            self.wfile.flush()
+            self.connection.shutdown(2)
+            return
+        self.send_response(200)
+        if server.faults.get("endless"):
+            self.send_header("Content-Length", str(50 << 30))  # claims 50 GiB
+        self.end_headers()
+        deadline = time.monotonic() + 20
+        block = b"x" * (1 << 16) if server.faults.get("endless") else b"x"
+        try:
+            while time.monotonic() < deadline:
+                self.wfile.write(block)
+                self.wfile.flush()
+                if server.faults.get("drip"):
+                    time.sleep(0.5)
+        except OSError:  # the client gave up, as it should
+            return
 
 
 @pytest.fixture
@@ -333,3 +370,148 @@ def test_a_tag_needs_exactly_one_source_and_a_digest():
     ):
         with pytest.raises(ConfigError):
             attnzoo.register("bad_source", factory="collections:OrderedDict", weights={"t": weights})
+
+
+# -- a hostile server, a hostile cache ----------------------------------------------------------------------
+def _serving():
+    srv = Server()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    return srv, thread
+
+
+def test_credentials_go_only_to_the_host_they_were_meant_for(server, tmp_path, monkeypatch):
+    """A redirect to another host (here another port of 127.0.0.1) arrives without the Authorization header."""
+    from attnzoo.sources import _download
+
+    other, thread = _serving()
+    try:
+        other.files["/w.safetensors"] = b"abc" * 100
+        server.faults["redirect"] = f"{other.base}/w.safetensors"
+        monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
+        _download(f"{server.base}/w.safetensors", {"Authorization": "Bearer hf_secret"}, tmp_path / "w.part", "w")
+        assert (tmp_path / "w.part").read_bytes() == b"abc" * 100
+        assert server.headers_seen[0].get("Authorization") == "Bearer hf_secret"  # its own host: sent
+        assert all("hf_secret" not in json.dumps(h) for h in other.headers_seen)  # another host: never
+    finally:
+        other.shutdown()
+        other.server_close()
+        thread.join(timeout=10)
+
+
+def test_a_redirect_to_ftp_is_refused(server, tmp_path, monkeypatch):
+    from attnzoo.sources import _download
+
+    server.faults["redirect"] = "ftp://127.0.0.1/w.safetensors"
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
+    with pytest.raises(WeightsError, match="redirects to ftp://"):
+        _download(f"{server.base}/w.safetensors", {}, tmp_path / "w.part", "w")
+
+
+def test_a_body_larger_than_the_card_says_stops_and_is_not_kept(server, tmp_path, monkeypatch):
+    from attnzoo.sources import _download
+
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
+    server.faults["endless"] = True
+    started = time.monotonic()
+    with pytest.raises(WeightsError, match="the card says the file has 1,000"):
+        _download(f"{server.base}/w", {}, tmp_path / "w.part", "w", size=1000)  # declared 50 GiB: refused at once
+    assert not (tmp_path / "w.part").exists() and time.monotonic() - started < 10
+
+
+def test_a_dripping_server_is_a_stalled_download_not_a_hang(server, tmp_path, monkeypatch):
+    from attnzoo.sources import _download
+
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_TIMEOUT", "1")
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
+    server.faults["drip"] = True  # one byte every 0.5 s: each read is within the timeout
+    started = time.monotonic()
+    with pytest.raises(WeightsError, match="stalled"):
+        _download(f"{server.base}/w", {}, tmp_path / "w.part", "w")
+    assert time.monotonic() - started < 10
+
+
+def test_a_malformed_chunked_body_is_a_weights_error(server, tmp_path, monkeypatch):
+    from attnzoo.sources import _download
+
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
+    server.faults["bad_chunks"] = True
+    with pytest.raises(WeightsError, match="cannot download"):
+        _download(f"{server.base}/w", {}, tmp_path / "w.part", "w")
+
+
+def test_links_planted_in_the_cache_are_never_written_through(server, tmp_path, home):
+    _, data, digest = _weights(tmp_path)
+    server.files["/m.safetensors"] = data
+    _register("planted", f"{server.base}/m.safetensors", digest)
+    folder = home / "weights" / digest
+    folder.mkdir(parents=True)
+    victim = tmp_path / "precious.txt"
+    victim.write_text("the user's own file")
+    (folder / "m.safetensors.part").symlink_to(victim)
+    with pytest.raises(WeightsError, match="symbolic link"):
+        attnzoo.create("planted", pretrained=True)
+    assert victim.read_text() == "the user's own file"
+    (folder / "source.json").symlink_to(victim)  # planted where the marker goes
+    attnzoo.create("planted", pretrained=True)  # the .part link was removed; this download succeeds
+    assert victim.read_text() == "the user's own file" and not (folder / "source.json").is_symlink()
+
+
+def test_cache_clear_removes_only_what_the_cache_made(server, tmp_path, home, monkeypatch):
+    from attnzoo.sources import clear_cache
+
+    _, data, digest = _weights(tmp_path)
+    server.files["/m.safetensors"] = data
+    _register("cached", f"{server.base}/m.safetensors", digest)
+    attnzoo.create("cached", pretrained=True)
+    mine = home / "weights" / "paper"  # a user's own folder that happens to sit there
+    mine.mkdir()
+    (mine / "draft.tex").write_text("\\section{}")
+    sha_like = home / "weights" / ("a" * 64)  # named like an entry, but not one the cache made
+    sha_like.mkdir()
+    (sha_like / "notes.txt").write_text("mine too")
+    removed = clear_cache()
+    assert len(removed) == 1 and digest in removed[0]
+    assert (mine / "draft.tex").exists() and (sha_like / "notes.txt").exists()
+    # the weights root as a link to the user's folder: only cache entries inside it would go
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("keep")
+    monkeypatch.setenv("ATTNZOO_HOME", str(tmp_path / "home2"))
+    (tmp_path / "home2").mkdir()
+    (tmp_path / "home2" / "weights").symlink_to(elsewhere)
+    assert clear_cache() == [] and (elsewhere / "keep.txt").read_text() == "keep"
+
+
+def test_a_captive_portal_page_does_not_replace_the_cached_hub_config(server, tmp_path, monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    model = attnzoo.create("laat", num_labels=4, hidden_size=6, attention_size=3)
+    folder = attnzoo.save(model, tmp_path / "pushed")
+    for name in ("config.yaml", "model.safetensors"):
+        server.files[f"/org/repo/resolve/main/{name}"] = (folder / name).read_bytes()
+    attnzoo.create("hf-hub:org/repo")  # cached now
+    server.files["/org/repo/resolve/main/config.yaml"] = b"<html><body>Log in to the hotel wifi</body></html>"
+    with pytest.warns(UserWarning, match="using the copy cached"):
+        again = attnzoo.create("hf-hub:org/repo")
+    x = torch.randn(2, 5, 6)
+    assert torch.equal(again(x), model(x))
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        {"hf_hub": "org/repo", "filename": ".."},
+        {"hf_hub": "org/repo", "filename": "."},
+        {"hf_hub": "org/repo", "filename": "a/../../b.safetensors"},
+        {"url": "https://127.0.0.1/w%00.safetensors"},
+    ],
+)
+def test_hostile_sources_in_a_card_are_refused_when_registered(weights):
+    with pytest.raises(ConfigError):
+        attnzoo.register(
+            "bad_source",
+            factory="attnzoo.layers.labelwise:LabelwiseAttention",
+            config={"num_labels": 2},
+            weights={"t": {**weights, "sha256": "0" * 64}},
+        )

@@ -191,3 +191,22 @@ def test_a_yaml_alias_bomb_in_config_yaml_is_refused_at_once(tmp_path):
     with pytest.raises(WeightsError, match="uses YAML aliases"):
         attnzoo.load(folder)
     assert time.perf_counter() - started < 5
+
+
+def test_write_weights_refuses_other_suffixes_and_a_users_own_digest_file(tmp_path):
+    import torch
+
+    from attnzoo.errors import WeightsError
+    from attnzoo.weights import write_weights
+
+    tensors = {"w": torch.ones(2)}
+    with pytest.raises(WeightsError, match="name the output NAME.safetensors"):
+        write_weights(tensors, tmp_path / "out.bin")
+    assert not (tmp_path / "out.bin").exists()
+    mine = tmp_path / "out.safetensors.sha256"
+    mine.write_text("my own notes\n")
+    with pytest.raises(WeightsError, match="not attnzoo's to replace"):
+        write_weights(tensors, tmp_path / "out.safetensors")
+    assert mine.read_text() == "my own notes\n" and not (tmp_path / "out.safetensors").exists()
+    write_weights(tensors, tmp_path / "out.safetensors", overwrite=True)  # asked for: replaced
+    assert mine.read_text() != "my own notes\n"
