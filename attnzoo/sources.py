@@ -170,7 +170,9 @@ class _SameHostCredentials(urllib.request.HTTPRedirectHandler):
     """Redirects as urllib follows them, but only to http(s), and a credential (Authorization, a cookie)
     goes only to the host it was meant for, as huggingface_hub and requests do."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+    def redirect_request(  # urllib's signature
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
         import urllib.parse
 
         target = urllib.parse.urlsplit(newurl)
@@ -197,7 +199,7 @@ def open_url(url: str, headers: dict[str, str], timeout: float) -> Any:
     return _opener().open(urllib.request.Request(url, headers=headers), timeout=timeout)
 
 
-def _open_part(part: Path, append: bool):
+def _open_part(part: Path, append: bool) -> Any:
     """The partial file, opened without following a link planted at its name (a cache never holds one)."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
     try:
