@@ -218,9 +218,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         names += [n for n in found if n not in names]
     reports = []
     for name in names:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose; results say what matters
-            report = check_model(name, only=args.property or None, slow=args.slow)
+        if args.in_process:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose; results say what matters
+                report = check_model(name, only=args.property or None, slow=args.slow)
+        else:
+            report = _check_in_child(name, args.property, args.slow)
         reports.append(report)
         if not args.json and not args.quiet:
             table = format_table([report], width=_width(), variant_width=max(map(len, names)), whole=args.verbose)
@@ -233,6 +236,34 @@ def cmd_check(args: argparse.Namespace) -> int:
         summary = format_table(reports).rsplit("\n", 1)[1]
         print(f"{len(reports)} variant(s): {summary}" + (f"; failing: {', '.join(failed)}" if failed else ""))
     return FAILURE if any(not r.ok for r in reports) else 0
+
+
+def _check_in_child(name: str, properties: list[str] | None, slow: bool) -> Any:
+    """One variant checked in a process of its own (``attnzoo.testing.child``): a variant that ends the
+    process or hangs fails the property it was in, and cannot end ``attnzoo check`` as a success."""
+    import subprocess
+
+    from .testing.kit import property_time_limit
+    from .testing.report import FAILED, Report, Result
+
+    command = [sys.executable, "-m", "attnzoo.testing.child", name, *(["--slow"] if slow else [])]
+    for prop in properties or []:
+        command += ["--property", prop]
+    # every property has its own alarm in the child; this bounds a child that blocks the alarm too
+    limit = property_time_limit() * 20 + 120
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=limit)
+        lines, code = proc.stdout.splitlines(), proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        lines, code = out.splitlines(), None
+    for line in reversed(lines):
+        if line.startswith("report "):
+            data = json.loads(line[len("report ") :])
+            return Report(data["variant"], data["convention"], [Result(**r) for r in data["results"]])
+    running = next((line.split(" ", 1)[1] for line in reversed(lines) if line.startswith("start ")), "builds")
+    how = f"ended its check process (exit status {code})" if code is not None else f"hung past {limit:g} s"
+    return Report(name, "", [Result(name, running, FAILED, f"the variant {how} during {running}; no report")])
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -811,6 +842,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", parents=[common], help="run the conformance kit on registered variants")
     p.add_argument("patterns", nargs="*", metavar="PATTERN", help="fnmatch patterns (default: every variant)")
     p.add_argument("--verbose", "-v", action="store_true", help="every reason in full (the table cuts long ones)")
+    p.add_argument(
+        "--in-process", action="store_true", help="check in this process (faster; a variant can then end the run)"
+    )
     p.add_argument("--property", action="append", metavar="P", help="only this property (repeatable)")
     p.add_argument("--slow", action="store_true", help="include the slow tier (torch.compile)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line")

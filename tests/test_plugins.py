@@ -473,6 +473,41 @@ class MixesBatch(Pool):
         return out - out.mean(0, keepdim=True)
 
 
+class Exits(Pool):
+    name = "exits"
+
+    def forward(self, x, mask=None, return_attention=False):
+        import os
+
+        os._exit(0)  # ends the process as a success, with nothing checked after it
+
+
+class SysExits(Pool):
+    name = "sys_exits"
+
+    def forward(self, x, mask=None, return_attention=False):
+        raise SystemExit(0)
+
+
+class Sleeps(Pool):
+    name = "sleeps"
+
+    def forward(self, x, mask=None, return_attention=False):
+        import time
+
+        time.sleep(3600)
+
+
+class LeaksState(Pool):
+    name = "leaks_state"
+
+    def forward(self, x, mask=None, return_attention=False):
+        torch.set_default_dtype(torch.float64)  # global state a variant must not leave changed
+        torch.set_num_threads(1)
+        torch.manual_seed(123)
+        return super().forward(x, mask, return_attention)
+
+
 class Square(nn.Module):
     """A layer with a convention of its own: x [B, T] -> x ** 2."""
 
@@ -484,7 +519,8 @@ class Square(nn.Module):
 BROKEN_PLUGIN = """
 from attnzoo import hookimpl
 
-BROKEN = {"ignores_mask": "IgnoresMask", "nan_row": "NaNRow", "bad_repr": "BadRepr", "mixes_batch": "MixesBatch"}
+BROKEN = {"ignores_mask": "IgnoresMask", "nan_row": "NaNRow", "bad_repr": "BadRepr", "mixes_batch": "MixesBatch",
+          "exits": "Exits", "sys_exits": "SysExits", "sleeps": "Sleeps", "leaks_state": "LeaksState"}
 
 
 @hookimpl
@@ -608,3 +644,36 @@ def test_the_skeleton_on_docs_plugins_md_installs_and_passes_the_kit(tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_variant_that_exits_or_hangs_fails_the_check_and_the_others_are_still_checked(broken_site):
+    """os._exit(0), SystemExit(0) and a forward that sleeps: each fails the property it was in, attnzoo check
+    exits 1, and a healthy variant checked after them still passes."""
+    proc = cli(broken_site, "check", "exits", "sys_exits", "sleeps", "square", "--json", ATTNZOO_CHECK_TIMEOUT="3")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    reports = {r["variant"]: r for r in json.loads(proc.stdout)}
+    failed = {
+        name: {x["property"]: x["reason"] for x in r["results"] if x["status"] == "failed"}
+        for name, r in reports.items()
+    }
+    assert any("ended its check process (exit status 0)" in why for why in failed["exits"].values()), failed["exits"]
+    assert any("called sys.exit(0)" in why for why in failed["sys_exits"].values()), failed["sys_exits"]
+    assert any("time limit of 3 s" in why for why in failed["sleeps"].values()), failed["sleeps"]
+    assert reports["square"]["ok"], failed["square"]
+
+
+def test_a_variant_that_changes_global_state_leaves_the_next_one_unharmed(broken_site):
+    code = """
+        import torch
+        from attnzoo.testing import check_model
+        dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+        before = torch.random.get_rng_state()
+        check_model("leaks_state")
+        assert torch.get_default_dtype() == dtype and torch.get_num_threads() == threads
+        assert torch.equal(torch.random.get_rng_state(), before)  # even a correct variant's draws are undone
+        report = check_model("square")
+        print("square ok", report.ok)
+    """
+    proc = run(broken_site, code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "square ok True" in proc.stdout

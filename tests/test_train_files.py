@@ -279,3 +279,17 @@ print("exit", code)
     assert "exit 2" in proc.stdout, proc.stderr
     assert "pip install 'attnzoo[train]'" in proc.stderr and "--no-baseline" in proc.stderr
     assert not (tmp_path / "run").exists()  # nothing was trained
+
+
+def test_an_output_folder_with_someone_elses_weights_is_not_written_over(tmp_path):
+    from attnzoo.errors import ConfigError
+    from attnzoo.train.trainer import load_recipe, train
+
+    output = tmp_path / "mine"
+    output.mkdir()
+    (output / "model.safetensors").write_bytes(b"someone's weights")
+    (output / "best.safetensors").write_bytes(b"and their best")
+    with pytest.raises(ConfigError, match="no run of attnzoo train"):
+        train(load_recipe("tiny_wordnet"), output=output, quiet=True, baseline=False)
+    assert (output / "model.safetensors").read_bytes() == b"someone's weights"
+    assert sorted(p.name for p in output.iterdir()) == ["best.safetensors", "model.safetensors"]

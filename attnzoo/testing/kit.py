@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from ..spec import thaw
 from .properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
 from .report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
 
-__all__ = ["check_model", "check_property", "property_names"]
+__all__ = ["check_model", "check_property", "property_names", "property_time_limit", "PropertyTimeout"]
 
 
 def property_names(*, slow: bool = False) -> tuple[str, ...]:
@@ -109,15 +110,71 @@ def _add_model_names(subject: Subject) -> None:
     subject.names = tuple(dict.fromkeys([*subject.names, *[n for n in extra if isinstance(n, str) and n]]))
 
 
+PROPERTY_TIMEOUT = 300.0  # seconds one property may take (torch.compile's is the slowest); ATTNZOO_CHECK_TIMEOUT
+
+
+class PropertyTimeout(Exception):
+    """A property ran past its time limit."""
+
+
+def property_time_limit() -> float:
+    import os
+
+    try:
+        return float(os.environ.get("ATTNZOO_CHECK_TIMEOUT", PROPERTY_TIMEOUT))
+    except ValueError:
+        return PROPERTY_TIMEOUT
+
+
+@contextmanager
+def _isolated(limit: float):
+    """torch's global state as it was before the property (default dtype and device, threads, grad mode,
+    deterministic algorithms, the random generators), and an alarm after ``limit`` seconds where one can
+    be set (the main thread, on POSIX): a variant that changes them, or hangs, cannot change what the
+    next property or variant sees."""
+    import signal
+    import threading
+
+    dtype, threads, grad = torch.get_default_dtype(), torch.get_num_threads(), torch.is_grad_enabled()
+    device = torch.get_default_device() if hasattr(torch, "get_default_device") else None
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread() and limit > 0
+
+    def expired(signum, frame):  # noqa: ANN001 - signal's signature
+        raise PropertyTimeout(f"ran past its time limit of {limit:g} s (ATTNZOO_CHECK_TIMEOUT)")
+
+    previous = signal.signal(signal.SIGALRM, expired) if alarm else None
+    if alarm:
+        signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
+            yield
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        torch.set_default_dtype(dtype)
+        if device is not None:
+            torch.set_default_device(device if str(device) != "cpu" else None)
+        torch.set_num_threads(threads)
+        torch.set_grad_enabled(grad)
+        torch.use_deterministic_algorithms(deterministic)
+
+
 def check_property(subject: Subject, prop: str) -> Result:
-    """Run one property on a prepared subject."""
+    """Run one property on a prepared subject, isolated (see :func:`_isolated`)."""
     start = time.perf_counter()
     try:
-        PROPERTIES[prop].check(subject)
+        with _isolated(property_time_limit()):
+            PROPERTIES[prop].check(subject)
     except Failure as e:
         return Result(subject.name, prop, FAILED, str(e), time.perf_counter() - start)
     except NotApplicable as e:
         return Result(subject.name, prop, SKIPPED, str(e), time.perf_counter() - start)
+    except PropertyTimeout as e:
+        return Result(subject.name, prop, FAILED, str(e), time.perf_counter() - start)
+    except SystemExit as e:  # sys.exit inside a variant must not end the check as a success
+        return Result(subject.name, prop, FAILED, f"called sys.exit({e.code!r})", time.perf_counter() - start)
     except (AttnzooError, Exception) as e:  # noqa: BLE001 - a crash is a failure with its reason
         message = str(e).splitlines()[0] if str(e) else ""
         return Result(
@@ -135,6 +192,7 @@ def check_model(
     slow: bool = False,
     convention: str | None = None,
     exempt: Mapping[str, str] | None = None,
+    on_property: Callable[[str], None] | None = None,
 ) -> Report:
     """Run the conformance properties on a variant and return a :class:`Report`.
 
@@ -147,6 +205,7 @@ def check_model(
         slow: include the slow tier (``compile``).
         convention: the calling convention, for a factory (a registered name's card says it).
         exempt: property -> reason, added to the card's ``exempt``.
+        on_property: called with each property's name as it starts (``attnzoo check`` reports progress).
 
     A property that the card exempts is not run and reported as exempt with the card's reason. When the
     variant does not build, every other property is skipped.
@@ -169,7 +228,11 @@ def check_model(
             raise ValueError(f"unknown properties {sorted(unknown)}; known: {', '.join(PROPERTIES)}")
         wanted = [p for p in PROPERTIES if p in chosen or p == "builds"]
     skipped = set(skip)
-    _add_model_names(subject)
+    try:
+        with _isolated(property_time_limit()):
+            _add_model_names(subject)
+    except (SystemExit, PropertyTimeout):  # reported by the builds property
+        pass
     built = True
     for prop in wanted:
         if prop in exemptions:
@@ -179,6 +242,8 @@ def check_model(
         elif not built:
             report.results.append(Result(shown, prop, SKIPPED, "it does not build"))
         else:
+            if on_property is not None:
+                on_property(prop)
             result = check_property(subject, prop)
             report.results.append(result)
             built = not (prop == "builds" and result.failed)

@@ -341,8 +341,24 @@ def _stop_early(state: dict[str, Any], patience: int, epochs: int, rank: int, wo
 
 
 def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
-    """A run folder that holds a run is continued (--resume) or replaced (--overwrite), never silently."""
-    held = [name for name in ("checkpoint", "config.yaml", "report.json") if (output / name).exists()]
+    """A run folder that holds a run is continued (--resume) or replaced (--overwrite), never silently; a
+    folder that holds anything else the trainer would write over (someone's weights) is not a run folder."""
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"--output {output} exists and is not a folder; a run is a folder")
+    written = (
+        "checkpoint",
+        "config.yaml",
+        "report.json",
+        "model.safetensors",
+        "best.safetensors",
+        "average.safetensors",
+    )
+    held = [name for name in written if (output / name).exists()]
+    if held and not (output / "report.json").exists() and not (output / "checkpoint").is_dir() and not overwrite:
+        raise ConfigError(
+            f"{output} holds {', '.join(held)} but no run of attnzoo train (no report.json or checkpoint); "
+            f"training would write over them: choose another --output, or pass --overwrite if they may go"
+        )
     if held and not resume and not overwrite:
         raise ConfigError(
             f"{output} already holds a run ({', '.join(held)}); pass --resume to continue it, "

@@ -1,0 +1,41 @@
+"""One variant's conformance check in a process of its own, for ``attnzoo check``.
+
+    python -m attnzoo.testing.child NAME [--property P ...] [--slow]
+
+prints ``start <property>`` as each property begins, then one line ``report <json>``. The parent reads
+them: a variant that ends its process (``os._exit``, a crash in native code) or hangs past every limit is
+reported as failing the property it was in, and the variants after it are still checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attnzoo.testing.child")
+    parser.add_argument("name")
+    parser.add_argument("--property", action="append")
+    parser.add_argument("--slow", action="store_true")
+    args = parser.parse_args(argv)
+    from . import check_model
+
+    out = sys.stdout
+
+    def started(prop: str) -> None:
+        out.write(f"start {prop}\n")
+        out.flush()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose; results say what matters
+        report = check_model(args.name, only=args.property or None, slow=args.slow, on_property=started)
+    out.write("report " + json.dumps(report.to_dict()) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
