@@ -141,17 +141,27 @@ def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
 
 
 def time_alternating(
-    steps: Mapping[str, Callable[[], Any]], *, rounds: int = 7, min_run_time: float = 0.5, threads: int | None = None
+    steps: Mapping[str, Callable[[], Any]],
+    *,
+    rounds: int = 7,
+    min_run_time: float = 0.5,
+    threads: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, list[float]]:
-    """Seconds per call of each step, one median per round; the steps alternate within every round."""
+    """Seconds per call of each step, one median per round; the steps alternate within every round.
+    ``progress`` is told what is being measured (``"round 2/7: mha"``) as it starts."""
     from torch.utils import benchmark
 
     threads = threads or torch.get_num_threads()
-    for step in steps.values():  # warm-up: allocator, lazy kernels, autotuning
+    for name, step in steps.items():  # warm-up: allocator, lazy kernels, autotuning
+        if progress is not None:
+            progress(f"warm-up: {name}")
         step()
     per_round: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(rounds):
+    for r in range(rounds):
         for name, step in steps.items():
+            if progress is not None:
+                progress(f"round {r + 1}/{rounds}: {name}")
             timer = benchmark.Timer("step()", globals={"step": step}, num_threads=threads)
             per_round[name].append(timer.blocked_autorange(min_run_time=min_run_time).median)
     return per_round
@@ -264,8 +274,15 @@ def run(
     min_run_time: float = 0.5,
     memory: bool = True,
     threads: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[Measurement]:
-    """Measure every case at every sweep point; at each point the cases alternate round by round."""
+    """Measure every case at every sweep point; at each point the cases alternate round by round.
+    ``progress`` is told each step as it starts (``attnzoo bench`` shows it on a terminal)."""
+
+    def say(what: str) -> None:
+        if progress is not None:
+            progress(what)
+
     if threads:
         torch.set_num_threads(threads)
     points: list[list[Case]] = [list(cases)]
@@ -283,9 +300,11 @@ def run(
             f"two cases are both called {sorted(n for n in shown if shown.count(n) > 1)[0]!r}; give them labels"
         )
     results = []
-    for group in points:
+    for at, group in enumerate(points):
+        where = f" (point {at + 1}/{len(points)})" if len(points) > 1 else ""
         steps, compile_times = {}, {}
         for case in group:
+            say(f"building {case.shown}{where}")
             start = time.perf_counter()
             steps[case.shown], _ = build_step(case)
             if case.compile:
@@ -296,7 +315,13 @@ def run(
             if not any(c.compile for c in group)
             else {name: ("compiled", None) for name in steps}
         )
-        times = time_alternating(steps, rounds=rounds, min_run_time=min_run_time, threads=threads)
+        times = time_alternating(
+            steps,
+            rounds=rounds,
+            min_run_time=min_run_time,
+            threads=threads,
+            progress=None if progress is None else (lambda what, where=where: say(what + where)),
+        )
         for case in group:
             median = statistics.median(times[case.shown])
             route, gflop = routes[case.shown]
@@ -313,11 +338,16 @@ def run(
                     route=route,
                     gflop=gflop,
                     gflops_per_s=(gflop / median) if gflop else None,
-                    peak_mib=peak_memory(case, threads) if memory else None,
+                    peak_mib=_measure_memory(case, threads, say) if memory else None,
                     compile_s=compile_times.get(case.shown),
                 )
             )
     return results
+
+
+def _measure_memory(case: Case, threads: int | None, say: Callable[[str], None]) -> float | None:
+    say(f"peak memory: {case.shown} (a fresh process)")
+    return peak_memory(case, threads)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

@@ -370,7 +370,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         min_run_time=args.min_run_time,
         memory=not args.no_memory,
         threads=args.threads,
+        progress=_terminal_progress() if sys.stderr is not None and sys.stderr.isatty() else None,
     )
+    if sys.stderr is not None and sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
     if args.json:
         _emit_json([m.to_dict() for m in results])
     elif args.csv:
@@ -387,6 +390,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise UsageError("--plot draws a sweep; add --sweep KEY=V1,V2,...")
         print(f"plot: {plot(results, sweep[0], args.plot)}", file=sys.stderr)
     return 0
+
+
+def _terminal_progress() -> Any:
+    """One status line on stderr, rewritten in place: what bench is measuring now, and for how long."""
+    import time
+
+    started = time.monotonic()
+
+    def show(what: str) -> None:
+        print(f"\r\033[K[{time.monotonic() - started:5.0f} s] {what}", end="", file=sys.stderr, flush=True)
+
+    return show
 
 
 def torch_threads() -> int:
