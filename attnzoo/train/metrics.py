@@ -34,7 +34,8 @@ def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, fl
 
 
 def precision_at_k(scores: torch.Tensor, target: torch.Tensor, k: int) -> float:
-    """scores [N, L], target bool [N, L]: the mean over texts of (true labels among the k best scored) / k."""
+    """scores [N, L], target bool [N, L]: the mean over texts of (true labels among the k best scored) / k.
+    A text without a gold label counts 0 (docs/training.md, "Metrics")."""
     k = min(k, scores.shape[1])
     if scores.shape[0] == 0 or k == 0:
         return 0.0
