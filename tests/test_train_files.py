@@ -293,3 +293,34 @@ def test_an_output_folder_with_someone_elses_weights_is_not_written_over(tmp_pat
         train(load_recipe("tiny_wordnet"), output=output, quiet=True, baseline=False)
     assert (output / "model.safetensors").read_bytes() == b"someone's weights"
     assert sorted(p.name for p in output.iterdir()) == ["best.safetensors", "model.safetensors"]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.epoch=1", "unknown key train.epoch; did you mean train.epochs"),
+        ("trian.epochs=1", "unknown key trian"),
+        ("task.maxlen=8", "unknown key task.maxlen; did you mean task.max_len"),
+        ("sed=1", "unknown key sed; did you mean seed"),
+        ("task.vocab.min_frq=2", "unknown key task.vocab.min_frq; did you mean task.vocab.min_freq"),
+    ],
+)
+def test_a_typo_in_a_recipe_is_an_error_naming_the_closest_key(override, message):
+    from attnzoo.errors import ConfigError
+    from attnzoo.train.trainer import load_recipe
+
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_recipe("tiny_wordnet", [override])
+
+
+def test_a_typo_in_a_data_section_and_a_train_section_with_only_epochs(tmp_path):
+    from attnzoo.errors import ConfigError
+    from attnzoo.train.trainer import TRAIN_DEFAULTS, load_recipe
+
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("model: bilstm_labelwise\ntag: mine\ndata: {train: t.csv, maxlen: 8}\ntrain: {epochs: 3}\n")
+    with pytest.raises(ConfigError, match=r"unknown key data\.maxlen; did you mean data\.max_len"):
+        load_recipe(recipe)
+    recipe.write_text("model: bilstm_labelwise\ntag: mine\ndata: {train: t.csv}\ntrain: {epochs: 3}\n")
+    loaded = load_recipe(recipe)
+    assert loaded["train"] == {**TRAIN_DEFAULTS, "epochs": 3}  # the documented defaults fill the rest

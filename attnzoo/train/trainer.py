@@ -113,10 +113,53 @@ def complete_recipe(data: Any, where: str = "recipe") -> dict[str, Any]:
             raise ConfigError(f"{where}: the data section must be a mapping (train:, text:, labels:, ...)")
         data["task"] = {"name": "files", **data.pop("data")}
         data.setdefault("tag", "custom")
-    for key in ("model", "tag", "task", "train"):
+    data.setdefault("train", {})
+    for key in ("model", "tag", "task"):
         if key not in data:
             raise ConfigError(f"{where}: missing section {key!r}" + (" (or data)" if key == "task" else ""))
+    check_recipe_keys(data, where)
+    data["train"] = {**TRAIN_DEFAULTS, **data["train"]}
     return data
+
+
+# A recipe's keys, section by section (the schema every recipe and key=value override is checked against;
+# a typo is an error naming the closest key, never silently a default). docs/training.md lists them.
+RECIPE_KEYS = frozenset(["model", "tag", "seed", "task", "config", "train", "check_subset", "output", "recipe_file"])
+TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 32, "lr": 0.002}  # what `attnzoo train --model ...` uses too
+TRAIN_KEYS = frozenset(["epochs", "batch_size", "lr", "weight_decay", "clip", "warmup_steps", "threads", "device"])
+TRAIN_KEYS |= frozenset(["time_budget_min", "patience", "average_last", "label_smoothing"])
+TASK_KEYS = frozenset(["name", "max_len", "limit", "split_seed", "fractions", "vocab", "num_labels"])
+TASK_KEYS |= frozenset(["beam_size", "length_penalty"])
+DATA_KEYS = frozenset(["name", "task", "train", "validation", "test", "text", "labels", "target", "label_separator"])
+DATA_KEYS |= frozenset(["labels_file", "validation_fraction", "split_seed", "max_len", "vocab", "limit"])
+DATA_KEYS |= frozenset(["beam_size", "length_penalty", "evaluate_file"])
+VOCAB_KEYS = frozenset(["min_freq", "max_size"])
+
+
+def check_recipe_keys(data: dict[str, Any], where: str) -> None:
+    """Every key of a (completed) recipe is one the trainer reads; an unknown one is a ``ConfigError``
+    naming it and the closest valid keys."""
+    from ..errors import close_matches
+
+    def check(section: Any, allowed: frozenset[str], prefix: str) -> None:
+        if not isinstance(section, dict):
+            raise ConfigError(f"{where}: {prefix.rstrip('.') or 'the recipe'} must be a mapping of key: value")
+        for key in section:
+            if key not in allowed:
+                hint = close_matches(str(key), allowed)
+                did_you_mean = f"did you mean {', '.join(prefix + h for h in hint)}? " if hint else ""
+                raise ConfigError(
+                    f"{where}: unknown key {prefix}{key}; {did_you_mean}valid keys: {', '.join(sorted(allowed))}"
+                )
+
+    check(data, RECIPE_KEYS, "")
+    check(data["train"], TRAIN_KEYS, "train.")
+    files = data["task"].get("name") == "files" if isinstance(data["task"], dict) else False
+    check(data["task"], DATA_KEYS if files else TASK_KEYS, "data." if files else "task.")
+    if isinstance(data["task"].get("vocab"), dict):
+        check(data["task"]["vocab"], VOCAB_KEYS, ("data." if files else "task.") + "vocab.")
+    if "config" in data and not isinstance(data["config"], dict):
+        raise ConfigError(f"{where}: config must be a mapping of the model's config keys")
 
 
 # -- distributed -------------------------------------------------------------------------------------------
