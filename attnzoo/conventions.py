@@ -783,5 +783,15 @@ def sample_inputs(
     dtype, device = _model_dtype_device(model)
     kwargs.setdefault("dtype", dtype)
     kwargs.setdefault("device", device)
-    config = model_config(model) if config is None else config
+    config = dict(model_config(model) if config is None else config)
+    sizer = getattr(model, "size", None)  # a lazy layer that has seen a batch knows its sizes now
+    if callable(sizer):
+        for key, value in list(config.items()):
+            if value is None:
+                try:
+                    known = sizer(key)
+                except Exception:  # noqa: BLE001 - a model's own size() may not know every key
+                    known = None
+                if isinstance(known, int) and not isinstance(known, bool):
+                    config[key] = known
     return conv.for_config(config).sample(config, **kwargs)

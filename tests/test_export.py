@@ -89,3 +89,19 @@ def test_cli_export_from_a_name_and_from_a_saved_folder(tmp_path):
     proc = run_cli("export", str(folder), "-o", str(tmp_path / "saved.pt2"))
     assert proc.returncode == 0 and "max abs difference" in proc.stdout, proc.stderr
     assert run_cli("export", "labelwise", "num_labels=5", "-o", str(out)).returncode == 1  # exists
+
+
+@pytest.mark.parametrize("name", ["labelwise", "keras_additive", "attn_pool"])
+def test_a_layer_whose_sizes_came_from_its_first_call_exports_at_those_sizes(tmp_path, name):
+    """The example inputs follow the materialised sizes, not the card's defaults (here 8, not 16)."""
+    from attnzoo.conventions import get_convention, sample_inputs
+
+    spec = attnzoo.model_info(name)
+    model = attnzoo.create(name, config=dict(spec.example)).eval()
+    convention = get_convention(spec.convention)
+    sample = sample_inputs(model, convention, sizes={a: 8 for a in ("feature", "query_feature", "key_feature")})
+    args, kwargs = sample.call_arguments()
+    with torch.no_grad():
+        model(*args, **kwargs)  # the lazy sizes are 8 from now on
+    result = export(model, tmp_path / "m.pt2")
+    assert all(shape[-1] == 8 for k, shape in result.checked_on.items() if k != "mask" and len(shape) == 3)
