@@ -70,9 +70,15 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise WeightsError(f"checkpoint not found: looked for {path.resolve()}")
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return dict(load_file(str(path)))
+        try:
+            return _checked_tensors(dict(load_file(str(path))), path)
+        except (SafetensorError, OSError, ValueError) as e:  # truncated, or not safetensors at all
+            raise WeightsError(
+                f"{path.name}: not a readable safetensors file ({' '.join(str(e).split())[:200]})"
+            ) from None
     import pickle
 
     import torch
@@ -104,9 +110,28 @@ def _unwrap(loaded: Any, path: Path) -> dict[str, Any]:
             f"{path.name}: expected a state dict (name -> tensor), or a checkpoint holding one under "
             f"'state_dict' or 'model'; found {shown}"
         )
+    bad_keys = [k for k in loaded if not isinstance(k, str)]
+    if bad_keys:
+        raise WeightsError(
+            f"{path.name}: a state dict is keyed by parameter names; this one has keys {bad_keys[:4]!r}, which are not"
+        )
     state = dict(loaded)
     if all(k.startswith("module.") for k in state):  # saved from DataParallel / DistributedDataParallel
         state = {k[len("module.") :]: v for k, v in state.items()}
+    return _checked_tensors(state, path)
+
+
+def _checked_tensors(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Weights that are numbers: a checkpoint holding NaN or inf would convert into a model whose every
+    output is non-finite, so it is refused, naming the tensors."""
+    import torch
+
+    broken = [k for k, v in state.items() if v.is_floating_point() and v.numel() and not bool(torch.isfinite(v).all())]
+    if broken:
+        raise WeightsError(
+            f"{path.name}: {len(broken)} tensor(s) hold NaN or inf ({', '.join(broken[:5])}); a model made "
+            f"from them predicts nothing; nothing was converted (a training run that diverged?)"
+        )
     return state
 
 
@@ -121,6 +146,8 @@ def _lstm(state: dict, prefix: str, out: dict, target_prefix: str) -> dict[str, 
     weight = state.get(f"{prefix}weight_hh_l0")
     if weight is None:
         raise WeightsError(f"no recurrent layer found (expected {prefix}weight_hh_l0)")
+    if weight.dim() != 2:
+        raise WeightsError(f"{prefix}weight_hh_l0 has shape {list(weight.shape)}; an LSTM's is [4 * hidden, hidden]")
     hidden = weight.shape[1]
     if weight.shape[0] != 4 * hidden:
         raise WeightsError(
@@ -143,6 +170,8 @@ def _embedding(state: dict, key: str, out: dict, target: str) -> dict[str, int]:
     weight = state.pop(key, None)
     if weight is None:
         raise WeightsError(f"no embedding found (expected {key})")
+    if weight.dim() != 2:
+        raise WeightsError(f"{key} has shape {list(weight.shape)}; an embedding table is [vocabulary, width]")
     out[target] = weight
     return {"vocab_size": weight.shape[0], "embed_dim": weight.shape[1]}
 
@@ -378,7 +407,15 @@ def convert_checkpoint(
         raise ConfigError(f"a {source} checkpoint converts into {', '.join(TARGETS[source])}, not {model!r}")
     state = read_checkpoint(path)
     original = dict(state)
-    converted = _map(source, model, state)
+    try:
+        converted = _map(source, model, state)
+    except (IndexError, TypeError, RuntimeError) as e:  # a tensor of a rank the layout never has
+        odd = [f"{k} {list(v.shape)}" for k, v in original.items() if v.dim() < 1][:4]
+        raise WeightsError(
+            f"{Path(path).name}: a tensor does not have the shape the {source} layout gives it ({e})"
+            + (f"; 0-d tensors: {', '.join(odd)}" if odd else "")
+            + f"; file: {_listing(original)}"
+        ) from None
     if state:
         raise WeightsError(
             f"{Path(path).name}: keys the {source} layout does not explain, so nothing was converted: "

@@ -326,3 +326,42 @@ def test_create_with_weights_applies_reference_layouts(tmp_path):
     )
     x = torch.randn(2, 5, 6)
     torch.testing.assert_close(again(x), head(x))
+
+
+def test_hostile_checkpoints_are_refused_with_a_clear_error(tmp_path):
+    """NaN weights, odd ranks, integer keys and a truncated safetensors file: each a WeightsError, never a
+    model whose logits are NaN or an internal error."""
+    from safetensors.torch import save_file
+
+    reference = LaatReference(vocab=30, labels=[3]).eval()
+    state = reference.state_dict()
+    nan = {**state, "embedding.embeddings.weight": state["embedding.embeddings.weight"].clone().fill_(float("nan"))}
+    torch.save(nan, tmp_path / "nan.pth")
+    with pytest.raises(WeightsError, match=r"hold NaN or inf \(embedding\.embeddings\.weight"):
+        convert_checkpoint(tmp_path / "nan.pth", "laat", "bilstm_laat")
+    lstm = next(k for k in state if k.endswith("weight_hh_l0"))
+    torch.save({**state, lstm: torch.zeros(8)}, tmp_path / "flat.pth")
+    with pytest.raises(WeightsError, match=r"weight_hh_l0 has shape \[8\]"):
+        convert_checkpoint(tmp_path / "flat.pth", "laat", "bilstm_laat")
+    torch.save({**state, "embedding.embeddings.weight": torch.tensor(1.0)}, tmp_path / "scalar.pth")
+    with pytest.raises(WeightsError, match="embedding.embeddings.weight has shape"):
+        convert_checkpoint(tmp_path / "scalar.pth", "laat", "bilstm_laat")
+    torch.save({0: torch.zeros(2), 1: torch.zeros(3)}, tmp_path / "int_keys.pth")
+    with pytest.raises(WeightsError, match="keyed by parameter names"):
+        convert_checkpoint(tmp_path / "int_keys.pth", "laat", "bilstm_laat")
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "whole.safetensors"))
+    data = (tmp_path / "whole.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(WeightsError, match="not a readable safetensors file"):
+        convert_checkpoint(tmp_path / "cut.safetensors", "laat", "bilstm_laat")
+    proc = run_cli(
+        "convert-checkpoint",
+        str(tmp_path / "nan.pth"),
+        "--from",
+        "laat",
+        "--model",
+        "bilstm_laat",
+        "-o",
+        str(tmp_path / "o.safetensors"),
+    )
+    assert proc.returncode == 1 and "NaN" in proc.stderr and not (tmp_path / "o.safetensors").exists()
