@@ -475,3 +475,15 @@ def test_a_saved_graph_cannot_make_loading_reach_the_network(oracle, tmp_path):
     node["model"] = "hf-hub:someone/something"
     with pytest.raises(ConfigError, match="must be a registered layer's name"):
         attnzoo.create("keras_model", config=record["config"])
+
+
+def test_cli_check_says_when_keras_itself_cannot_load_a_keras2_file(tmp_path):
+    """keras 3 refuses Keras 2 .h5 files with an LSTM ("time_major"); attnzoo converts them, and --check says
+    there is no Keras to compare with rather than passing silently."""
+    from .conftest import run_cli
+
+    file = str(KERAS2 / "hard_sigmoid_lstm.h5")
+    proc = run_cli("convert-keras", file, "-o", str(tmp_path / "checked"), "--check")
+    assert proc.returncode == 1 and "cannot load" in proc.stderr and "time_major" in proc.stderr, proc.stderr
+    assert not (tmp_path / "checked").exists()
+    assert run_cli("convert-keras", file, "-o", str(tmp_path / "plain")).returncode == 0

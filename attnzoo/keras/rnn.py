@@ -10,8 +10,8 @@ Because a masked step changes nothing, the states over the kept steps are the RN
 steps alone, in order. So, wherever the padding sits (right, left, in the middle), the kept steps are
 moved to the front of each sample (a stable sort of the mask), run through torch's packed
 ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` kernel, and every output position takes the output of the last
-kept step at or before it (one gather). That is Keras's result exactly, at the cost of a cuDNN / oneDNN
-kernel. Right-padded input needs no sort.
+kept step at or before it (one gather). That is Keras's result exactly, at the cost of one call of
+torch's packed kernel (cuDNN on a GPU). Right-padded input needs no sort.
 
 Cells torch's kernels do not compute (Keras 2's ``hard_sigmoid``, a GRU with ``reset_after=False``,
 other activations) and graphs being traced by torch.export or torch.compile take the exact step loop,
