@@ -649,8 +649,6 @@ _BUILTIN.append(
     )
 )
 
-_INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-
 
 @dataclass
 class KerasInputs(Convention):
@@ -661,6 +659,8 @@ class KerasInputs(Convention):
     properties do not apply, and the Keras semantics of masks are tested against Keras itself."""
 
     def for_config(self, config: Mapping[str, Any] | None) -> Convention:
+        from .keras.nodes import INTEGER_DTYPES  # the graph's own table of Keras's integer dtypes
+
         graph = (config or {}).get("graph") if isinstance(config, Mapping) else None
         inputs = graph.get("inputs") if isinstance(graph, Mapping) else None
         if not isinstance(inputs, (list, tuple)) or not inputs:  # a card's example is frozen into tuples
@@ -676,7 +676,7 @@ class KerasInputs(Convention):
                     axis = f"in{i}_axis{j}"
                     axes.append(axis)
                     defaults[axis] = size if isinstance(size, int) else 4
-            integer = str(spec.get("dtype")) in _INTEGER_DTYPES
+            integer = str(spec.get("dtype")) in INTEGER_DTYPES
             vocab = f"in{i}_vocab"
             if integer:
                 defaults[vocab] = int(spec.get("vocab") or 10)

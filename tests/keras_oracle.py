@@ -90,26 +90,8 @@ def _rnn(block, sequences=True):
 
 
 def _block(x, block):
-    """One sequence block of a recipe: [B, T, D] in, [B, T, D'] out."""
+    """One sequence block of a recipe: [B, T, D] in, [B, T, D'] out (the attention blocks take x twice)."""
     kind = block["type"]
-    if kind == "rnn":
-        return _rnn(block)(x)
-    if kind == "bidirectional":
-        return layers.Bidirectional(_rnn(block), merge_mode=block.get("merge_mode", "concat"))(x)
-    if kind == "dense":
-        return layers.Dense(block["units"], activation=block.get("activation", "linear"))(x)
-    if kind == "time_distributed":
-        return layers.TimeDistributed(layers.Dense(block["units"], activation=block.get("activation")))(x)
-    if kind == "conv1d":
-        return layers.Conv1D(
-            block["filters"], block["kernel"], padding=block["padding"], dilation_rate=block.get("dilation", 1)
-        )(x)
-    if kind == "layer_norm":
-        return layers.LayerNormalization()(x)
-    if kind == "dropout":
-        return layers.Dropout(0.3)(x)
-    if kind == "activation":
-        return layers.Activation(block["activation"])(x)
     if kind == "mha":
         out = layers.MultiHeadAttention(block["heads"], block["key_dim"])(x, x)
         return layers.Add()([x, out]) if block.get("residual") else out
@@ -119,19 +101,15 @@ def _block(x, block):
         )
     if kind == "additive":
         return layers.AdditiveAttention()([x, x])
-    raise ValueError(f"unknown block {kind!r}")
+    return _single_layer(block)(x)
 
 
 def _reduce(x, reduce, block=None):
-    if reduce == "average":
-        return layers.GlobalAveragePooling1D()(x)
-    if reduce == "max":
-        return layers.GlobalMaxPooling1D()(x)
-    if reduce == "last_rnn":
-        return _rnn(block, sequences=False)(x)
     if reduce == "last_step":
         return x[:, -1]
-    return x
+    if reduce == "none":
+        return x
+    return _reduce_layer(reduce, block)(x)
 
 
 def build(recipe):

@@ -34,7 +34,6 @@ from .converters import (
     CHILD_ORDER,
     COMMON_CALL_ARGUMENTS,
     CONVERTERS,
-    INTEGER_DTYPES,
     KERAS_LAYERS,
     Context,
     Converted,
@@ -44,6 +43,7 @@ from .converters import (
 )
 from .files import KerasFile, read_keras_model
 from .graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
+from .nodes import INTEGER_DTYPES
 
 __all__ = [
     "convert_keras_model",

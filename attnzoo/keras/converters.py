@@ -34,7 +34,6 @@ __all__ = [
     "CALL_ARGUMENTS",
     "KERAS_LAYERS",
     "COMMON_CALL_ARGUMENTS",
-    "INTEGER_DTYPES",
     "BUILTIN_FUNCTIONS",
     "convert_operation",
     "is_operation",
@@ -569,7 +568,6 @@ CALL_ARGUMENTS = {
     "Bidirectional": {"initial_state"},
     "Softmax": set(),
 }
-INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 KERAS_LAYERS = frozenset([*CONVERTERS, "Attention", "AdditiveAttention", "MultiHeadAttention", "InputLayer"])
 
 

@@ -146,6 +146,10 @@ class _Builder:
         self.graph.layers[key] = record
         return record
 
+    def _identity_layer(self) -> None:
+        """The record "" that passes tensors on (a nested model's inputs and outputs); no weights, no node."""
+        self.graph.layers.setdefault("", LayerRecord("", LayerPath((), (), ()), "Identity", None, None, {}))
+
     def add_call(self, call: Call) -> None:
         if len(self.graph.calls) >= MAX_CALLS:
             raise self.fail(f"more than {MAX_CALLS} layer calls; not a model attnzoo converts")
@@ -229,7 +233,7 @@ class _Builder:
 
     def _pass(self, call_id: str, ref: Ref, mask: Any = None) -> Ref:
         """A nested model's input: the outer tensor, with its mask (or the one its call passes)."""
-        self.graph.layers.setdefault("", LayerRecord("", LayerPath((), (), ()), "Identity", None, None, {}))
+        self._identity_layer()
         self.add_call(Call(call_id, "", [ref], {"mask": mask} if mask is not None else {}))
         return Ref(call_id)
 
@@ -351,7 +355,7 @@ class _Builder:
             entry = {"class_name": record.class_name, "config": record.config}
             _, outputs = self.model(entry, record.path, record.key + "/", bound, call_id + "/", depth + 1)
             # the call's outputs are the inner model's outputs, under the call's own id
-            self.graph.layers.setdefault("", LayerRecord("", LayerPath((), (), ()), "Identity", None, None, {}))
+            self._identity_layer()
             self.add_call(Call(call_id, "", list(outputs), {"outputs": True}))
             return Ref(call_id)
         self.add_call(Call(call_id, record.key, args, kwargs))

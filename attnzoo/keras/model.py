@@ -30,12 +30,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .nodes import build_node
+from .nodes import INTEGER_DTYPES, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
 GRAPH_FORMAT = 1
-_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 def _graph_error(message: str) -> ValueError:
@@ -143,7 +142,7 @@ class KerasModel(nn.Module):
                 raise ValueError(
                     f"keras_model expects input {name!r} of shape {_shape_text(shape)}, got {list(x.shape)}"
                 )
-            integer = spec["dtype"] in _INTEGER
+            integer = spec["dtype"] in INTEGER_DTYPES
             if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
                 raise ValueError(
                     f"keras_model expects input {name!r} as integer ids ({spec['dtype']}), got {x.dtype}; "

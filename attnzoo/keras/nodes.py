@@ -28,7 +28,10 @@ from torch import Tensor, nn
 from ..layers.core import check_tokens
 from .activations import activation as activation_fn
 
-__all__ = ["Node", "NODES", "build_node"]
+__all__ = ["Node", "NODES", "build_node", "INTEGER_DTYPES"]
+
+# Keras's integer dtype names: an input of one of them holds ids
+INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 class Node(nn.Module):

@@ -42,7 +42,6 @@ class ZooNode(Node):
         config: dict[str, Any],
         call: str = "layer",
         output_mask: str = "none",
-        call_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(model=model, config=config, call=call, output_mask=output_mask)
         from ..create import create
@@ -53,7 +52,6 @@ class ZooNode(Node):
         if parsed is None or parsed.tag is not None:
             raise ValueError(f"keras_model: a zoo node names {model!r}; it must be a registered layer's name, no tag")
         self.call, self.mask_rule = call, output_mask
-        self.call_kwargs = dict(call_kwargs or {})
         self.layer = create(model, config=dict(config))
         try:
             params = inspect.signature(self.layer.forward).parameters
@@ -69,7 +67,7 @@ class ZooNode(Node):
         if self.call == "mha":
             return self._mha(args, kwargs, masks)
         tensors = [t for t in _flat(args) if isinstance(t, Tensor)]
-        extra = dict(self.call_kwargs)
+        extra = {}
         if self.takes_mask and self.call != "layer_unmasked" and kwargs.get("implicit_mask") is not False:
             extra["mask"] = masks[0]
         result = self.layer(*tensors, **extra)
