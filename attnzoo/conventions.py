@@ -557,6 +557,19 @@ _BUILTIN = [
         description="decoder_out [B, Tq, Fd], encoder_out [B, T, Fe], mask [B, T] -> (out [B, Tq, H], A [B, Tq, T])",
     ),
     Convention(
+        "cross_attention",
+        (
+            Slot("x", "float", ("batch", "queries", "feature")),
+            Slot("context", "float", ("batch", "keys", "context_feature"), keyword=True),
+            Slot("context_mask", "mask", ("batch", "keys"), keyword=True),
+        ),
+        outputs=(("batch", "queries", "*"),),
+        weights=("batch", "...", "queries", "keys"),
+        size_keys={"feature": _FEATURE, "context_feature": ("context_dim",)},
+        defaults={"feature": 16, "context_feature": 12},
+        description="x [B, Tq, F], context [B, T, C], context_mask [B, T] -> [B, Tq, D] (+ A [B, ..., Tq, T])",
+    ),
+    Convention(
         "keras_query_value",
         (
             Slot("query", "float", ("batch", "queries", "feature")),

@@ -110,11 +110,14 @@ def normalize(scores: Tensor, mask: Tensor | None, dim: int = -1, kind: str = "s
     z = scores.float() if upcast else scores
     if mask is not None:
         mask = mask.expand_as(z)
-        # masked keys sit 4 below the row's largest kept score: below any threshold either normaliser
-        # can reach (sparsemax's is at least max - 1, entmax15's at least max - 2), so they get exact zeros
+        # The row is shifted so that its largest kept score is 0 (both normalisers are shift-invariant),
+        # and masked keys then sit at -4: below any threshold either can reach (sparsemax's is at least
+        # -1, entmax15's at least -2), so they get exact zeros; that is -inf's effect without its NaNs in
+        # the sorted prefix sums. Shifting first keeps it true at any magnitude: written as max - 4
+        # unshifted, the fill rounds to max itself above about 6.7e7 in float32 and takes probability.
         top = z.masked_fill(~mask, float("-inf")).amax(dim=dim, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        z = torch.where(mask, z, (top - 4).expand_as(z).detach())
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
+        z = torch.where(mask, z - top, torch.full_like(z, -4.0))
     weights = (sparsemax if kind == "sparsemax" else entmax15)(z, dim)
     if mask is not None:
         weights = weights.masked_fill(~mask, 0.0)

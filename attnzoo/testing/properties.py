@@ -20,6 +20,14 @@ batch_independence     each sample's outputs are what it gets alone
 bad_inputs             wrong rank, size, dtype, device, masks that are not boolean, out-of-range ids:
                        a ``ValueError`` naming the variant; empty batch or sequence: that or a finite
                        empty result; never a kernel error
+causal                 (layers built causal) the output at i does not change when inputs after i change,
+                       and does when inputs at i change
+window                 (layers built with a window w) the output at i does not change when inputs beyond
+                       i ± w change, and does when the input at i - w changes
+incremental            (causal layers with ``new_cache``) one token per step through the cache, or a
+                       prompt then steps, equals the causal forward over all the tokens
+cross                  (layers that take ``context``) NaN in masked context positions changes nothing,
+                       a masked context equals the context cut to its real part, and the context matters
 gradcheck              float64 gradients over inputs and parameters match finite differences
 meta                   builds, prints and runs on the ``meta`` device with the CPU's output shapes
 state_dict             a fresh (lazy) instance loading the state dict gives identical outputs
@@ -354,6 +362,116 @@ def bad_inputs(s: Subject) -> None:
         raise Failure("; ".join(problems))
 
 
+def _sequence_layer(s: Subject, flag: str) -> nn.Module:
+    """A materialised self-attention layer whose ``flag`` attribute (causal, window, ...) is set, or
+    NotApplicable: these properties read what the card declares through the built layer's options."""
+    if s.convention.name != "sequence_to_sequence":
+        raise NotApplicable(f"{flag} is checked on sequence_to_sequence layers")
+    model, _ = s.materialised()
+    value = getattr(model, flag, None)
+    if value is None or value is False:
+        raise NotApplicable(f"the layer is not built with {flag}")
+    return model
+
+
+def _outputs(model: nn.Module, x: Tensor, mask: Tensor | None = None, **kwargs: Any) -> Tensor:
+    with torch.no_grad():
+        out = model(x, mask, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _changes(reference: Tensor, other: Tensor) -> bool:
+    return not torch.allclose(reference.double(), other.double(), atol=1e-6, rtol=1e-5)
+
+
+def causal(s: Subject) -> None:
+    model = _sequence_layer(s, "causal")
+    seq = 9
+    x = s.sample(batch=2, seq=seq, lengths=(seq, seq), seed=7, model=model).tensors["x"]
+    out = _outputs(model, x)
+    gen = torch.Generator().manual_seed(8)
+    for i in (0, seq // 2, seq - 2):
+        changed = x.clone()
+        changed[:, i + 1 :] = torch.randn(changed[:, i + 1 :].shape, generator=gen, dtype=x.dtype)
+        after = _outputs(model, changed)
+        _same([after[:, : i + 1]], [out[:, : i + 1]], f"outputs up to position {i} when only later inputs change")
+        if not _changes(out[:, i + 1 :], after[:, i + 1 :]):
+            raise Failure(f"outputs after position {i} ignore the inputs there (nothing depends on them)")
+
+
+def window(s: Subject) -> None:
+    model = _sequence_layer(s, "window")
+    w = int(model.window)
+    if w > 24:
+        raise NotApplicable(f"window {w} is wider than the sequences the kit builds; give the example a small one")
+    seq = 2 * w + 5
+    i = seq // 2
+    x = s.sample(batch=2, seq=seq, lengths=(seq, seq), seed=9, model=model).tensors["x"]
+    out = _outputs(model, x)
+    far = (torch.arange(seq) - i).abs() > w
+    changed = x.clone()
+    changed[:, far] = torch.randn(changed[:, far].shape, generator=torch.Generator().manual_seed(10), dtype=x.dtype)
+    _same([_outputs(model, changed)[:, i]], [out[:, i]], f"the output at {i} when only inputs beyond the window {w} change")
+    near = x.clone()
+    near[:, i - w] += 1.0
+    if not _changes(out[:, i], _outputs(model, near)[:, i]):
+        raise Failure(f"the output at {i} ignores the input at {i - w}, inside its window of {w}")
+
+
+def incremental(s: Subject) -> None:
+    model = _sequence_layer(s, "causal")
+    if not callable(getattr(model, "new_cache", None)):
+        raise NotApplicable("the layer has no new_cache")
+    seq = 7
+    sample = s.sample(batch=2, seq=seq, lengths=(seq, 4), seed=11, model=model)
+    x, mask = sample.tensors["x"], sample.tensors["mask"]
+    full = _outputs(model, x, mask)
+    for prefix in (1, 3):  # one token per step, and a prompt of 3 first
+        try:
+            cache = model.new_cache(2)
+        except NotImplementedError:
+            raise NotApplicable("the layer keeps no cache") from None
+        pieces = [_outputs(model, x[:, :prefix], mask[:, :prefix], cache=cache)]
+        pieces += [_outputs(model, x[:, t : t + 1], mask[:, t : t + 1], cache=cache) for t in range(prefix, seq)]
+        steps = torch.cat(pieces, dim=1)
+        _same([steps[0], steps[1, :4]], [full[0], full[1, :4]], f"cached steps after a prompt of {prefix}")
+        limit = getattr(model, "window", None)
+        if limit is not None and len(cache) > limit:
+            raise Failure(f"the cache holds {len(cache)} entries, more than the window of {limit}")
+
+
+def cross(s: Subject) -> None:
+    if s.convention.name not in ("sequence_to_sequence", "cross_attention"):
+        raise NotApplicable("cross-attention is checked on attention layers")
+    model, _ = s.materialised()
+    import inspect
+
+    try:
+        takes = "context" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes or getattr(model, "causal", False) or getattr(model, "window", None) is not None:
+        raise NotApplicable("the layer takes no context (or is causal or windowed: self-attention only)")
+    width = getattr(model, "embed_dim", None)
+    context_width = getattr(model, "context_dim", None) or width
+    if not isinstance(width, int) or not isinstance(context_width, int):
+        raise NotApplicable("the layer does not say its widths (embed_dim, context_dim)")
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 5, width, generator=gen)
+    context = torch.randn(2, 6, context_width, generator=gen)
+    keep = torch.tensor([[True] * 6, [True] * 3 + [False] * 3])
+    out = _outputs(model, x, context=context, context_mask=keep)
+    dirty = context.clone()
+    dirty[1, 3:] = float("nan")
+    _same([_outputs(model, x, context=dirty, context_mask=keep)], [out], "NaN in masked context positions")
+    alone = _outputs(model, x[1:], context=context[1:, :3])
+    _same([alone[0]], [out[1]], "a masked context against the context cut to its real positions")
+    nudged = context.clone()
+    nudged[1, 0] += 1.0
+    if not _changes(out[1], _outputs(model, x, context=nudged, context_mask=keep)[1]):
+        raise Failure("the output ignores the context")
+
+
 def gradcheck(s: Subject) -> None:
     model, _ = s.materialised()
     model = model.double()
@@ -560,6 +678,10 @@ PROPERTIES: dict[str, Property] = {
         Property("fully_masked", fully_masked, "a fully masked sample: zero weights, finite outputs and gradients"),
         Property("batch_independence", batch_independence, "each sample's outputs are what it gets alone"),
         Property("bad_inputs", bad_inputs, "bad inputs raise a ValueError naming the variant"),
+        Property("causal", causal, "the output at i does not change when inputs after i change"),
+        Property("window", window, "nor when inputs beyond the window change"),
+        Property("incremental", incremental, "steps through new_cache() equal the causal forward"),
+        Property("cross", cross, "context_mask is honoured: masked context changes nothing"),
         Property("gradcheck", gradcheck, "float64 gradients over inputs and parameters"),
         Property("meta", meta, "builds, prints and runs on the meta device"),
         Property("state_dict", state_dict, "state_dict into a fresh instance gives identical outputs"),

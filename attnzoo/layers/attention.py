@@ -1,0 +1,633 @@
+"""One attention core whose options compose: heads, positions, pattern, normaliser, cross-attention, cache.
+
+``Attention`` (registered as ``attention``) maps ``x [B, T, E]`` to ``[B, T, E]``. With ``h`` query
+heads of size ``d = E / h`` and ``g`` key/value heads (``num_kv_heads``; g = h is multi-head, 1 < g < h
+grouped-query, g = 1 multi-query attention)::
+
+    Q = X Wq  [B, h, T, d]      K = C Wk, V = C Wv  [B, g, S, d]      (C = X, or ``context`` [B, S, C])
+    e_ij = q_i · k_j / sqrt(d) + b_ij          allowed(i, j) = mask_ij ∧ pattern(j - i)
+    A_i = normalizer(e_i over the allowed j)   out = concat_h(A V) Wo  [B, T, E]
+
+Each option is a card key:
+
+================  =====================================================================================
+option            what it changes
+================  =====================================================================================
+``num_kv_heads``  g key/value heads; query head n reads key/value head ``n // (h / g)`` (grouped: the
+                  heads sharing one key/value head are adjacent, as in ``F.scaled_dot_product_attention``
+                  with ``enable_gqa`` and in LLaMA; x-transformers tiles them, see :func:`tiled_to_grouped`)
+``positions``     ``none``; ``rope``: q and k turned by position before the product (``rope_layout``
+                  ``half`` pairs dimension k with k + d/2, ``interleaved`` pairs 2k with 2k + 1; angle
+                  ``t · rope_base^(-2k/d)``); ``alibi``: ``b_ij = -m_n |j - i|`` with the paper's slopes;
+                  ``relpos``: Shaw et al.'s learned vectors for the clipped distance c = clip(j - i, ±k):
+                  ``e_ij += q_i · a^K_c / sqrt(d)`` and ``out_i += Σ_j A_ij a^V_c``
+``causal``        pattern j <= i
+``window``        pattern |j - i| <= w (with ``causal``: i - w <= j <= i); computed in blocks of queries
+                  against their neighbouring blocks of keys, so time and memory are O(T·w)
+``normalizer``    ``softmax``, ``sparsemax``, ``entmax15`` (see ``normalizers.py``)
+``qk_norm``       RMS normalisation of each query and key head (learned scale per dimension), before RoPE
+``bias``          biases on the projections
+``dropout``       dropout on the attention weights while training
+``layout``        parameter names: ``qkvo`` (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, LLaMA's),
+                  ``packed`` (``in_proj_weight``, ``out_proj``: ``nn.MultiheadAttention``'s, whose state
+                  dicts load as they are), ``seed`` (``query``, ``key``, ``value``, and ``out`` with
+                  ``output_projection``: seed 001's)
+================  =====================================================================================
+
+The call is ``layer(x, mask=None, *, context=None, context_mask=None, cache=None, return_attention=False)``.
+Masks are bool, True = attend. Self-attention: ``mask`` [B, T] (which positions are real) or [B, T, T].
+Cross-attention (``context`` given): ``context_mask`` [B, S] or [B, T, S] says which context positions
+each query may read, and ``mask`` [B, T] which queries are real. A query with nothing allowed gets
+zeros. Positions that no query attends to are read as zeros before the projections, so whatever they
+hold (NaN, inf) never reaches an output or a gradient.
+
+Incremental decoding: ``cache = layer.new_cache(batch_size)`` (a :class:`KVCache`) is updated in place
+by ``layer(x_step, cache=cache)``; the steps' outputs equal those of the causal forward over all the
+tokens. RoPE, ALiBi and relative positions read the absolute positions the cache keeps; a window keeps
+only its last w entries. Returns ``out`` or ``(out, A [B, h, T, S])`` (``[B, T, S]`` with one head).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .core import (
+    attend,
+    attended_keys,
+    check_input,
+    check_mask,
+    check_positive,
+    check_probability,
+    expand_kv_heads,
+    neutralise,
+    tracing,
+)
+from .lazy import LazyLayer
+from .normalizers import check_normalizer, normalize
+
+__all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "tiled_to_grouped", "POSITIONS", "LAYOUTS"]
+
+POSITIONS = ("none", "rope", "alibi", "relpos")
+ROPE_LAYOUTS = ("half", "interleaved")
+LAYOUTS = ("qkvo", "packed", "seed")
+
+# The explicit (materialised) path handles this many score elements at a time: queries are taken in
+# chunks so that a long sequence never holds its whole [B, h, T, S] score tensor at once.
+_CHUNK_ELEMENTS = 2**23
+
+_TWO_D_HINT = (
+    "A 2-D [batch, features] input has no sequence axis: self-attention over it would attend across the "
+    "samples of the batch (seed 001's bug). Keep the time axis ([batch, seq, features], e.g. the LSTM's full "
+    "output) and pool afterwards with attn_pool"
+)
+
+
+def alibi_slopes(heads: int) -> Tensor:
+    """ALiBi's head slopes: the geometric sequence 2^(-8/n), 2^(-16/n), ... for n = heads a power of two;
+    otherwise those of the largest power of two below, then every other slope of twice that many."""
+
+    def powers(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    base = 2 ** math.floor(math.log2(heads))
+    slopes = powers(base)
+    if base < heads:
+        slopes += powers(2 * base)[0::2][: heads - base]
+    return torch.tensor(slopes)
+
+
+def rotate(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "half") -> Tensor:
+    """RoPE: ``x [..., L, d]`` with each pair of dimensions turned by ``positions[t] · base^(-2k/d)``.
+
+    ``layout="half"`` pairs (x_k, x_{k+d/2}) (GPT-NeoX, LLaMA's Hugging Face port); ``"interleaved"``
+    pairs (x_{2k}, x_{2k+1}) (RoFormer, rotary-embedding-torch, Meta's LLaMA). The angles are computed
+    in float32 (float64 for float64 inputs): positions of long sequences need the digits.
+    """
+    d = x.shape[-1]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    freqs = base ** (-torch.arange(0, d // 2, device=x.device, dtype=work) * 2 / d)
+    angles = positions.to(device=x.device, dtype=work)[:, None] * freqs  # [L, d/2]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    if layout == "half":
+        first, second = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+    pairs = x.unflatten(-1, (d // 2, 2))
+    first, second = pairs[..., 0], pairs[..., 1]
+    return torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1).flatten(-2)
+
+
+def tiled_to_grouped(weight: Tensor, num_heads: int, num_kv_heads: int) -> Tensor:
+    """A query projection [h·d, E] whose heads share key/value heads *tiled* (query head n reads key/value
+    head ``n % g``, x-transformers' ``repeat`` layout) reordered for attnzoo's *grouped* sharing (head n
+    reads ``n // (h / g)``). The output projection's columns move with it: convert ``o_proj.weight`` with
+    ``tiled_to_grouped(w.T, h, g).T``."""
+    groups = num_heads // num_kv_heads
+    heads = weight.unflatten(0, (num_heads, -1))  # [h, d, E]
+    # grouped head n = kv·groups + r is tiled head r·g + kv
+    order = [r * num_kv_heads + kv for kv in range(num_kv_heads) for r in range(groups)]
+    return heads[order].flatten(0, 1)
+
+
+class KVCache:
+    """Keys, values and positions of the tokens a layer has seen, for decoding one step at a time.
+
+    ``keys``/``values`` [B, g, S, d] (keys already rotated by RoPE), ``valid`` [B, S] (which of them
+    may be attended to), ``positions`` [S] (each entry's absolute position) and ``length`` (tokens
+    seen). A layer with a window keeps only the last ``limit`` = w entries: no later query can reach
+    older ones. A cross-attention layer keeps its context's keys and values (``context``), computed once.
+    """
+
+    def __init__(self, batch_size: int, limit: int | None = None) -> None:
+        self.batch_size, self.limit = batch_size, limit
+        self.keys: Tensor | None = None
+        self.values: Tensor | None = None
+        self.valid: Tensor | None = None
+        self.positions: Tensor | None = None
+        self.length = 0
+        self.context: tuple[Tensor, Tensor, Tensor | None] | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    def extended(self, keys: Tensor, values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The held entries followed by ``keys``/``values`` [B, g, t, d] of t new tokens: (keys, values,
+        valid, positions) over both, without storing anything."""
+        new_positions = torch.arange(self.length, self.length + keys.shape[-2], device=keys.device)
+        if self.keys is None:
+            return keys, values, valid, new_positions
+        assert self.values is not None and self.valid is not None and self.positions is not None
+        return (
+            torch.cat([self.keys, keys], dim=-2),
+            torch.cat([self.values, values], dim=-2),
+            torch.cat([self.valid, valid], dim=-1),
+            torch.cat([self.positions, new_positions]),
+        )
+
+    def store(self, keys: Tensor, values: Tensor, valid: Tensor, positions: Tensor, steps: int) -> None:
+        """Keep these entries (the last ``limit`` of them) and count ``steps`` more tokens seen."""
+        if self.limit is not None and keys.shape[-2] > self.limit:
+            keys, values = keys[..., -self.limit :, :], values[..., -self.limit :, :]
+            valid, positions = valid[:, -self.limit :], positions[-self.limit :]
+        self.keys, self.values, self.valid, self.positions = keys, values, valid, positions
+        self.length += steps
+
+    def __repr__(self) -> str:
+        return f"KVCache(batch_size={self.batch_size}, held={len(self)}, seen={self.length}, limit={self.limit})"
+
+
+class Attention(LazyLayer):
+    """The composable attention core (see the module doc for the formula and every option).
+
+    Args:
+        embed_dim: E; None infers it from the first input.
+        num_heads: h; E must be divisible by it.
+        num_kv_heads: g key/value heads (None: h); h must be a multiple of g.
+        positions: ``none``, ``rope``, ``alibi`` or ``relpos``.
+        rope_base, rope_layout: RoPE's base (10000) and pairing (``half`` or ``interleaved``).
+        max_relative_position: k, the clipping distance of ``relpos`` (2k + 1 learned vectors).
+        causal: attend only to j <= i.
+        window: None, or w: attend only to |j - i| <= w.
+        normalizer: ``softmax``, ``sparsemax`` or ``entmax15``.
+        qk_norm: RMS-normalise query and key heads.
+        bias: biases on the projections.
+        dropout: dropout on the attention weights while training.
+        context_dim: C, the width of ``context`` for cross-attention; None: E when ``embed_dim`` is given,
+            else inferred on the first call (from its context, or E without one).
+        layout: parameter names, ``qkvo``, ``packed`` or ``seed``.
+        output_projection: the ``seed`` layout's optional Wo (the other layouts always have one).
+
+    Shapes: ``forward(x [B, T, E], mask [B, T] or [B, T, T] = None, *, context [B, S, C] = None,
+    context_mask [B, S] or [B, T, S] = None, cache = None, return_attention=False)`` -> ``[B, T, E]``,
+    or ``(out, A [B, h, T, S])`` (``[B, T, S]`` with one head).
+    """
+
+    name = "attention"
+
+    def __init__(
+        self,
+        embed_dim: int | None = None,
+        *,
+        num_heads: int = 1,
+        num_kv_heads: int | None = None,
+        positions: str = "none",
+        rope_base: float = 10000.0,
+        rope_layout: str = "half",
+        max_relative_position: int = 16,
+        causal: bool = False,
+        window: int | None = None,
+        normalizer: str = "softmax",
+        qk_norm: bool = False,
+        bias: bool = False,
+        dropout: float = 0.0,
+        context_dim: int | None = None,
+        layout: str = "qkvo",
+        output_projection: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        name = self.name
+        check_positive(name, "embed_dim", embed_dim)
+        check_positive(name, "num_heads", num_heads, allow_none=False)
+        kv = num_heads if num_kv_heads is None else num_kv_heads
+        check_positive(name, "num_kv_heads", kv, allow_none=False)
+        if num_heads % kv:
+            raise ValueError(f"{name}: num_heads {num_heads} is not a multiple of num_kv_heads {kv}")
+        for key, value, choices in (
+            ("positions", positions, POSITIONS),
+            ("rope_layout", rope_layout, ROPE_LAYOUTS),
+            ("layout", layout, LAYOUTS),
+        ):
+            if value not in choices:
+                raise ValueError(f"{name}: {key} must be one of {', '.join(choices)}, got {value!r}")
+        if layout != "qkvo" and kv != num_heads:
+            raise ValueError(
+                f"{name}: the {layout!r} layout has one key/value head per query head; grouped-query heads "
+                f"(num_kv_heads={kv}) need layout='qkvo'"
+            )
+        if not isinstance(causal, bool):
+            raise ValueError(f"{name}: causal must be true or false, got {causal!r}")
+        check_positive(name, "window", window)
+        check_positive(name, "max_relative_position", max_relative_position, allow_none=False)
+        check_positive(name, "context_dim", context_dim)
+        check_normalizer(name, normalizer)
+        check_probability(name, "dropout", dropout)
+        if not rope_base > 1:
+            raise ValueError(f"{name}: rope_base must be above 1, got {rope_base!r}")
+        self.num_heads, self.num_kv_heads = num_heads, kv
+        self.positions, self.rope_base, self.rope_layout = positions, float(rope_base), rope_layout
+        self.max_relative_position = max_relative_position
+        self.causal, self.window, self.normalizer = causal, window, normalizer
+        self.qk_norm, self.bias, self.dropout = qk_norm, bias, dropout
+        self.layout, self.output_projection = layout, output_projection or layout != "seed"
+        if embed_dim is not None:
+            self._check_embed_dim(embed_dim)
+        # nn.MultiheadAttention packs q, k and v into one weight only when the context is as wide as x
+        self._packed_in = layout == "packed" and (context_dim is None or context_dim == embed_dim)
+        if context_dim is None and embed_dim is not None:  # built eagerly: a context as wide as x
+            context_dim = embed_dim
+        self._create_parameters({"embed_dim": embed_dim, "context_dim": context_dim}, device, dtype)
+
+    # -- sizes and parameters -------------------------------------------------------------------------
+    @property
+    def embed_dim(self) -> int | None:
+        return self.size("embed_dim")
+
+    @property
+    def context_dim(self) -> int | None:
+        return self.size("context_dim")
+
+    @property
+    def head_dim(self) -> int | None:
+        return None if self.embed_dim is None else self.embed_dim // self.num_heads
+
+    def _check_embed_dim(self, dim: int) -> None:
+        if dim % self.num_heads:
+            raise ValueError(f"{self.name}: input size {dim} is not divisible by num_heads {self.num_heads}")
+        if self.positions == "rope" and (dim // self.num_heads) % 2:
+            raise ValueError(f"{self.name}: the head size {dim // self.num_heads} must be even (RoPE turns pairs)")
+
+    def _infer_sizes(self, x, *args, context=None, **kwargs):
+        check_input(self.name, "x", x, ("batch", "seq", "embed_dim"), hint=_TWO_D_HINT if x.dim() == 2 else "")
+        self._check_embed_dim(x.shape[-1])
+        sizes = {"embed_dim": x.shape[-1]}
+        if self._sizes.get("context_dim") is None:
+            width = x.shape[-1]
+            if context is not None:
+                check_input(self.name, "context", context, ("batch", "context_seq", "context_dim"))
+                width = context.shape[-1]
+            if self._packed_in and width != x.shape[-1]:
+                raise ValueError(
+                    f"{self.name}: this layer was built for a context as wide as x ({x.shape[-1]}), got "
+                    f"{width}; give context_dim={width} when building it"
+                )
+            sizes["context_dim"] = width
+        return sizes
+
+    def _parameter_shapes(self, sizes):
+        e, c = sizes["embed_dim"], sizes["context_dim"]
+        d = e // self.num_heads if self.num_heads else 0
+        kv = self.num_kv_heads * d
+        shapes: dict[str, tuple[int, ...]] = {}
+        if self.layout == "packed":
+            if self._packed_in:
+                shapes["in_proj_weight"] = (3 * e, e)
+            else:
+                shapes.update({"q_proj_weight": (e, e), "k_proj_weight": (e, c), "v_proj_weight": (e, c)})
+            shapes["out_proj.weight"] = (e, e)
+            if self.bias:
+                shapes.update({"in_proj_bias": (3 * e,), "out_proj.bias": (e,)})
+        else:
+            names = ("q_proj", "k_proj", "v_proj", "o_proj") if self.layout == "qkvo" else ("query", "key", "value", "out")
+            widths = {names[0]: (e, e), names[1]: (kv, c), names[2]: (kv, c), names[3]: (e, e)}
+            if not self.output_projection:
+                del widths[names[3]]
+            if self.layout == "seed":  # the seed's Linear layers, each weight followed by its bias
+                for part, shape in widths.items():
+                    shapes[f"{part}.weight"] = shape
+                    if self.bias:
+                        shapes[f"{part}.bias"] = (shape[0],)
+            else:  # all weights, then all biases
+                shapes.update({f"{part}.weight": shape for part, shape in widths.items()})
+                if self.bias:
+                    shapes.update({f"{part}.bias": (shape[0],) for part, shape in widths.items()})
+        if self.qk_norm:
+            shapes.update({"q_norm.weight": (d,), "k_norm.weight": (d,)})
+        if self.positions == "relpos":
+            span = 2 * self.max_relative_position + 1
+            shapes.update({"rel_key": (span, d), "rel_value": (span, d)})
+        return shapes
+
+    def _sizes_from_parameters(self):
+        if self.layout == "packed":
+            e = self.out_proj.weight.shape[0]
+            return {"embed_dim": e, "context_dim": e if self._packed_in else self.k_proj_weight.shape[1]}
+        q, k = ("q_proj", "k_proj") if self.layout == "qkvo" else ("query", "key")
+        return {"embed_dim": getattr(self, q).weight.shape[1], "context_dim": getattr(self, k).weight.shape[1]}
+
+    def reset_parameters(self) -> None:
+        for name in self._lazy_names:
+            param = self.tensor(name)
+            if name.endswith("norm.weight"):
+                nn.init.ones_(param)
+            elif name.startswith("rel_"):
+                nn.init.xavier_uniform_(param)
+            elif self.layout == "seed":  # nn.Linear's initialisation, which the seed used
+                if name.endswith("weight"):
+                    nn.init.kaiming_uniform_(param, a=5**0.5)
+                else:
+                    nn.init.uniform_(param, -(param.shape[0] ** -0.5), param.shape[0] ** -0.5)
+            elif self.layout == "packed" and name == "out_proj.weight":  # as nn.MultiheadAttention
+                nn.init.kaiming_uniform_(param, a=5**0.5)
+            elif name.endswith("bias"):
+                nn.init.zeros_(param)
+            else:
+                nn.init.xavier_uniform_(param)
+
+    # -- projections ----------------------------------------------------------------------------------
+    def _projection(self, part: int) -> tuple[Tensor, Tensor | None]:
+        """(weight, bias) of projection ``part``: 0 = query, 1 = key, 2 = value, 3 = output."""
+        if self.layout == "packed":
+            if part == 3:
+                return self.out_proj.weight, self.out_proj.bias if self.bias else None
+            bias = self.in_proj_bias.chunk(3)[part] if self.bias else None
+            if self._packed_in:
+                # views of the packed weight: backward then needs no [B, T, 3E] gradient concatenation
+                return self.in_proj_weight.chunk(3)[part], bias
+            return getattr(self, ("q_proj_weight", "k_proj_weight", "v_proj_weight")[part]), bias
+        names = ("q_proj", "k_proj", "v_proj", "o_proj") if self.layout == "qkvo" else ("query", "key", "value", "out")
+        group = getattr(self, names[part])
+        return group.weight, group.bias if self.bias else None
+
+    def _heads(self, x: Tensor, part: int, heads: int) -> Tensor:
+        """Projection ``part`` of x [B, L, ·] split into heads: [B, heads, L, d]."""
+        weight, bias = self._projection(part)
+        y = F.linear(x, weight, bias)
+        return y.view(*x.shape[:2], heads, y.shape[-1] // heads).transpose(1, 2)
+
+    def _normed(self, x: Tensor, which: str) -> Tensor:
+        if not self.qk_norm:
+            return x
+        return F.rms_norm(x, (x.shape[-1],), self.tensor(f"{which}_norm.weight"), eps=1e-6)
+
+    def _rotated(self, x: Tensor, positions: Tensor) -> Tensor:
+        return rotate(x, positions, self.rope_base, self.rope_layout) if self.positions == "rope" else x
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty :class:`KVCache` for decoding ``batch_size`` sequences one step (or a few) at a time."""
+        check_positive(self.name, "batch_size", batch_size, allow_none=False)
+        return KVCache(batch_size, limit=self.window)
+
+    # -- the call -------------------------------------------------------------------------------------
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        return_attention: bool = False,
+        *,
+        context: Tensor | None = None,
+        context_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ):
+        like = next(iter(self.parameters()))
+        e = self.embed_dim
+        hint = _TWO_D_HINT if isinstance(x, Tensor) and x.dim() == 2 else ""
+        check_input(self.name, "x", x, ("batch", "seq", e or "embed_dim"), hint=hint, like=like)
+        batch, seq, _ = x.shape
+        if cache is not None and not isinstance(cache, KVCache):
+            raise ValueError(f"{self.name} expects cache to come from layer.new_cache(batch), got {type(cache).__name__}")
+        if cache is not None and cache.batch_size != batch:
+            raise ValueError(f"{self.name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}")
+        if context is None:
+            if context_mask is not None:
+                raise ValueError(f"{self.name}: context_mask without context; pass context=[batch, S, C] with it")
+            if cache is not None and not self.causal:
+                raise ValueError(
+                    f"{self.name}: a cache decodes step by step, which needs causal=True (a later token must "
+                    f"not change an earlier output)"
+                )
+            out, weights = self._self_attention(x, mask, cache, return_attention)
+        else:
+            if self.causal or self.window is not None:
+                raise ValueError(
+                    f"{self.name}: causal and window are patterns of self-attention; this layer has "
+                    f"causal={self.causal}, window={self.window}: build a separate layer for cross-attention"
+                )
+            out, weights = self._cross_attention(x, mask, context, context_mask, cache, return_attention, like)
+        out = out.transpose(1, 2).reshape(batch, seq, out.shape[1] * out.shape[-1])
+        if self.output_projection:
+            out = F.linear(out, *self._projection(3))
+        if not return_attention:
+            return out
+        return out, (weights.squeeze(1) if self.num_heads == 1 else weights)
+
+    def _self_attention(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, return_attention: bool):
+        batch, seq, _ = x.shape
+        start = 0 if cache is None else cache.length
+        if cache is not None and isinstance(mask, Tensor) and mask.dim() == 3:
+            raise ValueError(f"{self.name}: with a cache, mask is [batch, steps] (which new tokens are real)")
+        mask3 = check_mask(self.name, mask, batch, seq, seq, like=x)
+        x = neutralise(x, attended_keys(mask3))  # keys no query attends to: padding, whatever it holds
+        positions = torch.arange(start, start + seq, device=x.device)
+        q = self._rotated(self._normed(self._heads(x, 0, self.num_heads), "q"), positions)
+        k = self._rotated(self._normed(self._heads(x, 1, self.num_kv_heads), "k"), positions)
+        v = self._heads(x, 2, self.num_kv_heads)
+        if cache is not None:
+            valid = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask3 is None else mask3[:, 0]
+            keys, values, valid_all, key_positions = cache.extended(k, v, valid)
+            cache.store(keys, values, valid_all, key_positions, seq)
+            allowed = valid_all[:, None, None, :]  # [B, 1, 1, S]
+            offset = key_positions[None, :] - positions[:, None]
+            return self._attend(q, keys, values, allowed, offset, return_attention)
+        if self._use_blocks(seq, mask3, return_attention):
+            return self._attend_blocks(q, k, v, None if mask3 is None else mask3[:, 0]), None
+        allowed = None if mask3 is None else mask3.unsqueeze(1)  # [B, 1, T or 1, T]
+        offset = positions[None, :] - positions[:, None]  # j - i
+        return self._attend(q, k, v, allowed, offset, return_attention)
+
+    def _cross_attention(self, x, mask, context, context_mask, cache, return_attention, like):
+        batch, seq, _ = x.shape
+        check_input(self.name, "context", context, ("batch", "context_seq", self.context_dim or "context_dim"), like=like)
+        if context.shape[0] != batch:
+            raise ValueError(f"{self.name}: context has batch {context.shape[0]}, x has {batch}")
+        if isinstance(mask, Tensor) and mask.dim() == 3:
+            raise ValueError(
+                f"{self.name}: in cross-attention, mask [batch, T] says which queries are real; put which context "
+                f"positions each query may read in context_mask [batch, T, S]"
+            )
+        queries = check_mask(self.name, mask, batch, seq, seq, like=x)
+        x = neutralise(x, attended_keys(queries))
+        start = 0 if cache is None else cache.length
+        positions = torch.arange(start, start + seq, device=x.device)
+        q = self._rotated(self._normed(self._heads(x, 0, self.num_heads), "q"), positions)
+        if cache is not None and cache.context is not None:
+            k, v, allowed = cache.context
+        else:
+            length = context.shape[1]
+            allowed = check_mask(self.name, context_mask, batch, seq, length, arg="context_mask", like=context)
+            context = neutralise(context, attended_keys(allowed))
+            context_positions = torch.arange(length, device=x.device)
+            k = self._rotated(self._normed(self._heads(context, 1, self.num_kv_heads), "k"), context_positions)
+            v = self._heads(context, 2, self.num_kv_heads)
+            allowed = None if allowed is None else allowed.unsqueeze(1)
+            if cache is not None:
+                if allowed is not None and allowed.shape[-2] != 1:
+                    raise ValueError(f"{self.name}: with a cache, context_mask is [batch, S]")
+                cache.context = (k, v, allowed)
+        if cache is not None:
+            cache.length += seq
+        offset = torch.arange(k.shape[-2], device=x.device)[None, :] - positions[:, None]
+        return self._attend(q, k, v, allowed, offset, return_attention)
+
+    # -- attention over a pattern ---------------------------------------------------------------------
+    def _pattern(self, offset: Tensor) -> Tensor | None:
+        """The allowed (i, j) pairs from ``offset`` = j - i: causal and window."""
+        allowed = None
+        if self.causal:
+            allowed = offset <= 0
+        if self.window is not None:
+            band = offset.abs() <= self.window
+            allowed = band if allowed is None else allowed & band
+        return allowed
+
+    def _score_bias(self, offset: Tensor, like: Tensor) -> Tensor | None:
+        """ALiBi's [h, Lq, Lk] bias ``-m_n |j - i|`` (None for the other positions)."""
+        if self.positions != "alibi":
+            return None
+        slopes = alibi_slopes(self.num_heads).to(like.device)
+        return (-slopes[:, None, None] * offset.abs().to(torch.float32)).to(like.dtype)
+
+    def _attend(self, q, k, v, allowed, offset, return_attention):
+        """Attention of q [N, h, Lq, d] over k, v [N, g, Lk, d] where ``allowed`` (bool, broadcasting to
+        [N, 1, Lq, Lk]) and the pattern of ``offset`` [Lq, Lk] (j - i) both allow it."""
+        pattern = self._pattern(offset)
+        if pattern is not None:
+            allowed = pattern if allowed is None else allowed & pattern
+        dropout = self.dropout if self.training else 0.0
+        if self.normalizer == "softmax" and self.positions != "relpos":
+            bias = self._score_bias(offset, q)
+            return attend(q, k, v, allowed, return_attention=return_attention, dropout=dropout, bias=bias)
+        return self._explicit(q, k, v, allowed, offset, return_attention, dropout)
+
+    def _explicit(self, q, k, v, allowed, offset, return_attention, dropout):
+        """The materialised form, for relative positions and the sparse normalisers, a chunk of queries at
+        a time. Relative positions come from the 2k + 1 distance vectors: the key term is ``q · a^K``
+        [.., Lq, 2k + 1] gathered by distance; the value term sums each row's weights by distance (a
+        scatter into [.., Lq, 2k + 1]) before the product with ``a^V``. No [Lq, Lk, d] table is formed."""
+        heads, d = q.shape[1], q.shape[-1]
+        k, v = expand_kv_heads(k, heads), expand_kv_heads(v, heads)
+        scale = d**-0.5
+        relpos = self.positions == "relpos"
+        rows = max(1, _CHUNK_ELEMENTS // max(1, q.shape[0] * heads * k.shape[-2]))
+        outs, all_weights = [], []
+        for start in range(0, max(q.shape[-2], 1), rows):  # one (empty) chunk for an empty sequence
+            stop = min(start + rows, q.shape[-2])
+            q_c, offset_c = q[..., start:stop, :], offset[start:stop]
+            allowed_c = None
+            if allowed is not None:
+                allowed_c = allowed if allowed.shape[-2] == 1 else allowed[..., start:stop, :]
+            scores = torch.matmul(q_c * scale, k.transpose(-2, -1))
+            if relpos:
+                index = (offset_c.clamp(-self.max_relative_position, self.max_relative_position)
+                         + self.max_relative_position).expand(*scores.shape)
+                scores = scores + torch.matmul(q_c * scale, self.rel_key.t()).gather(-1, index)
+            bias = self._score_bias(offset_c, q)
+            if bias is not None:
+                scores = scores + bias
+            weights = normalize(scores, allowed_c, kind=self.normalizer)
+            dropped = F.dropout(weights, dropout) if dropout else weights
+            out = torch.matmul(dropped, v)
+            if relpos:
+                by_distance = dropped.new_zeros(*dropped.shape[:-1], self.rel_value.shape[0])
+                out = out + torch.matmul(by_distance.scatter_add(-1, index, dropped), self.rel_value)
+            outs.append(out)
+            if return_attention:
+                all_weights.append(weights)
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+        weights = None
+        if return_attention:
+            weights = all_weights[0] if len(all_weights) == 1 else torch.cat(all_weights, dim=-2)
+        return out, weights
+
+    # -- the sliding window in blocks -----------------------------------------------------------------
+    def _block_size(self) -> int:
+        assert self.window is not None
+        return max(self.window, 16)
+
+    def _use_blocks(self, seq: int, mask: Tensor | None, return_attention: bool) -> bool:
+        """Blocks pay when the sequence spans several of them; a [B, T, T] mask or asked-for weights
+        need the full matrix anyway."""
+        if self.window is None or return_attention:
+            return False
+        if mask is not None and mask.shape[1] != 1:
+            return False
+        # A traced graph takes one branch for every length, and the blocks' ceil(T / b) reshapes put
+        # guards on the length that torch.export refuses: exported programs keep the masked full form.
+        return not tracing() and seq > 3 * self._block_size()
+
+    def _attend_blocks(self, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None) -> Tensor:
+        """Windowed attention with queries in blocks of b >= w: block n's queries [n·b, (n+1)·b) can only
+        reach keys in [(n-1)·b, (n+2)·b) (causal: [(n-1)·b, (n+1)·b)), so each block attends to 3b (2b)
+        keys and time and memory are O(T·b). The pattern, the key mask and the keys outside the sequence
+        are one boolean mask per block; the result equals the masked full computation."""
+        batch, heads, seq, d = q.shape
+        size = self._block_size()
+        blocks = -(-seq // size)
+        total = blocks * size
+        left, right = size, (0 if self.causal else size)
+        span = left + size + right
+
+        def key_blocks(t: Tensor) -> Tensor:  # [B, g, T, d] -> [B·n, g, span, d]
+            padded = F.pad(t, (0, 0, left, total - seq + right))
+            windows = padded.unfold(2, span, size)  # [B, g, n, d, span]
+            return windows.permute(0, 2, 1, 4, 3).reshape(batch * blocks, t.shape[1], span, d)
+
+        q_blocks = F.pad(q, (0, 0, 0, total - seq)).view(batch, heads, blocks, size, d)
+        q_blocks = q_blocks.transpose(1, 2).reshape(batch * blocks, heads, size, d)
+        real = torch.ones(batch, seq, dtype=torch.bool, device=q.device) if keys is None else keys
+        real = F.pad(real, (left, total - seq + right), value=False).unfold(1, span, size)  # [B, n, span]
+        allowed = real.reshape(batch * blocks, 1, 1, span)
+        offset = torch.arange(span, device=q.device)[None, :] - left - torch.arange(size, device=q.device)[:, None]
+        out, _ = self._attend(q_blocks, key_blocks(k), key_blocks(v), allowed, offset, False)
+        out = out.view(batch, blocks, heads, size, d).transpose(1, 2).reshape(batch, heads, total, d)
+        return out[:, :, :seq]
+
+    def extra_repr(self) -> str:
+        parts = [f"embed_dim={self.embed_dim}", f"num_heads={self.num_heads}"]
+        if self.num_kv_heads != self.num_heads:
+            parts.append(f"num_kv_heads={self.num_kv_heads}")
+        if self.positions != "none":
+            parts.append(f"positions={self.positions}")
+        if self.causal:
+            parts.append("causal=True")
+        if self.window is not None:
+            parts.append(f"window={self.window}")
+        if self.normalizer != "softmax":
+            parts.append(f"normalizer={self.normalizer}")
+        parts.append(f"layout={self.layout}")
+        return ", ".join(parts)
