@@ -103,3 +103,21 @@ def test_g2p_decodes_the_same_on_cuda(beam):
     want, _ = model.generate(letters, beam_size=beam)
     got, _ = copy.deepcopy(model).cuda().generate(letters.cuda(), beam_size=beam)
     assert got.cpu().tolist() == want.tolist()
+
+
+def test_attention_core_window_blocks_and_cache_on_cuda_match_the_cpu():
+    from attnzoo.layers.attention import Attention
+
+    torch.manual_seed(0)
+    layer = Attention(64, num_heads=4, num_kv_heads=2, positions="rope", causal=True, window=16)
+    x = torch.randn(2, 200, 64)
+    keep = torch.ones(2, 200, dtype=torch.bool)
+    keep[1, :30] = False
+    on_gpu = copy.deepcopy(layer).cuda()
+    torch.testing.assert_close(on_gpu(x.cuda(), keep.cuda()).cpu(), layer(x, keep), **TOL)  # the blocked path
+    cache = on_gpu.new_cache(2)
+    with torch.no_grad():
+        steps = torch.cat(
+            [on_gpu(x[:, t : t + 1].cuda(), keep[:, t : t + 1].cuda(), cache=cache) for t in range(40)], 1
+        )
+    torch.testing.assert_close(steps.cpu()[keep[:, :40]], layer(x[:, :40], keep[:, :40])[keep[:, :40]], **TOL)

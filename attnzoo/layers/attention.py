@@ -74,6 +74,7 @@ __all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "tiled_to_grouped",
 POSITIONS = ("none", "rope", "alibi", "relpos")
 ROPE_LAYOUTS = ("half", "interleaved")
 LAYOUTS = ("qkvo", "packed", "seed")
+_NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "seed": ("query", "key", "value", "out")}
 
 # The explicit (materialised) path handles this many score elements at a time: queries are taken in
 # chunks so that a long sequence never holds its whole [B, h, T, S] score tensor at once.
@@ -140,41 +141,85 @@ class KVCache:
     may be attended to), ``positions`` [S] (each entry's absolute position) and ``length`` (tokens
     seen). A layer with a window keeps only the last ``limit`` = w entries: no later query can reach
     older ones. A cross-attention layer keeps its context's keys and values (``context``), computed once.
+
+    The entries live in buffers that grow by doubling, so a step writes its own keys in place instead
+    of copying everything held (a window's buffer moves its last w entries to the front when full).
+    Under autograd (keys that require grad) the entries are concatenated instead: nothing a backward
+    pass needs is overwritten.
     """
 
     def __init__(self, batch_size: int, limit: int | None = None) -> None:
         self.batch_size, self.limit = batch_size, limit
-        self.keys: Tensor | None = None
-        self.values: Tensor | None = None
-        self.valid: Tensor | None = None
-        self.positions: Tensor | None = None
+        # keys [B, g, cap, d], values [B, g, cap, d], valid [B, cap, 1], positions [cap, 1]: every buffer
+        # has its entries on the second-last axis; the held ones are [start, end)
+        self._buffers: list[Tensor] | None = None
+        self._start = self._end = 0
         self.length = 0
         self.context: tuple[Tensor, Tensor, Tensor | None] | None = None
 
+    def _held(self, index: int) -> Tensor | None:
+        if self._buffers is None:
+            return None
+        held = self._buffers[index][..., self._start : self._end, :]
+        return held if index < 2 else held.squeeze(-1)
+
+    @property
+    def keys(self) -> Tensor | None:
+        return self._held(0)
+
+    @property
+    def values(self) -> Tensor | None:
+        return self._held(1)
+
+    @property
+    def valid(self) -> Tensor | None:
+        return self._held(2)
+
+    @property
+    def positions(self) -> Tensor | None:
+        return self._held(3)
+
     def __len__(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[-2]
+        return self._end - self._start
 
-    def extended(self, keys: Tensor, values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """The held entries followed by ``keys``/``values`` [B, g, t, d] of t new tokens: (keys, values,
-        valid, positions) over both, without storing anything."""
-        new_positions = torch.arange(self.length, self.length + keys.shape[-2], device=keys.device)
-        if self.keys is None:
-            return keys, values, valid, new_positions
-        assert self.values is not None and self.valid is not None and self.positions is not None
-        return (
-            torch.cat([self.keys, keys], dim=-2),
-            torch.cat([self.values, values], dim=-2),
-            torch.cat([self.valid, valid], dim=-1),
-            torch.cat([self.positions, new_positions]),
-        )
+    def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        keys, values, valid, positions = (self._held(i) for i in range(4))
+        assert keys is not None and values is not None and valid is not None and positions is not None
+        return keys, values, valid, positions
 
-    def store(self, keys: Tensor, values: Tensor, valid: Tensor, positions: Tensor, steps: int) -> None:
-        """Keep these entries (the last ``limit`` of them) and count ``steps`` more tokens seen."""
-        if self.limit is not None and keys.shape[-2] > self.limit:
-            keys, values = keys[..., -self.limit :, :], values[..., -self.limit :, :]
-            valid, positions = valid[:, -self.limit :], positions[-self.limit :]
-        self.keys, self.values, self.valid, self.positions = keys, values, valid, positions
+    def append(self, keys: Tensor, values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Add t new tokens' ``keys``/``values`` [B, g, t, d] and ``valid`` [B, t]; returns (keys, values,
+        valid, positions) over everything held, the new tokens last. Call :meth:`trim` after attending."""
+        steps = keys.shape[-2]
+        positions = torch.arange(self.length, self.length + steps, device=keys.device)
+        new = [keys, values, valid[..., None], positions[:, None]]
         self.length += steps
+        held = len(self)
+        if keys.requires_grad or values.requires_grad or (self._buffers is not None and self._buffers[0].requires_grad):
+            old = self._buffers
+            self._buffers = (
+                new
+                if old is None
+                else [torch.cat([b[..., self._start : self._end, :], n], dim=-2) for b, n in zip(old, new, strict=True)]
+            )
+            self._start, self._end = 0, held + steps
+            return self._views()
+        if self._buffers is None or self._end + steps > self._buffers[0].shape[-2]:
+            capacity = max(16, 2 * (held + steps))
+            grown = [n.new_empty((*n.shape[:-2], capacity, n.shape[-1])) for n in new]
+            if self._buffers is not None:
+                for target, source in zip(grown, self._buffers, strict=True):
+                    target[..., :held, :].copy_(source[..., self._start : self._end, :])
+            self._buffers, self._start, self._end = grown, 0, held
+        for target, source in zip(self._buffers, new, strict=True):
+            target[..., self._end : self._end + steps, :].copy_(source)
+        self._end += steps
+        return self._views()
+
+    def trim(self) -> None:
+        """Forget all but the last ``limit`` entries (a window's)."""
+        if self.limit is not None and len(self) > self.limit:
+            self._start = self._end - self.limit
 
     def __repr__(self) -> str:
         return f"KVCache(batch_size={self.batch_size}, held={len(self)}, seen={self.length}, limit={self.limit})"
@@ -323,7 +368,7 @@ class Attention(LazyLayer):
             if self.bias:
                 shapes.update({"in_proj_bias": (3 * e,), "out_proj.bias": (e,)})
         else:
-            names = ("q_proj", "k_proj", "v_proj", "o_proj") if self.layout == "qkvo" else ("query", "key", "value", "out")
+            names = _NAMES[self.layout]
             widths = {names[0]: (e, e), names[1]: (kv, c), names[2]: (kv, c), names[3]: (e, e)}
             if not self.output_projection:
                 del widths[names[3]]
@@ -380,8 +425,7 @@ class Attention(LazyLayer):
                 # views of the packed weight: backward then needs no [B, T, 3E] gradient concatenation
                 return self.in_proj_weight.chunk(3)[part], bias
             return getattr(self, ("q_proj_weight", "k_proj_weight", "v_proj_weight")[part]), bias
-        names = ("q_proj", "k_proj", "v_proj", "o_proj") if self.layout == "qkvo" else ("query", "key", "value", "out")
-        group = getattr(self, names[part])
+        group = getattr(self, _NAMES[self.layout][part])
         return group.weight, group.bias if self.bias else None
 
     def _heads(self, x: Tensor, part: int, heads: int) -> Tensor:
@@ -420,9 +464,13 @@ class Attention(LazyLayer):
         check_input(self.name, "x", x, ("batch", "seq", e or "embed_dim"), hint=hint, like=like)
         batch, seq, _ = x.shape
         if cache is not None and not isinstance(cache, KVCache):
-            raise ValueError(f"{self.name} expects cache to come from layer.new_cache(batch), got {type(cache).__name__}")
+            raise ValueError(
+                f"{self.name} expects cache to come from layer.new_cache(batch), got {type(cache).__name__}"
+            )
         if cache is not None and cache.batch_size != batch:
-            raise ValueError(f"{self.name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}")
+            raise ValueError(
+                f"{self.name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}"
+            )
         if context is None:
             if context_mask is not None:
                 raise ValueError(f"{self.name}: context_mask without context; pass context=[batch, S, C] with it")
@@ -459,20 +507,22 @@ class Attention(LazyLayer):
         v = self._heads(x, 2, self.num_kv_heads)
         if cache is not None:
             valid = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask3 is None else mask3[:, 0]
-            keys, values, valid_all, key_positions = cache.extended(k, v, valid)
-            cache.store(keys, values, valid_all, key_positions, seq)
-            allowed = valid_all[:, None, None, :]  # [B, 1, 1, S]
-            offset = key_positions[None, :] - positions[:, None]
-            return self._attend(q, keys, values, allowed, offset, return_attention)
+            keys, values, valid_all, key_positions = cache.append(k, v, valid)
+            result = self._attend(
+                q, keys, values, valid_all[:, None, None, :], positions, key_positions, return_attention
+            )
+            cache.trim()
+            return result
         if self._use_blocks(seq, mask3, return_attention):
             return self._attend_blocks(q, k, v, None if mask3 is None else mask3[:, 0]), None
         allowed = None if mask3 is None else mask3.unsqueeze(1)  # [B, 1, T or 1, T]
-        offset = positions[None, :] - positions[:, None]  # j - i
-        return self._attend(q, k, v, allowed, offset, return_attention)
+        return self._attend(q, k, v, allowed, positions, positions, return_attention)
 
     def _cross_attention(self, x, mask, context, context_mask, cache, return_attention, like):
         batch, seq, _ = x.shape
-        check_input(self.name, "context", context, ("batch", "context_seq", self.context_dim or "context_dim"), like=like)
+        check_input(
+            self.name, "context", context, ("batch", "context_seq", self.context_dim or "context_dim"), like=like
+        )
         if context.shape[0] != batch:
             raise ValueError(f"{self.name}: context has batch {context.shape[0]}, x has {batch}")
         if isinstance(mask, Tensor) and mask.dim() == 3:
@@ -501,40 +551,43 @@ class Attention(LazyLayer):
                 cache.context = (k, v, allowed)
         if cache is not None:
             cache.length += seq
-        offset = torch.arange(k.shape[-2], device=x.device)[None, :] - positions[:, None]
-        return self._attend(q, k, v, allowed, offset, return_attention)
+        key_positions = torch.arange(k.shape[-2], device=x.device)
+        return self._attend(q, k, v, allowed, positions, key_positions, return_attention)
 
     # -- attention over a pattern ---------------------------------------------------------------------
-    def _pattern(self, offset: Tensor) -> Tensor | None:
-        """The allowed (i, j) pairs from ``offset`` = j - i: causal and window."""
+    def _pattern(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """The allowed (i, j) pairs [Lq, Lk] of positions ``q_pos`` [Lq] and ``k_pos`` [Lk]: causal
+        (j <= i) and window (|j - i| <= w), as comparisons (no [Lq, Lk] integer table)."""
+        i, j = q_pos[:, None], k_pos[None, :]
         allowed = None
         if self.causal:
-            allowed = offset <= 0
+            allowed = j <= i
         if self.window is not None:
-            band = offset.abs() <= self.window
+            band = (j >= i - self.window) & (j <= i + self.window)
             allowed = band if allowed is None else allowed & band
         return allowed
 
-    def _score_bias(self, offset: Tensor, like: Tensor) -> Tensor | None:
+    def _score_bias(self, q_pos: Tensor, k_pos: Tensor, like: Tensor) -> Tensor | None:
         """ALiBi's [h, Lq, Lk] bias ``-m_n |j - i|`` (None for the other positions)."""
         if self.positions != "alibi":
             return None
-        slopes = alibi_slopes(self.num_heads).to(like.device)
-        return (-slopes[:, None, None] * offset.abs().to(torch.float32)).to(like.dtype)
+        slopes = alibi_slopes(self.num_heads).to(device=like.device, dtype=torch.float32)
+        distance = (k_pos[None, :] - q_pos[:, None]).abs().to(torch.float32)
+        return (-slopes[:, None, None] * distance).to(like.dtype)
 
-    def _attend(self, q, k, v, allowed, offset, return_attention):
+    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention):
         """Attention of q [N, h, Lq, d] over k, v [N, g, Lk, d] where ``allowed`` (bool, broadcasting to
-        [N, 1, Lq, Lk]) and the pattern of ``offset`` [Lq, Lk] (j - i) both allow it."""
-        pattern = self._pattern(offset)
+        [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it."""
+        pattern = self._pattern(q_pos, k_pos)
         if pattern is not None:
             allowed = pattern if allowed is None else allowed & pattern
         dropout = self.dropout if self.training else 0.0
         if self.normalizer == "softmax" and self.positions != "relpos":
-            bias = self._score_bias(offset, q)
+            bias = self._score_bias(q_pos, k_pos, q)
             return attend(q, k, v, allowed, return_attention=return_attention, dropout=dropout, bias=bias)
-        return self._explicit(q, k, v, allowed, offset, return_attention, dropout)
+        return self._explicit(q, k, v, allowed, q_pos, k_pos, return_attention, dropout)
 
-    def _explicit(self, q, k, v, allowed, offset, return_attention, dropout):
+    def _explicit(self, q, k, v, allowed, q_pos, k_pos, return_attention, dropout):
         """The materialised form, for relative positions and the sparse normalisers, a chunk of queries at
         a time. Relative positions come from the 2k + 1 distance vectors: the key term is ``q · a^K``
         [.., Lq, 2k + 1] gathered by distance; the value term sums each row's weights by distance (a
@@ -544,19 +597,23 @@ class Attention(LazyLayer):
         scale = d**-0.5
         relpos = self.positions == "relpos"
         rows = max(1, _CHUNK_ELEMENTS // max(1, q.shape[0] * heads * k.shape[-2]))
+        if tracing():  # a graph takes one chunk: a loop over a traced length would fix it
+            rows = q.shape[-2]
         outs, all_weights = [], []
-        for start in range(0, max(q.shape[-2], 1), rows):  # one (empty) chunk for an empty sequence
-            stop = min(start + rows, q.shape[-2])
-            q_c, offset_c = q[..., start:stop, :], offset[start:stop]
+        starts = [0] if tracing() else range(0, max(q.shape[-2], 1), rows)  # one (empty) chunk for no queries
+        for start in starts:
+            stop = q.shape[-2] if tracing() else min(start + rows, q.shape[-2])
+            q_c, q_pos_c = q[..., start:stop, :], q_pos[start:stop]
             allowed_c = None
             if allowed is not None:
                 allowed_c = allowed if allowed.shape[-2] == 1 else allowed[..., start:stop, :]
             scores = torch.matmul(q_c * scale, k.transpose(-2, -1))
             if relpos:
-                index = (offset_c.clamp(-self.max_relative_position, self.max_relative_position)
-                         + self.max_relative_position).expand(*scores.shape)
+                reach = self.max_relative_position
+                distance = (k_pos[None, :] - q_pos_c[:, None]).clamp(-reach, reach) + reach  # [c, Lk]
+                index = distance.expand(*scores.shape)
                 scores = scores + torch.matmul(q_c * scale, self.rel_key.t()).gather(-1, index)
-            bias = self._score_bias(offset_c, q)
+            bias = self._score_bias(q_pos_c, k_pos, q)
             if bias is not None:
                 scores = scores + bias
             weights = normalize(scores, allowed_c, kind=self.normalizer)
@@ -612,8 +669,10 @@ class Attention(LazyLayer):
         real = torch.ones(batch, seq, dtype=torch.bool, device=q.device) if keys is None else keys
         real = F.pad(real, (left, total - seq + right), value=False).unfold(1, span, size)  # [B, n, span]
         allowed = real.reshape(batch * blocks, 1, 1, span)
-        offset = torch.arange(span, device=q.device)[None, :] - left - torch.arange(size, device=q.device)[:, None]
-        out, _ = self._attend(q_blocks, key_blocks(k), key_blocks(v), allowed, offset, False)
+        # positions within a block: queries 0..b-1, keys -b..span-b-1 (the same for every block)
+        q_pos = torch.arange(size, device=q.device)
+        k_pos = torch.arange(span, device=q.device) - left
+        out, _ = self._attend(q_blocks, key_blocks(k), key_blocks(v), allowed, q_pos, k_pos, False)
         out = out.view(batch, blocks, heads, size, d).transpose(1, 2).reshape(batch, heads, total, d)
         return out[:, :, :seq]
 

@@ -94,7 +94,7 @@ class LinearSelfAttention(Attention):
             raise ValueError(f"{self.name} is self-attention without a cache; it takes no {', '.join(given)}")
         return super().forward(x, mask, return_attention)
 
-    def _attend(self, q, k, v, allowed, offset, return_attention):
+    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention):
         dtype = q.dtype
         work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
         q, k, v = q.to(work), k.to(work), v.to(work)

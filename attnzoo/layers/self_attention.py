@@ -103,8 +103,8 @@ class MultiHeadSelfAttention(Attention):
     the outputs match it (its ``key_padding_mask`` is ``~mask``); its initialisation too.
 
     Args: ``embed_dim`` (None: inferred), ``num_heads``, ``bias``, ``causal`` (its ``is_causal``),
-    ``dropout``, ``context_dim`` (its ``kdim`` = ``vdim`` for cross-attention; then, as in torch, the
-    projections are ``q_proj_weight``, ``k_proj_weight`` and ``v_proj_weight``).
+    ``dropout``, ``context_dim`` (None: as wide as x; else its ``kdim`` = ``vdim`` for cross-attention,
+    and then, as in torch, the projections are ``q_proj_weight``, ``k_proj_weight`` and ``v_proj_weight``).
     Shapes: ``forward(x [B, T, E], mask [B, T] or [B, T, T] = None, return_attention=False, *, context,
     context_mask)`` -> ``[B, T, E]`` or ``(out, A [B, heads, T, S])`` (per head,
     ``average_attn_weights=False`` in torch).

@@ -411,7 +411,11 @@ def window(s: Subject) -> None:
     far = (torch.arange(seq) - i).abs() > w
     changed = x.clone()
     changed[:, far] = torch.randn(changed[:, far].shape, generator=torch.Generator().manual_seed(10), dtype=x.dtype)
-    _same([_outputs(model, changed)[:, i]], [out[:, i]], f"the output at {i} when only inputs beyond the window {w} change")
+    _same(
+        [_outputs(model, changed)[:, i]],
+        [out[:, i]],
+        f"the output at {i} when only inputs beyond the window {w} change",
+    )
     near = x.clone()
     near[:, i - w] += 1.0
     if not _changes(out[:, i], _outputs(model, near)[:, i]):
