@@ -79,6 +79,9 @@ _NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "seed": ("query", "k
 # The explicit (materialised) path handles this many score elements at a time: queries are taken in
 # chunks so that a long sequence never holds its whole [B, h, T, S] score tensor at once.
 _CHUNK_ELEMENTS = 2**23
+# The window's blocks go in groups of at most this many key-window elements (their overlapping key
+# windows are 3x the keys they cover): the window's peak memory then stays near full attention's.
+_BLOCK_ELEMENTS = 2**21
 
 _TWO_D_HINT = (
     "A 2-D [batch, features] input has no sequence axis: self-attention over it would attend across the "
@@ -132,6 +135,13 @@ def tiled_to_grouped(weight: Tensor, num_heads: int, num_kv_heads: int) -> Tenso
     # grouped head n = kv·groups + r is tiled head r·g + kv
     order = [r * num_kv_heads + kv for kv in range(num_kv_heads) for r in range(groups)]
     return heads[order].flatten(0, 1)
+
+
+def _windows(t: Tensor, span: int, step: int) -> Tensor:
+    """The overlapping windows of ``span`` positions every ``step`` of t [B, g, L, d]: [B·n, g, span, d]."""
+    unfolded = t.unfold(2, span, step)  # [B, g, n, d, span]
+    batch, heads, count = unfolded.shape[:3]
+    return unfolded.permute(0, 2, 1, 4, 3).reshape(batch * count, heads, span, t.shape[-1])
 
 
 class KVCache:
@@ -651,30 +661,36 @@ class Attention(LazyLayer):
         """Windowed attention with queries in blocks of b >= w: block n's queries [n·b, (n+1)·b) can only
         reach keys in [(n-1)·b, (n+2)·b) (causal: [(n-1)·b, (n+1)·b)), so each block attends to 3b (2b)
         keys and time and memory are O(T·b). The pattern, the key mask and the keys outside the sequence
-        are one boolean mask per block; the result equals the masked full computation."""
+        are one boolean mask per block; the result equals the masked full computation. The blocks go in
+        groups, so that only one group's overlapping key windows (3x its keys) exist at a time."""
         batch, heads, seq, d = q.shape
         size = self._block_size()
         blocks = -(-seq // size)
         total = blocks * size
         left, right = size, (0 if self.causal else size)
         span = left + size + right
-
-        def key_blocks(t: Tensor) -> Tensor:  # [B, g, T, d] -> [B·n, g, span, d]
-            padded = F.pad(t, (0, 0, left, total - seq + right))
-            windows = padded.unfold(2, span, size)  # [B, g, n, d, span]
-            return windows.permute(0, 2, 1, 4, 3).reshape(batch * blocks, t.shape[1], span, d)
-
-        q_blocks = F.pad(q, (0, 0, 0, total - seq)).view(batch, heads, blocks, size, d)
-        q_blocks = q_blocks.transpose(1, 2).reshape(batch * blocks, heads, size, d)
+        # padded coordinates: key j sits at j + left, so block n's keys start at n·b
+        k, v = (F.pad(t, (0, 0, left, total - seq + right)) for t in (k, v))
+        q = F.pad(q, (0, 0, 0, total - seq)) if total > seq else q
         real = torch.ones(batch, seq, dtype=torch.bool, device=q.device) if keys is None else keys
-        real = F.pad(real, (left, total - seq + right), value=False).unfold(1, span, size)  # [B, n, span]
-        allowed = real.reshape(batch * blocks, 1, 1, span)
+        real = F.pad(real, (left, total - seq + right), value=False)
         # positions within a block: queries 0..b-1, keys -b..span-b-1 (the same for every block)
         q_pos = torch.arange(size, device=q.device)
         k_pos = torch.arange(span, device=q.device) - left
-        out, _ = self._attend(q_blocks, key_blocks(k), key_blocks(v), allowed, q_pos, k_pos, False)
-        out = out.view(batch, blocks, heads, size, d).transpose(1, 2).reshape(batch, heads, total, d)
-        return out[:, :, :seq]
+        per_group = max(1, _BLOCK_ELEMENTS // max(1, batch * k.shape[1] * span * d))
+        outs = []
+        for first in range(0, blocks, per_group):
+            count = min(per_group, blocks - first)
+            lo, hi = first * size, (first + count) * size + left + right
+
+            q_group = q[:, :, first * size : (first + count) * size].reshape(batch, heads, count, size, d)
+            q_group = q_group.transpose(1, 2).reshape(batch * count, heads, size, d)
+            allowed = real[:, lo:hi].unfold(1, span, size).reshape(batch * count, 1, 1, span)
+            k_group, v_group = (_windows(t[:, :, lo:hi], span, size) for t in (k, v))
+            out, _ = self._attend(q_group, k_group, v_group, allowed, q_pos, k_pos, False)
+            outs.append(out.view(batch, count, heads, size, d))
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+        return out.transpose(1, 2).reshape(batch, heads, total, d)[:, :, :seq]
 
     def extra_repr(self) -> str:
         parts = [f"embed_dim={self.embed_dim}", f"num_heads={self.num_heads}"]
