@@ -144,6 +144,18 @@ def _windows(t: Tensor, span: int, step: int) -> Tensor:
     return unfolded.permute(0, 2, 1, 4, 3).reshape(batch * count, heads, span, t.shape[-1])
 
 
+def _positions_range(t: Tensor, lo: int, hi: int) -> Tensor:
+    """Positions [lo, hi) of t's sequence axis (keys [B, g, L, d] or a mask [B, L]), zeros (False) for
+    those outside [0, L): a group's keys are copied with their padding, never the whole sequence."""
+    axis = 2 if t.dim() == 4 else 1
+    length = t.shape[axis]
+    part = t.narrow(axis, max(lo, 0), max(0, min(hi, length) - max(lo, 0)))
+    before, after = max(0, -lo), max(0, hi - max(lo, length))
+    if not (before or after):
+        return part
+    return F.pad(part, (0, 0, before, after) if axis == 2 else (before, after))
+
+
 class KVCache:
     """Keys, values and positions of the tokens a layer has seen, for decoding one step at a time.
 
@@ -669,28 +681,26 @@ class Attention(LazyLayer):
         total = blocks * size
         left, right = size, (0 if self.causal else size)
         span = left + size + right
-        # padded coordinates: key j sits at j + left, so block n's keys start at n·b
-        k, v = (F.pad(t, (0, 0, left, total - seq + right)) for t in (k, v))
         q = F.pad(q, (0, 0, 0, total - seq)) if total > seq else q
         real = torch.ones(batch, seq, dtype=torch.bool, device=q.device) if keys is None else keys
-        real = F.pad(real, (left, total - seq + right), value=False)
         # positions within a block: queries 0..b-1, keys -b..span-b-1 (the same for every block)
         q_pos = torch.arange(size, device=q.device)
         k_pos = torch.arange(span, device=q.device) - left
         per_group = max(1, _BLOCK_ELEMENTS // max(1, batch * k.shape[1] * span * d))
-        outs = []
+        out = q.new_empty(batch, heads, total, d)
         for first in range(0, blocks, per_group):
             count = min(per_group, blocks - first)
-            lo, hi = first * size, (first + count) * size + left + right
+            # the group's keys are [first·b - left, (first + count)·b + right); zeros beyond the sequence
+            lo, hi = first * size - left, (first + count) * size + right
 
             q_group = q[:, :, first * size : (first + count) * size].reshape(batch, heads, count, size, d)
             q_group = q_group.transpose(1, 2).reshape(batch * count, heads, size, d)
-            allowed = real[:, lo:hi].unfold(1, span, size).reshape(batch * count, 1, 1, span)
-            k_group, v_group = (_windows(t[:, :, lo:hi], span, size) for t in (k, v))
-            out, _ = self._attend(q_group, k_group, v_group, allowed, q_pos, k_pos, False)
-            outs.append(out.view(batch, count, heads, size, d))
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
-        return out.transpose(1, 2).reshape(batch, heads, total, d)[:, :, :seq]
+            allowed = _positions_range(real, lo, hi).unfold(1, span, size).reshape(batch * count, 1, 1, span)
+            k_group, v_group = (_windows(_positions_range(t, lo, hi), span, size) for t in (k, v))
+            result, _ = self._attend(q_group, k_group, v_group, allowed, q_pos, k_pos, False)
+            result = result.view(batch, count, heads, size, d).transpose(1, 2)
+            out[:, :, first * size : (first + count) * size] = result.reshape(batch, heads, count * size, d)
+        return out[:, :, :seq]
 
     def extra_repr(self) -> str:
         parts = [f"embed_dim={self.embed_dim}", f"num_heads={self.num_heads}"]
