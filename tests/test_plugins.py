@@ -680,3 +680,40 @@ def test_a_variant_that_changes_global_state_leaves_the_next_one_unharmed(broken
     proc = run(broken_site, code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "square ok True" in proc.stdout
+
+
+def test_the_pyproject_in_docs_plugins_is_the_example_plugins_whole_file():
+    """docs/plugins.md shows a complete pyproject.toml (the one the tests above pip-install), not a fragment
+    that fails to build when the project's name differs from its package's."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", page, flags=re.S).group(1)
+    shown = tomllib.loads(block)
+    assert shown == tomllib.loads((EXAMPLE / "pyproject.toml").read_text())
+    assert shown["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == ["src/attnzoo_plugin_example"]
+
+
+@pytest.mark.parametrize("with_packages", [False, True])
+def test_a_project_named_unlike_its_package_builds_only_with_the_packages_line(tmp_path, with_packages):
+    """What docs/plugins.md says of `[tool.hatch.build.targets.wheel] packages`."""
+    (tmp_path / "src" / "gated_attention").mkdir(parents=True)
+    (tmp_path / "src" / "gated_attention" / "__init__.py").write_text("")
+    pyproject = (EXAMPLE / "pyproject.toml").read_text().replace("attnzoo-plugin-example", "my-attention-plugin")
+    pyproject = pyproject.replace("src/attnzoo_plugin_example", "src/gated_attention")
+    if not with_packages:
+        pyproject = pyproject.split("[tool.hatch.build.targets.wheel]")[0]
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "out"), "."],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if with_packages:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    else:
+        assert proc.returncode != 0
+        assert "Unable to determine which files to ship inside the wheel" in proc.stdout + proc.stderr
