@@ -27,6 +27,10 @@ def __getattr__(name: str):
         from .train.predict import predict
 
         return predict
+    if name == "tokenizer":
+        from .train.tokenizer import tokenizer
+
+        return tokenizer
     if name in _SUBPACKAGES:
         import importlib
 
@@ -40,6 +44,7 @@ __all__ = [
     "save",
     "export",
     "predict",
+    "tokenizer",
     "register",
     "list_models",
     "model_info",

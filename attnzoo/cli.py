@@ -304,6 +304,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                 "max_abs_diff": result.max_abs_diff,
                 "checked_on": result.checked_on,
                 "static_axes": list(result.static_axes),
+                "metadata": sorted(result.metadata or {}),
+                "notes": list(result.notes),
             }
         )
         return 0
@@ -313,6 +315,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"wrote {result.path} ({result.format}); checked against the eager model on {shapes}: max abs "
         f"difference {result.max_abs_diff:.3g}{fixed}"
     )
+    if result.metadata:
+        print(f"the file carries: {', '.join(sorted(result.metadata))}")
+    for note in result.notes:
+        print(f"note: {note}")
     return 0
 
 

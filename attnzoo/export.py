@@ -32,7 +32,7 @@ from typing import Any
 
 from .errors import AttnzooError, ConfigError
 
-__all__ = ["export", "ExportResult", "ExportError", "FORMATS"]
+__all__ = ["export", "ExportResult", "ExportError", "FORMATS", "deployment_metadata"]
 
 FORMATS = (".pt2", ".onnx")
 
@@ -50,9 +50,55 @@ class ExportResult:
     max_abs_diff: float
     checked_on: dict[str, list[int]]  # input name -> shape of the check inputs
     static_axes: tuple[str, ...] = ()  # axes fixed at their traced size (a recurrent model's sequence)
+    metadata: dict[str, str] | None = None  # what the file carries besides the graph (labels, tokenizer, ...)
+    notes: tuple[str, ...] = ()  # choices export made that the user should know (a length taken from the run)
 
     def __fspath__(self) -> str:
         return str(self.path)
+
+
+def deployment_metadata(model: Any) -> dict[str, str]:
+    """What an exported file needs to be used alone, as strings (ONNX ``metadata_props``, the .pt2's extra
+    files): ``attnzoo.name``; for a trained text model also ``labels`` (a JSON list of label ids, in output
+    order), ``output`` (multilabel, multiclass), ``threshold`` (multi-label decisions) and ``tokenizer``
+    (JSON settings for ``attnzoo.train.tokenizer.Tokenizer.from_settings``)."""
+    import json
+
+    out: dict[str, str] = {}
+    info = getattr(model, "attnzoo_config", None)
+    if isinstance(info, Mapping) and "name" in info:
+        out["attnzoo.name"] = str(info["name"])
+    meta = getattr(model, "attnzoo_metadata", None)
+    if not isinstance(meta, Mapping):
+        return out
+    if meta.get("labels"):
+        out["labels"] = json.dumps(list(meta["labels"]))
+    if meta.get("output"):
+        out["output"] = str(meta["output"])
+    if meta.get("output") == "multilabel" and meta.get("threshold") is not None:
+        out["threshold"] = repr(float(meta["threshold"]))
+    from .train.tokenizer import tokenizer_settings
+
+    settings = tokenizer_settings(dict(meta))
+    if settings is not None:
+        out["tokenizer"] = json.dumps(settings)
+    return out
+
+
+def _run_max_len(model: Any) -> int | None:
+    meta = getattr(model, "attnzoo_metadata", None)
+    task = meta.get("task_config") if isinstance(meta, Mapping) else None
+    value = task.get("max_len") if isinstance(task, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _output_names(convention, count: int, return_attention: bool) -> list[str] | None:
+    """``logits`` for a model that classifies, ``output`` otherwise, then ``attention``; None when the model
+    returns something else than one tensor (and its weights)."""
+    if count != 1 + bool(return_attention):
+        return None
+    first = "logits" if convention.name.endswith("_labels") or convention.name == "tokens_to_tokens" else "output"
+    return [first, "attention"][:count]
 
 
 def _convention_of(model: Any):
@@ -247,10 +293,15 @@ def export(
     from torch.nn.parameter import is_lazy
 
     model = model.eval()
+    notes: list[str] = []
+    convention = None
     if inputs is None:
         from .conventions import sample_inputs
 
         convention = _convention_of(model)
+        if seq is None and _fixed_axes(model) and _run_max_len(model) is not None:
+            seq = _run_max_len(model)
+            notes.append(f"the sequence axis is fixed at the run's max_len ({seq}): pad inputs to {seq} tokens")
         sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
         args, kwargs = sample.call_arguments(return_attention=return_attention)
         check = _check_sample(model, convention, sample).call_arguments(return_attention=return_attention)
@@ -260,7 +311,9 @@ def export(
     else:
         args, kwargs = inputs
         check, dynamic_shapes = (args, kwargs), None
-    _eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
+    traced_outputs = _eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
+    metadata = deployment_metadata(model)
+    output_names = None if convention is None else _output_names(convention, len(traced_outputs), return_attention)
     lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
     if lazy:
         raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
@@ -274,7 +327,7 @@ def export(
                 raise ExportError(
                     f"torch.export could not trace the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
                 ) from None
-            torch.export.save(program, tmp)
+            torch.export.save(program, tmp, extra_files=metadata)
             got = _run_pt2(Path(tmp), *check)
         else:
             try:
@@ -288,6 +341,8 @@ def export(
                     named = {}
                     if _var_positional(model) is not None:  # name the *inputs as the model names them
                         named["input_names"] = _input_names(model, len(args))
+                    if output_names is not None:
+                        named["output_names"] = output_names
                     program = torch.onnx.export(
                         model,
                         args,
@@ -303,6 +358,14 @@ def export(
                     f"{' '.join(str(e).split())[:400]}"
                 ) from None
             program.save(tmp)
+            if metadata:
+                import onnx
+
+                graph = onnx.load(tmp)
+                for key, value in metadata.items():
+                    entry = graph.metadata_props.add()
+                    entry.key, entry.value = key, value
+                onnx.save(graph, tmp)
             got = _run_onnx(Path(tmp), model, *check)
         worst = _diff(got, _eager(model, *check))
         if not worst <= tolerance:
@@ -322,4 +385,4 @@ def export(
     }
     shapes.update({k: list(v.shape) for k, v in check[1].items() if isinstance(v, torch.Tensor)})
     fixed = tuple({"keys": "seq", "queries": "queries"}[a] for a in _fixed_axes(model)) if dynamic else ()
-    return ExportResult(path, path.suffix[1:], worst, shapes, fixed)
+    return ExportResult(path, path.suffix[1:], worst, shapes, fixed, metadata, tuple(notes))
