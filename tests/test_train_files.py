@@ -324,3 +324,69 @@ def test_a_typo_in_a_data_section_and_a_train_section_with_only_epochs(tmp_path)
     recipe.write_text("model: bilstm_labelwise\ntag: mine\ndata: {train: t.csv}\ntrain: {epochs: 3}\n")
     loaded = load_recipe(recipe)
     assert loaded["train"] == {**TRAIN_DEFAULTS, "epochs": 3}  # the documented defaults fill the rest
+
+
+# -- files as users have them (issue 31) ----------------------------------------------------------------
+def test_csv_rows_end_only_at_newlines_and_a_long_field_reads_whole(tmp_path):
+    long_text = "word " * 40_000  # 200 KB in one field, past csv's 128 KiB default
+    (tmp_path / "t.csv").write_text(f'text,labels\na page\fbreak,x\nline\u2028separator,y\n"{long_text}",z\n')
+    rows = read_table(tmp_path / "t.csv", ["text", "labels"])
+    assert [r.values["text"] for r in rows] == ["a page\fbreak", "line\u2028separator", long_text]
+    assert [r.line for r in rows] == [2, 3, 4]
+    import csv as csv_module
+
+    assert csv_module.field_size_limit() == 131072  # csv's global limit is given back
+
+
+def test_jsonl_lines_may_hold_u2028_and_form_feeds(tmp_path):
+    (tmp_path / "t.jsonl").write_text(
+        json.dumps({"text": "a\u2028b", "labels": ["x"]}, ensure_ascii=False)
+        + "\r\n"
+        + json.dumps({"text": "c\fd", "labels": ["y"]}, ensure_ascii=False)
+        + "\n"
+    )
+    rows = read_table(tmp_path / "t.jsonl", ["text", "labels"])
+    assert [r.values["text"] for r in rows] == ["a\u2028b", "c\fd"] and [r.line for r in rows] == [1, 2]
+
+
+def test_a_duplicated_header_column_is_refused(tmp_path):
+    (tmp_path / "t.csv").write_text("text,labels,text\na,x,b\n")
+    with pytest.raises(DataError, match=r"t.csv, line 1: the header names the column 'text' twice"):
+        read_table(tmp_path / "t.csv", ["text", "labels"])
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"text": 12345, "labels": ["x"]}, r"line 1, column 'text': the text is a int \(12345\), not a string"),
+        ({"text": "ok", "labels": [1, "x"]}, r"line 1.*: a label is a int \(1\); labels are strings"),
+        ({"text": "ok", "labels": [None]}, r"line 1.*: a label is a NoneType"),
+        ({"text": "ok", "labels": {"a": 1}}, r"line 1.*: the labels are a dict"),
+        ({"text": "ok", "labels": 7}, r"line 1.*: the labels are a int \(7\)"),
+    ],
+)
+def test_texts_and_labels_that_are_not_strings_are_refused_not_stringified(tmp_path, record, message):
+    from attnzoo.train.tasks import build_task
+
+    (tmp_path / "train.jsonl").write_text(json.dumps(record) + "\n" + json.dumps({"text": "b", "labels": ["x"]}) + "\n")
+    with pytest.raises(DataError, match=message):
+        build_task({"name": "files", "train": str(tmp_path / "train.jsonl"), "vocab": {"min_freq": 1}}).load(None)
+
+
+def test_a_labels_file_of_100005_labels_is_read_in_one_pass(tmp_path):
+    import time
+
+    from attnzoo.train.tasks import build_task
+
+    (tmp_path / "labels.txt").write_text("\n".join(f"label{i}" for i in range(100_005)) + "\n")
+    (tmp_path / "train.csv").write_text("text,labels\na,label3\n")
+    task = build_task(
+        {"name": "files", "train": str(tmp_path / "train.csv"), "labels_file": str(tmp_path / "labels.txt")}
+    )
+    start = time.perf_counter()
+    names = task._label_names(None, [])
+    assert len(names) == 100_005 and names[3] == "label3"
+    assert time.perf_counter() - start < 30  # the quadratic check took hours; one pass takes milliseconds
+    (tmp_path / "labels.txt").write_text("a\nb\na\n")
+    with pytest.raises(DataError, match="labels listed twice: a"):
+        task._label_names(None, [])

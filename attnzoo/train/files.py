@@ -17,7 +17,9 @@ would bring a cache folder, network calls and a dependency tree for what is a lo
 from __future__ import annotations
 
 import csv
+import io
 import json
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,10 +96,29 @@ def _text_of(file: Path) -> str:
         ) from None
 
 
+# csv's own limit on a field is 128 KiB; one long document in a field is ordinary here
+_FIELD_LIMIT = 2**31 - 1
+
+
 def _read_delimited(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
     text = _text_of(file)
-    reader = csv.DictReader(text.splitlines(keepends=True), delimiter="\t" if file.suffix.lower() == ".tsv" else ",")
-    _missing(file, reader.fieldnames or [], columns, 1)
+    # a file object with newline="" lets csv find the rows itself: only \r and \n end one (str.splitlines
+    # would also split at a form feed or U+2028 inside an unquoted field)
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if file.suffix.lower() == ".tsv" else ",")
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, _FIELD_LIMIT))
+    try:
+        yield from _delimited_rows(file, reader, columns)
+    finally:
+        csv.field_size_limit(limit)  # the limit is csv's global state: give it back
+
+
+def _delimited_rows(file: Path, reader: csv.DictReader, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
+    names = reader.fieldnames or []
+    twice = sorted({n for n, count in Counter(names).items() if count > 1})
+    if twice:
+        raise DataError(f"{file}, line 1: the header names the column {twice[0]!r} twice; rename one")
+    _missing(file, names, columns, 1)
     for record in reader:
         if None in record:  # more fields than the header names
             raise DataError(
@@ -108,7 +129,9 @@ def _read_delimited(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, 
 
 
 def _read_jsonl(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
-    for number, line in enumerate(_text_of(file).splitlines(), start=1):
+    # lines end at \n only: JSON strings may hold U+2028 or a form feed, which str.splitlines splits at
+    for number, line in enumerate(_text_of(file).split("\n"), start=1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

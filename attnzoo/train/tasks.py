@@ -11,6 +11,7 @@ metadata, so a re-evaluation never depends on anything but the weights file and 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -442,7 +443,12 @@ class _FromFiles:
             described.append(f"{split} {path} ({len(table)} rows)")
             for row in table:
                 text = row.values[self.text_column]
-                if not isinstance(text, str) or not text.strip():
+                if text is not None and not isinstance(text, str):
+                    raise DataError(
+                        f"{row.where(self.text_column)}: the text is a {type(text).__name__} ({text!r:.40}), not a "
+                        f"string; write it as a JSON string"
+                    )
+                if not text or not text.strip():
                     raise DataError(f"{row.where(self.text_column)}: empty text; every row needs one")
                 rows.append((text, row.values[target_column], row))
                 self.split_of.append(split)
@@ -477,7 +483,8 @@ class _FromFiles:
             if not path.is_file():
                 raise DataError(f"labels_file not found: {path.resolve()}")
             names = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            twice = sorted({n for n in names if names.count(n) > 1})
+            counts = Counter(names)  # one pass: a labels_file may list 100,000 labels
+            twice = sorted(n for n, c in counts.items() if c > 1)
             if twice:
                 raise DataError(f"{path}: labels listed twice: {', '.join(twice[:5])}")
             return names
@@ -513,19 +520,33 @@ class _FromFiles:
         return "; ".join(parts)
 
 
-def _split_labels(value: Any, separator: str) -> list[str]:
+def _split_labels(value: Any, separator: str, row: Any = None) -> list[str]:
+    """A row's labels: a list of strings, or one string split by ``separator``. Anything else (numbers,
+    nulls, objects in the list) is refused rather than turned into a label by ``str()``."""
+    from .files import DataError
+
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
-        return [str(v).strip() for v in value if str(v).strip()]
-    return [part.strip() for part in str(value).split(separator) if part.strip()]
+        odd = [v for v in value if not isinstance(v, str)]
+        if odd:
+            where = row.where() if row is not None else "a row"
+            raise DataError(f"{where}: a label is a {type(odd[0]).__name__} ({odd[0]!r:.40}); labels are strings")
+        return [v.strip() for v in value if v.strip()]
+    if not isinstance(value, str):
+        where = row.where() if row is not None else "a row"
+        raise DataError(
+            f"{where}: the labels are a {type(value).__name__} ({value!r:.40}); give a list of strings or one "
+            f"string of labels separated by {separator!r}"
+        )
+    return [part.strip() for part in value.split(separator) if part.strip()]
 
 
 class FileMultiLabel(_FromFiles, _MultiLabelTask):
     def load(self, metadata):
         rows = self._read(metadata, self.config.get("labels", "labels"))
         separator = self.config.get("label_separator", "|")
-        parsed = [_split_labels(value, separator) for _, value, _ in rows]
+        parsed = [_split_labels(value, separator, row) for _, value, row in rows]
         self.label_names = self._label_names(metadata, list(zip(parsed, self.split_of, strict=True)))
         self.labels = self._index_labels(rows, parsed, self.label_names)
         self.texts = [text for text, _, _ in rows]
@@ -543,7 +564,11 @@ class FileSingleLabel(_FromFiles, _SingleLabelTask):
         rows = self._read(metadata, column)
         parsed = []
         for _, value, row in rows:
-            label = "" if value is None else str(value).strip()
+            if value is not None and not isinstance(value, str):
+                raise DataError(
+                    f"{row.where(column)}: the label is a {type(value).__name__} ({value!r:.40}); labels are strings"
+                )
+            label = "" if value is None else value.strip()
             if not label:
                 raise DataError(f"{row.where(column)}: empty label; a single-label task needs one per row")
             parsed.append([label])
