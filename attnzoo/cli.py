@@ -766,6 +766,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             raise UsageError(f"--attention wants an image file (.png, .pdf, .svg, .jpg), got {target.name}")
     name = args.name if not args.pretrained else f"{args.name.split('.')[0]}.{args.pretrained}"
     text = " ".join(args.text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that were not UTF-8 reach argv as lone surrogates
+        raise UsageError("the text is not valid UTF-8; pass it in UTF-8") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokensWarning)  # printed below, with the result
         result = predict(

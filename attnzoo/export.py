@@ -286,6 +286,8 @@ def export(
     path = Path(path)
     if path.suffix not in FORMATS:
         raise ConfigError(f"export writes .pt2 (torch.export) or .onnx files, got {path.name!r}")
+    if path.is_dir():  # even with overwrite: a folder is never replaced by a file
+        raise ExportError(f"{path} is a folder; give the file to write (e.g. {path / ('model' + path.suffix)})")
     if path.exists() and not overwrite:
         raise ExportError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
     if not path.parent.is_dir():

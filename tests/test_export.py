@@ -105,3 +105,12 @@ def test_a_layer_whose_sizes_came_from_its_first_call_exports_at_those_sizes(tmp
         model(*args, **kwargs)  # the lazy sizes are 8 from now on
     result = export(model, tmp_path / "m.pt2")
     assert all(shape[-1] == 8 for k, shape in result.checked_on.items() if k != "mask" and len(shape) == 3)
+
+
+def test_export_onto_a_folder_named_like_a_file_is_refused_even_with_overwrite(tmp_path):
+    folder = tmp_path / "model.pt2"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="model.pt2 is a folder; give the file to write"):
+        export(attnzoo.create("mha", embed_dim=8), folder, overwrite=True)
+    assert (folder / "keep.txt").read_text() == "mine"

@@ -110,6 +110,8 @@ def test_beams_in_a_batch_are_independent_and_narrow_beams_never_beat_the_optimu
         assert together[b, : alone.shape[1]].tolist() == alone[0].tolist()
     with pytest.raises(ValueError, match="beam_size"):
         model.generate(letters, beam_size=0)
+    with pytest.raises(ValueError, match="beam_size 1000000000 is above 1024"):  # not a 3 TB allocation
+        model.generate(letters, beam_size=10**9)
 
 
 def test_a_stacked_encoder_reads_each_word_as_if_alone():

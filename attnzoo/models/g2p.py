@@ -29,7 +29,11 @@ from ..layers.core import check_positive, check_probability, check_tokens, neutr
 from ..layers.scores import Seq2SeqAttention
 from .text import run_packed, token_mask
 
-__all__ = ["G2PSeq2Seq", "G2PEnsemble", "BOS", "EOS"]
+__all__ = ["G2PSeq2Seq", "G2PEnsemble", "BOS", "EOS", "MAX_BEAM"]
+
+# The widest beam decoding accepts: [words x beam x phonemes] scores per step, and a beam of 10^9 asked
+# for terabytes before failing. Beams of 4-10 are usual for G2P.
+MAX_BEAM = 1024
 
 BOS, EOS = 1, 2
 
@@ -72,6 +76,11 @@ class _Decoding(nn.Module):
         best cannot be beaten by a live prefix, or at ``max_len``; the best finished one is returned."""
         mask = token_mask(self.name, letters, None, self.num_letters, like=self._like())
         check_positive(self.name, "beam_size", beam_size, allow_none=False)
+        if beam_size > MAX_BEAM:
+            raise ValueError(
+                f"{self.name}: beam_size {beam_size} is above {MAX_BEAM}; every step scores beam_size times the "
+                f"phoneme vocabulary's continuations per word, so memory grows with it; use at most {MAX_BEAM}"
+            )
         check_positive(self.name, "max_len", max_len, allow_none=False)
         memory, state = self._start(letters, mask)
         if beam_size == 1:

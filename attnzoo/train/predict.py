@@ -332,8 +332,11 @@ def attention_figure(prediction: Prediction, title: str = ""):
     fig, ax = plt.subplots(figsize=(width, height))
     image = ax.imshow(weights, aspect="auto", cmap="viridis", vmin=0.0)
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="attention weight")
-    ax.set_xticks(range(len(prediction.tokens)), prediction.tokens, rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    # texts are shown as written: "$5 and $7" is not mathtext (parse_math=False on every text of the user's)
+    ax.set_xticks(
+        range(len(prediction.tokens)), prediction.tokens, rotation=60, ha="right", fontsize=8, parse_math=False
+    )
+    ax.set_yticks(range(len(rows)), rows, fontsize=8, parse_math=False)
     if prediction.output == "multilabel" and prediction.labels:
         above = sum(label.above_threshold for label in prediction.labels)
         if 0 < above < len(prediction.labels):
@@ -348,6 +351,8 @@ def attention_figure(prediction: Prediction, title: str = ""):
                 va="bottom",
             )
     default = "phoneme-to-letter alignment" if prediction.output == "g2p" else "attention over the text"
-    ax.set_title("\n".join(textwrap.wrap(title or default, width=max(30, int(width * 9)))), fontsize=9)
+    ax.set_title(
+        "\n".join(textwrap.wrap(title or default, width=max(30, int(width * 9)))), fontsize=9, parse_math=False
+    )
     fig.tight_layout()
     return fig
