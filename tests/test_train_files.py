@@ -381,7 +381,12 @@ def test_a_labels_file_of_100005_labels_is_read_in_one_pass(tmp_path):
     (tmp_path / "labels.txt").write_text("\n".join(f"label{i}" for i in range(100_005)) + "\n")
     (tmp_path / "train.csv").write_text("text,labels\na,label3\n")
     task = build_task(
-        {"name": "files", "train": str(tmp_path / "train.csv"), "labels_file": str(tmp_path / "labels.txt")}
+        {
+            "name": "files",
+            "train": str(tmp_path / "train.csv"),
+            "validation": str(tmp_path / "train.csv"),
+            "labels_file": str(tmp_path / "labels.txt"),
+        }
     )
     start = time.perf_counter()
     names = task._label_names(None, [])
@@ -390,3 +395,17 @@ def test_a_labels_file_of_100005_labels_is_read_in_one_pass(tmp_path):
     (tmp_path / "labels.txt").write_text("a\nb\na\n")
     with pytest.raises(DataError, match="labels listed twice: a"):
         task._label_names(None, [])
+
+
+def test_a_held_out_split_that_comes_out_empty_is_a_data_error_before_training(tmp_path):
+    (tmp_path / "train.csv").write_text("text,labels\na football match,sport\nfresh bread,food\n")
+    recipe = complete_recipe(
+        {
+            "model": "bilstm_labelwise",
+            "data": {"train": str(tmp_path / "train.csv")},
+            "train": {"epochs": 1, "batch_size": 2},
+        }
+    )
+    with pytest.raises(DataError, match=r"train.csv: holding out validation_fraction 0.1 of its 2 rows leaves the"):
+        train(recipe, output=tmp_path / "run", baseline=False, quiet=True)
+    assert not (tmp_path / "run").exists()

@@ -470,6 +470,15 @@ class _FromFiles:
                 f"validation: {len(splits['val'])} of the {len(train)} training rows (seeded, "
                 f"validation_fraction {fraction})"
             )
+            if train and not (splits["train"] and splits["val"]):
+                from .files import DataError
+
+                empty = "validation" if not splits["val"] else "training"
+                raise DataError(
+                    f"{self.config.get('train')}: holding out validation_fraction {fraction} of its {len(train)} "
+                    f"rows leaves the {empty} split empty ({len(splits['train'])} train, {len(splits['val'])} "
+                    f"validation); give a validation file, more rows, or another validation_fraction"
+                )
         return splits
 
     def _label_names(self, metadata, found: list[tuple[list[str], Any]]) -> list[str]:
