@@ -200,3 +200,24 @@ def test_an_ensemble_names_itself_in_input_errors():
         ensemble.generate(torch.tensor([[3, 40]]))  # a letter id outside the vocabulary of 9
     with pytest.raises(ValueError, match="members"):
         attnzoo.create("g2p_ensemble", num_letters=9, num_phonemes=12, members=0)
+
+
+def test_an_ensemble_output_name_is_checked_before_any_work_and_nan_members_are_refused(tmp_path):
+    import time
+
+    from attnzoo.errors import ConfigError
+    from attnzoo.train.ensemble import join_weights
+
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"joined.pt: an ensemble is written as a .safetensors file"):
+        join_weights(["no-such-member", "another"], tmp_path / "joined.pt", verbose=False)
+    assert time.perf_counter() - start < 5 and not (tmp_path / "joined.pt").exists()
+    with pytest.raises(ConfigError, match="the folder .*missing does not exist"):
+        join_weights(["a", "b"], tmp_path / "missing" / "joined.safetensors", verbose=False)
+    model = attnzoo.create("g2p_seq2seq", pretrained=True)
+    with torch.no_grad():
+        next(model.parameters())[0, 0] = float("nan")
+    attnzoo.save(model, tmp_path / "broken")
+    with pytest.raises(ConfigError, match=r"member broken has NaN or infinite weights"):
+        join_weights(["g2p_seq2seq", str(tmp_path / "broken")], tmp_path / "j.safetensors", verbose=False)
+    assert not (tmp_path / "j.safetensors").exists()

@@ -132,6 +132,11 @@ def join_weights(
     output = Path(output)
     if output.exists():
         raise ConfigError(f"{output} exists; name a new file (an ensemble never replaces one)")
+    # checked before any member is loaded or scored: the file is written only at the end
+    if output.suffix != ".safetensors":
+        raise ConfigError(f"{output.name}: an ensemble is written as a .safetensors file; name it NAME.safetensors")
+    if not output.parent.is_dir():
+        raise ConfigError(f"cannot write {output}: the folder {output.parent} does not exist")
     started = time.perf_counter()
     loaded = [(str(source), *member) for source in sources for member in _members(source)]
     sources_, members, metas, configs, described = (list(column) for column in zip(*loaded, strict=True))
@@ -144,6 +149,12 @@ def join_weights(
         )
     # twice by provenance (the file's recorded digests must differ) or by weights, compared in float16 as the
     # file stores them: a run folder's float32 weights and the card file beside it are one member
+    for source, member, where in zip(sources_, members, described, strict=True):
+        broken = next((name for name, t in member.state_dict().items() if not torch.isfinite(t).all()), None)
+        if broken is not None:
+            raise ConfigError(
+                f"{source}: member {where['source']} has NaN or infinite weights ({broken}); leave it out"
+            )
     stored = [float16_state(member) for member in members]
     for n, (source, meta, config, where) in enumerate(zip(sources_, metas, configs, described, strict=True)):
         if any(where["sha256"] == earlier["sha256"] for earlier in described[:n]):
