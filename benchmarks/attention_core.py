@@ -63,21 +63,26 @@ def _window_layer(form: str) -> Attention:
     return layer
 
 
+def _step(layer, x: torch.Tensor, mask: torch.Tensor | None, backward: bool):
+    """A zero-argument call of ``layer(x, mask)``: under no_grad, or forward and backward."""
+
+    def step():
+        if not backward:
+            with torch.no_grad():
+                return layer(x, mask)
+        x.grad = None
+        layer.zero_grad(set_to_none=True)
+        layer(x, mask).sum().backward()
+
+    return step
+
+
 def window_step(form: str, seq: int, backward: bool):
     layer = _window_layer(form)
     x = torch.randn(1, seq, EMBED, requires_grad=backward)
     keep = torch.ones(1, seq, dtype=torch.bool)
     keep[0, -seq // 8 :] = False
-
-    def step():
-        if not backward:
-            with torch.no_grad():
-                return layer(x, keep)
-        x.grad = None
-        layer.zero_grad(set_to_none=True)
-        layer(x, keep).sum().backward()
-
-    return step
+    return _step(layer, x, keep, backward)
 
 
 def _old_module(name: str):
@@ -110,12 +115,7 @@ def relpos_step(which: str, seq: int):
     x = torch.randn(1, seq, EMBED)
     keep = torch.ones(1, seq, dtype=torch.bool)
     keep[0, -seq // 8 :] = False
-
-    def step():
-        with torch.no_grad():
-            return layer(x, keep)
-
-    return step
+    return _step(layer, x, keep, False)
 
 
 def causal_step(which: str, seq: int):
@@ -128,13 +128,7 @@ def causal_step(which: str, seq: int):
         layer = LinearSelfAttention(EMBED, num_heads=HEADS, causal=True)
     else:
         layer = Attention(EMBED, num_heads=HEADS, causal=True)
-    x = torch.randn(1, seq, EMBED)
-
-    def step():
-        with torch.no_grad():
-            return layer(x)
-
-    return step
+    return _step(layer, torch.randn(1, seq, EMBED), None, False)
 
 
 # -- measurements ---------------------------------------------------------------------------------------
@@ -258,20 +252,9 @@ def measure_against_baseline(rounds: int) -> list[dict]:
             keep = torch.ones(8, 512, dtype=torch.bool)
             keep[1::2, 384:] = False
 
-            def step_of(layer, x=x, keep=keep, backward=backward):
-                def step():
-                    if not backward:
-                        with torch.no_grad():
-                            return layer(x, keep)
-                    x.grad = None
-                    layer.zero_grad(set_to_none=True)
-                    layer(x, keep).sum().backward()
-
-                return step
-
-            times = time_rounds(
-                {"old": step_of(old), "new": step_of(new), "old_again": step_of(old)}, rounds=rounds, min_run_time=0.3
-            )
+            steps = {"old": _step(old, x, keep, backward), "new": _step(new, x, keep, backward)}
+            steps["old_again"] = _step(old, x, keep, backward)
+            times = time_rounds(steps, rounds=rounds, min_run_time=0.3)
             row = {
                 "class": cls,
                 "backward": backward,
