@@ -124,3 +124,45 @@ def test_predict_on_the_command_line_refuses_text_that_is_not_utf8():
     proc = run_cli("predict", "bilstm_labelwise", "a dog \udcff")  # the byte 0xff, as argv carries it
     assert proc.returncode == 2 and "the text is not valid UTF-8" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.filterwarnings("ignore::attnzoo.train.predict.UnknownTokensWarning")
+@pytest.mark.parametrize("name", [LABELWISE, "bilstm_attn_pool.wordnet_lex"])
+def test_many_texts_are_batched_and_each_equals_its_own_unpadded_forward(name):
+    """150 texts of 1..40 words go through in padded batches; every text's probabilities and attention must
+    equal a forward of that text alone, unpadded (what predict did one text at a time)."""
+    model = attnzoo.create(name, pretrained=True).eval()
+    meta = model.attnzoo_metadata
+    vocab = Vocabulary.from_json(meta["vocab"])
+    words = ["the", "dog", "ran", "across", "a", "green", "field", "under", "an", "oak", "while", "cats"] * 2
+    texts = [" ".join(words[(i * 7) % len(words) :] + words)[: 1 + (i * 13) % 200] for i in range(150)]
+    texts = [t if t.strip() else "dog" for t in texts]
+    calls = []
+    hook = model.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
+    try:
+        got = attnzoo.predict(model, texts, top=None, return_attention=True)
+    finally:
+        hook.remove()
+    assert len(calls) <= 3, f"{len(calls)} forwards for 150 texts: predict is not batching"
+    squash = torch.sigmoid if meta["output"] == "multilabel" else (lambda z: torch.softmax(z, -1))
+    for text, prediction in zip(texts, got, strict=True):
+        ids = torch.tensor([vocab.encode(tokenize(text)[:64])])
+        with torch.no_grad():
+            logits, attention = model(ids, return_attention=True)
+        probs = squash(logits[0])
+        for label in prediction.labels:
+            assert label.probability == pytest.approx(float(probs[meta["labels"].index(label.id)]), abs=1e-5)
+        order = [meta["labels"].index(label.id) for label in prediction.labels]
+        expected = attention[0, order] if meta["output"] == "multilabel" else attention[0:1]
+        torch.testing.assert_close(prediction.attention, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_a_text_without_words_is_refused_before_any_forward(model):
+    calls = []
+    hook = model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(ConfigError, match="no words"):
+            attnzoo.predict(model, [CAT] * 100 + ["  ...  "[:2]])
+    finally:
+        hook.remove()
+    assert not calls

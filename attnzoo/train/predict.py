@@ -24,7 +24,7 @@ from typing import Any, overload
 import torch
 
 from ..errors import ConfigError
-from .vocab import Vocabulary, tokenize
+from .vocab import Vocabulary, pad_batch, tokenize
 
 __all__ = [
     "Label",
@@ -37,6 +37,7 @@ __all__ = [
     "label_info",
 ]
 
+PREDICT_BATCH = 64  # texts per forward in predict (sorted by length, so little padding)
 UNKNOWN_SHARE = 0.5  # warn when more than this share of a text's tokens is outside the vocabulary
 
 
@@ -190,20 +191,23 @@ def predict(
     if not all(isinstance(t, str) for t in batch):
         raise ConfigError("predict takes a string or a list of strings")
     model, meta = _resolve(model_or_name)
-    results = []
-    for text in batch:  # a loop, not a comprehension, so that warnings point at the caller's line
-        results.append(
-            predict_one(
-                model,
-                meta,
-                text,
-                top=top,
-                threshold=threshold,
-                return_attention=return_attention,
-                beam_size=beam_size,
-                _stack=4,
+    if meta["output"] != "g2p":
+        results = _classify(model, meta, batch, top=top, threshold=threshold, return_attention=return_attention)
+    else:
+        results = []
+        for text in batch:  # a loop, not a comprehension, so that warnings point at the caller's line
+            results.append(
+                predict_one(
+                    model,
+                    meta,
+                    text,
+                    top=top,
+                    threshold=threshold,
+                    return_attention=return_attention,
+                    beam_size=beam_size,
+                    _stack=4,
+                )
             )
-        )
     return results[0] if single else results
 
 
@@ -219,46 +223,106 @@ def predict_one(
     _stack: int = 3,
 ) -> Prediction:
     """One text through a resolved model and its metadata (see :func:`predict`)."""
+    if meta["output"] == "g2p":
+        vocab = Vocabulary.from_json(meta["vocab"])
+        max_len = int(meta.get("task_config", {}).get("max_len", 64))
+        device = next(model.parameters()).device
+        return _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention, device, _stack + 1)
+    return _classify(
+        model, meta, [text], top=top, threshold=threshold, return_attention=return_attention, stack=_stack + 1
+    )[0]
+
+
+def _classify(
+    model,
+    meta: dict[str, Any],
+    texts: list[str],
+    *,
+    top: int | None,
+    threshold: float | None,
+    return_attention: bool,
+    stack: int = 4,
+) -> list[Prediction]:
+    """Texts through a text classifier in batches of ``PREDICT_BATCH``, each batch of similar lengths.
+
+    The vocabulary and label table are read once; every text is checked (and warned about) before the
+    first forward. Rows are right-padded with 0 and masked (``mask = ids != 0``, the text models' own
+    default), so a text's result does not depend on the batch it lands in.
+    """
     vocab = Vocabulary.from_json(meta["vocab"])
     max_len = int(meta.get("task_config", {}).get("max_len", 64))
     device = next(model.parameters()).device
-    if meta["output"] == "g2p":
-        return _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention, device, _stack + 1)
-    words = tokenize(text)[:max_len]
-    if not words:
-        raise ConfigError(f"the text {text!r} has no words to classify")
-    ids = vocab.encode(words)
-    unknown = sum(i == vocab.unk for i in ids)
-    notes = _unknown_warning(text, unknown, len(words), _stack)
-    with torch.no_grad():
-        logits, attention = model(torch.tensor([ids], device=device), return_attention=True)
+    words, ids, notes = [], [], []
+    for text in texts:  # a loop, so that warnings point at the caller's line
+        read = tokenize(text)[:max_len]
+        if not read:
+            raise ConfigError(f"the text {text!r} has no words to classify")
+        encoded = vocab.encode(read)
+        words.append(read)
+        ids.append(encoded)
+        notes.append(_unknown_warning(text, sum(i == vocab.unk for i in encoded), len(read), stack))
     info = label_info(meta)
-    if meta["output"] == "multilabel":
-        probs = torch.sigmoid(logits[0].float()).cpu()
-        cut = float(meta.get("threshold", 0.5)) if threshold is None else float(threshold)
-        order = probs.argsort(descending=True).tolist()[:top]
-        flags = [bool(probs[i] >= cut) for i in order]
-        rows = attention[0, order] if return_attention else None  # one distribution per label
-    else:
-        probs = torch.softmax(logits[0].float(), -1).cpu()
-        cut = None
-        order = probs.argsort(descending=True).tolist()[:top]
-        flags = [n == 0 for n in range(len(order))]
-        rows = attention[0:1] if return_attention else None  # one pooling distribution
+    multilabel = meta["output"] == "multilabel"
+    cut = (float(meta.get("threshold", 0.5)) if threshold is None else float(threshold)) if multilabel else None
+    results: list[Prediction | None] = [None] * len(texts)
+    by_length = sorted(range(len(texts)), key=lambda i: len(ids[i]))
+    with torch.no_grad():
+        for start in range(0, len(by_length), PREDICT_BATCH):
+            chunk = by_length[start : start + PREDICT_BATCH]
+            tokens = pad_batch([ids[i] for i in chunk]).to(device)
+            out = model(tokens, tokens != 0, return_attention=return_attention)
+            logits, attention = out if return_attention else (out, None)
+            probs = (torch.sigmoid(logits.float()) if multilabel else torch.softmax(logits.float(), -1)).cpu()
+            for row, i in enumerate(chunk):
+                results[i] = _ranked(
+                    texts[i],
+                    meta["output"],
+                    [vocab.tokens[t] if t != vocab.unk else w for t, w in zip(ids[i], words[i], strict=True)],
+                    sum(t == vocab.unk for t in ids[i]),
+                    probs[row],
+                    None if attention is None else attention[row, ..., : len(ids[i])],
+                    info,
+                    top,
+                    cut,
+                    notes[i],
+                )
+    return [r for r in results if r is not None]
+
+
+def _ranked(
+    text: str,
+    output: str,
+    tokens: list[str],
+    unknown: int,
+    probs: torch.Tensor,
+    attention: torch.Tensor | None,
+    info: list[dict[str, str]],
+    top: int | None,
+    cut: float | None,
+    notes: list[str],
+) -> Prediction:
+    """One text's :class:`Prediction` from its probabilities [L] and attention ([L, T] per label for a
+    multi-label model, [T] for a pooling one)."""
+    order = probs.argsort(descending=True).tolist()[:top]
+    # multi-label: each label against the threshold; single-label: the argmax only
+    flags = [bool(probs[k] >= cut) for k in order] if cut is not None else [n == 0 for n in range(len(order))]
     labels = [
-        Label(info[i]["id"], info[i]["name"], float(probs[i]), flag, info[i]["description"])
-        for i, flag in zip(order, flags, strict=True)
+        Label(info[k]["id"], info[k]["name"], float(probs[k]), flag, info[k]["description"])
+        for k, flag in zip(order, flags, strict=True)
     ]
-    row_names = [label.name for label in labels] if meta["output"] == "multilabel" else ["attention"]
+    rows, names = None, []
+    if attention is not None:  # one distribution per label shown, or the one pooling distribution
+        rows = attention[order] if output == "multilabel" else attention.unsqueeze(0)
+        names = [label.name for label in labels] if output == "multilabel" else ["attention"]
     return Prediction(
         text,
-        meta["output"],
-        [vocab.tokens[i] if i != vocab.unk else w for i, w in zip(ids, words, strict=True)],
+        output,
+        tokens,
         unknown,
         labels,
         cut,
         attention=None if rows is None else rows.float().cpu(),
-        rows=row_names if return_attention else [],
+        rows=names,
         warnings=notes,
     )
 
