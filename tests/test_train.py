@@ -149,6 +149,15 @@ def _weights(report):
     return read_weights(report["weights"], sha256=report["sha256"])[0]
 
 
+def _checkpoint_tensors(run, name):
+    """A file of the run's last complete checkpoint, read by the digest its record gives."""
+    from attnzoo.weights import read_weights
+
+    record = json.loads((run / "checkpoint" / "trainer.json").read_text())
+    path = run / "checkpoint" / record["folder"] / f"{name}.safetensors"
+    return read_weights(path, sha256=record["files"][name])[0]
+
+
 def test_resume_continues_exactly(tmp_path):
     need_wordnet()
     straight = _train(["--output", str(tmp_path / "a")])
@@ -187,16 +196,15 @@ def test_average_last_keeps_the_mean_of_the_last_epochs_across_a_resume(tmp_path
     from the per-epoch checkpoints (one epoch per process, resumed), and the shipped weights are that
     mean when it validates at least as well as the best epoch, else the best epoch."""
     need_wordnet()
-    from attnzoo.weights import read_weights
 
     out = tmp_path / "run"
     per_epoch = []
     report = _train(["--output", str(out), "--stop-after", "1", "train.average_last=2"])
     assert report["stopped_after"] == 1
-    per_epoch.append(read_weights(out / "checkpoint" / "model.safetensors", sha256=None)[0])
+    per_epoch.append(_checkpoint_tensors(out, "model"))
     report = _train(["--output", str(out), "--resume", "train.average_last=2"])  # the same recipe again
-    per_epoch.append(read_weights(out / "checkpoint" / "model.safetensors", sha256=None)[0])
-    average = read_weights(out / "checkpoint" / "average.safetensors", sha256=None)[0]
+    per_epoch.append(_checkpoint_tensors(out, "model"))
+    average = _checkpoint_tensors(out, "average")
     for key, value in average.items():
         torch.testing.assert_close(value, (per_epoch[0][key] + per_epoch[1][key]) / 2, rtol=1e-6, atol=1e-7)
     assert report["average"]["epochs"] == [1, 2]

@@ -36,6 +36,7 @@ import torch
 from ..errors import ConfigError
 from ..weights import encode_metadata, write_weights
 from ..weights import save as save_model
+from .checkpoint import load_checkpoint, read_record, save_checkpoint
 from .tasks import build_task
 
 __all__ = ["train", "load_recipe", "builtin_recipes", "complete_recipe", "evaluate_file", "evaluate_pretrained"]
@@ -176,48 +177,13 @@ def _barrier(world: int) -> None:
         torch.distributed.barrier()
 
 
-# -- checkpoints -------------------------------------------------------------------------------------------
-def _save_checkpoint(
-    folder: Path, model, optimizer, state: dict[str, Any], average: dict[str, torch.Tensor] | None = None
-) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    write_weights(model.state_dict(), folder / "model.safetensors", overwrite=True, sidecar=True)
-    if average is not None:
-        write_weights(average, folder / "average.safetensors", overwrite=True, sidecar=True)
-    opt = optimizer.state_dict()
-    tensors = {"rng": torch.get_rng_state()}
-    scalars: dict[str, Any] = {"param_groups": opt["param_groups"], "state": {}}
-    for index, entry in opt["state"].items():
-        for key, value in entry.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"state.{index}.{key}"] = value
-            else:
-                scalars["state"].setdefault(str(index), {})[key] = value
-    write_weights(tensors, folder / "optimizer.safetensors", overwrite=True, sidecar=True)
-    (folder / "trainer.json").write_text(json.dumps({**state, "optimizer": scalars}, indent=1))
-
-
-def _load_checkpoint(folder: Path, model, optimizer) -> tuple[dict[str, Any], dict[str, torch.Tensor] | None]:
-    """The trainer's state (model and optimizer restored in place) and the running weight average, if any."""
-    from ..weights import read_weights
-
-    model_state, _ = read_weights(folder / "model.safetensors", sha256=None)
-    model.load_state_dict(model_state)
-    tensors, _ = read_weights(folder / "optimizer.safetensors", sha256=None)
-    saved = json.loads((folder / "trainer.json").read_text())
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        if key.startswith("state."):
-            _, index, name = key.split(".", 2)
-            state.setdefault(int(index), {})[name] = value
-    for index, entry in saved["optimizer"]["state"].items():
-        state.setdefault(int(index), {}).update(entry)
-    optimizer.load_state_dict({"state": state, "param_groups": saved["optimizer"]["param_groups"]})
-    torch.set_rng_state(tensors["rng"])
-    average = None
-    if (folder / "average.safetensors").is_file():
-        average = read_weights(folder / "average.safetensors", sha256=None)[0]
-    return saved, average
+def _restore_schedule(scheduler, step: int) -> None:
+    """Put a LambdaLR at ``step`` optimizer steps, as if it had stepped that often (no warning about
+    stepping before the optimizer: the optimizer's own state is restored separately)."""
+    scheduler.last_epoch = step
+    groups = scheduler.optimizer.param_groups
+    for group, base, factor in zip(groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+        group["lr"] = base * factor(step)
 
 
 def _running_mean(
@@ -464,8 +430,8 @@ def train(
         epochs = _epochs_within(settings["time_budget_min"], task, model, optimizer, batch_size, epochs, device)
         if rank == 0 and not quiet:
             print(f"{epochs} epochs fit in the time budget of {settings['time_budget_min']} min", flush=True)
-    elif resume and (output / "checkpoint" / "trainer.json").is_file():
-        epochs = int(json.loads((output / "checkpoint" / "trainer.json").read_text()).get("epochs", epochs))
+    elif resume and (output / "checkpoint").is_dir():
+        epochs = read_record(output / "checkpoint")[0]["epochs"]
     steps_per_epoch = max(1, len(task.splits["train"]) // batch_size)
     warmup = settings.get("warmup_steps") or 0
 
@@ -488,13 +454,18 @@ def train(
     checkpoint = output / "checkpoint"
     best_path = output / "best.safetensors"
     average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
+    data = task.describe_data()
     if resume:
-        if not (checkpoint / "trainer.json").is_file():
+        if not checkpoint.is_dir():
             raise ConfigError(f"--resume: no checkpoint in {checkpoint}")
-        state, average = _load_checkpoint(checkpoint, model, optimizer)
-        scheduler.last_epoch = state["epoch"] * steps_per_epoch - 1
-        scheduler.step()
+        state, saved = load_checkpoint(checkpoint, model, optimizer, data=data)
+        average = saved.get("average")
+        if "best" in saved:  # the best weights as of the checkpoint, whatever a killed run left in best_path
+            write_weights(saved["best"], best_path, overwrite=True, sidecar=True)
+        # the scheduler's own step count (an epoch's batches are ceil(n / batch), not steps_per_epoch)
+        _restore_schedule(scheduler, int(state.get("step", state["epoch"] * steps_per_epoch)))
         started -= state["elapsed"]
+    state["data"] = data
     last = epochs if stop_after is None else min(epochs, state["epoch"] + stop_after)
     patience = settings.get("patience")  # early stopping: epochs without a better validation score
     for epoch in range(state["epoch"], last):
@@ -524,12 +495,15 @@ def train(
             scores = task.validate(model, task.splits["val"])
             main = scores[task.main_metric]
             state["history"].append({"epoch": epoch + 1, "train_loss": total / max(count, 1), **scores})
-            if state["best"] is None or main > state["best"]:
+            improved = state["best"] is None or main > state["best"]
+            if improved:
                 state["best"], state["best_epoch"] = main, epoch + 1
-                write_weights(model.state_dict(), best_path, overwrite=True, sidecar=True)
-            state["epoch"] = epoch + 1
+            state["epoch"], state["step"] = epoch + 1, scheduler.last_epoch
             state["elapsed"] = time.perf_counter() - started
-            _save_checkpoint(checkpoint, model, optimizer, state, average)
+            best = model.state_dict() if improved else None
+            save_checkpoint(checkpoint, model, optimizer, state, best=best, average=average)
+            if best is not None:  # after the checkpoint: a resume restores best_path from it
+                write_weights(best, best_path, overwrite=True, sidecar=True)
             if verbose:
                 print(
                     f"epoch {epoch + 1}/{epochs}: train loss {total / max(count, 1):.4f}, val "
