@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from .errors import ConfigError
+from .plugins import child_environment
 
 __all__ = [
     "Case",
@@ -251,7 +252,11 @@ def peak_memory(case: Case, threads: int | None = None) -> float | None:
         return None
     payload = json.dumps({**asdict(case), "config": dict(case.config)})
     proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, payload, str(threads or 0)], capture_output=True, text=True, timeout=1800
+        [sys.executable, "-c", _PROBE, payload, str(threads or 0)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=child_environment(),
     )
     if proc.returncode != 0:
         raise ConfigError(f"{case.name}: measuring memory failed: {proc.stderr.strip().splitlines()[-1][:300]}")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AttnzooError, ConfigError
+from .record import RunRecord
 
 __all__ = ["export", "ExportResult", "ExportError", "FORMATS", "deployment_metadata"]
 
@@ -68,28 +69,24 @@ def deployment_metadata(model: Any) -> dict[str, str]:
     info = getattr(model, "attnzoo_config", None)
     if isinstance(info, Mapping) and "name" in info:
         out["attnzoo.name"] = str(info["name"])
-    meta = getattr(model, "attnzoo_metadata", None)
-    if not isinstance(meta, Mapping):
-        return out
-    if meta.get("labels"):
-        out["labels"] = json.dumps(list(meta["labels"]))
-    if meta.get("output"):
-        out["output"] = str(meta["output"])
-    if meta.get("output") == "multilabel" and meta.get("threshold") is not None:
-        out["threshold"] = repr(float(meta["threshold"]))
+    record = RunRecord.of(model)
+    if record.labels:
+        out["labels"] = json.dumps(list(record.labels))
+    if record.output:
+        out["output"] = record.output
+    if record.output == "multilabel" and record.threshold is not None:
+        out["threshold"] = repr(float(record.threshold))
     from .train.tokenizer import tokenizer_settings
 
-    settings = tokenizer_settings(dict(meta))
+    settings = tokenizer_settings(record)
     if settings is not None:
         out["tokenizer"] = json.dumps(settings)
     return out
 
 
 def _run_max_len(model: Any) -> int | None:
-    meta = getattr(model, "attnzoo_metadata", None)
-    task = meta.get("task_config") if isinstance(meta, Mapping) else None
-    value = task.get("max_len") if isinstance(task, Mapping) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    record = RunRecord.of(model)
+    return record.max_len if "max_len" in record.task_config else None
 
 
 def _output_names(convention, count: int, return_attention: bool) -> list[str] | None:
@@ -204,6 +201,37 @@ def _float_dtype(sample):
     return next((t.dtype for t in sample.tensors.values() if t.is_floating_point()), torch.get_default_dtype())
 
 
+def _tensors_positional(model: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The tensor keywords that follow ``args`` in ``forward``'s positional parameters, moved into ``args``:
+    a ``.pt2`` program takes each input in the one form it was traced with, and ``program(x, mask)`` is
+    how a layer is called (flags such as ``return_attention`` and keyword-only inputs stay keywords)."""
+    import torch
+
+    try:
+        parameters = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return args, kwargs
+    args, kwargs = tuple(args), dict(kwargs)
+    for parameter in parameters[len(args) :]:
+        if parameter.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            break
+        if not isinstance(kwargs.get(parameter.name), torch.Tensor):
+            break
+        args += (kwargs.pop(parameter.name),)
+    return args, kwargs
+
+
+def _write(tmp: str, path: Path, write) -> None:
+    """Run ``write`` (into the temporary file beside ``path``); a failed write is an ExportError."""
+    try:
+        write()
+    except OSError as e:
+        raise ExportError(
+            f"cannot write {path}: {e.strerror or e} (is the disk full?); nothing was written, any file already "
+            f"at {path.name} is unchanged"
+        ) from None
+
+
 def _eager(model: Any, args: tuple, kwargs: dict) -> list:
     import torch
 
@@ -307,6 +335,9 @@ def export(
         sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
         args, kwargs = sample.call_arguments(return_attention=return_attention)
         check = _check_sample(model, convention, sample).call_arguments(return_attention=return_attention)
+        if path.suffix == ".pt2":
+            args, kwargs = _tensors_positional(model, args, kwargs)
+            check = _tensors_positional(model, *check)
         dynamic_shapes = _dynamic_shapes(model, convention, sample, dynamic)
         if dynamic_shapes is not None and return_attention and "return_attention" in kwargs:
             dynamic_shapes["return_attention"] = None
@@ -329,7 +360,10 @@ def export(
                 raise ExportError(
                     f"torch.export could not trace the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
                 ) from None
-            torch.export.save(program, tmp, extra_files=metadata)
+            # saved into memory first: torch's zip writer aborts the process when a write fails (a full disk)
+            buffer = io.BytesIO()
+            torch.export.save(program, buffer, extra_files=metadata)
+            _write(tmp, path, lambda: Path(tmp).write_bytes(buffer.getvalue()))
             got = _run_pt2(Path(tmp), *check)
         else:
             try:
@@ -359,7 +393,7 @@ def export(
                     f"the ONNX exporter could not convert the model: {type(e).__name__}: "
                     f"{' '.join(str(e).split())[:400]}"
                 ) from None
-            program.save(tmp)
+            _write(tmp, path, lambda: program.save(tmp))
             if metadata:
                 import onnx
 
@@ -367,7 +401,7 @@ def export(
                 for key, value in metadata.items():
                     entry = graph.metadata_props.add()
                     entry.key, entry.value = key, value
-                onnx.save(graph, tmp)
+                _write(tmp, path, lambda: onnx.save(graph, tmp))
             got = _run_onnx(Path(tmp), model, *check)
         worst = _diff(got, _eager(model, *check))
         if not worst <= tolerance:

@@ -33,3 +33,10 @@ def attnzoo_register_conventions(register: Any) -> None:
 def attnzoo_register_keras_layers(register: Any) -> None:
     """Add converters of custom Keras layers: ``register(keras_name, convert)``, where ``convert(config,
     weights)`` returns a module made by ``attnzoo.create`` (see ``attnzoo.keras.convert``)."""
+
+
+@hookspec
+def attnzoo_register_commands(register: Any) -> None:
+    """Add verbs to the ``attnzoo`` command: ``register(name, run, *, help="", arguments=None)``, where
+    ``arguments(parser)`` adds the verb's arguments to its ``argparse`` parser and ``run(args)`` runs it and
+    returns the exit status (the built-in verbs register the same way; their names are reserved)."""

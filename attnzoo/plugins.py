@@ -18,10 +18,13 @@ those (entry-point or distribution names); ``ATTNZOO_BLOCK_PLUGINS=x`` skips x;
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import importlib
 import os
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,7 +35,15 @@ from .errors import PluginError
 from .hookspecs import hookimpl
 from .spec import BUILTIN_PROVIDER
 
-__all__ = ["PluginInfo", "PluginHost", "current_state", "strict", "ENTRY_POINT_GROUP"]
+__all__ = [
+    "PluginInfo",
+    "PluginHost",
+    "current_state",
+    "autoload_disabled",
+    "child_environment",
+    "strict",
+    "ENTRY_POINT_GROUP",
+]
 
 ENV_DISABLE = "ATTNZOO_DISABLE_PLUGIN_AUTOLOAD"
 ENV_ALLOW = "ATTNZOO_PLUGINS"
@@ -70,9 +81,32 @@ def _name_set(name: str) -> frozenset[str]:
 State = tuple[bool, frozenset[str], frozenset[str], bool]
 
 
+_autoload_off: contextvars.ContextVar[bool] = contextvars.ContextVar("attnzoo_autoload_off", default=False)
+
+
+@contextlib.contextmanager
+def autoload_disabled() -> Iterator[None]:
+    """Within the block no third-party plugin is loaded (as with ATTNZOO_DISABLE_PLUGIN_AUTOLOAD=1),
+    without touching the environment: ``attnzoo --no-plugins`` runs its command inside it."""
+    token = _autoload_off.set(True)
+    try:
+        yield
+    finally:
+        _autoload_off.reset(token)
+
+
+def child_environment() -> dict[str, str] | None:
+    """The environment for a child process that must see the switches this one runs under (the
+    :func:`autoload_disabled` block included), or None when the inherited one says it all."""
+    if _autoload_off.get() and not _flag(ENV_DISABLE):
+        return {**os.environ, ENV_DISABLE: "1"}
+    return None
+
+
 def current_state() -> State:
     """The switches as they are now; the registry refills itself when they change."""
-    return (_flag(ENV_DISABLE), _name_set(ENV_ALLOW), _name_set(ENV_BLOCK), _flag(ENV_STRICT))
+    disabled = _flag(ENV_DISABLE) or _autoload_off.get()
+    return (disabled, _name_set(ENV_ALLOW), _name_set(ENV_BLOCK), _flag(ENV_STRICT))
 
 
 def strict() -> bool:
@@ -92,6 +126,11 @@ class BuiltinPlugin:
         from .keras.converters import register_builtin_keras_layers  # torch comes with it: at conversion only
 
         register_builtin_keras_layers(register)
+
+    @hookimpl
+    def attnzoo_register_commands(self, register: Callable[..., Any]) -> None:
+        # by name, as the cards' factories are: the core imports no module of the command line
+        importlib.import_module("attnzoo.cli.app").register_builtin_commands(register)
 
     @hookimpl(trylast=True)
     def attnzoo_resolve_device(self, device: Any) -> Any:

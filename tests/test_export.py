@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -45,8 +47,31 @@ def test_the_mask_is_an_input_of_the_exported_graph(tmp_path):
     mask = torch.ones(2, 9, dtype=torch.bool)
     mask[1, 3:] = False
     with torch.no_grad():
-        torch.testing.assert_close(program(x, mask=mask), layer(x, mask=mask), atol=1e-6, rtol=1e-5)
-        assert not torch.allclose(program(x, mask=mask), program(x, mask=torch.ones_like(mask)))
+        torch.testing.assert_close(program(x, mask), layer(x, mask), atol=1e-6, rtol=1e-5)
+        assert not torch.allclose(program(x, mask), program(x, torch.ones_like(mask)))
+
+
+def test_a_pt2_program_takes_tensors_positionally_and_flags_and_context_by_name(tmp_path):
+    """As the layer is called: ``program(x, mask)``; ``return_attention`` and the keyword-only context of a
+    cross-attention card stay keywords."""
+    mha = attnzoo.create("mha", embed_dim=8, num_heads=2).eval()
+    program = torch.export.load(str(export(mha, tmp_path / "mha.pt2", return_attention=True).path)).module()
+    x, mask = torch.randn(3, 7, 8), torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 4:] = False
+    with torch.no_grad():
+        for got, want in zip(program(x, mask, return_attention=True), mha(x, mask, return_attention=True), strict=True):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    cross = attnzoo.create("rope_cross", embed_dim=8, num_heads=2, context_dim=6).eval()
+    program = torch.export.load(str(export(cross, tmp_path / "cross.pt2").path)).module()
+    context, context_mask = torch.randn(3, 5, 6), torch.ones(3, 5, dtype=torch.bool)
+    context_mask[0, 2:] = False
+    with torch.no_grad():
+        torch.testing.assert_close(
+            program(x, mask, context=context, context_mask=context_mask),
+            cross(x, mask, context=context, context_mask=context_mask),
+            atol=1e-6,
+            rtol=1e-5,
+        )
 
 
 @pytest.mark.skipif(not HAVE_ONNX, reason="onnx, onnxscript and onnxruntime are not installed")
@@ -114,3 +139,32 @@ def test_export_onto_a_folder_named_like_a_file_is_refused_even_with_overwrite(t
     with pytest.raises(ExportError, match="model.pt2 is a folder; give the file to write"):
         export(attnzoo.create("mha", embed_dim=8), folder, overwrite=True)
     assert (folder / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
+def test_export_onto_a_full_disk_is_an_error_and_leaves_the_old_file(tmp_path, suffix):
+    """A file-size limit stands for a full disk (writes past it fail as they would): the export reports it in
+    one line and exits normally; torch's own zip writer used to abort the process with a C++ trace."""
+    if suffix == ".onnx" and not HAVE_ONNX:
+        pytest.skip("onnx, onnxscript and onnxruntime are not installed")
+    target = tmp_path / f"m{suffix}"
+    target.write_bytes(b"the user's file")
+    script = f"""
+import resource, signal, sys
+import attnzoo
+from attnzoo.errors import AttnzooError
+layer = attnzoo.create("mha", embed_dim=64, num_heads=2).eval()
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    attnzoo.export(layer, {str(target)!r}, overwrite=True)
+except AttnzooError as e:
+    print("refused:", e)
+    sys.exit(3)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "cannot write" in proc.stdout and "nothing was written" in proc.stdout
+    assert target.read_bytes() == b"the user's file"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]

@@ -229,6 +229,81 @@ def test_listing_with_plugins_does_not_import_torch(sites):
     assert proc.stdout.strip() == "False", proc.stderr
 
 
+def test_the_example_plugin_adds_a_verb_through_the_commands_hook(sites):
+    proc = cli(sites["healthy"], "example-devices", "--count", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"example:0": "example:0", "example:1": "example:1"}
+    listed = cli(sites["healthy"], "--help").stdout
+    assert "example-devices" in listed and "place gated_pool on example:N devices" in listed
+    assert listed.index("convert-keras") < listed.index("example-devices")  # built-in verbs first
+    # --no-plugins drops the plugin's verb too, and leaves the environment as it found it
+    proc = cli(sites["healthy"], "--no-plugins", "example-devices")
+    assert proc.returncode == 2 and "invalid choice: 'example-devices'" in proc.stderr
+    proc = run(
+        sites["healthy"],
+        """
+        import os
+        from attnzoo.cli import main
+        code = main(["list", "--no-plugins", "--json"])
+        print(code, os.environ.get("ATTNZOO_DISABLE_PLUGIN_AUTOLOAD"))
+        import attnzoo
+        print("gated_pool" in attnzoo.list_models(provider="example"))
+    """,
+    )
+    assert proc.stdout.split()[-3:] == ["0", "None", "True"], proc.stderr
+
+
+VERB_PLUGINS = {
+    "verbs-ok": (
+        "verbsok",
+        """
+        from attnzoo import hookimpl
+
+        def hello(args):
+            print("hello", args.who)
+            return 0
+
+        @hookimpl
+        def attnzoo_register_commands(register):
+            register("list", hello, help="an impostor")  # a built-in verb: skipped, with a warning
+            register("hello", hello, help="greet", arguments=lambda p: p.add_argument("who"))
+    """,
+    ),
+    "verbs-raise": (
+        "verbsraise",
+        """
+        from attnzoo import hookimpl
+
+        @hookimpl
+        def attnzoo_register_commands(register):
+            register("half", lambda args: 0, help="registered before the crash")
+            raise RuntimeError("the verb hook crashed")
+    """,
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def verb_site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("verbs")
+    projects = [_project(root / "src", dist, entry, src) for dist, (entry, src) in VERB_PLUGINS.items()]
+    _pip_install(projects, root / "site")
+    return root / "site"
+
+
+def test_a_plugin_verb_cannot_take_a_built_in_one_and_a_raising_hook_is_recorded(verb_site):
+    proc = cli(verb_site, "hello", "world")
+    assert proc.returncode == 0 and proc.stdout.strip() == "hello world", proc.stderr
+    assert "registers the command 'list', which 'attnzoo' provides; it is skipped" in proc.stderr
+    assert "attnzoo_register_commands raised RuntimeError: the verb hook crashed" in proc.stderr
+    proc = cli(verb_site, "list", "dot", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)[0]["name"] == "dot"
+    # what the raising hook registered before it raised is still there; the plugin is marked
+    assert cli(verb_site, "half").returncode == 0
+    info = plugins_json(verb_site)["verbsraise"]
+    assert any("the verb hook crashed" in problem for problem in info["problems"])
+
+
 # -- broken plugins never break attnzoo ---------------------------------------------------------------------
 def test_broken_plugins_are_reported_and_everything_else_works(sites):
     site = sites["crowded"]

@@ -27,18 +27,19 @@ from typing import Any
 import torch
 
 from ..errors import AttnzooError, ConfigError
+from ..record import RunRecord
 from ..registry import resolve
 from ..weights import WEIGHTS_FILE, encode_metadata, sha256_file, write_weights
-from .tasks import build_task
+from .tasks import task_of
 from .trainer import card_metrics, float16_state
 
 __all__ = ["best_prefix", "join_weights"]
 
-# what every member must agree on (keys of the weights' attnzoo metadata)
+# what every member must agree on (fields of the weights' RunRecord)
 _SHARED = ("task", "task_config", "output", "vocab", "phonemes", "data", "dataset", "license", "check_subset")
 
 
-def _members(source: str | Path) -> list[tuple[Any, dict[str, Any], dict[str, Any], dict[str, Any]]]:
+def _members(source: str | Path) -> list[tuple[Any, RunRecord, dict[str, Any], dict[str, Any]]]:
     """Load the member or members behind one source; returns (model, its metadata, its model configuration,
     its provenance) for each, where provenance is what the joined file records: source, seed, sha256 and
     test word accuracy.
@@ -57,22 +58,30 @@ def _members(source: str | Path) -> list[tuple[Any, dict[str, Any], dict[str, An
         model = attnzoo.create(str(source), pretrained=True)
         spec, tag = resolve(str(source))  # as create() resolved it, which has checked that the tag exists
         shown, digest = str(source), spec.weights[tag or str(spec.default_tag)].sha256
-    meta = model.attnzoo_metadata
+    meta = RunRecord.of(model, source)
     config = {k: v for k, v in model.attnzoo_config["config"].items() if k != "members"}
+    if not meta.trained or meta.task_config.get("name") is None or meta.check_subset is None:
+        raise ConfigError(
+            f"{source}: its weights carry no record of the task they were trained on; an ensemble joins runs of "
+            f"attnzoo train (run folders, their weights files, pretrained names)"
+        )
     if model.attnzoo_config["name"] == "g2p_ensemble":
-        recorded = meta.get("members") or []
+        recorded = meta.members or []
         if len(recorded) != len(model.members):
             raise ConfigError(f"{source}: an ensemble without a record of its {len(model.members)} members")
+        for record in recorded:
+            if not isinstance(record.get("source"), str) or not isinstance(record.get("sha256"), str):
+                raise ConfigError(f"{source}: a recorded member has no source or sha256 ({dict(record)!r:.80})")
         return [(member, meta, config, dict(record)) for member, record in zip(model.members, recorded, strict=True)]
     if model.attnzoo_config["name"] != "g2p_seq2seq":
         raise ConfigError(f"{source}: an ensemble joins g2p_seq2seq models, this is {model.attnzoo_config['name']!r}")
-    accuracy = meta.get("metrics", {}).get("word_accuracy")
+    accuracy = meta.metrics.get("word_accuracy")
     return [
         (
             model,
             meta,
             config,
-            {"source": shown, "seed": meta.get("seed"), "sha256": digest, "test_word_accuracy": accuracy},
+            {"source": shown, "seed": meta.seed, "sha256": digest, "test_word_accuracy": accuracy},
         )
     ]
 
@@ -168,9 +177,9 @@ def join_weights(
         if config != configs[0]:
             raise ConfigError(f"{source}: model configuration {config} differs from {sources_[0]}'s {configs[0]}")
         for key in _SHARED:
-            if meta.get(key) != metas[0].get(key):
+            if getattr(meta, key) != getattr(metas[0], key):
                 raise ConfigError(f"{source}: its {key} differs from {sources_[0]}'s; members must share data and task")
-    task = build_task(metas[0]["task_config"], metadata=metas[0])
+    task = task_of(metas[0], source=sources_[0])
     validation = None
     if choose_on_val:
         validation = _prefix_scores(task, configs[0], members, choose_from, verbose)
@@ -178,9 +187,9 @@ def join_weights(
         members, described = members[:keep], described[:keep]
     config = {**configs[0], "members": len(members)}
     ensemble = _ensemble(config, members)
-    subset_size = int(metas[0]["check_subset"])
+    subset_size = int(metas[0].check_subset)
     test, subset, metrics = card_metrics(task, ensemble, subset_size)
-    shared = {key: metas[0][key] for key in _SHARED if key in metas[0]}
+    shared = {key: getattr(metas[0], key) for key in _SHARED if getattr(metas[0], key) is not None}
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     if validation is not None:
         extra["validation"] = validation

@@ -24,6 +24,7 @@ from typing import Any, overload
 import torch
 
 from ..errors import ConfigError
+from ..record import RunRecord
 from .vocab import Vocabulary, pad_batch, tokenize
 
 __all__ = [
@@ -102,11 +103,12 @@ class Prediction:
         return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
-def label_info(metadata: dict[str, Any]) -> list[dict[str, str]]:
-    """Per label: ``id``, display ``name`` and ``description`` (from the metadata's ``label_info`` when the
+def label_info(metadata: RunRecord | dict[str, Any]) -> list[dict[str, str]]:
+    """Per label: ``id``, display ``name`` and ``description`` (from the record's ``label_info`` when the
     trainer wrote it; else WordNet ids ``lemma.n.offset`` give their lemma as the name)."""
-    ids = list(metadata.get("labels") or [])
-    given = metadata.get("label_info")
+    record = _record(metadata)
+    ids = list(record.labels or [])
+    given = record.label_info
     if given and len(given) == len(ids):
         return [
             {"id": i, "name": g.get("name") or i, "description": g.get("description", "")}
@@ -133,13 +135,23 @@ def _resolve(model_or_name: Any):
         model = attnzoo.load(path) if path.exists() else attnzoo.create(str(model_or_name), pretrained=True)
     else:
         raise ConfigError(f"predict takes a model, a pretrained name or a path, got {type(model_or_name).__name__}")
-    meta = getattr(model, "attnzoo_metadata", None) or {}
-    if "task" not in meta or "vocab" not in meta:
+    record = RunRecord.of(model, model_or_name if isinstance(model_or_name, (str, Path)) else None)
+    if not record.trained or record.output is None:
         raise ConfigError(
             "predict needs weights that carry their vocabulary and labels: a pretrained name "
             "(attnzoo list --pretrained), or a run folder or file written by attnzoo train"
         )
-    return model.eval(), meta
+    return model.eval(), record
+
+
+def _vocabulary(record: RunRecord) -> Vocabulary:
+    if record.vocab is None:
+        raise ConfigError("this model's weights carry no vocabulary; predict takes models written by attnzoo train")
+    return Vocabulary.from_json(record.vocab)
+
+
+def _record(metadata: RunRecord | dict[str, Any]) -> RunRecord:
+    return metadata if isinstance(metadata, RunRecord) else RunRecord.from_metadata(metadata)
 
 
 @overload
@@ -191,7 +203,7 @@ def predict(
     if not all(isinstance(t, str) for t in batch):
         raise ConfigError("predict takes a string or a list of strings")
     model, meta = _resolve(model_or_name)
-    if meta["output"] != "g2p":
+    if meta.output != "g2p":
         results = _classify(model, meta, batch, top=top, threshold=threshold, return_attention=return_attention)
     else:
         results = []
@@ -213,7 +225,7 @@ def predict(
 
 def predict_one(
     model,
-    meta: dict[str, Any],
+    meta: RunRecord | dict[str, Any],
     text: str,
     *,
     top: int | None,
@@ -222,12 +234,11 @@ def predict_one(
     beam_size: int = 1,
     _stack: int = 3,
 ) -> Prediction:
-    """One text through a resolved model and its metadata (see :func:`predict`)."""
-    if meta["output"] == "g2p":
-        vocab = Vocabulary.from_json(meta["vocab"])
-        max_len = int(meta.get("task_config", {}).get("max_len", 64))
+    """One text through a resolved model and its record (see :func:`predict`)."""
+    meta = _record(meta)
+    if meta.output == "g2p":
         device = next(model.parameters()).device
-        return _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention, device, _stack + 1)
+        return _predict_g2p(model, meta, text, beam_size, return_attention, device, _stack + 1)
     return _classify(
         model, meta, [text], top=top, threshold=threshold, return_attention=return_attention, stack=_stack + 1
     )[0]
@@ -235,7 +246,7 @@ def predict_one(
 
 def _classify(
     model,
-    meta: dict[str, Any],
+    meta: RunRecord,
     texts: list[str],
     *,
     top: int | None,
@@ -249,8 +260,8 @@ def _classify(
     first forward. Rows are right-padded with 0 and masked (``mask = ids != 0``, the text models' own
     default), so a text's result does not depend on the batch it lands in.
     """
-    vocab = Vocabulary.from_json(meta["vocab"])
-    max_len = int(meta.get("task_config", {}).get("max_len", 64))
+    vocab = _vocabulary(meta)
+    max_len = meta.max_len
     device = next(model.parameters()).device
     words, ids, notes = [], [], []
     for text in texts:  # a loop, so that warnings point at the caller's line
@@ -262,8 +273,9 @@ def _classify(
         ids.append(encoded)
         notes.append(_unknown_warning(text, sum(i == vocab.unk for i in encoded), len(read), stack))
     info = label_info(meta)
-    multilabel = meta["output"] == "multilabel"
-    cut = (float(meta.get("threshold", 0.5)) if threshold is None else float(threshold)) if multilabel else None
+    multilabel = meta.output == "multilabel"
+    recorded = 0.5 if meta.threshold is None else meta.threshold
+    cut = (float(recorded) if threshold is None else float(threshold)) if multilabel else None
     results: list[Prediction | None] = [None] * len(texts)
     by_length = sorted(range(len(texts)), key=lambda i: len(ids[i]))
     with torch.no_grad():
@@ -276,7 +288,7 @@ def _classify(
             for row, i in enumerate(chunk):
                 results[i] = _ranked(
                     texts[i],
-                    meta["output"],
+                    str(meta.output),
                     [vocab.tokens[t] if t != vocab.unk else w for t, w in zip(ids[i], words[i], strict=True)],
                     sum(t == vocab.unk for t in ids[i]),
                     probs[row],
@@ -327,13 +339,16 @@ def _ranked(
     )
 
 
-def _predict_g2p(model, meta, vocab, text, max_len, beam_size, return_attention, device, stack) -> Prediction:
-    letters = list(text.strip().lower())[:max_len]
+def _predict_g2p(model, meta: RunRecord, text, beam_size, return_attention, device, stack) -> Prediction:
+    vocab = _vocabulary(meta)
+    letters = list(text.strip().lower())[: meta.max_len]
     if not letters:
         raise ConfigError("the text is empty: give a word to pronounce")
     ids = vocab.encode(letters)
     unknown = sum(i == vocab.unk for i in ids)
-    phoneme_vocab = Vocabulary.from_json(meta["phonemes"])
+    if meta.phonemes is None:
+        raise ConfigError("this G2P model's weights carry no phoneme vocabulary; it was not written by attnzoo train")
+    phoneme_vocab = Vocabulary.from_json(meta.phonemes)
     out, attention = model.generate(torch.tensor([ids], device=device), beam_size=beam_size)
     symbols = []
     for i in out[0].tolist():

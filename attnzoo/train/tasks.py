@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..record import RunRecord
 from . import cmudict, wordnet
 from .metrics import accuracy, g2p_scores, g2p_scores_both, macro_f1_single, multilabel_f1, precision_at_k
 from .sources import SOURCES
@@ -624,6 +625,34 @@ class FileSeq2Seq(_FromFiles, CMUDictG2P):
 FILE_TASKS = {"multi_label": FileMultiLabel, "single_label": FileSingleLabel, "seq2seq": FileSeq2Seq}
 
 TASKS = {t.name: t for t in (WordNetHypernyms, WordNetLexnames, CMUDictG2P)}
+
+
+def task_of(record: RunRecord, *, source: Any = "the model") -> Task:
+    """The task a trained model's record describes, on the data it was trained on.
+
+    A run on the user's files recorded their paths as given at training (relative ones are read from the
+    current folder) and their sha256 digests: files at those paths that are not those files are refused,
+    so that a score is never measured on whatever happens to sit there now.
+    """
+    from ..errors import ConfigError
+    from .files import DataError
+
+    try:
+        task = build_task(dict(record.task_config), metadata=record.to_metadata())
+    except DataError as error:
+        if record.task_config.get("name") != "files":
+            raise
+        raise DataError(
+            f"{source} was trained on files that cannot be read here ({error}); the paths are the ones given to "
+            f"attnzoo train, relative ones from the folder it ran in: run from that folder"
+        ) from None
+    now = task.describe_data()
+    if record.data is not None and now != record.data:
+        raise ConfigError(
+            f"{source} was trained on {record.data}, but the files at its recorded paths now are {now}; run from "
+            f"the folder the training ran in, with its data unchanged"
+        )
+    return task
 
 
 def build_task(config: dict[str, Any], metadata: dict[str, Any] | None = None) -> Task:

@@ -13,6 +13,7 @@ Texts are lower-cased and split into runs of letters and digits and single other
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..record import RunRecord
 from .vocab import _TOKEN, Vocabulary, pad_batch, tokenize
 
 __all__ = ["Tokenizer", "tokenizer", "tokenizer_settings"]
@@ -72,13 +74,13 @@ class Tokenizer:
         return f"Tokenizer(vocabulary={len(self.vocab)} tokens, max_len={self.max_len})"
 
 
-def tokenizer_settings(metadata: dict[str, Any]) -> dict[str, Any] | None:
-    """A word-level text model's tokenizer settings from its metadata, or None (no vocabulary, or a G2P
+def tokenizer_settings(metadata: RunRecord | Mapping[str, Any]) -> dict[str, Any] | None:
+    """A word-level text model's tokenizer settings from its record, or None (no vocabulary, or a G2P
     model, which reads letters)."""
-    if "vocab" not in metadata or metadata.get("output") == "g2p":
+    record = metadata if isinstance(metadata, RunRecord) else RunRecord.from_metadata(metadata)
+    if record.vocab is None or record.output == "g2p":
         return None
-    max_len = int((metadata.get("task_config") or {}).get("max_len", 64))
-    return Tokenizer(Vocabulary.from_json(metadata["vocab"]), max_len).settings()
+    return Tokenizer(Vocabulary.from_json(record.vocab), record.max_len).settings()
 
 
 def tokenizer(name_or_folder: Any) -> Tokenizer:
@@ -93,7 +95,7 @@ def tokenizer(name_or_folder: Any) -> Tokenizer:
     settings = tokenizer_settings(meta)
     if settings is None:
         raise ConfigError(
-            f"{meta.get('task', 'this model')}: a G2P model reads letters, not words; it has no word tokenizer"
+            f"{meta.task or 'this model'}: a G2P model reads letters, not words; it has no word tokenizer"
         )
     del model
     return Tokenizer.from_settings(settings)

@@ -34,10 +34,11 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError
+from ..record import RunRecord
 from ..weights import encode_metadata, write_weights
 from ..weights import save as save_model
 from .checkpoint import load_checkpoint, read_record, save_checkpoint
-from .tasks import build_task
+from .tasks import build_task, task_of
 
 __all__ = ["train", "load_recipe", "builtin_recipes", "complete_recipe", "evaluate_file", "evaluate_pretrained"]
 
@@ -675,19 +676,19 @@ def evaluate_file(
     else:
         model = attnzoo.create(str(model_or_path), pretrained=True)
     model.eval()
-    meta = getattr(model, "attnzoo_metadata", None) or {}
-    if "task_config" not in meta:
-        raise ConfigError("evaluate needs weights written by attnzoo train (they carry the vocabulary and labels)")
+    record = RunRecord.of(model, model_or_path if isinstance(model_or_path, (str, Path)) else None)
     kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq"}
-    config = dict(meta["task_config"])
+    if not record.trained or record.output not in kinds:
+        raise ConfigError("evaluate needs weights written by attnzoo train (they carry the vocabulary and labels)")
+    config = dict(record.task_config)
     if config.get("name") != "files":  # a bundled task's model, scored on the user's file
-        config = {"name": "files", "task": kinds[meta["output"]], "max_len": config.get("max_len", 64)}
-    config.setdefault("task", kinds[meta["output"]])  # a data: section that left the task to be inferred
+        config = {"name": "files", "task": kinds[record.output], "max_len": record.max_len}
+    config.setdefault("task", kinds[record.output])  # a data: section that left the task to be inferred
     config.update({k: v for k, v in (columns or {}).items() if v is not None})
     config["evaluate_file"] = str(path)
     for key in ("train", "validation", "test", "labels_file"):
         config.pop(key, None)
-    task = build_task(config, metadata=meta)
+    task = build_task(config, metadata=record.to_metadata())
     if threshold is not None:
         task.threshold = float(threshold)
     indices = task.splits["test"]
@@ -704,7 +705,7 @@ def evaluate_pretrained(name: str, *, subset: bool = True, split: str = "test") 
     import attnzoo
 
     model = attnzoo.create(name, pretrained=True).eval()
-    meta = model.attnzoo_metadata
-    task = build_task(meta["task_config"], metadata=meta)
-    indices = task.subset(int(meta["check_subset"])) if subset else task.splits[split]
+    record = RunRecord.of(model, name)
+    task = task_of(record, source=name)
+    indices = task.subset(int(record.check_subset or 2000)) if subset else task.splits[split]
     return task.evaluate(model, indices)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -61,7 +62,7 @@ class Vocabulary:
         return {"tokens": self.tokens[len(self.specials) :], "specials": self.specials}
 
     @classmethod
-    def from_json(cls, data: dict) -> Vocabulary:
+    def from_json(cls, data: Mapping[str, Any]) -> Vocabulary:
         return cls(data["tokens"], data["specials"])
 
 

@@ -39,3 +39,33 @@ def attnzoo_place_model(model, device, dtype):
     model = model.to(device="cpu", dtype=dtype)
     model.placed_on = device
     return model
+
+
+@hookimpl
+def attnzoo_register_commands(register):
+    # `attnzoo example-devices`: a verb of the plugin's own, next to the built-in ones
+    register("example-devices", show_devices, help="place gated_pool on example:N devices", arguments=device_arguments)
+
+
+def device_arguments(parser):
+    parser.add_argument("--count", type=int, default=2, help="how many example:N devices to try")
+    parser.add_argument("--json", action="store_true")
+
+
+def show_devices(args):
+    import json
+
+    import attnzoo  # torch comes with create(); the verb imports it only when it runs
+
+    placed = {
+        f"{DEVICE_PREFIX}:{n}": attnzoo.create(
+            "example:gated_pool", hidden_size=8, device=f"{DEVICE_PREFIX}:{n}"
+        ).placed_on
+        for n in range(args.count)
+    }
+    if args.json:
+        print(json.dumps(placed))
+    else:
+        for asked, where in placed.items():
+            print(f"{asked}: placed by the example plugin ({where})")
+    return 0

@@ -1,0 +1,102 @@
+"""``attnzoo convert-keras``: convert a whole Keras model, or one layer's weights, to attnzoo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ...errors import AttnzooError
+from ..common import UsageError, config_overrides
+
+HELP = "convert a whole Keras model, or one layer's weights, to attnzoo"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a .keras, a legacy .h5 or a config.json (whole model); a .weights.h5 with --model")
+    p.add_argument(
+        "--model", help="one attention layer's weights into this attnzoo layer (keras_dot, keras_mha, lwan, ...)"
+    )
+    p.add_argument("--layer", help="with --model: the Keras layer (group name or layer name) when the file has several")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="with --model: config of the attnzoo layer")
+    p.add_argument("--weights", help="the weights file of a config.json (default: the .weights.h5 beside it)")
+    p.add_argument("--check", action="store_true", help="run Keras beside the result on padded inputs first")
+    p.add_argument("--json", action="store_true", help="the conversion report as JSON")
+    p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.model is None:
+        return _convert_keras_model(args)
+    from pathlib import Path
+
+    from ...create import create
+    from ...keras import load_keras_weights
+    from ...weights import encode_metadata, write_weights
+
+    if args.check or args.weights:
+        raise UsageError("--check and --weights belong to a whole-model conversion (without --model)")
+    overrides = config_overrides(args.overrides)
+    model = create(args.model, **overrides)
+    load_keras_weights(model, args.file, layer=args.layer)
+    info = model.attnzoo_config  # sizes left lazy in the config are set again by the weights on load
+    metadata = encode_metadata(
+        info["name"],
+        info["factory"],
+        info["config"],
+        {"source": f"Keras weights {Path(args.file).name}" + (f", layer {args.layer}" if args.layer else "")},
+    )
+    digest = write_weights(model.state_dict(), args.output, metadata=metadata, overwrite=args.overwrite)
+    print(f"wrote {args.output} ({info['name']}, sha256 {digest}); attnzoo.load({str(args.output)!r}) rebuilds it")
+    return 0
+
+
+def _convert_keras_model(args: argparse.Namespace) -> int:
+    """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
+    from pathlib import Path
+
+    from ...keras import convert_keras_model
+    from ...weights import save
+
+    if args.layer or args.overrides:
+        raise UsageError(
+            "--layer and key=value go with --model NAME (one layer's weights); a whole model needs neither"
+        )
+    output = Path(args.output)
+    if output.suffix == ".safetensors":
+        raise UsageError(
+            f"-o {output}: a whole Keras model is saved as a folder (config.yaml + model.safetensors); "
+            f"give a folder, or --model NAME to convert one layer's weights into a .safetensors file"
+        )
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"-o {output}: exists and is not a folder; a converted model is saved as a folder")
+    model = convert_keras_model(args.file, weights=args.weights)
+    check = None
+    if args.check:
+        from ...keras.check import check_against_keras
+
+        check = check_against_keras(args.file, model)
+        if not check.ok:
+            where = ""
+            if check.first_divergence:
+                layer, difference = check.first_divergence
+                where = f"; first layer that differs: {layer} (max difference {difference:.3g})"
+            raise AttnzooError(
+                f"{args.file}: the converted model differs from Keras by "
+                f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
+            )
+    save(model, output, overwrite=args.overwrite)
+    report = model.keras_report
+    if args.json:
+        payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
+        if check is not None:
+            payload["check"] = {"outputs": check.outputs, "layers": check.layers, "tolerance": check.tolerance}
+        print(json.dumps(payload, indent=2))
+        return 0
+    print(report.to_text())
+    if check is not None:
+        shown = ", ".join(f"{d:.2g}" for d in check.outputs)
+        print(f"checked against Keras on padded inputs: max difference per output {shown}")
+    print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
+    return 0

@@ -1,0 +1,48 @@
+"""``attnzoo list``: list registered models."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..common import emit_json, metrics_text, print_table
+
+HELP = "list registered models"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="fnmatch patterns such as 'label*'")
+    p.add_argument("--pretrained", action="store_true", help="list pretrained tags (arch.tag)")
+    p.add_argument("--provider", help="only models of this provider (attnzoo, local, a plugin name)")
+    p.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...registry import list_models, model_info
+
+    names = list_models(args.patterns or "*", pretrained=args.pretrained, provider=args.provider)
+    rows = []
+    for name in names:
+        spec = model_info(name)
+        tag = name.rsplit(".", 1)[1] if args.pretrained else None
+        entry: dict[str, Any] = {"name": name, "kind": spec.kind, "provider": spec.provider, "summary": spec.summary}
+        if tag is not None:
+            entry["metrics"] = dict(spec.weights[tag].metrics)
+            entry["dataset"] = spec.weights[tag].dataset
+        rows.append(entry)
+    if args.json:
+        emit_json(rows)
+        return 0
+    if not rows:
+        print("no model matches" + (f" {' '.join(args.patterns)}" if args.patterns else ""), file=sys.stderr)
+        return 0
+    if args.pretrained:
+        print_table(
+            ["NAME", "DATASET", "METRICS"], [(r["name"], r["dataset"], metrics_text(r["metrics"])) for r in rows]
+        )
+    else:
+        print_table(
+            ["NAME", "KIND", "PROVIDER", "SUMMARY"], [(r["name"], r["kind"], r["provider"], r["summary"]) for r in rows]
+        )
+    return 0

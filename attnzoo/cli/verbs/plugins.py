@@ -1,0 +1,30 @@
+"""``attnzoo plugins``: list plugins, their status and errors."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..common import emit_json, print_table
+
+HELP = "list plugins, their status and errors"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...registry import list_plugins
+
+    infos = list_plugins()
+    if args.json:
+        emit_json([i.to_dict() for i in infos])
+        return 0
+    rows = []
+    for info in infos:
+        status = info.status
+        if info.status == "loaded" and info.problems:
+            status += f" ({len(info.problems)} problem{'s' * (len(info.problems) > 1)})"
+        rows.append((info.name, info.distribution, info.version, status, len(info.models), info.error or ""))
+    print_table(["NAME", "DISTRIBUTION", "VERSION", "STATUS", "MODELS", "ERROR"], rows)
+    return 0
