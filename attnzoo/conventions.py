@@ -56,6 +56,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .errors import UnknownConventionError
+
 __all__ = [
     "Slot",
     "Sample",
@@ -772,7 +774,7 @@ def get_convention(name: str) -> Convention:
     if name in _plugin_conventions:
         return _resolve(_plugin_conventions[name])
     known = ", ".join(convention_names())
-    raise KeyError(f"unknown calling convention {name!r}; known: {known}")
+    raise UnknownConventionError(f"unknown calling convention {name!r}; known: {known}")
 
 
 def model_config(model: Any) -> dict[str, Any]:

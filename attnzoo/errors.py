@@ -14,9 +14,12 @@ from collections.abc import Iterable
 __all__ = [
     "AttnzooError",
     "UnknownModelError",
+    "UnknownConventionError",
     "ConfigError",
     "WeightsError",
     "PluginError",
+    "DataError",
+    "ExportError",
     "close_matches",
 ]
 
@@ -37,6 +40,13 @@ class UnknownModelError(AttnzooError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownConventionError(AttnzooError, KeyError):
+    """A calling convention that no one registered (a card's ``convention:``, ``get_convention(name)``)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
 class ConfigError(AttnzooError, ValueError):
     """A configuration that cannot build the model: unknown key, missing value, wrong type, conflict."""
 
@@ -47,6 +57,16 @@ class WeightsError(AttnzooError):
 
 class PluginError(AttnzooError):
     """A plugin that failed to import or whose hook raised (raised only in strict plugin mode)."""
+
+
+class DataError(ConfigError):
+    """Data that cannot be used as it is: a data set not installed or not the pinned version, a file that
+    is missing or changed since training, a row that cannot be read (the message names file, line and
+    column)."""
+
+
+class ExportError(AttnzooError):
+    """A model that cannot be exported, or whose export does not reproduce it."""
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:

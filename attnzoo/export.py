@@ -30,16 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import AttnzooError, ConfigError
+from .errors import ConfigError, ExportError
 from .record import RunRecord
 
 __all__ = ["export", "ExportResult", "ExportError", "FORMATS", "deployment_metadata"]
 
 FORMATS = (".pt2", ".onnx")
-
-
-class ExportError(AttnzooError):
-    """A model that cannot be exported, or whose export does not reproduce it."""
 
 
 @dataclass(frozen=True)
@@ -281,6 +277,94 @@ def _run_onnx(path: Path, model: Any, args: tuple, kwargs: dict) -> list:
     return [torch.from_numpy(o) for o in session.run(None, feed)]
 
 
+def _plan(
+    model: Any,
+    convention: Any,
+    inputs: tuple[tuple, dict] | None,
+    suffix: str,
+    dynamic: bool,
+    return_attention: bool,
+    batch: int,
+    seq: int | None,
+) -> tuple[tuple, dict, tuple[tuple, dict], Any, list[str]]:
+    """What to trace with and what to check on: ``(args, kwargs, check, dynamic_shapes, notes)``. From the
+    convention, at the model's own sizes; a recurrent run's length is its max_len (said in ``notes``)."""
+    notes: list[str] = []
+    if inputs is not None:
+        args, kwargs = inputs
+        return args, kwargs, (args, kwargs), None, notes
+    from .conventions import sample_inputs
+
+    if seq is None and _fixed_axes(model) and _run_max_len(model) is not None:
+        seq = _run_max_len(model)
+        notes.append(f"the sequence axis is fixed at the run's max_len ({seq}): pad inputs to {seq} tokens")
+    sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
+    args, kwargs = sample.call_arguments(return_attention=return_attention)
+    check = _check_sample(model, convention, sample).call_arguments(return_attention=return_attention)
+    if suffix == ".pt2":
+        args, kwargs = _tensors_positional(model, args, kwargs)
+        check = _tensors_positional(model, *check)
+    dynamic_shapes = _dynamic_shapes(model, convention, sample, dynamic)
+    if dynamic_shapes is not None and return_attention and "return_attention" in kwargs:
+        dynamic_shapes["return_attention"] = None
+    return args, kwargs, check, dynamic_shapes, notes
+
+
+def _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp: str, path: Path, check) -> list:
+    """torch.export the model into ``tmp`` with the metadata as extra files; what the file returns on
+    ``check``."""
+    import torch
+
+    try:
+        program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+    except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
+        raise ExportError(
+            f"torch.export could not trace the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
+        ) from None
+    # saved into memory first: torch's zip writer aborts the process when a write fails (a full disk)
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer, extra_files=metadata)
+    _write(tmp, path, lambda: Path(tmp).write_bytes(buffer.getvalue()))
+    return _run_pt2(Path(tmp), *check)
+
+
+def _write_onnx(model, args, kwargs, dynamic_shapes, metadata, output_names, tmp: str, path: Path, check) -> list:
+    """The dynamo ONNX exporter into ``tmp``, the metadata as ``metadata_props``; what onnxruntime returns
+    on ``check``."""
+    import torch
+
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise ExportError("ONNX export needs onnx and onnxscript: pip install 'attnzoo[export]'") from None
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.filterwarnings("ignore", message=".*axis name.*")  # the exporter's naming notes
+            named = {}
+            if _var_positional(model) is not None:  # name the *inputs as the model names them
+                named["input_names"] = _input_names(model, len(args))
+            if output_names is not None:
+                named["output_names"] = output_names
+            program = torch.onnx.export(
+                model, args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False, **named
+            )
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(
+            f"the ONNX exporter could not convert the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
+        ) from None
+    _write(tmp, path, lambda: program.save(tmp))
+    if metadata:
+        import onnx
+
+        graph = onnx.load(tmp)
+        for key, value in metadata.items():
+            entry = graph.metadata_props.add()
+            entry.key, entry.value = key, value
+        _write(tmp, path, lambda: onnx.save(graph, tmp))
+    return _run_onnx(Path(tmp), model, *check)
+
+
 def export(
     model: Any,
     path: str | Path,
@@ -323,27 +407,9 @@ def export(
     from torch.nn.parameter import is_lazy
 
     model = model.eval()
-    notes: list[str] = []
-    convention = None
-    if inputs is None:
-        from .conventions import sample_inputs
-
-        convention = _convention_of(model)
-        if seq is None and _fixed_axes(model) and _run_max_len(model) is not None:
-            seq = _run_max_len(model)
-            notes.append(f"the sequence axis is fixed at the run's max_len ({seq}): pad inputs to {seq} tokens")
-        sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
-        args, kwargs = sample.call_arguments(return_attention=return_attention)
-        check = _check_sample(model, convention, sample).call_arguments(return_attention=return_attention)
-        if path.suffix == ".pt2":
-            args, kwargs = _tensors_positional(model, args, kwargs)
-            check = _tensors_positional(model, *check)
-        dynamic_shapes = _dynamic_shapes(model, convention, sample, dynamic)
-        if dynamic_shapes is not None and return_attention and "return_attention" in kwargs:
-            dynamic_shapes["return_attention"] = None
-    else:
-        args, kwargs = inputs
-        check, dynamic_shapes = (args, kwargs), None
+    convention = None if inputs is not None else _convention_of(model)
+    plan = _plan(model, convention, inputs, path.suffix, dynamic, return_attention, batch, seq)
+    args, kwargs, check, dynamic_shapes, notes = plan
     traced_outputs = _eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
     metadata = deployment_metadata(model)
     output_names = None if convention is None else _output_names(convention, len(traced_outputs), return_attention)
@@ -354,55 +420,9 @@ def export(
     os.close(fd)
     try:
         if path.suffix == ".pt2":
-            try:
-                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
-            except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
-                raise ExportError(
-                    f"torch.export could not trace the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
-                ) from None
-            # saved into memory first: torch's zip writer aborts the process when a write fails (a full disk)
-            buffer = io.BytesIO()
-            torch.export.save(program, buffer, extra_files=metadata)
-            _write(tmp, path, lambda: Path(tmp).write_bytes(buffer.getvalue()))
-            got = _run_pt2(Path(tmp), *check)
+            got = _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp, path, check)
         else:
-            try:
-                import onnx  # noqa: F401
-                import onnxscript  # noqa: F401
-            except ImportError:
-                raise ExportError("ONNX export needs onnx and onnxscript: pip install 'attnzoo[export]'") from None
-            try:
-                with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-                    warnings.filterwarnings("ignore", message=".*axis name.*")  # the exporter's naming notes
-                    named = {}
-                    if _var_positional(model) is not None:  # name the *inputs as the model names them
-                        named["input_names"] = _input_names(model, len(args))
-                    if output_names is not None:
-                        named["output_names"] = output_names
-                    program = torch.onnx.export(
-                        model,
-                        args,
-                        kwargs=kwargs,
-                        dynamo=True,
-                        dynamic_shapes=dynamic_shapes,
-                        verbose=False,
-                        **named,
-                    )
-            except Exception as e:  # noqa: BLE001
-                raise ExportError(
-                    f"the ONNX exporter could not convert the model: {type(e).__name__}: "
-                    f"{' '.join(str(e).split())[:400]}"
-                ) from None
-            _write(tmp, path, lambda: program.save(tmp))
-            if metadata:
-                import onnx
-
-                graph = onnx.load(tmp)
-                for key, value in metadata.items():
-                    entry = graph.metadata_props.add()
-                    entry.key, entry.value = key, value
-                _write(tmp, path, lambda: onnx.save(graph, tmp))
-            got = _run_onnx(Path(tmp), model, *check)
+            got = _write_onnx(model, args, kwargs, dynamic_shapes, metadata, output_names, tmp, path, check)
         worst = _diff(got, _eager(model, *check))
         if not worst <= tolerance:
             raise ExportError(

@@ -240,38 +240,10 @@ def build_graph(
     for record_key, record in graph.layers.items():
         if record_key == "":  # the passes of nested models' inputs and outputs
             continue
-        operation = is_operation(record)
-        arrays = [] if operation else _arrays(file, record)
-        converted, reasons = None, []
-        bad_call = _check_call_arguments(record, calls_of.get(record_key, []))
-        if operation:
-            try:
-                converted = convert_operation(record, arrays, ctx)
-            except Refused as e:
-                reasons.append(str(e))
-        elif record.class_name in MODEL_CLASSES:
+        if record.class_name in MODEL_CLASSES and not is_operation(record):
             continue
-        elif bad_call:
-            reasons.append(bad_call)
-        else:
-            for key in _keys(record):
-                for entry in hooks.get(key, []):
-                    try:
-                        converted = _convert_zoo(entry, record, arrays, ctx)
-                        break
-                    except (Refused, Exception) as e:  # noqa: BLE001 - a converter's refusal is a reason
-                        reasons.append(f"{entry.provider or 'converter'} for {key}: {type(e).__name__}: {e}")
-                if converted is not None:
-                    break
-            if (
-                converted is None
-                and record.class_name in CONVERTERS
-                and (record.module is None or record.module.startswith("keras"))
-            ):
-                try:
-                    converted = CONVERTERS[record.class_name](record, arrays, ctx)
-                except Refused as e:
-                    reasons.append(str(e))
+        arrays = [] if is_operation(record) else _arrays(file, record)
+        converted, reasons = _convert_layer(record, arrays, calls_of.get(record_key, []), hooks, ctx)
         if converted is None:
             problems.append(
                 {
@@ -317,6 +289,32 @@ def build_graph(
         "outputs": [[ref.call, ref.index] for ref in graph.outputs],
     }
     return config, state, report
+
+
+def _convert_layer(record, arrays: list, calls: list[Call], hooks: dict, ctx: Context) -> tuple[Any, list[str]]:
+    """One layer's node and state (or None) and the reasons each converter that was tried refused it:
+    a Keras operation; else the plugins' converters for its names, then the built-in one."""
+    reasons: list[str] = []
+    if is_operation(record):
+        try:
+            return convert_operation(record, arrays, ctx), reasons
+        except Refused as e:
+            return None, [str(e)]
+    bad_call = _check_call_arguments(record, calls)
+    if bad_call:
+        return None, [bad_call]
+    for key in _keys(record):
+        for entry in hooks.get(key, []):
+            try:
+                return _convert_zoo(entry, record, arrays, ctx), reasons
+            except (Refused, Exception) as e:  # noqa: BLE001 - a converter's refusal is a reason
+                reasons.append(f"{entry.provider or 'converter'} for {key}: {type(e).__name__}: {e}")
+    if record.class_name in CONVERTERS and (record.module is None or record.module.startswith("keras")):
+        try:
+            return CONVERTERS[record.class_name](record, arrays, ctx), reasons
+        except Refused as e:
+            reasons.append(str(e))
+    return None, reasons
 
 
 def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, Any]) -> list[dict[str, Any]]:

@@ -25,15 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import DataError
 
 __all__ = ["Row", "read_table", "SUFFIXES", "DataError"]
 
 SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
-
-
-class DataError(ConfigError):
-    """A data file that cannot be used as it is: the message names the file, the line and the column."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ __all__ = [
     "UnknownTokensWarning",
     "predict",
     "predict_one",
+    "trained_model",
     "draw_attention",
     "attention_figure",
     "label_info",
@@ -124,8 +125,9 @@ def _display_name(label: str) -> str:
     return label
 
 
-def _resolve(model_or_name: Any):
-    """A module with attnzoo metadata from a name, a path, or the module itself."""
+def trained_model(model_or_name: Any) -> tuple[torch.nn.Module, RunRecord]:
+    """A trained model (in eval mode) and its record, from a pretrained name, a run folder or weights file
+    written by ``attnzoo train``, or the module itself; a ConfigError for anything that has no record."""
     import attnzoo
 
     if isinstance(model_or_name, torch.nn.Module):
@@ -202,7 +204,7 @@ def predict(
     batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
     if not all(isinstance(t, str) for t in batch):
         raise ConfigError("predict takes a string or a list of strings")
-    model, meta = _resolve(model_or_name)
+    model, meta = trained_model(model_or_name)
     if meta.output != "g2p":
         results = _classify(model, meta, batch, top=top, threshold=threshold, return_attention=return_attention)
     else:

@@ -13,13 +13,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import AttnzooError
+from ..errors import DataError
 
 __all__ = ["DataSource", "SOURCES", "DataError", "locate"]
-
-
-class DataError(AttnzooError):
-    """A data set that is not installed, or not the pinned version."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..record import RunRecord
-from .vocab import _TOKEN, Vocabulary, pad_batch, tokenize
+from .vocab import TOKEN_PATTERN, Vocabulary, pad_batch, tokenize
 
 __all__ = ["Tokenizer", "tokenizer", "tokenizer_settings"]
 
@@ -52,7 +52,7 @@ class Tokenizer:
     def settings(self) -> dict[str, Any]:
         """What rebuilds it: the token pattern, the id of every token (specials first), padding, max_len."""
         return {
-            "pattern": _TOKEN.pattern,
+            "pattern": TOKEN_PATTERN.pattern,
             "lowercase": True,
             "tokens": list(self.vocab.tokens),
             "specials": list(self.vocab.specials),
@@ -87,11 +87,11 @@ def tokenizer(name_or_folder: Any) -> Tokenizer:
     """The tokenizer ``attnzoo.predict`` uses for a text model: a pretrained name (``bilstm_labelwise``,
     ``bilstm_labelwise.wordnet``), a run folder or weights file written by ``attnzoo train``, or the
     module itself."""
-    from .predict import _resolve
+    from .predict import trained_model
 
     if isinstance(name_or_folder, Path):
         name_or_folder = str(name_or_folder)
-    model, meta = _resolve(name_or_folder)
+    model, meta = trained_model(name_or_folder)
     settings = tokenizer_settings(meta)
     if settings is None:
         raise ConfigError(

@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -376,6 +377,42 @@ def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
         )
 
 
+@dataclass
+class _Run:
+    """One training run's parts, made by the first steps of :func:`train` and used by the later ones."""
+
+    recipe: dict[str, Any]
+    settings: dict[str, Any]
+    output: Path
+    rank: int
+    world: int
+    verbose: bool
+    seed: int
+    started: float
+    task: Any = None
+    model: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    device: Any = None
+    sizes: dict[str, int] = field(default_factory=dict)
+    epochs: int = 0
+    steps_per_epoch: int = 1
+    state: dict[str, Any] = field(default_factory=dict)
+    average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.output / "checkpoint"
+
+    @property
+    def best_path(self) -> Path:
+        return self.output / "best.safetensors"
+
+    def say(self, text: str) -> None:
+        if self.verbose:
+            print(text, flush=True)
+
+
 def train(
     recipe: dict[str, Any],
     *,
@@ -390,31 +427,55 @@ def train(
     """Train a recipe; returns the final report (also written to ``OUTPUT/report.json``).
 
     ``stop_after`` ends this run after that many epochs (the schedule still spans the recipe's
-    epochs); ``resume=True`` continues from the checkpoint in ``output``.
+    epochs); ``resume=True`` continues from the checkpoint in ``output``. The steps: set up the run,
+    build the task and model, the learning-rate schedule, restore a checkpoint, the epochs, and (rank 0)
+    the final scoring and the files.
     """
-    import attnzoo
+    run = _start(recipe, output, resume, overwrite, quiet)
+    run.task = build_task(recipe["task"])
+    baseline = baseline and _have_sklearn(run.verbose)  # said at the start, not after the last epoch
+    for note in getattr(run.task, "notes", []):
+        run.say(note)
+    _build_model(run)
+    _schedule(run, resume)
+    data = run.task.describe_data()
+    if resume:
+        _resume(run, data)
+    run.state["data"] = data
+    last = _run_epochs(run, stop_after)
+    if run.rank != 0:
+        return {}
+    if last < run.epochs:
+        run.say(f"stopped after epoch {last} of {run.epochs}; continue with --resume")
+        return {"stopped_after": last, "history": run.state["history"]}
+    return _finish(run, export, baseline)
 
+
+def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, overwrite: bool, quiet: bool) -> _Run:
+    """Threads, seed and the run folder (checked before any work)."""
     rank, world = _distributed()
     settings = _checked_numbers(recipe["train"])
     torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
-    output = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{recipe['tag']}")
+    folder = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{recipe['tag']}")
     if rank == 0:
-        _check_run_folder(output, resume, overwrite)
-    started = time.perf_counter()
-
-    task = build_task(recipe["task"])
+        _check_run_folder(folder, resume, overwrite)
     verbose = rank == 0 and not quiet
-    baseline = baseline and _have_sklearn(verbose)  # said at the start, not after the last epoch
-    for note in getattr(task, "notes", []):
-        if verbose:
-            print(note, flush=True)
-    device = _device(settings.get("device", "auto"))
-    sizes = model_sizes(recipe["model"], task.model_config())
-    model = attnzoo.create(recipe["model"], config={**sizes, **recipe.get("config", {})}, device=device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay") or 0.0
+    return _Run(recipe, settings, folder, rank, world, verbose, seed, time.perf_counter())
+
+
+def _build_model(run: _Run) -> None:
+    """The model sized for the task, on its device, and its optimizer; label smoothing checked."""
+    import attnzoo
+
+    settings, task = run.settings, run.task
+    run.device = _device(settings.get("device", "auto"))
+    run.sizes = model_sizes(run.recipe["model"], task.model_config())
+    config = {**run.sizes, **run.recipe.get("config", {})}
+    run.model = attnzoo.create(run.recipe["model"], config=config, device=run.device)
+    run.optimizer = torch.optim.AdamW(
+        run.model.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay") or 0.0
     )
     smoothing = settings.get("label_smoothing") or 0.0
     if smoothing and not task.takes_label_smoothing:
@@ -423,118 +484,131 @@ def train(
             f"{task.name} trains with a per-label sigmoid: remove it"
         )
     task.label_smoothing = smoothing
-    average_last = settings.get("average_last") or 0
+
+
+def _schedule(run: _Run, resume: bool) -> None:
+    """How many epochs (the recipe's, what fits a time budget, or the checkpoint's), and the learning rate:
+    linear warm-up, then cosine to 10 % of ``lr``."""
+    settings = run.settings
     epochs, batch_size = settings["epochs"], settings["batch_size"]
-    if batch_size % world:
-        raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {world}")
+    if batch_size % run.world:
+        raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {run.world}")
     if settings.get("time_budget_min") and not resume:
-        epochs = _epochs_within(settings["time_budget_min"], task, model, optimizer, batch_size, epochs, device)
-        if rank == 0 and not quiet:
-            print(f"{epochs} epochs fit in the time budget of {settings['time_budget_min']} min", flush=True)
-    elif resume and (output / "checkpoint").is_dir():
-        epochs = read_record(output / "checkpoint")[0]["epochs"]
-    steps_per_epoch = max(1, len(task.splits["train"]) // batch_size)
+        budget = settings["time_budget_min"]
+        epochs = _epochs_within(budget, run.task, run.model, run.optimizer, batch_size, epochs, run.device)
+        if run.rank == 0 and run.verbose:
+            print(f"{epochs} epochs fit in the time budget of {budget} min", flush=True)
+    elif resume and run.checkpoint.is_dir():
+        epochs = read_record(run.checkpoint)[0]["epochs"]
+    run.epochs = epochs
+    run.steps_per_epoch = steps_per_epoch = max(1, len(run.task.splits["train"]) // batch_size)
     warmup = settings.get("warmup_steps") or 0
 
-    def lr_factor(step: int) -> float:  # linear warm-up, then cosine to 10 %
+    def lr_factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, epochs * steps_per_epoch - warmup)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    state: dict[str, Any] = {
-        "epoch": 0,
-        "best": None,
-        "best_epoch": None,
-        "history": [],
-        "elapsed": 0.0,
-        "epochs": epochs,
-    }
-    checkpoint = output / "checkpoint"
-    best_path = output / "best.safetensors"
-    average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
-    data = task.describe_data()
-    if resume:
-        if not checkpoint.is_dir():
-            raise ConfigError(f"--resume: no checkpoint in {checkpoint}")
-        state, saved = load_checkpoint(checkpoint, model, optimizer, data=data)
-        average = saved.get("average")
-        if "best" in saved:  # the best weights as of the checkpoint, whatever a killed run left in best_path
-            write_weights(saved["best"], best_path, overwrite=True, sidecar=True)
-        # the scheduler's own step count (an epoch's batches are ceil(n / batch), not steps_per_epoch)
-        _restore_schedule(scheduler, int(state.get("step", state["epoch"] * steps_per_epoch)))
-        started -= state["elapsed"]
-    state["data"] = data
-    last = epochs if stop_after is None else min(epochs, state["epoch"] + stop_after)
-    patience = settings.get("patience")  # early stopping: epochs without a better validation score
-    for epoch in range(state["epoch"], last):
-        model.train()
-        generator = torch.Generator().manual_seed(seed * 1000 + epoch)
-        bar = _progress(steps_per_epoch, verbose, f"epoch {epoch + 1}/{epochs}")
-        total, count = 0.0, 0
-        for batch in task.batches("train", batch_size, generator=generator, rank=rank, world=world):
-            loss = task.loss(ddp, _on(batch, device))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if settings.get("clip"):
-                torch.nn.utils.clip_grad_norm_(model.parameters(), settings["clip"])
-            optimizer.step()
-            scheduler.step()
-            total, count = total + loss.item(), count + 1
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{total / count:.4f}", refresh=False)
-        if bar is not None:
-            bar.close()
-        if rank == 0:
-            if average_last and epoch + 1 > epochs - average_last:
-                averaged = state.get("averaged_epochs", 0)
-                average = _running_mean(average, model.state_dict(), averaged)
-                state["averaged_epochs"] = averaged + 1
-            scores = task.validate(model, task.splits["val"])
-            main = scores[task.main_metric]
-            state["history"].append({"epoch": epoch + 1, "train_loss": total / max(count, 1), **scores})
-            improved = state["best"] is None or main > state["best"]
-            if improved:
-                state["best"], state["best_epoch"] = main, epoch + 1
-            state["epoch"], state["step"] = epoch + 1, scheduler.last_epoch
-            state["elapsed"] = time.perf_counter() - started
-            best = model.state_dict() if improved else None
-            save_checkpoint(checkpoint, model, optimizer, state, best=best, average=average)
-            if best is not None:  # after the checkpoint: a resume restores best_path from it
-                write_weights(best, best_path, overwrite=True, sidecar=True)
-            if verbose:
-                print(
-                    f"epoch {epoch + 1}/{epochs}: train loss {total / max(count, 1):.4f}, val "
-                    + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
-                    + f" ({state['elapsed'] / 60:.1f} min)",
-                    flush=True,
-                )
-        _barrier(world)
-        if patience is not None and _stop_early(state, patience, epochs, rank, world):
-            if verbose:
-                print(
-                    f"early stop: no better validation {task.main_metric} for {patience} epochs; the best "
-                    f"is epoch {state['best_epoch']}",
-                    flush=True,
-                )
-            state["stopped_early"] = state["epoch"]
-            last = epochs  # what follows is the end of the run
-            break
-    if rank != 0:
-        return {}
-    if last < epochs:
-        if verbose:
-            print(f"stopped after epoch {last} of {epochs}; continue with --resume", flush=True)
-        return {"stopped_after": last, "history": state["history"]}
+    run.scheduler = torch.optim.lr_scheduler.LambdaLR(run.optimizer, lr_factor)
+    run.state = {"epoch": 0, "best": None, "best_epoch": None, "history": [], "elapsed": 0.0, "epochs": epochs}
 
+
+def _resume(run: _Run, data: str) -> None:
+    """The last complete checkpoint's model, optimizer, random state, schedule step and best weights."""
+    if not run.checkpoint.is_dir():
+        raise ConfigError(f"--resume: no checkpoint in {run.checkpoint}")
+    run.state, saved = load_checkpoint(run.checkpoint, run.model, run.optimizer, data=data)
+    run.average = saved.get("average")
+    if "best" in saved:  # the best weights as of the checkpoint, whatever a killed run left in best_path
+        write_weights(saved["best"], run.best_path, overwrite=True, sidecar=True)
+    # the scheduler's own step count (an epoch's batches are ceil(n / batch), not steps_per_epoch)
+    _restore_schedule(run.scheduler, int(run.state.get("step", run.state["epoch"] * run.steps_per_epoch)))
+    run.started -= run.state["elapsed"]
+
+
+def _run_epochs(run: _Run, stop_after: int | None) -> int:
+    """Train, validate and checkpoint epoch after epoch; returns the last epoch this run was to reach (the
+    recipe's last one when it stopped early)."""
+    last = run.epochs if stop_after is None else min(run.epochs, run.state["epoch"] + stop_after)
+    patience = run.settings.get("patience")  # early stopping: epochs without a better validation score
+    ddp = torch.nn.parallel.DistributedDataParallel(run.model) if run.world > 1 else run.model
+    for epoch in range(run.state["epoch"], last):
+        loss = _train_epoch(run, ddp, epoch)
+        if run.rank == 0:
+            _end_epoch(run, epoch, loss)
+        _barrier(run.world)
+        if patience is not None and _stop_early(run.state, patience, run.epochs, run.rank, run.world):
+            run.say(
+                f"early stop: no better validation {run.task.main_metric} for {patience} epochs; the best is "
+                f"epoch {run.state['best_epoch']}"
+            )
+            run.state["stopped_early"] = run.state["epoch"]
+            return run.epochs  # what follows is the end of the run
+    return last
+
+
+def _train_epoch(run: _Run, ddp, epoch: int) -> float:
+    """One pass over this rank's share of the training split, in the epoch's seeded order; the mean loss."""
+    run.model.train()
+    settings = run.settings
+    generator = torch.Generator().manual_seed(run.seed * 1000 + epoch)
+    bar = _progress(run.steps_per_epoch, run.verbose, f"epoch {epoch + 1}/{run.epochs}")
+    total, count = 0.0, 0
+    batches = run.task.batches("train", settings["batch_size"], generator=generator, rank=run.rank, world=run.world)
+    for batch in batches:
+        loss = run.task.loss(ddp, _on(batch, run.device))
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if settings.get("clip"):
+            torch.nn.utils.clip_grad_norm_(run.model.parameters(), settings["clip"])
+        run.optimizer.step()
+        run.scheduler.step()
+        total, count = total + loss.item(), count + 1
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{total / count:.4f}", refresh=False)
+    if bar is not None:
+        bar.close()
+    return total / max(count, 1)
+
+
+def _end_epoch(run: _Run, epoch: int, loss: float) -> None:
+    """Rank 0 after an epoch: the running average, validation, the checkpoint, the best weights."""
+    state, model = run.state, run.model
+    average_last = run.settings.get("average_last") or 0
+    if average_last and epoch + 1 > run.epochs - average_last:
+        averaged = state.get("averaged_epochs", 0)
+        run.average = _running_mean(run.average, model.state_dict(), averaged)
+        state["averaged_epochs"] = averaged + 1
+    scores = run.task.validate(model, run.task.splits["val"])
+    main = scores[run.task.main_metric]
+    state["history"].append({"epoch": epoch + 1, "train_loss": loss, **scores})
+    improved = state["best"] is None or main > state["best"]
+    if improved:
+        state["best"], state["best_epoch"] = main, epoch + 1
+    state["epoch"], state["step"] = epoch + 1, run.scheduler.last_epoch
+    state["elapsed"] = time.perf_counter() - run.started
+    best = model.state_dict() if improved else None
+    save_checkpoint(run.checkpoint, model, run.optimizer, state, best=best, average=run.average)
+    if best is not None:  # after the checkpoint: a resume restores best_path from it
+        write_weights(best, run.best_path, overwrite=True, sidecar=True)
+    run.say(
+        f"epoch {epoch + 1}/{run.epochs}: train loss {loss:.4f}, val "
+        + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+        + f" ({state['elapsed'] / 60:.1f} min)"
+    )
+
+
+def _finish(run: _Run, export: str | Path | None, baseline: bool) -> dict[str, Any]:
+    """The shipped model (best epoch or average, in float16, threshold tuned on validation), scored on the
+    test split and subset; the weights file, the run folder and report.json written."""
     from ..weights import read_weights
 
-    if average is not None:
-        _judge_average(task, model, average, state, best_path, verbose)
-    model.load_state_dict(read_weights(best_path, sha256=None)[0])
+    task, model, recipe = run.task, run.model, run.recipe
+    if run.average is not None:
+        _judge_average(task, model, run.average, run.state, run.best_path, run.verbose)
+    model.load_state_dict(read_weights(run.best_path, sha256=None)[0])
     # the weights ship in float16: tune and measure the model as it will be loaded
     half = float16_state(model)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in half.items()})
@@ -542,25 +616,7 @@ def train(
         task.tune_threshold(model, task.splits["val"])  # on validation only
     subset_size = int(recipe.get("check_subset", 2000))
     test, subset, metrics = card_metrics(task, model, subset_size)
-    train_time = time.perf_counter() - started
-    report = {
-        "model": recipe["model"],
-        "tag": recipe["tag"],
-        "task": task.name,
-        "world_size": world,
-        "split_sizes": task.split_sizes(),
-        "epochs": epochs,
-        "best_epoch": state["best_epoch"],
-        "stopped_early": state.get("stopped_early"),
-        "average": state.get("average"),
-        "history": state["history"],
-        "device": str(device),
-        "test": test,
-        "subset": {"size": subset_size, **subset},
-        "train_time_s": train_time,
-        "baseline": task.baseline() if baseline and test else None,
-        "data": task.describe_data(),
-    }
+    report = _report(run, test, subset, subset_size, baseline)
     extra = {
         **task.metadata(),
         "metrics": metrics,
@@ -568,34 +624,81 @@ def train(
         "license": task.license,
         "recipe": recipe,
         "check_subset": subset_size,
-        "seed": seed,
+        "seed": run.seed,
         "torch_version": torch.__version__,
     }
-    config = {**sizes, **recipe.get("config", {})}
+    target = _write_weights(run, half, extra, export, report)
+    # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
+    model.attnzoo_metadata = extra
+    save_model(model.cpu(), run.output, overwrite=True)
+    report["card_entry"] = _card_entry(run, report, metrics, target)
+    run.output.mkdir(parents=True, exist_ok=True)
+    (run.output / "report.json").write_text(json.dumps(report, indent=1))
+    run.say(
+        f"test: {test or 'no test split'}\nsubset[{subset_size}]: {subset}\nbaseline: {report['baseline']}\n"
+        f"weights: {target} sha256 {report['sha256']} ({report['train_time_s'] / 60:.1f} min)\n"
+        f"run folder: {run.output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
+    )
+    return report
+
+
+def _report(run: _Run, test: dict, subset: dict, subset_size: int, baseline: bool) -> dict[str, Any]:
+    task, state = run.task, run.state
+    return {
+        "model": run.recipe["model"],
+        "tag": run.recipe["tag"],
+        "task": task.name,
+        "world_size": run.world,
+        "split_sizes": task.split_sizes(),
+        "epochs": run.epochs,
+        "best_epoch": state["best_epoch"],
+        "stopped_early": state.get("stopped_early"),
+        "average": state.get("average"),
+        "history": state["history"],
+        "device": str(run.device),
+        "test": test,
+        "subset": {"size": subset_size, **subset},
+        "train_time_s": time.perf_counter() - run.started,
+        "baseline": task.baseline() if baseline and test else None,
+        "data": task.describe_data(),
+    }
+
+
+def _write_weights(
+    run: _Run, half: dict[str, torch.Tensor], extra: dict[str, Any], export: str | Path | None, report: dict
+) -> Path:
+    """The float16 weights file with its metadata, in the run folder or (never replacing one) in ``export``."""
+    import attnzoo
+
+    recipe = run.recipe
+    config = {**run.sizes, **recipe.get("config", {})}
     spec = attnzoo.model_info(recipe["model"])
     metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
     file_name = f"{recipe['model']}-{recipe['tag']}.safetensors"
-    target = Path(export) / file_name if export else output / file_name
+    target = Path(export) / file_name if export else run.output / file_name
     report["weights"] = str(target)
     report["sha256"] = write_weights(half, target, metadata=metadata, overwrite=not export, sidecar=not export)
-    # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
-    model.attnzoo_metadata = extra
-    save_model(model.cpu(), output, overwrite=True)
-    report["card_entry"] = {
+    return target
+
+
+def _card_entry(run: _Run, report: dict[str, Any], metrics: dict[str, Any], target: Path) -> dict[str, Any]:
+    """The card's ``weights`` entry for this run, ready to paste into registry/MODEL.yaml."""
+    task, recipe = run.task, run.recipe
+    return {
         recipe["tag"]: {
-            "file": file_name,
+            "file": target.name,
             "sha256": report["sha256"],
-            "num_params": sum(p.numel() for p in model.parameters()),
+            "num_params": sum(p.numel() for p in run.model.parameters()),
             "file_size": target.stat().st_size,
             "torch_version": torch.__version__,
-            "config": config,
+            "config": {**run.sizes, **recipe.get("config", {})},
             "metrics": metrics,
             "dataset": task.dataset,
             "license": task.license,
             "recipe": f"attnzoo/train/recipes/{recipe.get('recipe_file', 'flags')}",
-            "seed": seed,
+            "seed": run.seed,
             "data": report["data"],
-            "train_time": _describe_time(train_time, epochs, device),
+            "train_time": _describe_time(report["train_time_s"], run.epochs, run.device),
             "splits": task.split_sizes(),
             "baseline": {
                 "model": "TF-IDF word 1-2 grams + linear SVM",
@@ -603,15 +706,6 @@ def train(
             },
         }
     }
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "report.json").write_text(json.dumps(report, indent=1))
-    if verbose:
-        print(
-            f"test: {test or 'no test split'}\nsubset[{subset_size}]: {subset}\nbaseline: {report['baseline']}\n"
-            f"weights: {target} sha256 {report['sha256']} ({train_time / 60:.1f} min)\n"
-            f"run folder: {output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
-        )
-    return report
 
 
 def float16_state(model) -> dict[str, torch.Tensor]:

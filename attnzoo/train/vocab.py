@@ -14,13 +14,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["tokenize", "Vocabulary", "pad_batch"]
+__all__ = ["tokenize", "Vocabulary", "pad_batch", "TOKEN_PATTERN"]
 
-_TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
+# what a word is: a run of letters and digits, or one other character (after lower-casing)
+TOKEN_PATTERN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
 
 
 def tokenize(text: str) -> list[str]:
-    return _TOKEN.findall(text.lower())
+    return TOKEN_PATTERN.findall(text.lower())
 
 
 class Vocabulary:
