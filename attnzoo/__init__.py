@@ -7,16 +7,25 @@
 Importing attnzoo, listing and reading model cards never import torch; ``create`` does.
 """
 
-from .create import create, load
-from .errors import AttnzooError, ConfigError, PluginError, UnknownModelError, WeightsError
-from .export import export
-from .hookspecs import hookimpl
-from .plugins import PluginInfo
-from .registry import list_models, list_plugins, model_info, register
-from .spec import ModelSpec, WeightsSpec
-from .weights import save
+import sys as _sys
 
-__version__ = "0.1.0"
+from attnzoo import _moved
+from attnzoo.core.create import create, load
+from attnzoo.core.hookspecs import hookimpl
+from attnzoo.core.plugins import PluginInfo
+from attnzoo.core.registry import list_models, list_plugins, model_info, register
+from attnzoo.core.spec import ModelSpec, WeightsSpec
+from attnzoo.errors import AttnzooError, ConfigError, PluginError, UnknownModelError, WeightsError
+from attnzoo.interop.export import export
+from attnzoo.io.weights import save
+from attnzoo.version import __version__
+
+_moved.install()  # the modules' paths before the floors (attnzoo.weights, ...) still import, with a warning
+# two old paths share their name with a function here: bound at once, so importing them later cannot
+# replace attnzoo.create / attnzoo.export with a module
+_sys.modules.setdefault("attnzoo.create", _sys.modules["attnzoo.core.create"])
+_sys.modules.setdefault("attnzoo.export", _sys.modules["attnzoo.interop.export"])
+
 
 _SUBPACKAGES = ("keras", "layers", "models", "train")
 
@@ -24,11 +33,11 @@ _SUBPACKAGES = ("keras", "layers", "models", "train")
 def __getattr__(name: str):
     # subpackages import torch: reach them on first use (attnzoo.keras.load_keras_weights), not at import
     if name == "predict":
-        from .train.predict import predict
+        from attnzoo.train.predict import predict
 
         return predict
     if name == "tokenizer":
-        from .train.tokenizer import tokenizer
+        from attnzoo.train.tokenizer import tokenizer
 
         return tokenizer
     if name in _SUBPACKAGES:

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import HERE, ROOT, THREADS, machine_line, markdown_table, setup_threads, update_doc_section, write_json  # noqa: E402
 
-from attnzoo.bench import Case, run  # noqa: E402
+from attnzoo.tools.bench import Case, run  # noqa: E402
 
 
 def _rows(results, key):

@@ -1,6 +1,6 @@
 """What every benchmark here shares: alternating timing, peak memory in a subprocess, tables, JSON.
 
-The timing and the resident-size probe are ``attnzoo.bench``'s (what ``attnzoo bench`` runs); this file
+The timing and the resident-size probe are ``attnzoo.tools.bench``'s (what ``attnzoo bench`` runs); this file
 adds what only these scripts need: the fixed thread count, implementations that are not registered
 variants (naive references), the docs tables.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from attnzoo import bench
+from attnzoo.tools import bench
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -61,7 +61,7 @@ def time_rounds(
     impls: dict[str, Callable[[], object]], *, rounds: int, min_run_time: float, budget: dict[str, float] | None = None
 ) -> dict[str, list[float]]:
     """Seconds per call of each zero-argument callable, one median per round, alternating implementations
-    each round (``attnzoo.bench.time_alternating``, the same code as ``attnzoo bench``).
+    each round (``attnzoo.tools.bench.time_alternating``, the same code as ``attnzoo bench``).
 
     ``budget`` caps the run time per round of slow implementations (seconds), e.g. a Python loop.
     """
@@ -111,7 +111,7 @@ _PROBE = r"""
 import sys, importlib, torch
 torch.set_num_threads({threads})
 sys.path.insert(0, {bench!r})
-from attnzoo.bench import rss_peak_of
+from attnzoo.tools.bench import rss_peak_of
 module = importlib.import_module({module!r})
 step = getattr(module, {factory!r})(*{args!r})
 print(*rss_peak_of(step))

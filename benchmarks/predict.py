@@ -36,8 +36,8 @@ from common import (  # noqa: E402
 )
 
 import attnzoo  # noqa: E402
+from attnzoo.io.text import Vocabulary, pad_batch, tokenize  # noqa: E402
 from attnzoo.train.predict import PREDICT_BATCH, predict_one  # noqa: E402
-from attnzoo.train.vocab import Vocabulary, pad_batch, tokenize  # noqa: E402
 
 NAME = "bilstm_labelwise.wordnet"
 LOOPED = 200  # texts timed one at a time

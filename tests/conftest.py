@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):
-    from attnzoo.registry import REGISTRY
+    from attnzoo.core.registry import REGISTRY
 
     for name in (
         "ATTNZOO_PLUGINS",

@@ -9,7 +9,7 @@ import pty
 import subprocess
 import sys
 
-from attnzoo.bench import Case, run
+from attnzoo.tools.bench import Case, run
 
 from .conftest import ROOT, run_cli
 

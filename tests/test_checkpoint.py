@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.io.weights import read_weights
 from attnzoo.train import checkpoint as ckpt
 from attnzoo.train.trainer import complete_recipe, train
-from attnzoo.weights import read_weights
 
 from .test_train_files import _synthetic, _write_csv
 

@@ -7,9 +7,9 @@ import torch
 from omegaconf import OmegaConf
 
 import attnzoo
-from attnzoo.config import parse_overrides
+from attnzoo.core.config import parse_overrides
 from attnzoo.errors import ConfigError
-from attnzoo.weights import write_weights
+from attnzoo.io.weights import write_weights
 
 from .conftest import run_cli
 

@@ -13,8 +13,8 @@ import warnings
 import pytest
 
 import attnzoo
-from attnzoo.conventions import convention_names, get_convention
 from attnzoo.testing import PROPERTIES, check_model
+from attnzoo.testing.conventions import convention_names, get_convention
 
 NAMES = attnzoo.list_models()
 

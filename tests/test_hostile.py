@@ -56,7 +56,7 @@ def test_a_model_too_large_for_the_machine_is_refused_before_allocation():
 
 
 def test_interpolations_in_a_weights_file_stay_plain_strings(tmp_path, monkeypatch):
-    from attnzoo.weights import encode_metadata, write_weights
+    from attnzoo.io.weights import encode_metadata, write_weights
 
     monkeypatch.setenv("ATTNZOO_TEST_SECRET", "probs")  # were it resolved, the config would be valid
     layer = attnzoo.create("labelwise_batched", num_labels=2, hidden_size=3)
@@ -74,7 +74,7 @@ def test_interpolations_in_a_weights_file_stay_plain_strings(tmp_path, monkeypat
 
 
 def test_malformed_metadata_is_a_one_line_weights_error(tmp_path):
-    from attnzoo.weights import write_weights
+    from attnzoo.io.weights import write_weights
 
     path = tmp_path / "w.safetensors"
     write_weights({"a": torch.zeros(2)}, path, metadata={"attnzoo.name": "labelwise", "attnzoo.config": "{oops"})

@@ -615,7 +615,7 @@ def attnzoo_register_conventions(register):
 """
 
 FLAT_CONVENTION = """
-from attnzoo.conventions import Convention, Slot
+from attnzoo.testing import Convention, Slot
 
 FLAT = Convention("flat_square", (Slot("x", "float", ("batch", "keys")),), outputs=(("batch", "keys"),),
                   attention="none")

@@ -11,8 +11,8 @@ import torch
 
 import attnzoo
 from attnzoo.errors import ConfigError
+from attnzoo.io.text import Vocabulary, tokenize
 from attnzoo.train.predict import UnknownTokensWarning, attention_figure
-from attnzoo.train.vocab import Vocabulary, tokenize
 
 from .conftest import run_cli
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import attnzoo
+from attnzoo.core.resources import weights_dir
 from attnzoo.errors import WeightsError
-from attnzoo.resources import weights_dir
 from attnzoo.train import sources
 
 from .conftest import require_data, run_cli

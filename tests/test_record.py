@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import attnzoo
+from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, WeightsError
-from attnzoo.record import RunRecord
 from attnzoo.train.ensemble import join_weights
 from attnzoo.train.files import DataError
 from attnzoo.train.tasks import task_of

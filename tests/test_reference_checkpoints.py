@@ -23,8 +23,8 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import attnzoo
-from attnzoo.convert import convert_checkpoint
 from attnzoo.errors import WeightsError
+from attnzoo.interop.convert import convert_checkpoint
 
 from .conftest import run_cli
 
@@ -311,7 +311,7 @@ def test_only_the_restricted_unpickler_is_ever_used(tmp_path):
 
 def test_create_with_weights_applies_reference_layouts(tmp_path):
     """A head state dict in LAAT's names loads through create(weights=...) as through load_state_dict."""
-    from attnzoo.weights import write_weights
+    from attnzoo.io.weights import write_weights
 
     head = attnzoo.create("laat", num_labels=4, hidden_size=6, attention_size=3)
     renamed = {

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import attnzoo
-from attnzoo.convert import convert_checkpoint
+from attnzoo.interop.convert import convert_checkpoint
 
 ROOT = Path(os.environ.get("ATTNZOO_REFERENCE_CODE", "/nonexistent"))
 pytestmark = pytest.mark.skipif(not ROOT.is_dir(), reason="set ATTNZOO_REFERENCE_CODE to run the reference code")

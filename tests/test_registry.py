@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 import attnzoo
+from attnzoo.core.spec import parse_name
 from attnzoo.errors import ConfigError, UnknownModelError
-from attnzoo.spec import parse_name
 
 from .conftest import run_cli, run_python
 
@@ -224,7 +224,7 @@ def test_cli_create_builds_and_runs_a_dummy_forward():
 def test_generated_docs_are_in_step_with_the_registry(page):
     from pathlib import Path
 
-    from attnzoo.catalogue import PAGES
+    from attnzoo.tools.catalogue import PAGES
 
     text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()
     assert text == PAGES[page](), f"docs/{page} is stale: run python -m attnzoo.catalogue"
@@ -236,8 +236,8 @@ def test_every_constructor_argument_is_listed_with_what_null_means(name):
     factory, and no argument that defaults to None leaves its meaning unsaid."""
     import inspect
 
-    from attnzoo.create import resolve_factory
-    from attnzoo.signatures import constructor_arguments
+    from attnzoo.core.create import resolve_factory
+    from attnzoo.core.signatures import constructor_arguments
 
     spec = attnzoo.model_info(name)
     read = constructor_arguments(spec)

@@ -382,7 +382,7 @@ def _serving():
 
 def test_credentials_go_only_to_the_host_they_were_meant_for(server, tmp_path, monkeypatch):
     """A redirect to another host (here another port of 127.0.0.1) arrives without the Authorization header."""
-    from attnzoo.sources import _download
+    from attnzoo.io.sources import _download
 
     other, thread = _serving()
     try:
@@ -400,7 +400,7 @@ def test_credentials_go_only_to_the_host_they_were_meant_for(server, tmp_path, m
 
 
 def test_a_redirect_to_ftp_is_refused(server, tmp_path, monkeypatch):
-    from attnzoo.sources import _download
+    from attnzoo.io.sources import _download
 
     server.faults["redirect"] = "ftp://127.0.0.1/w.safetensors"
     monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
@@ -409,7 +409,7 @@ def test_a_redirect_to_ftp_is_refused(server, tmp_path, monkeypatch):
 
 
 def test_a_body_larger_than_the_card_says_stops_and_is_not_kept(server, tmp_path, monkeypatch):
-    from attnzoo.sources import _download
+    from attnzoo.io.sources import _download
 
     monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
     server.faults["endless"] = True
@@ -420,7 +420,7 @@ def test_a_body_larger_than_the_card_says_stops_and_is_not_kept(server, tmp_path
 
 
 def test_a_dripping_server_is_a_stalled_download_not_a_hang(server, tmp_path, monkeypatch):
-    from attnzoo.sources import _download
+    from attnzoo.io.sources import _download
 
     monkeypatch.setenv("ATTNZOO_DOWNLOAD_TIMEOUT", "1")
     monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
@@ -432,7 +432,7 @@ def test_a_dripping_server_is_a_stalled_download_not_a_hang(server, tmp_path, mo
 
 
 def test_a_malformed_chunked_body_is_a_weights_error(server, tmp_path, monkeypatch):
-    from attnzoo.sources import _download
+    from attnzoo.io.sources import _download
 
     monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
     server.faults["bad_chunks"] = True
@@ -458,7 +458,7 @@ def test_links_planted_in_the_cache_are_never_written_through(server, tmp_path, 
 
 
 def test_cache_clear_removes_only_what_the_cache_made(server, tmp_path, home, monkeypatch):
-    from attnzoo.sources import clear_cache
+    from attnzoo.io.sources import clear_cache
 
     _, data, digest = _weights(tmp_path)
     server.files["/m.safetensors"] = data

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnzoo.io.text import Vocabulary, pad_batch, tokenize
 from attnzoo.train import metrics, sources
 from attnzoo.train.splits import group_key, split_indices
-from attnzoo.train.vocab import Vocabulary, pad_batch, tokenize
 
 from .conftest import ROOT, require_data
 
@@ -144,14 +144,14 @@ def _train(args, env=None, runner=None):
 
 
 def _weights(report):
-    from attnzoo.weights import read_weights
+    from attnzoo.io.weights import read_weights
 
     return read_weights(report["weights"], sha256=report["sha256"])[0]
 
 
 def _checkpoint_tensors(run, name):
     """A file of the run's last complete checkpoint, read by the digest its record gives."""
-    from attnzoo.weights import read_weights
+    from attnzoo.io.weights import read_weights
 
     record = json.loads((run / "checkpoint" / "trainer.json").read_text())
     path = run / "checkpoint" / record["folder"] / f"{name}.safetensors"
@@ -319,8 +319,8 @@ def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     without touching anything."""
     need_cmudict()
     import attnzoo
+    from attnzoo.io.weights import sha256_file
     from attnzoo.train.tasks import build_task
-    from attnzoo.weights import sha256_file
 
     reports = [_tiny_g2p(tmp_path / f"run{seed}", seed) for seed in (1, 2)]
     out = tmp_path / "ensemble.safetensors"

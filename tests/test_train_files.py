@@ -102,7 +102,7 @@ def test_a_csv_recipe_learns_keyword_labels_and_its_run_folder_loads_predicts_an
     assert model.attnzoo_metadata["labels"] == sorted(TOPICS)
     # the test metric, recomputed here from the file, the model and the stored threshold
     rows = read_table(folder / "test.csv", ["body", "tags"])
-    from attnzoo.train.vocab import Vocabulary, pad_batch, tokenize
+    from attnzoo.io.text import Vocabulary, pad_batch, tokenize
 
     vocab = Vocabulary.from_json(model.attnzoo_metadata["vocab"])
     tokens = pad_batch([vocab.encode(tokenize(r.values["body"])) for r in rows])

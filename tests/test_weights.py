@@ -9,7 +9,7 @@ import torch
 
 import attnzoo
 from attnzoo.errors import WeightsError
-from attnzoo.weights import read_weights, write_weights
+from attnzoo.io.weights import read_weights, write_weights
 
 
 def _model():
@@ -197,7 +197,7 @@ def test_write_weights_refuses_other_suffixes_and_a_users_own_digest_file(tmp_pa
     import torch
 
     from attnzoo.errors import WeightsError
-    from attnzoo.weights import write_weights
+    from attnzoo.io.weights import write_weights
 
     tensors = {"w": torch.ones(2)}
     with pytest.raises(WeightsError, match="name the output NAME.safetensors"):

@@ -1,5 +1,5 @@
 """The ``attnzoo`` command (see :mod:`attnzoo.cli.app`); ``attnzoo.cli:main`` is the console script."""
 
-from .app import main
+from attnzoo.cli.app import main
 
 __all__ = ["main"]

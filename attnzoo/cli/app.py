@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from ..errors import AttnzooError
-from .common import FAILURE, USAGE_ERROR, UsageError, one_line
+from attnzoo.cli.common import FAILURE, USAGE_ERROR, UsageError, one_line
+from attnzoo.errors import AttnzooError
 
 __all__ = ["main", "build_parser", "Command", "commands", "register_builtin_commands", "BUILTIN_VERBS"]
 
@@ -81,8 +81,8 @@ def commands() -> dict[str, Command]:
     """Every verb, from every plugin's ``attnzoo_register_commands``: the built-in ones first, then the
     plugins' by name. A plugin's verb that takes a name already registered is skipped with a warning; a
     plugin whose hook raises is recorded (``attnzoo plugins``) and its other verbs are kept."""
-    from .. import registry
-    from ..spec import BUILTIN_PROVIDER
+    from attnzoo.core import registry
+    from attnzoo.core.spec import BUILTIN_PROVIDER
 
     found: list[Command] = []
 
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stderr is not None:
             print("attnzoo: standard output is closed; what this command prints is discarded", file=sys.stderr)
     debug = "--debug" in argv
-    from ..plugins import autoload_disabled
+    from attnzoo.core.plugins import autoload_disabled
 
     # both switches are read before the parser exists: plugins' verbs are part of it
     with warnings.catch_warnings(), autoload_disabled() if "--no-plugins" in argv else contextlib.nullcontext():

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import AttnzooError
+from attnzoo.errors import AttnzooError
 
 USAGE_ERROR = 2
 FAILURE = 1
@@ -76,7 +76,7 @@ def positive_int(text: str) -> int:
 
 def config_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     """``key=value`` pairs as a config dict (values parsed as YAML); a malformed pair is a usage error."""
-    from ..config import parse_overrides
+    from attnzoo.core.config import parse_overrides
 
     try:
         return parse_overrides(list(pairs))

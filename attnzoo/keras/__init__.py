@@ -15,8 +15,8 @@ One attention layer's weights go into the matching attnzoo layer::
 Needs ``h5py`` (the ``keras`` extra); Keras itself is never imported.
 """
 
-from .convert import ConversionReport, UnsupportedKerasLayerError, convert_keras_model
-from .importer import keras_layers_in, load_keras_arrays, load_keras_weights
+from attnzoo.keras.convert import ConversionReport, UnsupportedKerasLayerError, convert_keras_model
+from attnzoo.keras.importer import keras_layers_in, load_keras_arrays, load_keras_weights
 
 __all__ = [
     "convert_keras_model",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import WeightsError
+from attnzoo.errors import WeightsError
 
 __all__ = ["CheckResult", "check_against_keras", "padded_inputs"]
 

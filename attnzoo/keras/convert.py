@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ConfigError, WeightsError
-from .converters import (
+from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.keras.converters import (
     BUILTIN_FUNCTIONS,
     CALL_ARGUMENTS,
     CHILD_ORDER,
@@ -41,9 +41,9 @@ from .converters import (
     convert_operation,
     is_operation,
 )
-from .files import KerasFile, read_keras_model
-from .graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
-from .nodes import INTEGER_DTYPES
+from attnzoo.keras.files import KerasFile, read_keras_model
+from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
+from attnzoo.keras.nodes import INTEGER_DTYPES
 
 __all__ = [
     "convert_keras_model",
@@ -96,7 +96,7 @@ class ConversionReport:
 # -- the converter table for one conversion ---------------------------------------------------------------
 def _hook_converters(custom: Mapping[str, Any] | None) -> dict[str, list[KerasLayerConverter]]:
     """Every registered converter by Keras name: ``custom_layers`` first, then the hook's, in plugin order."""
-    from ..registry import call_each
+    from attnzoo.core.registry import call_each
 
     table: dict[str, list[KerasLayerConverter]] = {}
 
@@ -363,7 +363,7 @@ def convert_keras_model(
     or a tuple in the Keras model's output order. ``model.keras_report`` says what became of each layer.
     Keras is never imported.
     """
-    from ..create import create
+    from attnzoo.core.create import create
 
     with read_keras_model(path, weights=weights) as file:
         graph = parse_model(file.config, str(path), keras3=file.major >= 3)

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .activations import canonical_activation
-from .files import snake_case
-from .graph import LayerRecord
-from .nodes import OPERATION_NAMES
+from attnzoo.keras.activations import canonical_activation
+from attnzoo.keras.files import snake_case
+from attnzoo.keras.graph import LayerRecord
+from attnzoo.keras.nodes import OPERATION_NAMES
 
 __all__ = [
     "Refused",
@@ -573,8 +573,8 @@ KERAS_LAYERS = frozenset([*CONVERTERS, "Attention", "AdditiveAttention", "MultiH
 
 # -- attnzoo's own Keras layers, registered through the hook like a plugin's -----------------------------
 def _zoo_module(name: str, config: dict[str, Any], arrays: list[np.ndarray], where: str) -> Any:
-    from ..create import create
-    from .importer import load_keras_arrays
+    from attnzoo.core.create import create
+    from attnzoo.keras.importer import load_keras_arrays
 
     module = create(name, config=config)
     return load_keras_arrays(module, arrays, where=where)

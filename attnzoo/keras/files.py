@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import WeightsError
-from .h5 import MAX_DEPTH, decode_attr, group_items, read_dataset
+from attnzoo.errors import WeightsError
+from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, group_items, read_dataset
 
 __all__ = ["KerasFile", "LayerPath", "read_keras_model", "snake_case", "MAX_CONFIG_BYTES"]
 

@@ -25,8 +25,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import WeightsError
-from .files import LayerPath
+from attnzoo.errors import WeightsError
+from attnzoo.keras.files import LayerPath
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
 

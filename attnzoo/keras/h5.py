@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import WeightsError
+from attnzoo.errors import WeightsError
 
 __all__ = [
     "KerasLayer",

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import WeightsError
-from .h5 import KerasLayer, Unread, read_keras_file
+from attnzoo.errors import WeightsError
+from attnzoo.keras.h5 import KerasLayer, Unread, read_keras_file
 
 __all__ = ["load_keras_weights", "load_keras_arrays", "keras_layers_in", "CONVERSIONS"]
 
@@ -115,8 +115,8 @@ def _require_layer_of_class(path: str | Path, keras_class: str, ours: str) -> No
     or a legacy file's layer of that class (its model_config) or default name."""
     import re
 
-    from .files import snake_case
-    from .h5 import layer_names
+    from attnzoo.keras.files import snake_case
+    from attnzoo.keras.h5 import layer_names
 
     if not keras_class:
         return

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .nodes import INTEGER_DTYPES, build_node
+from attnzoo.keras.nodes import INTEGER_DTYPES, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 

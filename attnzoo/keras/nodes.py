@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..layers.core import check_tokens
-from .activations import activation as activation_fn
+from attnzoo.keras.activations import activation as activation_fn
+from attnzoo.layers.core import check_tokens
 
 __all__ = ["Node", "NODES", "build_node", "INTEGER_DTYPES"]
 
@@ -811,7 +811,7 @@ OPERATION_NAMES = frozenset(
 
 def build_node(spec: dict[str, Any]) -> nn.Module:
     """A node from its data (``{"op": ..., **arguments}``); recurrent ops and zoo layers included."""
-    from . import rnn, zoo  # noqa: F401 - they register their node types
+    from attnzoo.keras import rnn, zoo  # noqa: F401 - they register their node types
 
     spec = dict(spec)
     op = spec.pop("op")

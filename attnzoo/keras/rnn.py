@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from ..layers.core import tracing
-from .activations import activation as activation_fn
-from .nodes import NODES, Node, build_node
+from attnzoo.keras.activations import activation as activation_fn
+from attnzoo.keras.nodes import NODES, Node, build_node
+from attnzoo.layers.core import tracing
 
 __all__ = ["Recurrent", "Bidirectional", "GATES", "kept_first", "keras_outputs"]
 

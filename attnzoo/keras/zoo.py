@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import Tensor
 
-from .nodes import NODES, Node
+from attnzoo.keras.nodes import NODES, Node
 
 __all__ = ["ZooNode"]
 
@@ -44,8 +44,8 @@ class ZooNode(Node):
         output_mask: str = "none",
     ) -> None:
         super().__init__(model=model, config=config, call=call, output_mask=output_mask)
-        from ..create import create
-        from ..spec import parse_name
+        from attnzoo.core.create import create
+        from attnzoo.core.spec import parse_name
 
         # a registered layer by name, nothing fetched: a saved graph cannot make loading reach a network
         parsed = parse_name(model)

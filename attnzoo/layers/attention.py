@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import (
+from attnzoo.layers.core import (
     attend,
     attended_keys,
     check_input,
@@ -66,8 +66,8 @@ from .core import (
     neutralise,
     tracing,
 )
-from .lazy import LazyLayer
-from .normalizers import check_normalizer, normalize
+from attnzoo.layers.lazy import LazyLayer
+from attnzoo.layers.normalizers import check_normalizer, normalize
 
 __all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "tiled_to_grouped", "POSITIONS", "LAYOUTS"]
 

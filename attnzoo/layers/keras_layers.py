@@ -49,8 +49,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import attend, check_input, check_mask, check_positive, check_probability, masked_softmax, neutralise
-from .lazy import LazyLayer
+from attnzoo.layers.core import (
+    attend,
+    check_input,
+    check_mask,
+    check_positive,
+    check_probability,
+    masked_softmax,
+    neutralise,
+)
+from attnzoo.layers.lazy import LazyLayer
 
 __all__ = [
     "KerasDotAttention",

@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import check_positive, label_attention, tracing
-from .keras_layers import KerasVar
-from .label_head import LabelHead
-from .labelwise import LabelwiseAttentionBatched
+from attnzoo.layers.core import check_positive, label_attention, tracing
+from attnzoo.layers.keras_layers import KerasVar
+from attnzoo.layers.label_head import LabelHead
+from attnzoo.layers.labelwise import LabelwiseAttentionBatched
 
 __all__ = ["LWAN", "CAMLHead", "LAATHead", "JointLAATHead", "PLMCAHead", "keras_he_normal_"]
 

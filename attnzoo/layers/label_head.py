@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .core import check_input, check_mask, check_positive, neutralise
-from .lazy import LazyLayer
+from attnzoo.layers.core import check_input, check_mask, check_positive, neutralise
+from attnzoo.layers.lazy import LazyLayer
 
 __all__ = ["LabelHead", "rename_keys"]
 

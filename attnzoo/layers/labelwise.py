@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
-from .core import check_positive, label_attention
-from .label_head import LabelHead
-from .lazy import ParameterGroup
+from attnzoo.layers.core import check_positive, label_attention
+from attnzoo.layers.label_head import LabelHead
+from attnzoo.layers.lazy import ParameterGroup
 
 # the per-label layout keeps a Python object per label; ICD-full coding has 8,921 labels
 MAX_PER_LABEL = 100_000

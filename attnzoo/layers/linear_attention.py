@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .attention import Attention
+from attnzoo.layers.attention import Attention
 
 __all__ = ["LinearSelfAttention"]
 

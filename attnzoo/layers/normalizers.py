@@ -100,7 +100,7 @@ def entmax15(z: Tensor, dim: int = -1) -> Tensor:
 def normalize(scores: Tensor, mask: Tensor | None, dim: int = -1, kind: str = "softmax") -> Tensor:
     """Attention weights from ``scores`` by ``kind``, where ``mask`` (bool, broadcastable, True = attend) is
     False the weight is exactly zero, and a row with nothing to attend to is all zeros."""
-    from .core import masked_softmax
+    from attnzoo.layers.core import masked_softmax
 
     if kind == "softmax":
         return masked_softmax(scores, mask, dim)

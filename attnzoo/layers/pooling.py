@@ -33,8 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import attend, check_input, check_mask, check_positive, label_attention, masked_softmax, neutralise
-from .lazy import LazyLayer
+from attnzoo.layers.core import (
+    attend,
+    check_input,
+    check_mask,
+    check_positive,
+    label_attention,
+    masked_softmax,
+    neutralise,
+)
+from attnzoo.layers.lazy import LazyLayer
 
 __all__ = [
     "KerasAttention",
@@ -90,7 +98,7 @@ class KerasAttention(LazyLayer):
         nn.init.xavier_uniform_(self.Ws)  # Keras glorot_uniform on a 2-D weight
 
     def keras_layout(self):
-        from .keras_layers import KerasVar
+        from attnzoo.layers.keras_layers import KerasVar
 
         return [KerasVar("Ws", "vars/0", "Ws")]
 

@@ -29,9 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import attended_keys, check_input, check_mask, check_positive, neutralise
-from .lazy import LazyLayer
-from .normalizers import check_normalizer, normalize
+from attnzoo.layers.core import attended_keys, check_input, check_mask, check_positive, neutralise
+from attnzoo.layers.lazy import LazyLayer
+from attnzoo.layers.normalizers import check_normalizer, normalize
 
 __all__ = ["ScoreAttention", "DotAttention", "GeneralAttention", "AdditiveAttention", "Seq2SeqAttention", "SCORES"]
 

@@ -38,7 +38,7 @@ attends across the samples of the batch. Self-attention needs a time axis; a cla
 
 from __future__ import annotations
 
-from .attention import Attention, alibi_slopes
+from attnzoo.layers.attention import Attention, alibi_slopes
 
 __all__ = [
     "QKVSelfAttention",

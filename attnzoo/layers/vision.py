@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import attend, check_input, check_positive
+from attnzoo.layers.core import attend, check_input, check_positive
 
 __all__ = [
     "SqueezeExcitation",

@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..layers.core import check_input, check_mask, check_positive, check_probability, tracing
-from ..layers.pooling import AttentionPooling
-from .text import run_packed
+from attnzoo.layers.core import check_input, check_mask, check_positive, check_probability, tracing
+from attnzoo.layers.pooling import AttentionPooling
+from attnzoo.models.text import run_packed
 
 __all__ = ["CNNBiLSTMAttention"]
 

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..layers.core import check_positive, check_probability, check_tokens, neutralise
-from ..layers.scores import Seq2SeqAttention
-from .text import run_packed, token_mask
+from attnzoo.layers.core import check_positive, check_probability, check_tokens, neutralise
+from attnzoo.layers.scores import Seq2SeqAttention
+from attnzoo.models.text import run_packed, token_mask
 
 __all__ = ["G2PSeq2Seq", "G2PEnsemble", "BOS", "EOS", "MAX_BEAM"]
 

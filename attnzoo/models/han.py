@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise, tracing
-from ..layers.pooling import AttentionPooling
-from .text import run_packed
+from attnzoo.layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise, tracing
+from attnzoo.layers.pooling import AttentionPooling
+from attnzoo.models.text import run_packed
 
 __all__ = ["HierarchicalAttentionNetwork"]
 

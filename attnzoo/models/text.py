@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ..layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise, tracing
-from ..layers.label_attention import LWAN, CAMLHead, JointLAATHead, LAATHead, PLMCAHead
-from ..layers.labelwise import LabelwiseAttentionBatched
-from ..layers.pooling import AttentionPooling
+from attnzoo.layers.core import check_mask, check_positive, check_probability, check_tokens, neutralise, tracing
+from attnzoo.layers.label_attention import LWAN, CAMLHead, JointLAATHead, LAATHead, PLMCAHead
+from attnzoo.layers.labelwise import LabelwiseAttentionBatched
+from attnzoo.layers.pooling import AttentionPooling
 
 __all__ = [
     "BiLSTMEncoder",

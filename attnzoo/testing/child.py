@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--property", action="append")
     parser.add_argument("--slow", action="store_true")
     args = parser.parse_args(argv)
-    from . import check_model
+    from attnzoo.testing import check_model
 
     out = sys.stdout
 

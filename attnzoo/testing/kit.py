@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from ..conventions import get_convention
-from ..errors import AttnzooError
-from ..spec import thaw
-from .properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
-from .report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
+from attnzoo.core.spec import thaw
+from attnzoo.errors import AttnzooError
+from attnzoo.testing.conventions import get_convention
+from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
+from attnzoo.testing.report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
 
 __all__ = ["check_model", "check_property", "property_names", "property_time_limit", "PropertyTimeout"]
 
@@ -89,7 +89,7 @@ def _subject(
                 "card",
                 FAILED,
                 "no calling convention: add `convention:` to the "
-                "card (see attnzoo.conventions) so the kit can build its inputs",
+                "card (see attnzoo.testing.conventions) so the kit can build its inputs",
             ),
         )
     try:

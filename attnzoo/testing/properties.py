@@ -2,7 +2,7 @@
 
 A property returns None when it holds, raises :class:`Failure` with the reason when it breaks, and
 :class:`NotApplicable` when the variant's convention gives it nothing to check (an image block has no
-mask). Inputs come from the variant's calling convention (``attnzoo.conventions``), never from a table
+mask). Inputs come from the variant's calling convention (``attnzoo.testing.conventions``), never from a table
 of names.
 
 =====================  ============================================================================
@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..conventions import Convention, Sample
+from attnzoo.testing.conventions import Convention, Sample
 
 __all__ = ["Property", "PROPERTIES", "Subject", "Failure", "NotApplicable", "FAST", "SLOW"]
 
@@ -634,7 +634,7 @@ def compile_(s: Subject) -> None:
 
 
 def _exported(s: Subject, suffix: str) -> None:
-    from ..export import ExportError, export
+    from attnzoo.interop.export import ExportError, export
 
     if not s.registered:
         raise NotApplicable("export builds its inputs from a registered card's convention")

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError, WeightsError
-from ..weights import atomic_write_text, read_weights, write_weights
+from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.io.weights import atomic_write_text, read_weights, write_weights
 
 __all__ = ["save_checkpoint", "load_checkpoint", "read_record", "checkpoint_file", "POINTER"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from .sources import locate
+from attnzoo.train.sources import locate
 
 __all__ = ["read_pronunciations"]
 

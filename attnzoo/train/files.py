@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from attnzoo.errors import DataError
 
 __all__ = ["Row", "read_table", "SUFFIXES", "DataError"]
 

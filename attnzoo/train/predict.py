@@ -23,9 +23,9 @@ from typing import Any, overload
 
 import torch
 
-from ..errors import ConfigError
-from ..record import RunRecord
-from .vocab import Vocabulary, pad_batch, tokenize
+from attnzoo.core.record import RunRecord
+from attnzoo.errors import ConfigError
+from attnzoo.io.text import Vocabulary, pad_batch, tokenize
 
 __all__ = [
     "Label",

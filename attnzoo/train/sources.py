@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DataError
+from attnzoo.errors import DataError
 
 __all__ = ["DataSource", "SOURCES", "DataError", "locate"]
 

@@ -19,12 +19,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..record import RunRecord
-from . import cmudict, wordnet
-from .metrics import accuracy, g2p_scores, g2p_scores_both, macro_f1_single, multilabel_f1, precision_at_k
-from .sources import SOURCES
-from .splits import assign_split, split_indices
-from .vocab import Vocabulary, pad_batch, tokenize
+from attnzoo.core.record import RunRecord
+from attnzoo.io.text import Vocabulary, pad_batch, tokenize
+from attnzoo.train import cmudict, wordnet
+from attnzoo.train.metrics import accuracy, g2p_scores, g2p_scores_both, macro_f1_single, multilabel_f1, precision_at_k
+from attnzoo.train.sources import SOURCES
+from attnzoo.train.splits import assign_split, split_indices
 
 __all__ = ["TASKS", "build_task", "Task"]
 
@@ -419,7 +419,7 @@ class _FromFiles:
     dataset: str
 
     def _read(self, metadata: dict[str, Any] | None, target_column: str) -> list[tuple[str, Any, Any]]:
-        from .files import DataError, read_table
+        from attnzoo.train.files import DataError, read_table
 
         cfg = self.config
         self.text_column = cfg.get("text", "text")
@@ -472,7 +472,7 @@ class _FromFiles:
                 f"validation_fraction {fraction})"
             )
             if train and not (splits["train"] and splits["val"]):
-                from .files import DataError
+                from attnzoo.train.files import DataError
 
                 empty = "validation" if not splits["val"] else "training"
                 raise DataError(
@@ -484,7 +484,7 @@ class _FromFiles:
 
     def _label_names(self, metadata, found: list[tuple[list[str], Any]]) -> list[str]:
         """The label order: the weights' (evaluating), a labels_file's, or the sorted training labels."""
-        from .files import DataError
+        from attnzoo.train.files import DataError
 
         if metadata is not None:
             return list(metadata["labels"])
@@ -501,7 +501,7 @@ class _FromFiles:
         return sorted({label for labels, split in found if split == "train" for label in labels})
 
     def _index_labels(self, rows, parsed: list[list[str]], names: list[str]) -> list[list[int]]:
-        from .files import DataError
+        from attnzoo.train.files import DataError
 
         index = {name: i for i, name in enumerate(names)}
         out = []
@@ -520,7 +520,7 @@ class _FromFiles:
     def describe_data(self) -> str:
         import hashlib
 
-        from .files import files_of
+        from attnzoo.train.files import files_of
 
         parts = []
         for key in ("train", "validation", "test", "evaluate_file", "labels_file"):
@@ -533,7 +533,7 @@ class _FromFiles:
 def _split_labels(value: Any, separator: str, row: Any = None) -> list[str]:
     """A row's labels: a list of strings, or one string split by ``separator``. Anything else (numbers,
     nulls, objects in the list) is refused rather than turned into a label by ``str()``."""
-    from .files import DataError
+    from attnzoo.train.files import DataError
 
     if value is None:
         return []
@@ -568,7 +568,7 @@ class FileMultiLabel(_FromFiles, _MultiLabelTask):
 
 class FileSingleLabel(_FromFiles, _SingleLabelTask):
     def load(self, metadata):
-        from .files import DataError
+        from attnzoo.train.files import DataError
 
         column = self.config.get("labels", "labels")
         rows = self._read(metadata, column)
@@ -593,7 +593,7 @@ class FileSeq2Seq(_FromFiles, CMUDictG2P):
     stress_metrics = False
 
     def load(self, metadata):
-        from .files import DataError
+        from attnzoo.train.files import DataError
 
         column = self.config.get("target", "target")
         rows = self._read(metadata, column)
@@ -634,8 +634,8 @@ def task_of(record: RunRecord, *, source: Any = "the model") -> Task:
     current folder) and their sha256 digests: files at those paths that are not those files are refused,
     so that a score is never measured on whatever happens to sit there now.
     """
-    from ..errors import ConfigError
-    from .files import DataError
+    from attnzoo.errors import ConfigError
+    from attnzoo.train.files import DataError
 
     try:
         task = build_task(dict(record.task_config), metadata=record.to_metadata())
@@ -658,7 +658,7 @@ def task_of(record: RunRecord, *, source: Any = "the model") -> Task:
 def build_task(config: dict[str, Any], metadata: dict[str, Any] | None = None) -> Task:
     """The task a recipe's ``task`` section names (a bundled data set), or ``name: files`` with the
     ``data`` section's keys and ``task``: multi_label, single_label or seq2seq."""
-    from ..errors import ConfigError
+    from attnzoo.errors import ConfigError
 
     name = config.get("name")
     if name == "files":

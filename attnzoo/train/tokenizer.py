@@ -17,61 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
-
-from ..errors import ConfigError
-from ..record import RunRecord
-from .vocab import TOKEN_PATTERN, Vocabulary, pad_batch, tokenize
+from attnzoo.core.record import RunRecord
+from attnzoo.errors import ConfigError
+from attnzoo.io.text import Tokenizer, Vocabulary
 
 __all__ = ["Tokenizer", "tokenizer", "tokenizer_settings"]
-
-
-class Tokenizer:
-    """Texts -> ``(ids int64 [B, T], mask bool [B, T])`` with a run's vocabulary and ``max_len``."""
-
-    def __init__(self, vocab: Vocabulary, max_len: int) -> None:
-        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-            raise ConfigError(f"tokenizer: max_len must be a positive integer, got {max_len!r}")
-        self.vocab, self.max_len = vocab, max_len
-
-    def __call__(self, texts: str | list[str], *, pad_to: int | None = None) -> tuple[Tensor, Tensor]:
-        """``pad_to``: the length to pad every row to (a graph exported with a fixed length takes exactly
-        ``max_len``); default the longest text of the batch."""
-        batch = [texts] if isinstance(texts, str) else list(texts)
-        if not batch or not all(isinstance(t, str) for t in batch):
-            raise ConfigError("tokenizer takes a string or a non-empty list of strings")
-        if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 1):
-            raise ConfigError(f"tokenizer: pad_to must be a positive integer, got {pad_to!r}")
-        length = self.max_len if pad_to is None else min(pad_to, self.max_len)
-        ids = pad_batch([self.vocab.encode(tokenize(text)[:length]) for text in batch], length)
-        if pad_to is not None and ids.shape[1] < pad_to:
-            ids = torch.nn.functional.pad(ids, (0, pad_to - ids.shape[1]))
-        return ids, ids != 0
-
-    def settings(self) -> dict[str, Any]:
-        """What rebuilds it: the token pattern, the id of every token (specials first), padding, max_len."""
-        return {
-            "pattern": TOKEN_PATTERN.pattern,
-            "lowercase": True,
-            "tokens": list(self.vocab.tokens),
-            "specials": list(self.vocab.specials),
-            "pad_id": 0,
-            "unknown_id": self.vocab.unk,
-            "max_len": self.max_len,
-            "padding": "right",
-        }
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> Tokenizer:
-        try:
-            specials = list(settings["specials"])
-            return cls(Vocabulary(list(settings["tokens"])[len(specials) :], specials), int(settings["max_len"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ConfigError(f"tokenizer settings need tokens, specials and max_len: {e}") from None
-
-    def __repr__(self) -> str:
-        return f"Tokenizer(vocabulary={len(self.vocab)} tokens, max_len={self.max_len})"
 
 
 def tokenizer_settings(metadata: RunRecord | Mapping[str, Any]) -> dict[str, Any] | None:
@@ -87,7 +37,7 @@ def tokenizer(name_or_folder: Any) -> Tokenizer:
     """The tokenizer ``attnzoo.predict`` uses for a text model: a pretrained name (``bilstm_labelwise``,
     ``bilstm_labelwise.wordnet``), a run folder or weights file written by ``attnzoo train``, or the
     module itself."""
-    from .predict import trained_model
+    from attnzoo.train.predict import trained_model
 
     if isinstance(name_or_folder, Path):
         name_or_folder = str(name_or_folder)

@@ -34,12 +34,12 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
-from ..record import RunRecord
-from ..weights import encode_metadata, write_weights
-from ..weights import save as save_model
-from .checkpoint import load_checkpoint, read_record, save_checkpoint
-from .tasks import build_task, task_of
+from attnzoo.core.record import RunRecord
+from attnzoo.errors import ConfigError
+from attnzoo.io.weights import encode_metadata, write_weights
+from attnzoo.io.weights import save as save_model
+from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
+from attnzoo.train.tasks import build_task, task_of
 
 __all__ = ["train", "load_recipe", "builtin_recipes", "complete_recipe", "evaluate_file", "evaluate_pretrained"]
 
@@ -142,7 +142,7 @@ VOCAB_KEYS = frozenset(["min_freq", "max_size"])
 def check_recipe_keys(data: dict[str, Any], where: str) -> None:
     """Every key of a (completed) recipe is one the trainer reads; an unknown one is a ``ConfigError``
     naming it and the closest valid keys."""
-    from ..errors import close_matches
+    from attnzoo.errors import close_matches
 
     def check(section: Any, allowed: frozenset[str], prefix: str) -> None:
         if not isinstance(section, dict):
@@ -272,9 +272,8 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
     """The task's sizes under the model's own parameter names: a model that counts ``num_classes`` gets
     the label count as that (and the other way round)."""
     import attnzoo
-
-    from ..config import factory_parameters
-    from ..create import resolve_factory
+    from attnzoo.core.config import factory_parameters
+    from attnzoo.core.create import resolve_factory
 
     spec = attnzoo.model_info(model_name)
     if spec.convention not in ("", "tokens_to_labels", "tokens_to_tokens"):
@@ -603,7 +602,7 @@ def _end_epoch(run: _Run, epoch: int, loss: float) -> None:
 def _finish(run: _Run, export: str | Path | None, baseline: bool) -> dict[str, Any]:
     """The shipped model (best epoch or average, in float16, threshold tuned on validation), scored on the
     test split and subset; the weights file, the run folder and report.json written."""
-    from ..weights import read_weights
+    from attnzoo.io.weights import read_weights
 
     task, model, recipe = run.task, run.model, run.recipe
     if run.average is not None:

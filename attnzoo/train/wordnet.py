@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 
-from .sources import locate
+from attnzoo.train.sources import locate
 
 __all__ = ["Synset", "read_synsets", "hypernym_examples", "lexname_examples", "LEXNAMES"]
 

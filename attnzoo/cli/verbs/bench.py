@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from ...errors import AttnzooError
-from ..common import UsageError, emit_json, positive_int
+from attnzoo.cli.common import UsageError, emit_json, positive_int
+from attnzoo.errors import AttnzooError
 
 HELP = "time and memory of variants on your shapes"
 
@@ -37,10 +37,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...bench import Case, format_csv, format_table, plot, run
-    from ...config import parse_overrides
-    from ...create import parse_dtype
-    from ...registry import model_info
+    from attnzoo.core.config import parse_overrides
+    from attnzoo.core.create import parse_dtype
+    from attnzoo.core.registry import model_info
+    from attnzoo.tools.bench import Case, format_csv, format_table, plot, run
 
     pairs = [p for p in args.names if "=" in p]
     names = [p for p in args.names if "=" not in p]
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     from pathlib import Path
 
-    from ...weights import read_folder
+    from attnzoo.io.weights import read_folder
 
     folders: dict[str, dict[str, Any]] = {}  # a saved folder (a converted Keras model) measures its own config
     for name in names:

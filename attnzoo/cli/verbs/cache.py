@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..common import emit_json, print_table
+from attnzoo.cli.common import emit_json, print_table
 
 HELP = "show or empty the weights cache"
 
@@ -17,7 +17,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...sources import cache_entries, cache_home, clear_cache
+    from attnzoo.io.sources import cache_entries, cache_home, clear_cache
 
     if args.action == "path":
         print(cache_home())

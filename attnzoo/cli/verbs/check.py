@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ..common import FAILURE, UsageError, emit_json, terminal_width
+from attnzoo.cli.common import FAILURE, UsageError, emit_json, terminal_width
 
 HELP = "run the conformance kit on registered variants"
 
@@ -27,8 +27,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import warnings
 
-    from ...registry import list_models, model_info
-    from ...testing import check_model, format_table
+    from attnzoo.core.registry import list_models, model_info
+    from attnzoo.testing import check_model, format_table
 
     names: list[str] = []
     for pattern in args.patterns or ["*"]:
@@ -70,9 +70,9 @@ def _check_in_child(name: str, properties: list[str] | None, slow: bool) -> Any:
     process or hangs fails the property it was in, and cannot end ``attnzoo check`` as a success."""
     import subprocess
 
-    from ...plugins import child_environment
-    from ...testing.kit import property_time_limit
-    from ...testing.report import FAILED, Report, Result
+    from attnzoo.core.plugins import child_environment
+    from attnzoo.testing.kit import property_time_limit
+    from attnzoo.testing.report import FAILED, Report, Result
 
     command = [sys.executable, "-m", "attnzoo.testing.child", name, *(["--slow"] if slow else [])]
     for prop in properties or []:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import config_overrides
+from attnzoo.cli.common import config_overrides
 
 HELP = "convert a CAML, LAAT, PLM-ICD or medical-coding checkpoint into safetensors"
 
@@ -23,7 +23,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...convert import convert_checkpoint
+    from attnzoo.interop.convert import convert_checkpoint
 
     overrides = config_overrides(args.overrides)
     _, converted = convert_checkpoint(

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from ...errors import AttnzooError
-from ..common import UsageError, config_overrides
+from attnzoo.cli.common import UsageError, config_overrides
+from attnzoo.errors import AttnzooError
 
 HELP = "convert a whole Keras model, or one layer's weights, to attnzoo"
 
@@ -31,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
         return _convert_keras_model(args)
     from pathlib import Path
 
-    from ...create import create
-    from ...keras import load_keras_weights
-    from ...weights import encode_metadata, write_weights
+    from attnzoo.core.create import create
+    from attnzoo.io.weights import encode_metadata, write_weights
+    from attnzoo.keras import load_keras_weights
 
     if args.check or args.weights:
         raise UsageError("--check and --weights belong to a whole-model conversion (without --model)")
@@ -56,8 +56,8 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
     from pathlib import Path
 
-    from ...keras import convert_keras_model
-    from ...weights import save
+    from attnzoo.io.weights import save
+    from attnzoo.keras import convert_keras_model
 
     if args.layer or args.overrides:
         raise UsageError(
@@ -74,7 +74,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     model = convert_keras_model(args.file, weights=args.weights)
     check = None
     if args.check:
-        from ...keras.check import check_against_keras
+        from attnzoo.keras.check import check_against_keras
 
         check = check_against_keras(args.file, model)
         if not check.ok:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..common import config_overrides
+from attnzoo.cli.common import config_overrides
 
 HELP = "build a model and run a dummy forward"
 
@@ -26,19 +26,19 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...create import create
+    from attnzoo.core.create import create
 
     overrides = config_overrides(args.overrides)
     import torch
     from torch.nn.parameter import is_lazy
 
-    from ...registry import model_info
+    from attnzoo.core.registry import model_info
 
     spec = model_info(args.name)
     model = create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
     shapes = None
     if spec.convention:
-        from ...conventions import get_convention, sample_inputs
+        from attnzoo.testing.conventions import get_convention, sample_inputs
 
         device = None if any(True for _ in model.parameters()) or args.device is None else torch.device(args.device)
         placement: dict[str, Any] = {"device": device} if device else {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import UsageError, print_table
+from attnzoo.cli.common import UsageError, print_table
 
 HELP = "fetch pretrained weights into the cache (for offline use)"
 
@@ -19,9 +19,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...create import HUB_PREFIX, hub_folder
-    from ...registry import resolve
-    from ...sources import fetch, resolve_weights
+    from attnzoo.core.create import HUB_PREFIX, hub_folder
+    from attnzoo.core.registry import resolve
+    from attnzoo.io.sources import fetch, resolve_weights
 
     rows = []
     for name in args.names:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import emit_json, probability
+from attnzoo.cli.common import emit_json, probability
 
 HELP = "score a trained model on a data file"
 
@@ -21,7 +21,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...train.trainer import evaluate_file
+    from attnzoo.train.trainer import evaluate_file
 
     columns = {"text": args.text, "labels": args.labels, "target": args.target, "label_separator": args.label_separator}
     scores = evaluate_file(args.model, args.file, columns=columns, threshold=args.threshold)

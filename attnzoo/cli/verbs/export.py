@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import UsageError, config_overrides, emit_json, positive_int
+from attnzoo.cli.common import UsageError, config_overrides, emit_json, positive_int
 
 HELP = "export a model to .pt2 (torch.export) or .onnx, checked"
 
@@ -31,9 +31,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ...create import create, load
-    from ...export import export
-    from ...registry import model_info
+    from attnzoo.core.create import create, load
+    from attnzoo.core.registry import model_info
+    from attnzoo.interop.export import export
 
     overrides = config_overrides(args.overrides)
     if Path(args.source).is_dir():

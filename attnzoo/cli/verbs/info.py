@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import emit_json, metrics_text
+from attnzoo.cli.common import emit_json, metrics_text
 
 HELP = "show a model card"
 
@@ -15,7 +15,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...registry import model_info
+    from attnzoo.core.registry import model_info
 
     spec = model_info(args.name)
     data = spec.to_dict()
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     for key in ("summary", "reference", "factory", "source"):
         if data[key]:
             print(f"  {key + ':':<11}{data[key]}")
-    from ...signatures import config_rows
+    from attnzoo.core.signatures import config_rows
 
     print("  config (every constructor argument):")
     rows = config_rows(spec)

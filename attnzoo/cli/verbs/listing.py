@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..common import emit_json, metrics_text, print_table
+from attnzoo.cli.common import emit_json, metrics_text, print_table
 
 HELP = "list registered models"
 
@@ -19,7 +19,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...registry import list_models, model_info
+    from attnzoo.core.registry import list_models, model_info
 
     names = list_models(args.patterns or "*", pretrained=args.pretrained, provider=args.provider)
     rows = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import emit_json, print_table
+from attnzoo.cli.common import emit_json, print_table
 
 HELP = "list plugins, their status and errors"
 
@@ -14,7 +14,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...registry import list_plugins
+    from attnzoo.core.registry import list_plugins
 
     infos = list_plugins()
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..common import UsageError, emit_json, positive_int, probability
+from attnzoo.cli.common import UsageError, emit_json, positive_int, probability
 
 HELP = "run a pretrained model or a trained run on a text (or a word, for G2P)"
 
@@ -37,7 +37,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import warnings
 
-    from ...train.predict import UnknownTokensWarning, draw_attention, predict
+    from attnzoo.train.predict import UnknownTokensWarning, draw_attention, predict
 
     if args.attention:
         from pathlib import Path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..common import UsageError, emit_json, positive_int
+from attnzoo.cli.common import UsageError, emit_json, positive_int
 
 HELP = "train a recipe, or a model on your own data file"
 DESCRIPTION = (
@@ -49,7 +49,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...train.trainer import builtin_recipes, complete_recipe, load_recipe, recipe_summary, train
+    from attnzoo.train.trainer import builtin_recipes, complete_recipe, load_recipe, recipe_summary, train
 
     if args.list:
         rows = [(name, recipe_summary(path)) for name, path in builtin_recipes().items()]
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.recipe is None:
         from omegaconf import OmegaConf
 
-        from ...train.trainer import check_overrides
+        from attnzoo.train.trainer import check_overrides
 
         check_overrides(list(args.overrides))
         merged = OmegaConf.merge(OmegaConf.create(recipe), OmegaConf.from_dotlist(list(args.overrides)))

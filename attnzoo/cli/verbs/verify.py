@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import FAILURE, UsageError, emit_json, print_table
+from attnzoo.cli.common import FAILURE, UsageError, emit_json, print_table
 
 HELP = "check every weights file (bundled or cached) against its card"
 
@@ -15,9 +15,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...create import weights_path
-    from ...registry import list_models, model_info
-    from ...weights import sha256_file
+    from attnzoo.core.create import weights_path
+    from attnzoo.core.registry import list_models, model_info
+    from attnzoo.io.weights import sha256_file
 
     rows, failures = [], 0
     names = list_models(args.patterns or "*", pretrained=True)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import WeightsError
+from attnzoo.errors import WeightsError
 
 __all__ = [
     "sha256_file",

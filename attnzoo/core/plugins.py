@@ -6,7 +6,7 @@ failure is recorded once (``attnzoo plugins`` shows it), that implementation is 
 and the next one answers. The built-in cards and the default device handling are a plugin like any
 other, registered first and answering last.
 
-This module knows nothing of the registry: ``attnzoo.registry`` owns the one :class:`PluginHost` of
+This module knows nothing of the registry: ``attnzoo.core.registry`` owns the one :class:`PluginHost` of
 each table it builds (the host and the name table are built together and swapped in together), and
 hands the ``register`` callable to :meth:`PluginHost.register_models`.
 
@@ -30,10 +30,10 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs, resources
-from .errors import PluginError
-from .hookspecs import hookimpl
-from .spec import BUILTIN_PROVIDER
+from attnzoo.core import hookspecs, resources
+from attnzoo.core.hookspecs import hookimpl
+from attnzoo.core.spec import BUILTIN_PROVIDER
+from attnzoo.errors import PluginError
 
 __all__ = [
     "PluginInfo",
@@ -123,9 +123,8 @@ class BuiltinPlugin:
 
     @hookimpl
     def attnzoo_register_keras_layers(self, register: Callable[..., Any]) -> None:
-        from .keras.converters import register_builtin_keras_layers  # torch comes with it: at conversion only
-
-        register_builtin_keras_layers(register)
+        # by name, at conversion only (torch comes with it): the core imports nothing of the floors above it
+        importlib.import_module("attnzoo.keras.converters").register_builtin_keras_layers(register)
 
     @hookimpl
     def attnzoo_register_commands(self, register: Callable[..., Any]) -> None:
@@ -154,7 +153,7 @@ class BuiltinPlugin:
 
 
 def _version() -> str:
-    from . import __version__
+    from attnzoo.version import __version__
 
     return __version__
 
@@ -188,7 +187,9 @@ class PluginHost:
         self.manager.register(BuiltinPlugin(), name=BUILTIN_PROVIDER)
         self._add_info(
             BUILTIN_PROVIDER,
-            PluginInfo(BUILTIN_PROVIDER, "attnzoo", _version(), "loaded", entry_point="attnzoo.plugins:BuiltinPlugin"),
+            PluginInfo(
+                BUILTIN_PROVIDER, "attnzoo", _version(), "loaded", entry_point="attnzoo.core.plugins:BuiltinPlugin"
+            ),
         )
         disabled, allow, block, _ = self.state
         if disabled:

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, ExportError
-from .record import RunRecord
+from attnzoo.core.record import RunRecord
+from attnzoo.errors import ConfigError, ExportError
 
 __all__ = ["export", "ExportResult", "ExportError", "FORMATS", "deployment_metadata"]
 
@@ -58,7 +58,7 @@ def deployment_metadata(model: Any) -> dict[str, str]:
     """What an exported file needs to be used alone, as strings (ONNX ``metadata_props``, the .pt2's extra
     files): ``attnzoo.name``; for a trained text model also ``labels`` (a JSON list of label ids, in output
     order), ``output`` (multilabel, multiclass), ``threshold`` (multi-label decisions) and ``tokenizer``
-    (JSON settings for ``attnzoo.train.tokenizer.Tokenizer.from_settings``)."""
+    (JSON settings for ``attnzoo.io.text.Tokenizer.from_settings``)."""
     import json
 
     out: dict[str, str] = {}
@@ -72,11 +72,10 @@ def deployment_metadata(model: Any) -> dict[str, str]:
         out["output"] = record.output
     if record.output == "multilabel" and record.threshold is not None:
         out["threshold"] = repr(float(record.threshold))
-    from .train.tokenizer import tokenizer_settings
+    if record.vocab is not None and record.output != "g2p":  # a G2P model reads letters: no word tokenizer
+        from attnzoo.io.text import Tokenizer, Vocabulary
 
-    settings = tokenizer_settings(record)
-    if settings is not None:
-        out["tokenizer"] = json.dumps(settings)
+        out["tokenizer"] = json.dumps(Tokenizer(Vocabulary.from_json(record.vocab), record.max_len).settings())
     return out
 
 
@@ -95,8 +94,8 @@ def _output_names(convention, count: int, return_attention: bool) -> list[str] |
 
 
 def _convention_of(model: Any):
-    from .conventions import get_convention
-    from .registry import model_info
+    from attnzoo.core.registry import model_info
+    from attnzoo.testing.conventions import get_convention
 
     info = getattr(model, "attnzoo_config", None)
     if not isinstance(info, Mapping) or "name" not in info:
@@ -104,7 +103,7 @@ def _convention_of(model: Any):
     spec = model_info(info["name"])
     if not spec.convention:
         raise ConfigError(f"{spec.name}: its card names no convention; pass inputs=(args, kwargs)")
-    from .conventions import model_config
+    from attnzoo.testing.conventions import model_config
 
     return get_convention(spec.convention).for_config(model_config(model))
 
@@ -293,7 +292,7 @@ def _plan(
     if inputs is not None:
         args, kwargs = inputs
         return args, kwargs, (args, kwargs), None, notes
-    from .conventions import sample_inputs
+    from attnzoo.testing.conventions import sample_inputs
 
     if seq is None and _fixed_axes(model) and _run_max_len(model) is not None:
         seq = _run_max_len(model)

@@ -56,7 +56,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .errors import UnknownConventionError
+from attnzoo.errors import UnknownConventionError
 
 __all__ = [
     "Slot",
@@ -674,7 +674,7 @@ class KerasInputs(Convention):
     properties do not apply, and the Keras semantics of masks are tested against Keras itself."""
 
     def for_config(self, config: Mapping[str, Any] | None) -> Convention:
-        from .keras.nodes import INTEGER_DTYPES  # the graph's own table of Keras's integer dtypes
+        from attnzoo.keras.nodes import INTEGER_DTYPES  # the graph's own table of Keras's integer dtypes
 
         graph = (config or {}).get("graph") if isinstance(config, Mapping) else None
         inputs = graph.get("inputs") if isinstance(graph, Mapping) else None
@@ -737,7 +737,7 @@ def register_convention(name: str, convention: Convention | str) -> None:
 def _load_plugin_conventions() -> None:
     """Ask every plugin's ``attnzoo_register_conventions`` hook once per plugin table."""
     global _plugin_state
-    from . import registry
+    from attnzoo.core import registry
 
     state = registry.table_version()
     with _lock:
@@ -757,7 +757,7 @@ def _resolve(value: Convention | str | type) -> Convention:
     if isinstance(value, type):
         value = value()
     if not isinstance(value, Convention):
-        raise TypeError(f"a convention must be an attnzoo.conventions.Convention, got {type(value).__name__}")
+        raise TypeError(f"a convention must be an attnzoo.testing.Convention, got {type(value).__name__}")
     return value
 
 

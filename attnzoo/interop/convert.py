@@ -1,7 +1,7 @@
 """Reference checkpoints of the ICD-coding literature, converted into attnzoo safetensors files.
 
     attnzoo convert-checkpoint model_best.pth --from laat --model bilstm_laat -o laat.safetensors
-    attnzoo.convert.convert_checkpoint("model.pth", "caml", "conv_caml", output="caml.safetensors")
+    attnzoo.interop.convert.convert_checkpoint("model.pth", "caml", "conv_caml", output="caml.safetensors")
 
 ``--from`` names the reference (and how it saves); ``--model`` the attnzoo model it converts into:
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, WeightsError
+from attnzoo.errors import ConfigError, WeightsError
 
 __all__ = ["convert_checkpoint", "read_checkpoint", "Converted", "SOURCES", "TARGETS"]
 
@@ -398,8 +398,7 @@ def convert_checkpoint(
     provenance (reference, file, digest) in its metadata, so ``attnzoo.load(output)`` rebuilds it.
     """
     import attnzoo
-
-    from .weights import encode_metadata, write_weights
+    from attnzoo.io.weights import encode_metadata, write_weights
 
     if source not in SOURCES:
         raise ConfigError(f"--from must be one of {', '.join(SOURCES)}, got {source!r}")

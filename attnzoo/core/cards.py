@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, close_matches
-from .spec import ModelSpec, WeightsSpec
+from attnzoo.core.spec import ModelSpec, WeightsSpec
+from attnzoo.errors import ConfigError, close_matches
 
 __all__ = ["read_card", "spec_from_card", "CARD_KEYS", "WEIGHTS_KEYS"]
 

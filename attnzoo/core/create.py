@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import weights as weights_io
-from .config import merge_config, user_config, validate_config
-from .errors import ConfigError, UnknownModelError, WeightsError
-from .registry import REGISTRY, call_first, natural_key
-from .spec import ModelSpec, WeightsSpec, thaw
+from attnzoo.core.config import merge_config, user_config, validate_config
+from attnzoo.core.registry import REGISTRY, call_first, natural_key
+from attnzoo.core.spec import ModelSpec, WeightsSpec, thaw
+from attnzoo.errors import ConfigError, UnknownModelError, WeightsError
+from attnzoo.io import weights as weights_io
 
 __all__ = [
     "create",
@@ -168,7 +168,7 @@ def _select_weights(spec: ModelSpec, tag: str | None, pretrained: bool | str) ->
 def weights_path(spec: ModelSpec, wspec: WeightsSpec) -> Path:
     """Where a pretrained tag's file is on this machine, without fetching anything: a bundled file as
     written (relative to the spec's weights folder), a remote one at its place in the cache."""
-    from .sources import cached_path
+    from attnzoo.io.sources import cached_path
 
     if wspec.remote:
         return cached_path(wspec)
@@ -347,7 +347,7 @@ def create(
     if weights is not None:
         loaded = (*_read_source(Path(weights), None), Path(weights))
     elif wspec is not None:
-        from .sources import resolve_weights
+        from attnzoo.io.sources import resolve_weights
 
         path = resolve_weights(spec, wspec)
         tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
@@ -456,7 +456,7 @@ def hub_folder(repo: str) -> Path:
     import http.client
     import re
 
-    from .sources import cache_home, fetch, hub_url, is_offline, open_url
+    from attnzoo.io.sources import cache_home, fetch, hub_url, is_offline, open_url
 
     if not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", repo):
         raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")

@@ -5,7 +5,7 @@ built-in cards included (they are registered by a built-in plugin through the sa
 callable as third parties). Nothing here imports torch or a factory.
 
 State has one owner: :class:`Registry` holds one :class:`Snapshot` (the name table together with the
-:class:`~attnzoo.plugins.PluginHost` that filled it, and the switches it was filled under). A new
+:class:`~attnzoo.core.plugins.PluginHost` that filled it, and the switches it was filled under). A new
 snapshot is built aside, under a lock, and swapped in with one assignment, so a reader sees the old
 table or the new one, never a half-built one; eight threads asking at once fill it once.
 
@@ -28,11 +28,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import plugins, resources
-from .cards import read_card, spec_from_card
-from .errors import ConfigError, PluginError, UnknownModelError, close_matches
-from .plugins import PluginHost, PluginInfo, State
-from .spec import BUILTIN_PROVIDER, LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
+from attnzoo.core import plugins, resources
+from attnzoo.core.cards import read_card, spec_from_card
+from attnzoo.core.plugins import PluginHost, PluginInfo, State
+from attnzoo.core.spec import BUILTIN_PROVIDER, LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
+from attnzoo.errors import ConfigError, PluginError, UnknownModelError, close_matches
 
 __all__ = [
     "register",

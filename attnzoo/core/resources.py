@@ -13,7 +13,7 @@ from pathlib import Path
 
 __all__ = ["cards_dir", "weights_dir"]
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent  # attnzoo/
 
 
 def _locate(env: str, packaged: str, checkout: str) -> Path:

@@ -1,7 +1,7 @@
 """Pages generated from the registry so that they cannot go stale: the model catalogue
 (docs/catalogue.md) and the table of pretrained models (docs/pretrained.md, from the cards' weights).
 
-    python -m attnzoo.catalogue            # rewrites both pages
+    python -m attnzoo.tools.catalogue            # rewrites both pages
 
 A test compares each file with what ``render()`` and ``render_pretrained()`` return.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .registry import list_models, model_info
-from .signatures import config_rows
-from .spec import ModelSpec
+from attnzoo.core.registry import list_models, model_info
+from attnzoo.core.signatures import config_rows
+from attnzoo.core.spec import ModelSpec
 
 __all__ = ["render", "render_pretrained", "PAGES"]
 
@@ -43,7 +43,7 @@ def render() -> str:
     lines = [
         "# Model catalogue",
         "",
-        "Generated from the model cards in `registry/` by `python -m attnzoo.catalogue`; a test keeps it",
+        "Generated from the model cards in `registry/` by `python -m attnzoo.tools.catalogue`; a test keeps it",
         "in step with the registry. The config column lists every constructor argument (read from the",
         "factory's signature) with the card's value or the default; an argument without one is required.",
         "What `null` means for each argument is in the table after the catalogue (`attnzoo info NAME`",
@@ -91,7 +91,7 @@ def render_pretrained() -> str:
     lines = [
         "# Pretrained models",
         "",
-        "Generated from the model cards by `python -m attnzoo.catalogue`. Every model was trained here, on",
+        "Generated from the model cards by `python -m attnzoo.tools.catalogue`. Every model was trained here, on",
         "data that installs offline, by the recipe named in its card; the weights are float16 safetensors",
         "whose sha256 is checked on every load. Metrics are on the held-out test split of the recipe's",
         "grouped, seeded split; the baseline was trained on the same split in the same run. A test",
@@ -140,7 +140,7 @@ PAGES = {"catalogue.md": render, "pretrained.md": render_pretrained}
 if __name__ == "__main__":
     from pathlib import Path
 
-    docs = Path(__file__).resolve().parent.parent / "docs"
+    docs = Path(__file__).resolve().parent.parent.parent / "docs"
     for page, make in PAGES.items():
         (docs / page).write_text(make())
         print(f"wrote {docs / page}")

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, close_matches
-from .spec import thaw
+from attnzoo.core.spec import thaw
+from attnzoo.errors import ConfigError, close_matches
 
 __all__ = [
     "merge_config",

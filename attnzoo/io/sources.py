@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, WeightsError
+from attnzoo.errors import ConfigError, WeightsError
 
 __all__ = [
     "cache_home",

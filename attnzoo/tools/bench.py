@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from .errors import ConfigError
-from .plugins import child_environment
+from attnzoo.core.plugins import child_environment
+from attnzoo.errors import ConfigError
 
 __all__ = [
     "Case",
@@ -95,8 +95,7 @@ def _padded_lengths(batch: int, seq: int) -> list[int]:
 def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     """A zero-argument step of ``case`` (fresh weights, inputs from its convention) and the model."""
     import attnzoo
-
-    from .conventions import get_convention, model_config, sample_inputs
+    from attnzoo.testing.conventions import get_convention, model_config, sample_inputs
 
     spec = attnzoo.model_info(case.name)
     if not spec.convention:
@@ -227,7 +226,7 @@ def rss_peak_of(step: Callable[[], Any]) -> tuple[int, int]:
 
 _PROBE = """
 import json, sys, torch
-from attnzoo.bench import Case, build_step, rss_peak_of
+from attnzoo.tools.bench import Case, build_step, rss_peak_of
 case = Case(**json.loads(sys.argv[1]))
 if sys.argv[2] != "0":
     torch.set_num_threads(int(sys.argv[2]))

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import WeightsError
+from attnzoo.errors import WeightsError
 
 __all__ = ["RunRecord", "DEFAULT_MAX_LEN"]
 

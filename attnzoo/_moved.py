@@ -1,0 +1,63 @@
+"""The import paths of modules that moved into the floors (``attnzoo.core``, ``attnzoo.io``,
+``attnzoo.interop``, ``attnzoo.tools``, ``attnzoo.testing``) keep working for one release:
+``import attnzoo.weights`` gives the module ``attnzoo.io.weights`` itself, with a DeprecationWarning."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+
+# the old path -> where the module lives now
+MOVED = {
+    "attnzoo.weights": "attnzoo.io.weights",
+    "attnzoo.sources": "attnzoo.io.sources",
+    "attnzoo.train.vocab": "attnzoo.io.text",
+    "attnzoo.spec": "attnzoo.core.spec",
+    "attnzoo.record": "attnzoo.core.record",
+    "attnzoo.cards": "attnzoo.core.cards",
+    "attnzoo.resources": "attnzoo.core.resources",
+    "attnzoo.hookspecs": "attnzoo.core.hookspecs",
+    "attnzoo.plugins": "attnzoo.core.plugins",
+    "attnzoo.registry": "attnzoo.core.registry",
+    "attnzoo.config": "attnzoo.core.config",
+    "attnzoo.signatures": "attnzoo.core.signatures",
+    "attnzoo.create": "attnzoo.core.create",
+    "attnzoo.conventions": "attnzoo.testing.conventions",
+    "attnzoo.convert": "attnzoo.interop.convert",
+    "attnzoo.export": "attnzoo.interop.export",
+    "attnzoo.bench": "attnzoo.tools.bench",
+    "attnzoo.catalogue": "attnzoo.tools.catalogue",
+}
+
+
+class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the old paths of :data:`MOVED` and loads each as the module at its new path."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        warnings.warn(
+            f"{spec.name} moved to {MOVED[spec.name]}; the old path works until the next release",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return importlib.import_module(MOVED[spec.name])
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # the module at the new path is already executed
+
+
+def install() -> None:
+    if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
+        sys.meta_path.append(MovedModules())
