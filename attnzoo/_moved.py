@@ -11,7 +11,7 @@ import importlib.util
 import sys
 import warnings
 from collections.abc import Sequence
-from types import ModuleType
+from types import CodeType, ModuleType
 
 # the old path -> where the module lives now
 MOVED = {
@@ -44,7 +44,11 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        moved = importlib.util.find_spec(MOVED[fullname])
+        spec = importlib.util.spec_from_loader(fullname, self, origin=moved.origin if moved else None)
+        if spec is not None and moved is not None:
+            spec.has_location = moved.has_location  # so that `python -m OLD` sees the file it runs
+        return spec
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         warnings.warn(
@@ -56,6 +60,13 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         pass  # the module at the new path is already executed
+
+    def get_code(self, fullname: str) -> CodeType | None:
+        """The new module's code: ``python -m attnzoo.catalogue`` (runpy) still runs it."""
+        warnings.warn(f"{fullname} moved to {MOVED[fullname]}", DeprecationWarning, stacklevel=2)
+        spec = importlib.util.find_spec(MOVED[fullname])
+        loader = spec.loader if spec is not None else None
+        return loader.get_code(MOVED[fullname]) if isinstance(loader, importlib.abc.InspectLoader) else None
 
 
 def install() -> None:

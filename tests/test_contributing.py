@@ -94,7 +94,8 @@ def test_one_layer_file_and_one_card_get_the_suite_and_a_broken_mask_fails_it(tm
     (repo / "attnzoo" / "layers" / "cosine.py").write_text(textwrap.dedent(LAYER.format(forward="")))
     (repo / "registry" / "cosine.yaml").write_text(CARD)
     env = {**os.environ, "PYTHONPATH": str(repo)}
-    subprocess.run([sys.executable, "-m", "attnzoo.catalogue"], check=True, cwd=repo, env=env, capture_output=True)
+    catalogue = [sys.executable, "-m", "attnzoo.tools.catalogue"]
+    subprocess.run(catalogue, check=True, cwd=repo, env=env, capture_output=True)
 
     proc = _pytest(repo, "-k", "cosine or generated_docs", "tests/")
     assert proc.returncode == 0, proc.stdout[-3000:]
