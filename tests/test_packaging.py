@@ -36,7 +36,7 @@ def test_a_wheel_install_finds_the_cards_and_weights(tmp_path):
 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "attnzoo/py.typed" in names  # users' type checkers read attnzoo's annotations
-    assert {"attnzoo/train/recipes/tiny_wordnet.yaml", "attnzoo/signatures.py"} <= names
+    assert {"attnzoo/train/recipes/tiny_wordnet.yaml", "attnzoo/core/signatures.py", "attnzoo/cli/verbs/train.py"} <= names
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
         check=True,
@@ -44,7 +44,7 @@ def test_a_wheel_install_finds_the_cards_and_weights(tmp_path):
         timeout=600,
     )
     code = (
-        "import attnzoo, attnzoo.resources as r\n"
+        "import attnzoo, attnzoo.core.resources as r\n"
         "print(attnzoo.__file__)\nprint(r.cards_dir())\n"
         "print(len(attnzoo.list_models()), len(attnzoo.list_models(pretrained=True)))\n"
         "m = attnzoo.create(attnzoo.list_models(pretrained=True)[0], pretrained=True)\n"
