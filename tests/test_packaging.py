@@ -36,7 +36,8 @@ def test_a_wheel_install_finds_the_cards_and_weights(tmp_path):
 
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "attnzoo/py.typed" in names  # users' type checkers read attnzoo's annotations
-    assert {"attnzoo/train/recipes/tiny_wordnet.yaml", "attnzoo/core/signatures.py", "attnzoo/cli/verbs/train.py"} <= names
+    expected = {"attnzoo/train/recipes/tiny_wordnet.yaml", "attnzoo/core/signatures.py", "attnzoo/cli/verbs/train.py"}
+    assert expected <= names
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
         check=True,
