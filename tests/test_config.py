@@ -154,3 +154,19 @@ def test_cli_pairs_reach_the_config():
     assert "hidden_size=8, shared_output=True" in proc.stdout
     proc = run_cli("create", "labelwise", "num_labels=x")
     assert proc.returncode == 1 and "'num_labels' expects int" in proc.stderr
+
+
+def test_a_mistyped_key_on_a_pretrained_tag_is_refused_before_its_weights_are_read(monkeypatch):
+    """The config is checked first: a typo costs no fetch and no sha256 of the weights file."""
+    import attnzoo.io.weights as weights_io
+
+    reads = []
+    real = weights_io.read_weights
+    monkeypatch.setattr(weights_io, "read_weights", lambda *a, **k: reads.append(a) or real(*a, **k))
+    with pytest.raises(ConfigError, match="unknown config key 'hiden'; did you mean 'hidden'"):
+        attnzoo.create("bilstm_labelwise.wordnet", pretrained=True, hiden=3)
+    with pytest.raises(ConfigError, match="dtype"):
+        attnzoo.create("bilstm_labelwise.wordnet", pretrained=True, dtype="float13")
+    assert reads == []
+    attnzoo.create("bilstm_labelwise.wordnet", pretrained=True)
+    assert len(reads) == 1

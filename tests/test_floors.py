@@ -174,3 +174,23 @@ def test_an_old_module_path_imports_the_moved_module_with_a_warning(old):
         module = importlib.import_module(old)
     assert module is new
     assert any(issubclass(w.category, DeprecationWarning) and MOVED[old] in str(w.message) for w in caught)
+
+
+def test_the_fields_of_a_card_are_the_dataclass_fields_listed_once():
+    """One schema per record: what a card may hold, what ``register`` takes, what ``to_dict`` gives and what
+    a weights entry may hold all come from ModelSpec's and WeightsSpec's fields."""
+    import dataclasses
+    import inspect
+
+    from attnzoo.core.cards import CARD_KEYS, WEIGHTS_KEYS
+    from attnzoo.core.registry import register
+    from attnzoo.core.spec import ModelSpec, WeightsSpec
+
+    card = {f.name for f in dataclasses.fields(ModelSpec)} - {"provider", "source", "weights_dir"}
+    assert set(CARD_KEYS) == card
+    assert set(inspect.signature(register).parameters) - {"override"} == card
+    weights = {f.name for f in dataclasses.fields(WeightsSpec)} - {"tag"}
+    assert set(WEIGHTS_KEYS) == weights
+    spec = ModelSpec("x", "a:b", weights={"t": WeightsSpec("t", file="f.safetensors", sha256="0" * 64)})
+    assert set(spec.to_dict()) == card | {"qualified_name", "provider", "source", "required"}
+    assert set(spec.weights["t"].to_dict()) == weights

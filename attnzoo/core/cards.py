@@ -13,45 +13,13 @@ from typing import Any
 
 import yaml
 
-from attnzoo.core.spec import ModelSpec, WeightsSpec
+from attnzoo.core.spec import CARD_FIELDS, WEIGHTS_FIELDS, ModelSpec, WeightsSpec
 from attnzoo.errors import ConfigError, close_matches
 
 __all__ = ["read_card", "spec_from_card", "CARD_KEYS", "WEIGHTS_KEYS"]
 
-CARD_KEYS = (
-    "name",
-    "kind",
-    "factory",
-    "summary",
-    "reference",
-    "config",
-    "weights",
-    "default_tag",
-    "convention",
-    "example",
-    "exempt",
-)
-WEIGHTS_KEYS = (
-    "file",
-    "url",
-    "hf_hub",
-    "filename",
-    "sha256",
-    "config",
-    "metrics",
-    "dataset",
-    "license",
-    "recipe",
-    "seed",
-    "data",
-    "train_time",
-    "splits",
-    "baseline",
-    "notes",
-    "num_params",
-    "file_size",
-    "torch_version",
-)
+CARD_KEYS = CARD_FIELDS  # what a card may hold: the fields of ModelSpec
+WEIGHTS_KEYS = WEIGHTS_FIELDS  # what one weights entry may hold: the fields of WeightsSpec
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -125,22 +93,13 @@ def spec_from_card(
     config = merged.get("config") or {}
     if not isinstance(config, Mapping):
         raise ConfigError(f"{where}: 'config' must be a mapping of constructor arguments, got {type(config).__name__}")
+    given = {k: merged[k] for k in CARD_FIELDS if merged.get(k) is not None}
+    for text in ("summary", "reference", "convention"):
+        if text in given:
+            given[text] = str(given[text])
+    given["weights"] = _weights_from_card(where, merged.get("weights"))
+    given["config"] = config
     try:
-        return ModelSpec(
-            name=merged["name"],
-            factory=merged["factory"],
-            kind=merged.get("kind", "layer"),
-            summary=str(merged.get("summary", "")),
-            reference=str(merged.get("reference", "")),
-            config=config,
-            weights=_weights_from_card(where, merged.get("weights")),
-            default_tag=merged.get("default_tag"),
-            provider=provider,
-            source=source,
-            weights_dir=weights_dir,
-            convention=str(merged.get("convention") or ""),
-            example=merged.get("example") or {},
-            exempt=merged.get("exempt") or {},
-        )
-    except ValueError as e:
+        return ModelSpec(**given, provider=provider, source=source, weights_dir=weights_dir)
+    except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from None

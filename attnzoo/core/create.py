@@ -349,12 +349,29 @@ def create(
     elif wspec is not None:
         from attnzoo.io.sources import resolve_weights
 
+        # the config is checked before the weights are fetched and hashed: a typo costs no sha256 of the file
+        _checked_kwargs(spec, thaw(wspec.config), config, overrides)
+        parse_dtype(dtype)
         path = resolve_weights(spec, wspec)
         tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
         loaded = (tensors, weights_io.decode_metadata(meta, where=path), path)
     return _assemble(
         spec, tag, wspec, loaded, config=config, device=device, dtype=dtype, reset_head=reset_head, overrides=overrides
     )
+
+
+def _checked_kwargs(spec, tag_config: dict, config: Any, overrides: dict) -> tuple[Any, dict, dict]:
+    """The factory, the merged config (card < tag < ``config`` < overrides) and the keyword arguments it
+    gives the factory, checked against the factory's signature; a ConfigError names a config file's key."""
+    user_layer = user_config(config) if config is not None else {}
+    merged = merge_config(thaw(spec.config), tag_config, user_layer, overrides)
+    factory = resolve_factory(spec)
+    try:
+        return factory, merged, validate_config(factory, merged, model=spec.name)
+    except ConfigError as e:
+        if isinstance(config, (str, Path)) and any(repr(k) in str(e) for k in user_layer):
+            raise ConfigError(f"{e} (in config file {config})") from None
+        raise
 
 
 def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, overrides) -> Any:
@@ -370,14 +387,7 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
     user_layer = user_config(config) if config is not None else {}
     asked = {**user_layer, **overrides}
     changed = {k: (v, tag_config[k]) for k, v in asked.items() if k in tag_config and tag_config[k] != v}
-    merged = merge_config(thaw(spec.config), tag_config, user_layer, overrides)
-    factory = resolve_factory(spec)
-    try:
-        kwargs = validate_config(factory, merged, model=spec.name)
-    except ConfigError as e:
-        if isinstance(config, (str, Path)) and any(repr(k) in str(e) for k in user_layer):
-            raise ConfigError(f"{e} (in config file {config})") from None
-        raise
+    factory, merged, kwargs = _checked_kwargs(spec, tag_config, config, overrides)
     torch_dtype = parse_dtype(dtype)
     torch_device = resolve_device(device)
 

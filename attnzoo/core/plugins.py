@@ -26,7 +26,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pluggy
 
@@ -38,6 +38,7 @@ from attnzoo.errors import PluginError
 __all__ = [
     "PluginInfo",
     "PluginHost",
+    "State",
     "current_state",
     "autoload_disabled",
     "child_environment",
@@ -77,8 +78,13 @@ def _name_set(name: str) -> frozenset[str]:
     return frozenset(p.strip().lower() for p in os.environ.get(name, "").split(",") if p.strip())
 
 
-# the plugin switches: disabled, allow list, block list, strict
-State = tuple[bool, frozenset[str], frozenset[str], bool]
+class State(NamedTuple):
+    """The plugin switches a registry table was filled under (it refills itself when they change)."""
+
+    disabled: bool  # no third-party plugin is loaded
+    allow: frozenset[str]  # only these (entry-point or distribution names), when not empty
+    block: frozenset[str]  # never these
+    strict: bool  # the first problem raises PluginError
 
 
 _autoload_off: contextvars.ContextVar[bool] = contextvars.ContextVar("attnzoo_autoload_off", default=False)
@@ -106,7 +112,7 @@ def child_environment() -> dict[str, str] | None:
 def current_state() -> State:
     """The switches as they are now; the registry refills itself when they change."""
     disabled = _flag(ENV_DISABLE) or _autoload_off.get()
-    return (disabled, _name_set(ENV_ALLOW), _name_set(ENV_BLOCK), _flag(ENV_STRICT))
+    return State(disabled, _name_set(ENV_ALLOW), _name_set(ENV_BLOCK), _flag(ENV_STRICT))
 
 
 def strict() -> bool:
@@ -248,7 +254,7 @@ class PluginHost:
                 info.status = "failed"
             info.error = info.error or message
             info.problems.append(message)
-        if self.state[3]:
+        if self.state.strict:
             raise PluginError(f"plugin {info.name!r} ({info.distribution} {info.version}): {message}")
         what = "failed" if failed else "skipped"
         warnings.warn(f"attnzoo: plugin {info.name!r} ({info.distribution}) {what}: {message}", stacklevel=3)

@@ -174,7 +174,7 @@ class Registry:
         table = _Table()
 
         def run(provider: str, hook: Callable[..., Any], argnames: Sequence[str]) -> list[str]:
-            context = Registration(provider=provider, table=table, strict=state[3])
+            context = Registration(provider=provider, table=table, strict=state.strict)
             token = _current.set(context)
             try:
                 hook(*[{"register": register}[arg] for arg in argnames])
@@ -371,18 +371,12 @@ def _weights_specs(weights: Mapping[str, Any] | None) -> dict[str, WeightsSpec]:
 def _build_spec(
     name: str,
     factory: str | Callable[..., Any] | None,
-    *,
     config: Mapping[str, Any] | str | Path | None,
-    summary: str,
-    kind: str,
-    weights: Mapping[str, Any] | None,
-    reference: str,
-    default_tag: str | None,
+    given: Mapping[str, Any],
     provider: str,
-    convention: str = "",
-    example: Mapping[str, Any] | None = None,
-    exempt: Mapping[str, str] | None = None,
 ) -> ModelSpec:
+    """The spec of a ``register`` call: ``given`` holds its other card fields (summary, weights, ...), which
+    a card named by ``config`` overrides."""
     if isinstance(config, (str, Path)):
         card_path = Path(config)
         card = read_card(card_path)
@@ -391,16 +385,7 @@ def _build_spec(
         # a card's weights live next to it, except for the built-in cards (weights/ at the top level)
         in_builtin = card_path.resolve().parent == resources.cards_dir().resolve()
         weights_dir = resources.weights_dir() if in_builtin else card_path.resolve().parent
-        defaults = {
-            "name": name,
-            "factory": factory,
-            "summary": summary,
-            "kind": kind,
-            "reference": reference,
-            "convention": convention,
-            "example": example,
-            "exempt": exempt,
-        }
+        defaults = {"name": name, "factory": factory, **{k: v for k, v in given.items() if k != "weights"}}
         return spec_from_card(
             card,
             source=str(card_path),
@@ -410,21 +395,16 @@ def _build_spec(
         )
     if factory is None:
         raise ConfigError(f"register({name!r}): give a factory ('module:attr' or a callable) or a card path as config=")
+    fields = {k: v for k, v in given.items() if v is not None}
+    fields["weights"] = _weights_specs(given.get("weights"))
     try:
         return ModelSpec(
             name=name,
             factory=factory,
-            kind=kind,
-            summary=summary,
-            reference=reference,
             config=dict(config or {}),
-            weights=_weights_specs(weights),
-            default_tag=default_tag,
             provider=provider,
             source=f"register() by {provider}",
-            convention=convention,
-            example=example or {},
-            exempt=exempt or {},
+            **fields,
         )
     except (TypeError, ValueError) as e:
         raise ConfigError(f"register({name!r}): {e}") from None
@@ -458,20 +438,17 @@ def register(
     context = _current.get()
     provider = context.provider if context is not None else LOCAL_PROVIDER
     try:
-        spec = _build_spec(
-            name,
-            factory,
-            config=config,
-            summary=summary,
-            kind=kind,
-            weights=weights,
-            reference=reference,
-            default_tag=default_tag,
-            provider=provider,
-            convention=convention,
-            example=example,
-            exempt=exempt,
-        )
+        given = {
+            "summary": summary,
+            "kind": kind,
+            "weights": weights,
+            "reference": reference,
+            "default_tag": default_tag,
+            "convention": convention,
+            "example": example,
+            "exempt": exempt,
+        }
+        spec = _build_spec(name, factory, config, given, provider)
         if context is None:
             REGISTRY.add_local(spec, override=override)
         else:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 __all__ = [
     "ModelSpec",
     "WeightsSpec",
+    "CARD_FIELDS",
+    "WEIGHTS_FIELDS",
     "ParsedName",
     "parse_name",
     "is_valid_arch",
@@ -155,27 +157,8 @@ class WeightsSpec:
         return bool(self.url or self.hf_hub)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "url": self.url,
-            "hf_hub": self.hf_hub,
-            "filename": self.filename,
-            "sha256": self.sha256,
-            "config": thaw(self.config),
-            "metrics": thaw(self.metrics),
-            "dataset": self.dataset,
-            "license": self.license,
-            "recipe": self.recipe,
-            "seed": self.seed,
-            "data": self.data,
-            "train_time": self.train_time,
-            "splits": thaw(self.splits),
-            "baseline": thaw(self.baseline),
-            "notes": self.notes,
-            "num_params": self.num_params,
-            "file_size": self.file_size,
-            "torch_version": self.torch_version,
-        }
+        """Every card field of the tag (:data:`WEIGHTS_FIELDS`), as plain data."""
+        return {name: thaw(getattr(self, name)) for name in WEIGHTS_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -252,20 +235,22 @@ class ModelSpec:
         return [k for k, v in self.config.items() if v == MISSING]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "qualified_name": self.qualified_name,
-            "kind": self.kind,
-            "factory": self.factory_name,
-            "summary": self.summary,
-            "reference": self.reference,
-            "config": thaw(self.config),
-            "required": self.required_keys,
-            "weights": {tag: w.to_dict() for tag, w in self.weights.items()},
-            "default_tag": self.default_tag,
-            "provider": self.provider,
-            "source": self.source,
-            "convention": self.convention,
-            "example": thaw(self.example),
-            "exempt": thaw(self.exempt),
-        }
+        """Every card field (:data:`CARD_FIELDS`) as plain data, with the provider, the source, the
+        qualified name and the required keys."""
+        out: dict[str, Any] = {"name": self.name, "qualified_name": self.qualified_name}
+        for name in (*CARD_FIELDS, "provider", "source"):
+            value = getattr(self, name)
+            if name == "factory":
+                value = self.factory_name
+            elif name == "weights":
+                value = {tag: w.to_dict() for tag, w in self.weights.items()}
+            out[name] = thaw(value)
+        out["required"] = self.required_keys
+        return out
+
+
+# the fields a model card (and ``attnzoo.register``) may give; the registry sets provider, source and
+# weights_dir itself
+CARD_FIELDS = tuple(f.name for f in fields(ModelSpec) if f.name not in ("provider", "source", "weights_dir"))
+# the fields of one ``weights:`` entry of a card (its tag is the entry's key)
+WEIGHTS_FIELDS = tuple(f.name for f in fields(WeightsSpec) if f.name != "tag")
