@@ -9,13 +9,14 @@ of the file itself.
 from __future__ import annotations
 
 import importlib
-import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from attnzoo.core.config import merge_config, user_config, validate_config
+from attnzoo.core.hub import HUB_PREFIX, hub_folder
+from attnzoo.core.memory import check_memory
 from attnzoo.core.registry import REGISTRY, call_first, natural_key
 from attnzoo.core.spec import ModelSpec, WeightsSpec, thaw
 from attnzoo.errors import ConfigError, UnknownModelError, WeightsError
@@ -176,40 +177,6 @@ def weights_path(spec: ModelSpec, wspec: WeightsSpec) -> Path:
     return path if path.is_absolute() else Path(spec.weights_dir or ".") / path
 
 
-def _available_bytes() -> int | None:
-    """Memory this machine can still give (Linux MemAvailable; elsewhere free physical pages), or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
-
-
-def _check_memory(model: Any, name: str, kwargs: Mapping[str, Any], dtype: Any) -> None:
-    """Refuse, before anything is allocated, a model whose parameters cannot fit in this machine's memory."""
-    from torch.nn.parameter import is_lazy
-
-    tensors = [*getattr(model, "parameters", lambda: [])(), *getattr(model, "buffers", lambda: [])()]
-    need = sum(t.numel() * (dtype or t.dtype).itemsize for t in tensors if not is_lazy(t))
-    available = _available_bytes()
-    if available is not None and need > available:
-        sizes = ", ".join(f"{k}={v}" for k, v in kwargs.items() if isinstance(v, int) and not isinstance(v, bool))
-        raise ConfigError(
-            f"{name} with {sizes} needs {_gib(need)} for its parameters, more than the "
-            f"{_gib(available)} this machine has available; choose smaller sizes"
-        )
-
-
 def _build(
     factory: Callable[..., Any], kwargs: Mapping[str, Any], *, on_meta: bool, name: str, dtype: Any = None
 ) -> Any:
@@ -218,7 +185,7 @@ def _build(
     try:
         with torch.device("meta"):  # sized first, on meta: no memory is spent on a model that cannot fit
             shape_only = factory(**kwargs)
-        _check_memory(shape_only, name, kwargs, dtype)
+        check_memory(shape_only, name, kwargs, dtype)
         if on_meta:
             return shape_only
         return factory(**kwargs)
@@ -454,60 +421,3 @@ def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, con
         reset_head=False,
         overrides=overrides,
     )
-
-
-HUB_PREFIX = "hf-hub:"
-
-
-def hub_folder(repo: str) -> Path:
-    """A folder written by ``attnzoo.save`` and pushed to the Hub (``org/repo[@revision]``), made local:
-    its config.yaml (fetched again while online unless the revision is a commit hash) and its
-    model.safetensors (fetched once into the verified cache, against the digest config.yaml records)."""
-    import http.client
-    import re
-
-    from attnzoo.io.sources import cache_home, fetch, hub_url, is_offline, open_url
-
-    if not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", repo):
-        raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")
-    folder = cache_home() / "hub" / repo.replace("/", "--")
-    config = folder / weights_io.CONFIG_FILE
-    pinned = bool(re.search(r"@[0-9a-f]{40}$", repo))
-    if not is_offline() and not (pinned and config.is_file()):
-        url, headers = hub_url(repo, weights_io.CONFIG_FILE)
-        try:
-            with open_url(url, headers, timeout=30) as response:
-                text = response.read(1 << 20).decode("utf-8")
-        except (OSError, UnicodeDecodeError, http.client.HTTPException, WeightsError) as e:
-            if not config.is_file():
-                raise WeightsError(
-                    f"{HUB_PREFIX}{repo}: cannot fetch {weights_io.CONFIG_FILE} from {url} ({e})"
-                ) from None
-        else:
-            try:  # checked before it replaces anything: a captive portal's HTML page is no config
-                weights_io.parse_folder_records(text, f"{HUB_PREFIX}{repo} ({url})")
-            except WeightsError as e:
-                if not config.is_file():
-                    raise
-                warnings.warn(f"{e}; using the copy cached in {folder}", stacklevel=3)
-            else:
-                folder.mkdir(parents=True, exist_ok=True)
-                weights_io.atomic_write_text(config, text)
-    if not config.is_file():
-        raise WeightsError(
-            f"{HUB_PREFIX}{repo} is not in the cache ({folder}) and attnzoo is offline; run "
-            f"`attnzoo download {HUB_PREFIX}{repo}` where there is a network"
-        )
-    record = weights_io.read_folder(folder)
-    wspec = WeightsSpec(tag="hub", hf_hub=repo, filename=weights_io.WEIGHTS_FILE, sha256=str(record["sha256"]))
-    cached = fetch(wspec, name=f"{HUB_PREFIX}{repo}")
-    local = folder / weights_io.WEIGHTS_FILE
-    if not local.exists() or local.resolve() != cached.resolve():
-        local.unlink(missing_ok=True)
-        try:
-            local.symlink_to(cached)
-        except OSError:  # no symlinks here: a copy
-            import shutil
-
-            shutil.copyfile(cached, local)
-    return folder

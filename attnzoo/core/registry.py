@@ -396,8 +396,8 @@ def _build_spec(
     if factory is None:
         raise ConfigError(f"register({name!r}): give a factory ('module:attr' or a callable) or a card path as config=")
     fields = {k: v for k, v in given.items() if v is not None}
-    fields["weights"] = _weights_specs(given.get("weights"))
     try:
+        fields["weights"] = _weights_specs(given.get("weights"))
         return ModelSpec(
             name=name,
             factory=factory,

@@ -19,7 +19,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.core.create import HUB_PREFIX, hub_folder
+    from attnzoo.core.hub import HUB_PREFIX, hub_folder
     from attnzoo.core.registry import resolve
     from attnzoo.io.sources import fetch, resolve_weights
 

@@ -1,0 +1,73 @@
+"""Saved model folders on the Hugging Face Hub, made local: ``attnzoo.create("hf-hub:org/repo[@rev]")``.
+
+The folder's ``config.yaml`` is fetched again while online (unless the revision is a commit hash) and
+checked before it replaces the cached copy; its ``model.safetensors`` is fetched once into the verified
+cache, against the digest ``config.yaml`` records.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from attnzoo.core.spec import WeightsSpec
+from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.io import weights as weights_io
+
+__all__ = ["HUB_PREFIX", "hub_folder"]
+
+HUB_PREFIX = "hf-hub:"
+
+
+def hub_folder(repo: str) -> Path:
+    """A folder written by ``attnzoo.save`` and pushed to the Hub (``org/repo[@revision]``), made local:
+    its config.yaml (fetched again while online unless the revision is a commit hash) and its
+    model.safetensors (fetched once into the verified cache, against the digest config.yaml records)."""
+    import http.client
+    import re
+
+    from attnzoo.io.sources import cache_home, fetch, hub_url, is_offline, open_url
+
+    if not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", repo):
+        raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")
+    folder = cache_home() / "hub" / repo.replace("/", "--")
+    config = folder / weights_io.CONFIG_FILE
+    pinned = bool(re.search(r"@[0-9a-f]{40}$", repo))
+    if not is_offline() and not (pinned and config.is_file()):
+        url, headers = hub_url(repo, weights_io.CONFIG_FILE)
+        try:
+            with open_url(url, headers, timeout=30) as response:
+                text = response.read(1 << 20).decode("utf-8")
+        except (OSError, UnicodeDecodeError, http.client.HTTPException, WeightsError) as e:
+            if not config.is_file():
+                raise WeightsError(
+                    f"{HUB_PREFIX}{repo}: cannot fetch {weights_io.CONFIG_FILE} from {url} ({e})"
+                ) from None
+        else:
+            try:  # checked before it replaces anything: a captive portal's HTML page is no config
+                weights_io.parse_folder_records(text, f"{HUB_PREFIX}{repo} ({url})")
+            except WeightsError as e:
+                if not config.is_file():
+                    raise
+                warnings.warn(f"{e}; using the copy cached in {folder}", stacklevel=3)
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                weights_io.atomic_write_text(config, text)
+    if not config.is_file():
+        raise WeightsError(
+            f"{HUB_PREFIX}{repo} is not in the cache ({folder}) and attnzoo is offline; run "
+            f"`attnzoo download {HUB_PREFIX}{repo}` where there is a network"
+        )
+    record = weights_io.read_folder(folder)
+    wspec = WeightsSpec(tag="hub", hf_hub=repo, filename=weights_io.WEIGHTS_FILE, sha256=str(record["sha256"]))
+    cached = fetch(wspec, name=f"{HUB_PREFIX}{repo}")
+    local = folder / weights_io.WEIGHTS_FILE
+    if not local.exists() or local.resolve() != cached.resolve():
+        local.unlink(missing_ok=True)
+        try:
+            local.symlink_to(cached)
+        except OSError:  # no symlinks here: a copy
+            import shutil
+
+            shutil.copyfile(cached, local)
+    return folder
