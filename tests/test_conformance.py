@@ -66,3 +66,19 @@ def test_raise_for_failures_and_verbose_give_every_reason_whole():
         report.raise_for_failures()
     assert "END-OF-REASON" in str(caught.value) and "masked_values" in str(caught.value)
     assert " ".join(str(caught.value).split()).count(" ".join(reason.split())) == 1
+
+
+def test_an_in_process_convention_is_held_by_the_registry_and_survives_a_plugin_reload(monkeypatch):
+    from attnzoo.core import registry
+    from attnzoo.testing.conventions import register_convention
+
+    flat = get_convention("sequence_to_sequence")
+    register_convention("my_flat_copy", flat)
+    assert get_convention("my_flat_copy") is flat and "my_flat_copy" in convention_names()
+    assert registry.REGISTRY.snapshot().collected["attnzoo_register_conventions"]["my_flat_copy"] is flat
+    before = registry.table_version()
+    monkeypatch.setenv("ATTNZOO_BLOCK_PLUGINS", "nobody")  # the switches change: a new snapshot
+    assert registry.table_version() != before
+    assert get_convention("my_flat_copy") is flat
+    with pytest.raises(ValueError, match="built in"):
+        register_convention("sequence_to_sequence", flat)

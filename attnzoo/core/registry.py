@@ -142,12 +142,16 @@ class Snapshot:
     host: PluginHost
     state: State
     version: int
+    # what plugins register through hooks other than models (the kit's conventions), per hook, asked for on
+    # first use (such a hook may import torch) and dropped with the snapshot
+    collected: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Registry:
     def __init__(self) -> None:
         self._snapshot: Snapshot | None = None
         self._local: list[tuple[ModelSpec, bool]] = []  # in-process registrations, replayed on rebuild
+        self._local_items: dict[str, dict[str, Any]] = {}  # in-process entries of other hooks' tables
         self._lock = threading.RLock()
         self._version = 0
 
@@ -313,6 +317,33 @@ def call_all(hook_name: str, **kwargs: Any) -> list[Any]:
 def call_each(hook_name: str, arguments: Callable[[str], dict[str, Any]]) -> None:
     """Call every implementation of a hook, each isolated, with arguments built for its plugin."""
     REGISTRY.snapshot().host.call_each(hook_name, arguments)
+
+
+def collected(hook_name: str, check: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+    """The table a plugin hook ``hook_name(register)`` fills with ``register(name, value)``, for the current
+    plugins: collected once per snapshot, on first use, each plugin isolated (``check`` refusing an entry
+    counts as that plugin's failure), with the in-process entries of :func:`add_item` on top."""
+    snap = REGISTRY.snapshot()
+    with REGISTRY._lock:
+        if hook_name not in snap.collected:
+            found: dict[str, Any] = {}
+
+            def register(name: str, value: Any) -> None:
+                if check is not None:
+                    check(name, value)
+                found[name] = value
+
+            snap.host.call_all(hook_name, register=register)
+            found.update(REGISTRY._local_items.get(hook_name, {}))
+            snap.collected[hook_name] = found
+        return snap.collected[hook_name]
+
+
+def add_item(hook_name: str, name: str, value: Any) -> None:
+    """An in-process entry of the table :func:`collected` gives for ``hook_name`` (kept across rebuilds)."""
+    with REGISTRY._lock:
+        REGISTRY._local_items.setdefault(hook_name, {})[name] = value
+        REGISTRY.snapshot().collected.pop(hook_name, None)
 
 
 def table_version() -> int:

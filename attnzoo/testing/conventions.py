@@ -48,7 +48,6 @@ the ``attnzoo_register_conventions(register)`` hook; :func:`get_convention` find
 from __future__ import annotations
 
 import importlib
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,6 +55,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnzoo.core import registry
 from attnzoo.errors import UnknownConventionError
 
 __all__ = [
@@ -722,30 +722,24 @@ _BUILTIN.append(
 )
 
 CONVENTIONS: dict[str, Convention] = {c.name: c for c in _BUILTIN}
-_plugin_conventions: dict[str, Convention] = {}
-_plugin_state: object = None
-_lock = threading.Lock()
+HOOK = "attnzoo_register_conventions"
+
+
+def _check_name(name: str, convention: Any) -> None:
+    if name in CONVENTIONS:
+        raise ValueError(f"convention {name!r} is built in; choose another name")
 
 
 def register_convention(name: str, convention: Convention | str) -> None:
-    """Add a convention (a :class:`Convention` or ``"module:attr"`` naming one). Built-in names are reserved."""
-    if name in CONVENTIONS:
-        raise ValueError(f"convention {name!r} is built in; choose another name")
-    _plugin_conventions[name] = convention  # type: ignore[assignment]
+    """Add a convention (a :class:`Convention` or ``"module:attr"`` naming one) in this process; plugins
+    add theirs through the ``attnzoo_register_conventions(register)`` hook. Built-in names are reserved."""
+    _check_name(name, convention)
+    registry.add_item(HOOK, name, convention)
 
 
-def _load_plugin_conventions() -> None:
-    """Ask every plugin's ``attnzoo_register_conventions`` hook once per plugin table."""
-    global _plugin_state
-    from attnzoo.core import registry
-
-    state = registry.table_version()
-    with _lock:
-        if state == _plugin_state:
-            return
-        _plugin_conventions.clear()
-        registry.call_all("attnzoo_register_conventions", register=register_convention)
-        _plugin_state = state
+def _plugin_conventions() -> dict[str, Any]:
+    """The conventions plugins registered, held by the registry's snapshot (asked for on first use)."""
+    return registry.collected(HOOK, check=_check_name)
 
 
 def _resolve(value: Convention | str | type) -> Convention:
@@ -762,17 +756,16 @@ def _resolve(value: Convention | str | type) -> Convention:
 
 
 def convention_names() -> list[str]:
-    _load_plugin_conventions()
-    return sorted({*CONVENTIONS, *_plugin_conventions})
+    return sorted({*CONVENTIONS, *_plugin_conventions()})
 
 
 def get_convention(name: str) -> Convention:
     """The convention called ``name``: built in, or added by a plugin."""
     if name in CONVENTIONS:
         return CONVENTIONS[name]
-    _load_plugin_conventions()
-    if name in _plugin_conventions:
-        return _resolve(_plugin_conventions[name])
+    plugin = _plugin_conventions()
+    if name in plugin:
+        return _resolve(plugin[name])
     known = ", ".join(convention_names())
     raise UnknownConventionError(f"unknown calling convention {name!r}; known: {known}")
 
