@@ -17,7 +17,7 @@ from attnzoo.core.registry import list_models, list_plugins, model_info, registe
 from attnzoo.core.spec import ModelSpec, WeightsSpec
 from attnzoo.errors import AttnzooError, ConfigError, PluginError, UnknownModelError, WeightsError
 from attnzoo.interop.export import export
-from attnzoo.io.weights import save
+from attnzoo.io.folders import save
 from attnzoo.version import __version__
 
 _moved.install()  # the modules' paths before the floors (attnzoo.weights, ...) still import, with a warning

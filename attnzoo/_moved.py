@@ -15,7 +15,7 @@ from types import CodeType, ModuleType
 
 # the old path -> where the module lives now
 MOVED = {
-    "attnzoo.weights": "attnzoo.io.weights",
+    "attnzoo.weights": "attnzoo.io.weights",  # with attnzoo.io.folders and attnzoo.io.atomic (SPLIT)
     "attnzoo.sources": "attnzoo.io.sources",
     "attnzoo.train.vocab": "attnzoo.io.text",
     "attnzoo.spec": "attnzoo.core.spec",
@@ -34,6 +34,18 @@ MOVED = {
     "attnzoo.bench": "attnzoo.tools.bench",
     "attnzoo.catalogue": "attnzoo.tools.catalogue",
 }
+
+# old modules that became several: the old path gives a module holding the public names of all of them
+SPLIT = {"attnzoo.weights": ("attnzoo.io.weights", "attnzoo.io.folders", "attnzoo.io.atomic")}
+
+
+def _facade(name: str) -> ModuleType:
+    facade = ModuleType(name, f"Deprecated: the names of {', '.join(SPLIT[name])}.")
+    for part in SPLIT[name]:
+        module = importlib.import_module(part)
+        for attr in getattr(module, "__all__", ()):
+            setattr(facade, attr, getattr(module, attr))
+    return facade
 
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -56,6 +68,8 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             DeprecationWarning,
             stacklevel=4,
         )
+        if spec.name in SPLIT:
+            return _facade(spec.name)
         return importlib.import_module(MOVED[spec.name])
 
     def exec_module(self, module: ModuleType) -> None:

@@ -20,6 +20,7 @@ from attnzoo.core.memory import check_memory
 from attnzoo.core.registry import REGISTRY, call_first, natural_key
 from attnzoo.core.spec import ModelSpec, WeightsSpec, thaw
 from attnzoo.errors import ConfigError, UnknownModelError, WeightsError
+from attnzoo.io import folders as folders_io
 from attnzoo.io import weights as weights_io
 
 __all__ = [
@@ -260,7 +261,7 @@ def _apply_layouts(model: Any, tensors: Mapping[str, Any]) -> dict[str, Any]:
 def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Tensors and decoded metadata of a weights file or saved folder, its digest verified."""
     if path.is_dir():
-        tensors, meta = weights_io.read_saved_folder(path, sha256)
+        tensors, meta = folders_io.read_saved_folder(path, sha256)
     else:
         tensors, meta = weights_io.read_weights(path, sha256=sha256)
     return tensors, weights_io.decode_metadata(meta, where=path)

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from attnzoo.core.spec import WeightsSpec
 from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.io import folders as folders_io
 from attnzoo.io import weights as weights_io
+from attnzoo.io.atomic import atomic_write_text
 
 __all__ = ["HUB_PREFIX", "hub_folder"]
 
@@ -31,34 +33,34 @@ def hub_folder(repo: str) -> Path:
     if not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", repo):
         raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")
     folder = cache_home() / "hub" / repo.replace("/", "--")
-    config = folder / weights_io.CONFIG_FILE
+    config = folder / folders_io.CONFIG_FILE
     pinned = bool(re.search(r"@[0-9a-f]{40}$", repo))
     if not is_offline() and not (pinned and config.is_file()):
-        url, headers = hub_url(repo, weights_io.CONFIG_FILE)
+        url, headers = hub_url(repo, folders_io.CONFIG_FILE)
         try:
             with open_url(url, headers, timeout=30) as response:
                 text = response.read(1 << 20).decode("utf-8")
         except (OSError, UnicodeDecodeError, http.client.HTTPException, WeightsError) as e:
             if not config.is_file():
                 raise WeightsError(
-                    f"{HUB_PREFIX}{repo}: cannot fetch {weights_io.CONFIG_FILE} from {url} ({e})"
+                    f"{HUB_PREFIX}{repo}: cannot fetch {folders_io.CONFIG_FILE} from {url} ({e})"
                 ) from None
         else:
             try:  # checked before it replaces anything: a captive portal's HTML page is no config
-                weights_io.parse_folder_records(text, f"{HUB_PREFIX}{repo} ({url})")
+                folders_io.parse_folder_records(text, f"{HUB_PREFIX}{repo} ({url})")
             except WeightsError as e:
                 if not config.is_file():
                     raise
                 warnings.warn(f"{e}; using the copy cached in {folder}", stacklevel=3)
             else:
                 folder.mkdir(parents=True, exist_ok=True)
-                weights_io.atomic_write_text(config, text)
+                atomic_write_text(config, text)
     if not config.is_file():
         raise WeightsError(
             f"{HUB_PREFIX}{repo} is not in the cache ({folder}) and attnzoo is offline; run "
             f"`attnzoo download {HUB_PREFIX}{repo}` where there is a network"
         )
-    record = weights_io.read_folder(folder)
+    record = folders_io.read_folder(folder)
     wspec = WeightsSpec(tag="hub", hf_hub=repo, filename=weights_io.WEIGHTS_FILE, sha256=str(record["sha256"]))
     cached = fetch(wspec, name=f"{HUB_PREFIX}{repo}")
     local = folder / weights_io.WEIGHTS_FILE

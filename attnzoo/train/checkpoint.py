@@ -28,7 +28,8 @@ from typing import Any
 import torch
 
 from attnzoo.errors import ConfigError, WeightsError
-from attnzoo.io.weights import atomic_write_text, read_weights, write_weights
+from attnzoo.io.atomic import atomic_write_text
+from attnzoo.io.weights import read_weights, write_weights
 
 __all__ = ["save_checkpoint", "load_checkpoint", "read_record", "checkpoint_file", "POINTER"]
 

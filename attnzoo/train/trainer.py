@@ -36,8 +36,8 @@ import torch
 
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError
+from attnzoo.io.folders import save as save_model
 from attnzoo.io.weights import encode_metadata, write_weights
-from attnzoo.io.weights import save as save_model
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.tasks import build_task, task_of
 

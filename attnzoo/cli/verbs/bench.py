@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     from pathlib import Path
 
-    from attnzoo.io.weights import read_folder
+    from attnzoo.io.folders import read_folder
 
     folders: dict[str, dict[str, Any]] = {}  # a saved folder (a converted Keras model) measures its own config
     for name in names:

@@ -56,7 +56,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
     from pathlib import Path
 
-    from attnzoo.io.weights import save
+    from attnzoo.io.folders import save
     from attnzoo.keras import convert_keras_model
 
     if args.layer or args.overrides:
