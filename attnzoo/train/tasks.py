@@ -75,8 +75,7 @@ class Task:
     license = ""
     texts: list[str]  # one per example; load() fills it
     threshold: float | None = None  # multi-label decision threshold (tuned on validation)
-    # train.label_smoothing: the trainer sets it; tasks whose loss is a softmax cross-entropy use it
-    label_smoothing: float = 0.0
+    # whether loss() takes train.label_smoothing (a softmax cross-entropy over classes does)
     takes_label_smoothing = False
 
     def __init__(self, config: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
@@ -100,7 +99,8 @@ class Task:
     def model_config(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def loss(self, model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def loss(self, model, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0) -> torch.Tensor:
+        """The training loss of a batch (``label_smoothing``: for the tasks that take it)."""
         raise NotImplementedError
 
     def evaluate(self, model, indices: list[int], batch_size: int = 256) -> dict[str, float]:
@@ -212,7 +212,7 @@ class _MultiLabelTask(_TextTask):
         out["target"] = self._targets(indices)
         return out
 
-    def loss(self, model, batch):
+    def loss(self, model, batch, label_smoothing=0.0):
         return F.binary_cross_entropy_with_logits(model(batch["tokens"]), batch["target"])
 
     def tune_threshold(self, model, indices) -> float:
@@ -278,8 +278,8 @@ class _SingleLabelTask(_TextTask):
 
     takes_label_smoothing = True
 
-    def loss(self, model, batch):
-        return F.cross_entropy(model(batch["tokens"]), batch["target"], label_smoothing=self.label_smoothing)
+    def loss(self, model, batch, label_smoothing=0.0):
+        return F.cross_entropy(model(batch["tokens"]), batch["target"], label_smoothing=label_smoothing)
 
     def evaluate(self, model, indices, batch_size=512):
         predicted = self._logits(model, indices, batch_size).argmax(-1)
@@ -349,10 +349,10 @@ class CMUDictG2P(Task):
 
     takes_label_smoothing = True
 
-    def loss(self, model, batch):
+    def loss(self, model, batch, label_smoothing=0.0):
         logits = model(batch["letters"], batch["phonemes_in"])
         return F.cross_entropy(
-            logits.transpose(1, 2), batch["phonemes_out"], ignore_index=0, label_smoothing=self.label_smoothing
+            logits.transpose(1, 2), batch["phonemes_out"], ignore_index=0, label_smoothing=label_smoothing
         )
 
     def decode(self, ids: torch.Tensor) -> list[list[str]]:

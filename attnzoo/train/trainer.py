@@ -398,6 +398,7 @@ class _Run:
     steps_per_epoch: int = 1
     state: dict[str, Any] = field(default_factory=dict)
     average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
+    smoothing: float = 0.0  # train.label_smoothing, given to the task's loss
 
     @property
     def checkpoint(self) -> Path:
@@ -482,7 +483,7 @@ def _build_model(run: _Run) -> None:
             f"train.label_smoothing applies to a softmax over classes (single-label and seq2seq tasks); "
             f"{task.name} trains with a per-label sigmoid: remove it"
         )
-    task.label_smoothing = smoothing
+    run.smoothing = smoothing
 
 
 def _schedule(run: _Run, resume: bool) -> None:
@@ -556,7 +557,7 @@ def _train_epoch(run: _Run, ddp, epoch: int) -> float:
     total, count = 0.0, 0
     batches = run.task.batches("train", settings["batch_size"], generator=generator, rank=run.rank, world=run.world)
     for batch in batches:
-        loss = run.task.loss(ddp, _on(batch, run.device))
+        loss = run.task.loss(ddp, _on(batch, run.device), label_smoothing=run.smoothing)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if settings.get("clip"):
@@ -781,9 +782,10 @@ def evaluate_file(
     config["evaluate_file"] = str(path)
     for key in ("train", "validation", "test", "labels_file"):
         config.pop(key, None)
-    task = build_task(config, metadata=record.to_metadata())
-    if threshold is not None:
-        task.threshold = float(threshold)
+    metadata = record.to_metadata()
+    if threshold is not None:  # the task decides at the threshold it is built with
+        metadata["threshold"] = float(threshold)
+    task = build_task(config, metadata=metadata)
     indices = task.splits["test"]
     scores = task.evaluate(model, indices)
     out: dict[str, Any] = {"file": str(path), "rows": len(indices), "task": config["task"], **scores}
