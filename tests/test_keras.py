@@ -329,3 +329,32 @@ def test_convert_keras_refuses_a_file_without_the_asked_for_parameter_free_layer
         cwd=ROOT,
     )
     assert fine.returncode == 0, fine.stderr
+
+
+def test_a_file_that_does_not_fit_names_the_layer_that_matters_first_in_the_one_line_error(tmp_path):
+    """The MultiHeadAttention layer whose shapes differ is reported before the layers that hold none of the
+    model's variables (these are named in one clause), so the CLI's one-line cut keeps what matters."""
+    from .conftest import ROOT, run_cli
+
+    data = ROOT / "tests" / "data" / "keras2" / "mha_fully_masked.h5"
+    model = attnzoo.create("keras_mha", num_heads=3, key_dim=5)
+    with pytest.raises(WeightsError) as err:
+        attnzoo.keras.load_keras_weights(model, data)
+    message = str(err.value)
+    assert message.index("multi_head_attention: query/kernel: [8, 2, 3]") < message.index("hold none of its variables")
+    assert "embedding" in message.split("hold none of its variables", 1)[1].split(")")[0]
+    proc = run_cli(
+        "convert-keras",
+        str(data),
+        "--model",
+        "keras_mha",
+        "num_heads=3",
+        "key_dim=5",
+        "-o",
+        str(tmp_path / "x.safetensors"),
+    )
+    assert (
+        proc.returncode == 1
+        and "multi_head_attention: query/kernel: [8, 2, 3], query.weight needs [?, 3, 5]" in proc.stderr
+    )
+    assert not (tmp_path / "x.safetensors").exists()

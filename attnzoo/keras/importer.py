@@ -154,17 +154,20 @@ def load_keras_weights(model: Any, path: str | Path, layer: str | None = None) -
         candidates = chosen
     else:
         candidates = layers
-    fitting, reasons = [], []
+    fitting, near, unrelated = [], [], []
     for candidate in candidates:
         state, problems = _convert(model, candidate)
         if state is not None:
             fitting.append((candidate, state))
-        else:
-            reasons.append(f"{candidate.path}: {'; '.join(problems)}")
+        elif sum(p.startswith("missing ") for p in problems) == len(model.keras_layout()):  # none of them
+            unrelated.append(candidate.path)
+        else:  # holds some of them: what is wrong is the part that matters, so it comes first
+            near.append(f"{candidate.path}: {'; '.join(problems)}")
     if not fitting:
+        others = f"{len(unrelated)} other layer(s) hold none of its variables ({', '.join(unrelated)})"
         raise WeightsError(
             f"{path}: no layer fits {type(model).__name__}: "
-            + "; ".join(reasons)
+            + "; ".join([*near, others] if unrelated else near)
             + f".\nThe model expects {wanted}.\nThe file has:\n  {listing}"
         )
     if len(fitting) > 1:
