@@ -67,8 +67,8 @@ def test_a_pt2_program_takes_tensors_positionally_and_flags_and_context_by_name(
     context_mask[0, 2:] = False
     with torch.no_grad():
         torch.testing.assert_close(
-            program(x, mask, context=context, context_mask=context_mask),
-            cross(x, mask, context=context, context_mask=context_mask),
+            program(x, context=context, context_mask=context_mask),  # the cross_attention convention: no x mask
+            cross(x, context=context, context_mask=context_mask),
             atol=1e-6,
             rtol=1e-5,
         )
