@@ -314,23 +314,15 @@ class WordNetLexnames(_SingleLabelTask):
         self.texts, self.classes, self.class_names = wordnet.lexname_examples()
 
 
-class CMUDictG2P(Task):
-    data_keys: tuple[str, ...] = ("cmudict",)
-    name = "cmudict_g2p"
-    stress_metrics = True  # ARPAbet: also score without stress digits
-    main_metric = "word_accuracy"
-    dataset = "CMU Pronouncing Dictionary 0.7b (cmudict 1.1.3): spelling -> ARPAbet phonemes with stress"
-    license = "BSD-2-Clause (CMU Pronouncing Dictionary)"
+class _Seq2SeqTask(Task):
+    """Letters in, a sequence of symbols out (G2P-style), whatever the data: the letter vocabulary, batches
+    with teacher forcing, the cross-entropy, beam-search decoding and word / symbol error rates. A data set
+    supplies ``load`` (``texts``, ``references``, ``phonemes``)."""
 
-    def load(self, metadata):
-        prons = cmudict.read_pronunciations()
-        self.texts = sorted(prons)
-        self.references = [prons[w] for w in self.texts]
-        if metadata is None:
-            symbols = sorted({p for refs in self.references for ref in refs for p in ref})
-            self.phonemes = Vocabulary(symbols, specials=("<pad>", "<s>", "</s>"))
-        else:
-            self.phonemes = Vocabulary.from_json(metadata["phonemes"])
+    stress_metrics = False  # ARPAbet data sets also score without stress digits
+    main_metric = "word_accuracy"
+    phonemes: Vocabulary  # the output symbols; load() fills it
+    references: list[list[list[str]]]  # per text, its accepted outputs; load() fills it
 
     def build_vocab(self, texts):
         return Vocabulary(sorted({c for t in texts for c in t}), specials=("<pad>", "<unk>"))
@@ -401,6 +393,24 @@ class CMUDictG2P(Task):
 
 
 # -- the user's files -------------------------------------------------------------------------------------------
+class CMUDictG2P(_Seq2SeqTask):
+    data_keys: tuple[str, ...] = ("cmudict",)
+    name = "cmudict_g2p"
+    stress_metrics = True  # ARPAbet: also score without stress digits
+    dataset = "CMU Pronouncing Dictionary 0.7b (cmudict 1.1.3): spelling -> ARPAbet phonemes with stress"
+    license = "BSD-2-Clause (CMU Pronouncing Dictionary)"
+
+    def load(self, metadata):
+        prons = cmudict.read_pronunciations()
+        self.texts = sorted(prons)
+        self.references = [prons[w] for w in self.texts]
+        if metadata is None:
+            symbols = sorted({p for refs in self.references for ref in refs for p in ref})
+            self.phonemes = Vocabulary(symbols, specials=("<pad>", "<s>", "</s>"))
+        else:
+            self.phonemes = Vocabulary.from_json(metadata["phonemes"])
+
+
 class _FromFiles:
     """Data from the user's files: the recipe's ``data:`` section is this task's config.
 
@@ -587,7 +597,7 @@ class FileSingleLabel(_FromFiles, _SingleLabelTask):
         self.texts = [text for text, _, _ in rows]
 
 
-class FileSeq2Seq(_FromFiles, CMUDictG2P):
+class FileSeq2Seq(_FromFiles, _Seq2SeqTask):
     """Characters of ``text`` in, the whitespace-separated symbols of ``target`` out (G2P-style)."""
 
     stress_metrics = False
