@@ -36,9 +36,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnzoo.errors import WeightsError
+
+if TYPE_CHECKING:
+    from attnzoo.io.text import Tokenizer
 
 __all__ = ["RunRecord", "DEFAULT_MAX_LEN"]
 
@@ -120,6 +123,15 @@ class RunRecord:
     def trained(self) -> bool:
         """Whether this is a model ``attnzoo train`` wrote (it has a task and a vocabulary)."""
         return self.task is not None and self.vocab is not None
+
+    def tokenizer(self) -> Tokenizer | None:
+        """The word tokenizer of a text model (predict's, and what an exported file carries), or None: no
+        vocabulary, or a G2P model, which reads letters."""
+        if self.vocab is None or self.output == "g2p":
+            return None
+        from attnzoo.io.text import Tokenizer, Vocabulary  # torch comes with it: only when asked for
+
+        return Tokenizer(Vocabulary.from_json(self.vocab), self.max_len)
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any] | None, where: Any = "the model") -> RunRecord:

@@ -72,10 +72,9 @@ def deployment_metadata(model: Any) -> dict[str, str]:
         out["output"] = record.output
     if record.output == "multilabel" and record.threshold is not None:
         out["threshold"] = repr(float(record.threshold))
-    if record.vocab is not None and record.output != "g2p":  # a G2P model reads letters: no word tokenizer
-        from attnzoo.io.text import Tokenizer, Vocabulary
-
-        out["tokenizer"] = json.dumps(Tokenizer(Vocabulary.from_json(record.vocab), record.max_len).settings())
+    tokenizer = record.tokenizer()
+    if tokenizer is not None:
+        out["tokenizer"] = json.dumps(tokenizer.settings())
     return out
 
 
@@ -294,8 +293,7 @@ def _plan(
         return args, kwargs, (args, kwargs), None, notes
     from attnzoo.testing.conventions import sample_inputs
 
-    if seq is None and _fixed_axes(model) and _run_max_len(model) is not None:
-        seq = _run_max_len(model)
+    if seq is None and _fixed_axes(model) and (seq := _run_max_len(model)) is not None:
         notes.append(f"the sequence axis is fixed at the run's max_len ({seq}): pad inputs to {seq} tokens")
     sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
     args, kwargs = sample.call_arguments(return_attention=return_attention)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from attnzoo.errors import ConfigError, WeightsError
-from attnzoo.io.atomic import atomic_write_text
+from attnzoo.io.atomic import atomic_write_text, fsync_dir
 from attnzoo.io.weights import read_weights, write_weights
 
 __all__ = ["save_checkpoint", "load_checkpoint", "read_record", "checkpoint_file", "POINTER"]
@@ -104,10 +104,13 @@ def _carry(source: Path, target: Path) -> None:
 
 
 def _fsync_folder(path: Path) -> None:
-    """Make the folder's files durable before the pointer names them (where the OS allows it)."""
-    for file in path.iterdir():
-        with open(file, "rb") as handle:
-            os.fsync(handle.fileno())
+    """Make durable, before the pointer names the folder, what ``write_weights`` did not already (it syncs
+    each file it writes): the record, a best file carried over by copy, and the folder's own entries."""
+    for file in (path / RECORD, path / "best.safetensors"):
+        if file.is_file():
+            with open(file, "rb") as handle:
+                os.fsync(handle.fileno())
+    fsync_dir(path)
 
 
 def _remove_all_but(folder: Path, keep: Path) -> None:

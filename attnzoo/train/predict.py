@@ -265,7 +265,7 @@ def _classify(
     vocab = _vocabulary(meta)
     max_len = meta.max_len
     device = next(model.parameters()).device
-    words, ids, notes = [], [], []
+    words, ids, unknown, notes = [], [], [], []
     for text in texts:  # a loop, so that warnings point at the caller's line
         read = tokenize(text)[:max_len]
         if not read:
@@ -273,7 +273,8 @@ def _classify(
         encoded = vocab.encode(read)
         words.append(read)
         ids.append(encoded)
-        notes.append(_unknown_warning(text, sum(i == vocab.unk for i in encoded), len(read), stack))
+        unknown.append(sum(i == vocab.unk for i in encoded))
+        notes.append(_unknown_warning(text, unknown[-1], len(read), stack))
     info = label_info(meta)
     multilabel = meta.output == "multilabel"
     recorded = 0.5 if meta.threshold is None else meta.threshold
@@ -292,7 +293,7 @@ def _classify(
                     texts[i],
                     str(meta.output),
                     [vocab.tokens[t] if t != vocab.unk else w for t, w in zip(ids[i], words[i], strict=True)],
-                    sum(t == vocab.unk for t in ids[i]),
+                    unknown[i],
                     probs[row],
                     None if attention is None else attention[row, ..., : len(ids[i])],
                     info,

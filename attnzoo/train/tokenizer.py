@@ -19,7 +19,7 @@ from typing import Any
 
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError
-from attnzoo.io.text import Tokenizer, Vocabulary
+from attnzoo.io.text import Tokenizer
 
 __all__ = ["Tokenizer", "tokenizer", "tokenizer_settings"]
 
@@ -28,9 +28,8 @@ def tokenizer_settings(metadata: RunRecord | Mapping[str, Any]) -> dict[str, Any
     """A word-level text model's tokenizer settings from its record, or None (no vocabulary, or a G2P
     model, which reads letters)."""
     record = metadata if isinstance(metadata, RunRecord) else RunRecord.from_metadata(metadata)
-    if record.vocab is None or record.output == "g2p":
-        return None
-    return Tokenizer(Vocabulary.from_json(record.vocab), record.max_len).settings()
+    tokenizer = record.tokenizer()
+    return None if tokenizer is None else tokenizer.settings()
 
 
 def tokenizer(name_or_folder: Any) -> Tokenizer:
@@ -41,11 +40,10 @@ def tokenizer(name_or_folder: Any) -> Tokenizer:
 
     if isinstance(name_or_folder, Path):
         name_or_folder = str(name_or_folder)
-    model, meta = trained_model(name_or_folder)
-    settings = tokenizer_settings(meta)
-    if settings is None:
+    _, record = trained_model(name_or_folder)
+    found = record.tokenizer()
+    if found is None:
         raise ConfigError(
-            f"{meta.task or 'this model'}: a G2P model reads letters, not words; it has no word tokenizer"
+            f"{record.task or 'this model'}: a G2P model reads letters, not words; it has no word tokenizer"
         )
-    del model
-    return Tokenizer.from_settings(settings)
+    return found

@@ -496,8 +496,7 @@ def _schedule(run: _Run, resume: bool) -> None:
     if settings.get("time_budget_min") and not resume:
         budget = settings["time_budget_min"]
         epochs = _epochs_within(budget, run.task, run.model, run.optimizer, batch_size, epochs, run.device)
-        if run.rank == 0 and run.verbose:
-            print(f"{epochs} epochs fit in the time budget of {budget} min", flush=True)
+        run.say(f"{epochs} epochs fit in the time budget of {budget} min")
     elif resume and run.checkpoint.is_dir():
         epochs = read_record(run.checkpoint)[0]["epochs"]
     run.epochs = epochs
@@ -660,7 +659,7 @@ def _report(run: _Run, test: dict, subset: dict, subset_size: int, baseline: boo
         "subset": {"size": subset_size, **subset},
         "train_time_s": time.perf_counter() - run.started,
         "baseline": task.baseline() if baseline and test else None,
-        "data": task.describe_data(),
+        "data": state["data"],  # described (files hashed) once, at the start of the run
     }
 
 
