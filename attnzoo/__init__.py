@@ -7,9 +7,6 @@
 Importing attnzoo, listing and reading model cards never import torch; ``create`` does.
 """
 
-import sys as _sys
-
-from attnzoo import _moved
 from attnzoo.core.create import create, load
 from attnzoo.core.hookspecs import hookimpl
 from attnzoo.core.plugins import PluginInfo
@@ -19,13 +16,6 @@ from attnzoo.errors import AttnzooError, ConfigError, PluginError, UnknownModelE
 from attnzoo.interop.export import export
 from attnzoo.io.folders import save
 from attnzoo.version import __version__
-
-_moved.install()  # the modules' paths before the floors (attnzoo.weights, ...) still import, with a warning
-# two old paths share their name with a function here: bound at once, so importing them later cannot
-# replace attnzoo.create / attnzoo.export with a module
-_sys.modules.setdefault("attnzoo.create", _sys.modules["attnzoo.core.create"])
-_sys.modules.setdefault("attnzoo.export", _sys.modules["attnzoo.interop.export"])
-
 
 _SUBPACKAGES = ("keras", "layers", "models", "train")
 

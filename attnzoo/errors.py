@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = [
     "AttnzooError",
@@ -20,6 +21,11 @@ __all__ = [
     "PluginError",
     "DataError",
     "ExportError",
+    "UnsupportedKerasLayerError",
+    "UsageError",
+    "PropertyTimeout",
+    "AttnzooWarning",
+    "UnknownTokensWarning",
     "close_matches",
 ]
 
@@ -67,6 +73,31 @@ class DataError(ConfigError):
 
 class ExportError(AttnzooError):
     """A model that cannot be exported, or whose export does not reproduce it."""
+
+
+class UnsupportedKerasLayerError(WeightsError):
+    """Layers of a Keras model that no converter takes; ``layers`` lists them (name, class, shapes, why)."""
+
+    def __init__(self, message: str, layers: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.layers = layers
+
+
+class UsageError(AttnzooError):
+    """A command line that does not parse or does not make sense; the ``attnzoo`` command exits 2 with it
+    (a plugin's verb raises it for its own usage errors)."""
+
+
+class PropertyTimeout(AttnzooError):
+    """A conformance property that ran past its time limit (``ATTNZOO_CHECK_TIMEOUT``)."""
+
+
+class AttnzooWarning(UserWarning):
+    """Something worth knowing that did not stop attnzoo: a name collision, a skipped card."""
+
+
+class UnknownTokensWarning(AttnzooWarning):
+    """Most of a text's tokens are unknown to the model's vocabulary: its prediction says little."""
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:

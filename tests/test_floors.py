@@ -1,17 +1,12 @@
 """The house in floors, as docs/contributing.md draws it: every import of attnzoo/ goes down (or across) the
-floors, no module imports another's private names, no function runs over 80 lines, and the paths the
-modules had before the floors still import, with a DeprecationWarning, as the same module objects."""
+floors, and no string names a module above its own floor either; from the keras floor up, the public API
+is reached through ``attnzoo``; no module imports another's private names; no function runs over 80 lines."""
 
 from __future__ import annotations
 
 import ast
-import importlib
 import re
-import sys
-import warnings
 from pathlib import Path
-
-import pytest
 
 from .conftest import ROOT
 
@@ -21,7 +16,6 @@ PACKAGE = ROOT / "attnzoo"
 FLOORS = {
     "attnzoo.errors": 0,
     "attnzoo.version": 0,
-    "attnzoo._moved": 0,
     "attnzoo.io": 1,
     "attnzoo.layers": 1,
     "attnzoo.models": 1,
@@ -29,6 +23,7 @@ FLOORS = {
     "attnzoo.keras": 3,
     "attnzoo.testing": 4,
     "attnzoo.interop": 4,
+    "attnzoo.integrations": 5,
     "attnzoo.train": 5,
     "attnzoo.tools": 6,
     "attnzoo.cli": 6,
@@ -113,7 +108,7 @@ def test_no_module_imports_another_modules_private_names():
     for path in FILES:
         for line, target, names in _imports(path):
             for name in names:
-                own = target == _module_name(path) or name == "_moved"  # _moved: a module, not a name
+                own = target == _module_name(path)
                 if name.startswith("_") and not name.startswith("__") and not own:
                     private.append(f"{_module_name(path)}:{line} imports {target}.{name}")
     assert not private, "\n".join(private)
@@ -149,7 +144,7 @@ def test_the_map_in_docs_contributing_names_every_package_and_module_of_the_floo
     section = text[text.index("## The floors") :]
     section = section[: section.index("\n## ", 4)]
     for prefix in FLOORS:
-        if prefix in ("attnzoo", "attnzoo.__main__", "attnzoo._moved"):
+        if prefix in ("attnzoo", "attnzoo.__main__"):
             continue
         shown = prefix.removeprefix("attnzoo.")
         assert re.search(rf"`{re.escape(shown)}[/`.]", section), f"{shown} is not on the map"
@@ -158,28 +153,58 @@ def test_the_map_in_docs_contributing_names_every_package_and_module_of_the_floo
             assert f"`{path.stem}`" in section, f"{path.parent.name}/{path.name} is not on the map"
 
 
-@pytest.mark.parametrize("old", sorted(importlib.import_module("attnzoo._moved").MOVED))
-def test_an_old_module_path_imports_the_moved_module_with_a_warning(old):
-    from attnzoo._moved import MOVED
+_MODULE_STRING = re.compile(r"attnzoo(\.[A-Za-z_][A-Za-z0-9_]*)+\.?(:[A-Za-z_][\w.]*)?")
 
-    new = importlib.import_module(MOVED[old])
-    if old in ("attnzoo.create", "attnzoo.export"):  # bound when attnzoo is imported: their names are functions
-        import attnzoo
 
-        assert sys.modules[old] is new and callable(attnzoo.create) and callable(attnzoo.export)
-        return
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        module = importlib.import_module(old)
-    from attnzoo._moved import SPLIT
+def _module_strings(path: Path):
+    """(line, module) of every string constant of the file that names an attnzoo module (``"attnzoo.cli.app"``,
+    ``"attnzoo.keras.nodes:build_node"``, the ``"attnzoo.cli.verbs."`` of an f-string), docstrings aside."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            module = node.value.split(":", 1)[0].rstrip(".")
+            part = ".".join(module.split(".")[:2])
+            if _MODULE_STRING.fullmatch(node.value) and part in FLOORS and part != "attnzoo":  # not "attnzoo.name"
+                yield node.lineno, module
 
-    if old in SPLIT:  # several modules now: the old path holds every public name of each
-        for part in map(importlib.import_module, SPLIT[old]):
-            assert all(getattr(module, name) is getattr(part, name) for name in part.__all__)
-    else:
-        assert module is new
-    assert any(issubclass(w.category, DeprecationWarning) and MOVED[old] in str(w.message) for w in caught)
+
+def test_no_string_names_a_module_of_a_higher_floor():
+    """``importlib.import_module("attnzoo.cli.app")`` in the core is an upward import the import statements
+    do not show; a floor's built-ins register themselves in that floor instead."""
+    upward = []
+    for path in FILES:
+        here = _module_name(path)
+        for line, target in _module_strings(path):
+            if _floor(target) > _floor(here):
+                upward.append(f"{here}:{line} names {target!r} (floor {_floor(target)} > {_floor(here)})")
+    assert not upward, "strings that name a module up the floors:\n" + "\n".join(upward)
+
+
+def test_from_the_keras_floor_up_the_public_api_comes_through_attnzoo():
+    """create, load, save, register, list_models, ... are imported from ``attnzoo``, not from the modules that
+    define them, by every module from floor 3 up: those modules use the library as its users do."""
+    import attnzoo
+
+    public = {}
+    for name in attnzoo.__all__:
+        value = getattr(attnzoo, name)
+        if callable(value) and not isinstance(value, type) and value.__module__.startswith("attnzoo."):
+            public.setdefault(value.__module__, set()).add(name)
+    direct = []
+    for path in FILES:
+        here = _module_name(path)
+        if _floor(here) < PUBLIC_API_FROM or here == "attnzoo":
+            continue
+        for line, target, names in _imports(path):
+            for name in set(names) & public.get(target, set()):
+                direct.append(f"{here}:{line} imports {name} from {target}; use attnzoo.{name}")
+    assert not direct, "\n".join(direct)
 
 
 def test_the_fields_of_a_card_are_the_dataclass_fields_listed_once():

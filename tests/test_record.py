@@ -1,4 +1,4 @@
-"""The record a trained model carries (attnzoo.record.RunRecord): every field read through one checked type,
+"""The record a trained model carries (attnzoo.core.record.RunRecord): every field read through one checked type,
 so a malformed or hostile record is refused by field name in predict, export, evaluate and the ensemble
 joiner; and a run on the user's files is scored only on those files."""
 

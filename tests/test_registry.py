@@ -227,7 +227,7 @@ def test_generated_docs_are_in_step_with_the_registry(page):
     from attnzoo.tools.catalogue import PAGES
 
     text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()
-    assert text == PAGES[page](), f"docs/{page} is stale: run python -m attnzoo.catalogue"
+    assert text == PAGES[page](), f"docs/{page} is stale: run python -m attnzoo.tools.catalogue"
 
 
 @pytest.mark.parametrize("name", attnzoo.list_models(provider="attnzoo"))

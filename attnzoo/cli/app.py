@@ -1,5 +1,5 @@
-"""The ``attnzoo`` command: every verb is a :class:`Command` registered through the hook
-``attnzoo_register_commands(register)``, the built-in verbs (``attnzoo.cli.verbs``) exactly as a plugin's.
+"""The ``attnzoo`` command: every verb is a :class:`Command` registered through a ``register(name, run, ...)``:
+the built-in verbs (``attnzoo.cli.verbs``) here, the plugins' through the hook ``attnzoo_register_commands``.
 
     attnzoo list [PATTERN ...] [--pretrained] [--provider P] [--json]
     attnzoo info NAME [--json]
@@ -65,7 +65,7 @@ class Command:
 
 
 def register_builtin_commands(register: Callable[..., None]) -> None:
-    """The built-in plugin's ``attnzoo_register_commands``: every verb of ``attnzoo.cli.verbs``."""
+    """The built-in verbs (``attnzoo.cli.verbs``), through the ``register`` a plugin's hook gets."""
     for name, module_name in BUILTIN_VERBS.items():
         module = importlib.import_module(f"attnzoo.cli.verbs.{module_name}")
         register(
@@ -78,15 +78,16 @@ def register_builtin_commands(register: Callable[..., None]) -> None:
 
 
 def commands() -> dict[str, Command]:
-    """Every verb, from every plugin's ``attnzoo_register_commands``: the built-in ones first, then the
-    plugins' by name. A plugin's verb that takes a name already registered is skipped with a warning; a
-    plugin whose hook raises is recorded (``attnzoo plugins``) and its other verbs are kept."""
-    from attnzoo.core import registry
+    """Every verb: the built-in ones, registered here through the same ``register`` a plugin's
+    ``attnzoo_register_commands`` hook gets, then the plugins' by name. A plugin's verb that takes a name
+    already registered is skipped with a warning; a plugin whose hook raises is recorded (``attnzoo
+    plugins``) and its other verbs are kept."""
+    from attnzoo.core.registry import REGISTRY
     from attnzoo.core.spec import BUILTIN_PROVIDER
 
     found: list[Command] = []
 
-    def arguments_for(plugin: str) -> dict[str, Callable[..., None]]:
+    def register_for(plugin: str) -> Callable[..., None]:
         def register(name, run, *, help="", arguments=None, description=None) -> None:  # noqa: A002 - argparse's word
             if not isinstance(name, str) or not _VERB.fullmatch(name):
                 raise ValueError(f"a command name is a lower-case word (letters, digits, '-'), got {name!r}")
@@ -94,12 +95,14 @@ def commands() -> dict[str, Command]:
                 raise TypeError(f"command {name!r}: run and arguments must be callables")
             found.append(Command(name, run, str(help), arguments, description, plugin))
 
-        return {"register": register}
+        return register
 
-    registry.call_each("attnzoo_register_commands", arguments_for)
+    register_builtin_commands(register_for(BUILTIN_PROVIDER))
+    builtin = list(found)
+    found.clear()
+    REGISTRY.each_plugin("attnzoo_register_commands", lambda plugin: {"register": register_for(plugin)})
     table: dict[str, Command] = {}
-    builtin = [c for c in found if c.provider == BUILTIN_PROVIDER]
-    for command in [*builtin, *sorted((c for c in found if c.provider != BUILTIN_PROVIDER), key=lambda c: c.name)]:
+    for command in [*builtin, *sorted(found, key=lambda c: c.name)]:
         if command.name in table:
             warnings.warn(
                 f"attnzoo: plugin {command.provider!r} registers the command {command.name!r}, which "

@@ -17,7 +17,7 @@ from typing import Any
 from attnzoo.core.config import merge_config, user_config, validate_config
 from attnzoo.core.hub import HUB_PREFIX, hub_folder
 from attnzoo.core.memory import check_memory
-from attnzoo.core.registry import REGISTRY, call_first, natural_key
+from attnzoo.core.registry import REGISTRY, natural_key
 from attnzoo.core.spec import ModelSpec, WeightsSpec, thaw
 from attnzoo.errors import ConfigError, UnknownModelError, WeightsError
 from attnzoo.io import folders as folders_io
@@ -102,7 +102,7 @@ def resolve_device(device: Any) -> Any:
         return device
     if not isinstance(device, str):
         raise ConfigError(f"device must be a string or a torch.device, got {type(device).__name__}")
-    resolved = call_first("attnzoo_resolve_device", device=device)
+    resolved = REGISTRY.first_result("attnzoo_resolve_device", device=device)
     if resolved is not None:
         return resolved
     try:
@@ -124,7 +124,7 @@ def _available_devices() -> str:
 
 def _place(model: Any, device: Any, dtype: Any) -> Any:
     try:
-        placed = call_first("attnzoo_place_model", model=model, device=device, dtype=dtype)
+        placed = REGISTRY.first_result("attnzoo_place_model", model=model, device=device, dtype=dtype)
     except (RuntimeError, AssertionError) as e:  # torch's own refusal: no such device on this machine
         raise ConfigError(
             f"cannot place the model on {str(device)!r}: {e}; this machine has "

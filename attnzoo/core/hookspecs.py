@@ -26,13 +26,13 @@ def attnzoo_place_model(model: Any, device: Any, dtype: Any) -> Any:
 @hookspec
 def attnzoo_register_conventions(register: Any) -> None:
     """Add calling conventions for the conformance kit: ``register(name, convention)`` with a ``Convention``
-    or a ``"module:attr"`` string naming one (see ``attnzoo.conventions``)."""
+    or a ``"module:attr"`` string naming one (see ``attnzoo.testing.conventions``)."""
 
 
 @hookspec
 def attnzoo_register_keras_layers(register: Any) -> None:
     """Add converters of custom Keras layers: ``register(keras_name, convert)``, where ``convert(config,
-    weights)`` returns a module made by ``attnzoo.create`` (see ``attnzoo.keras.convert``)."""
+    weights)`` returns a module made by ``attnzoo.create`` (see ``attnzoo.keras.registry``)."""
 
 
 @hookspec

@@ -8,7 +8,7 @@ other, registered first and answering last.
 
 This module knows nothing of the registry: ``attnzoo.core.registry`` owns the one :class:`PluginHost` of
 each table it builds (the host and the name table are built together and swapped in together), and
-hands the ``register`` callable to :meth:`PluginHost.register_models`.
+gives :meth:`PluginHost.register_models` a ``register`` bound to each plugin in turn.
 
 Switches, read at call time (the registry rebuilds its table when they change):
 ``ATTNZOO_DISABLE_PLUGIN_AUTOLOAD=1`` loads no third-party plugin; ``ATTNZOO_PLUGINS=a,b`` loads only
@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import importlib
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import pluggy
 
@@ -44,6 +43,7 @@ __all__ = [
     "child_environment",
     "strict",
     "ENTRY_POINT_GROUP",
+    "Registrar",
 ]
 
 ENV_DISABLE = "ATTNZOO_DISABLE_PLUGIN_AUTOLOAD"
@@ -76,6 +76,19 @@ def _flag(name: str) -> bool:
 
 def _name_set(name: str) -> frozenset[str]:
     return frozenset(p.strip().lower() for p in os.environ.get(name, "").split(",") if p.strip())
+
+
+class Registrar(Protocol):
+    """What one plugin's ``attnzoo_register_models`` call registers into (the registry makes one per plugin)."""
+
+    names: list[str]  # the qualified names it registered
+    problems: list[str]  # entries refused, collisions
+
+    def register(self, name: str, factory: Any = None, **fields: Any) -> Any: ...
+
+    def take_back(self) -> list[str]:
+        """Remove what was registered (the hook raised); the bare names it had tried."""
+        ...
 
 
 class State(NamedTuple):
@@ -120,22 +133,16 @@ def strict() -> bool:
 
 
 class BuiltinPlugin:
-    """attnzoo's own cards and device handling, registered through the same hooks as a third party."""
+    """attnzoo's own cards and device handling, registered through the same hooks as a third party.
+
+    The floors above the core register their own built-ins in their own floor, through the same
+    ``register`` a plugin's hook gets (the CLI its verbs, the Keras converter its converters), and ask
+    the hooks only for the plugins'."""
 
     @hookimpl
     def attnzoo_register_models(self, register: Callable[..., Any]) -> None:
         for card in sorted(resources.cards_dir().glob("*.yaml")):
             register(card.stem, config=str(card))
-
-    @hookimpl
-    def attnzoo_register_keras_layers(self, register: Callable[..., Any]) -> None:
-        # by name, at conversion only (torch comes with it): the core imports nothing of the floors above it
-        importlib.import_module("attnzoo.keras.converters").register_builtin_keras_layers(register)
-
-    @hookimpl
-    def attnzoo_register_commands(self, register: Callable[..., Any]) -> None:
-        # by name, as the cards' factories are: the core imports no module of the command line
-        importlib.import_module("attnzoo.cli.app").register_builtin_commands(register)
 
     @hookimpl(trylast=True)
     def attnzoo_resolve_device(self, device: Any) -> Any:
@@ -228,22 +235,29 @@ class PluginHost:
         self.infos[key] = info
         self.order.append(key)
 
-    def register_models(self, run: Callable[[str, Callable[..., Any], Sequence[str]], list[str]]) -> None:
-        """Call every loaded plugin's ``attnzoo_register_models``, one at a time, through ``run(name,
-        hook, argnames)``, which calls the hook with the right ``register`` and returns the qualified
-        names it registered (or raises what the hook raised, having taken those names back)."""
+    def register_models(self, registrar_for: Callable[[str], Registrar]) -> None:
+        """Call every loaded plugin's ``attnzoo_register_models`` (the built-in cards first, then the plugins in
+        load order), each with the ``register`` that ``registrar_for(plugin)`` binds to it. A hook that raises
+        is recorded against its plugin, which is marked failed, and what it registered is taken back."""
         impls = {impl.plugin_name: impl for impl in self.manager.hook.attnzoo_register_models.get_hookimpls()}
         for name in self.order:
             info, impl = self.infos[name], impls.get(name)
             if impl is None or info.status != "loaded":
                 continue
+            registrar = registrar_for(name)
             try:
-                info.models = run(name, impl.function, impl.argnames)
+                impl.function(*[{"register": registrar.register}[arg] for arg in impl.argnames])
             except PluginError:
                 raise
-            except _RegisterFailed as failure:
-                self.attempted[name] = failure.attempted
-                self.record(info, f"attnzoo_register_models raised {failure.error}", failed=True)
+            except Exception as e:  # noqa: BLE001 - a broken plugin must never break attnzoo
+                self.attempted[name] = registrar.take_back()
+                self.record(info, f"attnzoo_register_models raised {type(e).__name__}: {e}", failed=True)
+            else:
+                info.models = list(registrar.names)
+            finally:
+                info.problems = list(registrar.problems) + info.problems
+                if info.error is None and info.problems:
+                    info.error = info.problems[0]
 
     # -- calling -----------------------------------------------------------------------------------
     def record(self, info: PluginInfo, message: str, *, failed: bool) -> None:
@@ -281,7 +295,7 @@ class PluginHost:
                 self.record(self.infos[impl.plugin_name], f"{hook_name} raised {type(e).__name__}: {e}", failed=False)
             return False, None
 
-    def call_first(self, hook_name: str, **kwargs: Any) -> Any:
+    def first_result(self, hook_name: str, **kwargs: Any) -> Any:
         """Call a firstresult hook, each implementation isolated: the first non-None answer wins."""
         for impl in self._implementations(hook_name):
             ok, result = self._call(impl, hook_name, kwargs)
@@ -289,16 +303,7 @@ class PluginHost:
                 return result
         return None
 
-    def call_all(self, hook_name: str, **kwargs: Any) -> list[Any]:
-        """Call every implementation of a hook, each isolated; the answers of those that did not raise."""
-        results = []
-        for impl in self._implementations(hook_name):
-            ok, result = self._call(impl, hook_name, kwargs)
-            if ok:
-                results.append(result)
-        return results
-
-    def call_each(self, hook_name: str, arguments: Callable[[str], dict[str, Any]]) -> None:
+    def each_plugin(self, hook_name: str, arguments: Callable[[str], dict[str, Any]]) -> None:
         """Call every implementation of a hook, each isolated, with the arguments ``arguments(plugin)``
         builds for that plugin (a ``register`` that records who registered what)."""
         for impl in self._implementations(hook_name):
@@ -321,17 +326,3 @@ class PluginHost:
             listed = "; ".join(f"{i.name!r} ({i.distribution}): {i.error}" for i in failed)
             return f"; note that plugins failed to load and may provide it: {listed}"
         return ""
-
-
-class _RegisterFailed(Exception):
-    """A plugin's register hook raised: what it raised and the names it had registered (taken back)."""
-
-    def __init__(self, error: str, attempted: list[str]) -> None:
-        super().__init__(error)
-        self.error = error
-        self.attempted = attempted
-
-
-def register_failed(error: BaseException, attempted: list[str]) -> _RegisterFailed:
-    """The exception a registry raises from ``run`` when a plugin's hook raised (see ``register_models``)."""
-    return _RegisterFailed(f"{type(error).__name__}: {error}", attempted)

@@ -18,12 +18,13 @@ what; ``override=True`` takes the bare name on purpose. An in-process ``register
 
 from __future__ import annotations
 
-import contextvars
 import fnmatch
+import functools
+import inspect
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from attnzoo.core import plugins, resources
 from attnzoo.core.cards import read_card, spec_from_card
 from attnzoo.core.plugins import PluginHost, PluginInfo, State
 from attnzoo.core.spec import BUILTIN_PROVIDER, LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
-from attnzoo.errors import ConfigError, PluginError, UnknownModelError, close_matches
+from attnzoo.errors import AttnzooWarning, ConfigError, PluginError, UnknownModelError, close_matches
 
 __all__ = [
     "register",
@@ -40,17 +41,10 @@ __all__ = [
     "model_info",
     "resolve",
     "list_plugins",
-    "call_first",
-    "call_all",
-    "call_each",
     "REGISTRY",
     "Registration",
     "natural_key",
 ]
-
-
-class AttnzooWarning(UserWarning):
-    """Something worth knowing that did not stop attnzoo: a name collision, a skipped card."""
 
 
 def natural_key(text: str) -> list[int | str]:
@@ -116,7 +110,8 @@ class _Table:
 
 @dataclass
 class Registration:
-    """One plugin's ``attnzoo_register_models`` call in progress: where its ``register`` calls go."""
+    """One plugin's ``attnzoo_register_models`` call in progress: the ``register`` bound to that plugin
+    (the same signature as :func:`register`), and what it added to the table being built."""
 
     provider: str
     table: _Table
@@ -124,14 +119,25 @@ class Registration:
     names: list[str] = field(default_factory=list)  # qualified names added during this call
     problems: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        @functools.wraps(register)
+        def register_for_plugin(*args: Any, **kwargs: Any) -> ModelSpec | None:
+            bound = inspect.signature(register).bind(*args, **kwargs)
+            bound.apply_defaults()
+            fields = dict(bound.arguments)
+            return _register(self, fields.pop("name"), fields.pop("factory"), fields)
+
+        self.register = register_for_plugin
+
     def problem(self, message: str) -> None:
         if self.strict:
             raise PluginError(f"plugin {self.provider!r}: {message}")
         self.problems.append(message)
-        warnings.warn(f"attnzoo: plugin {self.provider!r}: {message}", AttnzooWarning, stacklevel=4)
+        warnings.warn(f"attnzoo: plugin {self.provider!r}: {message}", AttnzooWarning, stacklevel=5)
 
-
-_current: contextvars.ContextVar[Registration | None] = contextvars.ContextVar("attnzoo_registration", default=None)
+    def take_back(self) -> list[str]:
+        self.table.remove(self.names)
+        return [qualified.split(":", 1)[1] for qualified in self.names]
 
 
 @dataclass(frozen=True)
@@ -169,33 +175,11 @@ class Registry:
                 self._snapshot = snap
             return snap
 
-    def ensure(self) -> None:
-        self.snapshot()
-
     def _build(self, state: State) -> Snapshot:
         host = PluginHost(state)
         host.load()
         table = _Table()
-
-        def run(provider: str, hook: Callable[..., Any], argnames: Sequence[str]) -> list[str]:
-            context = Registration(provider=provider, table=table, strict=state.strict)
-            token = _current.set(context)
-            try:
-                hook(*[{"register": register}[arg] for arg in argnames])
-            except PluginError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a broken plugin must never break attnzoo
-                table.remove(context.names)
-                raise plugins.register_failed(e, [q.split(":", 1)[1] for q in context.names]) from None
-            finally:
-                _current.reset(token)
-                info = host.infos[provider]
-                info.problems = context.problems + info.problems
-                if info.error is None and info.problems:
-                    info.error = info.problems[0]
-            return list(context.names)
-
-        host.register_models(run)
+        host.register_models(lambda provider: Registration(provider=provider, table=table, strict=state.strict))
         for spec, override in self._local:
             try:
                 table.add(spec, override=override, context=None)
@@ -225,10 +209,43 @@ class Registry:
             self._local.clear()
             self._snapshot = None
 
-    # -- lookup ------------------------------------------------------------------------------------
-    def all_specs(self) -> dict[str, ModelSpec]:
-        return dict(self.snapshot().table.specs)
+    # -- the plugins' other hooks -------------------------------------------------------------------
+    def first_result(self, hook_name: str, **kwargs: Any) -> Any:
+        """Call a firstresult hook of the current plugins, each implementation isolated: the first
+        non-None answer wins."""
+        return self.snapshot().host.first_result(hook_name, **kwargs)
 
+    def each_plugin(self, hook_name: str, arguments: Callable[[str], dict[str, Any]]) -> None:
+        """Call every plugin's implementation of a hook, each isolated, with the arguments
+        ``arguments(plugin)`` builds for it (a ``register`` bound to that plugin)."""
+        self.snapshot().host.each_plugin(hook_name, arguments)
+
+    def collected(self, hook_name: str, check: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+        """The table a hook ``hook_name(register)`` fills with ``register(name, value)``, for the current
+        plugins: collected once per snapshot, on first use, each plugin isolated (``check`` refusing an
+        entry counts as that plugin's failure), with the in-process entries of :meth:`add_item` on top."""
+        snap = self.snapshot()
+        with self._lock:
+            if hook_name not in snap.collected:
+                found: dict[str, Any] = {}
+
+                def register(name: str, value: Any) -> None:
+                    if check is not None:
+                        check(name, value)
+                    found[name] = value
+
+                snap.host.each_plugin(hook_name, lambda plugin: {"register": register})
+                found.update(self._local_items.get(hook_name, {}))
+                snap.collected[hook_name] = found
+            return snap.collected[hook_name]
+
+    def add_item(self, hook_name: str, name: str, value: Any) -> None:
+        """An in-process entry of the table :meth:`collected` gives for ``hook_name`` (kept across rebuilds)."""
+        with self._lock:
+            self._local_items.setdefault(hook_name, {})[name] = value
+            self.snapshot().collected.pop(hook_name, None)
+
+    # -- lookup ------------------------------------------------------------------------------------
     def display_name(self, spec: ModelSpec) -> str:
         return self.snapshot().table.display_name(spec)
 
@@ -302,48 +319,6 @@ REGISTRY = Registry()
 def list_plugins() -> list[PluginInfo]:
     """Every plugin found (the built-in one first), with its status, models and problems."""
     return REGISTRY.snapshot().host.plugin_list()
-
-
-def call_first(hook_name: str, **kwargs: Any) -> Any:
-    """Call a firstresult hook of the current plugins, each implementation isolated."""
-    return REGISTRY.snapshot().host.call_first(hook_name, **kwargs)
-
-
-def call_all(hook_name: str, **kwargs: Any) -> list[Any]:
-    """Call every implementation of a hook of the current plugins, each isolated."""
-    return REGISTRY.snapshot().host.call_all(hook_name, **kwargs)
-
-
-def call_each(hook_name: str, arguments: Callable[[str], dict[str, Any]]) -> None:
-    """Call every implementation of a hook, each isolated, with arguments built for its plugin."""
-    REGISTRY.snapshot().host.call_each(hook_name, arguments)
-
-
-def collected(hook_name: str, check: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
-    """The table a plugin hook ``hook_name(register)`` fills with ``register(name, value)``, for the current
-    plugins: collected once per snapshot, on first use, each plugin isolated (``check`` refusing an entry
-    counts as that plugin's failure), with the in-process entries of :func:`add_item` on top."""
-    snap = REGISTRY.snapshot()
-    with REGISTRY._lock:
-        if hook_name not in snap.collected:
-            found: dict[str, Any] = {}
-
-            def register(name: str, value: Any) -> None:
-                if check is not None:
-                    check(name, value)
-                found[name] = value
-
-            snap.host.call_all(hook_name, register=register)
-            found.update(REGISTRY._local_items.get(hook_name, {}))
-            snap.collected[hook_name] = found
-        return snap.collected[hook_name]
-
-
-def add_item(hook_name: str, name: str, value: Any) -> None:
-    """An in-process entry of the table :func:`collected` gives for ``hook_name`` (kept across rebuilds)."""
-    with REGISTRY._lock:
-        REGISTRY._local_items.setdefault(hook_name, {})[name] = value
-        REGISTRY.snapshot().collected.pop(hook_name, None)
 
 
 def table_version() -> int:
@@ -466,27 +441,26 @@ def register(
     Called from a plugin's ``attnzoo_register_models`` hook, a bad entry is recorded against that
     plugin and skipped; called directly, it raises ``ConfigError``. Returns the registered spec.
     """
-    context = _current.get()
-    provider = context.provider if context is not None else LOCAL_PROVIDER
+    fields = {k: v for k, v in locals().items() if k not in ("name", "factory")}
+    return _register(None, name, factory, fields)
+
+
+def _register(
+    into: Registration | None, name: str, factory: str | Callable[..., Any] | None, fields: dict[str, Any]
+) -> ModelSpec | None:
+    """:func:`register` for the process (``into`` None: errors raise) or into one plugin's registration
+    (errors are recorded against the plugin and the entry is skipped)."""
+    provider = into.provider if into is not None else LOCAL_PROVIDER
+    override, config = fields.pop("override"), fields.pop("config")
     try:
-        given = {
-            "summary": summary,
-            "kind": kind,
-            "weights": weights,
-            "reference": reference,
-            "default_tag": default_tag,
-            "convention": convention,
-            "example": example,
-            "exempt": exempt,
-        }
-        spec = _build_spec(name, factory, config, given, provider)
-        if context is None:
+        spec = _build_spec(name, factory, config, fields, provider)
+        if into is None:
             REGISTRY.add_local(spec, override=override)
         else:
-            context.table.add(spec, override=override, context=context)
+            into.table.add(spec, override=override, context=into)
     except ConfigError as e:
-        if context is None:
+        if into is None:
             raise
-        context.problem(str(e))
+        into.problem(str(e))
         return None
     return spec

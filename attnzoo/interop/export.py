@@ -93,13 +93,13 @@ def _output_names(convention, count: int, return_attention: bool) -> list[str] |
 
 
 def _convention_of(model: Any):
-    from attnzoo.core.registry import model_info
+    import attnzoo
     from attnzoo.testing.conventions import get_convention
 
     info = getattr(model, "attnzoo_config", None)
     if not isinstance(info, Mapping) or "name" not in info:
         raise ConfigError("export() needs inputs=(args, kwargs) for a model not built by attnzoo.create or load")
-    spec = model_info(info["name"])
+    spec = attnzoo.model_info(info["name"])
     if not spec.convention:
         raise ConfigError(f"{spec.name}: its card names no convention; pass inputs=(args, kwargs)")
     from attnzoo.testing.conventions import model_config

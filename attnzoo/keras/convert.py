@@ -1,24 +1,21 @@
 """``convert_keras_model``: a whole Keras model file becomes a native ``nn.Module``, with no Keras at run time.
 
-Each Keras layer is converted by the first converter that takes it:
-
-1. ``custom_layers=`` of the call (a Keras name -> a convert function, like Keras's ``custom_objects``);
-2. the ``attnzoo_register_keras_layers`` hook: plugins, and attnzoo's own Keras layers, register
-   ``register(keras_name, convert)``, where ``keras_name`` is the ``registered_name`` Keras stores
-   (``"package>ClassName"``), a bare class name, or ``"keras>ClassName"`` for Keras's own layers;
-   ``convert(config, weights)`` gets the layer's Keras config and its variables (numpy arrays in the
-   order of the layer's ``weights``) and returns a module made by ``attnzoo.create`` with them loaded;
-3. the built-in node converters of this module, one per Keras layer class (``CONVERTERS``).
+Each Keras layer is converted by the first converter that takes it (:mod:`attnzoo.keras.registry`):
+``custom_layers=`` of the call (a Keras name -> a convert function, like Keras's ``custom_objects``),
+then the plugins' ``attnzoo_register_keras_layers`` hook, then attnzoo's own converters
+(``attnzoo/keras/converters/``). A converter is registered under the ``registered_name`` Keras stores
+(``"package>ClassName"``), a bare class name, or ``"keras>ClassName"`` for Keras's own layers.
 
 Everything is checked before anything is built: every layer without a converter (or whose converter
 refuses it) is listed in one ``UnsupportedKerasLayerError`` with its name, class and variable shapes.
 The result is a :class:`~attnzoo.keras.model.KerasModel` made by ``attnzoo.create("keras_model",
-graph=...)``: its config is the graph as data, so ``attnzoo.save`` / ``attnzoo.load`` rebuild it.
+graph=...)``: its config is the graph as data, so ``attnzoo.save`` / ``attnzoo.load`` rebuild it. It comes
+back in eval mode (Keras's inference), as ``from_pretrained`` models do; ``model.train()`` is Keras's
+``training=True``.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,62 +24,35 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnzoo.errors import ConfigError, WeightsError
-from attnzoo.keras.converters import (
-    BUILTIN_FUNCTIONS,
-    CALL_ARGUMENTS,
-    CHILD_ORDER,
-    COMMON_CALL_ARGUMENTS,
-    CONVERTERS,
-    KERAS_LAYERS,
-    Context,
-    Converted,
-    Refused,
-    convert_operation,
-    is_operation,
-)
+from attnzoo.errors import ConfigError, UnsupportedKerasLayerError, WeightsError, close_matches
+from attnzoo.keras.converters.ops import convert_operation, is_operation
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
 from attnzoo.keras.nodes import INTEGER_DTYPES
+from attnzoo.keras.registry import Context, Converted, ConverterTable, KerasConverter, Refused, adapt, record_keys
 
-__all__ = [
-    "convert_keras_model",
-    "UnsupportedKerasLayerError",
-    "ConversionReport",
-    "KerasLayerConverter",
-]
+__all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport"]
 
-
-class UnsupportedKerasLayerError(WeightsError):
-    """Layers of a Keras model that no converter takes; ``layers`` lists them (name, class, shapes, why)."""
-
-    def __init__(self, message: str, layers: list[dict[str, Any]]) -> None:
-        super().__init__(message)
-        self.layers = layers
-
-
-@dataclass
-class KerasLayerConverter:
-    """A registered converter of a custom Keras layer (see the module docstring)."""
-
-    keras_name: str
-    convert: Callable[[dict[str, Any], list[np.ndarray]], Any]
-    provider: str = ""
-    mask: bool = True  # pass the incoming Keras mask when the module's forward takes ``mask``
-    output_mask: str = "none"  # "none" | "input": the output keeps the first input's mask
-    call: str = "layer"  # how the Keras call maps onto the module: "layer", "attention" or "mha"
+_SQUASHING = ("sigmoid", "softmax")
 
 
 @dataclass
 class ConversionReport:
-    """What became of each Keras layer: its torch node, its variables and any notes."""
+    """What became of each Keras layer: its torch node, its variables and any notes; with ``logits=True``,
+    what was dropped from each output."""
 
     source: str
     keras_version: str
     rows: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "keras_version": self.keras_version, "layers": self.rows}
+        return {
+            "source": self.source,
+            "keras_version": self.keras_version,
+            "layers": self.rows,
+            "outputs": self.outputs,
+        }
 
     def to_text(self) -> str:
         lines = [f"{self.source} (Keras {self.keras_version}): {len(self.rows)} layers"]
@@ -90,68 +60,37 @@ class ConversionReport:
             variables = ", ".join(row["variables"]) or "no variables"
             lines.append(f"  {row['layer']} ({row['class']}) -> {row['node']}: {variables}")
             lines += [f"      {note}" for note in row["notes"]]
+        lines += [f"  {line}" for line in self.outputs]
         return "\n".join(lines)
 
 
-# -- the converter table for one conversion ---------------------------------------------------------------
-def _hook_converters(custom: Mapping[str, Any] | None) -> dict[str, list[KerasLayerConverter]]:
-    """Every registered converter by Keras name: ``custom_layers`` first, then the hook's, in plugin order."""
-    from attnzoo.core.registry import call_each
+# -- the converter table of one conversion -----------------------------------------------------------------
+def _converter_table(custom: Mapping[str, Any] | None) -> ConverterTable:
+    """``custom_layers`` first, then every plugin's ``attnzoo_register_keras_layers``, in plugin order
+    (attnzoo's own converters answer after them, from the registry)."""
+    from attnzoo.core.registry import REGISTRY
 
-    table: dict[str, list[KerasLayerConverter]] = {}
-
-    def make_register(provider: str) -> Callable[..., None]:
-        def register(
-            keras_name: str,
-            convert: Callable[..., Any],
-            *,
-            mask: bool = True,
-            output_mask: str = "none",
-            call: str = "layer",
-        ) -> None:
-            if not isinstance(keras_name, str) or not keras_name:
-                raise ConfigError(
-                    f"register(keras_name, convert): keras_name must be a non-empty str, got {keras_name!r}"
-                )
-            if not callable(convert):
-                raise ConfigError(f"register({keras_name!r}, convert): convert must be callable")
-            if output_mask not in ("none", "input"):
-                raise ConfigError(f"register({keras_name!r}, ...): output_mask must be 'none' or 'input'")
-            if call not in ("layer", "attention", "mha"):
-                raise ConfigError(f"register({keras_name!r}, ...): call must be 'layer', 'attention' or 'mha'")
-            table.setdefault(keras_name, []).append(
-                KerasLayerConverter(keras_name, convert, provider, bool(mask), output_mask, call)
-            )
-
-        return register
-
+    table = ConverterTable()
     for name, convert in (custom or {}).items():
-        make_register("custom_layers")(name, convert)
-    call_each("attnzoo_register_keras_layers", lambda provider: {"register": make_register(provider)})
+        table.add(adapt(name, convert, provider="custom_layers"))
+    REGISTRY.each_plugin("attnzoo_register_keras_layers", lambda plugin: {"register": table.register_for(plugin)})
     return table
 
 
-def _keys(record: LayerRecord) -> list[str]:
-    """The names a converter may be registered under, most specific first: ``keras>Class`` for Keras's
-    own layers; a custom layer's ``package>Class`` when Keras recorded one, else its bare class name.
-    A bare name never matches a packaged class: two packages' ``LabelWiseAttention`` need not agree."""
-    # a legacy .h5 records no module: a Keras class name is taken for Keras's own layer first
-    own = bool(record.module and record.module.startswith("keras")) or (
-        record.module is None and record.class_name in KERAS_LAYERS
-    )
-    keys = [f"keras>{record.class_name}"] if own else []
-    if record.registered_name and ">" in record.registered_name and not own:
-        keys.append(record.registered_name)
-    elif not own or record.module is None:
-        keys.append(record.class_name)
-    return keys
+def _check_custom_keys(custom: Mapping[str, Any] | None, graph: KerasGraph) -> None:
+    """A ``custom_layers`` key that no layer of the model goes by is a mistake the user must hear about."""
+    known = sorted({key for record in graph.layers.values() if record.key for key in record_keys(record)})
+    for name in custom or {}:
+        if name not in known:
+            hint = close_matches(str(name), known)
+            also = f" (did you mean {', '.join(map(repr, hint))}?)" if hint else ""
+            raise ConfigError(
+                f"custom_layers key {name!r} matches no layer of the model{also}; its layers go by "
+                f"{', '.join(repr(k) for k in known[:12])}{' ...' if len(known) > 12 else ''}"
+            )
 
 
 # -- the conversion ---------------------------------------------------------------------------------------
-def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
-    return [list(a.shape) for a in arrays]
-
-
 def _module_key(key: str, used: set[str]) -> str:
     safe = key.replace(".", "_") or "layer"
     candidate, n = safe, 1
@@ -160,52 +99,6 @@ def _module_key(key: str, used: set[str]) -> str:
         candidate = f"{safe}_{n}"
     used.add(candidate)
     return candidate
-
-
-def _convert_zoo(entry: KerasLayerConverter, record: LayerRecord, arrays: list[np.ndarray], ctx: Context):
-    config = dict(record.config)
-    if entry.convert in BUILTIN_FUNCTIONS:  # attnzoo's own layers follow the file's Keras version
-        config["__keras_major__"] = ctx.major
-    module = entry.convert(config, [a.copy() for a in arrays])
-    info = getattr(module, "attnzoo_config", None)
-    if not isinstance(info, Mapping) or "name" not in info:
-        raise Refused(
-            f"the converter registered for {entry.keras_name!r} ({entry.provider}) returned a "
-            f"{type(module).__name__} not made by attnzoo.create, so a saved folder could not rebuild it"
-        )
-    call = entry.call
-    takes_mask = "mask" in inspect.signature(module.forward).parameters
-    spec = {
-        "op": "zoo",
-        "model": info["name"],
-        "config": dict(info["config"]),
-        "call": call,
-        "output_mask": entry.output_mask,
-    }
-    if call == "layer" and not (entry.mask and takes_mask):
-        spec["call"] = "layer_unmasked"
-    state = {f"layer.{k}": v.detach().to(torch.float32) for k, v in module.state_dict().items()}
-    notes = [f"attnzoo {info['name']} (registered by {entry.provider or 'a plugin'} for {entry.keras_name})"]
-    return Converted(spec, state, notes)
-
-
-def _check_call_arguments(record: LayerRecord, calls: list[Call]) -> str | None:
-    allowed = set(COMMON_CALL_ARGUMENTS) | CALL_ARGUMENTS.get(record.class_name, set())
-    if record.class_name in ("Attention", "AdditiveAttention"):
-        allowed |= {"return_attention_scores", "use_causal_mask"}
-    if record.class_name == "MultiHeadAttention":
-        allowed |= {"value", "key", "query_mask", "value_mask", "key_mask", "attention_mask"}
-        allowed |= {"return_attention_scores", "use_causal_mask"}
-    for call in calls:
-        extra = sorted(set(call.kwargs) - allowed)
-        if extra and record.class_name in KERAS_LAYERS:
-            return f"call argument(s) {', '.join(extra)} are not supported"
-    return None
-
-
-def _arrays(file: KerasFile, record: LayerRecord) -> list[np.ndarray]:
-    arrays = file.weights.arrays(record.path, CHILD_ORDER.get(record.class_name, ()))
-    return arrays or []
 
 
 def _encode(value: Any) -> Any:
@@ -221,13 +114,57 @@ def _encode(value: Any) -> Any:
     raise Refused(f"a call argument of type {type(value).__name__} ({str(value)[:40]})")
 
 
+def _trainable(graph: KerasGraph, record: LayerRecord) -> bool:
+    """Keras trains a layer's variables unless it, or a model around it, has ``trainable: false``."""
+    parts = record.key.split("/")
+    for depth in range(1, len(parts) + 1):
+        around = graph.layers.get("/".join(parts[:depth]))
+        if around is not None and around.config.get("trainable") is False:
+            return False
+    return True
+
+
+def _convert_layer(
+    record: LayerRecord, file: KerasFile, calls: list[Call], table: ConverterTable, ctx: Context
+) -> tuple[Converted | None, list[np.ndarray], list[str]]:
+    """One layer's node and state (or None), its variables, and why each converter tried refused it."""
+    if is_operation(record):
+        try:
+            return convert_operation(record, [], ctx), [], []
+        except Refused as e:
+            return None, [], [str(e)]
+    candidates = table.candidates(record_keys(record))
+    order = next((entry.child_order for entry in candidates if entry.child_order), ())
+    arrays = file.weights.arrays(record.path, order) or []
+    reasons: list[str] = []
+    for entry in candidates:
+        extra = sorted({arg for call in calls for arg in entry.allows(call.kwargs)})
+        if extra:
+            reasons.append(f"{_who(entry)}: call argument(s) {', '.join(extra)} are not supported")
+            continue
+        try:
+            return entry.convert(record, arrays, ctx), arrays, reasons
+        except Refused as e:
+            reasons.append(f"{_who(entry)}: {e}" if entry.provider != "attnzoo" else str(e))
+        except Exception as e:  # noqa: BLE001 - a plugin's converter failing is a reason, not a crash
+            if entry.provider == "attnzoo":
+                raise
+            reasons.append(f"{_who(entry)}: {type(e).__name__}: {e}")
+    return None, arrays, reasons
+
+
+def _who(entry: KerasConverter) -> str:
+    return f"{entry.provider} for {entry.key}"
+
+
 def build_graph(
     file: KerasFile, graph: KerasGraph, custom_layers: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], ConversionReport]:
     """The ``keras_model`` graph config, its state dict and the report; raises
     ``UnsupportedKerasLayerError`` listing every layer nothing converts."""
     ctx = Context(file.major, str(file.path))
-    hooks = _hook_converters(custom_layers)
+    _check_custom_keys(custom_layers, graph)
+    table = _converter_table(custom_layers)
     calls_of: dict[str, list[Call]] = {}
     for call in graph.calls:
         calls_of.setdefault(call.layer, []).append(call)
@@ -238,48 +175,29 @@ def build_graph(
     report = ConversionReport(Path(file.path).name, file.keras_version)
     problems: list[dict[str, Any]] = []
     for record_key, record in graph.layers.items():
-        if record_key == "":  # the passes of nested models' inputs and outputs
-            continue
-        if record.class_name in MODEL_CLASSES and not is_operation(record):
-            continue
-        arrays = [] if is_operation(record) else _arrays(file, record)
-        converted, reasons = _convert_layer(record, arrays, calls_of.get(record_key, []), hooks, ctx)
+        if record_key == "" or (record.class_name in MODEL_CLASSES and not is_operation(record)):
+            continue  # the passes of nested models' inputs and outputs; nested models are inlined
+        converted, arrays, reasons = _convert_layer(record, file, calls_of.get(record_key, []), table, ctx)
+        name = record.registered_name or record.class_name
         if converted is None:
-            problems.append(
-                {
-                    "layer": record.key,
-                    "class": record.registered_name or record.class_name,
-                    "variables": _shapes(arrays),
-                    "reasons": reasons,
-                }
-            )
+            problems.append({"layer": record.key, "class": name, "variables": _shapes(arrays), "reasons": reasons})
             continue
         module_key = _module_key(record_key, used)
         keys[record_key] = module_key
-        layers[module_key] = {**converted.spec, "keras": {"name": record.key, "class": record.class_name}}
-        for name, tensor in converted.state.items():
-            state[f"layers.{module_key}.{name}"] = tensor
-        report.rows.append(
-            {
-                "layer": record.key,
-                "class": record.registered_name or record.class_name,
-                "node": converted.spec["op"] if converted.spec["op"] != "zoo" else converted.spec["model"],
-                "variables": [f"{list(a.shape)}" for a in arrays],
-                "notes": converted.notes,
-            }
-        )
+        keras = {"name": record.key, "class": record.class_name, "trainable": _trainable(graph, record)}
+        layers[module_key] = {**converted.spec, "keras": keras}
+        for tensor_name, tensor in converted.state.items():
+            state[f"layers.{module_key}.{tensor_name}"] = tensor
+        node = converted.spec["op"] if converted.spec["op"] != "zoo" else converted.spec["model"]
+        variables = [f"{list(a.shape)}" for a in arrays]
+        report.rows.append({"layer": record.key, "class": name, "node": node, "variables": variables})
+        report.rows[-1]["notes"] = converted.notes + ([] if keras["trainable"] else ["frozen (trainable: false)"])
     if problems:
         raise _unsupported(file, problems)
-    calls = []
-    for call in graph.calls:
-        calls.append(
-            {
-                "id": call.id,
-                "layer": keys.get(call.layer),
-                "args": _encode(call.args),
-                "kwargs": _encode(call.kwargs),
-            }
-        )
+    calls = [
+        {"id": c.id, "layer": keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
+        for c in graph.calls
+    ]
     config = {
         "format": 1,
         "keras_version": file.keras_version,
@@ -291,30 +209,8 @@ def build_graph(
     return config, state, report
 
 
-def _convert_layer(record, arrays: list, calls: list[Call], hooks: dict, ctx: Context) -> tuple[Any, list[str]]:
-    """One layer's node and state (or None) and the reasons each converter that was tried refused it:
-    a Keras operation; else the plugins' converters for its names, then the built-in one."""
-    reasons: list[str] = []
-    if is_operation(record):
-        try:
-            return convert_operation(record, arrays, ctx), reasons
-        except Refused as e:
-            return None, [str(e)]
-    bad_call = _check_call_arguments(record, calls)
-    if bad_call:
-        return None, [bad_call]
-    for key in _keys(record):
-        for entry in hooks.get(key, []):
-            try:
-                return _convert_zoo(entry, record, arrays, ctx), reasons
-            except (Refused, Exception) as e:  # noqa: BLE001 - a converter's refusal is a reason
-                reasons.append(f"{entry.provider or 'converter'} for {key}: {type(e).__name__}: {e}")
-    if record.class_name in CONVERTERS and (record.module is None or record.module.startswith("keras")):
-        try:
-            return CONVERTERS[record.class_name](record, arrays, ctx), reasons
-        except Refused as e:
-            reasons.append(str(e))
-    return None, reasons
+def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
+    return [list(a.shape) for a in arrays]
 
 
 def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, Any]) -> list[dict[str, Any]]:
@@ -344,9 +240,48 @@ def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> Unsupported
         + "\n".join(lines)
         + "\nA custom layer converts through a plugin: implement the hook attnzoo_register_keras_layers(register) "
         "and call register('package>ClassName', convert) (docs/keras-migration.md), or pass "
-        "convert_keras_model(..., custom_layers={'ClassName': convert})"
+        "convert_keras_model(..., custom_layers={'package>ClassName': convert})"
     )
     return UnsupportedKerasLayerError(message, problems)
+
+
+# -- logits -----------------------------------------------------------------------------------------------
+def _drop_squashing(config: dict[str, Any], report: ConversionReport) -> None:
+    """Each output's final sigmoid / softmax (a Dense's or Conv's activation, an Activation or Softmax
+    layer) taken out of the graph, so the outputs are logits; the report says what, output by output."""
+    calls = {call["id"]: call for call in config["calls"]}
+    uses: dict[str, int] = {}
+    for call in config["calls"]:
+        uses[call["layer"]] = uses.get(call["layer"], 0) + 1
+    for index, (call_id, _) in enumerate(config["outputs"]):
+        call = calls.get(call_id)
+        key = call["layer"] if call else None
+        spec = config["layers"].get(key) if key else None
+        name = spec["keras"]["name"] if spec else call_id
+        squash = _squashing_of(spec)
+        if squash is None:
+            report.outputs.append(f"output {index} ({name}) ends in no sigmoid or softmax; left as it is")
+            continue
+        if uses.get(key, 0) > 1:
+            raise ConfigError(
+                f"logits=True: output {index} ends in layer {name!r}, which the model also calls elsewhere; "
+                f"its {squash} cannot be dropped for this output alone"
+            )
+        if spec["op"] == "softmax":
+            config["layers"][key] = {"op": "identity", "keras": spec["keras"]}
+        else:
+            spec["activation"] = "linear"
+        report.outputs.append(f"output {index} ({name}): dropped its final {squash}; it gives logits")
+
+
+def _squashing_of(spec: dict[str, Any] | None) -> str | None:
+    if spec is None:
+        return None
+    if spec["op"] == "softmax":
+        return "softmax"
+    if spec["op"] in ("dense", "conv", "activation") and spec.get("activation") in _SQUASHING:
+        return str(spec["activation"])
+    return None
 
 
 def convert_keras_model(
@@ -354,21 +289,28 @@ def convert_keras_model(
     *,
     weights: str | Path | None = None,
     custom_layers: Mapping[str, Callable[[dict[str, Any], list[np.ndarray]], Any]] | None = None,
+    logits: bool = False,
 ) -> Any:
     """Convert a whole Keras model (``.keras``, legacy ``.h5``, or ``config.json`` + weights) to a native
     module that predicts what Keras predicts.
 
-    Called like the Keras model: inputs positionally in its input order (token ids as integer tensors,
-    features as float tensors), any batch size and (where the model allows) length; returns a tensor,
-    or a tuple in the Keras model's output order. ``model.keras_report`` says what became of each layer.
-    Keras is never imported.
+    Called like the Keras model: inputs positionally in its input order (token ids as integer tensors or
+    numpy arrays, features as floats), any batch size and (where the model allows) length; returns a
+    tensor, or a tuple in the Keras model's output order. It comes back in eval mode (Keras's inference);
+    ``model.train()`` is Keras's ``training=True`` (dropout acts, BatchNormalization uses batch statistics).
+    ``logits=True`` drops each output's final sigmoid or softmax, for ``BCEWithLogitsLoss`` /
+    ``CrossEntropyLoss``. ``model.keras_report`` says what became of each layer. Keras is never imported.
     """
-    from attnzoo.core.create import create
+    import attnzoo
 
+    if not isinstance(logits, bool):
+        raise ConfigError(f"logits must be True or False, got {logits!r}")
     with read_keras_model(path, weights=weights) as file:
         graph = parse_model(file.config, str(path), keras3=file.major >= 3)
         config, state, report = build_graph(file, graph, custom_layers)
-    model = create("keras_model", graph=config)
+    if logits:
+        _drop_squashing(config, report)
+    model = attnzoo.create("keras_model", graph=config)
     missing = set(model.state_dict()) - set(state)
     unexpected = set(state) - set(model.state_dict())
     if missing or unexpected:  # a converter and its node disagree: a bug of ours, said plainly
@@ -379,4 +321,4 @@ def convert_keras_model(
     model.load_state_dict(state, strict=True)
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report
-    return model
+    return model.eval()

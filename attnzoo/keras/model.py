@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+import attnzoo.keras.converters  # noqa: F401 - defines every node class
 from attnzoo.keras.nodes import INTEGER_DTYPES, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
@@ -66,6 +67,11 @@ class KerasModel(nn.Module):
         self._validate(graph)
         self.graph = graph
         self.layers = nn.ModuleDict({key: build_node(_node_spec(spec)) for key, spec in graph["layers"].items()})
+        for key, spec in graph["layers"].items():
+            if spec.get("keras", {}).get("trainable") is False:  # Keras's trainable: false stays frozen
+                node = self.layers[key]
+                node.trainable = False
+                node.requires_grad_(False)
         self.keras_names = {key: spec.get("keras", {}).get("name", key) for key, spec in graph["layers"].items()}
         self.keras_classes = {
             key: spec.get("keras", {}).get("class", spec["op"]) for key, spec in graph["layers"].items()

@@ -734,12 +734,12 @@ def register_convention(name: str, convention: Convention | str) -> None:
     """Add a convention (a :class:`Convention` or ``"module:attr"`` naming one) in this process; plugins
     add theirs through the ``attnzoo_register_conventions(register)`` hook. Built-in names are reserved."""
     _check_name(name, convention)
-    registry.add_item(HOOK, name, convention)
+    registry.REGISTRY.add_item(HOOK, name, convention)
 
 
 def _plugin_conventions() -> dict[str, Any]:
     """The conventions plugins registered, held by the registry's snapshot (asked for on first use)."""
-    return registry.collected(HOOK, check=_check_name)
+    return registry.REGISTRY.collected(HOOK, check=_check_name)
 
 
 def _resolve(value: Convention | str | type) -> Convention:

@@ -634,14 +634,15 @@ def compile_(s: Subject) -> None:
 
 
 def _exported(s: Subject, suffix: str) -> None:
-    from attnzoo.interop.export import ExportError, export
+    import attnzoo
+    from attnzoo.errors import ExportError
 
     if not s.registered:
         raise NotApplicable("export builds its inputs from a registered card's convention")
     model, _ = s.materialised()
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            result = export(model, f"{tmp}/model{suffix}")
+            result = attnzoo.export(model, f"{tmp}/model{suffix}")
         except ExportError as e:
             raise Failure(str(e)) from None
     if result.static_axes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attnzoo.core.registry import list_models, model_info
+import attnzoo
 from attnzoo.core.signatures import config_rows
 from attnzoo.core.spec import ModelSpec
 
@@ -53,8 +53,8 @@ def render() -> str:
     exemptions, nulls = [], []
     for kind, title in (("layer", "Layers"), ("model", "Models")):
         lines += [f"## {title}", "", "| name | convention | summary | config | reference |", "|---|---|---|---|---|"]
-        for name in list_models(provider="attnzoo"):
-            spec = model_info(name)
+        for name in attnzoo.list_models(provider="attnzoo"):
+            spec = attnzoo.model_info(name)
             if spec.kind == kind:
                 lines.append(
                     f"| `{name}` | `{spec.convention}` | {spec.summary} | {_config(spec)} | {spec.reference} |"
@@ -75,9 +75,9 @@ def render() -> str:
         "",
     ]
     lines += ["## Pretrained", "", "| name | dataset | metrics | file |", "|---|---|---|---|"]
-    for name in list_models(pretrained=True, provider="attnzoo"):
+    for name in attnzoo.list_models(pretrained=True, provider="attnzoo"):
         arch, tag = name.rsplit(".", 1)
-        w = model_info(arch).weights[tag]
+        w = attnzoo.model_info(arch).weights[tag]
         metrics = ", ".join(f"{k} {v}" for k, v in w.metrics.items() if not k.startswith("subset_"))
         lines.append(f"| `{name}` | {w.dataset} | {metrics} | `{w.file}` |")
     return "\n".join(lines) + "\n"
@@ -103,9 +103,9 @@ def render_pretrained() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     details = []
-    for name in list_models(pretrained=True, provider="attnzoo"):
+    for name in attnzoo.list_models(pretrained=True, provider="attnzoo"):
         arch, tag = name.rsplit(".", 1)
-        w = model_info(arch).weights[tag]
+        w = attnzoo.model_info(arch).weights[tag]
         splits = " / ".join(
             f"{w.splits.get(k, '?'):,}" if isinstance(w.splits.get(k), int) else "?" for k in ("train", "val", "test")
         )

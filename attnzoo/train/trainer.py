@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
+import attnzoo
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError
-from attnzoo.io.folders import save as save_model
 from attnzoo.io.weights import encode_metadata, write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.tasks import build_task, task_of
@@ -629,7 +629,7 @@ def _finish(run: _Run, export: str | Path | None, baseline: bool) -> dict[str, A
     target = _write_weights(run, half, extra, export, report)
     # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
     model.attnzoo_metadata = extra
-    save_model(model.cpu(), run.output, overwrite=True)
+    attnzoo.save(model.cpu(), run.output, overwrite=True)
     report["card_entry"] = _card_entry(run, report, metrics, target)
     run.output.mkdir(parents=True, exist_ok=True)
     (run.output / "report.json").write_text(json.dumps(report, indent=1))

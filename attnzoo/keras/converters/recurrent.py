@@ -1,4 +1,4 @@
-"""Keras's recurrent layers (LSTM, GRU, SimpleRNN, Bidirectional) with Keras's mask semantics, fast.
+"""Keras's recurrent layers (LSTM, GRU, SimpleRNN) with Keras's mask and training semantics, fast.
 
 Keras runs a masked RNN step by step: at a masked step the states keep their values and the output is
 the previous step's output (zeros before the first kept step), or zeros when ``zero_output_for_mask``
@@ -22,22 +22,31 @@ Weights are held in torch's layout (``rnn.weight_ih_l0`` [G·units, in], ``rnn.w
 same as Keras's i, f, c, o), GRU r, z, n (Keras stores z, r, h). Keras's LSTM and SimpleRNN have one
 bias, which is ``bias_ih``; ``bias_hh`` is zero. A GRU with ``reset_after`` has Keras's input bias in
 ``bias_ih`` and its recurrent bias in ``bias_hh``.
+
+In training (``model.train()``), ``dropout`` and ``recurrent_dropout`` act as Keras's cells apply them:
+one input mask per sequence, the same at every step (so the packed kernel still runs); with
+``recurrent_dropout``, one input mask and one recurrent mask per gate (Keras's ``implementation=1``),
+which takes the step loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.nodes import NODES, Node, build_node
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import Context, Converted, Refused, keras_layer
 from attnzoo.layers.core import tracing
 
-__all__ = ["Recurrent", "Bidirectional", "GATES", "kept_first", "keras_outputs"]
+__all__ = ["Recurrent", "GATES", "CELLS", "kept_first", "keras_outputs", "recurrent_spec"]
 
 GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
 _TORCH = {"lstm": nn.LSTM, "gru": nn.GRU, "simple_rnn": nn.RNN}
@@ -65,6 +74,8 @@ class Recurrent(Node):
         go_backwards: bool = False,
         zero_output_for_mask: bool = False,
         time_major: bool = False,
+        dropout: float = 0.0,
+        recurrent_dropout: float = 0.0,
     ) -> None:
         super().__init__(
             cell=cell,
@@ -79,6 +90,8 @@ class Recurrent(Node):
             go_backwards=go_backwards,
             zero_output_for_mask=zero_output_for_mask,
             time_major=time_major,
+            dropout=dropout,
+            recurrent_dropout=recurrent_dropout,
         )
         if cell not in GATES:
             raise ValueError(f"unknown recurrent cell {cell!r}; one of {', '.join(GATES)}")
@@ -86,6 +99,7 @@ class Recurrent(Node):
         self.return_sequences, self.return_state = return_sequences, return_state
         self.go_backwards, self.zero_output_for_mask, self.time_major = go_backwards, zero_output_for_mask, time_major
         self.reset_after = reset_after
+        self.dropout, self.recurrent_dropout = float(dropout), float(recurrent_dropout)
         extra = (
             {"nonlinearity": activation if activation in ("tanh", "relu") else "tanh"} if cell == "simple_rnn" else {}
         )
@@ -111,18 +125,38 @@ class Recurrent(Node):
             mask = None if mask is None else mask.flip(1)
         if mask is not None:
             mask = mask.bool()
-        if self.fast and not tracing() and x.device.type != "meta":  # packing reads lengths on the host
+        input_masks, recurrent_masks = self.dropout_masks(x)
+        if input_masks is not None and len(input_masks) == 1:  # one mask for every gate and step
+            x, input_masks = x * input_masks[0].unsqueeze(1), None
+        exact = input_masks is not None or recurrent_masks is not None
+        if self.fast and not exact and not tracing() and x.device.type != "meta":  # packing reads lengths on the host
             return self._packed(x, mask, initial)
-        return self._loop(x, mask, initial)
+        return self._loop(x, mask, initial, input_masks, recurrent_masks)
 
-    def _initial(self, x: Tensor, initial: list[Tensor] | None) -> list[Tensor]:
+    def dropout_masks(self, x: Tensor) -> tuple[list[Tensor] | None, list[Tensor] | None]:
+        """Keras's dropout masks of one call in training (None otherwise): input masks [B, F] and recurrent
+        masks [B, units], each 0 or 1 / (1 - rate) and the same at every step. With ``recurrent_dropout``
+        Keras uses one mask per gate for both (its ``implementation=1``); without, one input mask."""
+        if not self.training or not (self.dropout or self.recurrent_dropout):
+            return None, None
+        gates = GATES[self.cell]
+
+        def draw(count: int, width: int, rate: float) -> list[Tensor]:
+            keep = torch.rand(count, x.shape[0], width, device=x.device) >= rate
+            return list(keep.to(x.dtype) / (1.0 - rate))
+
+        inputs = draw(gates if self.recurrent_dropout else 1, x.shape[-1], self.dropout) if self.dropout else None
+        recurrent = draw(gates, self.units, self.recurrent_dropout) if self.recurrent_dropout else None
+        return inputs, recurrent
+
+    def initial_states(self, x: Tensor, initial: list[Tensor] | None) -> list[Tensor]:
         if initial is not None:
             return [s.to(x.dtype) for s in initial]
         zeros = x.new_zeros(x.shape[0], self.units)
         return [zeros] * self.num_states
 
     def _packed(self, x: Tensor, mask: Tensor | None, initial: list[Tensor] | None) -> tuple[Tensor, list[Tensor]]:
-        states0 = self._initial(x, initial)
+        states0 = self.initial_states(x, initial)
         h0: Any = tuple(s.unsqueeze(0).contiguous() for s in states0)
         h0 = h0 if self.cell == "lstm" else h0[0]
         if mask is None:
@@ -137,12 +171,22 @@ class Recurrent(Node):
         states = [torch.where(empty[:, None], s0, s) for s, s0 in zip(_states(hn), states0, strict=True)]
         return seq, states
 
-    def _step(self, xp: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
-        """One step of the cell; ``xp`` is the input's projection (x W_ih + b_ih) at this step."""
-        h = states[0]
+    def _recurrent(self, h: Tensor, masks: list[Tensor] | None) -> Tensor:
+        """``h W_hh + b_hh`` [B, G·units], each gate's part from its own dropped-out copy of h when given."""
         w_hh, b_hh = self.rnn.weight_hh_l0, getattr(self.rnn, "bias_hh_l0", None)
+        if masks is None:
+            return F.linear(h, w_hh, b_hh)
+        gates = len(masks)
+        biases = [None] * gates if b_hh is None else b_hh.chunk(gates)
+        parts = zip(masks, w_hh.chunk(gates), biases, strict=True)
+        return torch.cat([F.linear(h * m, w, b) for m, w, b in parts], dim=-1)
+
+    def _step(self, xp: Tensor, states: list[Tensor], masks: list[Tensor] | None) -> tuple[Tensor, list[Tensor]]:
+        """One step of the cell; ``xp`` is the input's projection (x W_ih + b_ih) at this step, ``masks``
+        the recurrent dropout masks per gate (training only)."""
+        h = states[0]
         if self.cell == "lstm":
-            z = xp + F.linear(h, w_hh, b_hh)
+            z = xp + self._recurrent(h, masks)
             i, f, g, o = z.chunk(4, dim=-1)
             c = self.recurrent_act(f) * states[1] + self.recurrent_act(i) * self.act(g)
             h = self.recurrent_act(o) * self.act(c)
@@ -150,27 +194,42 @@ class Recurrent(Node):
         if self.cell == "gru":
             x_r, x_z, x_n = xp.chunk(3, dim=-1)
             if self.reset_after:
-                h_r, h_z, h_n = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
+                h_r, h_z, h_n = self._recurrent(h, masks).chunk(3, dim=-1)
                 r = self.recurrent_act(x_r + h_r)
                 z = self.recurrent_act(x_z + h_z)
                 n = self.act(x_n + r * h_n)
             else:
-                w_r, w_z, w_n = w_hh.chunk(3, dim=0)
-                r = self.recurrent_act(x_r + F.linear(h, w_r))
-                z = self.recurrent_act(x_z + F.linear(h, w_z))
-                n = self.act(x_n + F.linear(r * h, w_n))
+                w_r, w_z, w_n = self.rnn.weight_hh_l0.chunk(3, dim=0)
+                h_r, h_z, h_n = [h] * 3 if masks is None else [h * m for m in masks]
+                r = self.recurrent_act(x_r + F.linear(h_r, w_r))
+                z = self.recurrent_act(x_z + F.linear(h_z, w_z))
+                n = self.act(x_n + F.linear(r * h_n, w_n))
             h = z * h + (1 - z) * n
             return h, [h]
-        h = self.act(xp + F.linear(h, w_hh, b_hh))
+        h = self.act(xp + self._recurrent(h, masks))
         return h, [h]
 
-    def _loop(self, x: Tensor, mask: Tensor | None, initial: list[Tensor] | None) -> tuple[Tensor, list[Tensor]]:
-        states = self._initial(x, initial)
-        projected = F.linear(x, self.rnn.weight_ih_l0, getattr(self.rnn, "bias_ih_l0", None))
+    def _loop(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        initial: list[Tensor] | None,
+        input_masks: list[Tensor] | None = None,
+        recurrent_masks: list[Tensor] | None = None,
+    ) -> tuple[Tensor, list[Tensor]]:
+        states = self.initial_states(x, initial)
+        w_ih, b_ih = self.rnn.weight_ih_l0, getattr(self.rnn, "bias_ih_l0", None)
+        if input_masks is None:
+            projected = F.linear(x, w_ih, b_ih)
+        else:  # each gate reads its own dropped-out copy of the input
+            gates = len(input_masks)
+            biases = [None] * gates if b_ih is None else b_ih.chunk(gates)
+            parts = zip(input_masks, w_ih.chunk(gates), biases, strict=True)
+            projected = torch.cat([F.linear(x * m.unsqueeze(1), w, b) for m, w, b in parts], dim=-1)
         outputs: list[Tensor] = []
         previous = x.new_zeros(x.shape[0], self.units)
         for t in range(x.shape[1]):
-            out, new = self._step(projected[:, t], states)
+            out, new = self._step(projected[:, t], states, recurrent_masks)
             if mask is not None:
                 keep = mask[:, t : t + 1]
                 out = torch.where(keep, out, torch.zeros_like(out) if self.zero_output_for_mask else previous)
@@ -240,137 +299,95 @@ def _states(hn: Any) -> list[Tensor]:
     return [hn[0]]
 
 
-class Bidirectional(Node):
-    """``Bidirectional(layer, merge_mode)``: the forward layer and a ``go_backwards`` copy over the same
-    input (and mask); with ``return_sequences`` the backward outputs are flipped back into time order;
-    ``merge_mode`` concat, sum, mul, ave or None (two outputs). States: the forward layer's, then the
-    backward layer's; ``initial_state`` is split the same way."""
+CELLS = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "simple_rnn"}
 
-    op = "bidirectional"
-    supports_masking = True
 
-    def __init__(
-        self, *, forward_layer: dict[str, Any], backward_layer: dict[str, Any], merge_mode: str | None
-    ) -> None:
-        super().__init__(forward_layer=forward_layer, backward_layer=backward_layer, merge_mode=merge_mode)
-        self.forward_layer = build_node(forward_layer)
-        self.backward_layer = build_node(backward_layer)
-        self.merge_mode = merge_mode
+def _gates(array: np.ndarray, cell: str, axis: int) -> np.ndarray:
+    """Keras's GRU gate order (z, r, h) as torch's (r, z, n); LSTM and SimpleRNN are already in order."""
+    if cell != "gru":
+        return array
+    z, r, h = np.split(array, 3, axis=axis)
+    return np.concatenate([r, z, h], axis=axis)
 
-    def _fusable(self, x: Any) -> bool:
-        """Both directions in one bidirectional torch call: the same kind of cell that torch computes,
-        of the same size, outside tracing and off the meta device."""
-        f, b = self.forward_layer, self.backward_layer
-        same = all(getattr(f, k) == getattr(b, k) for k in ("cell", "units", "return_sequences", "return_state"))
-        same = (
-            same
-            and f.rnn.bias == b.rnn.bias
-            and getattr(f.rnn, "nonlinearity", "") == getattr(b.rnn, "nonlinearity", "")
+
+def _dropout_rates(config: Mapping[str, Any]) -> dict[str, float]:
+    """``dropout`` and ``recurrent_dropout`` as Keras applies them: clipped to [0, 1], active only below 1."""
+    rates = {}
+    for key in ("dropout", "recurrent_dropout"):
+        value = config.get(key, 0.0) or 0.0
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Refused(f"{key} {value!r} is not a number")
+        value = min(1.0, max(0.0, float(value)))
+        rates[key] = value if value < 1.0 else 0.0  # Keras's cells drop only when 0 < rate < 1
+    return rates
+
+
+def recurrent_spec(config: Mapping[str, Any], arrays: list[np.ndarray], cell: str, ctx: Context, **force: Any):
+    """The node spec and torch-layout state of an LSTM / GRU / SimpleRNN config and its variables."""
+    if config.get("stateful"):
+        raise Refused("stateful=True: a stateful RNN keeps state between calls, which attnzoo does not convert")
+    use_bias = bool(config.get("use_bias", True))
+    expect_variables(arrays, 3 if use_bias else 2, "the cell")
+    kernel, recurrent = arrays[0], arrays[1]
+    gates = {"lstm": 4, "gru": 3, "simple_rnn": 1}[cell]
+    units = recurrent.shape[0]
+    agrees(config, "units", units, "the recurrent kernel")
+    if kernel.ndim != 2 or recurrent.shape != (units, gates * units) or kernel.shape[1] != gates * units:
+        raise Refused(
+            f"kernel {list(kernel.shape)} and recurrent_kernel {list(recurrent.shape)} do not fit {gates} gates"
         )
-        return (
-            same
-            and f.fast
-            and b.fast
-            and not f.time_major
-            and not b.time_major
-            and isinstance(x, Tensor)
-            and x.dim() == 3
-            and x.shape[0] > 0
-            and x.shape[1] > 0
-            and x.device.type != "meta"
-            and not tracing()
-        )
-
-    def _fused(self, x: Tensor, mask: Tensor | None, initial: list[Tensor] | None):
-        """Keras's two directions from one packed bidirectional kernel: the kept steps first, torch's reverse
-        direction runs over them from the last, which is Keras's go_backwards layer over the kept steps.
-        Returns the forward and backward outputs in time order (or the last outputs) and the states."""
-        f, b = self.forward_layer, self.backward_layer
-        half = None if initial is None else len(initial) // 2
-        s_f = f._initial(x, None if initial is None else list(initial[:half]))
-        s_b = b._initial(x, None if initial is None else list(initial[half:]))
-        hx = [torch.stack([sf, sb]) for sf, sb in zip(s_f, s_b, strict=True)]
-        kernel = _KERNELS[f.cell if f.cell != "simple_rnn" else f"simple_rnn_{f.rnn.nonlinearity}"]
-        weights = [*f.rnn._flat_weights, *b.rnn._flat_weights]
-        hidden: Any = tuple(hx) if f.cell == "lstm" else hx[0]
-        units = f.units
-        if mask is None:
-            out, *hn = kernel(x, hidden, weights, f.rnn.bias, 1, 0.0, False, True, True)
-            seq_f, seq_b = out[..., :units], out[..., units:]
-            lengths, empty = None, None
+    reset_after = bool(config.get("reset_after", ctx.major >= 2)) if cell == "gru" else True
+    spec = {
+        "op": "recurrent",
+        "cell": cell,
+        "units": units,
+        "input_size": kernel.shape[0],
+        "activation": activation_of(config, "activation", ctx, "tanh"),
+        "recurrent_activation": activation_of(config, "recurrent_activation", ctx, "sigmoid")
+        if cell != "simple_rnn"
+        else "sigmoid",
+        "use_bias": use_bias,
+        "reset_after": reset_after,
+        "return_sequences": bool(config.get("return_sequences", False)),
+        "return_state": bool(config.get("return_state", False)),
+        "go_backwards": bool(config.get("go_backwards", False)),
+        "zero_output_for_mask": bool(config.get("zero_output_for_mask", False)),
+        "time_major": bool(config.get("time_major", False)),
+        **_dropout_rates(config),
+    }
+    spec.update(force)
+    state = {
+        "rnn.weight_ih_l0": as_tensor(_gates(kernel, cell, 1).T),
+        "rnn.weight_hh_l0": as_tensor(_gates(recurrent, cell, 1).T),
+    }
+    notes = []
+    if use_bias:
+        bias = arrays[2]
+        if cell == "gru" and reset_after:
+            if bias.shape != (2, 3 * units):
+                raise Refused(f"bias {list(bias.shape)} is not [2, {3 * units}] (reset_after=True)")
+            state["rnn.bias_ih_l0"] = as_tensor(_gates(bias[0], cell, 0))
+            state["rnn.bias_hh_l0"] = as_tensor(_gates(bias[1], cell, 0))
         else:
-            kept, lengths, right_padded = kept_first(x, mask)
-            packed = pack_padded_sequence(kept, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-            order = packed.sorted_indices
-            sorted_hidden = tuple(h[:, order] for h in hx) if f.cell == "lstm" else hx[0][:, order]
-            data, *hn = kernel(packed.data, packed.batch_sizes, sorted_hidden, weights, f.rnn.bias, 1, 0.0, False, True)
-            hn = [h[:, packed.unsorted_indices] for h in hn]
-            out, _ = pad_packed_sequence(
-                PackedSequence(data, packed.batch_sizes, order, packed.unsorted_indices),
-                batch_first=True,
-                total_length=x.shape[1],
-            )
-            seq_f = keras_outputs(out[..., :units], mask, right_padded, zero=f.zero_output_for_mask)
-            # the backward layer's outputs, already in time order; Bidirectional zeroes its masked steps
-            seq_b = keras_outputs(out[..., units:], mask, right_padded, zero=True)
-            empty = lengths == 0
-        states = [[h[0] for h in hn], [h[1] for h in hn]]
-        if empty is not None:  # a sample with no kept step keeps its initial states and outputs nothing
-            states = [
-                [torch.where(empty[:, None], s0, s) for s, s0 in zip(got, given, strict=True)]
-                for got, given in zip(states, (s_f, s_b), strict=True)
-            ]
-        if f.return_sequences:
-            y, y_rev = seq_f, seq_b
-        else:  # each direction's last output: its final state, zero where nothing was kept
-            y, y_rev = states[0][0], states[1][0]
-            if empty is not None:
-                y, y_rev = (torch.where(empty[:, None], torch.zeros_like(t), t) for t in (y, y_rev))
-        outputs = [*states[0], *states[1]] if f.return_state else []
-        return y, y_rev, outputs
-
-    def forward(self, args, kwargs, masks):
-        fwd, bwd = self.forward_layer, self.backward_layer
-        initial = kwargs.get("initial_state")
-        if self._fusable(args[0]):
-            mask = kwargs.get("mask") if isinstance(kwargs.get("mask"), Tensor) else masks[0]
-            given = None if kwargs.get("implicit_mask") is False or mask is None else mask.bool()
-            y, y_rev, states = self._fused(args[0], given, None if initial is None else list(initial))
-        else:
-            f_kwargs = {"mask": kwargs.get("mask"), "implicit_mask": kwargs.get("implicit_mask")}
-            b_kwargs = dict(f_kwargs)
-            if initial is not None:
-                half = len(initial) // 2
-                f_kwargs["initial_state"], b_kwargs["initial_state"] = list(initial[:half]), list(initial[half:])
-            y, _ = fwd(args, f_kwargs, masks)
-            y_rev, _ = bwd(args, b_kwargs, masks)
-            states = [*y[1:], *y_rev[1:]]
-            y, y_rev = y[0], y_rev[0]
-            if fwd.return_sequences:
-                y_rev = y_rev.flip(1)
-        mode = self.merge_mode
-        if mode == "concat":
-            out = [torch.cat([y, y_rev], dim=-1)]
-        elif mode == "sum":
-            out = [y + y_rev]
-        elif mode == "ave":
-            out = [(y + y_rev) / 2]
-        elif mode == "mul":
-            out = [y * y_rev]
-        else:
-            out = [y, y_rev]
-        mask = kwargs.get("mask") if isinstance(kwargs.get("mask"), Tensor) else masks[0]
-        out_mask = mask if fwd.return_sequences else None
-        return [*out, *states], [out_mask] * len(out) + [None] * len(states)
+            if bias.shape != (gates * units,):
+                raise Refused(f"bias {list(bias.shape)} is not [{gates * units}]")
+            state["rnn.bias_ih_l0"] = as_tensor(_gates(bias, cell, 0))
+            state["rnn.bias_hh_l0"] = torch.zeros(gates * units)
+    fast = spec["activation"] == "tanh" and spec["recurrent_activation"] == "sigmoid" and reset_after
+    if cell == "simple_rnn":
+        fast = spec["activation"] in ("tanh", "relu")
+    notes.append(
+        "packed torch kernel (kept steps moved to the front)" if fast else "exact step loop (torch has no such kernel)"
+    )
+    if "hard_sigmoid_keras2" in (spec["activation"], spec["recurrent_activation"]):
+        notes.append("Keras 2 hard_sigmoid: clip(0.2 x + 0.5, 0, 1)")
+    if cell == "gru" and not reset_after:
+        notes.append("GRU reset_after=False: the reset gate applies before the recurrent kernel")
+    return spec, state, notes
 
 
-# torch's recurrent kernels (what nn.LSTM / nn.GRU / nn.RNN call), for both directions in one call
-_KERNELS = {
-    "lstm": torch.lstm,
-    "gru": torch.gru,
-    "simple_rnn_tanh": torch.rnn_tanh,
-    "simple_rnn_relu": torch.rnn_relu,
-}
-
-NODES[Recurrent.op] = Recurrent
-NODES[Bidirectional.op] = Bidirectional
+@keras_layer("LSTM", "GRU", "SimpleRNN", call_arguments={"initial_state"})
+def convert_rnn(record, arrays, ctx):
+    cell = CELLS[record.class_name]
+    spec, state, notes = recurrent_spec(record.config, arrays, cell, ctx)
+    return Converted(spec, state, notes)

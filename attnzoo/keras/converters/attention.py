@@ -1,4 +1,4 @@
-"""Graph nodes around modules made by ``attnzoo.create``: the Keras attention layers and plugin layers.
+"""Nodes around modules made by ``attnzoo.create``: Keras's attention layers, the seeds' layers, plugins' layers.
 
 A node records the module's registered name and config (``{"op": "zoo", "model": ..., "config": ...}``)
 so a saved folder rebuilds it with ``attnzoo.create``; its weights are the node's ``layer.*`` tensors.
@@ -19,9 +19,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
 from torch import Tensor
 
-from attnzoo.keras.nodes import NODES, Node
+from attnzoo.keras.importer import load_keras_arrays
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import STYLE_ARGUMENTS, Converted, Refused, keras_layer, module_node
 
 __all__ = ["ZooNode"]
 
@@ -44,7 +47,7 @@ class ZooNode(Node):
         output_mask: str = "none",
     ) -> None:
         super().__init__(model=model, config=config, call=call, output_mask=output_mask)
-        from attnzoo.core.create import create
+        import attnzoo
         from attnzoo.core.spec import parse_name
 
         # a registered layer by name, nothing fetched: a saved graph cannot make loading reach a network
@@ -52,7 +55,7 @@ class ZooNode(Node):
         if parsed is None or parsed.tag is not None:
             raise ValueError(f"keras_model: a zoo node names {model!r}; it must be a registered layer's name, no tag")
         self.call, self.mask_rule = call, output_mask
-        self.layer = create(model, config=dict(config))
+        self.layer = attnzoo.create(model, config=dict(config))
         try:
             params = inspect.signature(self.layer.forward).parameters
         except (TypeError, ValueError):
@@ -127,4 +130,103 @@ class ZooNode(Node):
         return outputs, [query_mask] + [None] * (len(outputs) - 1)
 
 
-NODES[ZooNode.op] = ZooNode
+# -- attnzoo's own Keras layers: a Keras class -> a registered attnzoo layer with the Keras weights loaded ---
+def _zoo(name: str, config: dict[str, Any], arrays: list[np.ndarray], where: str, **call: Any) -> Converted:
+    import attnzoo
+
+    try:
+        module = load_keras_arrays(attnzoo.create(name, config=config), [a.copy() for a in arrays], where=where)
+    except (ValueError, attnzoo.ConfigError, attnzoo.WeightsError) as e:
+        raise Refused(str(e)) from None
+    return module_node(module, source=f"attnzoo for {where}", **call)
+
+
+_INPUT_MASK = {"call": "attention", "mask": True, "output_mask": "input"}
+
+
+@keras_layer("Attention", call_arguments=STYLE_ARGUMENTS["attention"])
+def convert_attention(record, arrays, ctx):
+    c = record.config
+    config = {
+        "use_scale": bool(c.get("use_scale", False)),
+        "score_mode": c.get("score_mode", "dot"),
+        "dropout": float(c.get("dropout", 0.0) or 0.0),
+        "keras_semantics": ctx.major,
+    }
+    return _zoo("keras_dot", config, arrays, "Attention", **_INPUT_MASK)
+
+
+@keras_layer("AdditiveAttention", call_arguments=STYLE_ARGUMENTS["attention"])
+def convert_additive_attention(record, arrays, ctx):
+    use_scale = bool(record.config.get("use_scale", True))
+    config = {
+        "use_scale": use_scale,
+        "dropout": float(record.config.get("dropout", 0.0) or 0.0),
+        "keras_semantics": ctx.major,
+    }
+    if use_scale and arrays:
+        config["dim"] = int(arrays[0].shape[0])
+    return _zoo("keras_additive", config, arrays, "AdditiveAttention", **_INPUT_MASK)
+
+
+def _mha_output_shape(c: dict[str, Any]) -> int | None:
+    axes = c.get("attention_axes")
+    if axes not in (None, [1], (1,), 1):
+        raise Refused(f"attention_axes={axes!r}: attention over axis 1 of [batch, seq, dim] inputs is supported")
+    for key in ("use_gate", "sliding_window"):
+        if c.get(key) not in (None, False):
+            raise Refused(f"{key}={c.get(key)!r} is not supported")
+    output_shape = c.get("output_shape")
+    if isinstance(output_shape, (list, tuple)):
+        if len(output_shape) != 1:
+            raise Refused(f"output_shape={output_shape!r}: one output dimension is supported")
+        output_shape = output_shape[0]
+    return None if output_shape is None else int(output_shape)
+
+
+@keras_layer(
+    "MultiHeadAttention",
+    call_arguments=STYLE_ARGUMENTS["mha"],
+    child_order=("query_dense", "key_dense", "value_dense", "output_dense"),
+)
+def convert_multi_head_attention(record, arrays, ctx):
+    c = record.config
+    output_shape = _mha_output_shape(c)
+    use_bias = bool(c.get("use_bias", True))
+    if len(arrays) != (8 if use_bias else 4):
+        raise Refused(f"has {len(arrays)} variables, MultiHeadAttention has {8 if use_bias else 4}")
+    step = 2 if use_bias else 1
+    query, key, value = arrays[0], arrays[step], arrays[2 * step]
+    config = {
+        "num_heads": int(c["num_heads"]),
+        "key_dim": int(c["key_dim"]),
+        "value_dim": int(c.get("value_dim") or c["key_dim"]),
+        "dropout": float(c.get("dropout", 0.0) or 0.0),
+        "use_bias": use_bias,
+        "output_shape": output_shape,
+        "query_size": int(query.shape[0]),
+        "key_size": int(key.shape[0]),
+        "value_size": int(value.shape[0]),
+        "keras_semantics": ctx.major,
+    }
+    return _zoo("keras_mha", config, arrays, "MultiHeadAttention", call="mha", mask=True, output_mask="input")
+
+
+# Chalkidis et al.'s LabelWiseAttention (lmtc-eurlex57k) and seed 000's layer are custom classes of those
+# bare names; both ignore the mask
+@keras_layer("LabelWiseAttention", custom=True)
+def convert_label_wise_attention(record, arrays, ctx):
+    if len(arrays) != 3 or arrays[0].ndim != 2:
+        raise Refused(f"LabelWiseAttention has Wa [L, h], Wo [L, h], bo [L]; got {[list(a.shape) for a in arrays]}")
+    labels, hidden = arrays[0].shape
+    config = {"num_labels": labels, "hidden_size": hidden, "output": "probs"}
+    return _zoo("lwan", config, arrays, "lwan", call="layer", mask=False, output_mask="none")
+
+
+@keras_layer("Attention", custom=True)
+def convert_seed000_attention(record, arrays, ctx):
+    if len(arrays) != 1 or arrays[0].ndim != 2:
+        raise Refused(f"seed 000's Attention has one weight Ws [C, E]; got {[list(a.shape) for a in arrays]}")
+    classes, embed = arrays[0].shape
+    config = {"num_classes": classes, "embed_dim": embed}
+    return _zoo("keras_attn", config, arrays, "keras_attn", call="layer", mask=False, output_mask="none")

@@ -1,0 +1,88 @@
+"""Reading a Keras layer's config and variables into a node's arguments: the checks converters share.
+
+Each function raises :class:`~attnzoo.keras.registry.Refused` with a reason a user can act on when the
+config or the variables are not what the layer's class makes: a file whose config and weights disagree
+was edited or mixed up, and Keras itself would not load it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnzoo.keras.activations import canonical_activation
+from attnzoo.keras.registry import Context, Refused
+
+__all__ = [
+    "ints",
+    "activation_of",
+    "expect_variables",
+    "agrees",
+    "as_tensor",
+    "channels_first",
+    "refuse_options",
+    "rate_of",
+]
+
+
+def ints(value: Any, rank: int, what: str) -> list[int]:
+    """``value`` as ``rank`` ints (Keras accepts one int for every axis)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value] * rank
+    if isinstance(value, (list, tuple)) and len(value) == rank and all(isinstance(v, int) for v in value):
+        return list(value)
+    raise Refused(f"{what} {value!r} is not {rank} int(s)")
+
+
+def activation_of(config: Mapping[str, Any], key: str, ctx: Context, default: str = "linear") -> str:
+    """The canonical name of the activation under ``key`` (the file's Keras version decides the variant)."""
+    value = config.get(key, default)
+    name = canonical_activation(value, ctx.major)
+    if name is None:
+        raise Refused(f"{key} {value!r} is not a built-in Keras activation")
+    return name
+
+
+def expect_variables(arrays: list[np.ndarray], n: int | tuple[int, ...], what: str) -> None:
+    """The layer holds ``n`` variables (or one of the counts given)."""
+    allowed = (n,) if isinstance(n, int) else n
+    if len(arrays) not in allowed:
+        shapes = [list(a.shape) for a in arrays]
+        raise Refused(f"has {len(arrays)} variables {shapes}, {what} has {' or '.join(map(str, allowed))}")
+
+
+def agrees(config: Mapping[str, Any], key: str, actual: int, what: str) -> None:
+    """The config's size, where it gives one, is the variables' size."""
+    stated = config.get(key)
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated != actual:
+        raise Refused(f"its config says {key}={stated} but {what} has {actual}")
+
+
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    """A Keras variable as a float32 tensor (torch copies it: the file's buffer may go away)."""
+    return torch.from_numpy(np.ascontiguousarray(array).astype(np.float32, copy=False))
+
+
+def channels_first(config: Mapping[str, Any]) -> bool:
+    return config.get("data_format", "channels_last") == "channels_first"
+
+
+def refuse_options(config: Mapping[str, Any], **defaults: Any) -> None:
+    """Options whose non-default values change the computation and that attnzoo does not convert."""
+    for key, default in defaults.items():
+        value = config.get(key, default)
+        if value not in (default, None) and not (isinstance(default, bool) and value is default):
+            raise Refused(f"{key}={value!r} is not supported")
+
+
+def rate_of(config: Mapping[str, Any], key: str = "rate") -> float:
+    """A dropout-like rate in [0, 1)."""
+    value = config.get(key, 0.0)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
+        raise Refused(f"{key} {value!r} is not a rate in [0, 1)")
+    return float(value)

@@ -1,0 +1,141 @@
+"""Keras's activation layers: Activation, ReLU, LeakyReLU, ELU, PReLU and Softmax (masked as Keras does)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnzoo.keras.activations import activation as activation_fn
+from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import Converted, keras_layer
+
+__all__ = ["Activation", "PReLU", "Softmax", "keras_softmax"]
+
+
+class Activation(Node):
+    """``Activation(name)`` and the activation layers ``ReLU``, ``LeakyReLU``, ``ELU``."""
+
+    op = "activation"
+    supports_masking = True
+
+    def __init__(
+        self,
+        *,
+        activation: str = "linear",
+        max_value: float | None = None,
+        negative_slope: float = 0.0,
+        threshold: float = 0.0,
+        alpha: float = 1.0,
+    ) -> None:
+        super().__init__(
+            activation=activation, max_value=max_value, negative_slope=negative_slope, threshold=threshold, alpha=alpha
+        )
+        self.activation, self.max_value, self.negative_slope = activation, max_value, negative_slope
+        self.threshold, self.alpha = threshold, alpha
+        if activation not in ("relu_layer", "elu_layer"):
+            self.act = activation_fn(activation)
+
+    def compute(self, x, mask):
+        if self.activation == "relu_layer":  # keras ReLU(max_value, negative_slope, threshold)
+            y = torch.where(x >= self.threshold, x, self.negative_slope * (x - self.threshold))
+            return y if self.max_value is None else torch.clamp(y, max=self.max_value)
+        if self.activation == "elu_layer":
+            return torch.where(x > 0, x, self.alpha * torch.expm1(x))
+        return self.act(x)
+
+
+@keras_layer("Activation")
+def convert_activation(record, arrays, ctx):
+    expect_variables(arrays, 0, "Activation")
+    return Converted({"op": "activation", "activation": activation_of(record.config, "activation", ctx)}, {})
+
+
+@keras_layer("ReLU")
+def convert_relu(record, arrays, ctx):
+    c = record.config
+    expect_variables(arrays, 0, "ReLU")
+    spec = {
+        "op": "activation",
+        "activation": "relu_layer",
+        "max_value": None if c.get("max_value") is None else float(c["max_value"]),
+        "negative_slope": float(c.get("negative_slope", 0.0) or 0.0),
+        "threshold": float(c.get("threshold", 0.0) or 0.0),
+    }
+    return Converted(spec, {})
+
+
+@keras_layer("LeakyReLU")
+def convert_leaky_relu(record, arrays, ctx):
+    c = record.config
+    expect_variables(arrays, 0, "LeakyReLU")
+    slope = c.get("negative_slope", c.get("alpha", 0.3))
+    return Converted({"op": "activation", "activation": "relu_layer", "negative_slope": float(slope)}, {})
+
+
+@keras_layer("ELU")
+def convert_elu(record, arrays, ctx):
+    expect_variables(arrays, 0, "ELU")
+    alpha = float(record.config.get("alpha", 1.0))
+    return Converted({"op": "activation", "activation": "elu_layer", "alpha": alpha}, {})
+
+
+class PReLU(Node):
+    """``PReLU``: ``max(x, 0) + alpha * min(x, 0)``, ``alpha`` of the input's feature shape (shared axes 1)."""
+
+    op = "prelu"
+    supports_masking = True
+
+    def __init__(self, *, alpha_shape: list[int]) -> None:
+        super().__init__(alpha_shape=alpha_shape)
+        self.alpha = nn.Parameter(torch.empty(*alpha_shape))
+        nn.init.zeros_(self.alpha)
+
+    def compute(self, x, mask):
+        return torch.relu(x) - self.alpha * torch.relu(-x)
+
+
+@keras_layer("PReLU")
+def convert_prelu(record, arrays, ctx):
+    expect_variables(arrays, 1, "PReLU")
+    return Converted({"op": "prelu", "alpha_shape": list(arrays[0].shape)}, {"alpha": as_tensor(arrays[0])})
+
+
+class Softmax(Node):
+    """``Softmax(axis)``, masked as keras 3 does: masked entries get -1e9 (-3e4 in float16) and are zero."""
+
+    op = "softmax"
+    supports_masking = True
+
+    def __init__(self, *, axis: int | list[int] = -1, keras3: bool = True) -> None:
+        super().__init__(axis=axis, keras3=keras3)
+        self.axis = axis if isinstance(axis, int) else list(axis)
+        self.keras3 = keras3
+
+    def forward(self, args, kwargs, masks):
+        x = args[0]
+        mask = kwargs.get("mask")  # Softmax's mask argument is a score mask, not the sequence mask
+        if not isinstance(mask, Tensor):
+            mask = masks[0] if isinstance(masks[0], Tensor) and masks[0].dim() == x.dim() else None
+        return [keras_softmax(x, mask, self.axis, zero_masked=self.keras3)], [self.output_mask(x, masks[0])]
+
+
+def keras_softmax(x: Tensor, mask: Tensor | None, axis: int | list[int], *, zero_masked: bool) -> Tensor:
+    """Keras's masked softmax: masked scores become -1e9 (-3e4 in float16) before the softmax, as Keras
+    writes them (so a fully masked row is uniform, as in Keras), and keras 3 zeroes them after."""
+    if mask is not None:
+        large = -3e4 if x.dtype == torch.float16 else -1e9
+        x = torch.where(mask.bool(), x, torch.full_like(x, large))
+    if isinstance(axis, list):
+        out = torch.exp(x - torch.logsumexp(x, dim=axis, keepdim=True))
+    else:
+        out = torch.softmax(x, dim=axis)
+    if mask is not None and zero_masked:
+        out = torch.where(mask.bool(), out, torch.zeros_like(out))
+    return out
+
+
+@keras_layer("Softmax", call_arguments=())
+def convert_softmax(record, arrays, ctx):
+    expect_variables(arrays, 0, "Softmax")
+    return Converted({"op": "softmax", "axis": record.config.get("axis", -1), "keras3": ctx.major >= 3}, {})

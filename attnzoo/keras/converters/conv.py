@@ -1,0 +1,148 @@
+"""Keras's convolutions: Conv1D and Conv2D, with TensorFlow's ``same`` padding and ``causal`` 1-D padding."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnzoo.keras.activations import activation as activation_fn
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints
+from attnzoo.keras.nodes import Node, glorot_uniform
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["Conv", "same_padding", "conv_padding"]
+
+
+def same_padding(length: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """TensorFlow's 'same' padding (what Keras means on every backend): output ceil(L / s), extra on the right."""
+    out = -(-length // stride)
+    total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - length, 0)
+    return total // 2, total - total // 2
+
+
+def conv_padding(x: Tensor, padding: str, kernel_size: list[int], strides: list[int], dilation: list[int]) -> list[int]:
+    """``F.pad``'s list (last axis first) for Keras's ``padding`` of a channels-first ``x`` [B, C, *spatial]."""
+    pads: list[int] = []
+    for axis in reversed(range(len(kernel_size))):
+        length = x.shape[2 + axis]
+        k, s, d = kernel_size[axis], strides[axis], dilation[axis]
+        if padding == "same":
+            pads += list(same_padding(length, k, s, d))
+        elif padding == "causal":
+            pads += [(k - 1) * d, 0]
+        else:
+            pads += [0, 0]
+    return pads
+
+
+class Conv(Node):
+    """``Conv1D`` / ``Conv2D``: ``weight`` [filters, in / groups, *kernel] (torch's layout; Keras stores
+    [*kernel, in / groups, filters]). Padding ``valid``, ``same`` (TensorFlow's, extra on the right) and,
+    for 1-D, ``causal`` (all on the left)."""
+
+    op = "conv"
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        filters: int,
+        in_channels: int,
+        kernel_size: list[int],
+        strides: list[int],
+        dilation_rate: list[int],
+        padding: str = "valid",
+        groups: int = 1,
+        activation: str = "linear",
+        use_bias: bool = True,
+        channels_first: bool = False,
+    ) -> None:
+        super().__init__(
+            rank=rank,
+            filters=filters,
+            in_channels=in_channels,
+            kernel_size=kernel_size,
+            strides=strides,
+            dilation_rate=dilation_rate,
+            padding=padding,
+            groups=groups,
+            activation=activation,
+            use_bias=use_bias,
+            channels_first=channels_first,
+        )
+        self.rank, self.padding, self.groups, self.channels_first = rank, padding, groups, channels_first
+        self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
+        self.weight = nn.Parameter(torch.empty(filters, in_channels // groups, *kernel_size))
+        self.bias = nn.Parameter(torch.empty(filters)) if use_bias else None
+        receptive = math.prod(kernel_size)
+        glorot_uniform(self.weight, in_channels // groups * receptive, filters * receptive)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        self.activation = activation
+        self.act = activation_fn(activation)
+
+    def compute(self, x, mask):
+        if not self.channels_first:
+            x = x.movedim(-1, 1)
+        pads = conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation)
+        if any(pads):
+            x = F.pad(x, pads)
+        conv = F.conv1d if self.rank == 1 else F.conv2d
+        y = conv(x, self.weight, self.bias, stride=self.strides, dilation=self.dilation, groups=self.groups)
+        y = self.act(y)
+        return y if self.channels_first else y.movedim(1, -1)
+
+
+def _convert_conv(record, arrays, ctx, rank: int):
+    c = record.config
+    use_bias = bool(c.get("use_bias", True))
+    expect_variables(arrays, 2 if use_bias else 1, record.class_name)
+    kernel = arrays[0]
+    if kernel.ndim != rank + 2:
+        raise Refused(f"kernel {list(kernel.shape)} is not {rank + 2}-D")
+    agrees(c, "filters", kernel.shape[-1], "the kernel")
+    stated = c.get("kernel_size")
+    if stated is not None and ints(stated, rank, "kernel_size") != list(kernel.shape[:rank]):
+        raise Refused(f"its config says kernel_size={stated} but the kernel is {list(kernel.shape)}")
+    padding = str(c.get("padding", "valid")).lower()
+    if padding not in ("valid", "same") and not (padding == "causal" and rank == 1):
+        raise Refused(f"padding {padding!r} is not supported")
+    groups = int(c.get("groups", 1) or 1)
+    strides = ints(c.get("strides", 1), rank, "strides")
+    dilation = ints(c.get("dilation_rate", 1), rank, "dilation_rate")
+    if any(s > 1 for s in strides) and any(d > 1 for d in dilation):
+        raise Refused("strides and dilation_rate both above 1 (Keras refuses this too)")
+    spec = {
+        "op": "conv",
+        "rank": rank,
+        "filters": kernel.shape[-1],
+        "in_channels": kernel.shape[-2] * groups,
+        "kernel_size": list(kernel.shape[:rank]),
+        "strides": strides,
+        "dilation_rate": dilation,
+        "padding": padding,
+        "groups": groups,
+        "activation": activation_of(c, "activation", ctx),
+        "use_bias": use_bias,
+        "channels_first": channels_first(c),
+    }
+    # keras [*kernel, in / groups, filters] -> torch [filters, in / groups, *kernel]
+    weight = np.transpose(kernel, (rank + 1, rank, *range(rank)))
+    state = {"weight": as_tensor(weight)}
+    if use_bias:
+        state["bias"] = as_tensor(arrays[1])
+    return Converted(spec, state)
+
+
+@keras_layer("Conv1D")
+def convert_conv1d(record, arrays, ctx):
+    return _convert_conv(record, arrays, ctx, 1)
+
+
+@keras_layer("Conv2D")
+def convert_conv2d(record, arrays, ctx):
+    return _convert_conv(record, arrays, ctx, 2)

@@ -1,0 +1,93 @@
+"""Keras's reshaping layers: Flatten, Reshape, Permute, RepeatVector."""
+
+from __future__ import annotations
+
+from attnzoo.keras.arguments import channels_first, expect_variables
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["Flatten", "Reshape", "Permute", "RepeatVector"]
+
+
+class Flatten(Node):
+    """``Flatten``: [B, ...] -> [B, prod(...)] (channels_first inputs move their channels last first)."""
+
+    op = "flatten"
+
+    def __init__(self, *, channels_first: bool = False) -> None:
+        super().__init__(channels_first=channels_first)
+        self.channels_first = channels_first
+
+    def compute(self, x, mask):
+        if self.channels_first and x.dim() > 2:
+            x = x.movedim(1, -1)
+        return x.reshape(x.shape[0], -1)
+
+
+@keras_layer("Flatten")
+def convert_flatten(record, arrays, ctx):
+    expect_variables(arrays, 0, "Flatten")
+    return Converted({"op": "flatten", "channels_first": channels_first(record.config)}, {})
+
+
+class Reshape(Node):
+    """``Reshape(target_shape)``: [B, ...] -> [B, *target_shape] (one entry may be -1)."""
+
+    op = "reshape"
+
+    def __init__(self, *, target_shape: list[int]) -> None:
+        super().__init__(target_shape=target_shape)
+        self.target_shape = [int(d) for d in target_shape]
+
+    def compute(self, x, mask):
+        return x.reshape(x.shape[0], *self.target_shape)
+
+
+@keras_layer("Reshape")
+def convert_reshape(record, arrays, ctx):
+    shape = record.config.get("target_shape")
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) for d in shape):
+        raise Refused(f"target_shape {shape!r} is not a list of ints")
+    return Converted({"op": "reshape", "target_shape": list(shape)}, {})
+
+
+class Permute(Node):
+    """``Permute(dims)``: the non-batch axes in the order ``dims`` (1-based, as Keras counts them)."""
+
+    op = "permute"
+
+    def __init__(self, *, dims: list[int]) -> None:
+        super().__init__(dims=dims)
+        self.dims = [int(d) for d in dims]
+
+    def compute(self, x, mask):
+        return x.permute(0, *self.dims)
+
+
+@keras_layer("Permute")
+def convert_permute(record, arrays, ctx):
+    dims = record.config.get("dims")
+    if not isinstance(dims, (list, tuple)) or sorted(dims) != list(range(1, len(dims) + 1)):
+        raise Refused(f"dims {dims!r} is not a permutation of 1..n")
+    return Converted({"op": "permute", "dims": list(dims)}, {})
+
+
+class RepeatVector(Node):
+    """``RepeatVector(n)``: [B, F] -> [B, n, F]."""
+
+    op = "repeat_vector"
+
+    def __init__(self, *, n: int) -> None:
+        super().__init__(n=n)
+        self.n = n
+
+    def compute(self, x, mask):
+        return x.unsqueeze(1).expand(-1, self.n, -1)
+
+
+@keras_layer("RepeatVector")
+def convert_repeat_vector(record, arrays, ctx):
+    n = record.config.get("n")
+    if not isinstance(n, int) or n < 1:
+        raise Refused(f"n {n!r} is not a positive int")
+    return Converted({"op": "repeat_vector", "n": n}, {})
