@@ -410,10 +410,10 @@ class _ForgetfulCache(Attention):
 
 
 class _ContextMaskIgnored(Attention):
-    def forward(self, x, mask=None, return_attention=False, *, context=None, context_mask=None, cache=None):
+    def forward(self, x, mask=None, *, return_attention=False, context=None, context_mask=None, cache=None):
         if context is not None:
             context = torch.nan_to_num(context)
-        return super().forward(x, mask, return_attention, context=context, cache=cache)
+        return super().forward(x, mask, return_attention=return_attention, context=context, cache=cache)
 
 
 def _subject(factory, **config):

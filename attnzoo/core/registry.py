@@ -430,6 +430,8 @@ def register(
     convention: str = "",
     example: Mapping[str, Any] | None = None,
     exempt: Mapping[str, str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
+    renamed: Mapping[str, str] | None = None,
 ) -> ModelSpec | None:
     """Register a model under ``name``.
 
@@ -437,7 +439,8 @@ def register(
     ``config`` is a dict of constructor defaults (``"???"`` = required) or the path of a model card.
     ``convention``, ``example`` and ``exempt`` are what the conformance kit (``attnzoo check``) needs:
     how the model is called, the smallest config that builds it, and property -> reason for a promise
-    it cannot keep.
+    it cannot keep. ``fixed`` makes a preset: factory arguments no caller may change (and then only the
+    keys of ``config`` are taken); ``renamed`` passes a config key to the factory under another name.
     Called from a plugin's ``attnzoo_register_models`` hook, a bad entry is recorded against that
     plugin and skipped; called directly, it raises ``ConfigError``. Returns the registered spec.
     """

@@ -30,9 +30,15 @@ option            what it changes
 ``dropout``       dropout on the attention weights while training
 ``layout``        parameter names: ``qkvo`` (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, LLaMA's),
                   ``packed`` (``in_proj_weight``, ``out_proj``: ``nn.MultiheadAttention``'s, whose state
-                  dicts load as they are), ``seed`` (``query``, ``key``, ``value``, and ``out`` with
-                  ``output_projection``: seed 001's)
+                  dicts load as they are), ``query_key_value`` (``query``, ``key``, ``value`` Linear
+                  layers, and ``out`` with ``output_projection``: seed 001's; ``seed``, its old name, is
+                  read as it)
 ================  =====================================================================================
+
+The self-attention variants are cards over this class (``registry/*.yaml``), each fixing what makes it
+the variant: ``qkv_self`` (layout ``query_key_value``), ``mha`` (``packed``), ``gqa``, ``local_self``
+(``qkvo``), ``alibi_self`` (positions ``alibi``), ``rope_self`` (``rope``; its ``base`` is ``rope_base``),
+``relpos_self`` (``relpos``), and combinations such as ``gqa_rope_window`` and ``alibi_causal``.
 
 The call is ``layer(x, mask=None, *, context=None, context_mask=None, cache=None, return_attention=False)``.
 Masks are bool, True = attend. Self-attention: ``mask`` [B, T] (which positions are real) or [B, T, T].
@@ -73,8 +79,9 @@ __all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "tiled_to_grouped",
 
 POSITIONS = ("none", "rope", "alibi", "relpos")
 ROPE_LAYOUTS = ("half", "interleaved")
-LAYOUTS = ("qkvo", "packed", "seed")
-_NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "seed": ("query", "key", "value", "out")}
+LAYOUTS = ("qkvo", "packed", "query_key_value")
+_NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "query_key_value": ("query", "key", "value", "out")}
+_OLD_LAYOUT_NAMES = {"seed": "query_key_value"}  # saved folders of 0.1.0 name the layout so
 
 # The explicit (materialised) path handles this many score elements at a time: queries are taken in
 # chunks so that a long sequence never holds its whole [B, h, T, S] score tensor at once.
@@ -265,8 +272,8 @@ class Attention(LazyLayer):
         dropout: dropout on the attention weights while training.
         context_dim: C, the width of ``context`` for cross-attention; None: E when ``embed_dim`` is given,
             else inferred on the first call (from its context, or E without one).
-        layout: parameter names, ``qkvo``, ``packed`` or ``seed``.
-        output_projection: the ``seed`` layout's optional Wo (the other layouts always have one).
+        layout: parameter names, ``qkvo``, ``packed`` or ``query_key_value``.
+        output_projection: the ``query_key_value`` layout's optional Wo (the others always have one).
 
     Shapes: ``forward(x [B, T, E], mask [B, T] or [B, T, T] = None, *, context [B, S, C] = None,
     context_mask [B, S] or [B, T, S] = None, cache = None, return_attention=False)`` -> ``[B, T, E]``,
@@ -299,6 +306,7 @@ class Attention(LazyLayer):
     ) -> None:
         super().__init__()
         name = self.name
+        layout = _OLD_LAYOUT_NAMES.get(layout, layout)
         check_positive(name, "embed_dim", embed_dim)
         check_positive(name, "num_heads", num_heads, allow_none=False)
         kv = num_heads if num_kv_heads is None else num_kv_heads
@@ -331,7 +339,7 @@ class Attention(LazyLayer):
         self.max_relative_position = max_relative_position
         self.causal, self.window, self.normalizer = causal, window, normalizer
         self.qk_norm, self.bias, self.dropout = qk_norm, bias, dropout
-        self.layout, self.output_projection = layout, output_projection or layout != "seed"
+        self.layout, self.output_projection = layout, output_projection or layout != "query_key_value"
         if embed_dim is not None:
             self._check_embed_dim(embed_dim)
         # nn.MultiheadAttention packs q, k and v into one weight only when the context is as wide as x
@@ -394,7 +402,7 @@ class Attention(LazyLayer):
             widths = {names[0]: (e, e), names[1]: (kv, c), names[2]: (kv, c), names[3]: (e, e)}
             if not self.output_projection:
                 del widths[names[3]]
-            if self.layout == "seed":  # the seed's Linear layers, each weight followed by its bias
+            if self.layout == "query_key_value":  # the seed's Linear layers, each weight followed by its bias
                 for part, shape in widths.items():
                     shapes[f"{part}.weight"] = shape
                     if self.bias:
@@ -424,7 +432,7 @@ class Attention(LazyLayer):
                 nn.init.ones_(param)
             elif name.startswith("rel_"):
                 nn.init.xavier_uniform_(param)
-            elif self.layout == "seed":  # nn.Linear's initialisation, which the seed used
+            elif self.layout == "query_key_value":  # nn.Linear's initialisation, which the seed used
                 if name.endswith("weight"):
                     nn.init.kaiming_uniform_(param, a=5**0.5)
                 else:
@@ -474,8 +482,8 @@ class Attention(LazyLayer):
         self,
         x: Tensor,
         mask: Tensor | None = None,
-        return_attention: bool = False,
         *,
+        return_attention: bool = False,
         context: Tensor | None = None,
         context_mask: Tensor | None = None,
         cache: KVCache | None = None,

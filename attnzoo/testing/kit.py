@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from attnzoo.core.spec import thaw
-from attnzoo.errors import AttnzooError
+from attnzoo.errors import AttnzooError, PropertyTimeout
 from attnzoo.testing.conventions import get_convention
 from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
 from attnzoo.testing.report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
@@ -111,10 +111,6 @@ def _add_model_names(subject: Subject) -> None:
 
 
 PROPERTY_TIMEOUT = 300.0  # seconds one property may take (torch.compile's is the slowest); ATTNZOO_CHECK_TIMEOUT
-
-
-class PropertyTimeout(Exception):
-    """A property ran past its time limit."""
 
 
 def property_time_limit() -> float:

@@ -24,7 +24,7 @@ from typing import Any, overload
 import torch
 
 from attnzoo.core.record import RunRecord
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, UnknownTokensWarning
 from attnzoo.io.text import Vocabulary, pad_batch, tokenize
 
 __all__ = [
@@ -41,10 +41,6 @@ __all__ = [
 
 PREDICT_BATCH = 64  # texts per forward in predict (sorted by length, so little padding)
 UNKNOWN_SHARE = 0.5  # warn when more than this share of a text's tokens is outside the vocabulary
-
-
-class UnknownTokensWarning(UserWarning):
-    """Most of a text's tokens are not in the model's vocabulary: its prediction rests on little."""
 
 
 @dataclass
