@@ -120,7 +120,7 @@ def _layer(name_or_layer: Any, config: Mapping[str, Any]) -> tuple[torch.nn.Modu
             "by attnzoo.create (or its registered name)"
         )
     layer = copy.deepcopy(name_or_layer).eval().double()  # the caller's layer keeps its mode and dtype
-    return layer, str(name), convention, model_config(name_or_layer)
+    return layer, str(name or type(name_or_layer).__name__), convention, model_config(name_or_layer)
 
 
 def _sample(layer: torch.nn.Module, conv: Convention, config: Mapping[str, Any], seq: int, length: int) -> Sample:
@@ -412,7 +412,7 @@ def pattern_figure(name_or_layer: Any, **config: Any):
         else:
             draw_distance(ax, found)
     shown = ", ".join(f"{k}={v}" for k, v in found.config.items() if v is not None)
-    fig.suptitle("\n".join(textwrap.wrap(f"{found.name}: {shown}", 110)), fontsize=8)
+    fig.suptitle("\n".join(textwrap.wrap(f"{found.name}: {shown}", 110)), fontsize=8, parse_math=False)
     fig.tight_layout()
     return fig
 

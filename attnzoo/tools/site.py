@@ -330,6 +330,7 @@ def _references(spec: ModelSpec) -> list[str]:
     return lines
 
 
+COST_SEQ = 64  # the base length of the cost table (it doubles to 128)
 D_KEYS = ("embed_dim", "hidden_size", "dim", "input_size", "d_model", "channels", "hidden", "query_size")
 L_KEYS = ("num_labels", "num_classes")
 
@@ -344,7 +345,8 @@ def _flops(name: str, config: Mapping[str, Any], seq: int) -> tuple[str, float |
 
 def _cost(spec: ModelSpec, example: Mapping[str, Any]) -> list[str]:
     """Counted FLOPs of one sample's forward at base sizes, and as each of T, d, L, w doubles."""
-    axes: list[tuple[str, str | None, int]] = [("T (sequence)", None, 128)]
+    seq = COST_SEQ
+    axes: list[tuple[str, str | None, int]] = [("T (sequence)", None, seq)]
     d_key = next((k for k in D_KEYS if k in spec.config), None)
     if d_key:
         axes.append((f"d (`{d_key}`)", d_key, 32))
@@ -352,7 +354,7 @@ def _cost(spec: ModelSpec, example: Mapping[str, Any]) -> list[str]:
     if "window" in spec.config and {**thaw(spec.config), **example}.get("window") is not None:
         axes.append(("w (`window`)", "window", 8))
     base = {**example, **{key: size for _, key, size in axes if key}}
-    route, flops = _flops(spec.name, base, 128)
+    route, flops = _flops(spec.name, base, seq)
     if not flops:
         return [f"torch's FlopCounterMode counts no matrix product in one forward (route: {route})."]
     shown = ", ".join(f"{label.split()[0]} = {size}" for label, _, size in axes)
@@ -366,7 +368,7 @@ def _cost(spec: ModelSpec, example: Mapping[str, Any]) -> list[str]:
     ]
     for label, key, size in axes:
         try:
-            bigger = _flops(spec.name, {**base, key: 2 * size} if key else base, 128 if key else 256)[1]
+            bigger = _flops(spec.name, {**base, key: 2 * size} if key else base, seq if key else 2 * seq)[1]
         except Exception as error:  # noqa: BLE001 - a size the variant refuses is shown, not fatal
             lines.append(f"| {label} | {size} → {2 * size} | - | not built: {_cell(error)} |")
             continue
@@ -393,7 +395,9 @@ def _pictures(name: str) -> tuple[list[str], dict[str, bytes]]:
     found = plots.profile(name)
     stem = name.replace(":", "--")
     images, lines = {}, []
-    sample = f"on an input of {plots.SEQ}+ positions whose last {plots.PADDING} are padding"
+    keys = found.pattern.shape[1] if found.pattern is not None else 0
+    padded = keys - found.length
+    sample = f"on an input of {keys} positions" + (f" whose last {padded} are padding" if padded else "")
     captions = {
         "pattern": (
             f"Which keys each {found.rows.split()[0]} sees, measured {sample}: a key counts as seen when changing "
@@ -412,8 +416,13 @@ def _pictures(name: str) -> tuple[list[str], dict[str, bytes]]:
             continue
         images[f"img/{stem}-{panel}.png"] = _png(fig)
         lines += [f"![{name}: {panel}](img/{stem}-{panel}.png)", "", f"*{captions[panel]}*", ""]
-    lines += [f"*{note}.*" for note in found.notes]
+    lines += [line for note in found.notes for line in (f"*{note}.*", "")]
     return lines, images
+
+
+def _shown(config: Mapping[str, Any]) -> str:
+    text = json.dumps(config)
+    return f"`{text}`" if len(text) <= 160 else "(the `example:` of its card)"
 
 
 def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
@@ -449,8 +458,9 @@ def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
         "",
         "## Pictures",
         "",
-        f'Drawn when this site was built, by `attnzoo.plot_pattern("{name}", path)` from the card\'s example '
-        f"config `{json.dumps(example)}` (seeded weights):",
+        "Measured on the layer and drawn when this site was built, from the card's example config "
+        f'{_shown(example)} with seeded weights; `attnzoo.plot_pattern("{name}", path, **config)` draws '
+        "the same pictures, side by side, for any config.",
         "",
         *pictures,
         "## Options",
