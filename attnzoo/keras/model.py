@@ -19,14 +19,16 @@ None), which the nodes make, use and pass on as Keras does (:mod:`attnzoo.keras.
 ``mask`` argument of a call (keras 3 records them) takes the place of the implicit one.
 
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
-tensors for integer inputs (token ids), floating tensors for the others, any batch size, and any length
-on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's output order.
+tensors or numpy arrays for integer inputs (token ids), floating ones for the others, any batch size,
+and any length on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's
+output order. ``train()`` is Keras's ``training=True``, ``eval()`` its inference.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -138,6 +140,9 @@ class KerasModel(nn.Module):
         batch = None
         for spec, x in zip(specs, inputs, strict=True):
             name, shape = spec["name"], spec["shape"]
+            if isinstance(x, np.ndarray) and x.dtype.kind in "biuf":  # numpy arrays, as Keras takes them
+                x = torch.from_numpy(np.ascontiguousarray(x))
+                x = x.to(reference.device) if reference is not None else x
             if not isinstance(x, Tensor):
                 raise ValueError(
                     f"keras_model expects input {name!r} as a tensor {_shape_text(shape)}, got {type(x).__name__}"
