@@ -258,6 +258,13 @@ class KerasModel(nn.Module):
                 f"{' '.join(str(e).split())[:300]}"
             ) from None
 
+    def to_source(self, class_name: str | None = None) -> str:
+        """This model as one readable, self-contained PyTorch module (a ``class <KerasName>(nn.Module)``
+        whose ``load_state_dict`` takes this model's weights as they are): see :mod:`attnzoo.keras.source`."""
+        from attnzoo.keras.source import to_source
+
+        return to_source(self, class_name)
+
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)
         return f"inputs=({inputs}), keras_version={self.graph.get('keras_version')!r}"

@@ -735,17 +735,26 @@ class KerasInputs(Convention):
 
 
 def _masked_in_band(graph: Mapping[str, Any]) -> bool:
-    """Every input of the graph is first read by an ``Embedding(mask_zero=True)`` or a ``Masking(0.0)``."""
+    """Every input of the graph is read by an ``Embedding(mask_zero=True)`` or a ``Masking(0.0)`` (keras 3
+    also records the mask's own ``not_equal`` on it)."""
     layers, calls = graph.get("layers") or {}, graph.get("calls") or []
     for spec in graph.get("inputs") or []:
-        readers = [c for c in calls if c.get("args") and c["args"][0] == {"ref": [spec.get("id"), 0]}]
-        layer = layers.get(readers[0].get("layer") or "") if readers else None
-        if not isinstance(layer, Mapping):
-            return False
-        masking = layer.get("op") == "masking" and layer.get("mask_value", 0.0) == 0.0
-        if not (masking or (layer.get("op") == "embedding" and layer.get("mask_zero"))):
+        readers = [layers.get(c.get("layer") or "") for c in calls if c.get("args") and _reads(c, spec.get("id"))]
+        if not any(
+            isinstance(layer, Mapping)
+            and (
+                (layer.get("op") == "masking" and layer.get("mask_value", 0.0) == 0.0)
+                or (layer.get("op") == "embedding" and layer.get("mask_zero"))
+            )
+            for layer in readers
+        ):
             return False
     return True
+
+
+def _reads(call: Mapping[str, Any], call_id: Any) -> bool:
+    first = call["args"][0]
+    return isinstance(first, Mapping) and list(first.get("ref") or []) == [call_id, 0]
 
 
 _BUILTIN.append(

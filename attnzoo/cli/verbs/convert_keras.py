@@ -21,6 +21,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="with --model: config of the attnzoo layer")
     p.add_argument("--weights", help="the weights file of a config.json (default: the .weights.h5 beside it)")
     p.add_argument("--check", action="store_true", help="run Keras beside the result on padded inputs first")
+    p.add_argument(
+        "--logits", action="store_true", help="drop each output's final sigmoid / softmax (train with *WithLogitsLoss)"
+    )
+    p.add_argument(
+        "--emit-py",
+        metavar="FILE.py",
+        help="also write the model as a readable PyTorch module whose load_state_dict takes -o's model.safetensors",
+    )
     p.add_argument("--json", action="store_true", help="the conversion report as JSON")
     p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -35,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    if args.check or args.weights:
-        raise UsageError("--check and --weights belong to a whole-model conversion (without --model)")
+    if args.check or args.weights or args.logits or args.emit_py:
+        raise UsageError(
+            "--check, --weights, --logits and --emit-py belong to a whole-model conversion (without --model)"
+        )
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
     load_keras_weights(model, args.file, layer=args.layer)
@@ -71,6 +81,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         )
     if output.exists() and not output.is_dir():
         raise UsageError(f"-o {output}: exists and is not a folder; a converted model is saved as a folder")
+    source = _source_path(args)
     model = convert_keras_model(args.file, weights=args.weights)
     check = None
     if args.check:
@@ -86,7 +97,13 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
                 f"{args.file}: the converted model differs from Keras by "
                 f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
             )
+    if args.logits:  # checked against Keras as Keras computes it; saved without the final squashing
+        model = convert_keras_model(args.file, weights=args.weights, logits=True)
     save(model, output, overwrite=args.overwrite)
+    emitted = None
+    if source is not None:
+        emitted = model.to_source()
+        source.write_text(emitted)
     report = model.keras_report
     if args.json:
         payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
@@ -99,4 +116,23 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{d:.2g}" for d in check.outputs)
         print(f"checked against Keras on padded inputs: max difference per output {shown}")
     print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
+    if emitted is not None:
+        name = emitted.split("\nclass ", 1)[1].split("(", 1)[0]
+        print(f"wrote {source}: class {name}, which loads {output / 'model.safetensors'} as it is")
     return 0
+
+
+def _source_path(args: argparse.Namespace) -> Any:
+    """Where ``--emit-py`` writes, checked before anything is converted: a .py file, never replaced unasked."""
+    from pathlib import Path
+
+    if not args.emit_py:
+        return None
+    path = Path(args.emit_py)
+    if path.suffix != ".py":
+        raise UsageError(f"--emit-py {path}: the module is written as a .py file")
+    if path.is_dir() or (path.exists() and not args.overwrite):
+        raise UsageError(f"--emit-py {path}: exists; pass --overwrite to replace it")
+    if not path.parent.is_dir():
+        raise UsageError(f"--emit-py {path}: the folder {path.parent} does not exist")
+    return path
