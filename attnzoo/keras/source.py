@@ -17,6 +17,7 @@ The emitted module imports only torch and attnzoo, and passes ``ruff check``.
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import re
 from dataclasses import dataclass, field
@@ -31,11 +32,13 @@ _ACTIVATIONS = {
     "tanh": "torch.tanh({})",
     "softmax": "torch.softmax({}, dim=-1)",
     "log_softmax": "torch.log_softmax({}, dim=-1)",
-    "softplus": "F.softplus({})",
+    "softplus": "torch.logaddexp({0}, torch.zeros_like({0}))",
     "silu": "F.silu({})",
     "swish": "F.silu({})",
     "selu": "F.selu({})",
     "elu": "F.elu({})",
+    "gelu": "F.gelu({})",
+    "relu6": "F.relu6({})",
     "exponential": "torch.exp({})",
 }
 
@@ -43,7 +46,7 @@ _ACTIVATIONS = {
 def _identifier(text: str, used: set[str]) -> str:
     """A fresh Python identifier made from ``text`` (a Keras call id such as ``dense_1`` or ``inner/dense``)."""
     name = re.sub(r"\W+", "_", text).strip("_").lower() or "x"
-    if name[0].isdigit() or keyword.iskeyword(name) or name in ("self", "layers", "torch", "nn", "F"):
+    if name[0].isdigit() or keyword.iskeyword(name) or hasattr(builtins, name) or name in ("self", "layers", "nn", "F"):
         name = f"v_{name}"
     candidate, n = name, 1
     while candidate in used:
@@ -71,6 +74,7 @@ class _Emitter:
     values: dict[str, list[str]] = field(default_factory=dict)  # call id -> its outputs' variables
     mask_of: dict[str, str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # call id -> how many of its outputs are read
+    masks: set[str] = field(default_factory=set)  # the variables that hold masks
 
     def expression(self, value: Any) -> str:
         """Graph data as a Python expression: ``{"ref": [call, i]}`` becomes that output's variable."""
@@ -120,6 +124,7 @@ def _set_mask(e: _Emitter, name: str, mask_expression: str | None) -> None:
         return
     variable = f"{name}_mask"
     e.used.add(variable)
+    e.masks.add(variable)
     e.body.append(f"{variable} = {mask_expression}")
     e.mask_of[name] = variable
 
@@ -134,12 +139,21 @@ def _embedding(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | 
 def _dense(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
     bias = "" if spec.get("use_bias", True) else ", bias=False"
     e.init.append(f'self.layers["{key}"] = nn.Linear({spec["in_features"]}, {spec["units"]}{bias})')
-    e.body.append(f"{out} = " + _ACTIVATIONS[spec.get("activation", "linear")].format(f'layers["{key}"]({x})'))
+    _apply(e, out, f'layers["{key}"]({x})', spec.get("activation", "linear"))
     e.mask_of[out] = mask
 
 
+def _apply(e: _Emitter, out: str, value: str, activation: str) -> None:
+    """``out = activation(value)``, the value computed once (some activations read their argument twice)."""
+    template = _ACTIVATIONS[activation]
+    if template.count("{") > 1:
+        e.body.append(f"{out} = {value}")
+        value = out
+    e.body.append(f"{out} = " + template.format(value))
+
+
 def _activation(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
-    e.body.append(f"{out} = " + _ACTIVATIONS[spec["activation"]].format(x))
+    _apply(e, out, x, spec["activation"])
     e.mask_of[out] = mask
 
 
@@ -159,8 +173,9 @@ def _conv(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None,
         h = f'F.pad({out}, conv_padding({out}, "same", {k}, {s}, {d}))'
     elif spec.get("padding") == "causal":
         h = f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
-    y = _ACTIVATIONS[spec.get("activation", "linear")].format(f'layers["{key}"]({h})')
-    e.body.append(f"{out} = {y}" if first else f"{out} = ({y}).movedim(1, -1)")
+    _apply(e, out, f'layers["{key}"]({h})', spec.get("activation", "linear"))
+    if not first:
+        e.body.append(f"{out} = {out}.movedim(1, -1)")
     e.mask_of[out] = None
 
 
@@ -181,6 +196,7 @@ def _reshaping(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | 
 def _masking(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
     variable = f"{out}_mask"
     e.used.add(variable)
+    e.masks.add(variable)
     e.body.append(f"{variable} = ({x} != {spec.get('mask_value', 0.0)!r}).any(dim=-1)")
     e.body.append(f"{out} = {x} * {variable}.unsqueeze(-1).to({x}.dtype)")
     e.mask_of[out] = variable
@@ -214,10 +230,19 @@ def _node_call(e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: di
     e.imports.add(f"from {cls.__module__} import {cls.__name__}")
     arguments = ", ".join(f"{k}={v!r}" for k, v in spec.items() if k not in ("op", "keras"))
     e.init.append(f'self.layers["{key}"] = {cls.__name__}({arguments})')
-    args, masks = e.expression(call["args"]), _masks_text(e.mask(call["args"]))
+    arg_masks = e.mask(call["args"])
+    explicit = kwargs.get("mask")
+    if (
+        isinstance(explicit, dict)
+        and "ref" in explicit
+        or (isinstance(explicit, list) and any(isinstance(m, dict) and "ref" in m for m in explicit))
+    ):  # an explicit mask takes the place of the first argument's, as the graph does
+        arg_masks = [e.expression(explicit), *arg_masks[1:]]
+    args, masks = e.expression(call["args"]), _masks_text(arg_masks)
     outputs = e.outputs(call["id"], e.counts.get(call["id"], 1))
     mask_names = [f"{name}_mask" for name in outputs]
     e.used.update(mask_names)
+    e.masks.update(mask_names)
     targets = ", ".join([*outputs, "*_"])  # outputs nothing reads (an RNN's unused states) go to _
     mask_targets = ", ".join([*mask_names, "*_"])
     e.body.append(f'({targets}), ({mask_targets}) = layers["{key}"]({args}, {_kwargs_text(e, kwargs)}, {masks})')
@@ -277,13 +302,14 @@ def _emit_call(e: _Emitter, model: Any, call: dict[str, Any], keras3: bool) -> N
         return
     key = call["layer"]
     spec = model.graph["layers"][key]
-    node_kwargs = {k: v for k, v in kwargs.items() if k != "mask"}
+    # the nodes read train/eval from the module, as Keras overrides a recorded training= by the model's call
+    node_kwargs = {k: v for k, v in kwargs.items() if k not in ("mask", "training")}
     if isinstance(explicit, (dict, list)):
         node_kwargs["mask"] = explicit
-    if any(v is not None for v in kwarg_masks.values()):
+    if kwarg_masks:  # the masks of tensors passed by keyword (Keras 2's MultiHeadAttention value=, key=)
         node_kwargs["kwarg_masks"] = "{" + ", ".join(f"{k!r}: {v}" for k, v in kwarg_masks.items()) + "}"
-    elif keras3 and explicit is None and _tensor_count(call["args"], kwargs) > 1:
-        node_kwargs["implicit_mask"] = False
+    if keras3 and not isinstance(explicit, (dict, list)) and _tensor_count(call["args"], kwargs) > 1:
+        node_kwargs["implicit_mask"] = False  # keras 3 passes a layer no mask when it takes several tensors
     plain = _plain(spec)
     simple = plain is not None and len(call["args"]) == 1 and not node_kwargs
     e.body.append(f"# {spec.get('keras', {}).get('name', key)} ({spec.get('keras', {}).get('class', spec['op'])})")
@@ -302,10 +328,10 @@ def _imports(e: _Emitter) -> list[str]:
     return plain + sorted(["from torch import nn", *e.imports], key=lambda line: line.split()[1])
 
 
-def _without_unread_masks(body: list[str], results: list[str]) -> list[str]:
+def _without_unread_masks(body: list[str], results: list[str], masks: set[str]) -> list[str]:
     """The lines without the masks nothing reads: an assignment of one goes, a place in a tuple is ``_``."""
     text = "\n".join([*body, *results])
-    unread = {name for name in set(re.findall(r"\b\w+_mask\b", text)) if len(re.findall(rf"\b{name}\b", text)) == 1}
+    unread = {name for name in masks if len(re.findall(rf"\b{name}\b", text)) == 1}
     out = []
     for line in body:
         target = line.split(" = ", 1)[0]
@@ -334,7 +360,7 @@ def to_source(model: Any, class_name: str | None = None) -> str:
     for call in graph["calls"]:
         _emit_call(e, model, call, keras3)
     results = [e.values[call][index] for call, index in graph["outputs"]]
-    e.body = _without_unread_masks(e.body, results)
+    e.body = _without_unread_masks(e.body, results, e.masks)
     name = class_name or _class_name(str(graph.get("name") or "converted_model"))
     returns = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
     annotation = "torch.Tensor" if len(results) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(results))}]"
