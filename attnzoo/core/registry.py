@@ -455,6 +455,7 @@ def register(
     convention: str = "",
     example: Mapping[str, Any] | None = None,
     exempt: Mapping[str, str] | None = None,
+    backends: Sequence[str] | None = None,
 ) -> ModelSpec | None:
     """Register a model under ``name``.
 
@@ -462,7 +463,8 @@ def register(
     ``config`` is a dict of constructor defaults (``"???"`` = required) or the path of a model card.
     ``convention``, ``example`` and ``exempt`` are what the conformance kit (``attnzoo check``) needs:
     how the model is called, the smallest config that builds it, and property -> reason for a promise
-    it cannot keep.
+    it cannot keep. ``backends`` names the libraries it can serve as an attention backend for
+    (``["transformers"]``: see ``attnzoo.integrations``).
     Called from a plugin's ``attnzoo_register_models`` hook, a bad entry is recorded against that
     plugin and skipped; called directly, it raises ``ConfigError``. Returns the registered spec.
     """
@@ -478,6 +480,7 @@ def register(
             "convention": convention,
             "example": example,
             "exempt": exempt,
+            "backends": backends,
         }
         spec = _build_spec(name, factory, config, given, provider)
         if context is None:
