@@ -30,6 +30,7 @@ FLOORS = {
     "attnzoo.testing": 4,
     "attnzoo.interop": 4,
     "attnzoo.train": 5,
+    "attnzoo.integrations": 5,
     "attnzoo.tools": 6,
     "attnzoo.cli": 6,
     "attnzoo.__main__": 7,
