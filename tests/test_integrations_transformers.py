@@ -89,6 +89,8 @@ def inputs(kind: str, padding: str = "none", *, batch: int = 3, length: int = 9,
         mask[0, :4], mask[1, :1] = 0, 0
     elif padding == "right":
         mask[0, -4:], mask[2, -1:] = 0, 0
+    elif padding == "max_length":  # every row padded at the end, as tokenizers pad to a fixed length
+        mask[0, -4:], mask[1, -2:], mask[2, -1:] = 0, 0, 0
     ids = ids.masked_fill(mask == 0, 0)
     if padding == "none":
         return {"input_ids": ids}, mask.bool()
@@ -378,7 +380,9 @@ def test_sparse_backends_equal_the_float64_reference(kind, padding, normalizer):
     "backend, reference, padding",
     [
         ("attnzoo_alibi", "ref_alibi", "left"),  # the paper's bias -m_n |i - j|
+        ("attnzoo_alibi", "ref_alibi", "max_length"),  # no row's last query is real
         ("attnzoo_window2", "ref_window2", "right"),  # a configured window on a model without one
+        ("attnzoo_window2", "ref_window2", "max_length"),
     ],
 )
 def test_positional_backends_equal_the_float64_reference(backend, reference, padding):

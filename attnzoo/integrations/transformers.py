@@ -31,9 +31,10 @@ GQA                    key/value heads read from the tensors (BERT has no ``num_
 windows                the model's ``sliding_window`` (a kwarg, else the module's attribute; w tokens,
                        i - j < w, as transformers counts) becomes the exact pattern |i - j| <= w - 1,
                        applied even with no mask; a layer without one takes the card's ``window``
-positions              ALiBi and windows read absolute positions: keys 0..Lk-1 and the queries ending at the
-                       newest key a query of the batch attends to (a cached decode: its offset; a static
-                       cache: the cache position, not the end of the buffer)
+positions              ALiBi and windows read absolute positions: keys 0..Lk-1; queries as many as the keys
+                       are the keys; fewer (a cached decode) start where their own keys are under the
+                       causal mask (after k cached tokens: k; a static cache: the cache position, not
+                       the end of its buffer)
 empty rows             a query with nothing allowed (left padding) gets zeros, never NaN
 dropout                the model's ``dropout`` while ``module.training``; none in eval
 weights                returned when the call asks for ``output_attentions`` (else None: the fused path)
@@ -139,15 +140,23 @@ def _allowed(mask: Any, name: str) -> Any:
 
 
 def _positions(allowed: Any, q_len: int, k_len: int, causal: bool, device: Any) -> tuple[Any, Any]:
-    """Absolute positions of the queries [Lq] and keys [Lk]. Keys: 0..Lk-1. Queries end at the newest key
-    that the last query of any sample attends to (its own, under a causal mask: this is the decode's
-    offset, and a static cache's position rather than the end of its buffer); else at the last key."""
+    """Absolute positions of the queries [Lq] and keys [Lk]; keys are 0..Lk-1.
+
+    As many queries as keys: they are the keys (a forward, a prefill). Fewer, under a causal mask: each
+    real query attends to its own key and to none after it, so the queries' offset is the largest
+    ``last allowed key - row`` over the rows (a decode after k cached tokens: k; a static cache: the
+    cache position, not the end of its buffer; padded rows see less and never raise it). Otherwise
+    the queries are the last Lq keys."""
     keys = torch.arange(k_len, device=device)
-    last = torch.tensor(k_len - 1, device=device)
+    rows = torch.arange(q_len, device=device)
+    if q_len == k_len:
+        return rows, keys
+    offset = torch.tensor(k_len - q_len, device=device)
     if causal and allowed is not None and allowed.shape[-2] == q_len and allowed.shape[-1] == k_len:
-        seen = torch.where(allowed[..., -1, :], keys, -1).amax()
-        last = torch.where(seen >= 0, seen, last)
-    return last - (q_len - 1) + torch.arange(q_len, device=device), keys
+        last = torch.where(allowed, keys, -1).amax(-1)  # [B, 1 or h, Lq]: -1 where a row sees nothing
+        seen = torch.where(last >= 0, last - rows, -1).amax()
+        offset = torch.where(seen >= 0, seen, offset)
+    return offset + rows, keys
 
 
 def _reads_positions(core: Any) -> bool:
@@ -223,10 +232,9 @@ def _register_one(variant: str, name: str, config: dict[str, Any]) -> str:
 def _check_one(variant: str, name: str, config: dict[str, Any]) -> None:
     spec = attnzoo.model_info(variant)
     if BACKEND not in spec.backends:
-        declared = [v for v in backend_variants(BACKEND)]
         raise ConfigError(
             f"{variant} does not declare itself a transformers backend (its card has no backends: [transformers]); "
-            f"the ones that do: {', '.join(declared)}"
+            f"the ones that do: {', '.join(backend_variants(BACKEND))}"
         )
     if not isinstance(name, str) or not name or name in _TAKEN:
         raise ConfigError(f"register(name={name!r}): choose a new name, not one of transformers' own ({_TAKEN})")
