@@ -20,6 +20,7 @@ docs/integrations.md.
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 from common import (  # noqa: E402
     HERE,
     ROOT,
@@ -68,9 +70,11 @@ def models(quick: bool, backends: list[str]) -> dict[str, torch.nn.Module]:
     first = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     built = {}
     for impl in ["sdpa", "eager", CONTROL, *backends]:
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=impl.split(" ")[0]).eval()
+        # a config of its own: from_config writes the implementation into the config it is given
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl.split(" ")[0])
         model.load_state_dict(first.state_dict())
-        built[impl] = model
+        built[impl] = model.eval()
+    assert all(m.config._attn_implementation == name.split(" ")[0] for name, m in built.items())
     return built
 
 
@@ -136,7 +140,7 @@ def _docs(out: dict) -> str:
     s = out["sizes"]
     return "\n".join(
         [
-            f"Measured by `python benchmarks/integrations.py` ({out['machine']}): a Llama of {s['layers']} layers, "
+            f"Measured by `{out['command']}` ({out['machine']}): a Llama of {s['layers']} layers, "
             f"width {s['width']}, {s['heads']} query and {s['kv_heads']} key/value heads; the control times eager "
             "again, so its distance from 1.00 is the noise of the run.",
             "",
@@ -157,7 +161,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--threads", type=int, default=common.THREADS, help="torch threads (1 holds steadier on a shared machine)"
+    )
     args = parser.parse_args()
+    common.THREADS = args.threads  # read by setup_threads, time_rounds and machine_line
     setup_threads()
     backends = azt.register()
     built = models(args.quick, backends)
@@ -169,6 +177,7 @@ def main() -> int:
     prompt = torch.randint(1, config.vocab_size, (batch, prompt_length), generator=gen)
     min_run_time = 0.2 if args.quick else 1.0
     out = {
+        "command": " ".join(["python benchmarks/integrations.py", *sys.argv[1:]]),
         "machine": machine_line(),
         "transformers": __import__("transformers").__version__,
         "sizes": {
