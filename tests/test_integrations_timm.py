@@ -100,16 +100,20 @@ def test_vit_builds_trains_and_exports_with_attnzoo_attention(name, config):
     _train_step_and_export(model, torch.randn(2, 3, 32, 32))
 
 
-def test_timm_vit_weights_load_and_give_timm_outputs():
+@pytest.mark.parametrize("layout", ["qkvo", "packed"])
+def test_timm_vit_weights_load_and_give_timm_outputs(layout):
     torch.manual_seed(0)
     reference = timm.create_model("vit_tiny_patch16_224", **TINY_VIT).eval()
-    model = timm.create_model("vit_tiny_patch16_224", attn_layer=vit_attention(), **TINY_VIT).eval()
+    model = timm.create_model("vit_tiny_patch16_224", attn_layer=vit_attention(layout=layout), **TINY_VIT).eval()
     model.load_state_dict(reference.state_dict())  # strict: timm's qkv.* and proj.* all land
     x = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(model(x), reference(x), rtol=1e-5, atol=1e-5)
     # fix_init rescales blocks[i].attn.proj.weight: the name reaches the core's output projection
-    fixed = timm.create_model("vit_tiny_patch16_224", attn_layer=vit_attention(), fix_init=True, **TINY_VIT)
-    assert fixed.blocks[1].attn.proj is fixed.blocks[1].attn.attn.o_proj
+    fixed = timm.create_model(
+        "vit_tiny_patch16_224", attn_layer=vit_attention(layout=layout), fix_init=True, **TINY_VIT
+    )
+    core = fixed.blocks[1].attn.attn
+    assert fixed.blocks[1].attn.proj is (core.o_proj if layout == "qkvo" else core.out_proj)
 
 
 def test_timm_weights_that_do_not_fit_are_reported():
@@ -117,6 +121,11 @@ def test_timm_weights_that_do_not_fit_are_reported():
     grouped = vit_attention(num_kv_heads=2)(32, num_heads=4, qkv_bias=True)
     with pytest.raises(RuntimeError, match="qkv.weight"):
         grouped.load_state_dict(timm_layer.state_dict())
+    normed = TimmAttention(32, num_heads=4, qkv_bias=True, qk_norm=True, norm_layer=torch.nn.LayerNorm)
+    with pytest.raises(RuntimeError, match="q_norm.bias"):  # timm's LayerNorm against the core's RMS norm
+        vit_attention()(32, num_heads=4, qkv_bias=True, qk_norm=True).load_state_dict(normed.state_dict())
+    with pytest.raises(RuntimeError, match="rel_key"):
+        vit_attention("relpos_self")(32, num_heads=4, qkv_bias=True).load_state_dict(timm_layer.state_dict())
 
 
 def _naive(x, timm_layer, normalize, allowed):
