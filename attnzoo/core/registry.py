@@ -432,6 +432,7 @@ def register(
     exempt: Mapping[str, str] | None = None,
     fixed: Mapping[str, Any] | None = None,
     renamed: Mapping[str, str] | None = None,
+    backends: Sequence[str] | None = None,
 ) -> ModelSpec | None:
     """Register a model under ``name``.
 
@@ -441,6 +442,8 @@ def register(
     how the model is called, the smallest config that builds it, and property -> reason for a promise
     it cannot keep. ``fixed`` makes a preset: factory arguments no caller may change (and then only the
     keys of ``config`` are taken); ``renamed`` passes a config key to the factory under another name.
+    ``backends`` names the libraries it can serve as an attention backend for (``["transformers"]``: see
+    ``attnzoo.integrations``).
     Called from a plugin's ``attnzoo_register_models`` hook, a bad entry is recorded against that
     plugin and skipped; called directly, it raises ``ConfigError``. Returns the registered spec.
     """

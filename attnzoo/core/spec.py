@@ -191,6 +191,8 @@ class ModelSpec:
     # another name (rope_self's base is the core's rope_base)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     renamed: Mapping[str, str] = field(default_factory=dict)
+    # other libraries it can serve as an attention backend for (``transformers``: attnzoo.integrations)
+    backends: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not is_valid_arch(self.name):
@@ -214,6 +216,10 @@ class ModelSpec:
             isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in (self.exempt or {}).items()
         ):
             raise ValueError("exempt must map a property name to the reason it cannot hold (a non-empty string)")
+        backends = self.backends or ()
+        if isinstance(backends, str) or not all(is_valid_arch(b) for b in backends):
+            raise ValueError(f"backends must be a list of lower-case names such as [transformers], got {backends!r}")
+        object.__setattr__(self, "backends", tuple(backends))
         object.__setattr__(self, "config", freeze(self.config or {}))
         object.__setattr__(self, "example", freeze(self.example or {}))
         object.__setattr__(self, "exempt", freeze(self.exempt or {}))

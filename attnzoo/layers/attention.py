@@ -605,16 +605,84 @@ class Attention(LazyLayer):
         distance = (k_pos[None, :] - q_pos[:, None]).abs().to(torch.float32)
         return (-slopes[:, None, None] * distance).to(like.dtype)
 
-    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention):
+    def attend_heads(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        allowed: Tensor | None = None,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+        scale: float | None = None,
+        dropout: float | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The attention step alone, on heads already projected (and rotated, and cached) by someone else:
+        ``A = normalizer(scale · q kᵀ + b, where allowed ∧ pattern)``, ``out = A v``.
+
+        Shapes: q [B, h, Lq, d] with h = ``num_heads``; k [B, g, Lk, d] and v [B, g, Lk, dv] with g = ``num_kv_heads``
+        (query head n reads key/value head n // (h / g), never materialised on the softmax path);
+        ``allowed`` bool broadcasting to [B, h, Lq, Lk] (True = attend), None for all. ``q_positions``
+        [Lq] and ``k_positions`` [Lk] are the tokens' absolute positions, which the layer's ``causal``,
+        ``window`` and ALiBi bias read (default: keys 0..Lk-1, queries the last Lq of them, as after a
+        cache). ``scale`` defaults to 1/sqrt(d); ``dropout`` (on the weights) to the layer's own while
+        training. Returns ``(out [B, h, Lq, dv], A [B, h, Lq, Lk] or None)``; a query with nothing
+        allowed gets zeros. The layer's projections, RoPE and cache are not used: this is what a host
+        library with its own projections (``attnzoo.integrations``) calls.
+        """
+        for arg, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.dim() != 4:
+                got = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(
+                    f"{self.name}.attend_heads expects {arg} as [batch, heads, length, head_dim], got {got}"
+                )
+        if q.shape[1] != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != k.shape[1]:
+            raise ValueError(
+                f"{self.name}.attend_heads: this layer has {self.num_heads} query and {self.num_kv_heads} key/value "
+                f"heads, got q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}; build it with num_heads and "
+                f"num_kv_heads of the host model"
+            )
+        if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+            raise ValueError(
+                f"{self.name}.attend_heads: q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} disagree "
+                f"(batch and key length shared, q and k of one head size)"
+            )
+        length, keys = q.shape[-2], k.shape[-2]
+        if allowed is not None and (
+            allowed.dtype != torch.bool
+            or allowed.dim() != 4
+            or any(a not in (1, b) for a, b in zip(allowed.shape, (q.shape[0], q.shape[1], length, keys), strict=True))
+        ):
+            raise ValueError(
+                f"{self.name}.attend_heads expects allowed as a bool tensor broadcasting to "
+                f"[{q.shape[0]}, {q.shape[1]}, {length}, {keys}] (True = attend), got {allowed.dtype} "
+                f"{list(allowed.shape)}"
+            )
+        if k_positions is None:
+            k_positions = torch.arange(keys, device=q.device)
+        if q_positions is None:
+            q_positions = torch.arange(keys - length, keys, device=q.device)
+        if q_positions.shape != (length,) or k_positions.shape != (keys,):
+            raise ValueError(
+                f"{self.name}.attend_heads expects q_positions [{length}] and k_positions [{keys}], got "
+                f"{list(q_positions.shape)} and {list(k_positions.shape)}"
+            )
+        return self._attend(q, k, v, allowed, q_positions, k_positions, return_attention, scale=scale, dropout=dropout)
+
+    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention, *, scale=None, dropout=None):
         """Attention of q [N, h, Lq, d] over k, v [N, g, Lk, d] where ``allowed`` (bool, broadcasting to
         [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it."""
         pattern = self._pattern(q_pos, k_pos)
         if pattern is not None:
             allowed = pattern if allowed is None else allowed & pattern
-        dropout = self.dropout if self.training else 0.0
+        if dropout is None:
+            dropout = self.dropout if self.training else 0.0
         if self.normalizer == "softmax" and self.positions != "relpos":
             bias = self._score_bias(q_pos, k_pos, q)
-            return attend(q, k, v, allowed, return_attention=return_attention, dropout=dropout, bias=bias)
+            return attend(q, k, v, allowed, scale=scale, return_attention=return_attention, dropout=dropout, bias=bias)
+        if scale is not None:  # the materialised form scales by 1/sqrt(d): the rest goes on q
+            q = q * (scale * q.shape[-1] ** 0.5)
         return self._explicit(q, k, v, allowed, q_pos, k_pos, return_attention, dropout)
 
     def _explicit(self, q, k, v, allowed, q_pos, k_pos, return_attention, dropout):
