@@ -25,7 +25,6 @@ FLOORS = {
     "attnzoo.interop": 4,
     "attnzoo.integrations": 5,
     "attnzoo.train": 5,
-    "attnzoo.integrations": 5,
     "attnzoo.tools": 6,
     "attnzoo.cli": 6,
     "attnzoo.__main__": 7,
