@@ -38,6 +38,7 @@ from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError
 from attnzoo.io.folders import save as save_model
 from attnzoo.io.weights import encode_metadata, write_weights
+from attnzoo.layers.modes import kept_modes
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.tasks import build_task, task_of
 
@@ -768,7 +769,6 @@ def evaluate_file(
         model = attnzoo.load(model_or_path)
     else:
         model = attnzoo.create(str(model_or_path), pretrained=True)
-    model.eval()
     record = RunRecord.of(model, model_or_path if isinstance(model_or_path, (str, Path)) else None)
     kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq"}
     if not record.trained or record.output not in kinds:
@@ -786,7 +786,8 @@ def evaluate_file(
         metadata["threshold"] = float(threshold)
     task = build_task(config, metadata=metadata)
     indices = task.splits["test"]
-    scores = task.evaluate(model, indices)
+    with kept_modes(model):  # scored in eval mode; a caller's model (mid-training) gets its modes back
+        scores = task.evaluate(model, indices)
     out: dict[str, Any] = {"file": str(path), "rows": len(indices), "task": config["task"], **scores}
     if getattr(task, "threshold", None) is not None and config["task"] == "multi_label":
         out["threshold"] = task.threshold
