@@ -5,19 +5,32 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from typing import Any
 
-from attnzoo.cli.common import FAILURE, UsageError, emit_json, terminal_width
+from attnzoo.cli.common import FAILURE, UsageError, Variants, emit_json, parse_variants, positive_int, terminal_width
 
 HELP = "run the conformance kit on registered variants"
 
 
+# the average wall time of one variant's fast properties in a child process, measured over every built-in
+# variant on a 2-core machine (`attnzoo check` took about 25 minutes for about 60 variants)
+SECONDS_PER_VARIANT = 25.0
+
+
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="fnmatch patterns (default: every variant)")
+    p.add_argument(
+        "patterns",
+        nargs="*",
+        metavar="PATTERN|key=value|NAME:key=value|FILE.yaml",
+        help="fnmatch patterns (default: every variant); key=value changes the card's example for every "
+        "variant, NAME:key=value for that one; a YAML file maps variants to their settings",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="every reason in full (the table cuts long ones)")
     p.add_argument(
         "--in-process", action="store_true", help="check in this process (faster; a variant can then end the run)"
     )
+    p.add_argument("--jobs", "-j", type=positive_int, default=1, help="check N variants at once, each in its process")
     p.add_argument("--property", action="append", metavar="P", help="only this property (repeatable)")
     p.add_argument("--slow", action="store_true", help="include the slow tier (torch.compile)")
     p.add_argument("--quiet", action="store_true", help="print only the summary line")
@@ -25,35 +38,26 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import warnings
+    from attnzoo.testing import format_table
 
-    from attnzoo.core.registry import list_models, model_info
-    from attnzoo.testing import check_model, format_table
-
-    names: list[str] = []
-    for pattern in args.patterns or ["*"]:
-        if any(c in pattern for c in "*?["):
-            provider, _, glob = pattern.rpartition(":")  # 'my_plugin:*' = every model of that provider
-            found = [f"{provider}:{n}" if provider else n for n in list_models(glob, provider=provider or None)]
-        else:
-            model_info(pattern)  # an exact name, provider-qualified or not; unknown: a clear error
-            found = [pattern]
-        if not found:
-            raise UsageError(f"no model matches {pattern!r}; `attnzoo list` shows every name")
-        names += [n for n in found if n not in names]
+    variants = parse_variants(args.patterns)
+    if args.in_process and args.jobs > 1:
+        raise UsageError("--jobs runs variants in processes of their own; it cannot go with --in-process")
+    checks = _resolve(variants)
+    if not variants.names:
+        minutes = len(checks) * SECONDS_PER_VARIANT / args.jobs / 60
+        print(
+            f"checking all {len(checks)} variants (about {max(1, round(minutes))} minutes with --jobs {args.jobs} "
+            f"on 2 cores); name patterns to check fewer (attnzoo check 'label*'), --jobs N to run N at once",
+            file=sys.stderr,
+            flush=True,
+        )
+    width = max(map(len, checks))
     reports = []
-    for name in names:
-        if args.in_process:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose; results say what matters
-                report = check_model(name, only=args.property or None, slow=args.slow)
-        else:
-            report = _check_in_child(name, args.property, args.slow)
+    for report in _reports(checks, args):
         reports.append(report)
         if not args.json and not args.quiet:
-            table = format_table(
-                [report], width=terminal_width(), variant_width=max(map(len, names)), whole=args.verbose
-            )
+            table = format_table([report], width=terminal_width(), variant_width=width, whole=args.verbose)
             lines = table.split("\n")
             print("\n".join(lines[: len(lines) - 1] if not reports[:-1] else lines[1:-1]), flush=True)
     if args.json:
@@ -65,7 +69,52 @@ def run(args: argparse.Namespace) -> int:
     return FAILURE if any(not r.ok for r in reports) else 0
 
 
-def _check_in_child(name: str, properties: list[str] | None, slow: bool) -> Any:
+def _resolve(variants: Variants) -> dict[str, dict[str, Any] | None]:
+    """Every variant to check -> the config to check it with (None: the card's example; settings go on
+    top of the example)."""
+    from attnzoo.core.registry import list_models, model_info
+    from attnzoo.core.spec import thaw
+
+    checks: dict[str, dict[str, Any] | None] = {}
+    for pattern in variants.names or ["*"]:
+        if any(c in pattern for c in "*?["):
+            provider, _, glob = pattern.rpartition(":")  # 'my_plugin:*' = every model of that provider
+            found = [f"{provider}:{n}" if provider else n for n in list_models(glob, provider=provider or None)]
+        else:
+            model_info(pattern)  # an exact name, provider-qualified or not; unknown: a clear error
+            found = [pattern]
+        if not found:
+            raise UsageError(f"no model matches {pattern!r}; `attnzoo list` shows every name")
+        for name in found:
+            settings = variants.config(name, given_as=pattern)
+            if name not in checks:
+                checks[name] = {**thaw(model_info(name).example), **settings} if settings else None
+    return checks
+
+
+def _reports(checks: dict[str, dict[str, Any] | None], args: argparse.Namespace) -> Iterator[Any]:
+    """Each variant's report, in order; with ``--jobs N``, N child processes run at once."""
+    if args.in_process:
+        import warnings
+
+        from attnzoo.testing import check_model
+
+        for name, config in checks.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose; results say what matters
+                yield check_model(name, config, only=args.property or None, slow=args.slow)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [
+            pool.submit(_check_in_child, name, args.property, args.slow, config) for name, config in checks.items()
+        ]
+        for future in futures:
+            yield future.result()
+
+
+def _check_in_child(name: str, properties: list[str] | None, slow: bool, config: dict[str, Any] | None = None) -> Any:
     """One variant checked in a process of its own (``attnzoo.testing.child``): a variant that ends the
     process or hangs fails the property it was in, and cannot end ``attnzoo check`` as a success."""
     import subprocess
@@ -77,6 +126,8 @@ def _check_in_child(name: str, properties: list[str] | None, slow: bool) -> Any:
     command = [sys.executable, "-m", "attnzoo.testing.child", name, *(["--slow"] if slow else [])]
     for prop in properties or []:
         command += ["--property", prop]
+    if config is not None:
+        command += ["--config", json.dumps(config)]
     # every property has its own alarm in the child; this bounds a child that blocks the alarm too
     limit = property_time_limit() * 20 + 120
     try:
