@@ -25,25 +25,21 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((120, 24)).columns
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, stretch: int = -1) -> None:
-    """Print rows under headers in aligned columns; the ``stretch`` column is cut to fit the terminal."""
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    stretch %= len(headers)
-    fixed = sum(w + 2 for i, w in enumerate(widths) if i != stretch)
-    widths[stretch] = max(len(headers[stretch]), min(widths[stretch], terminal_width() - fixed - 1))
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, wrap: Sequence[int] = (-1,)) -> None:
+    """Print rows under headers in aligned columns that fit the terminal: the ``wrap`` columns (default
+    the last) go on several lines rather than cutting a word (see :func:`attnzoo.io.tables.columns`)."""
+    from attnzoo.io.tables import columns
 
-    def line(values: Sequence[str]) -> str:
-        parts = []
-        for i, v in enumerate(values):
-            if len(v) > widths[i]:
-                v = v[: max(widths[i] - 1, 0)] + "…"
-            parts.append(v.ljust(widths[i]))
-        return "  ".join(parts).rstrip()
+    print("\n".join(columns(headers, rows, width=terminal_width(), wrap=wrap)))
 
-    print(line(headers))
-    for row in cells:
-        print(line(row))
+
+def print_fields(fields: Sequence[tuple[str, Any]], *, indent: int = 2) -> None:
+    """``name  value`` lines, the values aligned after the longest name and wrapped to the terminal, each
+    continuation under its value (``attnzoo info``'s card fields)."""
+    from attnzoo.io.tables import columns
+
+    for line in columns(None, fields, width=terminal_width() - indent):
+        print(" " * indent + line)
 
 
 def emit_json(data: Any) -> None:

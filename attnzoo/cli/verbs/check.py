@@ -26,7 +26,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="fnmatch patterns (default: every variant); key=value changes the card's example for every "
         "variant, NAME:key=value for that one; a YAML file maps variants to their settings",
     )
-    p.add_argument("--verbose", "-v", action="store_true", help="every reason in full (the table cuts long ones)")
+    p.add_argument("--verbose", "-v", action="store_true", help="keep multi-line reasons on their own lines")
     p.add_argument(
         "--in-process", action="store_true", help="check in this process (faster; a variant can then end the run)"
     )

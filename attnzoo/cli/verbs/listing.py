@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.pretrained:
         print_table(
-            ["NAME", "DATASET", "METRICS"], [(r["name"], r["dataset"], metrics_text(r["metrics"])) for r in rows]
+            ["NAME", "DATASET", "METRICS"],
+            [(r["name"], r["dataset"], metrics_text(r["metrics"])) for r in rows],
+            wrap=(1, 2),
         )
     else:
         print_table(
