@@ -47,6 +47,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'attnzoo' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # the names reached on first use (predict, tokenizer, the subpackages) are listed before they are
+    # imported, so that dir(attnzoo) and tab completion show every public name the docs use
+    return sorted({*globals(), *__all__, *_SUBPACKAGES})
+
+
 __all__ = [
     "create",
     "load",
