@@ -45,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--jobs runs variants in processes of their own; it cannot go with --in-process")
     checks = _resolve(variants)
     if not variants.names:
-        minutes = len(checks) * SECONDS_PER_VARIANT / args.jobs / 60
+        minutes = max(1, round(len(checks) * SECONDS_PER_VARIANT / args.jobs / 60))
         print(
-            f"checking all {len(checks)} variants (about {max(1, round(minutes))} minutes with --jobs {args.jobs} "
-            f"on 2 cores); name patterns to check fewer (attnzoo check 'label*'), --jobs N to run N at once",
+            f"checking all {len(checks)} variants (about {minutes} minute{'s' if minutes > 1 else ''} with --jobs "
+            f"{args.jobs} on 2 cores); name patterns to check fewer (attnzoo check 'label*'), --jobs N to run N "
+            f"at once",
             file=sys.stderr,
             flush=True,
         )
