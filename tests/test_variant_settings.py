@@ -82,7 +82,7 @@ def three_cards(tmp_path):
 
 
 def test_check_without_a_pattern_says_how_many_and_jobs_keep_the_order(three_cards):
-    one = run_cli("check", "--property", "shapes", "--json", env=three_cards)
+    one = run_cli("check", "--property", "shapes", "--json", "--in-process", env=three_cards)
     assert one.returncode == 0, one.stderr
     assert "checking all 3 variants (about 2 minutes with --jobs 1 on 2 cores)" in one.stderr
     two = run_cli("check", "--property", "shapes", "--json", "--jobs", "2", env=three_cards)
