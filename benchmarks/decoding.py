@@ -20,7 +20,8 @@ a 16-token prompt, each step through the attention layers' KV caches.
   script checks), so the ratio of the two per-step times is what the model's layers, checks and cache
   bookkeeping add to the arithmetic.
 
-Times are medians of rounds in which the implementations alternate; writes
+Times are medians of rounds in which the implementations alternate, on one thread (a step of this model
+is too small to split between threads); writes
 benchmarks/results/decoding.json and, with --write-docs, the table into docs/performance.md.
 """
 
@@ -38,17 +39,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     HERE,
     ROOT,
-    machine_line,
     markdown_table,
     paired_speedup,
-    setup_threads,
-    time_rounds,
+    steady_allocator,
     update_doc_section,
     write_json,
 )
 
+from attnzoo.tools import bench  # noqa: E402
+
 PAGE = ROOT / "docs" / "decoding.md"
 VOCAB, DIM, DEPTH, HEADS, PROMPT = 256, 64, 2, 4, 16
+# One thread: a decoding step of a 64-wide model is a chain of operations on a few thousand numbers,
+# too small to split; on a shared machine a second thread only adds the wait for it to be scheduled.
+THREADS = 1
 
 
 def page_namespace() -> dict:
@@ -154,7 +158,7 @@ def measure(batch: int, kv_heads: int | None, tokens: int, rounds: int, min_run_
     cached = reference.generate(prompt, tokens, temperature=0.0, cache_kv=True)
     if not torch.equal(cached, reference.generate(prompt, tokens, temperature=0.0, cache_kv=False)):
         raise SystemExit("x-transformers' cached generation differs from its uncached one")
-    times = time_rounds(
+    times = bench.time_alternating(
         {
             "attnzoo": lambda: model.generate(prompt, tokens),
             "x-transformers": lambda: reference.generate(prompt, tokens, temperature=0.0, cache_kv=True),
@@ -162,6 +166,7 @@ def measure(batch: int, kv_heads: int | None, tokens: int, rounds: int, min_run_
         },
         rounds=rounds,
         min_run_time=min_run_time,
+        threads=THREADS,
     )
     median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
     row = {
@@ -196,9 +201,9 @@ def docs_table(out: dict) -> str:
         for r in out["rows"]
     ]
     header = (
-        f"{machine_line()}; docs/decoding.md's `DecoderLM` (dim {DIM}, {DEPTH} layers, RoPE, vocabulary {VOCAB}), "
-        f"greedy, {out['rows'][0]['new_tokens']} new tokens after a {PROMPT}-token prompt, medians of "
-        f"{out['rounds']} alternating rounds (`python benchmarks/decoding.py`)."
+        f"{out['machine']}; docs/decoding.md's `DecoderLM` (dim {DIM}, {DEPTH} layers, RoPE, "
+        f"vocabulary {VOCAB}), greedy, {out['rows'][0]['new_tokens']} new tokens after a {PROMPT}-token prompt, "
+        f"medians of {out['rounds']} alternating rounds (`python benchmarks/decoding.py`)."
     )
     table = markdown_table(
         [
@@ -223,11 +228,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 32 tokens, 2 rounds")
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
-    setup_threads()
+    torch.set_num_threads(THREADS)
+    steady_allocator()
     tokens, rounds = (32, 2) if args.quick else (args.tokens, args.rounds)
     min_run_time = 0.05 if args.quick else 1.0
     out = {
-        "machine": machine_line(),
+        "machine": f"torch {torch.__version__}, {THREADS} thread, float32, CPU",
         "rounds": rounds,
         "rows": [
             measure(1, None, tokens, rounds, min_run_time),

@@ -57,7 +57,9 @@ def test_every_cached_step_gives_the_logits_of_the_causal_forward(page, options)
         steps += [model(tokens[:, t : t + 1], cache=cache) for t in range(4, 11)]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
     if options.get("window"):  # the window keeps only its last w entries
-        assert all(len(c) <= options["window"] + 1 for c in cache)
+        assert all(len(c) == options["window"] for c in cache)
+    kv_heads = options.get("kv_heads", 4)  # grouped heads: the cache holds only the shared key/value heads
+    assert all(c.keys.shape[1] == kv_heads and c.values.shape[1] == kv_heads for c in cache)
 
 
 @pytest.mark.parametrize("options", [{}, {"kv_heads": 2, "window": 4}])
