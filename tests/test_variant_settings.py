@@ -59,15 +59,17 @@ def test_a_shared_key_one_variant_lacks_says_how_to_set_it_for_one():
     assert "NAME:num_kv_heads=2 sets it for one" in proc.stderr
     proc = run_cli("bench", "mha", "gqa:num_kv_heads=2", *TINY)
     assert proc.returncode == 2 and "not among the variants named" in proc.stderr
+    proc = run_cli("check", "nosuch:size=2")  # no pattern: every variant, and none is called that
+    assert proc.returncode == 2 and "'nosuch', which is no registered variant" in proc.stderr
 
 
 def test_check_builds_a_variant_with_its_own_settings():
     # 4 query heads cannot share 3 key/value heads: the setting must reach the build to fail it
-    refused = run_cli("check", "gqa", "mha", "gqa:num_kv_heads=3", "--property", "shapes", "--json")
+    refused = run_cli("check", "gqa", "mha", "gqa:num_kv_heads=3", "--property", "shapes", "--json", "--in-process")
     reports = {r["variant"]: r for r in json.loads(refused.stdout)}
     assert refused.returncode == 1 and not reports["gqa"]["ok"] and reports["mha"]["ok"]
-    assert "checking all" not in refused.stderr  # said only when no pattern is given
     assert "num_kv_heads" in reports["gqa"]["results"][0]["reason"]
+    assert "checking all" not in refused.stderr  # said only when no pattern is given
     fine = run_cli("check", "gqa", "gqa:num_kv_heads=1", "--property", "shapes", "--json", "--in-process")
     assert fine.returncode == 0, fine.stdout
 
@@ -82,11 +84,13 @@ def three_cards(tmp_path):
 
 
 def test_check_without_a_pattern_says_how_many_and_jobs_keep_the_order(three_cards):
-    one = run_cli("check", "--property", "shapes", "--json", "--in-process", env=three_cards)
-    assert one.returncode == 0, one.stderr
+    # general's own setting must reach its check process (an unknown normaliser fails its build there)
+    args = ["check", "general:normalizer=nosuch", "--property", "shapes", "--json"]
+    one = run_cli(*args, "--in-process", env=three_cards)
+    assert one.returncode == 1, one.stderr
     assert "checking all 3 variants (about 2 minutes with --jobs 1 on 2 cores)" in one.stderr
-    two = run_cli("check", "--property", "shapes", "--json", "--jobs", "2", env=three_cards)
-    assert two.returncode == 0, two.stderr
+    two = run_cli(*args, "--jobs", "2", env=three_cards)
+    assert two.returncode == 1, two.stderr
     assert "(about 1 minute with --jobs 2" in two.stderr
 
     def statuses(proc):
@@ -94,3 +98,4 @@ def test_check_without_a_pattern_says_how_many_and_jobs_keep_the_order(three_car
 
     assert statuses(two) == statuses(one)
     assert [v for v, _ in statuses(one)] == ["additive", "dot", "general"]
+    assert [ok for _, ok in ((r["variant"], r["ok"]) for r in json.loads(two.stdout))] == [True, True, False]

@@ -113,10 +113,11 @@ class Variants:
         return merge_config(self.shared, *mine)
 
 
-def parse_variants(tokens: Sequence[str]) -> Variants:
+def parse_variants(tokens: Sequence[str], *, everything: bool = False) -> Variants:
     """``NAME``, ``key=value`` (every variant), ``NAME:key=value`` (that variant only; a provider-qualified
     name keeps its colon: ``my_plugin:layer:key=value``) and ``FILE.yaml`` (``NAME: {key: value, ...}``
-    per variant) -> :class:`Variants`. A setting for a variant that is not named is a usage error."""
+    per variant) -> :class:`Variants`. A setting for a variant that is not named is a usage error, unless
+    no name means every variant (``everything``: ``attnzoo check``) and none is named."""
     names: list[str] = []
     shared: list[str] = []
     own: dict[str, list[str]] = {}
@@ -135,7 +136,7 @@ def parse_variants(tokens: Sequence[str]) -> Variants:
         else:
             names.append(token)
     unknown = [v for v in own if not any(_matches(n, v) for n in names)]
-    if unknown:
+    if unknown and not (everything and not names):
         raise UsageError(
             f"{unknown[0]}:... sets a key for {unknown[0]!r}, which is not among the variants named "
             f"({', '.join(names) or 'none'}); name it too, e.g. `{unknown[0]} {unknown[0]}:key=value`"

@@ -40,7 +40,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from attnzoo.testing import format_table
 
-    variants = parse_variants(args.patterns)
+    variants = parse_variants(args.patterns, everything=True)
     if args.in_process and args.jobs > 1:
         raise UsageError("--jobs runs variants in processes of their own; it cannot go with --in-process")
     checks = _resolve(variants)
@@ -73,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
 def _resolve(variants: Variants) -> dict[str, dict[str, Any] | None]:
     """Every variant to check -> the config to check it with (None: the card's example; settings go on
     top of the example)."""
+    from fnmatch import fnmatchcase
+
     from attnzoo.core.registry import list_models, model_info
     from attnzoo.core.spec import thaw
 
@@ -90,6 +92,9 @@ def _resolve(variants: Variants) -> dict[str, dict[str, Any] | None]:
             settings = variants.config(name, given_as=pattern)
             if name not in checks:
                 checks[name] = {**thaw(model_info(name).example), **settings} if settings else None
+    unused = [key for key in variants.own if not any(fnmatchcase(name, key) for name in checks)]
+    if unused and not variants.names:  # named variants were checked by parse_variants
+        raise UsageError(f"{unused[0]}:... sets a key for {unused[0]!r}, which is no registered variant")
     return checks
 
 
