@@ -12,8 +12,9 @@ page):
 - ``<!-- runnable slow -->`` (or ``<!-- runnable slow: ARGS -->``): a block that takes more than a few
   seconds; it runs only in the slow tier (``-m slow``), where every marked block runs.
 
-A page's blocks run in order, in one scratch folder, so a block may use the files an earlier one wrote
-(deploy.md exports a file, then runs it); a quick block must not need a slow one. What cannot run here
+A page's blocks run in order, in one scratch folder and one Python session, so a block may use the files
+an earlier one wrote (deploy.md exports a file, then runs it) and the names an earlier Python block
+defined (decoding.md defines its model, then trains it); a quick block must not need a slow one. What cannot run here
 (a training run on your own files) stays unmarked.
 """
 
@@ -78,19 +79,48 @@ def _shell_environment(scratch: Path) -> dict[str, str]:
     }
 
 
+# Runs a page's blocks in order in one interpreter: Python blocks share one namespace (a later block uses
+# what an earlier one defined, as a reader running them in one session would), shell blocks run in bash.
+_DRIVER = """
+import json, subprocess, sys, traceback
+namespace = {"__name__": "__main__"}
+for line, lang, code in json.load(open(sys.argv[1])):
+    if lang == "python":
+        try:
+            exec(compile(code, f"block at line {line}", "exec"), namespace)
+        except BaseException:
+            traceback.print_exc()
+            print(f"FAILED {line}", file=sys.stderr)
+            sys.exit(1)
+    elif subprocess.run(["bash", "-e", "-c", code]).returncode != 0:
+        print(f"FAILED {line}", file=sys.stderr)
+        sys.exit(1)
+"""
+
+
 def _run_blocks(page: Path, tmp_path: Path, *, slow: bool) -> None:
+    import json
+
     scratch = tmp_path / "work"
     scratch.mkdir()
-    env = _shell_environment(scratch)
-    for line, lang, code, args, is_slow in runnable_blocks(page):
-        if is_slow and not slow:
-            continue
-        if lang == "python":
-            command = [sys.executable, "-c", code]
-        else:
-            command = ["bash", "-e", "-c", _with_arguments(code, args)]
-        proc = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"{page.name}:{line} failed ({proc.returncode}):\n{code}\n{proc.stderr[-3000:]}"
+    blocks = [
+        (line, lang, code if lang == "python" else _with_arguments(code, args))
+        for line, lang, code, args, is_slow in runnable_blocks(page)
+        if slow or not is_slow
+    ]
+    (tmp_path / "blocks.json").write_text(json.dumps(blocks))
+    (tmp_path / "driver.py").write_text(_DRIVER)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "blocks.json")],
+        cwd=scratch,
+        env=_shell_environment(scratch),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    failed = re.search(r"FAILED (\d+)", proc.stderr)
+    where = f"{page.name}:{failed.group(1)}" if failed else page.name
+    assert proc.returncode == 0, f"{where} failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
 
 
 @pytest.mark.parametrize("page", MARKED, ids=lambda p: p.name)
@@ -121,3 +151,14 @@ def test_the_marker_is_found_and_arguments_go_to_attnzoo_commands_only(tmp_path)
     page.write_text("<!-- runnable -->\n\n```\nattnzoo list\n```\n")
     with pytest.raises(AssertionError, match="just above"):
         runnable_blocks(page)
+
+
+def test_python_blocks_share_a_session_and_a_failing_block_is_named_by_its_line(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- runnable -->\n```python\nanswer = 42\n```\n<!-- runnable -->\n```python\nassert answer == 42\n"
+        "open('seen', 'w').write(str(answer))\n```\n<!-- runnable -->\n```\ntest \"$(cat seen)\" = 42\nfalse\n```\n"
+    )
+    with pytest.raises(AssertionError, match=r"page.md:12 failed"):
+        _run_blocks(page, tmp_path, slow=False)
+    assert (tmp_path / "work" / "seen").read_text() == "42"
