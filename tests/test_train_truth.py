@@ -84,3 +84,37 @@ def test_a_bad_fixed_threshold_fails_before_training(tmp_path, value):
     with pytest.raises(ConfigError, match="data.threshold must be a probability between 0 and 1"):
         train(recipe, output=tmp_path / "run", baseline=False, quiet=True)
     assert not (tmp_path / "run" / "best.safetensors").exists()
+
+
+def test_the_ensemble_joiner_prints_the_subset_it_really_scored(tmp_path, monkeypatch, capsys):
+    from attnzoo.train.ensemble import join_weights
+
+    from .test_record import _pronunciations
+
+    monkeypatch.chdir(tmp_path)
+    _pronunciations(tmp_path / "words.csv", 0)
+    _pronunciations(tmp_path / "test.csv", 3)  # 120 rows
+    reports = []
+    for seed in (1, 2):
+        recipe = complete_recipe(
+            {
+                "model": "g2p_seq2seq",
+                "seed": seed,
+                "data": {
+                    "train": "words.csv",
+                    "test": "test.csv",
+                    "text": "word",
+                    "target": "sounds",
+                    "task": "seq2seq",
+                },
+                "config": {"embed_dim": 8, "hidden": 8, "decoder_hidden": 8},
+                "train": {"epochs": 1, "batch_size": 16, "threads": 1},
+                "check_subset": 5000,  # more than the test split holds
+            }
+        )
+        reports.append(train(recipe, output=tmp_path / f"run{seed}", baseline=False, quiet=True))
+    test_rows = reports[0]["split_sizes"]["test"]
+    assert test_rows == 120 and reports[0]["subset"]["size"] == 120
+    joined = join_weights([str(tmp_path / "run1"), str(tmp_path / "run2")], tmp_path / "joined.safetensors")
+    assert joined["subset"]["size"] == test_rows
+    assert f"subset[{test_rows}]" in capsys.readouterr().out

@@ -203,7 +203,7 @@ def join_weights(
         "members": described,
         "validation": validation,
         "test": test,
-        "subset": {"size": subset_size, **subset},
+        "subset": {"size": len(task.subset(subset_size)), **subset},  # the size really scored
         "time_s": time.perf_counter() - started,
         "card_entry": {
             "file": output.name,
@@ -216,7 +216,7 @@ def join_weights(
         },
     }
     if verbose:
-        print(f"test: {test}\nsubset[{subset_size}]: {subset}\nweights: {output} sha256 {digest}")
+        print(f"test: {test}\nsubset[{report['subset']['size']}]: {subset}\nweights: {output} sha256 {digest}")
     return report
 
 
