@@ -189,6 +189,7 @@ def join_weights(
     ensemble = _ensemble(config, members)
     subset_size = int(metas[0].check_subset)
     test, subset, metrics = card_metrics(task, ensemble, subset_size)
+    scored = len(task.subset(subset_size))  # the size really scored: the test split may be smaller
     shared = {key: getattr(metas[0], key) for key in _SHARED if getattr(metas[0], key) is not None}
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     if validation is not None:
@@ -203,7 +204,7 @@ def join_weights(
         "members": described,
         "validation": validation,
         "test": test,
-        "subset": {"size": len(task.subset(subset_size)), **subset},  # the size really scored
+        "subset": {"size": scored, **subset},
         "time_s": time.perf_counter() - started,
         "card_entry": {
             "file": output.name,
@@ -216,7 +217,7 @@ def join_weights(
         },
     }
     if verbose:
-        print(f"test: {test}\nsubset[{report['subset']['size']}]: {subset}\nweights: {output} sha256 {digest}")
+        print(f"test: {test}\nsubset[{scored}]: {subset}\nweights: {output} sha256 {digest}")
     return report
 
 
