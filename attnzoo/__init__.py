@@ -42,8 +42,9 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    # the lazy names (predict, plot_pattern, ...) are public too: dir() lists what __all__ promises
-    return sorted({*globals(), *__all__})
+    # the names reached on first use (predict, tokenizer, the subpackages) are listed before they are
+    # imported, so that dir(attnzoo) and tab completion show every public name the docs use
+    return sorted({*globals(), *__all__, *_SUBPACKAGES})
 
 
 __all__ = [

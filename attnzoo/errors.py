@@ -26,6 +26,7 @@ __all__ = [
     "PropertyTimeout",
     "AttnzooWarning",
     "UnknownTokensWarning",
+    "ThresholdWarning",
     "close_matches",
 ]
 
@@ -98,6 +99,10 @@ class AttnzooWarning(UserWarning):
 
 class UnknownTokensWarning(AttnzooWarning):
     """Most of a text's tokens are unknown to the model's vocabulary: its prediction says little."""
+
+
+class ThresholdWarning(AttnzooWarning):
+    """The multi-label decision threshold was tuned on too little validation data to be trusted."""
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:

@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from attnzoo.errors import AttnzooError, UsageError
@@ -20,25 +21,21 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((120, 24)).columns
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, stretch: int = -1) -> None:
-    """Print rows under headers in aligned columns; the ``stretch`` column is cut to fit the terminal."""
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    stretch %= len(headers)
-    fixed = sum(w + 2 for i, w in enumerate(widths) if i != stretch)
-    widths[stretch] = max(len(headers[stretch]), min(widths[stretch], terminal_width() - fixed - 1))
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, wrap: Sequence[int] = (-1,)) -> None:
+    """Print rows under headers in aligned columns that fit the terminal: the ``wrap`` columns (default
+    the last) go on several lines rather than cutting a word (see :func:`attnzoo.io.tables.columns`)."""
+    from attnzoo.io.tables import columns
 
-    def line(values: Sequence[str]) -> str:
-        parts = []
-        for i, v in enumerate(values):
-            if len(v) > widths[i]:
-                v = v[: max(widths[i] - 1, 0)] + "…"
-            parts.append(v.ljust(widths[i]))
-        return "  ".join(parts).rstrip()
+    print("\n".join(columns(headers, rows, width=terminal_width(), wrap=wrap)))
 
-    print(line(headers))
-    for row in cells:
-        print(line(row))
+
+def print_fields(fields: Sequence[tuple[str, Any]], *, indent: int = 2) -> None:
+    """``name  value`` lines, the values aligned after the longest name and wrapped to the terminal, each
+    continuation under its value (``attnzoo info``'s card fields)."""
+    from attnzoo.io.tables import columns
+
+    for line in columns(None, fields, width=terminal_width() - indent):
+        print(" " * indent + line)
 
 
 def emit_json(data: Any) -> None:
@@ -90,3 +87,89 @@ def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"
     return text
+
+
+@dataclass
+class Variants:
+    """What ``bench`` and ``check`` were told to run: the names (or patterns, or folders) in order, the
+    settings shared by all (``key=value``) and each one's own (``NAME:key=value``, or a YAML file)."""
+
+    names: list[str]
+    shared: dict[str, Any]
+    own: dict[str, dict[str, Any]]
+
+    def config(self, name: str, given_as: str | None = None) -> dict[str, Any]:
+        """The settings of ``name`` (matched against its own settings' names and patterns, and against
+        ``given_as``, the pattern it came from): the shared ones, then its own on top."""
+        from fnmatch import fnmatchcase
+
+        from attnzoo.core.config import merge_config
+
+        mine = [cfg for key, cfg in self.own.items() if fnmatchcase(name, key) or key == given_as]
+        return merge_config(self.shared, *mine)
+
+
+def parse_variants(tokens: Sequence[str], *, everything: bool = False) -> Variants:
+    """``NAME``, ``key=value`` (every variant), ``NAME:key=value`` (that variant only; a provider-qualified
+    name keeps its colon: ``my_plugin:layer:key=value``) and ``FILE.yaml`` (``NAME: {key: value, ...}``
+    per variant) -> :class:`Variants`. A setting for a variant that is not named is a usage error, unless
+    no name means every variant (``everything``: ``attnzoo check``) and none is named."""
+    names: list[str] = []
+    shared: list[str] = []
+    own: dict[str, list[str]] = {}
+    from_files: dict[str, dict[str, Any]] = {}
+    for token in tokens:
+        key, equals, value = token.partition("=")
+        if equals and ":" in key:
+            variant, _, key = key.rpartition(":")
+            own.setdefault(variant, []).append(f"{key}={value}")
+        elif equals:
+            shared.append(token)
+        elif token.endswith((".yaml", ".yml")) and not _is_folder(token):
+            for name, settings in _variants_file(token).items():
+                names += [name] if name not in names else []
+                from_files[name] = {**from_files.get(name, {}), **settings}
+        else:
+            names.append(token)
+    unknown = [v for v in own if not any(_matches(n, v) for n in names)]
+    if unknown and not (everything and not names):
+        raise UsageError(
+            f"{unknown[0]}:... sets a key for {unknown[0]!r}, which is not among the variants named "
+            f"({', '.join(names) or 'none'}); name it too, e.g. `{unknown[0]} {unknown[0]}:key=value`"
+        )
+    mine = {name: {**from_files.get(name, {}), **config_overrides(pairs)} for name, pairs in own.items()}
+    for name, settings in from_files.items():
+        mine.setdefault(name, settings)
+    return Variants(names, config_overrides(shared), mine)
+
+
+def _is_folder(token: str) -> bool:
+    from pathlib import Path
+
+    return Path(token).is_dir()
+
+
+def _matches(name: str, variant: str) -> bool:
+    from fnmatch import fnmatchcase
+
+    return name == variant or fnmatchcase(name, variant) or fnmatchcase(variant, name)
+
+
+def _variants_file(path: str) -> dict[str, dict[str, Any]]:
+    """A YAML file of variants: ``NAME: {key: value, ...}`` (or ``NAME:`` alone, for the card's settings)."""
+    from pathlib import Path
+
+    from attnzoo.core.config import user_config
+
+    if not Path(path).is_file():
+        raise UsageError(f"{path}: no such file (a YAML file of variants: `NAME: {{key: value, ...}}` per variant)")
+    try:
+        data = user_config(path)
+    except AttnzooError as e:
+        raise UsageError(f"{e} (a YAML file of variants: `NAME: {{key: value, ...}}` per variant)") from None
+    for name, settings in data.items():
+        if settings is not None and not isinstance(settings, dict):
+            raise UsageError(
+                f"{path}: {name!r} should map to its settings ({{key: value, ...}}), got {type(settings).__name__}"
+            )
+    return {name: dict(settings or {}) for name, settings in data.items()}

@@ -119,13 +119,18 @@ SHARED = {
 def _null_meaning(name: str, doc: str) -> str:
     """What None means for ``name``, from the docstring: ``name (None: meaning)`` or ``name ...; None meaning``."""
     for match in re.finditer(rf"\b{re.escape(name)}\b", doc):
-        window = doc[match.end() : match.end() + 120]
-        window = re.split(r"\n\s*\n", window)[0]  # stay within the paragraph
-        found = re.search(r"None\s*(?::|=|->)?\s*([^;.)]*)", window)
-        if found and not re.search(r"``\w+``\s*\(", window[: found.start()]):  # not another argument's
-            meaning = " ".join(found.group(1).split()).strip(" ,")
+        # "None" must come within 120 characters of the name; its meaning runs to the end of its clause
+        paragraph = re.split(r"\n\s*\n", doc[match.end() :])[0]  # stay within the paragraph
+        paragraph = re.split(r"\n\s*[A-Za-z_]\w*(?:,\s*\w+)*:\s", paragraph)[0]  # and before the next argument
+        found = re.search(r"None\s*(?::|=|->)?\s*([^;.)]*)", paragraph[:120])
+        if found and not re.search(r"``\w+``\s*\(", paragraph[: found.start()]):  # not another argument's
+            clause = re.match(r"None\s*(?::|=|->)?\s*([^;.)]*)", paragraph[found.start() :])
+            assert clause is not None  # it matched at this position within the first 120 characters
+            meaning = " ".join(clause.group(1).split()).strip(" ,")
             if meaning.count("(") > meaning.count(")"):  # cut off where the docstring's aside begins
                 meaning = meaning[: meaning.rindex("(")].strip(" ,")
+            if meaning.startswith("or "):  # "None, or w: ..." describes the other values: None is off
+                meaning = f"off; {meaning}"
             return meaning or "off"
     return SHARED.get(name, "")
 

@@ -408,39 +408,42 @@ def export(
         raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
     from torch.nn.parameter import is_lazy
 
-    model = model.eval()
-    convention = None if inputs is not None else _convention_of(model)
-    plan = _plan(model, convention, inputs, path.suffix, dynamic, return_attention, batch, seq)
-    args, kwargs, check, dynamic_shapes, notes = plan
-    traced_outputs = _eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
-    metadata = deployment_metadata(model)
-    output_names = None if convention is None else _output_names(convention, len(traced_outputs), return_attention)
-    lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
-    if lazy:
-        raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        if path.suffix == ".pt2":
-            got = _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp, path, check)
-        else:
-            got = _write_onnx(model, args, kwargs, dynamic_shapes, metadata, output_names, tmp, path, check)
-        worst = _diff(got, _eager(model, *check))
-        if not worst <= tolerance:
-            raise ExportError(
-                f"the exported {path.suffix} file differs from the model by {worst:.3g} on new shapes "
-                f"(tolerance {tolerance:g}); nothing was written"
-            )
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    names = _parameter_names(model)
-    shapes = {
-        names[i] if i < len(names) else f"arg{i}": list(a.shape)
-        for i, a in enumerate(check[0])
-        if isinstance(a, torch.Tensor)
-    }
-    shapes.update({k: list(v.shape) for k, v in check[1].items() if isinstance(v, torch.Tensor)})
-    fixed = tuple({"keys": "seq", "queries": "queries"}[a] for a in _fixed_axes(model)) if dynamic else ()
-    return ExportResult(path, path.suffix[1:], worst, shapes, fixed, metadata, tuple(notes))
+    from attnzoo.layers.modes import kept_modes
+
+    with kept_modes(model):  # traced in eval mode; the caller's modes (and grad state) come back
+        model.eval()
+        convention = None if inputs is not None else _convention_of(model)
+        plan = _plan(model, convention, inputs, path.suffix, dynamic, return_attention, batch, seq)
+        args, kwargs, check, dynamic_shapes, notes = plan
+        traced_outputs = _eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
+        metadata = deployment_metadata(model)
+        output_names = None if convention is None else _output_names(convention, len(traced_outputs), return_attention)
+        lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
+        if lazy:
+            raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+        os.close(fd)
+        try:
+            if path.suffix == ".pt2":
+                got = _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp, path, check)
+            else:
+                got = _write_onnx(model, args, kwargs, dynamic_shapes, metadata, output_names, tmp, path, check)
+            worst = _diff(got, _eager(model, *check))
+            if not worst <= tolerance:
+                raise ExportError(
+                    f"the exported {path.suffix} file differs from the model by {worst:.3g} on new shapes "
+                    f"(tolerance {tolerance:g}); nothing was written"
+                )
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        names = _parameter_names(model)
+        shapes = {
+            names[i] if i < len(names) else f"arg{i}": list(a.shape)
+            for i, a in enumerate(check[0])
+            if isinstance(a, torch.Tensor)
+        }
+        shapes.update({k: list(v.shape) for k, v in check[1].items() if isinstance(v, torch.Tensor)})
+        fixed = tuple({"keys": "seq", "queries": "queries"}[a] for a in _fixed_axes(model)) if dynamic else ()
+        return ExportResult(path, path.suffix[1:], worst, shapes, fixed, metadata, tuple(notes))

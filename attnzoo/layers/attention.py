@@ -75,7 +75,7 @@ from attnzoo.layers.core import (
 from attnzoo.layers.lazy import LazyLayer
 from attnzoo.layers.normalizers import check_normalizer, normalize
 
-__all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "tiled_to_grouped", "POSITIONS", "LAYOUTS"]
+__all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "rope_tables", "tiled_to_grouped", "POSITIONS", "LAYOUTS"]
 
 POSITIONS = ("none", "rope", "alibi", "relpos")
 ROPE_LAYOUTS = ("half", "interleaved")
@@ -119,11 +119,22 @@ def rotate(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "h
     pairs (x_{2k}, x_{2k+1}) (RoFormer, rotary-embedding-torch, Meta's LLaMA). The angles are computed
     in float32 (float64 for float64 inputs): positions of long sequences need the digits.
     """
+    return _turn(x, rope_tables(positions, x.shape[-1], base, like=x), layout)
+
+
+def rope_tables(positions: Tensor, d: int, base: float, *, like: Tensor) -> tuple[Tensor, Tensor]:
+    """RoPE's ``(cos, sin)`` [L, d/2] for ``positions`` [L], in ``like``'s dtype and on its device: computed
+    once per call of a layer and shared by its queries and keys."""
+    work = torch.float64 if like.dtype == torch.float64 else torch.float32
+    freqs = base ** (-torch.arange(0, d // 2, device=like.device, dtype=work) * 2 / d)
+    angles = positions.to(device=like.device, dtype=work)[:, None] * freqs  # [L, d/2]
+    return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
+
+
+def _turn(x: Tensor, tables: tuple[Tensor, Tensor], layout: str) -> Tensor:
+    """x [..., L, d] turned by the angles of ``tables`` (see :func:`rotate`)."""
+    cos, sin = tables
     d = x.shape[-1]
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    freqs = base ** (-torch.arange(0, d // 2, device=x.device, dtype=work) * 2 / d)
-    angles = positions.to(device=x.device, dtype=work)[:, None] * freqs  # [L, d/2]
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     if layout == "half":
         first, second = x[..., : d // 2], x[..., d // 2 :]
         return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
@@ -469,8 +480,11 @@ class Attention(LazyLayer):
             return x
         return F.rms_norm(x, (x.shape[-1],), self.tensor(f"{which}_norm.weight"), eps=1e-6)
 
-    def _rotated(self, x: Tensor, positions: Tensor) -> Tensor:
-        return rotate(x, positions, self.rope_base, self.rope_layout) if self.positions == "rope" else x
+    def _rotated(self, x: Tensor, positions: Tensor, tables: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """x turned by RoPE at ``positions`` (``tables``: their angles, when the caller has them already)."""
+        if self.positions != "rope":
+            return x
+        return _turn(x, tables or rope_tables(positions, x.shape[-1], self.rope_base, like=x), self.rope_layout)
 
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty :class:`KVCache` for decoding ``batch_size`` sequences one step (or a few) at a time."""
@@ -532,8 +546,10 @@ class Attention(LazyLayer):
         mask3 = check_mask(self.name, mask, batch, seq, seq, like=x)
         x = neutralise(x, attended_keys(mask3))  # keys no query attends to: padding, whatever it holds
         positions = torch.arange(start, start + seq, device=x.device)
-        q = self._rotated(self._normed(self._heads(x, 0, self.num_heads), "q"), positions)
-        k = self._rotated(self._normed(self._heads(x, 1, self.num_kv_heads), "k"), positions)
+        q = self._normed(self._heads(x, 0, self.num_heads), "q")
+        tables = rope_tables(positions, q.shape[-1], self.rope_base, like=q) if self.positions == "rope" else None
+        q = self._rotated(q, positions, tables)  # queries and keys turn by the same angles
+        k = self._rotated(self._normed(self._heads(x, 1, self.num_kv_heads), "k"), positions, tables)
         v = self._heads(x, 2, self.num_kv_heads)
         if cache is not None:
             valid = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask3 is None else mask3[:, 0]

@@ -1,6 +1,6 @@
 """One variant's conformance check in a process of its own, for ``attnzoo check``.
 
-    python -m attnzoo.testing.child NAME [--property P ...] [--slow]
+    python -m attnzoo.testing.child NAME [--property P ...] [--slow] [--config JSON]
 
 prints ``start <property>`` as each property begins, then one line ``report <json>``. The parent reads
 them: a variant that ends its process (``os._exit``, a crash in native code) or hangs past every limit is
@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name")
     parser.add_argument("--property", action="append")
     parser.add_argument("--slow", action="store_true")
+    parser.add_argument("--config", type=json.loads, help="the config to check with (default: the card's example)")
     args = parser.parse_args(argv)
     from attnzoo.testing import check_model
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the kit feeds bad inputs on purpose; results say what matters
-        report = check_model(args.name, only=args.property or None, slow=args.slow, on_property=started)
+        report = check_model(args.name, args.config, only=args.property or None, slow=args.slow, on_property=started)
     out.write("report " + json.dumps(report.to_dict()) + "\n")
     out.flush()
     return 0

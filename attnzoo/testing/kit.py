@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import torch
 from attnzoo.core.spec import thaw
 from attnzoo.errors import AttnzooError, PropertyTimeout
 from attnzoo.io.folders import CONFIG_FILE, read_folder
+from attnzoo.layers.modes import kept_state
 from attnzoo.testing.conventions import get_convention
 from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
 from attnzoo.testing.report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
@@ -53,8 +54,10 @@ def _subject(
     config: Mapping[str, Any] | None,
     convention: str | None,
     exempt: Mapping[str, str] | None,
+    kept: ExitStack,
 ) -> tuple[Subject | None, dict[str, str], Result | None]:
-    """The subject to check, its exemptions, and a failed ``card`` result if it cannot be set up."""
+    """The subject to check, its exemptions, and a failed ``card`` result if it cannot be set up. The
+    modules a factory returns have their state kept in ``kept`` (see :func:`_kept_builds`)."""
     import attnzoo
 
     folder = saved_folder(name_or_factory)
@@ -83,13 +86,13 @@ def _subject(
         names = (shown, spec.name)
         registered, kind = True, spec.kind
     else:
-        factory = name_or_factory
-        if not callable(factory):
+        if not callable(name_or_factory):
             raise TypeError(
                 f"check_model takes a registered name, a saved folder or a factory, got {name_or_factory!r}"
             )
-        shown = getattr(factory, "__name__", repr(factory))
-        conv_name = convention or getattr(factory, "convention", "")
+        shown = getattr(name_or_factory, "__name__", repr(name_or_factory))
+        conv_name = convention or getattr(name_or_factory, "convention", "")
+        factory = _kept_builds(name_or_factory, kept)  # it may hand out the caller's own module
         example = dict(config or {})
         exemptions = dict(exempt or {})
 
@@ -237,7 +240,8 @@ def check_model(
     A property that the card exempts is not run and reported as exempt with the card's reason. When the
     variant does not build, every other property is skipped.
     """
-    subject, exemptions, card_problem = _subject(name_or_factory, config, convention, exempt)
+    kept = ExitStack()
+    subject, exemptions, card_problem = _subject(name_or_factory, config, convention, exempt, kept)
     shown = (
         subject.name
         if subject
@@ -255,6 +259,36 @@ def check_model(
             raise ValueError(f"unknown properties {sorted(unknown)}; known: {', '.join(PROPERTIES)}")
         wanted = [p for p in PROPERTIES if p in chosen or p == "builds"]
     skipped = set(skip)
+    with kept:  # the modules a factory handed out get their state back here
+        _run_properties(subject, report, wanted, exemptions, skipped, on_property)
+    return report
+
+
+def _kept_builds(build: Callable[..., Any], kept: ExitStack) -> Callable[..., Any]:
+    """``build``, with the state of every module it returns (modes, grad flags, weights, dtype, device)
+    saved the first time it is seen and put back when ``kept`` closes: a factory that returns the
+    caller's own module gets it back as it was, whatever the properties did to it."""
+    seen: set[int] = set()
+
+    def run(**kwargs: Any) -> Any:
+        model = build(**kwargs)
+        if isinstance(model, torch.nn.Module) and id(model) not in seen:
+            seen.add(id(model))
+            kept.enter_context(kept_state(model))
+        return model
+
+    return run
+
+
+def _run_properties(
+    subject: Subject,
+    report: Report,
+    wanted: list[str],
+    exemptions: Mapping[str, str],
+    skipped: set[str],
+    on_property: Callable[[str], None] | None,
+) -> None:
+    shown = report.variant
     try:
         with _isolated(property_time_limit()):
             _add_model_names(subject)
@@ -274,4 +308,3 @@ def check_model(
             result = check_property(subject, prop)
             report.results.append(result)
             built = not (prop == "builds" and result.failed)
-    return report

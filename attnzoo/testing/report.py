@@ -90,28 +90,25 @@ class Report:
 
 
 def format_table(reports: list[Report], width: int = 120, *, variant_width: int = 0, whole: bool = False) -> str:
-    """One row per variant and property: VARIANT, PROPERTY, STATUS, REASON (cut to ``width``, or with
-    ``whole`` given in full on indented lines below the row), then a line of totals. ``variant_width``
-    keeps the first column aligned across tables printed one by one."""
-    rows = [(r.variant, res.property, res.status, res.reason.replace("\n", " ")) for r in reports for res in r.results]
-    headers = ("VARIANT", "PROPERTY", "STATUS", "REASON")
-    widths = [
-        max([len(headers[i]), len("batch_independence") if i == 1 else 7] + [len(row[i]) for row in rows])
-        for i in range(3)
-    ]
-    widths[0] = max(widths[0], variant_width)
-    lines = []
-    for row in [headers, *rows]:
-        fixed = "  ".join(v.ljust(widths[i]) for i, v in enumerate(row[:3]))
-        room = max(width - len(fixed) - 2, 20)
-        if whole and len(row[3]) > room:
-            import textwrap
+    """One row per variant and property: VARIANT, PROPERTY, STATUS, REASON, then a line of totals. A reason
+    wider than its column goes on under itself, broken between words, never cut; ``whole`` keeps a
+    multi-line reason's own line breaks (otherwise its lines are joined into one paragraph). Either way
+    the reason starts on its property's row. ``variant_width`` keeps the first column aligned across
+    tables printed one by one."""
+    from attnzoo.io.tables import columns
 
-            lines.append(fixed.rstrip())
-            lines += textwrap.wrap(row[3], width=max(width - 4, 40), initial_indent="    ", subsequent_indent="    ")
-            continue
-        reason = row[3] if len(row[3]) <= room else row[3][: room - 1] + "…"
-        lines.append(f"{fixed}  {reason}".rstrip())
+    rows = [
+        (r.variant, res.property, res.status, res.reason.strip() if whole else " ".join(res.reason.split()))
+        for r in reports
+        for res in r.results
+    ]
+    lines = columns(
+        ("VARIANT", "PROPERTY", "STATUS", "REASON"),
+        rows,
+        width=width,
+        wrap=(3,),
+        minimum=(variant_width, len("batch_independence"), 7, 0),
+    )
     total = {PASSED: 0, FAILED: 0, EXEMPT: 0, SKIPPED: 0}
     for report in reports:
         for status, n in report.counts().items():

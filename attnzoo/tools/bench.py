@@ -92,6 +92,10 @@ def _padded_lengths(batch: int, seq: int) -> list[int]:
     return [seq if b % 2 == 0 else max(1, int(seq * 0.8)) for b in range(batch)]
 
 
+def _cuda_devices(device: str) -> list[int]:
+    return list(range(torch.cuda.device_count())) if device.startswith("cuda") else []
+
+
 def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     """A zero-argument step of ``case`` (fresh weights, inputs from its convention) and the model."""
     import attnzoo
@@ -101,18 +105,20 @@ def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     if not spec.convention:
         raise ConfigError(f"{case.name}: its card names no convention, so bench cannot build its inputs")
     convention = get_convention(spec.convention)
-    torch.manual_seed(0)
-    model = attnzoo.create(case.name, config=dict(case.config) or None, dtype=case.dtype, device=case.device)
-    model.train(case.backward)
-    convention = convention.for_config(model_config(model))
-    sample = sample_inputs(
-        model,
-        convention,
-        batch=case.batch,
-        seq=case.seq,
-        queries=case.queries,
-        lengths=_padded_lengths(case.batch, case.seq) if convention.has_mask else None,
-    )
+    # the same weights and inputs every time, and the caller's random generators as they were
+    with torch.random.fork_rng(devices=_cuda_devices(case.device)):
+        torch.manual_seed(0)
+        model = attnzoo.create(case.name, config=dict(case.config) or None, dtype=case.dtype, device=case.device)
+        model.train(case.backward)
+        convention = convention.for_config(model_config(model))
+        sample = sample_inputs(
+            model,
+            convention,
+            batch=case.batch,
+            seq=case.seq,
+            queries=case.queries,
+            lengths=_padded_lengths(case.batch, case.seq) if convention.has_mask else None,
+        )
     if case.device != "cpu" or not any(True for _ in model.parameters()):
         sample = convention.cast(sample, device=case.device)
     if case.backward:
@@ -289,8 +295,25 @@ def run(
     progress: Callable[[str], None] | None = None,
 ) -> list[Measurement]:
     """Measure every case at every sweep point; at each point the cases alternate round by round.
-    ``progress`` is told each step as it starts (``attnzoo bench`` shows it on a terminal)."""
+    ``progress`` is told each step as it starts (``attnzoo bench`` shows it on a terminal). The caller's
+    torch thread count and random generators are left as they were."""
+    before = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng(devices=_cuda_devices(cases[0].device if cases else "cpu")):
+            return _run(cases, sweep, rounds, min_run_time, memory, threads, progress)
+    finally:
+        torch.set_num_threads(before)  # the caller's thread count, whatever ``threads`` set
 
+
+def _run(
+    cases: Sequence[Case],
+    sweep: tuple[str, Sequence[Any]] | None,
+    rounds: int,
+    min_run_time: float,
+    memory: bool,
+    threads: int | None,
+    progress: Callable[[str], None] | None,
+) -> list[Measurement]:
     def say(what: str) -> None:
         if progress is not None:
             progress(what)

@@ -211,6 +211,7 @@ def _write_ensemble(
     ensemble = _ensemble(config, members)
     subset_size = int(meta.check_subset)
     test, subset, metrics = card_metrics(task, ensemble, subset_size)
+    scored = len(task.subset(subset_size))  # the size really scored: the test split may be smaller
     shared = {key: getattr(meta, key) for key in _SHARED if getattr(meta, key) is not None}
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     if validation is not None:
@@ -225,7 +226,7 @@ def _write_ensemble(
         "members": described,
         "validation": validation,
         "test": test,
-        "subset": {"size": subset_size, **subset},
+        "subset": {"size": scored, **subset},
         "card_entry": {
             "file": output.name,
             "sha256": digest,

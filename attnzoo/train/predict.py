@@ -26,6 +26,7 @@ import torch
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, UnknownTokensWarning
 from attnzoo.io.text import Vocabulary, pad_batch, tokenize
+from attnzoo.layers.modes import kept_modes
 
 __all__ = [
     "Label",
@@ -120,8 +121,9 @@ def _display_name(label: str) -> str:
 
 
 def trained_model(model_or_name: Any) -> tuple[torch.nn.Module, RunRecord]:
-    """A trained model (in eval mode) and its record, from a pretrained name, a run folder or weights file
-    written by ``attnzoo train``, or the module itself; a ConfigError for anything that has no record."""
+    """A trained model and its record, from a pretrained name, a run folder or weights file written by
+    ``attnzoo train`` (loaded in eval mode), or the module itself (returned in the mode it is in: the
+    caller's); a ConfigError for anything that has no record."""
     import attnzoo
 
     if isinstance(model_or_name, torch.nn.Module):
@@ -137,7 +139,7 @@ def trained_model(model_or_name: Any) -> tuple[torch.nn.Module, RunRecord]:
             "predict needs weights that carry their vocabulary and labels: a pretrained name "
             "(attnzoo list --pretrained), or a run folder or file written by attnzoo train"
         )
-    return model.eval(), record
+    return (model if model is model_or_name else model.eval()), record
 
 
 def _vocabulary(record: RunRecord) -> Vocabulary:
@@ -199,23 +201,25 @@ def predict(
     if not all(isinstance(t, str) for t in batch):
         raise ConfigError("predict takes a string or a list of strings")
     model, meta = trained_model(model_or_name)
-    if meta.output != "g2p":
-        results = _classify(model, meta, batch, top=top, threshold=threshold, return_attention=return_attention)
-    else:
-        results = []
-        for text in batch:  # a loop, not a comprehension, so that warnings point at the caller's line
-            results.append(
-                predict_one(
-                    model,
-                    meta,
-                    text,
-                    top=top,
-                    threshold=threshold,
-                    return_attention=return_attention,
-                    beam_size=beam_size,
-                    _stack=4,
+    with kept_modes(model):  # a caller's model (mid-training, say) gets its modes back: dropout stays on
+        model.eval()
+        if meta.output != "g2p":
+            results = _classify(model, meta, batch, top=top, threshold=threshold, return_attention=return_attention)
+        else:
+            results = []
+            for text in batch:  # a loop, not a comprehension, so that warnings point at the caller's line
+                results.append(
+                    predict_one(
+                        model,
+                        meta,
+                        text,
+                        top=top,
+                        threshold=threshold,
+                        return_attention=return_attention,
+                        beam_size=beam_size,
+                        _stack=4,
+                    )
                 )
-            )
     return results[0] if single else results
 
 

@@ -26,7 +26,11 @@ from attnzoo.train.metrics import accuracy, g2p_scores, g2p_scores_both, macro_f
 from attnzoo.train.sources import SOURCES
 from attnzoo.train.splits import assign_split, split_indices
 
-__all__ = ["TASKS", "build_task", "Task"]
+__all__ = ["TASKS", "build_task", "Task", "MIN_TUNING_ROWS", "MIN_TUNING_POSITIVES"]
+
+# the least validation data the multi-label decision threshold is tuned on without a warning
+MIN_TUNING_ROWS = 100
+MIN_TUNING_POSITIVES = 5  # positive labels per label, on average
 
 
 def _batches_of(
@@ -197,6 +201,8 @@ class _MultiLabelTask(_TextTask):
     ``self.threshold`` (tuned on validation). Metrics: micro/macro-F1 at the threshold, P@1 and P@5."""
 
     main_metric = "micro_f1"
+    labels: list[list[int]]  # per text, the indices of its labels; load() fills it
+    label_names: list[str]
 
     def model_config(self):
         return {"vocab_size": len(self.vocab), "num_labels": len(self.label_names)}
@@ -214,6 +220,22 @@ class _MultiLabelTask(_TextTask):
 
     def loss(self, model, batch, label_smoothing=0.0):
         return F.binary_cross_entropy_with_logits(model(batch["tokens"]), batch["target"])
+
+    def threshold_problem(self, indices) -> str | None:
+        """Why ``indices`` (the validation split) are too few to tune the decision threshold on, with the
+        numbers; None when they will do (at least ``MIN_TUNING_ROWS`` rows and ``MIN_TUNING_POSITIVES``
+        positives per label on average: the threshold is one number for all labels, tuned on their pooled
+        micro-F1)."""
+        labels = len(self.label_names)
+        positives = sum(len(self.labels[i]) for i in indices)
+        per_label = positives / labels if labels else 0.0
+        if len(indices) >= MIN_TUNING_ROWS and per_label >= MIN_TUNING_POSITIVES:
+            return None
+        return (
+            f"the validation split has {len(indices)} rows and {positives} positive labels over {labels} labels "
+            f"({per_label:.1f} per label); tuning the decision threshold wants at least {MIN_TUNING_ROWS} rows and "
+            f"{MIN_TUNING_POSITIVES} positives per label"
+        )
 
     def tune_threshold(self, model, indices) -> float:
         """The global decision threshold with the best micro-F1 on ``indices`` (the validation split)."""

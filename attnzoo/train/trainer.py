@@ -28,6 +28,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,21 @@ import torch
 
 import attnzoo
 from attnzoo.core.record import RunRecord
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, ThresholdWarning
 from attnzoo.io.weights import encode_metadata, write_weights
+from attnzoo.layers.modes import kept_modes
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.tasks import build_task, task_of
 
-__all__ = ["train", "load_recipe", "builtin_recipes", "complete_recipe", "evaluate_file", "evaluate_pretrained"]
+__all__ = [
+    "train",
+    "load_recipe",
+    "builtin_recipes",
+    "complete_recipe",
+    "evaluate_file",
+    "evaluate_pretrained",
+    "ThresholdWarning",
+]
 
 
 RECIPES = Path(__file__).parent / "recipes"
@@ -132,10 +142,10 @@ TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 32, "lr": 0.002}  # what `attnzoo 
 TRAIN_KEYS = frozenset(["epochs", "batch_size", "lr", "weight_decay", "clip", "warmup_steps", "threads", "device"])
 TRAIN_KEYS |= frozenset(["time_budget_min", "patience", "average_last", "label_smoothing"])
 TASK_KEYS = frozenset(["name", "max_len", "limit", "split_seed", "fractions", "vocab", "num_labels"])
-TASK_KEYS |= frozenset(["beam_size", "length_penalty"])
+TASK_KEYS |= frozenset(["beam_size", "length_penalty", "threshold"])
 DATA_KEYS = frozenset(["name", "task", "train", "validation", "test", "text", "labels", "target", "label_separator"])
 DATA_KEYS |= frozenset(["labels_file", "validation_fraction", "split_seed", "max_len", "vocab", "limit"])
-DATA_KEYS |= frozenset(["beam_size", "length_penalty", "evaluate_file"])
+DATA_KEYS |= frozenset(["beam_size", "length_penalty", "evaluate_file", "threshold"])
 VOCAB_KEYS = frozenset(["min_freq", "max_size"])
 
 
@@ -436,6 +446,11 @@ def train(
     baseline = baseline and _have_sklearn(run.verbose)  # said at the start, not after the last epoch
     for note in getattr(run.task, "notes", []):
         run.say(note)
+    key, fixed = _threshold_setting(run.task)  # a bad data.threshold fails now, not after training
+    if fixed is None and hasattr(run.task, "threshold_problem") and run.task.splits["val"]:
+        problem = run.task.threshold_problem(run.task.splits["val"])
+        if problem:  # said now too, so that a run can be stopped and given more validation data
+            run.say(f"note: {problem}; {key}=0.5 decides at a fixed 0.5 instead")
     _build_model(run)
     _schedule(run, resume)
     data = run.task.describe_data()
@@ -611,11 +626,11 @@ def _finish(run: _Run, export: str | Path | None, baseline: bool) -> dict[str, A
     # the weights ship in float16: tune and measure the model as it will be loaded
     half = float16_state(model)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in half.items()})
-    if hasattr(task, "tune_threshold") and task.splits["val"]:
-        task.tune_threshold(model, task.splits["val"])  # on validation only
+    notes = _decision_threshold(run)
     subset_size = int(recipe.get("check_subset", 2000))
     test, subset, metrics = card_metrics(task, model, subset_size)
-    report = _report(run, test, subset, subset_size, baseline)
+    report = _report(run, test, subset, len(task.subset(subset_size)), baseline)
+    report["warnings"] = notes
     extra = {
         **task.metadata(),
         "metrics": metrics,
@@ -633,12 +648,59 @@ def _finish(run: _Run, export: str | Path | None, baseline: bool) -> dict[str, A
     report["card_entry"] = _card_entry(run, report, metrics, target)
     run.output.mkdir(parents=True, exist_ok=True)
     (run.output / "report.json").write_text(json.dumps(report, indent=1))
+    shown = report["subset"]["size"]  # what the subset really holds: the test split may be smaller
+    whole = " (the whole test split)" if shown == len(task.splits["test"]) else ""
     run.say(
-        f"test: {test or 'no test split'}\nsubset[{subset_size}]: {subset}\nbaseline: {report['baseline']}\n"
+        f"test: {test or 'no test split'}\nsubset[{shown}]{whole}: {subset}\nbaseline: {report['baseline']}\n"
         f"weights: {target} sha256 {report['sha256']} ({report['train_time_s'] / 60:.1f} min)\n"
         f"run folder: {run.output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
     )
     return report
+
+
+def _threshold_setting(task: Any) -> tuple[str, float | None]:
+    """The recipe key of a fixed decision threshold (``data.threshold`` or ``task.threshold``) and its
+    value (None: tuned on validation); a ConfigError for anything but a probability, or for a task that
+    decides without a threshold."""
+    key = ("data." if task.config.get("name") == "files" else "task.") + "threshold"
+    fixed = task.config.get("threshold")
+    if fixed is None:
+        return key, None
+    if isinstance(fixed, bool) or not isinstance(fixed, (int, float)) or not 0 < fixed < 1:
+        raise ConfigError(f"{key} must be a probability between 0 and 1, got {fixed!r}")
+    if not hasattr(task, "tune_threshold"):
+        raise ConfigError(f"{key} is the multi-label decision threshold; the {task.name} task has none")
+    return key, float(fixed)
+
+
+def _decision_threshold(run: _Run) -> list[str]:
+    """Set a multi-label task's decision threshold: the run's fixed one (``data.threshold``), else the best
+    on validation; a validation split too small to tune on is a warning (returned, said and warned)."""
+    task, model = run.task, run.model
+    key, fixed = _threshold_setting(task)
+    if not hasattr(task, "tune_threshold"):
+        return []
+    if fixed is not None:
+        task.threshold = fixed
+        return []
+    val = task.splits["val"]
+    problem = task.threshold_problem(val)
+    if not val:
+        task.threshold = 0.5
+        note = f"there is no validation split to tune the decision threshold on: it stays at 0.5 (set {key})"
+    elif problem is not None:
+        task.tune_threshold(model, val)  # on validation only
+        note = (
+            f"{problem}: the tuned threshold {task.threshold:.2f} may not carry over to new data. To decide at "
+            f"the fixed 0.5 instead, train with {key}=0.5, or predict and evaluate with --threshold 0.5 "
+            f"(threshold=0.5 from Python)"
+        )
+    else:
+        task.tune_threshold(model, val)
+        return []
+    run.say(f"warning: {note}")
+    warnings.warn(note, ThresholdWarning, stacklevel=4)
+    return [note]
 
 
 def _report(run: _Run, test: dict, subset: dict, subset_size: int, baseline: bool) -> dict[str, Any]:
@@ -768,7 +830,6 @@ def evaluate_file(
         model = attnzoo.load(model_or_path)
     else:
         model = attnzoo.create(str(model_or_path), pretrained=True)
-    model.eval()
     record = RunRecord.of(model, model_or_path if isinstance(model_or_path, (str, Path)) else None)
     kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq"}
     if not record.trained or record.output not in kinds:
@@ -786,7 +847,8 @@ def evaluate_file(
         metadata["threshold"] = float(threshold)
     task = build_task(config, metadata=metadata)
     indices = task.splits["test"]
-    scores = task.evaluate(model, indices)
+    with kept_modes(model):  # scored in eval mode; a caller's model (mid-training) gets its modes back
+        scores = task.evaluate(model, indices)
     out: dict[str, Any] = {"file": str(path), "rows": len(indices), "task": config["task"], **scores}
     if getattr(task, "threshold", None) is not None and config["task"] == "multi_label":
         out["threshold"] = task.threshold

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from attnzoo.cli.common import UsageError, emit_json, positive_int
-from attnzoo.errors import AttnzooError
+from attnzoo.cli.common import UsageError, emit_json, parse_variants, positive_int
+from attnzoo.errors import ConfigError
 
 HELP = "time and memory of variants on your shapes"
 
@@ -16,8 +16,10 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "names",
         nargs="+",
-        metavar="NAME|key=value",
-        help="one or more registered variants (alternated round by round), then config pairs for all",
+        metavar="NAME|key=value|NAME:key=value|FILE.yaml",
+        help="registered variants or saved folders (alternated round by round); key=value sets a key for "
+        "every variant, NAME:key=value for that one (mha:num_heads=4 gqa:num_kv_heads=2); a YAML file maps "
+        "variants to their settings (mha: {num_heads: 4})",
     )
     p.add_argument("--batch", type=positive_int, default=8)
     p.add_argument("--seq", type=positive_int, default=512)
@@ -40,28 +42,23 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.core.config import parse_overrides
     from attnzoo.core.create import parse_dtype
     from attnzoo.core.registry import model_info
-    from attnzoo.tools.bench import Case, format_csv, format_table, plot, run
+    from attnzoo.tools.bench import format_csv, format_table, plot, run
 
-    pairs = [p for p in args.names if "=" in p]
-    names = [p for p in args.names if "=" not in p]
-    if not names:
+    variants = parse_variants(args.names)
+    if not variants.names:
         raise UsageError("name at least one registered variant (`attnzoo list` shows them) or saved folder to measure")
-    try:
-        config = parse_overrides(pairs)
-    except AttnzooError as e:
-        raise UsageError(str(e)) from None
     from pathlib import Path
 
     from attnzoo.io.folders import read_folder
 
-    folders: dict[str, dict[str, Any]] = {}  # a saved folder (a converted Keras model) measures its own config
-    for name in names:
-        if Path(name).is_dir():
+    cases = []
+    for name in variants.names:
+        config, label = variants.config(name), ""
+        if Path(name).is_dir():  # a saved folder (a converted Keras model) measures its own config
             record = read_folder(name)
-            folders[name] = {"name": record["name"], "config": {**record["config"], **config}}
-            model_info(record["name"])
-        else:
-            model_info(name)
+            name, config, label = record["name"], {**record["config"], **config}, Path(name).name
+        model_info(name)
+        cases.append(_case(name, config, label, args))
     parse_dtype(args.dtype)
     sweep = None
     if args.sweep:
@@ -69,29 +66,18 @@ def run(args: argparse.Namespace) -> int:
         if not key or not values:
             raise UsageError(f"--sweep wants KEY=V1,V2,..., e.g. seq=512,1024,2048; got {args.sweep!r}")
         sweep = (key, [parse_overrides([f"v={v}"])["v"] for v in values.split(",")])
-    cases = [
-        Case(
-            folders[name]["name"] if name in folders else name,
-            folders[name]["config"] if name in folders else config,
-            label=Path(name).name if name in folders else "",
-            batch=args.batch,
-            seq=args.seq,
-            dtype=args.dtype,
-            device=args.device,
-            backward=args.backward,
-            compile=args.compile,
+    try:
+        results = run(
+            cases,
+            sweep=sweep,
+            rounds=args.rounds,
+            min_run_time=args.min_run_time,
+            memory=not args.no_memory,
+            threads=args.threads,
+            progress=_terminal_progress() if sys.stderr is not None and sys.stderr.isatty() else None,
         )
-        for name in names
-    ]
-    results = run(
-        cases,
-        sweep=sweep,
-        rounds=args.rounds,
-        min_run_time=args.min_run_time,
-        memory=not args.no_memory,
-        threads=args.threads,
-        progress=_terminal_progress() if sys.stderr is not None and sys.stderr.isatty() else None,
-    )
+    except ConfigError as e:
+        raise ConfigError(f"{e}{_shared_key_hint(str(e), variants)}") from None
     if sys.stderr is not None and sys.stderr.isatty():
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     if args.json:
@@ -110,6 +96,30 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--plot draws a sweep; add --sweep KEY=V1,V2,...")
         print(f"plot: {plot(results, sweep[0], args.plot)}", file=sys.stderr)
     return 0
+
+
+def _shared_key_hint(message: str, variants: Any) -> str:
+    """Where a key set for every variant is unknown to one of them: how to set it for some only."""
+    for key, value in variants.shared.items():
+        if f"unknown config key {key!r}" in message and len(variants.names) > 1:
+            return f" (key=value sets a key for every variant; NAME:{key}={value} sets it for one)"
+    return ""
+
+
+def _case(name: str, config: dict[str, Any], label: str, args: argparse.Namespace) -> Any:
+    from attnzoo.tools.bench import Case
+
+    return Case(
+        name,
+        config,
+        label=label,
+        batch=args.batch,
+        seq=args.seq,
+        dtype=args.dtype,
+        device=args.device,
+        backward=args.backward,
+        compile=args.compile,
+    )
 
 
 def _terminal_progress() -> Any:

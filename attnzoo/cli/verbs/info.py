@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnzoo.cli.common import emit_json, metrics_text
+from attnzoo.cli.common import emit_json, metrics_text, print_fields
 
 HELP = "show a model card"
 
@@ -23,27 +23,18 @@ def run(args: argparse.Namespace) -> int:
         emit_json(data)
         return 0
     print(f"{spec.name}  ({spec.kind}, provider {spec.provider})")
-    for key in ("summary", "reference", "factory", "source"):
-        if data[key]:
-            print(f"  {key + ':':<11}{data[key]}")
+    print_fields([(key + ":", data[key]) for key in ("summary", "reference", "factory", "source") if data[key]])
     from attnzoo.core.signatures import config_rows
 
     print("  config (every constructor argument):")
     rows = config_rows(spec)
-    if not rows:
-        print("    (none)")
-    for key, described in rows:
-        print(f"    {key:<20}{described}")
+    print_fields(rows or [("(none)", "")], indent=4)
     if data["weights"]:
         print("  weights:" + (f"  (default {spec.default_tag})" if spec.default_tag else ""))
         for tag, w in data["weights"].items():
             print(f"    {spec.name}.{tag}")
-            print(f"      {'file:':<12}{w['file']}  sha256 {w['sha256'][:16]}…")
-            for key in ("dataset", "license", "recipe", "train_time"):
-                if w[key]:
-                    print(f"      {key + ':':<12}{w[key]}")
-            if w["metrics"]:
-                print(f"      {'metrics:':<12}{metrics_text(w['metrics'])}")
-            if w["baseline"]:
-                print(f"      {'baseline:':<12}{metrics_text(w['baseline'])}")
+            fields = [("file:", f"{w['file']}  sha256 {w['sha256'][:16]}…")]
+            fields += [(key + ":", w[key]) for key in ("dataset", "license", "recipe", "train_time") if w[key]]
+            fields += [(key + ":", metrics_text(w[key])) for key in ("metrics", "baseline") if w[key]]
+            print_fields(fields, indent=6)
     return 0

@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
         print_table(["NAME", "BACKEND NAME", "SUMMARY"], [(r["name"], r["backend_name"], r["summary"]) for r in rows])
     elif args.pretrained:
         print_table(
-            ["NAME", "DATASET", "METRICS"], [(r["name"], r["dataset"], metrics_text(r["metrics"])) for r in rows]
+            ["NAME", "DATASET", "METRICS"],
+            [(r["name"], r["dataset"], metrics_text(r["metrics"])) for r in rows],
+            wrap=(1, 2),
         )
     else:
         print_table(

@@ -1,0 +1,254 @@
+"""Cached decoding of docs/decoding.md's language model, against x-transformers and against the bare
+computation, in one run.
+
+    python benchmarks/decoding.py [--rounds 7] [--tokens 256] [--quick] [--write-docs]
+
+The model is the page's ``DecoderLM``, taken from the page itself (its first runnable code block), at
+64 wide, 2 layers, 4 heads, RoPE, a vocabulary of 256: greedy generation of ``--tokens`` new tokens after
+a 16-token prompt, each step through the attention layers' KV caches.
+
+* **against x-transformers**: ``AutoregressiveWrapper(TransformerWrapper(Decoder(...))).generate(...,
+  temperature=0, cache_kv=True)`` at the same sizes (dim 64, depth 2, 4 heads of 16, rotary positions
+  on all 16 dimensions, RMSNorm, a 4x GELU feed-forward, the same key/value heads: the same parameter
+  count, which the script prints), each library through its own generation loop and its own cache.
+  Tokens per second, and the speed-up (x-transformers' time over ours, the median of the per-round
+  ratios; > 1: attnzoo is faster).
+* **against one token's compute through SDPA**: the same weights decoded by a loop written directly in
+  torch, with nothing but each token's arithmetic: RMSNorm, the projections, RoPE from tables computed
+  once, the new keys and values written into preallocated buffers, one
+  ``F.scaled_dot_product_attention`` over them, the MLP and the head. It generates the same tokens (the
+  script checks), so the ratio of the two per-step times is what the model's layers, checks and cache
+  bookkeeping add to the arithmetic.
+
+Times are medians of rounds in which the implementations alternate, on one thread (a step of this model
+is too small to split between threads); writes
+benchmarks/results/decoding.json and, with --write-docs, the table into docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    HERE,
+    ROOT,
+    markdown_table,
+    paired_speedup,
+    steady_allocator,
+    update_doc_section,
+    write_json,
+)
+
+from attnzoo.tools import bench  # noqa: E402
+
+PAGE = ROOT / "docs" / "decoding.md"
+VOCAB, DIM, DEPTH, HEADS, PROMPT = 256, 64, 2, 4, 16
+# One thread: a decoding step of a 64-wide model is a chain of operations on a few thousand numbers,
+# too small to split; on a shared machine a second thread only adds the wait for it to be scheduled.
+THREADS = 1
+
+
+def page_namespace() -> dict:
+    """The names docs/decoding.md's first runnable Python block defines (``DecoderLM``, ``pick``)."""
+    text = PAGE.read_text(encoding="utf-8")
+    code = re.search(r"<!-- runnable -->\n```python\n(.*?)^```", text, re.S | re.M)
+    if code is None:
+        raise SystemExit(f"{PAGE}: no runnable Python block")
+    namespace: dict = {}
+    exec(compile(code.group(1), str(PAGE), "exec"), namespace)
+    return namespace
+
+
+def ours(kv_heads: int | None) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return page_namespace()["DecoderLM"](VOCAB, dim=DIM, depth=DEPTH, heads=HEADS, kv_heads=kv_heads).eval()
+
+
+def theirs(kv_heads: int | None, max_len: int):
+    from x_transformers import AutoregressiveWrapper, Decoder, TransformerWrapper
+
+    torch.manual_seed(0)
+    net = TransformerWrapper(
+        num_tokens=VOCAB,
+        max_seq_len=max_len,
+        use_abs_pos_emb=False,
+        attn_layers=Decoder(
+            dim=DIM,
+            depth=DEPTH,
+            heads=HEADS,
+            attn_dim_head=DIM // HEADS,
+            attn_kv_heads=kv_heads or HEADS,
+            rotary_pos_emb=True,
+            rotary_emb_dim=DIM // HEADS,  # every dimension of a head turned, as attnzoo's RoPE does
+            use_rmsnorm=True,
+            verbose=False,
+        ),
+    )
+    return AutoregressiveWrapper(net).eval()
+
+
+def sdpa_generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy decoding of ``model`` (a DecoderLM) written directly in torch: one token's arithmetic per step,
+    keys and values in preallocated buffers, one F.scaled_dot_product_attention per layer."""
+    batch, length = prompt.shape
+    total = length + new_tokens
+    d = DIM // HEADS
+    inv = 10000.0 ** (-torch.arange(0, d // 2, dtype=torch.float32) * 2 / d)
+    angles = torch.arange(total, dtype=torch.float32)[:, None] * inv  # RoPE tables, computed once
+    cos, sin = angles.cos(), angles.sin()
+    layers = []
+    for block in model.blocks:
+        attn = block.attn
+        g = attn.num_kv_heads
+        weights = (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight)
+        keys, values = torch.zeros(batch, g, total, d), torch.zeros(batch, g, total, d)
+        layers.append((block, weights, g, keys, values))
+
+    def rope(x: torch.Tensor, at: slice) -> torch.Tensor:
+        c, s = cos[at], sin[at]
+        first, second = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat([first * c - second * s, first * s + second * c], dim=-1)
+
+    def forward(tokens: torch.Tensor, start: int) -> torch.Tensor:
+        x = model.embed(tokens)
+        steps = tokens.shape[1]
+        at = slice(start, start + steps)
+        for block, (wq, wk, wv, wo), g, keys, values in layers:
+            h = F.rms_norm(x, (DIM,), block.attn_norm.weight, block.attn_norm.eps)
+            q = rope(F.linear(h, wq).view(batch, steps, HEADS, d).transpose(1, 2), at)
+            keys[:, :, at] = rope(F.linear(h, wk).view(batch, steps, g, d).transpose(1, 2), at)
+            values[:, :, at] = F.linear(h, wv).view(batch, steps, g, d).transpose(1, 2)
+            out = F.scaled_dot_product_attention(
+                q,
+                keys[:, :, : start + steps],
+                values[:, :, : start + steps],
+                is_causal=steps > 1,
+                enable_gqa=g != HEADS,
+            )
+            x = x + F.linear(out.transpose(1, 2).reshape(batch, steps, DIM), wo)
+            x = x + block.mlp(F.rms_norm(x, (DIM,), block.mlp_norm.weight, block.mlp_norm.eps))
+        return model.head(F.rms_norm(x[:, -1], (DIM,), model.norm.weight, model.norm.eps))
+
+    with torch.no_grad():
+        tokens = prompt
+        logits = forward(prompt, 0)
+        for position in range(length, total):
+            next_token = logits.argmax(-1, keepdim=True)
+            tokens = torch.cat([tokens, next_token], dim=1)
+            if position + 1 < total:
+                logits = forward(next_token, position)
+    return tokens
+
+
+def measure(batch: int, kv_heads: int | None, tokens: int, rounds: int, min_run_time: float) -> dict:
+    model = ours(kv_heads)
+    reference = theirs(kv_heads, PROMPT + tokens)
+    prompt = torch.randint(0, VOCAB, (batch, PROMPT), generator=torch.Generator().manual_seed(0))
+    ours_out = model.generate(prompt, tokens)
+    bare_out = sdpa_generate(model, prompt, tokens)
+    if not torch.equal(ours_out, bare_out):
+        raise SystemExit("the SDPA loop does not generate the model's tokens: it is not the same computation")
+    cached = reference.generate(prompt, tokens, temperature=0.0, cache_kv=True)
+    if not torch.equal(cached, reference.generate(prompt, tokens, temperature=0.0, cache_kv=False)):
+        raise SystemExit("x-transformers' cached generation differs from its uncached one")
+    times = bench.time_alternating(
+        {
+            "attnzoo": lambda: model.generate(prompt, tokens),
+            "x-transformers": lambda: reference.generate(prompt, tokens, temperature=0.0, cache_kv=True),
+            "sdpa": lambda: sdpa_generate(model, prompt, tokens),
+        },
+        rounds=rounds,
+        min_run_time=min_run_time,
+        threads=THREADS,
+    )
+    median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
+    row = {
+        "batch": batch,
+        "kv_heads": kv_heads or HEADS,
+        "new_tokens": tokens,
+        "parameters": {
+            "attnzoo": sum(p.numel() for p in model.parameters()),
+            "x-transformers": sum(p.numel() for p in reference.parameters()),
+        },
+        "tokens_per_s": {name: batch * tokens / t for name, t in median.items()},
+        "step_ms": {name: t / tokens * 1e3 for name, t in median.items()},
+        "speedup_over_x_transformers": paired_speedup(times["x-transformers"], times["attnzoo"]),
+        "step_over_sdpa": 1 / paired_speedup(times["sdpa"], times["attnzoo"]),
+    }
+    print(row, flush=True)
+    return row
+
+
+def docs_table(out: dict) -> str:
+    rows = [
+        [
+            r["batch"],
+            f"{HEADS} / {r['kv_heads']}",
+            f"{r['tokens_per_s']['attnzoo']:,.0f}",
+            f"{r['tokens_per_s']['x-transformers']:,.0f}",
+            f"**{r['speedup_over_x_transformers']:.2f}x**",
+            f"{r['step_ms']['attnzoo']:.3f}",
+            f"{r['step_ms']['sdpa']:.3f}",
+            f"{r['step_over_sdpa']:.2f}",
+        ]
+        for r in out["rows"]
+    ]
+    header = (
+        f"{out['machine']}; docs/decoding.md's `DecoderLM` (dim {DIM}, {DEPTH} layers, RoPE, "
+        f"vocabulary {VOCAB}), greedy, {out['rows'][0]['new_tokens']} new tokens after a {PROMPT}-token prompt, "
+        f"medians of {out['rounds']} alternating rounds (`python benchmarks/decoding.py`)."
+    )
+    table = markdown_table(
+        [
+            "batch",
+            "heads / kv heads",
+            "attnzoo tokens/s",
+            "x-transformers tokens/s",
+            "attnzoo speed-up",
+            "attnzoo ms/step",
+            "SDPA loop ms/step",
+            "attnzoo / SDPA loop",
+        ],
+        rows,
+    )
+    return header + "\n\n" + table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--tokens", type=int, default=256, help="new tokens per generation")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 32 tokens, 2 rounds")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(THREADS)
+    steady_allocator()
+    tokens, rounds = (32, 2) if args.quick else (args.tokens, args.rounds)
+    min_run_time = 0.05 if args.quick else 1.0
+    out = {
+        "machine": f"torch {torch.__version__}, {THREADS} thread, float32, CPU",
+        "rounds": rounds,
+        "rows": [
+            measure(1, None, tokens, rounds, min_run_time),
+            measure(1, 2, tokens, rounds, min_run_time),
+            measure(8, None, tokens, rounds, min_run_time),
+        ],
+    }
+    write_json(HERE / "results" / ("decoding-quick.json" if args.quick else "decoding.json"), out)
+    text = docs_table(out)
+    if args.write_docs and not args.quick:
+        update_doc_section(ROOT / "docs" / "performance.md", "decoding", text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
