@@ -9,6 +9,8 @@ import pty
 import subprocess
 import sys
 
+import pytest
+
 from attnzoo.tools.bench import Case, run
 
 from .conftest import ROOT, run_cli
@@ -27,6 +29,7 @@ def test_run_reports_every_step_as_it_starts():
     assert rounds == ["round 1/2: mha", "round 1/2: gqa", "round 2/2: mha", "round 2/2: gqa"]  # alternating
 
 
+@pytest.mark.slow
 def test_bench_shows_progress_on_a_terminal_and_nothing_elsewhere():
     args = ["bench", "mha", "embed_dim=8", "num_heads=2", "--batch", "2", "--seq", "4", "--rounds", "2", "--no-memory"]
     piped = run_cli(*args)

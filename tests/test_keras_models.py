@@ -203,6 +203,7 @@ def recipes(draw):
     return recipe
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(recipe=recipes(), seed=st.integers(0, 2**16))
 def test_random_models_predict_what_keras_predicts(oracle, tmp_path_factory, recipe, seed):
@@ -366,6 +367,7 @@ def test_a_stateful_rnn_is_refused_by_name(oracle, tmp_path):
 
 
 # -- the command line ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_converts_a_whole_model_into_a_folder_that_loads(oracle, tmp_path):
     from .conftest import run_cli
 

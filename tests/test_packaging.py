@@ -60,6 +60,7 @@ def test_a_wheel_install_finds_the_cards_and_weights(tmp_path):
     assert n_models == len(list((ROOT / "registry").glob("*.yaml"))) and n_pretrained >= 1
 
 
+@pytest.mark.slow
 def test_the_core_lists_creates_loads_exports_and_predicts_without_any_extra(tmp_path):
     """A base install (torch, timm, pluggy, omegaconf, safetensors): every package of an extra is made
     unimportable, and the user's first hour still works; the train extra is asked for by name only when

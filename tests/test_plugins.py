@@ -471,6 +471,7 @@ def test_a_plugin_may_override_on_purpose(tmp_path):
 
 
 # -- the conformance kit on third-party variants -----------------------------------------------------------
+@pytest.mark.slow
 def test_the_example_plugin_passes_the_kit_from_the_cli_and_from_its_own_pytest(sites):
     proc = cli(sites["healthy"], "check", "example:gated_pool", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -670,6 +671,7 @@ def test_a_plugin_brings_its_own_convention_for_the_kit(broken_site):
     assert statuses["masked_values"] == "skipped"  # the convention has no mask
 
 
+@pytest.mark.slow
 def test_the_skeleton_on_docs_plugins_md_installs_and_passes_the_kit(tmp_path):
     """The four files of docs/plugins.md's skeleton, taken from the page itself, as a plugin author would."""
     import re
@@ -724,6 +726,7 @@ def test_the_skeleton_on_docs_plugins_md_installs_and_passes_the_kit(tmp_path):
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_a_variant_that_exits_or_hangs_fails_the_check_and_the_others_are_still_checked(broken_site):
     """os._exit(0), SystemExit(0) and a forward that sleeps: each fails the property it was in, attnzoo check
     exits 1, and a healthy variant checked after them still passes."""

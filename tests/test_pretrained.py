@@ -47,6 +47,7 @@ def test_card_has_its_provenance(name):
     assert any(k.startswith("subset_") for k in w.metrics)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PRETRAINED)
 def test_shipped_weights_reproduce_their_card_metric(name):
     """Loads through create(pretrained=True) (sha256 checked), rebuilds the split from the pinned data,
@@ -133,6 +134,7 @@ def _predict(*args):
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_predictions_make_sense(tmp_path):
     by_output = {attnzoo.create(n, pretrained=True).attnzoo_metadata["output"]: n for n in PRETRAINED}
     labels = _predict(by_output["multilabel"], "a large wild animal of the cat family with a striped coat")

@@ -158,6 +158,7 @@ def _checkpoint_tensors(run, name):
     return read_weights(path, sha256=record["files"][name])[0]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path):
     need_wordnet()
     straight = _train(["--output", str(tmp_path / "a")])
@@ -171,6 +172,7 @@ def test_resume_continues_exactly(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_ddp_with_two_processes_takes_the_same_steps(tmp_path):
     need_wordnet()
     single = _train(["--output", str(tmp_path / "one")])
@@ -191,6 +193,7 @@ def test_ddp_with_two_processes_takes_the_same_steps(tmp_path):
     assert max((a[k].float() - b[k].float()).abs().max().item() for k in a) < 2e-3  # float16 storage
 
 
+@pytest.mark.slow
 def test_average_last_keeps_the_mean_of_the_last_epochs_across_a_resume(tmp_path):
     """train.average_last: the running mean of the last epochs' weights equals their mean computed here
     from the per-epoch checkpoints (one epoch per process, resumed), and the shipped weights are that
@@ -216,6 +219,7 @@ def test_average_last_keeps_the_mean_of_the_last_epochs_across_a_resume(tmp_path
     assert all(torch.equal(shipped[k], expected[k].half()) for k in shipped)
 
 
+@pytest.mark.slow
 def test_label_smoothing_is_refused_for_a_multi_label_task(tmp_path):
     need_wordnet()
     cmd = [sys.executable, "-m", "attnzoo", "train", "tiny_wordnet.yaml", "train.label_smoothing=0.1"]
@@ -311,6 +315,7 @@ def test_best_prefix_takes_the_highest_score_and_the_fewest_members_on_a_tie():
     assert best_prefix(rows[:1], "acc") == 2
 
 
+@pytest.mark.slow
 def test_joined_runs_load_as_an_ensemble_holding_each_members_weights(tmp_path):
     """The joined file holds every member's float16 weights unchanged, loads as g2p_ensemble, and its
     recorded subset metrics are what re-scoring the loaded file gives; joined with a new run it grows,

@@ -95,6 +95,7 @@ def trained(tmp_path_factory):
     return folder, report
 
 
+@pytest.mark.slow
 def test_a_csv_recipe_learns_keyword_labels_and_its_run_folder_loads_predicts_and_evaluates(trained):
     folder, report = trained
     assert report["test"]["micro_f1"] >= 0.9, report["test"]
