@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from attnzoo.cli.common import UsageError, config_overrides
+from attnzoo.cli.common import UsageError, config_overrides, positive_int
 from attnzoo.errors import AttnzooError
 
 HELP = "convert a whole Keras model, or one layer's weights, to attnzoo"
@@ -21,6 +21,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="with --model: config of the attnzoo layer")
     p.add_argument("--weights", help="the weights file of a config.json (default: the .weights.h5 beside it)")
     p.add_argument("--check", action="store_true", help="run Keras beside the result on padded inputs first")
+    p.add_argument(
+        "--length",
+        type=positive_int,
+        metavar="N",
+        help="with --check: the inputs' length on open axes (default: the shortest of 8, 16, 32, ... the model runs)",
+    )
     p.add_argument("--json", action="store_true", help="the conversion report as JSON")
     p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -35,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    if args.check or args.weights:
-        raise UsageError("--check and --weights belong to a whole-model conversion (without --model)")
+    if args.check or args.weights or args.length:
+        raise UsageError("--check, --length and --weights belong to a whole-model conversion (without --model)")
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
     load_keras_weights(model, args.file, layer=args.layer)
@@ -71,12 +77,14 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         )
     if output.exists() and not output.is_dir():
         raise UsageError(f"-o {output}: exists and is not a folder; a converted model is saved as a folder")
+    if args.length is not None and not args.check:
+        raise UsageError("--length N sets the length of --check's inputs; add --check")
     model = convert_keras_model(args.file, weights=args.weights)
     check = None
     if args.check:
         from attnzoo.keras.check import check_against_keras
 
-        check = check_against_keras(args.file, model)
+        check = check_against_keras(args.file, model, length=args.length)
         if not check.ok:
             where = ""
             if check.first_divergence:
@@ -91,12 +99,17 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     if args.json:
         payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
         if check is not None:
-            payload["check"] = {"outputs": check.outputs, "layers": check.layers, "tolerance": check.tolerance}
+            payload["check"] = {
+                "outputs": check.outputs,
+                "layers": check.layers,
+                "tolerance": check.tolerance,
+                "length": check.length,
+            }
         print(json.dumps(payload, indent=2))
         return 0
     print(report.to_text())
     if check is not None:
         shown = ", ".join(f"{d:.2g}" for d in check.outputs)
-        print(f"checked against Keras on padded inputs: max difference per output {shown}")
+        print(f"checked against Keras on padded inputs of length {check.length}: max difference per output {shown}")
     print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
     return 0

@@ -253,6 +253,11 @@ class Recurrent(Node):
         initial = kwargs.get("initial_state")
         if isinstance(initial, Tensor):
             initial = [initial]
+        if initial is not None and len(initial) != self.num_states:
+            raise ValueError(
+                f"takes {self.num_states} initial state(s) ({'h, c' if self.cell == 'lstm' else 'h'}), "
+                f"got {len(initial)}"
+            )
         if x.dim() != 3:
             raise ValueError(f"expects a sequence of shape [batch, time, features], got {list(x.shape)}")
         if x.shape[1] == 0:
