@@ -1,13 +1,14 @@
 """Make the Keras 2 fixtures of tests/test_keras_models.py with tf_keras (run once; the files are committed).
 
     pip install tensorflow-cpu tf_keras h5py      # 1.9 GB: not a test dependency, never in CI
-    python tests/keras2_fixtures.py tests/data/keras2
+    python tests/keras2_fixtures.py tests/data/keras2 [CASE ...]    # CASE ...: only those, the rest kept
 
 Each case is a small model saved with Keras 2's ``model.save("x.h5")``, weights moved off their initial
 values, and ``expected.npz`` holds the inputs and Keras 2's outputs (``<case>/<batch>/in/<i>``,
 ``<case>/<batch>/out/<k>``). The cases are the ones whose semantics differ between Keras 2 and 3:
 hard_sigmoid, GRU with reset_after=False, a masked Bidirectional (its config carries time_major),
-MultiHeadAttention over fully masked rows, 'same' average pooling, nested and shared models.
+MultiHeadAttention over fully masked rows, 'same' average pooling, nested and shared models, and keras-io's
+lstm_seq2seq (``initial_state`` recorded as extra tensors of one inbound node).
 """
 
 from __future__ import annotations
@@ -90,10 +91,42 @@ def cases():
     )
 
 
-def main(out: str) -> None:
+def one_hot(batch, length, tokens):
+    x = np.zeros((batch, length, tokens), dtype="float32")
+    x[np.arange(batch)[:, None], np.arange(length)[None, :], rng.integers(0, tokens, size=(batch, length))] = 1.0
+    return x
+
+
+def seq2seq_cases():
+    """keras-io's lstm_seq2seq (character-level translation): the training model, whose decoder LSTM takes
+    ``initial_state=[h, c]`` (Keras 2 records them as more tensors of its one inbound node), and the
+    sampling models rebuilt from its layers, as the example does."""
+    latent, enc_tokens, dec_tokens = 6, 7, 5
+    encoder_inputs = keras.Input((None, enc_tokens))
+    _, state_h, state_c = layers.LSTM(latent, return_state=True)(encoder_inputs)
+    decoder_inputs = keras.Input((None, dec_tokens))
+    decoder_lstm = layers.LSTM(latent, return_sequences=True, return_state=True)
+    decoder_outputs, _, _ = decoder_lstm(decoder_inputs, initial_state=[state_h, state_c])
+    decoder_dense = layers.Dense(dec_tokens, activation="softmax")
+    model = keras.Model([encoder_inputs, decoder_inputs], decoder_dense(decoder_outputs))
+    yield "lstm_seq2seq", model, [[one_hot(4, 9, enc_tokens), one_hot(4, 6, dec_tokens)]]
+    encoder_model = keras.Model(encoder_inputs, [state_h, state_c])
+    yield "lstm_seq2seq_encoder", encoder_model, [[one_hot(3, 5, enc_tokens)]]
+    h_in, c_in = keras.Input((latent,)), keras.Input((latent,))
+    outputs, h, c = decoder_lstm(decoder_inputs, initial_state=[h_in, c_in])
+    decoder_model = keras.Model([decoder_inputs, h_in, c_in], [decoder_dense(outputs), h, c])
+    states = [rng.standard_normal((3, latent)).astype("float32") for _ in range(2)]
+    yield "lstm_seq2seq_decoder", decoder_model, [[one_hot(3, 1, dec_tokens), *states]]
+
+
+def main(out: str, only: list[str] | None = None) -> None:
+    """Write every case, or with ``only`` those cases alone (the others' files and expected values stay)."""
     os.makedirs(out, exist_ok=True)
-    expected = {}
-    for name, model, batches in cases():
+    path = os.path.join(out, "expected.npz")
+    expected = dict(np.load(path)) if only and os.path.exists(path) else {}
+    for name, model, batches in [*cases(), *seq2seq_cases()]:
+        if only and name not in only:
+            continue
         for layer in model.layers:
             weights = layer.get_weights()
             if weights:
@@ -106,9 +139,9 @@ def main(out: str) -> None:
                 expected[f"{name}/{b}/in/{i}"] = x
             for k, y in enumerate(outputs):
                 expected[f"{name}/{b}/out/{k}"] = y
-    np.savez_compressed(os.path.join(out, "expected.npz"), **expected)
-    print(f"wrote {len(list(cases()))} cases to {out} with tf_keras {keras.__version__}")
+    np.savez_compressed(path, **expected)
+    print(f"wrote {', '.join(only) if only else 'every case'} to {out} with tf_keras {keras.__version__}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras2")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras2", sys.argv[2:] or None)

@@ -101,7 +101,9 @@ def _block(x, block):
         )
     if kind == "additive":
         return layers.AdditiveAttention()([x, x])
-    return _single_layer(block)(x)
+    for layer in _layers(block):
+        x = layer(x)
+    return x
 
 
 def _reduce(x, reduce, block=None):
@@ -125,7 +127,8 @@ def build(recipe):
             stack.append(layers.Masking(0.0))
         model = keras.Sequential(stack)
         for block in recipe["branches"][0]:
-            model.add(_single_layer(block))
+            for layer in _layers(block):
+                model.add(layer)
         if recipe["reduce"] != "none":
             model.add(_reduce_layer(recipe["reduce"], recipe.get("reduce_rnn")))
         model.add(layers.Dense(recipe["head"]["units"], activation=recipe["head"].get("activation")))
@@ -152,6 +155,26 @@ def build(recipe):
     out = layers.Dense(recipe["head"]["units"], activation=recipe["head"].get("activation"))(pooled)
     outputs = [out, seq] if recipe.get("sequence_output") else out
     return keras.Model(inp, outputs)
+
+
+def _layers(block):
+    """A block's layers: one, or a pair that keeps the length (a resampling and its inverse)."""
+    kind = block["type"]
+    if kind == "resample":  # twice as long, then pooled back
+        return [layers.UpSampling1D(2), layers.MaxPooling1D(2)]
+    if kind == "pad_crop":
+        return [layers.ZeroPadding1D((1, 2)), layers.Cropping1D((2, 1))]
+    if kind == "separable1d":
+        return [layers.SeparableConv1D(block["filters"], block["kernel"], padding="same", depth_multiplier=2)]
+    if kind == "depthwise1d":
+        return [layers.DepthwiseConv1D(block["kernel"], padding="same", depth_multiplier=block["multiplier"])]
+    if kind == "conv1d_transpose":
+        return [layers.Conv1DTranspose(block["filters"], block["kernel"], padding="same")]
+    if kind == "normalization":
+        return [layers.Normalization(axis=-1)]
+    if kind == "rescaling":
+        return [layers.Rescaling(block["scale"], offset=block["offset"])]
+    return [_single_layer(block)]
 
 
 def _single_layer(block):
@@ -334,6 +357,134 @@ def stateful():
     return keras.Model(inp, layers.LSTM(4, stateful=True)(inp))
 
 
+@keras.saving.register_keras_serializable(package="keras_io")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """keras-io's own class of this name (text_classification_with_transformer), not keras-hub's."""
+
+    def __init__(self, maxlen, vocab_size, embed_dim, **kwargs):
+        super().__init__(**kwargs)
+        self.maxlen, self.vocab_size, self.embed_dim = maxlen, vocab_size, embed_dim
+        self.token_emb = layers.Embedding(vocab_size, embed_dim)
+        self.pos_emb = layers.Embedding(maxlen, embed_dim)
+
+    def call(self, x):
+        positions = ops.arange(0, ops.shape(x)[-1], 1)
+        return self.token_emb(x) + self.pos_emb(positions)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "maxlen": self.maxlen,
+            "vocab_size": self.vocab_size,
+            "embed_dim": self.embed_dim,
+        }
+
+
+@named
+def keras_io_token_and_position():
+    inp = keras.Input((None,), dtype="int32", name="ids")
+    return keras.Model(inp, layers.Dense(2)(TokenAndPositionEmbedding(12, 20, 4)(inp)))
+
+
+@named
+def images():
+    """keras-io's vision rows: Rescaling of uint8 images, the transposed convolutions of an autoencoder
+    (same, valid, output_padding), separable and depthwise convolutions, resampling, padding, cropping,
+    CenterCrop (a crop, and a resize where the image is smaller), an adapted Normalization."""
+    inp = keras.Input((9, 8, 3), dtype="uint8", name="image")
+    x = layers.Rescaling(1.0 / 127.5, offset=-1.0)(inp)
+    norm = layers.Normalization(axis=-1)
+    norm.adapt(np.random.default_rng(5).standard_normal((20, 9, 8, 3)) * 2 + 1)
+    x = norm(x)
+    up = layers.Conv2DTranspose(4, 3, strides=2, padding="same", activation="relu")(x)
+    valid = layers.Conv2DTranspose(2, (4, 3), strides=(2, 3), padding="valid", output_padding=(1, 2))(x)
+    sep = layers.SeparableConv2D(5, 3, padding="same", depth_multiplier=2, activation="relu")(up)
+    depth = layers.DepthwiseConv2D((3, 2), depth_multiplier=2, strides=2, use_bias=False)(sep)
+    bilinear = layers.UpSampling2D((2, 3), interpolation="bilinear")(depth)
+    nearest = layers.UpSampling2D(2)(depth)
+    padded = layers.ZeroPadding2D(((1, 2), (0, 3)))(nearest)
+    cropped = layers.Cropping2D(((1, 0), (2, 1)))(padded)
+    centre = layers.CenterCrop(5, 6)(cropped)
+    grown = layers.CenterCrop(30, 24)(depth)
+    pooled = layers.GlobalAveragePooling2D()(layers.Conv2D(3, 2)(centre))
+    return keras.Model(inp, [valid, bilinear, centre, grown, layers.Dense(2, activation="softmax")(pooled)])
+
+
+@named
+def volumes():
+    """The 3-D rows: Conv3D, Conv3DTranspose, Max/AveragePooling3D, UpSampling3D, ZeroPadding3D,
+    Cropping3D, GlobalAverage/MaxPooling3D."""
+    inp = keras.Input((6, 5, 6, 2), name="volume")
+    x = layers.Conv3D(3, (2, 3, 2), padding="same", activation="relu")(inp)
+    x = layers.MaxPooling3D(2, padding="same")(x)
+    x = layers.Conv3DTranspose(4, 2, strides=(2, 1, 2))(x)
+    x = layers.AveragePooling3D((2, 1, 2))(x)
+    x = layers.UpSampling3D((1, 2, 1))(x)
+    x = layers.Cropping3D(((1, 0), (0, 1), (1, 1)))(layers.ZeroPadding3D((1, 0, 2))(x))
+    return keras.Model(inp, [x, layers.GlobalAveragePooling3D()(x), layers.GlobalMaxPooling3D()(x)])
+
+
+@named
+def sequences():
+    """The 1-D rows over an open length: an adapted Normalization, Conv1DTranspose with strides,
+    SeparableConv1D, DepthwiseConv1D, UpSampling1D, ZeroPadding1D, Cropping1D, a strided Conv1D."""
+    inp = keras.Input((None, 3), name="features")
+    norm = layers.Normalization()
+    norm.adapt(np.random.default_rng(6).standard_normal((30, 5, 3)) * 3 - 1)
+    x = norm(inp)
+    x = layers.Conv1DTranspose(4, 3, strides=2, padding="same")(x)
+    x = layers.SeparableConv1D(5, 3, padding="same", activation="tanh")(x)
+    x = layers.DepthwiseConv1D(2, depth_multiplier=2)(x)
+    x = layers.UpSampling1D(3)(x)
+    x = layers.Cropping1D((2, 1))(layers.ZeroPadding1D((1, 3))(x))
+    y = layers.Conv1D(3, 3, strides=2, padding="same")(x)
+    inverse = layers.Normalization(axis=None, mean=2.0, variance=4.0, invert=True)(y)
+    return keras.Model(inp, [y, inverse, layers.GlobalMaxPooling1D()(y)])
+
+
+@named
+def time_distributed_rnn():
+    """keras-io's hierarchical text shape: sentences of words, an RNN over each sentence's words
+    (TimeDistributed over an LSTM, over a Bidirectional GRU), each sentence's padding masked."""
+    inp = keras.Input((None, 4), dtype="int32", name="ids")  # [batch, sentences, words]
+    e = layers.Embedding(20, 5, mask_zero=True)(inp)
+    words = layers.TimeDistributed(layers.LSTM(3))(e)
+    both = layers.TimeDistributed(layers.Bidirectional(layers.GRU(2, return_sequences=True)))(e)
+    dense = layers.TimeDistributed(layers.Dense(2, activation="relu"))(words)
+    return keras.Model(inp, [words, both, dense])
+
+
+@named
+def nested_outputs():
+    """Outputs straight from nested models (keras-io's lstm_seq2seq sampling models composed): a
+    functional model's output, a Sequential's, and an encoder's states."""
+    i = keras.Input((4,))
+    inner = keras.Model(i, layers.Dense(3)(i), name="inner")
+    stack = keras.Sequential([layers.Dense(2, activation="tanh")], name="stack")
+    seq = keras.Input((None, 3))
+    _, h, c = layers.LSTM(4, return_state=True)(seq)
+    encoder = keras.Model(seq, [h, c], name="encoder")
+    x = keras.Input((4,), name="vector")
+    steps = keras.Input((None, 3), name="steps")
+    return keras.Model([x, steps], [inner(x), stack(x), *encoder(steps)])
+
+
+@named
+def unsupported_builtin():
+    inp = keras.Input((6, 4), name="features")
+    return keras.Model(inp, layers.GroupNormalization(groups=2)(layers.Dense(4)(inp)))
+
+
+@named
+def strided_text_classifier():
+    """keras-io's text classifier from scratch: two strided valid convolutions (too short for length 8)."""
+    inp = keras.Input((None,), dtype="int32", name="ids")
+    x = layers.Embedding(30, 8)(inp)
+    x = layers.Conv1D(6, 7, padding="valid", activation="relu", strides=3)(x)
+    x = layers.Conv1D(6, 7, padding="valid", activation="relu", strides=3)(x)
+    return keras.Model(inp, layers.Dense(1, activation="sigmoid")(layers.GlobalMaxPooling1D()(x)))
+
+
 # -- inputs and the serving loop ------------------------------------------------------------------------
 def _inputs(model, batch, length, rng):
     """One array per model input; rows padded by PATTERNS (ids 0 or all-zero feature frames)."""
@@ -355,7 +506,10 @@ def _inputs(model, batch, length, rng):
         if "int" in str(tensor.dtype):
             vocab = _vocab(model, tensor)
             x = rng.integers(1, vocab, size=shape)
-            x = np.where(keep[(...,) + (None,) * (len(shape) - 2)] if len(shape) > 2 else keep, x, 0)
+            if tensor.shape[1] is None:  # padding along the open length only
+                x = np.where(keep[(...,) + (None,) * (len(shape) - 2)] if len(shape) > 2 else keep, x, 0)
+            if len(shape) == 3 and tensor.shape[1] is None:  # sentences of words: some lose their last words
+                x[1::2, :, shape[2] // 2 :] = 0
         else:
             x = rng.standard_normal(shape).astype("float32")
             if len(shape) == 3 and tensor.shape[1] is None:
@@ -374,13 +528,26 @@ def _vocab(model, tensor):
 
 
 def _randomise(model, rng):
-    """Every weight moved off its initial value (a variance kept positive)."""
+    """Every weight moved off its initial value (a variance kept positive; Normalization's count, an
+    integer, left alone), and Normalization's constants refreshed from its moved statistics."""
     for weight in model.weights:
+        if "float" not in str(weight.dtype):
+            continue
         value = weight.numpy()
         moved = rng.standard_normal(value.shape).astype("float32") * 0.4 + value * 0.5
         if "variance" in weight.path:
             moved = np.abs(moved) + 0.5
         weight.assign(moved)
+    for layer in _all_layers(model):
+        if isinstance(layer, layers.Normalization):
+            layer.finalize_state()
+
+
+def _all_layers(model):
+    for layer in model.layers:
+        yield layer
+        if isinstance(layer, keras.Model):
+            yield from _all_layers(layer)
 
 
 def serve(request):

@@ -194,7 +194,8 @@ def build_graph(
         if converted is None:
             own = is_keras_own(record)
             problem = {"layer": record.key, "class": name, "variables": _shapes(arrays), "reasons": reasons}
-            problems.append({**problem, "keras": own, "reasons": reasons or [_no_converter(record, own)]})
+            problem["keras"], problem["refused"] = own, bool(reasons)  # no converter at all, or refused by one
+            problems.append({**problem, "reasons": reasons or [_no_converter(record, own)]})
             continue
         module_key = _module_key(record_key, used)
         keys[record_key] = module_key
@@ -255,8 +256,8 @@ def _no_converter(record: LayerRecord, own: bool) -> str:
 def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> UnsupportedKerasLayerError:
     lines = []
     for p in problems:
-        shapes = ", ".join(str(s) for s in p["variables"]) or "no variables"
-        lines.append(f"  {p['layer']} ({p['class']}, variables {shapes}) ({'; '.join(p['reasons'])})")
+        shapes = f"variables {', '.join(str(s) for s in p['variables'])}" if p["variables"] else "no variables"
+        lines.append(f"  {p['layer']} ({p['class']}, {shapes}) ({'; '.join(p['reasons'])})")
     hook = (
         "register(KEY, convert) in the hook attnzoo_register_keras_layers(register) (docs/keras-migration.md), "
         "or pass convert_keras_model(..., custom_layers={KEY: convert})"
@@ -264,7 +265,7 @@ def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> Unsupported
     hints = []
     if any(not p["keras"] for p in problems):
         hints.append(f"A custom layer converts through a plugin: {hook.replace('KEY', repr('package>ClassName'))}")
-    if any(p["keras"] for p in problems):
+    if any(p["keras"] and not p["refused"] for p in problems):
         hints.append(f"A Keras layer attnzoo has no converter for: {hook.replace('KEY', repr('keras>ClassName'))}")
     message = f"{file.path}: {len(problems)} layer(s) cannot be converted, so nothing was converted:\n" + "\n".join(
         lines + hints

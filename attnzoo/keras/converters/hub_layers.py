@@ -273,7 +273,7 @@ class HubPositionEmbedding(Node):
     def forward(self, args, kwargs, masks):
         x = args[0]
         positions = _positions(self.position, x.shape[-2], kwargs.get("start_index", 0))
-        return [positions.to(x.dtype).expand(x.shape)], [None]
+        return [positions.to(x.dtype).expand(x.shape).contiguous()], [None]  # a copy: not a view of the table
 
 
 class HubSinePositionEncoding(Node):

@@ -46,8 +46,9 @@ class Rescaling(Node):
 
     def __init__(self, *, scale: Any = 1.0, offset: Any = 0.0) -> None:
         super().__init__(scale=scale, offset=offset)
-        self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32), persistent=False)
-        self.register_buffer("offset", torch.tensor(offset, dtype=torch.float32), persistent=False)
+        # buffers saved with the weights (a model loaded on meta gets them back), also in the config as data
+        self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
+        self.register_buffer("offset", torch.tensor(offset, dtype=torch.float32))
 
     def compute(self, x, mask):
         return x.to(self.scale.dtype) * self.scale + self.offset
@@ -57,9 +58,9 @@ class Rescaling(Node):
 def convert_rescaling(record, arrays, ctx):
     expect_variables(arrays, 0, "Rescaling")
     c = record.config
-    scale = config_array(c.get("scale", 1.0), "scale").tolist()
-    offset = config_array(c.get("offset", 0.0), "offset").tolist()
-    return Converted({"op": "rescaling", "scale": scale, "offset": offset}, {})
+    scale, offset = config_array(c.get("scale", 1.0), "scale"), config_array(c.get("offset", 0.0), "offset")
+    spec = {"op": "rescaling", "scale": scale.tolist(), "offset": offset.tolist()}
+    return Converted(spec, {"scale": as_tensor(scale), "offset": as_tensor(offset)})
 
 
 class Normalization(Node):

@@ -138,11 +138,13 @@ class _Lookup:
 
 
 class _TextNode(Node):
-    """A node whose input is Python data (strings): it makes its id tensor on the model's device."""
+    """A node whose input is Python data (strings): it makes its id tensor on the model's device, which
+    ``anchor`` (an empty buffer, saved with the weights so a model loaded on ``meta`` gets it back)
+    follows."""
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
-        self.register_buffer("anchor", torch.zeros(0, dtype=torch.long), persistent=False)
+        self.register_buffer("anchor", torch.zeros(0, dtype=torch.long))
 
     def ids(self, rows: list[list[int]], width: int) -> Tensor:
         out = torch.zeros(len(rows), width, dtype=torch.long)
@@ -241,8 +243,8 @@ class IntegerLookup(Node):
         start = self.oov_start + num_oov_indices
         keys = torch.tensor(vocabulary, dtype=torch.long).reshape(-1)
         order = torch.argsort(keys)
-        self.register_buffer("keys", keys[order], persistent=False)
-        self.register_buffer("values", order + start, persistent=False)
+        self.register_buffer("keys", keys[order])
+        self.register_buffer("values", order + start)
 
     def compute(self, x, mask):
         if x.is_floating_point() or x.dtype == torch.bool:
@@ -263,6 +265,11 @@ class IntegerLookup(Node):
 
     def extra_repr(self) -> str:
         return f"vocabulary={len(self.args['vocabulary'])} values, mask_token={self.mask_token!r}"
+
+
+def _text_state() -> dict[str, Tensor]:
+    """The state every string node holds: its empty device anchor."""
+    return {"anchor": torch.zeros(0, dtype=torch.long)}
 
 
 # -- reading a layer's vocabulary ----------------------------------------------------------------------------
@@ -352,7 +359,7 @@ def convert_text_vectorization(record, arrays, ctx):
         "ngrams": None if widths is None else list(widths),
         "output_sequence_length": length if isinstance(length, int) else None,
     }
-    return Converted(spec, {}, [f"{len(tokens)} tokens + padding and [UNK]; strings in, ids out"])
+    return Converted(spec, _text_state(), [f"{len(tokens)} tokens + padding and [UNK]; strings in, ids out"])
 
 
 @keras_layer("StringLookup")
@@ -364,7 +371,7 @@ def convert_string_lookup(record, arrays, ctx):
     special = ([mask] if mask is not None else []) + [oov] * count
     tokens = _tokens(_vocabulary_lines(record, ctx), special, c)
     spec = {"op": "string_lookup", "vocabulary": tokens, "mask_token": mask, "num_oov_indices": count}
-    return Converted(spec, {}, [f"{len(tokens)} tokens; strings in, ids out"])
+    return Converted(spec, _text_state(), [f"{len(tokens)} tokens; strings in, ids out"])
 
 
 @keras_layer("IntegerLookup")
@@ -380,4 +387,5 @@ def convert_integer_lookup(record, arrays, ctx):
     special = ([int(mask)] if mask is not None else []) + [int(oov)] * count
     tokens = _tokens(entries, special, c)
     spec = {"op": "integer_lookup", "vocabulary": tokens, "mask_token": mask, "num_oov_indices": count}
-    return Converted(spec, {}, [f"{len(tokens)} values"])
+    table = IntegerLookup(vocabulary=tokens, mask_token=mask, num_oov_indices=count)
+    return Converted(spec, dict(table.state_dict()), [f"{len(tokens)} values"])
