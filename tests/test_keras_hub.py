@@ -102,3 +102,18 @@ def test_a_position_past_the_table_is_an_error_that_says_how_long_inputs_may_be(
     model = convert_keras_model(HUB / "classifier.keras")
     with pytest.raises(ValueError, match="past the position table's sequence_length 12; pass at most 12 steps"):
         model(torch.ones(1, 13, dtype=torch.long))
+
+
+def test_register_takes_converters_of_the_one_protocol_by_name_only():
+    from attnzoo.errors import ConfigError
+    from attnzoo.keras.converters.hub_layers import convert_sine_position_encoding
+    from attnzoo.keras.registry import ConverterTable
+
+    table = ConverterTable()
+    register = table.register_for("someone")
+    register("my_pkg>Sine", convert_sine_position_encoding, protocol="node", call_arguments=("start_index",))
+    (entry,) = table.candidates(["my_pkg>Sine"])
+    assert entry.provider == "someone" and entry.convert is convert_sine_position_encoding
+    assert entry.allows(["start_index", "mask"]) == [] and entry.allows(["cache"]) == ["cache"]
+    with pytest.raises(ConfigError, match="protocol must be 'module' or 'node'"):
+        register("my_pkg>Sine", convert_sine_position_encoding, protocol="records")
