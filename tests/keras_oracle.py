@@ -411,6 +411,23 @@ def images():
 
 
 @named
+def augmented():
+    """keras-io's vision models put their augmentation and resizing inside the model: Resizing (bilinear,
+    nearest, with crop_to_aspect_ratio) of uint8 images, the random layers (the identity at inference)."""
+    inp = keras.Input((11, 13, 3), dtype="uint8", name="image")
+    x = layers.Resizing(16, 12)(inp)  # uint8 in, uint8 out (rounded), as Keras does
+    x = layers.RandomFlip("horizontal")(x)
+    x = layers.RandomRotation(0.1)(x)
+    x = layers.RandomZoom(0.2)(x)
+    x = layers.RandomTranslation(0.1, 0.1)(x)
+    x = layers.RandomContrast(0.2)(x)
+    x = layers.Rescaling(1.0 / 255)(x)
+    small = layers.Resizing(7, 5, interpolation="nearest")(x)
+    cropped = layers.Resizing(6, 9, crop_to_aspect_ratio=True)(x)
+    return keras.Model(inp, [x, small, cropped, layers.Dense(2)(layers.GlobalAveragePooling2D()(cropped))])
+
+
+@named
 def volumes():
     """The 3-D rows: Conv3D, Conv3DTranspose, Max/AveragePooling3D, UpSampling3D, ZeroPadding3D,
     Cropping3D, GlobalAverage/MaxPooling3D."""

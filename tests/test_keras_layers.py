@@ -26,6 +26,7 @@ from .test_keras_models import assert_matches_keras, convert_both, oracle  # noq
 
 BATCHES = {
     "images": [[3, 9], [1, 9]],
+    "augmented": [[3, 1]],
     "volumes": [[2, 1]],
     "sequences": [[5, 7], [2, 3]],
     "time_distributed_rnn": [[5, 4], [2, 2]],
@@ -39,7 +40,7 @@ def test_new_rows_predict_what_keras_predicts_from_both_files(oracle, tmp_path, 
     for file in ("model.keras", "model.h5"):
         model = convert_keras_model(folder / file)
         assert_matches_keras(model, folder, f"{name} ({file})")
-    reloaded = attnzoo.load(attnzoo.save(model, tmp_path / "saved"))  # built on meta: every buffer comes back
+    reloaded = attnzoo.load(attnzoo.save(model, tmp_path / "saved")).eval()  # built on meta: buffers come back
     assert_matches_keras(reloaded, folder, f"{name} reloaded")
     outputs = np.load(folder / "io.npz")
     assert all(np.ptp(outputs[k]) > 0 for k in outputs if k.startswith("out/")), "a constant output tests nothing"
@@ -62,6 +63,16 @@ def test_the_rows_convert_to_their_own_nodes(oracle, tmp_path):  # noqa: F811
     ]:
         assert re.search(rf"\({keras_class}\) -> {node}:", report), (keras_class, report)
     assert "the adapted mean and variance" in report
+
+
+def test_random_augmentations_are_the_identity_at_inference_and_an_error_in_training(oracle, tmp_path):  # noqa: F811
+    folder = convert_both(oracle, tmp_path, name="augmented", seed=3, batches=[[2, 1]])
+    model = convert_keras_model(folder / "model.keras")
+    assert_matches_keras(model, folder, "augmented, eval")  # Keras's predict is its inference
+    images = torch.from_numpy(np.load(folder / "io.npz")["in/0/0"])
+    model.train()
+    with pytest.raises(ValueError, match="RandomFlip augments its input in training.*model.eval"):
+        model(images)
 
 
 def test_a_keras_layer_without_a_converter_is_named_as_keras_s_not_a_custom_layer(oracle, tmp_path):  # noqa: F811

@@ -37,14 +37,14 @@ def run(args: argparse.Namespace) -> int:
         return _convert_keras_model(args)
     from pathlib import Path
 
-    from attnzoo.core.create import create
+    import attnzoo
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
     if args.check or args.weights or args.length:
         raise UsageError("--check, --length and --weights belong to a whole-model conversion (without --model)")
     overrides = config_overrides(args.overrides)
-    model = create(args.model, **overrides)
+    model = attnzoo.create(args.model, **overrides)
     load_keras_weights(model, args.file, layer=args.layer)
     info = model.attnzoo_config  # sizes left lazy in the config are set again by the weights on load
     metadata = encode_metadata(
@@ -62,7 +62,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
     from pathlib import Path
 
-    from attnzoo.io.folders import save
+    import attnzoo
     from attnzoo.keras import convert_keras_model
 
     if args.layer or args.overrides:
@@ -94,7 +94,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
                 f"{args.file}: the converted model differs from Keras by "
                 f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
             )
-    save(model, output, overwrite=args.overwrite)
+    attnzoo.save(model, output, overwrite=args.overwrite)
     report = model.keras_report
     if args.json:
         payload: dict[str, Any] = {"output": str(output), **report.to_dict()}

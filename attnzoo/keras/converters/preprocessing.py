@@ -1,4 +1,5 @@
-"""Keras's numeric preprocessing layers inside a model: Rescaling, Normalization, CenterCrop.
+"""Keras's numeric preprocessing layers inside a model: Rescaling, Normalization, CenterCrop, Resizing, and
+the random augmentation layers, which are the identity at inference.
 
 Their constants travel as the node's buffers: Rescaling's scale and offset (from the config),
 Normalization's mean and variance (adapted ones are the layer's variables; given ones are in the config).
@@ -18,7 +19,7 @@ from attnzoo.keras.arguments import as_tensor, expect_variables
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["Rescaling", "Normalization", "CenterCrop", "config_array"]
+__all__ = ["Rescaling", "Normalization", "CenterCrop", "Resizing", "Augmentation", "config_array", "aspect_window"]
 
 KERAS_EPSILON = 1e-7  # keras.backend.epsilon(), Normalization's floor on the standard deviation
 
@@ -139,12 +140,19 @@ class CenterCrop(Node):
             top, left = (h - self.height) // 2, (w - self.width) // 2
             y = x[..., top : top + self.height, left : left + self.width]
         else:
-            crop_h = max(min(h, int(float(w * self.height) / self.width)), 1)
-            crop_w = max(min(w, int(float(h * self.width) / self.height)), 1)
-            top, left = int(float(h - crop_h) / 2), int(float(w - crop_w) / 2)
-            window = x[..., top : top + crop_h, left : left + crop_w]
+            window = aspect_window(x, self.height, self.width)
             y = F.interpolate(window, size=(self.height, self.width), mode="bilinear", align_corners=False)
         return y if self.channels_first else y.movedim(1, -1)
+
+
+def aspect_window(x: Tensor, height: int, width: int) -> Tensor:
+    """The largest centred window of [..., H, W] with the aspect ratio of ``height`` x ``width`` (Keras's
+    ``crop_to_aspect_ratio`` and ``smart_resize``, its integer arithmetic included)."""
+    h, w = x.shape[-2], x.shape[-1]
+    crop_h = max(min(h, int(float(w * height) / width)), 1)
+    crop_w = max(min(w, int(float(h * width) / height)), 1)
+    top, left = int(float(h - crop_h) / 2), int(float(w - crop_w) / 2)
+    return x[..., top : top + crop_h, left : left + crop_w]
 
 
 @keras_layer("CenterCrop")
@@ -156,3 +164,107 @@ def convert_center_crop(record, arrays, ctx):
         raise Refused(f"height {height!r} and width {width!r} are not positive ints")
     first = c.get("data_format", "channels_last") == "channels_first"
     return Converted({"op": "center_crop", "height": height, "width": width, "channels_first": first}, {})
+
+
+class Resizing(Node):
+    """``Resizing(height, width, interpolation)`` of [B, H, W, C] images: ``bilinear`` (half-pixel, no
+    antialiasing) or ``nearest`` (half-pixel: torch's ``nearest-exact``), after cutting the centred window
+    of the target's aspect ratio with ``crop_to_aspect_ratio``. Integer images come back in their dtype,
+    rounded and clipped, as Keras does."""
+
+    op = "resizing"
+
+    def __init__(
+        self,
+        *,
+        height: int,
+        width: int,
+        interpolation: str = "bilinear",
+        crop_to_aspect_ratio: bool = False,
+        channels_first: bool = False,
+    ) -> None:
+        super().__init__(
+            height=height,
+            width=width,
+            interpolation=interpolation,
+            crop_to_aspect_ratio=crop_to_aspect_ratio,
+            channels_first=channels_first,
+        )
+        self.size, self.interpolation = (int(height), int(width)), interpolation
+        self.crop, self.channels_first = crop_to_aspect_ratio, channels_first
+
+    def compute(self, x, mask):
+        if x.dim() != 4:
+            raise ValueError(f"expects a batch of images [batch, height, width, channels], got {list(x.shape)}")
+        dtype = x.dtype
+        y = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+        if not self.channels_first:
+            y = y.movedim(-1, 1)
+        if self.crop:
+            y = aspect_window(y, *self.size)
+        if self.interpolation == "bilinear":
+            y = F.interpolate(y, size=self.size, mode="bilinear", align_corners=False)
+        else:
+            y = F.interpolate(y, size=self.size, mode="nearest-exact")
+        y = y if self.channels_first else y.movedim(1, -1)
+        if not dtype.is_floating_point:  # Keras casts back: rounded, saturated
+            info = torch.iinfo(dtype)
+            y = y.round().clamp(info.min, info.max).to(dtype)
+        return y
+
+
+@keras_layer("Resizing")
+def convert_resizing(record, arrays, ctx):
+    expect_variables(arrays, 0, "Resizing")
+    c = record.config
+    height, width = c.get("height"), c.get("width")
+    if not all(isinstance(v, int) and v > 0 for v in (height, width)):
+        raise Refused(f"height {height!r} and width {width!r} are not positive ints")
+    interpolation = c.get("interpolation", "bilinear")
+    if interpolation not in ("bilinear", "nearest"):
+        raise Refused(f"interpolation {interpolation!r} is not supported (bilinear and nearest are)")
+    for key in ("pad_to_aspect_ratio", "antialias"):
+        if c.get(key):
+            raise Refused(f"{key}=True is not supported")
+    spec = {"op": "resizing", "height": height, "width": width, "interpolation": interpolation}
+    spec["crop_to_aspect_ratio"] = bool(c.get("crop_to_aspect_ratio", False))
+    spec["channels_first"] = c.get("data_format", "channels_last") == "channels_first"
+    return Converted(spec, {})
+
+
+# Keras's random augmentations: the identity at inference, a random transformation in training
+AUGMENTATIONS = (
+    "RandomFlip",
+    "RandomRotation",
+    "RandomZoom",
+    "RandomTranslation",
+    "RandomContrast",
+    "RandomBrightness",
+)
+
+
+class Augmentation(Node):
+    """A random augmentation layer (``RandomFlip``, ``RandomRotation``, ...): at inference Keras returns the
+    images (integer images as floats); in training it draws a random transformation, which attnzoo does
+    not convert, so ``model.train()`` makes it an error rather than a silently skipped augmentation."""
+
+    op = "augmentation"
+
+    def __init__(self, *, keras_class: str) -> None:
+        super().__init__(keras_class=keras_class)
+        self.keras_class = keras_class
+
+    def compute(self, x, mask):
+        if self.training:
+            raise ValueError(
+                f"{self.keras_class} augments its input in training, which attnzoo converts for inference only "
+                f"(model.eval()); augment the data before the model to train it"
+            )
+        return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+
+
+@keras_layer(*AUGMENTATIONS)
+def convert_augmentation(record, arrays, ctx):
+    expect_variables(arrays, 0, record.class_name)
+    notes = ["the identity at inference; an error in training (model.train())"]
+    return Converted({"op": "augmentation", "keras_class": record.class_name}, {}, notes)
