@@ -157,7 +157,7 @@ class _TextNode(Node):
 
 class TextVectorization(_TextNode):
     """``TextVectorization(output_mode="int")``: texts [B] (or [B, 1]) -> ids [B, L] (module docstring);
-    with ``split=None`` each text is one token: ids [B, 1]. The output carries no mask."""
+    with ``split=None`` each text is one token: ids of the texts' shape. The output carries no mask."""
 
     op = "text_vectorization"
 
@@ -189,6 +189,11 @@ class TextVectorization(_TextNode):
         for text in texts:
             tokens = ngrams_of(split_text(standardize(text, self.standardize), self.split), self.widths)
             rows.append([self.lookup(token, "text_vectorization") for token in tokens])
+        if self.split is None and all(isinstance(v, str) for v in args[0]):
+            # texts of shape [B], not split: Keras keeps that shape (and would pad the batch axis itself)
+            if self.length is not None:
+                raise ValueError("with split=None and output_sequence_length, pass the texts as [batch, 1]")
+            return [self.ids(rows, 1)[:, 0]], [None]
         width = self.length if self.length is not None else max((len(r) for r in rows), default=0)
         return [self.ids(rows, width)], [None]
 
