@@ -30,11 +30,20 @@ def __getattr__(name: str):
         from attnzoo.train.tokenizer import tokenizer
 
         return tokenizer
+    if name in ("plot_pattern", "plot_attention"):  # matplotlib and torch load when a picture is drawn
+        from attnzoo.tools import plots
+
+        return getattr(plots, name)
     if name in _SUBPACKAGES:
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'attnzoo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazy names (predict, plot_pattern, ...) are public too: dir() lists what __all__ promises
+    return sorted({*globals(), *__all__})
 
 
 __all__ = [
@@ -44,6 +53,8 @@ __all__ = [
     "export",
     "predict",
     "tokenizer",
+    "plot_pattern",
+    "plot_attention",
     "register",
     "list_models",
     "model_info",

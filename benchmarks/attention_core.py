@@ -223,31 +223,31 @@ def measure_causal_linear(seqs: list[int], rounds: int) -> list[dict]:
     return rows
 
 
+# the baseline's preset classes, the cards that replaced them, and the options measured
 PRESETS = {
-    "QKVSelfAttention": {},
-    "MultiHeadSelfAttention": {},
-    "GroupedQueryAttention": {"num_kv_heads": 2},
-    "ALiBiSelfAttention": {"causal": True},
-    "RotarySelfAttention": {},
-    "RelativePositionSelfAttention": {},
-    "LocalSelfAttention": {"window": 16},
-    "LinearSelfAttention": {"causal": True},
+    "QKVSelfAttention": ("qkv_self", {}),
+    "MultiHeadSelfAttention": ("mha", {}),
+    "GroupedQueryAttention": ("gqa", {"num_kv_heads": 2}),
+    "ALiBiSelfAttention": ("alibi_self", {"causal": True}),
+    "RotarySelfAttention": ("rope_self", {}),
+    "RelativePositionSelfAttention": ("relpos_self", {}),
+    "LocalSelfAttention": ("local_self", {"window": 16}),
+    "LinearSelfAttention": ("linear_self", {"causal": True}),
 }
 
 
 def measure_against_baseline(rounds: int) -> list[dict]:
-    import attnzoo.layers.linear_attention as new_linear
-    import attnzoo.layers.self_attention as new_self
+    import attnzoo
 
     old_self, old_linear = _old_module("self_attention"), _old_module("linear_attention")
     rows = []
-    for cls, options in PRESETS.items():
-        old_mod, new_mod = (old_linear, new_linear) if cls == "LinearSelfAttention" else (old_self, new_self)
+    for cls, (card, options) in PRESETS.items():
+        old_mod = old_linear if cls == "LinearSelfAttention" else old_self
         for backward in (False, True):
             torch.manual_seed(0)
             old = getattr(old_mod, cls)(EMBED, num_heads=HEADS, **options).train(backward)
             torch.manual_seed(0)
-            new = getattr(new_mod, cls)(EMBED, num_heads=HEADS, **options).train(backward)
+            new = attnzoo.create(card, embed_dim=EMBED, num_heads=HEADS, **options).train(backward)
             x = torch.randn(8, 512, EMBED, requires_grad=backward)
             keep = torch.ones(8, 512, dtype=torch.bool)
             keep[1::2, 384:] = False

@@ -16,6 +16,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # one thread a worker (and for what it starts): workers fill the cores, and threads on top of them
+    # would only fight over the same cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 
 @pytest.fixture(autouse=True)
 def fresh_registry(monkeypatch):

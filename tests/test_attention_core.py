@@ -410,10 +410,10 @@ class _ForgetfulCache(Attention):
 
 
 class _ContextMaskIgnored(Attention):
-    def forward(self, x, mask=None, return_attention=False, *, context=None, context_mask=None, cache=None):
+    def forward(self, x, mask=None, *, return_attention=False, context=None, context_mask=None, cache=None):
         if context is not None:
             context = torch.nan_to_num(context)
-        return super().forward(x, mask, return_attention, context=context, cache=cache)
+        return super().forward(x, mask, return_attention=return_attention, context=context, cache=cache)
 
 
 def _subject(factory, **config):
@@ -444,3 +444,55 @@ def test_the_new_kit_properties_catch_a_broken_layer(prop, factory, config):
 def test_every_self_attention_name_builds_from_the_core():
     for name in ("qkv_self", "mha", "gqa", "alibi_self", "rope_self", "relpos_self", "local_self", "linear_self"):
         assert isinstance(attnzoo.create(name), Attention), name
+
+
+# -- the attention step alone (attend_heads), as host libraries call it ------------------------------------------
+@pytest.mark.parametrize(
+    "config",
+    [dict(causal=True, positions="alibi"), dict(window=2, normalizer="sparsemax"), dict(normalizer="entmax15")],
+)
+def test_attend_heads_on_the_layers_own_projections_is_the_layers_forward(config):
+    torch.manual_seed(0)
+    layer = Attention(16, num_heads=4, num_kv_heads=2, dtype=DOUBLE, **config)
+    x = torch.randn(2, 7, 16, dtype=DOUBLE)
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[1, 5:] = False
+
+    def heads(weight, n):  # [B, T, n·d] -> [B, n, T, d]
+        return (x @ weight.T).view(2, 7, n, 4).transpose(1, 2)
+
+    q, k, v = heads(layer.q_proj.weight, 4), heads(layer.k_proj.weight, 2), heads(layer.v_proj.weight, 2)
+    out, weights = layer.attend_heads(q, k, v, mask[:, None, None, :], return_attention=True)
+    full, expected = layer(x, mask, return_attention=True)
+    # the forward zeroes padded inputs before projecting them: their own rows differ, the real ones not
+    torch.testing.assert_close((out.transpose(1, 2).reshape(2, 7, 16) @ layer.o_proj.weight.T)[mask], full[mask])
+    torch.testing.assert_close(weights.transpose(1, 2)[mask], expected.transpose(1, 2)[mask])
+
+
+def test_attend_heads_takes_the_hosts_scale_positions_and_dropout():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 3, 4, generator=g, dtype=DOUBLE) for _ in range(3))
+    layer = Attention(num_heads=2, positions="alibi", dropout=0.5).eval()
+    out, _ = layer.attend_heads(
+        q, k, v, q_positions=torch.tensor([7, 8, 9]), k_positions=torch.tensor([0, 8, 9]), scale=0.3
+    )
+    distance = (torch.tensor([7, 8, 9])[:, None] - torch.tensor([0, 8, 9])[None, :]).abs()
+    scores = 0.3 * q @ k.transpose(-1, -2) - torch.tensor([2**-4, 2**-8], dtype=DOUBLE)[:, None, None] * distance
+    torch.testing.assert_close(out, torch.softmax(scores, -1) @ v)  # eval: the layer's dropout is off
+    layer.train()
+    torch.testing.assert_close(layer.attend_heads(q, k, v, dropout=0.0)[0], layer.eval().attend_heads(q, k, v)[0])
+    layer.train()
+    assert not torch.allclose(layer.attend_heads(q, k, v)[0], layer.attend_heads(q, k, v, dropout=0.0)[0])
+
+
+def test_attend_heads_says_what_it_expected():
+    layer = Attention(num_heads=4, num_kv_heads=2)
+    q, kv = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 5, 8)
+    with pytest.raises(ValueError, match="4 query and 2 key/value heads"):
+        layer.attend_heads(q, q, q)
+    with pytest.raises(ValueError, match=r"\[batch, heads, length, head_dim\]"):
+        layer.attend_heads(q[0], kv, kv)
+    with pytest.raises(ValueError, match="bool tensor broadcasting to"):
+        layer.attend_heads(q, kv, kv, torch.ones(1, 1, 3, 5))
+    with pytest.raises(ValueError, match="q_positions"):
+        layer.attend_heads(q, kv, kv, q_positions=torch.arange(5))

@@ -107,3 +107,67 @@ def test_one_layer_file_and_one_card_get_the_suite_and_a_broken_mask_fails_it(tm
     proc = _pytest(repo, "-k", "cosine", "tests/test_conformance.py")
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert "cosine-masked_values" in proc.stdout and "cosine-padding" in proc.stdout
+
+
+KERAS_MODEL = """
+import os, sys
+os.environ["KERAS_BACKEND"] = "torch"
+import keras, numpy as np
+from keras import layers
+x = keras.Input((None, 4), name="features")
+h = layers.Dense(3)(x)
+y = layers.UnitNormalization()(h)
+model = keras.Model(x, y)
+model.save(sys.argv[1] + "/unit.keras")
+data = np.random.default_rng(0).standard_normal((2, 5, 4)).astype("float32")
+data[1, 2] = 0.0
+np.savez(sys.argv[1] + "/unit.npz", x=data, y=keras.ops.convert_to_numpy(model(data)))
+"""
+
+CONVERT = """
+import sys, numpy as np, torch
+from attnzoo.keras import convert_keras_model
+from attnzoo.errors import UnsupportedKerasLayerError
+try:
+    model = convert_keras_model(sys.argv[1] + "/unit.keras")
+except UnsupportedKerasLayerError as e:
+    print("REFUSED", e)
+    raise SystemExit(0)
+io = np.load(sys.argv[1] + "/unit.npz")
+with torch.no_grad():
+    got = model(torch.from_numpy(io["x"])).numpy()
+print("MAX", float(np.abs(got - io["y"]).max()))
+"""
+
+
+def _worked_keras_example() -> str:
+    text = (ROOT / "docs" / "contributing.md").read_text()
+    start = text.index("# attnzoo/keras/converters/unit_norm.py")
+    return text[start : text.index("```", start)]
+
+
+@pytest.mark.slow
+def test_a_keras_class_is_one_file_in_the_converters(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("keras") is None:
+        pytest.skip("keras is not installed (the test extra brings it)")
+    repo = tmp_path / "repo"
+    _copy_repo(repo)
+    keras_env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONWARNINGS": "ignore"}
+    made = subprocess.run(
+        [sys.executable, "-c", KERAS_MODEL, str(tmp_path)], capture_output=True, text=True, env=keras_env
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    before = subprocess.run(
+        [sys.executable, "-c", CONVERT, str(tmp_path)], capture_output=True, text=True, env=env, cwd=repo
+    )
+    assert "REFUSED" in before.stdout and "UnitNormalization" in before.stdout, before.stdout + before.stderr
+
+    (repo / "attnzoo" / "keras" / "converters" / "unit_norm.py").write_text(_worked_keras_example())
+    after = subprocess.run(
+        [sys.executable, "-c", CONVERT, str(tmp_path)], capture_output=True, text=True, env=env, cwd=repo
+    )
+    assert after.returncode == 0 and "MAX" in after.stdout, after.stdout + after.stderr
+    assert float(after.stdout.split("MAX")[1]) <= 1e-6

@@ -225,3 +225,29 @@ def test_the_fields_of_a_card_are_the_dataclass_fields_listed_once():
     spec = ModelSpec("x", "a:b", weights={"t": WeightsSpec("t", file="f.safetensors", sha256="0" * 64)})
     assert set(spec.to_dict()) == card | {"qualified_name", "provider", "source", "required"}
     assert set(spec.weights["t"].to_dict()) == weights
+
+
+# exceptions that are part of a protocol contributors implement, never raised to a user
+_PROTOCOL_EXCEPTIONS = {
+    "attnzoo.keras.registry.Refused",  # a converter's reason for not taking a layer (a report line)
+    "attnzoo.testing.properties.Failure",  # a property's verdict (a report line)
+    "attnzoo.testing.properties.NotApplicable",
+}
+
+
+def test_every_exception_and_warning_a_user_can_catch_lives_in_errors():
+    """One hierarchy: a class a user may catch (an error, a warning) is defined in attnzoo/errors.py; any
+    other exception class is private control flow, or one of the converter's and the kit's protocols."""
+    elsewhere = []
+    for path in FILES:
+        here = _module_name(path)
+        if here == "attnzoo.errors":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                continue
+            bases = [ast.unparse(b) for b in node.bases]
+            caught = any(re.search(r"(Exception|Error|Warning|Interrupt|Exit)$", b) for b in bases)
+            if caught and f"{here}.{node.name}" not in _PROTOCOL_EXCEPTIONS:
+                elsewhere.append(f"{here}.{node.name}({', '.join(bases)})")
+    assert not elsewhere, "exceptions outside attnzoo/errors.py:\n" + "\n".join(elsewhere)

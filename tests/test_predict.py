@@ -12,7 +12,8 @@ import torch
 import attnzoo
 from attnzoo.errors import ConfigError
 from attnzoo.io.text import Vocabulary, tokenize
-from attnzoo.train.predict import UnknownTokensWarning, attention_figure
+from attnzoo.tools.plots import attention_figure
+from attnzoo.train.predict import UnknownTokensWarning
 
 from .conftest import run_cli
 
@@ -110,14 +111,13 @@ def test_texts_with_dollar_signs_are_drawn_as_written_not_as_mathtext(tmp_path):
     """A text is the figure's title and its tokens the tick labels: "$x^$" is a mathtext error and
     "$5 and a dog $7" math italics unless matplotlib is told not to parse them."""
     pytest.importorskip("matplotlib")
-    from attnzoo.train.predict import attention_figure, draw_attention
 
     result = attnzoo.predict("bilstm_labelwise", "$5 and a dog $7", return_attention=True)
     figure = attention_figure(result, title="bilstm_labelwise: $x^$")
     figure.canvas.draw()  # mathtext would fail here
     assert figure.axes[0].get_title() == "bilstm_labelwise: $x^$"
     assert all(not label.get_parse_math() for label in figure.axes[0].get_xticklabels())
-    assert draw_attention(result, tmp_path / "a.png", title="$x^$").stat().st_size > 0
+    assert attnzoo.plot_attention(result, tmp_path / "a.png", title="$x^$").stat().st_size > 0
 
 
 def test_predict_on_the_command_line_refuses_text_that_is_not_utf8():

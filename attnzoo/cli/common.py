@@ -11,15 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from attnzoo.errors import AttnzooError
+from attnzoo.errors import AttnzooError, UsageError
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # CSI sequences: colours, bold, cursor moves
 USAGE_ERROR = 2
 FAILURE = 1
-
-
-class UsageError(Exception):
-    """A command line that cannot be run as written (exit status 2)."""
 
 
 def terminal_width() -> int:

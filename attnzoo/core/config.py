@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from attnzoo.core.spec import thaw
+from attnzoo.core.spec import ModelSpec, thaw
 from attnzoo.errors import ConfigError, close_matches
 
 __all__ = [
@@ -27,6 +27,8 @@ __all__ = [
     "user_config",
     "parse_overrides",
     "factory_parameters",
+    "card_config",
+    "factory_arguments",
 ]
 
 
@@ -115,6 +117,43 @@ def merge_config(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
             else:
                 merged[key] = value
     return merged
+
+
+def card_config(spec: ModelSpec, *layers: tuple[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The card's defaults merged with ``layers`` (``(where, values)``, lowest precedence first) under the
+    card's rules: a value it fixes stays as fixed (asking another is a ConfigError naming where the value
+    came from), and a preset (a card with fixed values) takes only the keys its config lists."""
+    fixed = thaw(spec.fixed)
+    allowed = [*spec.config, *fixed]
+    for where, layer in layers:
+        for key, value in (layer or {}).items():
+            if key in fixed and value != fixed[key]:
+                raise ConfigError(
+                    f"{spec.name}: {key} is fixed at {fixed[key]!r} by its card, and {where} asks for {value!r}; "
+                    f"{_preset_hint(spec)}"
+                )
+            if fixed and key not in allowed:
+                hint = close_matches(key, allowed)
+                did_you_mean = f"did you mean {', '.join(map(repr, hint))}? " if hint else ""
+                raise ConfigError(
+                    f"{spec.name}: unknown config key {key!r} ({where}); {did_you_mean}valid keys: "
+                    f"{', '.join(spec.config)}; {_preset_hint(spec)}"
+                )
+    return merge_config(thaw(spec.config), *(layer for _, layer in layers), fixed)
+
+
+def _preset_hint(spec: ModelSpec) -> str:
+    fixed = ", ".join(f"{k}={v!r}" for k, v in thaw(spec.fixed).items())
+    return (
+        f"{spec.name} is a preset ({fixed}); for other combinations use a card without fixed values over "
+        f"{spec.factory_name} ('attention' is the attention core's)"
+    )
+
+
+def factory_arguments(spec: ModelSpec, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with the card's renamed keys under the names the factory takes."""
+    renamed = dict(spec.renamed)
+    return {renamed.get(key, key): value for key, value in config.items()}
 
 
 def factory_parameters(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool, dict[str, Any]]:

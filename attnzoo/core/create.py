@@ -12,9 +12,9 @@ import importlib
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from attnzoo.core.config import merge_config, user_config, validate_config
+from attnzoo.core.config import card_config, factory_arguments, user_config, validate_config
 from attnzoo.core.hub import HUB_PREFIX, hub_folder
 from attnzoo.core.memory import check_memory
 from attnzoo.core.registry import REGISTRY, natural_key
@@ -30,8 +30,6 @@ __all__ = [
     "parse_dtype",
     "resolve_device",
     "weights_path",
-    "hub_folder",
-    "HUB_PREFIX",
 ]
 
 _DTYPES = {
@@ -263,7 +261,7 @@ def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[s
     if path.is_dir():
         tensors, meta = folders_io.read_saved_folder(path, sha256)
     else:
-        tensors, meta = weights_io.read_weights(path, sha256=sha256)
+        tensors, meta = weights_io.read_weights(path, sha256=sha256 or folders_io.recorded_digests(path) or None)
     return tensors, weights_io.decode_metadata(meta, where=path)
 
 
@@ -296,7 +294,11 @@ def create(
 
     Returns:
         The ``nn.Module``, with ``attnzoo_config`` (name, factory, config) for ``attnzoo.save`` and
-        ``attnzoo_metadata`` (vocabulary, labels, ... of pretrained weights).
+        ``attnzoo_metadata`` (vocabulary, labels, ... of pretrained weights). A model that received
+        weights (``pretrained``, ``weights=``, a Hub folder) comes back in eval mode, ready to predict,
+        as Hugging Face's ``from_pretrained`` does; a fresh one in train mode, as timm's and torchvision's.
+        The factory is called twice: first on the ``meta`` device, to check that the model fits in memory
+        before anything is allocated, then for real (on ``meta`` only, when weights will be assigned).
     """
     if isinstance(name, str) and name.startswith(HUB_PREFIX):
         if pretrained or weights is not None:
@@ -311,38 +313,53 @@ def create(
         )
     spec, tag = REGISTRY.resolve(name)
     wspec = _select_weights(spec, tag, pretrained)
+    settings = _Settings(config, user_config(config) if config is not None else {}, overrides)
     loaded = None
+    checked = None
     if weights is not None:
         loaded = (*_read_source(Path(weights), None), Path(weights))
     elif wspec is not None:
         from attnzoo.io.sources import resolve_weights
 
         # the config is checked before the weights are fetched and hashed: a typo costs no sha256 of the file
-        _checked_kwargs(spec, thaw(wspec.config), config, overrides)
+        checked = _checked_kwargs(spec, thaw(wspec.config), settings)
         parse_dtype(dtype)
         path = resolve_weights(spec, wspec)
         tensors, meta = weights_io.read_weights(path, sha256=wspec.sha256, what=f"{spec.name}.{wspec.tag} weights")
         loaded = (tensors, weights_io.decode_metadata(meta, where=path), path)
-    return _assemble(
-        spec, tag, wspec, loaded, config=config, device=device, dtype=dtype, reset_head=reset_head, overrides=overrides
+    model = _assemble(
+        spec, tag, wspec, loaded, settings, device=device, dtype=dtype, reset_head=reset_head, checked=checked
     )
+    # weights that were trained come back ready to predict, as from_pretrained's do; a fresh model trains
+    return model.eval() if loaded is not None and hasattr(model, "eval") else model
 
 
-def _checked_kwargs(spec, tag_config: dict, config: Any, overrides: dict) -> tuple[Any, dict, dict]:
-    """The factory, the merged config (card < tag < ``config`` < overrides) and the keyword arguments it
-    gives the factory, checked against the factory's signature; a ConfigError names a config file's key."""
-    user_layer = user_config(config) if config is not None else {}
-    merged = merge_config(thaw(spec.config), tag_config, user_layer, overrides)
+class _Settings(NamedTuple):
+    """What the caller asked for: ``config=`` as given (for messages) and as read (once), and the overrides."""
+
+    source: Any
+    layer: dict[str, Any]
+    overrides: dict[str, Any]
+
+
+def _checked_kwargs(spec: ModelSpec, tag_config: dict, settings: _Settings) -> tuple[Any, dict, dict]:
+    """The factory, the merged config (card < tag < ``config`` < overrides, under the card's rules) and the
+    keyword arguments it gives the factory, checked against its signature; a ConfigError names a config
+    file's key."""
+    where = f"config file {settings.source}" if isinstance(settings.source, (str, Path)) else "config="
+    merged = card_config(
+        spec, ("the pretrained tag", tag_config), (where, settings.layer), ("a keyword argument", settings.overrides)
+    )
     factory = resolve_factory(spec)
     try:
-        return factory, merged, validate_config(factory, merged, model=spec.name)
+        return factory, merged, validate_config(factory, factory_arguments(spec, merged), model=spec.name)
     except ConfigError as e:
-        if isinstance(config, (str, Path)) and any(repr(k) in str(e) for k in user_layer):
-            raise ConfigError(f"{e} (in config file {config})") from None
+        if isinstance(settings.source, (str, Path)) and any(repr(k) in str(e) for k in settings.layer):
+            raise ConfigError(f"{e} (in config file {settings.source})") from None
         raise
 
 
-def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, overrides) -> Any:
+def _assemble(spec, tag, wspec, loaded, settings: _Settings, *, device, dtype, reset_head, checked=None) -> Any:
     import torch
 
     tag_config = thaw(spec.weights[tag].config) if tag else {}
@@ -350,12 +367,14 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
         tag_config = thaw(wspec.config)
     tensors, file_meta, source = loaded if loaded is not None else (None, None, None)
     if file_meta is not None and file_meta["config"] is not None:
-        tag_config = {**tag_config, **file_meta["config"]}
+        from_file = {**tag_config, **file_meta["config"]}
+        if from_file != tag_config:
+            checked = None  # the file says more than the tag did: check what it says
+        tag_config = from_file
 
-    user_layer = user_config(config) if config is not None else {}
-    asked = {**user_layer, **overrides}
+    asked = {**settings.layer, **settings.overrides}
     changed = {k: (v, tag_config[k]) for k, v in asked.items() if k in tag_config and tag_config[k] != v}
-    factory, merged, kwargs = _checked_kwargs(spec, tag_config, config, overrides)
+    factory, merged, kwargs = checked or _checked_kwargs(spec, tag_config, settings)
     torch_dtype = parse_dtype(dtype)
     torch_device = resolve_device(device)
 
@@ -363,6 +382,8 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
         isinstance(torch_device, torch.device) and torch_device.type == "meta"
     )
     model = _build(factory, kwargs, on_meta=on_meta, name=spec.name, dtype=torch_dtype)
+    if isinstance(getattr(type(model), "name", None), str) and type(model).name != spec.name:
+        model.name = spec.name  # a card over a shared class (a preset of the attention core): errors name the card
     if tensors is not None:
         if torch_dtype is None:  # weights may be stored in float16; the model is float32 unless asked
             default = torch.get_default_dtype()
@@ -398,7 +419,8 @@ def _assemble(spec, tag, wspec, loaded, *, config, device, dtype, reset_head, ov
 
 
 def load(directory_or_file: str | Path, *, device: Any = None, dtype: Any = None, sha256: str | None = None) -> Any:
-    """Rebuild a model saved by ``attnzoo.save`` (a folder) or a weights file with attnzoo metadata.
+    """Rebuild a model saved by ``attnzoo.save`` (a folder) or a weights file with attnzoo metadata, in eval
+    mode (call ``.train()`` to go on training it).
 
     The name in the file's metadata picks the registered spec. The file's sha256 is checked against its
     folder's ``config.yaml``, a ``FILE.sha256`` next to it, or ``sha256=``.
@@ -411,14 +433,6 @@ def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, con
     if not info["name"] or info["config"] is None:
         raise WeightsError(f"{path}: no attnzoo metadata (name, config); load it with create(NAME, weights=...)")
     spec, tag = REGISTRY.resolve(info["name"])
-    return _assemble(
-        spec,
-        tag,
-        None,
-        (tensors, info, path),
-        config=config,
-        device=device,
-        dtype=dtype,
-        reset_head=False,
-        overrides=overrides,
-    )
+    settings = _Settings(config, user_config(config) if config is not None else {}, overrides)
+    model = _assemble(spec, tag, None, (tensors, info, path), settings, device=device, dtype=dtype, reset_head=False)
+    return model.eval() if hasattr(model, "eval") else model

@@ -24,7 +24,7 @@ import inspect
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -430,6 +430,9 @@ def register(
     convention: str = "",
     example: Mapping[str, Any] | None = None,
     exempt: Mapping[str, str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
+    renamed: Mapping[str, str] | None = None,
+    backends: Sequence[str] | None = None,
 ) -> ModelSpec | None:
     """Register a model under ``name``.
 
@@ -437,7 +440,10 @@ def register(
     ``config`` is a dict of constructor defaults (``"???"`` = required) or the path of a model card.
     ``convention``, ``example`` and ``exempt`` are what the conformance kit (``attnzoo check``) needs:
     how the model is called, the smallest config that builds it, and property -> reason for a promise
-    it cannot keep.
+    it cannot keep. ``fixed`` makes a preset: factory arguments no caller may change (and then only the
+    keys of ``config`` are taken); ``renamed`` passes a config key to the factory under another name.
+    ``backends`` names the libraries it can serve as an attention backend for (``["transformers"]``: see
+    ``attnzoo.integrations``).
     Called from a plugin's ``attnzoo_register_models`` hook, a bad entry is recorded against that
     plugin and skipped; called directly, it raises ``ConfigError``. Returns the registered spec.
     """

@@ -186,6 +186,13 @@ class ModelSpec:
     convention: str = ""  # how it is called (shared/DESIGN.md "Calling conventions"); the kit builds inputs from it
     example: Mapping[str, Any] = field(default_factory=dict)  # the smallest config that builds and runs fast
     exempt: Mapping[str, str] = field(default_factory=dict)  # conformance property -> why it cannot hold
+    # a preset: factory arguments its card sets for good (a caller who changes one gets a ConfigError, and
+    # a card with fixed values takes only the keys of its config), and options the factory knows by
+    # another name (rope_self's base is the core's rope_base)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    renamed: Mapping[str, str] = field(default_factory=dict)
+    # other libraries it can serve as an attention backend for (``transformers``: attnzoo.integrations)
+    backends: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not is_valid_arch(self.name):
@@ -209,9 +216,21 @@ class ModelSpec:
             isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in (self.exempt or {}).items()
         ):
             raise ValueError("exempt must map a property name to the reason it cannot hold (a non-empty string)")
+        backends = self.backends or ()
+        if isinstance(backends, str) or not all(is_valid_arch(b) for b in backends):
+            raise ValueError(f"backends must be a list of lower-case names such as [transformers], got {backends!r}")
+        object.__setattr__(self, "backends", tuple(backends))
         object.__setattr__(self, "config", freeze(self.config or {}))
         object.__setattr__(self, "example", freeze(self.example or {}))
         object.__setattr__(self, "exempt", freeze(self.exempt or {}))
+        if not isinstance(self.fixed or {}, Mapping) or not isinstance(self.renamed or {}, Mapping):
+            raise ValueError("fixed must map config keys to values, renamed config keys to factory argument names")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in (self.renamed or {}).items()):
+            raise ValueError("renamed must map config keys to the factory's argument names (strings)")
+        if set(self.fixed or {}) & set(self.config):
+            raise ValueError(f"{sorted(set(self.fixed) & set(self.config))} are both in config and fixed; keep one")
+        object.__setattr__(self, "fixed", freeze(self.fixed or {}))
+        object.__setattr__(self, "renamed", freeze(self.renamed or {}))
         object.__setattr__(self, "weights", MappingProxyType(dict(self.weights or {})))
         if self.default_tag is None and len(self.weights) == 1:
             object.__setattr__(self, "default_tag", next(iter(self.weights)))
@@ -219,10 +238,6 @@ class ModelSpec:
     @property
     def qualified_name(self) -> str:
         return f"{self.provider}:{self.name}"
-
-    @property
-    def pretrained_tags(self) -> list[str]:
-        return list(self.weights)
 
     @property
     def factory_name(self) -> str:

@@ -295,6 +295,11 @@ def _plan(
 
     if seq is None and _fixed_axes(model) and (seq := _run_max_len(model)) is not None:
         notes.append(f"the sequence axis is fixed at the run's max_len ({seq}): pad inputs to {seq} tokens")
+    elif _fixed_axes(model) and dynamic:
+        notes.append(
+            f"a recurrent layer fixes the sequence axis at the traced length ({seq or convention.seq}): pad "
+            f"inputs to it, or export again with seq=N (attnzoo export --seq N) for your inputs' length"
+        )
     sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
     args, kwargs = sample.call_arguments(return_attention=return_attention)
     check = _check_sample(model, convention, sample).call_arguments(return_attention=return_attention)

@@ -21,6 +21,7 @@ from attnzoo.io.weights import (
     as_digests,
     decode_metadata,
     encode_metadata,
+    expected_digest,
     plain_tensors,
     read_verified,
     sha256_file,
@@ -29,6 +30,7 @@ from attnzoo.io.weights import (
 __all__ = [
     "save",
     "read_folder",
+    "recorded_digests",
     "folder_records",
     "read_saved_folder",
     "parse_folder_records",
@@ -39,12 +41,6 @@ __all__ = [
 ]
 
 CONFIG_FILE = "config.yaml"
-MAX_CONFIG_YAML = 64 << 20  # a saved model's config.yaml is kilobytes (a converted Keras graph: hundreds)
-
-
-CONFIG_FILE = "config.yaml"
-
-
 MAX_CONFIG_YAML = 64 << 20  # a saved model's config.yaml is kilobytes (a converted Keras graph: hundreds)
 
 
@@ -97,6 +93,15 @@ def folder_records(directory: str | Path) -> list[dict[str, Any]]:
             f"{e}; restore it, or load the weights alone with attnzoo.load({str(directory / WEIGHTS_FILE)!r}, "
             f"sha256=...)"
         ) from None
+
+
+def recorded_digests(path: Path) -> tuple[str, ...]:
+    """The digests recorded for a weights file: its ``FILE.sha256``, or, for the ``model.safetensors`` of a
+    saved folder, its ``config.yaml`` (the record, and during an overwrite the previous one)."""
+    found = expected_digest(path)
+    if not found and path.name == WEIGHTS_FILE and (path.parent / CONFIG_FILE).is_file():
+        found = tuple(r["sha256"] for r in folder_records(path.parent) if isinstance(r.get("sha256"), str))
+    return found
 
 
 def read_folder(directory: str | Path) -> dict[str, Any]:

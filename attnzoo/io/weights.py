@@ -118,17 +118,13 @@ def as_digests(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def expected_digest(path: Path) -> tuple[str, ...]:
-    """The digests recorded next to a file: ``FILE.sha256`` (one or more ``sha256sum`` lines) or its
-    folder's ``config.yaml`` (the record, and during an overwrite the previous one)."""
+    """The digests recorded next to a file in ``FILE.sha256`` (one or more ``sha256sum`` lines). A saved
+    folder's ``config.yaml`` records its weights' digest too: :func:`attnzoo.io.folders.recorded_digests`
+    reads both."""
     sidecar = path.with_name(path.name + ".sha256")
     if sidecar.is_file():
         lines = [line.split() for line in sidecar.read_text(errors="replace").splitlines()]
         return tuple(parts[0].lower() for parts in lines if parts and _SHA256.match(parts[0].lower()))
-    from attnzoo.io.folders import CONFIG_FILE, folder_records  # a saved folder's record names its file's digest
-
-    folder_config = path.parent / CONFIG_FILE
-    if path.name == WEIGHTS_FILE and folder_config.is_file():
-        return tuple(r["sha256"] for r in folder_records(path.parent) if isinstance(r.get("sha256"), str))
     return ()
 
 

@@ -128,7 +128,9 @@ def check_against_keras(
     import os
 
     if importlib.util.find_spec("keras") is None:
-        raise WeightsError("--check runs Keras beside the converted model: pip install keras") from None
+        raise WeightsError(
+            "--check runs Keras beside the converted model: pip install 'attnzoo[keras-check]'"
+        ) from None
     if "KERAS_BACKEND" not in os.environ and importlib.util.find_spec("tensorflow") is None:
         os.environ["KERAS_BACKEND"] = "torch"  # the backend that is surely here; Keras defaults to TensorFlow
     try:

@@ -215,6 +215,7 @@ def build_graph(
     ]
     config = {
         "format": 1,
+        "name": str(file.config.get("config", {}).get("name") or Path(file.path).stem),
         "keras_version": file.keras_version,
         "inputs": _inputs(graph, calls, layers),
         "layers": layers,

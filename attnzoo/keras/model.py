@@ -19,15 +19,17 @@ None), which the nodes make, use and pass on as Keras does (:mod:`attnzoo.keras.
 ``mask`` argument of a call (keras 3 records them) takes the place of the implicit one.
 
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
-tensors for integer inputs (token ids), floating tensors for the others, a list of str for a string
-input (the texts a TextVectorization inside the model reads), any batch size, and any length on an axis
-Keras left open. It returns one tensor, or a tuple in the Keras model's output order.
+tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
+for a string input (the texts a TextVectorization inside the model reads), any batch size, and any
+length on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's output
+order. ``train()`` is Keras's ``training=True``, ``eval()`` its inference.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -149,6 +151,9 @@ class KerasModel(nn.Module):
                 batch = len(x)
                 checked.append(x)
                 continue
+            if isinstance(x, np.ndarray) and x.dtype.kind in "biuf":  # numpy arrays, as Keras takes them
+                x = torch.from_numpy(np.ascontiguousarray(x))
+                x = x.to(reference.device) if reference is not None else x
             if not isinstance(x, Tensor):
                 raise ValueError(
                     f"keras_model expects input {name!r} as a tensor {_shape_text(shape)}, got {type(x).__name__}"
@@ -263,6 +268,13 @@ class KerasModel(nn.Module):
                 f"keras_model: layer {self.keras_names.get(key, key)!r} ({self.keras_classes.get(key)}): "
                 f"{' '.join(str(e).split())[:300]}"
             ) from None
+
+    def to_source(self, class_name: str | None = None) -> str:
+        """This model as one readable, self-contained PyTorch module (a ``class <KerasName>(nn.Module)``
+        whose ``load_state_dict`` takes this model's weights as they are): see :mod:`attnzoo.keras.source`."""
+        from attnzoo.keras.source import to_source
+
+        return to_source(self, class_name)
 
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)

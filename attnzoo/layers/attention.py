@@ -30,9 +30,15 @@ option            what it changes
 ``dropout``       dropout on the attention weights while training
 ``layout``        parameter names: ``qkvo`` (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, LLaMA's),
                   ``packed`` (``in_proj_weight``, ``out_proj``: ``nn.MultiheadAttention``'s, whose state
-                  dicts load as they are), ``seed`` (``query``, ``key``, ``value``, and ``out`` with
-                  ``output_projection``: seed 001's)
+                  dicts load as they are), ``query_key_value`` (``query``, ``key``, ``value`` Linear
+                  layers, and ``out`` with ``output_projection``: seed 001's; ``seed``, its old name, is
+                  read as it)
 ================  =====================================================================================
+
+The self-attention variants are cards over this class (``registry/*.yaml``), each fixing what makes it
+the variant: ``qkv_self`` (layout ``query_key_value``), ``mha`` (``packed``), ``gqa``, ``local_self``
+(``qkvo``), ``alibi_self`` (positions ``alibi``), ``rope_self`` (``rope``; its ``base`` is ``rope_base``),
+``relpos_self`` (``relpos``), and combinations such as ``gqa_rope_window`` and ``alibi_causal``.
 
 The call is ``layer(x, mask=None, *, context=None, context_mask=None, cache=None, return_attention=False)``.
 Masks are bool, True = attend. Self-attention: ``mask`` [B, T] (which positions are real) or [B, T, T].
@@ -73,8 +79,9 @@ __all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "tiled_to_grouped",
 
 POSITIONS = ("none", "rope", "alibi", "relpos")
 ROPE_LAYOUTS = ("half", "interleaved")
-LAYOUTS = ("qkvo", "packed", "seed")
-_NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "seed": ("query", "key", "value", "out")}
+LAYOUTS = ("qkvo", "packed", "query_key_value")
+_NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "query_key_value": ("query", "key", "value", "out")}
+_OLD_LAYOUT_NAMES = {"seed": "query_key_value"}  # saved folders of 0.1.0 name the layout so
 
 # The explicit (materialised) path handles this many score elements at a time: queries are taken in
 # chunks so that a long sequence never holds its whole [B, h, T, S] score tensor at once.
@@ -265,8 +272,8 @@ class Attention(LazyLayer):
         dropout: dropout on the attention weights while training.
         context_dim: C, the width of ``context`` for cross-attention; None: E when ``embed_dim`` is given,
             else inferred on the first call (from its context, or E without one).
-        layout: parameter names, ``qkvo``, ``packed`` or ``seed``.
-        output_projection: the ``seed`` layout's optional Wo (the other layouts always have one).
+        layout: parameter names, ``qkvo``, ``packed`` or ``query_key_value``.
+        output_projection: the ``query_key_value`` layout's optional Wo (the others always have one).
 
     Shapes: ``forward(x [B, T, E], mask [B, T] or [B, T, T] = None, *, context [B, S, C] = None,
     context_mask [B, S] or [B, T, S] = None, cache = None, return_attention=False)`` -> ``[B, T, E]``,
@@ -299,6 +306,7 @@ class Attention(LazyLayer):
     ) -> None:
         super().__init__()
         name = self.name
+        layout = _OLD_LAYOUT_NAMES.get(layout, layout)
         check_positive(name, "embed_dim", embed_dim)
         check_positive(name, "num_heads", num_heads, allow_none=False)
         kv = num_heads if num_kv_heads is None else num_kv_heads
@@ -331,7 +339,7 @@ class Attention(LazyLayer):
         self.max_relative_position = max_relative_position
         self.causal, self.window, self.normalizer = causal, window, normalizer
         self.qk_norm, self.bias, self.dropout = qk_norm, bias, dropout
-        self.layout, self.output_projection = layout, output_projection or layout != "seed"
+        self.layout, self.output_projection = layout, output_projection or layout != "query_key_value"
         if embed_dim is not None:
             self._check_embed_dim(embed_dim)
         # nn.MultiheadAttention packs q, k and v into one weight only when the context is as wide as x
@@ -394,7 +402,7 @@ class Attention(LazyLayer):
             widths = {names[0]: (e, e), names[1]: (kv, c), names[2]: (kv, c), names[3]: (e, e)}
             if not self.output_projection:
                 del widths[names[3]]
-            if self.layout == "seed":  # the seed's Linear layers, each weight followed by its bias
+            if self.layout == "query_key_value":  # the seed's Linear layers, each weight followed by its bias
                 for part, shape in widths.items():
                     shapes[f"{part}.weight"] = shape
                     if self.bias:
@@ -424,7 +432,7 @@ class Attention(LazyLayer):
                 nn.init.ones_(param)
             elif name.startswith("rel_"):
                 nn.init.xavier_uniform_(param)
-            elif self.layout == "seed":  # nn.Linear's initialisation, which the seed used
+            elif self.layout == "query_key_value":  # nn.Linear's initialisation, which the seed used
                 if name.endswith("weight"):
                     nn.init.kaiming_uniform_(param, a=5**0.5)
                 else:
@@ -474,8 +482,8 @@ class Attention(LazyLayer):
         self,
         x: Tensor,
         mask: Tensor | None = None,
-        return_attention: bool = False,
         *,
+        return_attention: bool = False,
         context: Tensor | None = None,
         context_mask: Tensor | None = None,
         cache: KVCache | None = None,
@@ -597,16 +605,84 @@ class Attention(LazyLayer):
         distance = (k_pos[None, :] - q_pos[:, None]).abs().to(torch.float32)
         return (-slopes[:, None, None] * distance).to(like.dtype)
 
-    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention):
+    def attend_heads(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        allowed: Tensor | None = None,
+        *,
+        q_positions: Tensor | None = None,
+        k_positions: Tensor | None = None,
+        scale: float | None = None,
+        dropout: float | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The attention step alone, on heads already projected (and rotated, and cached) by someone else:
+        ``A = normalizer(scale · q kᵀ + b, where allowed ∧ pattern)``, ``out = A v``.
+
+        Shapes: q [B, h, Lq, d] with h = ``num_heads``; k [B, g, Lk, d] and v [B, g, Lk, dv] with g = ``num_kv_heads``
+        (query head n reads key/value head n // (h / g), never materialised on the softmax path);
+        ``allowed`` bool broadcasting to [B, h, Lq, Lk] (True = attend), None for all. ``q_positions``
+        [Lq] and ``k_positions`` [Lk] are the tokens' absolute positions, which the layer's ``causal``,
+        ``window`` and ALiBi bias read (default: keys 0..Lk-1, queries the last Lq of them, as after a
+        cache). ``scale`` defaults to 1/sqrt(d); ``dropout`` (on the weights) to the layer's own while
+        training. Returns ``(out [B, h, Lq, dv], A [B, h, Lq, Lk] or None)``; a query with nothing
+        allowed gets zeros. The layer's projections, RoPE and cache are not used: this is what a host
+        library with its own projections (``attnzoo.integrations``) calls.
+        """
+        for arg, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.dim() != 4:
+                got = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(
+                    f"{self.name}.attend_heads expects {arg} as [batch, heads, length, head_dim], got {got}"
+                )
+        if q.shape[1] != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != k.shape[1]:
+            raise ValueError(
+                f"{self.name}.attend_heads: this layer has {self.num_heads} query and {self.num_kv_heads} key/value "
+                f"heads, got q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}; build it with num_heads and "
+                f"num_kv_heads of the host model"
+            )
+        if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+            raise ValueError(
+                f"{self.name}.attend_heads: q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} disagree "
+                f"(batch and key length shared, q and k of one head size)"
+            )
+        length, keys = q.shape[-2], k.shape[-2]
+        if allowed is not None and (
+            allowed.dtype != torch.bool
+            or allowed.dim() != 4
+            or any(a not in (1, b) for a, b in zip(allowed.shape, (q.shape[0], q.shape[1], length, keys), strict=True))
+        ):
+            raise ValueError(
+                f"{self.name}.attend_heads expects allowed as a bool tensor broadcasting to "
+                f"[{q.shape[0]}, {q.shape[1]}, {length}, {keys}] (True = attend), got {allowed.dtype} "
+                f"{list(allowed.shape)}"
+            )
+        if k_positions is None:
+            k_positions = torch.arange(keys, device=q.device)
+        if q_positions is None:
+            q_positions = torch.arange(keys - length, keys, device=q.device)
+        if q_positions.shape != (length,) or k_positions.shape != (keys,):
+            raise ValueError(
+                f"{self.name}.attend_heads expects q_positions [{length}] and k_positions [{keys}], got "
+                f"{list(q_positions.shape)} and {list(k_positions.shape)}"
+            )
+        return self._attend(q, k, v, allowed, q_positions, k_positions, return_attention, scale=scale, dropout=dropout)
+
+    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention, *, scale=None, dropout=None):
         """Attention of q [N, h, Lq, d] over k, v [N, g, Lk, d] where ``allowed`` (bool, broadcasting to
         [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it."""
         pattern = self._pattern(q_pos, k_pos)
         if pattern is not None:
             allowed = pattern if allowed is None else allowed & pattern
-        dropout = self.dropout if self.training else 0.0
+        if dropout is None:
+            dropout = self.dropout if self.training else 0.0
         if self.normalizer == "softmax" and self.positions != "relpos":
             bias = self._score_bias(q_pos, k_pos, q)
-            return attend(q, k, v, allowed, return_attention=return_attention, dropout=dropout, bias=bias)
+            return attend(q, k, v, allowed, scale=scale, return_attention=return_attention, dropout=dropout, bias=bias)
+        if scale is not None:  # the materialised form scales by 1/sqrt(d): the rest goes on q
+            q = q * (scale * q.shape[-1] ** 0.5)
         return self._explicit(q, k, v, allowed, q_pos, k_pos, return_attention, dropout)
 
     def _explicit(self, q, k, v, allowed, q_pos, k_pos, return_attention, dropout):

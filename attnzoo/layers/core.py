@@ -283,12 +283,14 @@ def masked_softmax(scores: Tensor, mask: Tensor | None, dim: int = -1) -> Tensor
 
 
 def _sdpa_takes_gqa() -> bool:
-    import inspect
-
+    """Whether this torch's SDPA shares key/value heads itself (``enable_gqa``, torch 2.5): asked by one
+    call, since SDPA is a builtin whose signature ``inspect`` cannot read."""
+    query, shared = torch.zeros(1, 2, 1, 1), torch.zeros(1, 1, 1, 1)
     try:
-        return "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
-    except (TypeError, ValueError):  # a builtin without a signature on this torch
+        F.scaled_dot_product_attention(query, shared, shared, enable_gqa=True)
+    except (TypeError, RuntimeError):
         return False
+    return True
 
 
 _SDPA_GQA = _sdpa_takes_gqa()

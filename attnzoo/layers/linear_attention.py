@@ -61,7 +61,7 @@ class LinearSelfAttention(Attention):
     """Linear attention with the elu + 1 feature map (see module doc), on the core's projections.
 
     Args: ``embed_dim`` (None: inferred), ``num_heads``, ``causal`` (False), ``bias``.
-    Shapes: ``forward(x [B, T, E], mask [B, T] = None, return_attention=False)`` -> ``[B, T, E]`` or
+    Shapes: ``forward(x [B, T, E], mask [B, T] = None, *, return_attention=False)`` -> ``[B, T, E]`` or
     ``(out, A [B, heads, T, T])`` (``[B, T, T]`` with one head). The mask is a key-padding mask only:
     there is no [T, T] matrix to put a general mask on (``causal=True`` gives the causal pattern).
     """
@@ -83,7 +83,7 @@ class LinearSelfAttention(Attention):
     def new_cache(self, batch_size: int):
         raise NotImplementedError(f"{self.name} keeps no key/value cache")
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, return_attention: bool = False, **kwargs):
+    def forward(self, x: Tensor, mask: Tensor | None = None, *, return_attention: bool = False, **kwargs):
         if isinstance(mask, Tensor) and mask.dim() == 3:
             raise ValueError(
                 f"{self.name} takes a key-padding mask [batch, seq], got {list(mask.shape)}: linear "
@@ -92,7 +92,7 @@ class LinearSelfAttention(Attention):
         given = sorted(k for k, v in kwargs.items() if v is not None)
         if given:
             raise ValueError(f"{self.name} is self-attention without a cache; it takes no {', '.join(given)}")
-        return super().forward(x, mask, return_attention)
+        return super().forward(x, mask, return_attention=return_attention)
 
     def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention):
         dtype = q.dtype

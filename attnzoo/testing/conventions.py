@@ -78,7 +78,8 @@ class Slot:
     ``kind``: ``"float"`` (a floating tensor), ``"tokens"`` (integer ids, 0 = padding, below the size
     named by ``vocab``) or ``"mask"`` (bool, True = attend). ``axes`` names each dimension (see the
     module doc). ``keyword``: passed by name rather than by position. ``masked``: the slot holds
-    values at the ``keys`` positions that the mask hides (garbage there must never matter).
+    values at the ``keys`` positions that the mask hides (garbage there must never matter). ``dtype``:
+    the ids' integer dtype (``"int32"``; default int64).
     """
 
     name: str
@@ -86,6 +87,7 @@ class Slot:
     axes: tuple[str, ...]
     keyword: bool = False
     vocab: str = ""
+    dtype: str = ""
 
     @property
     def masked(self) -> bool:
@@ -132,7 +134,10 @@ class Convention:
     (``"flag"``: ``return_attention=True`` appends them; ``"always"``: always the last output;
     ``"none"``). ``keyed_output``: the first output has a ``keys`` axis (only its real positions are
     compared). ``size_keys`` maps an axis to the config keys it may be read from, ``defaults`` gives
-    its size when the config leaves it open.
+    its size when the config leaves it open. ``in_band``: the padding is in the inputs themselves (ids 0,
+    all-zero feature vectors: a Keras model's ``mask_zero`` or ``Masking``), with no mask argument; the
+    padding properties then run on padded inputs, and an output whose axis 1 has the inputs' length is
+    compared at its real positions only.
     """
 
     name: str
@@ -146,6 +151,7 @@ class Convention:
     free: tuple[str, ...] = ()
     seq: int = 7
     description: str = ""
+    in_band: bool = False
 
     # -- what it holds ---------------------------------------------------------------------------------
     def for_config(self, config: Mapping[str, Any] | None) -> Convention:
@@ -156,6 +162,11 @@ class Convention:
     @property
     def has_mask(self) -> bool:
         return any(s.kind == "mask" for s in self.slots)
+
+    @property
+    def has_padding(self) -> bool:
+        """Its inputs can be padded: by a mask argument, or in band."""
+        return self.has_mask or self.in_band
 
     @property
     def mask_slot(self) -> Slot | None:
@@ -195,7 +206,7 @@ class Convention:
         full.update({k: v for k, v in (sizes or {}).items() if k not in ("batch", "keys", "queries")})
         if lengths is None:
             lengths = [seq] * batch
-            if batch > 1 and self.has_mask:
+            if batch > 1 and self.has_padding:
                 lengths[-1] = min(seq, seq // 2 + 1)
         lengths = tuple(int(n) for n in lengths)
         if len(lengths) != batch or any(n < 0 or n > seq for n in lengths):
@@ -212,8 +223,12 @@ class Convention:
                 vocab = full[slot.vocab]
                 tensor = torch.randint(1, max(vocab, 2), shape, generator=generator, device=gen_device)
                 tensor = self._zero_padding(slot, tensor, keep)
+                if slot.dtype:
+                    tensor = tensor.to(getattr(torch, slot.dtype))
             else:
                 tensor = torch.randn(shape, generator=generator, device=gen_device, dtype=torch.float64).to(dtype)
+                if self.in_band:  # a padded step is all zeros, which Keras's Masking(0.0) reads as padding
+                    tensor = self._zero_padding(slot, tensor, keep)
             tensors[slot.name] = tensor.to(device) if device is not None else tensor
         return Sample(self, tensors, full, lengths)
 
@@ -385,7 +400,8 @@ class Convention:
         for b, n in enumerate(sample.lengths):
             for i, value in enumerate(outputs):
                 row = value[b]
-                if i == 0 and self.keyed_output:
+                timed = self.in_band and value.dim() > 1 and value.shape[1] == sample.sizes["keys"]
+                if (i == 0 and self.keyed_output) or timed:
                     row = row[:n]
                 parts.append(row)
             if weights is not None and self._weights_have_keys():
@@ -665,13 +681,18 @@ _BUILTIN.append(
 )
 
 
+# Keras's integer dtypes as torch's; the unsigned ones torch computes little with go as int64
+_TORCH_INTEGERS = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8"}
+
+
 @dataclass
 class KerasInputs(Convention):
     """A converted Keras model (``keras_model``): its inputs are the ones its graph declares, in order,
-    positionally: integer ids (below the vocabulary of the Embedding that reads them) or floats, with
-    Keras's shapes. A length Keras left open is the ``keys`` axis; fixed sizes are kept. Padding is in
-    the inputs themselves (ids 0 under ``mask_zero``), so there is no mask argument: the masked
-    properties do not apply, and the Keras semantics of masks are tested against Keras itself."""
+    positionally: integer ids of the Keras input's dtype (below the vocabulary of the Embedding that reads
+    them) or floats, with Keras's shapes. A length Keras left open is the ``keys`` axis; fixed sizes are
+    kept. There is no mask argument: when every input is read by an ``Embedding(mask_zero=True)`` or a
+    ``Masking(0.0)``, the padding is in band (ids 0, zero vectors) and the padding properties run on it;
+    the Keras semantics of masks are tested against Keras itself."""
 
     def for_config(self, config: Mapping[str, Any] | None) -> Convention:
         from attnzoo.keras.nodes import INTEGER_DTYPES  # the graph's own table of Keras's integer dtypes
@@ -691,12 +712,14 @@ class KerasInputs(Convention):
                     axis = f"in{i}_axis{j}"
                     axes.append(axis)
                     defaults[axis] = size if isinstance(size, int) else 4
-            integer = str(spec.get("dtype")) in INTEGER_DTYPES
+            dtype = str(spec.get("dtype"))
             vocab = f"in{i}_vocab"
-            if integer:
+            if dtype in INTEGER_DTYPES:
                 defaults[vocab] = int(spec.get("vocab") or 10)
             name = str(spec.get("name") or f"input_{i}")
-            slots.append(Slot(name, "tokens" if integer else "float", tuple(axes), vocab=vocab if integer else ""))
+            kind = "tokens" if dtype in INTEGER_DTYPES else "float"
+            integer = _TORCH_INTEGERS.get(dtype, "int64") if kind == "tokens" else ""
+            slots.append(Slot(name, kind, tuple(axes), vocab=vocab if kind == "tokens" else "", dtype=integer))
         outputs = tuple(("batch", "...") for _ in graph.get("outputs") or [None])
         return Convention(
             self.name,
@@ -707,7 +730,31 @@ class KerasInputs(Convention):
             free=tuple(a for a in defaults if a.endswith("_vocab")),
             seq=self.seq,
             description=self.description,
+            in_band=all("keys" in slot.axes for slot in slots) and _masked_in_band(graph),
         )
+
+
+def _masked_in_band(graph: Mapping[str, Any]) -> bool:
+    """Every input of the graph is read by an ``Embedding(mask_zero=True)`` or a ``Masking(0.0)`` (keras 3
+    also records the mask's own ``not_equal`` on it)."""
+    layers, calls = graph.get("layers") or {}, graph.get("calls") or []
+    for spec in graph.get("inputs") or []:
+        readers = [layers.get(c.get("layer") or "") for c in calls if c.get("args") and _reads(c, spec.get("id"))]
+        if not any(
+            isinstance(layer, Mapping)
+            and (
+                (layer.get("op") == "masking" and layer.get("mask_value", 0.0) == 0.0)
+                or (layer.get("op") == "embedding" and layer.get("mask_zero"))
+            )
+            for layer in readers
+        ):
+            return False
+    return True
+
+
+def _reads(call: Mapping[str, Any], call_id: Any) -> bool:
+    first = call["args"][0]
+    return isinstance(first, Mapping) and list(first.get("ref") or []) == [call_id, 0]
 
 
 _BUILTIN.append(

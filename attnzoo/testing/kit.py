@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnzoo.core.spec import thaw
-from attnzoo.errors import AttnzooError
+from attnzoo.errors import AttnzooError, PropertyTimeout
+from attnzoo.io.folders import CONFIG_FILE, read_folder
 from attnzoo.testing.conventions import get_convention
 from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
 from attnzoo.testing.report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
@@ -35,8 +38,18 @@ def _seeded(build: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def saved_folder(value: Any) -> Path | None:
+    """``value`` as the path of a folder written by ``attnzoo.save`` (it holds a config.yaml), else None. A
+    folder of that name wins over a registered name: ``attnzoo check runs/model`` checks the folder."""
+    if isinstance(value, (str, os.PathLike)) and str(value):
+        path = Path(value)
+        if (path / CONFIG_FILE).is_file():
+            return path
+    return None
+
+
 def _subject(
-    name_or_factory: str | Callable[..., Any],
+    name_or_factory: str | os.PathLike | Callable[..., Any],
     config: Mapping[str, Any] | None,
     convention: str | None,
     exempt: Mapping[str, str] | None,
@@ -44,7 +57,20 @@ def _subject(
     """The subject to check, its exemptions, and a failed ``card`` result if it cannot be set up."""
     import attnzoo
 
-    if isinstance(name_or_factory, str):
+    folder = saved_folder(name_or_factory)
+    if folder is not None:  # a saved model, checked with its own weights and config
+        record = read_folder(folder)
+        spec = attnzoo.model_info(record["name"])
+        shown, conv_name = str(folder), convention or spec.convention
+        example = dict(record.get("config") or {})
+        exemptions = {**dict(spec.exempt), **dict(exempt or {})}
+
+        def build(dtype=None, device=None):
+            return attnzoo.load(folder, dtype=dtype, device=device)
+
+        names = (shown, spec.name)
+        registered, kind = True, spec.kind
+    elif isinstance(name_or_factory, str):
         spec = attnzoo.model_info(name_or_factory)
         shown = name_or_factory
         conv_name = convention or spec.convention
@@ -58,6 +84,10 @@ def _subject(
         registered, kind = True, spec.kind
     else:
         factory = name_or_factory
+        if not callable(factory):
+            raise TypeError(
+                f"check_model takes a registered name, a saved folder or a factory, got {name_or_factory!r}"
+            )
         shown = getattr(factory, "__name__", repr(factory))
         conv_name = convention or getattr(factory, "convention", "")
         example = dict(config or {})
@@ -111,10 +141,6 @@ def _add_model_names(subject: Subject) -> None:
 
 
 PROPERTY_TIMEOUT = 300.0  # seconds one property may take (torch.compile's is the slowest); ATTNZOO_CHECK_TIMEOUT
-
-
-class PropertyTimeout(Exception):
-    """A property ran past its time limit."""
 
 
 def property_time_limit() -> float:
@@ -184,7 +210,7 @@ def check_property(subject: Subject, prop: str) -> Result:
 
 
 def check_model(
-    name_or_factory: str | Callable[..., Any],
+    name_or_factory: str | os.PathLike | Callable[..., Any],
     config: Mapping[str, Any] | None = None,
     *,
     skip: Iterable[str] = (),
@@ -197,8 +223,9 @@ def check_model(
     """Run the conformance properties on a variant and return a :class:`Report`.
 
     Args:
-        name_or_factory: a registered name (``"labelwise"``, ``"my_plugin:my_layer"``) or a factory
-            (a class or function that builds the module from ``config``).
+        name_or_factory: a registered name (``"labelwise"``, ``"my_plugin:my_layer"``), a folder written
+            by ``attnzoo.save`` (checked with its own config and weights: a converted Keras model, a
+            trained run) or a factory (a class or function that builds the module from ``config``).
         config: the config to build it with; default: the card's ``example``.
         skip: properties not to run (reported as skipped).
         only: run just these properties (``builds`` always runs first).

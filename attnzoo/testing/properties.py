@@ -212,9 +212,14 @@ def _garbage(value: float) -> Callable:
     return fill
 
 
-def _masked(s: Subject) -> tuple[Convention, nn.Module]:
-    """The convention and a materialised model, for a property about masks (NotApplicable without one)."""
-    if not s.convention.has_mask:
+def _masked(s: Subject, *, in_band: bool = False) -> tuple[Convention, nn.Module]:
+    """The convention and a materialised model, for a property about masks (NotApplicable without one);
+    ``in_band``: padding in the inputs themselves (a Keras model's ``mask_zero`` ids) will do."""
+    if not (s.convention.has_mask or (in_band and s.convention.in_band)):
+        if s.convention.in_band:
+            raise NotApplicable(
+                f"the {s.convention.name} inputs pad in band (ids 0, zero vectors): garbage there is real input"
+            )
         raise NotApplicable(f"the {s.convention.name} convention has no mask")
     return s.convention, s.materialised()[0]
 
@@ -273,7 +278,7 @@ def masked_values(s: Subject) -> None:
 
 
 def padding(s: Subject) -> None:
-    conv, model = _masked(s)
+    conv, model = _masked(s, in_band=True)
     seq = s.seq
     plain = s.sample(batch=2, lengths=(seq, seq), model=model)
     padded = conv.pad(plain, 4, generator=torch.Generator().manual_seed(3))
@@ -288,7 +293,7 @@ def padding(s: Subject) -> None:
 
 
 def fully_masked(s: Subject) -> None:
-    conv, base = _masked(s)
+    conv, base = _masked(s, in_band=True)
     for dtype in (torch.float32, *HALF):
         model = copy.deepcopy(base).to(dtype)
         name = str(dtype).replace("torch.", "")
@@ -315,7 +320,7 @@ def batch_independence(s: Subject) -> None:
     conv = s.convention
     model, _ = s.materialised()
     seq = s.seq
-    lengths = (seq, max(seq - 2, 1), max(seq // 2, 1)) if conv.has_mask else None
+    lengths = (seq, max(seq - 2, 1), max(seq // 2, 1)) if conv.has_padding else None
     sample = s.sample(batch=3, lengths=lengths, seed=5, model=model)
     out, w = s.run(model, sample)
     together = conv.real_parts(sample, out, w)
@@ -481,7 +486,7 @@ def gradcheck(s: Subject) -> None:
     model = model.double()
     seq = min(s.seq, 4)
     sample = s.sample(
-        batch=2, seq=seq, lengths=(seq, 2) if s.convention.has_mask else None, dtype=torch.float64, model=model
+        batch=2, seq=seq, lengths=(seq, 2) if s.convention.has_padding else None, dtype=torch.float64, model=model
     )
     # at the weights plus a little noise: a zero-initialised parameter (timm's last BatchNorm of a block)
     # can put a ReLU exactly on its kink, where finite differences are meaningless

@@ -188,7 +188,15 @@ def route_and_flops(step: Callable[[], Any]) -> tuple[str, float | None]:
             seen.add(func.__name__.split(".")[0])
             return func(*args, **(kwargs or {}))
 
-    counter = FlopCounterMode(display=False)
+    # torch counts the CUDA SDPA kernels but not the CPU flash kernel: counted the same way here, or a CPU
+    # step's attention would count for nothing
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    def cpu_flash_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    cpu_flash = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    counter = FlopCounterMode(display=False, custom_mapping={cpu_flash: cpu_flash_flops} if cpu_flash else None)
     with counter, Recorder():
         step()
     routes = sorted({label for op, label in _KERNELS.items() if op in seen})
@@ -422,13 +430,9 @@ def format_csv(results: Sequence[Measurement]) -> str:
 
 def plot(results: Sequence[Measurement], sweep_key: str, path: str) -> str:
     """Median time against the sweep value, one line per variant, log-log; returns the path."""
-    try:
-        import matplotlib
+    from attnzoo.tools.plots import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install 'attnzoo[train]'") from None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name in dict.fromkeys(m.case.shown for m in results):
         points = [(float(_point(m, sweep_key)), m.median_ms) for m in results if m.case.shown == name]

@@ -136,16 +136,8 @@ def join_weights(
     report and the file's metadata under ``validation``. The test split is scored once, for the choice.
     ``choose_from``: the smallest ensemble scored (say, the size of an ensemble already chosen that way and
     now grown, whose smaller prefixes were scored before)."""
-    import attnzoo
-
     output = Path(output)
-    if output.exists():
-        raise ConfigError(f"{output} exists; name a new file (an ensemble never replaces one)")
-    # checked before any member is loaded or scored: the file is written only at the end
-    if output.suffix != ".safetensors":
-        raise ConfigError(f"{output.name}: an ensemble is written as a .safetensors file; name it NAME.safetensors")
-    if not output.parent.is_dir():
-        raise ConfigError(f"cannot write {output}: the folder {output.parent} does not exist")
+    _check_output(output)  # before any member is loaded or scored: the file is written only at the end
     started = time.perf_counter()
     loaded = [(str(source), *member) for source in sources for member in _members(source)]
     sources_, members, metas, configs, described = (list(column) for column in zip(*loaded, strict=True))
@@ -156,16 +148,43 @@ def join_weights(
             f"the smallest ensemble to choose from has {choose_from} members; it must have 2 to {len(members)}, "
             f"the number of members the sources bring"
         )
-    # twice by provenance (the file's recorded digests must differ) or by weights, compared in float16 as the
-    # file stores them: a run folder's float32 weights and the card file beside it are one member
-    for source, member, where in zip(sources_, members, described, strict=True):
+    _check_members(sources_, members, metas, configs, described)
+    task = task_of(metas[0], source=sources_[0])
+    validation = None
+    if choose_on_val:
+        validation = _prefix_scores(task, configs[0], members, choose_from, verbose)
+        keep = best_prefix(validation, task.main_metric)
+        members, described = members[:keep], described[:keep]
+    report = _write_ensemble(task, members, metas[0], configs[0], described, validation, output)
+    report["time_s"] = time.perf_counter() - started
+    if verbose:
+        subset_size = report["subset"]["size"]
+        subset = {k: v for k, v in report["subset"].items() if k != "size"}
+        print(f"test: {report['test']}\nsubset[{subset_size}]: {subset}\nweights: {output} sha256 {report['sha256']}")
+    return report
+
+
+def _check_output(output: Path) -> None:
+    if output.exists():
+        raise ConfigError(f"{output} exists; name a new file (an ensemble never replaces one)")
+    if output.suffix != ".safetensors":
+        raise ConfigError(f"{output.name}: an ensemble is written as a .safetensors file; name it NAME.safetensors")
+    if not output.parent.is_dir():
+        raise ConfigError(f"cannot write {output}: the folder {output.parent} does not exist")
+
+
+def _check_members(sources: list[str], members: list, metas: list, configs: list, described: list) -> None:
+    """Every member finite, each in once (by provenance, or by weights compared in float16 as the file
+    stores them: a run folder's float32 weights and the card file beside it are one member), all of one
+    configuration, data and task."""
+    for source, member, where in zip(sources, members, described, strict=True):
         broken = next((name for name, t in member.state_dict().items() if not torch.isfinite(t).all()), None)
         if broken is not None:
             raise ConfigError(
                 f"{source}: member {where['source']} has NaN or infinite weights ({broken}); leave it out"
             )
     stored = [float16_state(member) for member in members]
-    for n, (source, meta, config, where) in enumerate(zip(sources_, metas, configs, described, strict=True)):
+    for n, (source, meta, config, where) in enumerate(zip(sources, metas, configs, described, strict=True)):
         if any(where["sha256"] == earlier["sha256"] for earlier in described[:n]):
             raise ConfigError(f"{source}: member {where['source']} (sha256 {where['sha256'][:12]}...) is in twice")
         for earlier, earlier_state in zip(described[:n], stored[:n], strict=True):
@@ -175,21 +194,24 @@ def join_weights(
                     "(equal in float16, as the file stores them), so it is in twice; give each member once"
                 )
         if config != configs[0]:
-            raise ConfigError(f"{source}: model configuration {config} differs from {sources_[0]}'s {configs[0]}")
+            raise ConfigError(f"{source}: model configuration {config} differs from {sources[0]}'s {configs[0]}")
         for key in _SHARED:
             if getattr(meta, key) != getattr(metas[0], key):
-                raise ConfigError(f"{source}: its {key} differs from {sources_[0]}'s; members must share data and task")
-    task = task_of(metas[0], source=sources_[0])
-    validation = None
-    if choose_on_val:
-        validation = _prefix_scores(task, configs[0], members, choose_from, verbose)
-        keep = best_prefix(validation, task.main_metric)
-        members, described = members[:keep], described[:keep]
-    config = {**configs[0], "members": len(members)}
+                raise ConfigError(f"{source}: its {key} differs from {sources[0]}'s; members must share data and task")
+
+
+def _write_ensemble(
+    task: Any, members: list, meta: Any, member_config: dict, described: list, validation: Any, output: Path
+) -> dict[str, Any]:
+    """Score the ensemble of ``members`` on the test split and its checked subset, write it (float16) with
+    its provenance, and return the report with its card entry."""
+    import attnzoo
+
+    config = {**member_config, "members": len(members)}
     ensemble = _ensemble(config, members)
-    subset_size = int(metas[0].check_subset)
+    subset_size = int(meta.check_subset)
     test, subset, metrics = card_metrics(task, ensemble, subset_size)
-    shared = {key: getattr(metas[0], key) for key in _SHARED if getattr(metas[0], key) is not None}
+    shared = {key: getattr(meta, key) for key in _SHARED if getattr(meta, key) is not None}
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     if validation is not None:
         extra["validation"] = validation
@@ -197,14 +219,13 @@ def join_weights(
     digest = write_weights(
         float16_state(ensemble), output, metadata=encode_metadata("g2p_ensemble", spec.factory_name, config, extra)
     )
-    report = {
+    return {
         "weights": str(output),
         "sha256": digest,
         "members": described,
         "validation": validation,
         "test": test,
         "subset": {"size": subset_size, **subset},
-        "time_s": time.perf_counter() - started,
         "card_entry": {
             "file": output.name,
             "sha256": digest,
@@ -215,9 +236,6 @@ def join_weights(
             "metrics": metrics,
         },
     }
-    if verbose:
-        print(f"test: {test}\nsubset[{subset_size}]: {subset}\nweights: {output} sha256 {digest}")
-    return report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,13 +9,13 @@ names and descriptions where the data set has them), the decision threshold (mul
 phoneme inventory (G2P). The model is a pretrained name (``bilstm_labelwise.wordnet``), a run folder or
 weights file written by ``attnzoo train`` or ``attnzoo.save``, or a module that carries such metadata.
 
-``draw_attention`` plots the weights the model put on each token: one row per label with its
-probability (threshold marked), or the phoneme-to-letter alignment for G2P, with a colour bar.
+``attnzoo.plot_attention(result, path)`` (:mod:`attnzoo.tools.plots`) draws the weights the model put on
+each token: one row per label with its probability (threshold marked), or the phoneme-to-letter
+alignment for G2P, with a colour bar.
 """
 
 from __future__ import annotations
 
-import textwrap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any, overload
 import torch
 
 from attnzoo.core.record import RunRecord
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, UnknownTokensWarning
 from attnzoo.io.text import Vocabulary, pad_batch, tokenize
 
 __all__ = [
@@ -34,17 +34,11 @@ __all__ = [
     "predict",
     "predict_one",
     "trained_model",
-    "draw_attention",
-    "attention_figure",
     "label_info",
 ]
 
 PREDICT_BATCH = 64  # texts per forward in predict (sorted by length, so little padding)
 UNKNOWN_SHARE = 0.5  # warn when more than this share of a text's tokens is outside the vocabulary
-
-
-class UnknownTokensWarning(UserWarning):
-    """Most of a text's tokens are not in the model's vocabulary: its prediction rests on little."""
 
 
 @dataclass
@@ -379,62 +373,3 @@ def _unknown_warning(text: str, unknown: int, total: int, stack: int) -> list[st
         warnings.warn(message, UnknownTokensWarning, stacklevel=stack)
         return [message]
     return []
-
-
-def draw_attention(prediction: Prediction, path: str | Path, title: str = "") -> Path:
-    """Save :func:`attention_figure` to ``path`` (any format matplotlib writes: .png, .pdf, .svg)."""
-    fig = attention_figure(prediction, title)  # imports matplotlib (Agg) first
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def attention_figure(prediction: Prediction, title: str = ""):
-    """A heat map of the attention with a colour bar: rows are labels (their probability beside them, a
-    dashed line under the last one at or above the threshold) or phonemes, columns the tokens (or letters).
-    Returns the matplotlib figure."""
-    if prediction.attention is None:
-        raise ConfigError("this prediction has no attention: call predict(..., return_attention=True)")
-    try:
-        import matplotlib
-    except ImportError:
-        raise ConfigError("drawing attention needs matplotlib: pip install 'attnzoo[train]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    weights = prediction.attention.detach().float().numpy()
-    rows = list(prediction.rows)
-    if prediction.output != "g2p" and prediction.labels and len(rows) == len(prediction.labels):
-        rows = [f"{label.name}  {label.probability:.2f}" for label in prediction.labels]
-    height = max(2.4, 0.45 * len(rows) + 1.6)
-    width = max(5.0, 0.5 * len(prediction.tokens) + 4.0)
-    fig, ax = plt.subplots(figsize=(width, height))
-    image = ax.imshow(weights, aspect="auto", cmap="viridis", vmin=0.0)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="attention weight")
-    # texts are shown as written: "$5 and $7" is not mathtext (parse_math=False on every text of the user's)
-    ax.set_xticks(
-        range(len(prediction.tokens)), prediction.tokens, rotation=60, ha="right", fontsize=8, parse_math=False
-    )
-    ax.set_yticks(range(len(rows)), rows, fontsize=8, parse_math=False)
-    if prediction.output == "multilabel" and prediction.labels:
-        above = sum(label.above_threshold for label in prediction.labels)
-        if 0 < above < len(prediction.labels):
-            ax.axhline(above - 0.5, color="white", linewidth=1.5, linestyle="--")
-            ax.text(
-                len(prediction.tokens) - 0.5,
-                above - 0.5,
-                f"threshold {prediction.threshold:.2f} ",
-                color="white",
-                fontsize=7,
-                ha="right",
-                va="bottom",
-            )
-    default = "phoneme-to-letter alignment" if prediction.output == "g2p" else "attention over the text"
-    ax.set_title(
-        "\n".join(textwrap.wrap(title or default, width=max(30, int(width * 9)))), fontsize=9, parse_math=False
-    )
-    fig.tight_layout()
-    return fig

@@ -9,11 +9,16 @@ from typing import Any
 
 from attnzoo.cli.common import FAILURE, UsageError, emit_json, terminal_width
 
-HELP = "run the conformance kit on registered variants"
+HELP = "run the conformance kit on registered variants or saved model folders"
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="fnmatch patterns (default: every variant)")
+    p.add_argument(
+        "patterns",
+        nargs="*",
+        metavar="PATTERN",
+        help="fnmatch patterns of names, or a folder written by attnzoo.save (default: every variant)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="every reason in full (the table cuts long ones)")
     p.add_argument(
         "--in-process", action="store_true", help="check in this process (faster; a variant can then end the run)"
@@ -29,10 +34,13 @@ def run(args: argparse.Namespace) -> int:
 
     from attnzoo.core.registry import list_models, model_info
     from attnzoo.testing import check_model, format_table
+    from attnzoo.testing.kit import saved_folder
 
     names: list[str] = []
     for pattern in args.patterns or ["*"]:
-        if any(c in pattern for c in "*?["):
+        if saved_folder(pattern) is not None:  # a saved model (a converted Keras model, a run): its own weights
+            found = [pattern]
+        elif any(c in pattern for c in "*?["):
             provider, _, glob = pattern.rpartition(":")  # 'my_plugin:*' = every model of that provider
             found = [f"{provider}:{n}" if provider else n for n in list_models(glob, provider=provider or None)]
         else:

@@ -27,6 +27,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --check: the inputs' length on open axes (default: the shortest of 8, 16, 32, ... the model runs)",
     )
+    p.add_argument(
+        "--logits", action="store_true", help="drop each output's final sigmoid / softmax (train with *WithLogitsLoss)"
+    )
+    p.add_argument(
+        "--emit-py",
+        metavar="FILE.py",
+        help="also write the model as a readable PyTorch module whose load_state_dict takes -o's model.safetensors",
+    )
     p.add_argument("--json", action="store_true", help="the conversion report as JSON")
     p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -41,8 +49,10 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    if args.check or args.weights or args.length:
-        raise UsageError("--check, --length and --weights belong to a whole-model conversion (without --model)")
+    if args.check or args.weights or args.logits or args.emit_py or args.length:
+        raise UsageError(
+            "--check, --length, --weights, --logits and --emit-py belong to a whole-model conversion (without --model)"
+        )
     overrides = config_overrides(args.overrides)
     model = attnzoo.create(args.model, **overrides)
     load_keras_weights(model, args.file, layer=args.layer)
@@ -79,6 +89,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {output}: exists and is not a folder; a converted model is saved as a folder")
     if args.length is not None and not args.check:
         raise UsageError("--length N sets the length of --check's inputs; add --check")
+    source = _source_path(args)
     model = convert_keras_model(args.file, weights=args.weights)
     check = None
     if args.check:
@@ -94,7 +105,13 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
                 f"{args.file}: the converted model differs from Keras by "
                 f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
             )
+    if args.logits:  # checked against Keras as Keras computes it; saved without the final squashing
+        model = convert_keras_model(args.file, weights=args.weights, logits=True)
     attnzoo.save(model, output, overwrite=args.overwrite)
+    emitted = None
+    if source is not None:
+        emitted = model.to_source()
+        source.write_text(emitted)
     report = model.keras_report
     if args.json:
         payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
@@ -112,4 +129,23 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{d:.2g}" for d in check.outputs)
         print(f"checked against Keras on padded inputs of length {check.length}: max difference per output {shown}")
     print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
+    if emitted is not None:
+        name = emitted.split("\nclass ", 1)[1].split("(", 1)[0]
+        print(f"wrote {source}: class {name}, which loads {output / 'model.safetensors'} as it is")
     return 0
+
+
+def _source_path(args: argparse.Namespace) -> Any:
+    """Where ``--emit-py`` writes, checked before anything is converted: a .py file, never replaced unasked."""
+    from pathlib import Path
+
+    if not args.emit_py:
+        return None
+    path = Path(args.emit_py)
+    if path.suffix != ".py":
+        raise UsageError(f"--emit-py {path}: the module is written as a .py file")
+    if path.is_dir() or (path.exists() and not args.overwrite):
+        raise UsageError(f"--emit-py {path}: exists; pass --overwrite to replace it")
+    if not path.parent.is_dir():
+        raise UsageError(f"--emit-py {path}: the folder {path.parent} does not exist")
+    return path

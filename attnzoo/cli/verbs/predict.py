@@ -37,7 +37,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import warnings
 
-    from attnzoo.train.predict import UnknownTokensWarning, draw_attention, predict
+    from attnzoo.tools.plots import plot_attention
+    from attnzoo.train.predict import UnknownTokensWarning, predict
 
     if args.attention:
         from pathlib import Path
@@ -75,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result.render())
     if args.attention:
-        path = draw_attention(result, args.attention, title=f"{args.name}: {text}")
+        path = plot_attention(result, args.attention, title=f"{args.name}: {text}")
         print(f"attention map: {path}", file=sys.stderr)
     return 0

@@ -104,6 +104,8 @@ class Recurrent(Node):
             {"nonlinearity": activation if activation in ("tanh", "relu") else "tanh"} if cell == "simple_rnn" else {}
         )
         self.rnn = _TORCH[cell](input_size, units, bias=use_bias, batch_first=True, **extra)
+        if use_bias and (cell != "gru" or not reset_after):
+            _zero_recurrent_bias(self.rnn)
         self.act = activation_fn(activation)
         self.recurrent_act = activation_fn(recurrent_activation)
         if cell == "simple_rnn":
@@ -273,6 +275,16 @@ class Recurrent(Node):
         if self.return_state:
             return [out, *states], [out_mask, *[None] * len(states)]
         return [out], [out_mask]
+
+
+def _zero_recurrent_bias(rnn: nn.RNNBase) -> None:
+    """Keras's LSTM, SimpleRNN and GRU(reset_after=False) have one bias, torch's kernels two: the second
+    (``bias_hh_l0``) becomes a zero buffer, so it is neither trained nor counted as a parameter (fine-tuning
+    trains exactly Keras's variables) and the state dict keeps its keys."""
+    zeros = torch.zeros_like(rnn.bias_hh_l0, requires_grad=False)
+    del rnn.bias_hh_l0
+    rnn.register_buffer("bias_hh_l0", zeros)
+    setattr(rnn, "bias_hh_l0", zeros)  # noqa: B010 - through RNNBase.__setattr__, which updates the kernels' list
 
 
 def kept_first(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, bool]:
