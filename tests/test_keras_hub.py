@@ -11,6 +11,8 @@ sample's masked average is 0 / 0 in Keras).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -117,3 +119,30 @@ def test_register_takes_converters_of_the_one_protocol_by_name_only():
     assert entry.allows(["start_index", "mask"]) == [] and entry.allows(["cache"]) == ["cache"]
     with pytest.raises(ConfigError, match="protocol must be 'module' or 'node'"):
         register("my_pkg>Sine", convert_sine_position_encoding, protocol="records")
+
+
+@pytest.mark.parametrize(
+    "file",
+    ["keras_hub/classifier.keras", "keras_hub/translator.keras", "keras_hub/positions.h5", "keras_text/lookups.keras"],
+)
+def test_the_emitted_source_of_keras_hub_and_text_models_predicts_the_same(file):
+    """``to_source`` writes these nodes as calls of their classes; the module holds the same weights."""
+    model = convert_keras_model(ROOT / "tests" / "data" / file)
+    source = model.to_source()
+    namespace: dict = {}
+    exec(compile(source, "<emitted>", "exec"), namespace)  # noqa: S102 - the code under test
+    port = namespace[source.split("\nclass ", 1)[1].split("(", 1)[0]]()
+    port.load_state_dict(model.state_dict())
+    port.eval()
+    case = Path(file).stem
+    expected = EXPECTED if file.startswith("keras_hub") else dict(np.load(ROOT / "tests/data/keras_text/expected.npz"))
+    inputs = []
+    while f"{case}/0/in/{len(inputs)}" in expected:
+        x = expected[f"{case}/0/in/{len(inputs)}"]
+        inputs.append(x.tolist() if x.dtype.kind == "U" else torch.from_numpy(x))
+    with torch.no_grad():
+        want, got = model(*inputs), port(*inputs)
+    for w, g in zip(
+        want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,), strict=True
+    ):
+        assert torch.equal(w, g)
