@@ -157,16 +157,13 @@ SIMPLE_BLOCKS = st.one_of(
         {"type": st.just("activation"), "activation": st.sampled_from(["softsign", "selu", "swish"])}
     ),
     # the 1-D rows of keras-io's models, each keeping the length (so branches still merge)
-    st.fixed_dictionaries({"type": st.just("separable1d"), "filters": st.integers(2, 4), "kernel": st.integers(1, 3)}),
     st.fixed_dictionaries(
-        {"type": st.just("depthwise1d"), "kernel": st.integers(1, 3), "multiplier": st.integers(1, 2)}
+        {"type": st.sampled_from(["separable1d", "depthwise1d", "conv1d_transpose"]), "filters": st.integers(2, 4)}
+        | {"kernel": st.integers(1, 3), "multiplier": st.integers(1, 2)}
     ),
-    st.fixed_dictionaries(
-        {"type": st.just("conv1d_transpose"), "filters": st.integers(2, 4), "kernel": st.integers(1, 3)}
-    ),
-    st.sampled_from([{"type": "resample"}, {"type": "pad_crop"}, {"type": "normalization"}]),
-    st.fixed_dictionaries(
-        {"type": st.just("rescaling"), "scale": st.sampled_from([0.5, 2.0]), "offset": st.sampled_from([0.0, -0.3])}
+    st.sampled_from(
+        [{"type": "resample"}, {"type": "pad_crop"}, {"type": "normalization"}]
+        + [{"type": "rescaling", "scale": scale, "offset": -0.3} for scale in (0.5, 2.0)]
     ),
 )
 FUNCTIONAL_BLOCKS = st.one_of(
