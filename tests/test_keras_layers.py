@@ -150,3 +150,18 @@ def test_one_line_messages_carry_no_terminal_escape_codes():
 
     keras_style = "Exception encountered when calling Conv1D.call().\n\n\x1b[1mNegative dimension\x1b[0m\n\nArgs"
     assert one_line(keras_style) == "Exception encountered when calling Conv1D.call().; Negative dimension; Args"
+
+
+def test_keras2_initial_state_recorded_as_more_tensors_of_one_node_is_the_initial_state():
+    """keras-io's lstm_seq2seq saved by Keras 2 (tests/data/keras2, made with tf_keras): its decoder's
+    node lists [decoder_inputs, h, c]; the converted call passes h and c as initial_state and runs."""
+    from .conftest import ROOT
+
+    folder = ROOT / "tests" / "data" / "keras2"
+    model = convert_keras_model(folder / "lstm_seq2seq.h5")
+    decoder = [c for c in model.graph["calls"] if c["kwargs"].get("initial_state")]
+    assert len(decoder) == 1 and len(decoder[0]["args"]) == 1 and len(decoder[0]["kwargs"]["initial_state"]) == 2
+    expected = np.load(folder / "expected.npz")
+    source, target = (torch.from_numpy(expected[f"lstm_seq2seq/0/in/{i}"]) for i in range(2))
+    with torch.no_grad():
+        np.testing.assert_allclose(model(source, target).numpy(), expected["lstm_seq2seq/0/out/0"], atol=1e-5)
