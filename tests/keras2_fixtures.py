@@ -121,10 +121,11 @@ def seq2seq_cases():
 
 def keras_io_rows():
     """The layers keras-io's vision and sequence models add, as Keras 2 computes them: transposed,
-    separable and depthwise convolutions, resampling, padding, cropping, Rescaling, an adapted
-    Normalization, CenterCrop, Resizing, and TimeDistributed over an LSTM."""
+    separable and depthwise convolutions, resampling, padding, cropping, Rescaling, random augmentations,
+    an adapted Normalization, CenterCrop, Resizing, and TimeDistributed over an LSTM."""
     image = keras.Input((9, 8, 3))
     x = layers.Rescaling(1 / 127.5, offset=-1)(image)
+    x = layers.RandomFlip()(layers.RandomBrightness(0.2, value_range=(-1, 1))(x))  # the identity at inference
     norm = layers.Normalization()
     norm.adapt(rng.standard_normal((20, 9, 8, 3)) * 2 + 1)
     x = norm(x)
