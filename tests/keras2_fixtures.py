@@ -1,13 +1,14 @@
 """Make the Keras 2 fixtures of tests/test_keras_models.py with tf_keras (run once; the files are committed).
 
     pip install tensorflow-cpu tf_keras h5py      # 1.9 GB: not a test dependency, never in CI
-    python tests/keras2_fixtures.py tests/data/keras2
+    python tests/keras2_fixtures.py tests/data/keras2 [CASE ...]    # CASE ...: only those, the rest kept
 
 Each case is a small model saved with Keras 2's ``model.save("x.h5")``, weights moved off their initial
 values, and ``expected.npz`` holds the inputs and Keras 2's outputs (``<case>/<batch>/in/<i>``,
 ``<case>/<batch>/out/<k>``). The cases are the ones whose semantics differ between Keras 2 and 3:
 hard_sigmoid, GRU with reset_after=False, a masked Bidirectional (its config carries time_major),
-MultiHeadAttention over fully masked rows, 'same' average pooling, nested and shared models.
+MultiHeadAttention over fully masked rows, 'same' average pooling, nested and shared models, and keras-io's
+lstm_seq2seq (``initial_state`` recorded as extra tensors of one inbound node).
 """
 
 from __future__ import annotations
@@ -90,14 +91,88 @@ def cases():
     )
 
 
-def main(out: str) -> None:
+def one_hot(batch, length, tokens):
+    x = np.zeros((batch, length, tokens), dtype="float32")
+    x[np.arange(batch)[:, None], np.arange(length)[None, :], rng.integers(0, tokens, size=(batch, length))] = 1.0
+    return x
+
+
+def seq2seq_cases():
+    """keras-io's lstm_seq2seq (character-level translation): the training model, whose decoder LSTM takes
+    ``initial_state=[h, c]`` (Keras 2 records them as more tensors of its one inbound node), and the
+    sampling models rebuilt from its layers, as the example does."""
+    latent, enc_tokens, dec_tokens = 6, 7, 5
+    encoder_inputs = keras.Input((None, enc_tokens))
+    _, state_h, state_c = layers.LSTM(latent, return_state=True)(encoder_inputs)
+    decoder_inputs = keras.Input((None, dec_tokens))
+    decoder_lstm = layers.LSTM(latent, return_sequences=True, return_state=True)
+    decoder_outputs, _, _ = decoder_lstm(decoder_inputs, initial_state=[state_h, state_c])
+    decoder_dense = layers.Dense(dec_tokens, activation="softmax")
+    model = keras.Model([encoder_inputs, decoder_inputs], decoder_dense(decoder_outputs))
+    yield "lstm_seq2seq", model, [[one_hot(4, 9, enc_tokens), one_hot(4, 6, dec_tokens)]]
+    encoder_model = keras.Model(encoder_inputs, [state_h, state_c])
+    yield "lstm_seq2seq_encoder", encoder_model, [[one_hot(3, 5, enc_tokens)]]
+    h_in, c_in = keras.Input((latent,)), keras.Input((latent,))
+    outputs, h, c = decoder_lstm(decoder_inputs, initial_state=[h_in, c_in])
+    decoder_model = keras.Model([decoder_inputs, h_in, c_in], [decoder_dense(outputs), h, c])
+    states = [rng.standard_normal((3, latent)).astype("float32") for _ in range(2)]
+    yield "lstm_seq2seq_decoder", decoder_model, [[one_hot(3, 1, dec_tokens), *states]]
+
+
+def keras_io_rows():
+    """The layers keras-io's vision and sequence models add, as Keras 2 computes them: transposed,
+    separable and depthwise convolutions, resampling, padding, cropping, Rescaling, random augmentations,
+    an adapted Normalization, CenterCrop, Resizing, and TimeDistributed over an LSTM."""
+    image = keras.Input((9, 8, 3))
+    x = layers.Rescaling(1 / 127.5, offset=-1)(image)
+    x = layers.RandomFlip()(layers.RandomBrightness(0.2, value_range=(-1, 1))(x))  # the identity at inference
+    norm = layers.Normalization()
+    norm.adapt(rng.standard_normal((20, 9, 8, 3)) * 2 + 1)
+    x = norm(x)
+    up = layers.Conv2DTranspose(4, 3, strides=2, padding="same", activation="relu")(x)
+    valid = layers.Conv2DTranspose(2, (4, 3), strides=(2, 3), output_padding=(1, 2))(x)
+    sep = layers.SeparableConv2D(5, 3, padding="same", depth_multiplier=2)(up)
+    depth = layers.DepthwiseConv2D((3, 2), depth_multiplier=2, strides=2)(sep)
+    bilinear = layers.UpSampling2D((2, 3), interpolation="bilinear")(depth)
+    cropped = layers.Cropping2D(((1, 0), (2, 1)))(layers.ZeroPadding2D(((1, 2), (0, 3)))(bilinear))
+    centre = layers.CenterCrop(5, 6)(cropped)
+    resized = layers.Resizing(7, 11)(centre)
+    outputs = [valid, centre, resized]
+    yield "keras_io_vision", keras.Model(image, outputs), [[rng.standard_normal((2, 9, 8, 3)).astype("float32")]]
+    features = keras.Input((None, 3))
+    y = layers.Conv1DTranspose(4, 3, strides=2, padding="same")(features)
+    y = layers.SeparableConv1D(5, 3, padding="same")(y)
+    y = layers.UpSampling1D(2)(layers.DepthwiseConv1D(2)(y))
+    words = keras.Input((None, 4), dtype="int32")
+    sentences = layers.TimeDistributed(layers.LSTM(3))(layers.Embedding(20, 5, mask_zero=True)(words))
+    ids = rng.integers(1, 20, size=(3, 4, 4))
+    ids[0, 2:] = 0
+    ids[1, :, 3:] = 0
+    ids[2, 1, 1:] = 0
+    inputs = [rng.standard_normal((3, 7, 3)).astype("float32"), ids]
+    yield "keras_io_sequences", keras.Model([features, words], [y, sentences]), [inputs]
+
+
+def _moved(value: np.ndarray, name: str) -> np.ndarray:
+    """A weight off its initial value (a variance kept positive, an integer count left alone)."""
+    if value.dtype.kind != "f":
+        return value
+    moved = rng.standard_normal(value.shape).astype("float32") * 0.4
+    return np.abs(moved) + 0.5 if "variance" in name else moved
+
+
+def main(out: str, only: list[str] | None = None) -> None:
+    """Write every case, or with ``only`` those cases alone (the others' files and expected values stay)."""
     os.makedirs(out, exist_ok=True)
-    expected = {}
-    for name, model, batches in cases():
+    path = os.path.join(out, "expected.npz")
+    expected = dict(np.load(path)) if only and os.path.exists(path) else {}
+    for name, model, batches in [*cases(), *seq2seq_cases(), *keras_io_rows()]:
+        if only and name not in only:
+            continue
         for layer in model.layers:
             weights = layer.get_weights()
             if weights:
-                layer.set_weights([rng.standard_normal(w.shape).astype("float32") * 0.4 for w in weights])
+                layer.set_weights([_moved(w, v.name) for w, v in zip(weights, layer.weights, strict=True)])
         model.save(os.path.join(out, f"{name}.h5"))
         for b, inputs in enumerate(batches):
             outputs = model.predict(inputs if len(inputs) > 1 else inputs[0], verbose=0)
@@ -106,9 +181,9 @@ def main(out: str) -> None:
                 expected[f"{name}/{b}/in/{i}"] = x
             for k, y in enumerate(outputs):
                 expected[f"{name}/{b}/out/{k}"] = y
-    np.savez_compressed(os.path.join(out, "expected.npz"), **expected)
-    print(f"wrote {len(list(cases()))} cases to {out} with tf_keras {keras.__version__}")
+    np.savez_compressed(path, **expected)
+    print(f"wrote {', '.join(only) if only else 'every case'} to {out} with tf_keras {keras.__version__}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras2")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras2", sys.argv[2:] or None)

@@ -26,6 +26,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 warnings.filterwarnings("ignore")
 
 import keras  # noqa: E402
+import keras_oracle_rows  # noqa: E402 - beside this file, which runs as a script
 import numpy as np  # noqa: E402
 from keras import layers, ops  # noqa: E402
 
@@ -101,7 +102,9 @@ def _block(x, block):
         )
     if kind == "additive":
         return layers.AdditiveAttention()([x, x])
-    return _single_layer(block)(x)
+    for layer in _layers(block):
+        x = layer(x)
+    return x
 
 
 def _reduce(x, reduce, block=None):
@@ -125,7 +128,8 @@ def build(recipe):
             stack.append(layers.Masking(0.0))
         model = keras.Sequential(stack)
         for block in recipe["branches"][0]:
-            model.add(_single_layer(block))
+            for layer in _layers(block):
+                model.add(layer)
         if recipe["reduce"] != "none":
             model.add(_reduce_layer(recipe["reduce"], recipe.get("reduce_rnn")))
         model.add(layers.Dense(recipe["head"]["units"], activation=recipe["head"].get("activation")))
@@ -152,6 +156,26 @@ def build(recipe):
     out = layers.Dense(recipe["head"]["units"], activation=recipe["head"].get("activation"))(pooled)
     outputs = [out, seq] if recipe.get("sequence_output") else out
     return keras.Model(inp, outputs)
+
+
+def _layers(block):
+    """A block's layers: one, or a pair that keeps the length (a resampling and its inverse)."""
+    kind = block["type"]
+    if kind == "resample":  # twice as long, then pooled back
+        return [layers.UpSampling1D(2), layers.MaxPooling1D(2)]
+    if kind == "pad_crop":
+        return [layers.ZeroPadding1D((1, 2)), layers.Cropping1D((2, 1))]
+    if kind == "separable1d":
+        return [layers.SeparableConv1D(block["filters"], block["kernel"], padding="same", depth_multiplier=2)]
+    if kind == "depthwise1d":
+        return [layers.DepthwiseConv1D(block["kernel"], padding="same", depth_multiplier=block["multiplier"])]
+    if kind == "conv1d_transpose":
+        return [layers.Conv1DTranspose(block["filters"], block["kernel"], padding="same")]
+    if kind == "normalization":
+        return [layers.Normalization(axis=-1)]
+    if kind == "rescaling":
+        return [layers.Rescaling(block["scale"], offset=block["offset"])]
+    return [_single_layer(block)]
 
 
 def _single_layer(block):
@@ -334,6 +358,9 @@ def stateful():
     return keras.Model(inp, layers.LSTM(4, stateful=True)(inp))
 
 
+NAMED.update(keras_oracle_rows.ROWS)  # the rows keras-io's models added (a module of their own)
+
+
 # -- inputs and the serving loop ------------------------------------------------------------------------
 def _inputs(model, batch, length, rng):
     """One array per model input; rows padded by PATTERNS (ids 0 or all-zero feature frames)."""
@@ -355,7 +382,10 @@ def _inputs(model, batch, length, rng):
         if "int" in str(tensor.dtype):
             vocab = _vocab(model, tensor)
             x = rng.integers(1, vocab, size=shape)
-            x = np.where(keep[(...,) + (None,) * (len(shape) - 2)] if len(shape) > 2 else keep, x, 0)
+            if tensor.shape[1] is None:  # padding along the open length only
+                x = np.where(keep[(...,) + (None,) * (len(shape) - 2)] if len(shape) > 2 else keep, x, 0)
+            if len(shape) == 3 and tensor.shape[1] is None:  # sentences of words: some lose their last words
+                x[1::2, :, shape[2] // 2 :] = 0
         else:
             x = rng.standard_normal(shape).astype("float32")
             if len(shape) == 3 and tensor.shape[1] is None:
@@ -374,13 +404,26 @@ def _vocab(model, tensor):
 
 
 def _randomise(model, rng):
-    """Every weight moved off its initial value (a variance kept positive)."""
+    """Every weight moved off its initial value (a variance kept positive; Normalization's count, an
+    integer, left alone), and Normalization's constants refreshed from its moved statistics."""
     for weight in model.weights:
+        if "float" not in str(weight.dtype):
+            continue
         value = weight.numpy()
         moved = rng.standard_normal(value.shape).astype("float32") * 0.4 + value * 0.5
         if "variance" in weight.path:
             moved = np.abs(moved) + 0.5
         weight.assign(moved)
+    for layer in _all_layers(model):
+        if isinstance(layer, layers.Normalization):
+            layer.finalize_state()
+
+
+def _all_layers(model):
+    for layer in model.layers:
+        yield layer
+        if isinstance(layer, keras.Model):
+            yield from _all_layers(layer)
 
 
 def serve(request):

@@ -156,6 +156,15 @@ SIMPLE_BLOCKS = st.one_of(
     st.fixed_dictionaries(
         {"type": st.just("activation"), "activation": st.sampled_from(["softsign", "selu", "swish"])}
     ),
+    # the 1-D rows of keras-io's models, each keeping the length (so branches still merge)
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["separable1d", "depthwise1d", "conv1d_transpose"]), "filters": st.integers(2, 4)}
+        | {"kernel": st.integers(1, 3), "multiplier": st.integers(1, 2)}
+    ),
+    st.sampled_from(
+        [{"type": "resample"}, {"type": "pad_crop"}, {"type": "normalization"}]
+        + [{"type": "rescaling", "scale": scale, "offset": -0.3} for scale in (0.5, 2.0)]
+    ),
 )
 FUNCTIONAL_BLOCKS = st.one_of(
     SIMPLE_BLOCKS,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from typing import Any
 
 from attnzoo.errors import AttnzooError, UsageError
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # CSI sequences: colours, bold, cursor moves
 USAGE_ERROR = 2
 FAILURE = 1
 
@@ -81,8 +83,9 @@ MAX_MESSAGE = 600  # characters of one error line; the rest is behind --debug
 
 
 def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
-    """A message as one line of at most ``limit`` characters (listings joined with '; ')."""
-    lines = [" ".join(line.split()) for line in str(message).splitlines()]
+    """A message as one line of at most ``limit`` characters (listings joined with '; '), without the
+    terminal's escape codes (Keras wraps its errors in ANSI bold, which a pipe or a log shows as junk)."""
+    lines = [" ".join(line.split()) for line in ANSI_ESCAPE.sub("", str(message)).splitlines()]
     text = "; ".join(line for line in lines if line)
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"

@@ -1,13 +1,17 @@
 """``attnzoo convert-keras --check``: the converted model and Keras side by side, layer by layer.
 
 Keras (any backend installed) loads the same file and runs the same random inputs, padded on the right,
-on the left and in the middle; every top-level layer's output is compared with the converted graph's,
-in the order the graph runs, and the first layer whose output differs by more than the tolerance is
-named with the difference. Keras is imported here and nowhere else, and only when asked.
+on the left and in the middle, of a length the model takes (``--length N``, by default the shortest of 8,
+16, 32, ... that the converted model runs: strided convolutions and pools need longer inputs); every
+top-level layer's output is compared with the converted graph's, in the order the graph runs, and the
+first layer whose output differs by more than the tolerance is named with the difference. A failure of
+Keras itself is a ``WeightsError`` carrying Keras's reason, its ANSI codes removed. Keras is imported
+here and nowhere else, and only when asked.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +21,10 @@ import torch
 
 from attnzoo.errors import WeightsError
 
-__all__ = ["CheckResult", "check_against_keras", "padded_inputs"]
+__all__ = ["CheckResult", "check_against_keras", "padded_inputs", "working_length", "open_length"]
 
 PATTERNS = ("full", "right", "left", "middle")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 @dataclass
@@ -28,15 +33,21 @@ class CheckResult:
     layers: list[tuple[str, float]] = field(default_factory=list)  # (layer, max diff) in graph order
     first_divergence: tuple[str, float] | None = None
     tolerance: float = 1e-5
+    length: int = 8  # the inputs' length on open axes
 
     @property
     def ok(self) -> bool:
         return all(d <= self.tolerance for d in self.outputs)
 
 
+_WORDS = ("the", "cat", "sat", "on", "a", "mat", "Dog!", "ran,", "far.", "zebra", "qux", "É")
+MAX_LENGTH = 1024  # the longest open length --check tries before it gives up on finding one that runs
+
+
 def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) -> list[np.ndarray]:
     """Random inputs for a converted model: ids (0 = padding) or features (zero frames as padding),
-    rows padded by ``PATTERNS`` along an open length."""
+    rows padded by ``PATTERNS`` along an open length; texts (an object array of str) of ``length``
+    words or fewer for a string input."""
     rng = np.random.default_rng(seed)
     arrays = []
     for spec in model.inputs_spec:
@@ -53,12 +64,52 @@ def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) ->
                 elif pattern == "middle" and shape[1] > 2:
                     keep[b, 1:-1] = False
         view = keep.reshape(keep.shape + (1,) * (len(shape) - 2))
-        if "int" in str(spec["dtype"]):
+        if spec["dtype"] == "string":
+            x = _texts(rng, shape, length)
+        elif "int" in str(spec["dtype"]):
             x = rng.integers(1, int(spec.get("vocab") or 10), size=shape) * view
         else:
             x = (rng.standard_normal(shape) * view).astype("float32")
         arrays.append(x)
     return arrays
+
+
+def _texts(rng: np.random.Generator, shape: list[int], length: int) -> np.ndarray:
+    """Texts of 0 to ``length`` words (some longer than that, for an output_sequence_length), with
+    punctuation and capitals, as an object array of ``shape``."""
+    out = np.empty(shape, dtype=object)
+    for index in np.ndindex(*shape):
+        count = int(rng.integers(0, 2 * length + 1))
+        out[index] = " ".join(str(rng.choice(_WORDS)) for _ in range(count))
+    return out
+
+
+def _as_model_input(x: np.ndarray) -> Any:
+    return x if x.dtype == object else torch.from_numpy(np.asarray(x))
+
+
+def open_length(model: Any) -> bool:
+    """Whether some input of the model has an open length (an axis Keras left as None)."""
+    return any(None in spec["shape"][1:] for spec in model.inputs_spec)
+
+
+def working_length(model: Any, seed: int = 0) -> int:
+    """The default length of ``--check``: the shortest of 8, 16, 32, ... at which the converted model runs
+    (strided convolutions and pools shorten a sequence; a position table bounds it)."""
+    if not open_length(model):
+        return 8
+    length, last = 8, None
+    while length <= MAX_LENGTH:
+        try:
+            with torch.no_grad():
+                model(*[_as_model_input(x) for x in padded_inputs(model, batch=1, length=length, seed=seed)])
+            return length
+        except ValueError as e:
+            last = e
+        length *= 2
+    raise WeightsError(
+        f"the converted model runs on no input length from 8 to {MAX_LENGTH} ({last}); pass --length N"
+    ) from None
 
 
 def _max_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
@@ -68,8 +119,11 @@ def _max_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(ours[finite] - theirs[finite]).max()) if finite.any() else 0.0
 
 
-def check_against_keras(path: str | Path, model: Any, *, tolerance: float = 1e-5, seed: int = 0) -> CheckResult:
-    """Run ``model`` (converted from ``path``) and Keras's own load of ``path`` on the same padded inputs."""
+def check_against_keras(
+    path: str | Path, model: Any, *, tolerance: float = 1e-5, seed: int = 0, length: int | None = None
+) -> CheckResult:
+    """Run ``model`` (converted from ``path``) and Keras's own load of ``path`` on the same padded inputs,
+    of ``length`` steps along every open axis (default: :func:`working_length`)."""
     import importlib.util
     import os
 
@@ -90,16 +144,19 @@ def check_against_keras(path: str | Path, model: Any, *, tolerance: float = 1e-5
             f"Keras {keras.__version__} cannot load {path} itself ({type(e).__name__}: "
             f"{' '.join(str(e).split())[:300]}), so there is nothing to compare with"
         ) from None
-    inputs = padded_inputs(model, seed=seed)
+    length = working_length(model, seed) if length is None else length
+    inputs = padded_inputs(model, length=length, seed=seed)
     feed = inputs if len(inputs) > 1 else inputs[0]
-    theirs = original.predict(feed, verbose=0)
-    theirs = list(theirs) if isinstance(theirs, (list, tuple)) else [theirs]
-    with torch.no_grad():
-        traced = model.trace(*[torch.from_numpy(np.asarray(x)) for x in inputs])
-        ours = model(*[torch.from_numpy(np.asarray(x)) for x in inputs])
+    theirs = _keras_predict(original, feed, length)
+    try:
+        with torch.no_grad():
+            traced = model.trace(*[_as_model_input(x) for x in inputs])
+            ours = model(*[_as_model_input(x) for x in inputs])
+    except ValueError as e:
+        raise WeightsError(f"the converted model cannot run inputs of length {length}: {e}") from None
     ours = list(ours) if isinstance(ours, tuple) else [ours]
     result = CheckResult([_max_diff(o.numpy(), np.asarray(t)) for o, t in zip(ours, theirs, strict=True)])
-    result.tolerance = tolerance
+    result.tolerance, result.length = tolerance, length
     probes = []
     for layer in original.layers:
         nodes = getattr(layer, "_inbound_nodes", [])
@@ -109,7 +166,7 @@ def check_against_keras(path: str | Path, model: Any, *, tolerance: float = 1e-5
         probes.append((layer.name, list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]))
     if probes:
         flat = [t for _, outs in probes for t in outs]
-        every = keras.Model(original.inputs, flat).predict(feed, verbose=0)
+        every = _keras_predict(keras.Model(original.inputs, flat), feed, length)
         every = list(every) if isinstance(every, (list, tuple)) else [every]
         at = 0
         diffs = {}
@@ -126,3 +183,16 @@ def check_against_keras(path: str | Path, model: Any, *, tolerance: float = 1e-5
                 result.layers.append((call["id"], diffs[call["id"]]))
         result.first_divergence = next(((n, d) for n, d in result.layers if d > tolerance), None)
     return result
+
+
+def _keras_predict(model: Any, feed: Any, length: int) -> list[Any]:
+    """Keras's outputs (a list), or a ``WeightsError`` carrying Keras's own reason when it fails."""
+    try:
+        out = model.predict(feed, verbose=0)
+    except Exception as e:  # noqa: BLE001 - Keras's failure, reported as such (its text may carry ANSI codes)
+        reason = " ".join(_ANSI.sub("", str(e)).split())[:300]
+        raise WeightsError(
+            f"Keras fails on the check's inputs of length {length} ({type(e).__name__}: {reason}); "
+            f"pass --length N with a length the model takes"
+        ) from None
+    return list(out) if isinstance(out, (list, tuple)) else [out]

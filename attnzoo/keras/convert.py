@@ -25,11 +25,21 @@ import numpy as np
 import torch
 
 from attnzoo.errors import ConfigError, UnsupportedKerasLayerError, WeightsError, close_matches
+from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
 from attnzoo.keras.converters.ops import convert_operation, is_operation
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
 from attnzoo.keras.nodes import INTEGER_DTYPES
-from attnzoo.keras.registry import Context, Converted, ConverterTable, KerasConverter, Refused, adapt, record_keys
+from attnzoo.keras.registry import (
+    Context,
+    Converted,
+    ConverterTable,
+    KerasConverter,
+    Refused,
+    adapt,
+    is_keras_own,
+    record_keys,
+)
 
 __all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport"]
 
@@ -74,6 +84,8 @@ def _converter_table(custom: Mapping[str, Any] | None) -> ConverterTable:
     for name, convert in (custom or {}).items():
         table.add(adapt(name, convert, provider="custom_layers"))
     REGISTRY.each_plugin("attnzoo_register_keras_layers", lambda plugin: {"register": table.register_for(plugin)})
+    # attnzoo's converters of keras-hub's layers answer after the plugins', through the same register
+    register_keras_hub_layers(table.register_for("attnzoo"))
     return table
 
 
@@ -162,7 +174,7 @@ def build_graph(
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], ConversionReport]:
     """The ``keras_model`` graph config, its state dict and the report; raises
     ``UnsupportedKerasLayerError`` listing every layer nothing converts."""
-    ctx = Context(file.major, str(file.path))
+    ctx = Context(file.major, str(file.path), file.assets)
     _check_custom_keys(custom_layers, graph)
     table = _converter_table(custom_layers)
     calls_of: dict[str, list[Call]] = {}
@@ -180,7 +192,10 @@ def build_graph(
         converted, arrays, reasons = _convert_layer(record, file, calls_of.get(record_key, []), table, ctx)
         name = record.registered_name or record.class_name
         if converted is None:
-            problems.append({"layer": record.key, "class": name, "variables": _shapes(arrays), "reasons": reasons})
+            own = is_keras_own(record)
+            problem = {"layer": record.key, "class": name, "variables": _shapes(arrays), "reasons": reasons}
+            problem["keras"], problem["refused"] = own, bool(reasons)  # no converter at all, or refused by one
+            problems.append({**problem, "reasons": reasons or [_no_converter(record, own)]})
             continue
         module_key = _module_key(record_key, used)
         keys[record_key] = module_key
@@ -230,18 +245,31 @@ def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, An
     return out
 
 
+def _no_converter(record: LayerRecord, own: bool) -> str:
+    """Why nothing took a layer that no converter is registered for."""
+    if own and record.class_name == "Lambda":
+        return "a Lambda layer's function is Python code, which attnzoo does not run; make it a layer"
+    if own:
+        return f"no converter for Keras's {record.class_name}"
+    return f"a custom layer; no converter is registered as {' or '.join(map(repr, record_keys(record)))}"
+
+
 def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> UnsupportedKerasLayerError:
     lines = []
     for p in problems:
-        shapes = ", ".join(str(s) for s in p["variables"]) or "no variables"
-        why = f" ({'; '.join(p['reasons'])})" if p["reasons"] else ""
-        lines.append(f"  {p['layer']} ({p['class']}, variables {shapes}){why}")
-    message = (
-        f"{file.path}: {len(problems)} layer(s) cannot be converted, so nothing was converted:\n"
-        + "\n".join(lines)
-        + "\nA custom layer converts through a plugin: implement the hook attnzoo_register_keras_layers(register) "
-        "and call register('package>ClassName', convert) (docs/keras-migration.md), or pass "
-        "convert_keras_model(..., custom_layers={'package>ClassName': convert})"
+        shapes = f"variables {', '.join(str(s) for s in p['variables'])}" if p["variables"] else "no variables"
+        lines.append(f"  {p['layer']} ({p['class']}, {shapes}) ({'; '.join(p['reasons'])})")
+    hook = (
+        "register(KEY, convert) in the hook attnzoo_register_keras_layers(register) (docs/keras-migration.md), "
+        "or pass convert_keras_model(..., custom_layers={KEY: convert})"
+    )
+    hints = []
+    if any(not p["keras"] for p in problems):
+        hints.append(f"A custom layer converts through a plugin: {hook.replace('KEY', repr('package>ClassName'))}")
+    if any(p["keras"] and not p["refused"] for p in problems):
+        hints.append(f"A Keras layer attnzoo has no converter for: {hook.replace('KEY', repr('keras>ClassName'))}")
+    message = f"{file.path}: {len(problems)} layer(s) cannot be converted, so nothing was converted:\n" + "\n".join(
+        lines + hints
     )
     return UnsupportedKerasLayerError(message, problems)
 

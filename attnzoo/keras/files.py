@@ -6,6 +6,7 @@ Three forms hold a whole model:
   ``model.weights.h5``, whose layers are groups ``layers/<snake_case class>[_N]`` holding ``vars/<i>``
   (the layer's own variables, in creation order) and one sub-group per sub-layer (``cell``,
   ``forward_layer``, ``query_dense``, ...). The layer's own name is the ``name`` attribute of ``vars``.
+  A layer's other files (a lookup layer's ``vocabulary.txt``) sit under ``assets/`` at the same path.
 * legacy ``.h5`` (Keras 2, or keras 3's ``model.save("x.h5")``): the config in the root attribute
   ``model_config``, the version in ``keras_version``, and the weights under ``model_weights``, one group
   per layer name listing ``weight_names`` in the order of the layer's ``weights``.
@@ -34,6 +35,7 @@ __all__ = ["KerasFile", "LayerPath", "read_keras_model", "snake_case", "MAX_CONF
 
 MAX_CONFIG_BYTES = 64 << 20  # a model config is kilobytes; a larger one is not a Keras file
 MAX_WEIGHTS_BYTES = 64 << 30  # what one model.weights.h5 inside a .keras may expand to
+MAX_ASSETS_BYTES = 1 << 30  # a .keras's assets (vocabularies) are read into memory: a bound on them
 
 
 @dataclass(frozen=True)
@@ -122,11 +124,12 @@ class _Keras3Weights:
                 if isinstance(item, h5py.Dataset):
                     out.append(_read_whole(item, self.where))
         names = [k for k, item in group_items(group, self.where) if k != "vars" and isinstance(item, h5py.Group)]
-        ordered = [k for k in child_order if k in names] + sorted(
-            (k for k in names if k not in child_order), key=_walk_key
-        )
+        here = [k for k in child_order if "/" not in k]
+        ordered = [k for k in here if k in names] + sorted((k for k in names if k not in here), key=_walk_key)
         for key in ordered:
-            out += self._collect(group[key], (), depth + 1)
+            # "child/grandchild" entries order the child's own sub-layers
+            inner = tuple(k.split("/", 1)[1] for k in child_order if k.startswith(key + "/"))
+            out += self._collect(group[key], inner, depth + 1)
         return out
 
 
@@ -189,6 +192,18 @@ class KerasFile:
     config: dict[str, Any]
     weights: Any = field(repr=False)  # _Keras3Weights | _LegacyWeights
     _handles: list[Any] = field(default_factory=list, repr=False)
+    archive_assets: dict[str, bytes] = field(default_factory=dict, repr=False)  # "assets/..." -> bytes
+
+    def assets(self, path: LayerPath) -> dict[str, bytes]:
+        """The files Keras saved for the layer at ``path`` (names relative to its folder, such as
+        ``vocabulary.txt``); empty for formats that keep none (a legacy .h5, a config.json)."""
+        if not self.archive_assets or not isinstance(self.weights, _Keras3Weights):
+            return {}
+        group = self.weights.group(path)
+        if group is None:
+            return {}
+        prefix = "assets" + group.name.rstrip("/") + "/"
+        return {name[len(prefix) :]: data for name, data in self.archive_assets.items() if name.startswith(prefix)}
 
     @property
     def major(self) -> int:
@@ -268,6 +283,7 @@ def _read_zip(path: Path) -> KerasFile:
         member = archive.getinfo("model.weights.h5")
         if member.file_size > MAX_WEIGHTS_BYTES:
             raise WeightsError(f"{where}: model.weights.h5 expands to {member.file_size >> 30} GiB; refusing it")
+        assets = _read_assets(archive, where)
         scratch = tempfile.TemporaryDirectory(prefix="attnzoo-keras-")
         target = Path(scratch.name) / "model.weights.h5"
         with archive.open(member) as source, open(target, "wb") as sink:
@@ -282,9 +298,24 @@ def _read_zip(path: Path) -> KerasFile:
         handle.close()
         scratch.cleanup()
         raise WeightsError(f"{where}: model.weights.h5 is not a keras 3 weights file (no 'layers' group)")
-    return KerasFile(
-        path, "keras", _version_of(config, version), config, _Keras3Weights(handle, where), [scratch, handle]
-    )
+    weights = _Keras3Weights(handle, where)
+    return KerasFile(path, "keras", _version_of(config, version), config, weights, [scratch, handle], assets)
+
+
+def _read_assets(archive: zipfile.ZipFile, where: str) -> dict[str, bytes]:
+    """Every file under ``assets/`` of a .keras archive, read whole (they are vocabularies, kilobytes to
+    megabytes); more than ``MAX_ASSETS_BYTES`` in all is refused."""
+    members = [m for m in archive.infolist() if m.filename.startswith("assets/") and not m.is_dir()]
+    total = sum(m.file_size for m in members)
+    if total > MAX_ASSETS_BYTES:
+        raise WeightsError(f"{where}: the archive's assets expand to {total >> 20} MiB; refusing them")
+    out = {}
+    for member in members:
+        data = archive.read(member)
+        if len(data) != member.file_size:  # the entry says one size and holds another
+            raise WeightsError(f"{where}: {member.filename} is not the size the archive says; refusing it")
+        out[member.filename] = data
+    return out
 
 
 def _read_legacy(path: Path) -> KerasFile:

@@ -27,10 +27,13 @@ from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.files import LayerPath
+from attnzoo.keras.order import Block, keras3_order
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
 
 MODEL_CLASSES = ("Functional", "Model", "Sequential")
+# Keras 2 layers whose call takes `initial_state` among its input tensors (RNN.__call__, Bidirectional)
+KERAS2_RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN", "RNN", "CuDNNLSTM", "CuDNNGRU", "Bidirectional")
 MAX_CALLS = 100_000  # a model with more calls than this is not a model a person built
 MAX_NESTING = 32
 
@@ -257,7 +260,7 @@ class _Builder:
         nodes: dict[tuple[str, int], str] = {}  # (layer name, node index) -> call id
         inputs: list[tuple[InputSpec, Ref]] = []
         start = len(self.graph.calls)
-        blocks: list[_Block] = []  # this model's nodes: one call, or all the calls of a nested model
+        blocks: list[Block] = []  # this model's nodes: one call, or all the calls of a nested model
         for record, entry in zip(records, layers, strict=True):
             if record.class_name == "InputLayer":
                 call_id = f"{call_prefix}{record.key}"
@@ -265,10 +268,10 @@ class _Builder:
                 if bound is not None and record.name in input_names:
                     at = len(self.graph.calls)
                     self._pass(call_id, bound[input_names.index(record.name)])
-                    blocks.append(_Block(call_id, record.key, at, len(self.graph.calls), [], is_input=True))
+                    blocks.append(Block(call_id, record.key, at, len(self.graph.calls), [], is_input=True))
                 else:
                     inputs.append((self._input_spec(record.config, record.name), Ref(call_id)))
-                    blocks.append(_Block(call_id, record.key, -1, -1, [], is_input=True))
+                    blocks.append(Block(call_id, record.key, -1, -1, [], is_input=True))
                 continue
             inbound = entry.get("inbound_nodes") or []
             if not isinstance(inbound, list):
@@ -281,7 +284,7 @@ class _Builder:
                 at = len(self.graph.calls)
                 self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
                 parents = Call(call_id, record.key, args, kwargs).keras_tensors()
-                blocks.append(_Block(call_id, record.key, at, len(self.graph.calls), parents))
+                blocks.append(Block(call_id, record.key, at, len(self.graph.calls), parents))
         by_name = {name: inputs_ref for name, inputs_ref in ((s.name, r) for s, r in inputs)}
         ordered_inputs = []
         for name in input_names:
@@ -290,12 +293,17 @@ class _Builder:
                     raise self.fail(f"input_layers names {name!r}, which is no InputLayer of the model")
                 ordered_inputs.append(next((s, r) for s, r in inputs if s.name == name))
         outputs = []
+        functional = {r.name for r in records if r.class_name in MODEL_CLASSES and r.class_name != "Sequential"}
         for name, node, index in _ref_list(config.get("output_layers"), self.fail):
+            if self.keras3 and name in functional:
+                # keras 3 counts a nested functional model's own node (its inputs to its outputs) in
+                # output_layers, though not in the inbound nodes it records (Functional.get_config)
+                node -= 1
             if (name, node) not in nodes:
                 raise self.fail(f"output_layers names {name!r} node {node}, which the model never calls")
             outputs.append(Ref(nodes[(name, node)], index))
         if self.keras3:
-            self.graph.calls[start:] = _keras3_order(self.graph.calls[start:], start, blocks, outputs)
+            self.graph.calls[start:] = keras3_order(self.graph.calls[start:], start, blocks, outputs)
         return ordered_inputs if bound is None else [], outputs
 
     def _node_offset(self, record: LayerRecord) -> int:
@@ -332,6 +340,9 @@ class _Builder:
                 refs.append(resolve(item))
                 if len(item) > 3 and isinstance(item[3], dict) and not kwargs:
                     kwargs = _tensors_k2(item[3], resolve)
+            if len(refs) > 1 and record.class_name in KERAS2_RNN_CLASSES and "initial_state" not in kwargs:
+                # Keras 2's RNN.__call__ records `initial_state=[h, c]` as more tensors of the one node
+                return [refs[0]], {**kwargs, "initial_state": refs[1:]}
             return ([refs[0]] if len(refs) == 1 else [refs]), kwargs
         raise self.fail(f"layer {record.key!r} has an inbound node of an unknown form: {str(node)[:80]}")
 
@@ -360,75 +371,6 @@ class _Builder:
             return Ref(call_id)
         self.add_call(Call(call_id, record.key, args, kwargs))
         return Ref(call_id)
-
-
-@dataclass
-class _Block:
-    """One node of a functional model, for ordering: the calls ``start:end`` it emitted."""
-
-    id: str
-    operation: str
-    start: int
-    end: int
-    parents: list[Ref]
-    is_input: bool = False
-
-
-def _keras3_order(calls: list[Call], offset: int, blocks: list[_Block], outputs: list[Ref]) -> list[Call]:
-    """The calls of one functional model in the order keras 3 runs them (``Function._run_through_graph``:
-    nodes by decreasing depth from the outputs, each depth in the order ``map_graph`` found them).
-
-    The order is observable: keras 3's MultiHeadAttention deletes the masks of its input tensors, so a
-    layer that reads the same tensor's mask sees it or not depending on whether it ran first."""
-    by_id = {b.id: b for b in blocks}
-    finished: set[str] = set()
-    in_progress: set[str] = set()
-    decreasing: list[str] = []
-    operation_index: dict[str, int] = {}
-
-    def visit(call_id: str) -> None:  # keras's _build_map_helper, iteratively safe for our depths
-        if call_id in finished or call_id not in by_id:
-            return
-        if call_id in in_progress:
-            raise WeightsError(f"the model graph has a cycle through {call_id!r}")
-        block = by_id[call_id]
-        operation_index.setdefault(block.operation, len(operation_index))
-        in_progress.add(call_id)
-        if not block.is_input:
-            for ref in block.parents:
-                visit(ref.call)
-        in_progress.discard(call_id)
-        finished.add(call_id)
-        decreasing.append(call_id)
-
-    for ref in outputs:
-        visit(ref.call)
-    depths: dict[str, int] = {}
-    operation_depths: dict[str, int] = {}
-    for call_id in reversed(decreasing):
-        block = by_id[call_id]
-        depth = depths.setdefault(call_id, 0)
-        depth = max(depth, operation_depths.get(block.operation, 0))
-        operation_depths[block.operation] = depth
-        depths[call_id] = depth
-        for ref in block.parents:
-            if ref.call in by_id and ref.call in finished:
-                depths[ref.call] = max(depth + 1, depths.get(ref.call, 0))
-    by_depth: dict[int, list[str]] = {}
-    for call_id, depth in depths.items():
-        by_depth.setdefault(depth, []).append(call_id)
-    ordered: list[Call] = []
-    placed: set[int] = set()
-    for depth in sorted(by_depth, reverse=True):
-        for call_id in by_depth[depth]:
-            block = by_id[call_id]
-            for index in range(block.start, block.end):
-                if index >= 0:
-                    ordered.append(calls[index - offset])
-                    placed.add(index - offset)
-    # calls no output needs keep their place at the end (they are dropped later)
-    ordered += [call for i, call in enumerate(calls) if i not in placed]
-    return ordered
 
 
 def _tensors_k3(value: Any, resolve: Any) -> Any:

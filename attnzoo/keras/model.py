@@ -19,9 +19,10 @@ None), which the nodes make, use and pass on as Keras does (:mod:`attnzoo.keras.
 ``mask`` argument of a call (keras 3 records them) takes the place of the implicit one.
 
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
-tensors or numpy arrays for integer inputs (token ids), floating ones for the others, any batch size,
-and any length on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's
-output order. ``train()`` is Keras's ``training=True``, ``eval()`` its inference.
+tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
+for a string input (the texts a TextVectorization inside the model reads), any batch size, and any
+length on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's output
+order. ``train()`` is Keras's ``training=True``, ``eval()`` its inference.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
+from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.nodes import INTEGER_DTYPES, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
@@ -140,6 +142,15 @@ class KerasModel(nn.Module):
         batch = None
         for spec, x in zip(specs, inputs, strict=True):
             name, shape = spec["name"], spec["shape"]
+            if spec["dtype"] == "string":  # texts for a TextVectorization or StringLookup inside the model
+                x = string_input(x, shape, name)
+                if batch is not None and len(x) != batch:
+                    raise ValueError(
+                        f"keras_model expects every input with the same batch size, got {batch} and {len(x)}"
+                    )
+                batch = len(x)
+                checked.append(x)
+                continue
             if isinstance(x, np.ndarray) and x.dtype.kind in "biuf":  # numpy arrays, as Keras takes them
                 x = torch.from_numpy(np.ascontiguousarray(x))
                 x = x.to(reference.device) if reference is not None else x

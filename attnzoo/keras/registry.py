@@ -19,6 +19,9 @@ builds, under a decorator that carries the Keras class's facts::
 A plugin registers ``register(keras_name, convert)`` through the ``attnzoo_register_keras_layers`` hook,
 with ``convert(config, weights) -> module`` made by ``attnzoo.create``; :func:`adapt` turns that into the
 protocol above (the node holds the module's registered name and config, so a saved folder rebuilds it).
+``register(keras_name, convert, protocol="node")`` takes a converter of the one protocol instead, whose
+nodes are attnzoo's own ops (a saved folder rebuilds them from their data): how attnzoo ships its
+converters of keras-hub's layers (:mod:`attnzoo.keras.converters.hub_layers`), as a plugin would.
 
 The table of one conversion tries, for each name a layer may go by, ``custom_layers=`` first, then the
 plugins' converters in plugin order, then the built-in one; the first that does not refuse wins.
@@ -36,6 +39,7 @@ import torch
 
 from attnzoo.errors import ConfigError
 from attnzoo.keras.graph import LayerRecord
+from attnzoo.keras.keras_classes import KERAS_CLASSES
 
 __all__ = [
     "Refused",
@@ -51,6 +55,8 @@ __all__ = [
     "module_node",
     "STYLE_ARGUMENTS",
     "record_keys",
+    "is_keras_own",
+    "native",
 ]
 
 CALL_STYLES = ("layer", "attention", "mha")
@@ -77,12 +83,19 @@ class Converted:
     notes: list[str] = field(default_factory=list)
 
 
+def _no_assets(path: Any) -> dict[str, bytes]:
+    return {}
+
+
 @dataclass
 class Context:
-    """What a converter may need to know about the file: its Keras major version and where it is."""
+    """What a converter may need to know about the file: its Keras major version, where it is, and the
+    files Keras saved beside a layer's variables (``assets(record.path)``: name -> bytes, such as a
+    lookup layer's ``vocabulary.txt`` in a ``.keras`` archive; empty where the format keeps none)."""
 
     major: int
     where: str
+    assets: Callable[[Any], dict[str, bytes]] = _no_assets
 
 
 Converter = Callable[[LayerRecord, list[np.ndarray], Context], Converted]
@@ -187,6 +200,22 @@ def adapt(
     return KerasConverter(keras_name, as_node, arguments, tuple(child_order), provider)
 
 
+def native(
+    keras_name: str,
+    convert: Converter,
+    *,
+    provider: str,
+    call_arguments: Collection[str] = (),
+    child_order: Iterable[str] = (),
+) -> KerasConverter:
+    """A converter of the one protocol registered through the hook (``protocol="node"``)."""
+    if not isinstance(keras_name, str) or not keras_name or not callable(convert):
+        raise ConfigError(f"register({keras_name!r}, convert, protocol='node'): a non-empty name and a callable")
+    if isinstance(call_arguments, str) or isinstance(child_order, str):
+        raise ConfigError(f"register({keras_name!r}, ...): call_arguments and child_order are lists of names")
+    return KerasConverter(keras_name, convert, frozenset(call_arguments), tuple(child_order), provider)
+
+
 def module_node(module: Any, *, call: str, mask: bool, output_mask: str, source: str) -> Converted:
     """The ``zoo`` node of a module made by ``attnzoo.create`` (its registered name and config), with its
     weights as the node's ``layer.*`` state."""
@@ -217,7 +246,12 @@ class ConverterTable:
     def register_for(self, provider: str) -> Callable[..., None]:
         """The ``register(keras_name, convert, ...)`` a plugin's hook receives, bound to that plugin."""
 
-        def register(keras_name: str, convert: Callable[..., Any], **options: Any) -> None:
+        def register(keras_name: str, convert: Callable[..., Any], *, protocol: str = "module", **options: Any) -> None:
+            if protocol == "node":
+                self.add(native(keras_name, convert, provider=provider, **options))
+                return
+            if protocol != "module":
+                raise ConfigError(f"register({keras_name!r}, ...): protocol must be 'module' or 'node'")
             unknown = sorted(set(options) - set(inspect.signature(adapt).parameters) - {"provider"})
             if unknown:
                 raise ConfigError(f"register({keras_name!r}, ...): unknown option(s) {', '.join(unknown)}")
@@ -240,14 +274,19 @@ class ConverterTable:
         return sorted({*self.entries, *_BUILTIN})
 
 
+def is_keras_own(record: LayerRecord) -> bool:
+    """Whether the layer is one of Keras's own classes (``keras.layers``, not ``keras_hub`` nor a user's).
+    A legacy .h5 records no module: a Keras class name is taken for Keras's own layer there."""
+    if record.module is not None:
+        return record.module == "keras" or record.module.startswith(("keras.", "tf_keras."))
+    return record.class_name in KERAS_CLASSES or record.class_name in builtin_names()
+
+
 def record_keys(record: LayerRecord) -> list[str]:
     """The names a converter may be registered under, most specific first: ``keras>Class`` for Keras's
     own layers; a custom layer's ``package>Class`` when Keras recorded one, else its bare class name.
     A bare name never matches a packaged class: two packages' ``LabelWiseAttention`` need not agree."""
-    # a legacy .h5 records no module: a Keras class name is taken for Keras's own layer first
-    own = bool(record.module and record.module.startswith("keras")) or (
-        record.module is None and (record.class_name in builtin_names() or record.class_name == "InputLayer")
-    )
+    own = is_keras_own(record)
     keys = [f"keras>{record.class_name}"] if own else []
     if record.registered_name and ">" in record.registered_name and not own:
         keys.append(record.registered_name)

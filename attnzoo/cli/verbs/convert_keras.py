@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from attnzoo.cli.common import UsageError, config_overrides
+from attnzoo.cli.common import UsageError, config_overrides, positive_int
 from attnzoo.errors import AttnzooError
 
 HELP = "convert a whole Keras model, or one layer's weights, to attnzoo"
@@ -21,6 +21,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="with --model: config of the attnzoo layer")
     p.add_argument("--weights", help="the weights file of a config.json (default: the .weights.h5 beside it)")
     p.add_argument("--check", action="store_true", help="run Keras beside the result on padded inputs first")
+    p.add_argument(
+        "--length",
+        type=positive_int,
+        metavar="N",
+        help="with --check: the inputs' length on open axes (default: the shortest of 8, 16, 32, ... the model runs)",
+    )
     p.add_argument(
         "--logits", action="store_true", help="drop each output's final sigmoid / softmax (train with *WithLogitsLoss)"
     )
@@ -39,16 +45,16 @@ def run(args: argparse.Namespace) -> int:
         return _convert_keras_model(args)
     from pathlib import Path
 
-    from attnzoo.core.create import create
+    import attnzoo
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    if args.check or args.weights or args.logits or args.emit_py:
+    if args.check or args.weights or args.logits or args.emit_py or args.length:
         raise UsageError(
-            "--check, --weights, --logits and --emit-py belong to a whole-model conversion (without --model)"
+            "--check, --length, --weights, --logits and --emit-py belong to a whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
-    model = create(args.model, **overrides)
+    model = attnzoo.create(args.model, **overrides)
     load_keras_weights(model, args.file, layer=args.layer)
     info = model.attnzoo_config  # sizes left lazy in the config are set again by the weights on load
     metadata = encode_metadata(
@@ -66,7 +72,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
     from pathlib import Path
 
-    from attnzoo.io.folders import save
+    import attnzoo
     from attnzoo.keras import convert_keras_model
 
     if args.layer or args.overrides:
@@ -81,13 +87,15 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         )
     if output.exists() and not output.is_dir():
         raise UsageError(f"-o {output}: exists and is not a folder; a converted model is saved as a folder")
+    if args.length is not None and not args.check:
+        raise UsageError("--length N sets the length of --check's inputs; add --check")
     source = _source_path(args)
     model = convert_keras_model(args.file, weights=args.weights)
     check = None
     if args.check:
         from attnzoo.keras.check import check_against_keras
 
-        check = check_against_keras(args.file, model)
+        check = check_against_keras(args.file, model, length=args.length)
         if not check.ok:
             where = ""
             if check.first_divergence:
@@ -99,7 +107,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
             )
     if args.logits:  # checked against Keras as Keras computes it; saved without the final squashing
         model = convert_keras_model(args.file, weights=args.weights, logits=True)
-    save(model, output, overwrite=args.overwrite)
+    attnzoo.save(model, output, overwrite=args.overwrite)
     emitted = None
     if source is not None:
         emitted = model.to_source()
@@ -108,13 +116,18 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     if args.json:
         payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
         if check is not None:
-            payload["check"] = {"outputs": check.outputs, "layers": check.layers, "tolerance": check.tolerance}
+            payload["check"] = {
+                "outputs": check.outputs,
+                "layers": check.layers,
+                "tolerance": check.tolerance,
+                "length": check.length,
+            }
         print(json.dumps(payload, indent=2))
         return 0
     print(report.to_text())
     if check is not None:
         shown = ", ".join(f"{d:.2g}" for d in check.outputs)
-        print(f"checked against Keras on padded inputs: max difference per output {shown}")
+        print(f"checked against Keras on padded inputs of length {check.length}: max difference per output {shown}")
     print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
     if emitted is not None:
         name = emitted.split("\nclass ", 1)[1].split("(", 1)[0]

@@ -1,8 +1,11 @@
-"""Keras's convolutions: Conv1D and Conv2D, with TensorFlow's ``same`` padding and ``causal`` 1-D padding."""
+"""Keras's convolutions: Conv1D, Conv2D and Conv3D, with TensorFlow's ``same`` padding and ``causal`` 1-D
+padding (the transposed, depthwise and separable ones are in their own files)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,7 +17,9 @@ from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_f
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["Conv", "same_padding", "conv_padding"]
+__all__ = ["Conv", "same_padding", "conv_padding", "CONV", "conv_options"]
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 def same_padding(length: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
@@ -40,9 +45,10 @@ def conv_padding(x: Tensor, padding: str, kernel_size: list[int], strides: list[
 
 
 class Conv(Node):
-    """``Conv1D`` / ``Conv2D``: ``weight`` [filters, in / groups, *kernel] (torch's layout; Keras stores
-    [*kernel, in / groups, filters]). Padding ``valid``, ``same`` (TensorFlow's, extra on the right) and,
-    for 1-D, ``causal`` (all on the left)."""
+    """``Conv1D`` / ``Conv2D`` / ``Conv3D`` (and ``DepthwiseConv1D/2D``, grouped by input channel):
+    [B, *spatial, in] -> [B, *spatial', filters], ``weight`` [filters, in / groups, *kernel] (torch's
+    layout; Keras stores [*kernel, in / groups, filters]). Padding ``valid``, ``same`` (TensorFlow's,
+    extra on the right) and, for 1-D, ``causal`` (all on the left)."""
 
     op = "conv"
 
@@ -91,10 +97,22 @@ class Conv(Node):
         pads = conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation)
         if any(pads):
             x = F.pad(x, pads)
-        conv = F.conv1d if self.rank == 1 else F.conv2d
-        y = conv(x, self.weight, self.bias, stride=self.strides, dilation=self.dilation, groups=self.groups)
+        y = CONV[self.rank](x, self.weight, self.bias, stride=self.strides, dilation=self.dilation, groups=self.groups)
         y = self.act(y)
         return y if self.channels_first else y.movedim(1, -1)
+
+
+def conv_options(c: Mapping[str, Any], rank: int, *, causal: bool = True) -> tuple[str, list[int], list[int]]:
+    """A convolution config's ``padding`` (``causal`` for 1-D where allowed), ``strides`` and
+    ``dilation_rate``, checked."""
+    padding = str(c.get("padding", "valid")).lower()
+    if padding not in ("valid", "same") and not (padding == "causal" and rank == 1 and causal):
+        raise Refused(f"padding {padding!r} is not supported")
+    strides = ints(c.get("strides", 1), rank, "strides")
+    dilation = ints(c.get("dilation_rate", 1), rank, "dilation_rate")
+    if any(s > 1 for s in strides) and any(d > 1 for d in dilation):
+        raise Refused("strides and dilation_rate both above 1 (Keras refuses this too)")
+    return padding, strides, dilation
 
 
 def _convert_conv(record, arrays, ctx, rank: int):
@@ -108,14 +126,8 @@ def _convert_conv(record, arrays, ctx, rank: int):
     stated = c.get("kernel_size")
     if stated is not None and ints(stated, rank, "kernel_size") != list(kernel.shape[:rank]):
         raise Refused(f"its config says kernel_size={stated} but the kernel is {list(kernel.shape)}")
-    padding = str(c.get("padding", "valid")).lower()
-    if padding not in ("valid", "same") and not (padding == "causal" and rank == 1):
-        raise Refused(f"padding {padding!r} is not supported")
+    padding, strides, dilation = conv_options(c, rank)
     groups = int(c.get("groups", 1) or 1)
-    strides = ints(c.get("strides", 1), rank, "strides")
-    dilation = ints(c.get("dilation_rate", 1), rank, "dilation_rate")
-    if any(s > 1 for s in strides) and any(d > 1 for d in dilation):
-        raise Refused("strides and dilation_rate both above 1 (Keras refuses this too)")
     spec = {
         "op": "conv",
         "rank": rank,
@@ -138,11 +150,16 @@ def _convert_conv(record, arrays, ctx, rank: int):
     return Converted(spec, state)
 
 
-@keras_layer("Conv1D")
+@keras_layer("Conv1D", "Convolution1D")
 def convert_conv1d(record, arrays, ctx):
     return _convert_conv(record, arrays, ctx, 1)
 
 
-@keras_layer("Conv2D")
+@keras_layer("Conv2D", "Convolution2D")
 def convert_conv2d(record, arrays, ctx):
     return _convert_conv(record, arrays, ctx, 2)
+
+
+@keras_layer("Conv3D", "Convolution3D")
+def convert_conv3d(record, arrays, ctx):
+    return _convert_conv(record, arrays, ctx, 3)

@@ -52,7 +52,10 @@ class Embedding(Node):
 
     def forward(self, args, kwargs, masks):
         ids = args[0]
-        check_tokens(self.name, ids, self.weight.shape[0], arg="ids", rank=ids.dim() if isinstance(ids, Tensor) else 2)
+        # check_tokens says "expects {arg} ids in [0, n)": the argument is the input, whose values are ids
+        check_tokens(
+            self.name, ids, self.weight.shape[0], arg="input", rank=ids.dim() if isinstance(ids, Tensor) else 2
+        )
         y = F.embedding(ids.long(), self.weight)
         return [y], [ids != 0 if self.mask_zero else None]
 

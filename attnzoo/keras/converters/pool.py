@@ -1,4 +1,5 @@
-"""Keras's pooling: Max/AveragePooling1D/2D and GlobalMax/GlobalAveragePooling1D/2D (the 1-D average masked)."""
+"""Keras's pooling: Max/AveragePooling1D/2D/3D and GlobalMax/GlobalAveragePooling1D/2D/3D (the 1-D average
+masked)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from attnzoo.keras.registry import Converted, Refused, keras_layer
 __all__ = ["Pool", "GlobalPool"]
 
 
+_MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+_AVERAGE = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
 class Pool(Node):
-    """``MaxPooling1D/2D`` and ``AveragePooling1D/2D``; ``same`` padding as TensorFlow: max ignores the
+    """``MaxPooling1D/2D/3D`` and ``AveragePooling1D/2D/3D``; ``same`` padding as TensorFlow: max ignores the
     padding, average divides by the real elements of each window."""
 
     op = "pool"
@@ -45,10 +50,9 @@ class Pool(Node):
         if self.kind == "max":
             if any(pads):
                 x = F.pad(x, pads, value=float("-inf"))
-            pool = F.max_pool1d if self.rank == 1 else F.max_pool2d
-            y = pool(x, self.pool_size, self.strides)
+            y = _MAX[self.rank](x, self.pool_size, self.strides)
         else:
-            pool = F.avg_pool1d if self.rank == 1 else F.avg_pool2d
+            pool = _AVERAGE[self.rank]
             if any(pads):
                 ones = F.pad(torch.ones_like(x[:1, :1]), pads)
                 summed = pool(F.pad(x, pads), self.pool_size, self.strides)
@@ -59,6 +63,10 @@ class Pool(Node):
 
 
 _POOLS = {
+    "MaxPooling3D": (3, "max"),
+    "AveragePooling3D": (3, "average"),
+    "MaxPool3D": (3, "max"),
+    "AvgPool3D": (3, "average"),
     "MaxPooling1D": (1, "max"),
     "MaxPooling2D": (2, "max"),
     "AveragePooling1D": (1, "average"),
@@ -87,7 +95,7 @@ def convert_pool(record, arrays, ctx):
 
 
 class GlobalPool(Node):
-    """``GlobalAverage/MaxPooling1D/2D``; the 1-D average is masked (sum over kept steps / their count;
+    """``GlobalAverage/MaxPooling1D/2D/3D``; the 1-D average is masked (sum over kept steps / their count;
     Keras divides 0 by 0 for a sample with no kept step, attnzoo returns 0 there)."""
 
     op = "global_pool"
@@ -109,6 +117,10 @@ class GlobalPool(Node):
 
 
 _GLOBAL_POOLS = {
+    "GlobalAveragePooling3D": (3, "average"),
+    "GlobalMaxPooling3D": (3, "max"),
+    "GlobalAvgPool3D": (3, "average"),
+    "GlobalMaxPool3D": (3, "max"),
     "GlobalAveragePooling1D": (1, "average"),
     "GlobalAveragePooling2D": (2, "average"),
     "GlobalMaxPooling1D": (1, "max"),

@@ -255,6 +255,11 @@ class Recurrent(Node):
         initial = kwargs.get("initial_state")
         if isinstance(initial, Tensor):
             initial = [initial]
+        if initial is not None and len(initial) != self.num_states:
+            raise ValueError(
+                f"takes {self.num_states} initial state(s) ({'h, c' if self.cell == 'lstm' else 'h'}), "
+                f"got {len(initial)}"
+            )
         if x.dim() != 3:
             raise ValueError(f"expects a sequence of shape [batch, time, features], got {list(x.shape)}")
         if x.shape[1] == 0:
@@ -298,8 +303,8 @@ def keras_outputs(out: Tensor, mask: Tensor, right_padded: bool, *, zero: bool) 
     """Keras's per-step outputs in time order from the outputs over the kept steps (``out`` [B, T, H],
     kept steps first): each position takes the output of the last kept step at or before it (zeros
     before the first), or zeros at masked positions when ``zero`` (``zero_output_for_mask``)."""
-    if right_padded and zero:
-        return out  # a packed output is zero past each length already
+    if right_padded and zero and bool(mask[:, :1].all()):
+        return out  # a packed output is zero past each length already (a sample of no step ran one: not here)
     counts = mask.cumsum(1)  # kept steps up to and including each position
     index = (counts - 1).clamp(min=0).unsqueeze(-1).expand(-1, -1, out.shape[-1])
     return torch.where((mask if zero else counts > 0).unsqueeze(-1), out.gather(1, index), 0.0)

@@ -1,0 +1,164 @@
+"""Keras's transposed convolutions: Conv1DTranspose, Conv2DTranspose and Conv3DTranspose.
+
+Keras (TensorFlow, JAX, and keras 3's torch backend alike) computes a transposed convolution as the full
+one, of length ``(L - 1)·s + k_eff`` per axis (``k_eff = (k - 1)·d + 1``), cut to a window that the
+padding decides: ``valid`` keeps the full length and adds ``output_padding`` zeros' worth on the right
+(by default ``max(k_eff, s) - k_eff``, so the length is ``(L - 1)·s + max(k_eff, s)``); ``same`` makes it
+``L·s``, cutting ``k_eff - 1 - left`` on the left where ``left = min(ceil(p / 2), k_eff - 1)`` and
+``p = s + k_eff - 2`` (with ``output_padding`` given, ``p = k_eff + k_eff mod 2 - 2 + output_padding``).
+torch's own ``padding`` is symmetric, so the node runs torch's full transposed convolution and cuts (or
+pads) each side itself.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnzoo.keras.activations import activation as activation_fn
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints
+from attnzoo.keras.converters.conv import conv_options
+from attnzoo.keras.nodes import Node, glorot_uniform
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["ConvTranspose", "transpose_window"]
+
+_TRANSPOSE = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def transpose_window(
+    kernel: int, stride: int, dilation: int, padding: str, output_padding: int | None
+) -> tuple[int, int]:
+    """How much Keras cuts from the left and from the right of the full transposed convolution of one
+    axis (a negative amount is zeros added)."""
+    k = (kernel - 1) * dilation + 1
+    if padding == "valid":
+        extra = max(k, stride) - k if output_padding is None else output_padding
+        left, right = k - 1, k - 1 + extra
+    else:
+        total = stride + k - 2 if output_padding is None else k + k % 2 - 2 + output_padding
+        left = min(total // 2 + total % 2, k - 1)
+        right = total - left
+    return k - 1 - left, k - 1 - right
+
+
+class ConvTranspose(Node):
+    """``Conv1DTranspose`` / ``Conv2DTranspose`` / ``Conv3DTranspose``: [B, *spatial, in] ->
+    [B, *spatial', filters] with Keras's output window (module docstring); ``weight`` [in, filters,
+    *kernel] (torch's layout; Keras stores [*kernel, filters, in]), ``bias`` [filters]."""
+
+    op = "conv_transpose"
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        filters: int,
+        in_channels: int,
+        kernel_size: list[int],
+        strides: list[int],
+        dilation_rate: list[int],
+        padding: str = "valid",
+        output_padding: list[int] | None = None,
+        activation: str = "linear",
+        use_bias: bool = True,
+        channels_first: bool = False,
+    ) -> None:
+        super().__init__(
+            rank=rank,
+            filters=filters,
+            in_channels=in_channels,
+            kernel_size=kernel_size,
+            strides=strides,
+            dilation_rate=dilation_rate,
+            padding=padding,
+            output_padding=output_padding,
+            activation=activation,
+            use_bias=use_bias,
+            channels_first=channels_first,
+        )
+        self.rank, self.padding, self.channels_first = rank, padding, channels_first
+        self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
+        self.output_padding = None if output_padding is None else list(output_padding)
+        self.weight = nn.Parameter(torch.empty(in_channels, filters, *kernel_size))
+        self.bias = nn.Parameter(torch.empty(filters)) if use_bias else None
+        receptive = math.prod(kernel_size)
+        glorot_uniform(self.weight, in_channels * receptive, filters * receptive)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        self.activation = activation
+        self.act = activation_fn(activation)
+
+    def compute(self, x, mask):
+        if not self.channels_first:
+            x = x.movedim(-1, 1)
+        y = _TRANSPOSE[self.rank](x, self.weight, None, stride=self.strides, dilation=self.dilation)
+        cuts: list[int] = []
+        for axis in reversed(range(self.rank)):
+            extra = None if self.output_padding is None else self.output_padding[axis]
+            left, right = transpose_window(
+                self.kernel_size[axis], self.strides[axis], self.dilation[axis], self.padding, extra
+            )
+            cuts += [-left, -right]  # F.pad cuts where the amount is negative
+        if any(cuts):
+            y = F.pad(y, cuts)
+        if self.bias is not None:
+            y = y + self.bias.view(-1, *[1] * self.rank)
+        y = self.act(y)
+        return y if self.channels_first else y.movedim(1, -1)
+
+
+def _convert(record, arrays, ctx, rank: int) -> Converted:
+    c = record.config
+    use_bias = bool(c.get("use_bias", True))
+    expect_variables(arrays, 2 if use_bias else 1, record.class_name)
+    kernel = arrays[0]
+    if kernel.ndim != rank + 2:
+        raise Refused(f"kernel {list(kernel.shape)} is not {rank + 2}-D")
+    agrees(c, "filters", kernel.shape[-2], "the kernel")
+    padding, strides, dilation = conv_options(c, rank, causal=False)
+    output_padding = c.get("output_padding")
+    if output_padding is not None:
+        output_padding = ints(output_padding, rank, "output_padding")
+        if any(p >= s for p, s in zip(output_padding, strides, strict=True)):
+            raise Refused(f"output_padding {output_padding} must be below strides {strides} (Keras refuses it too)")
+    if use_bias and arrays[1].shape != (kernel.shape[-2],):
+        raise Refused(f"bias {list(arrays[1].shape)} does not fit kernel {list(kernel.shape)}")
+    spec = {
+        "op": "conv_transpose",
+        "rank": rank,
+        "filters": kernel.shape[-2],
+        "in_channels": kernel.shape[-1],
+        "kernel_size": list(kernel.shape[:rank]),
+        "strides": strides,
+        "dilation_rate": dilation,
+        "padding": padding,
+        "output_padding": output_padding,
+        "activation": activation_of(c, "activation", ctx),
+        "use_bias": use_bias,
+        "channels_first": channels_first(c),
+    }
+    # keras [*kernel, filters, in] -> torch [in, filters, *kernel]
+    state = {"weight": as_tensor(np.transpose(kernel, (rank + 1, rank, *range(rank))))}
+    if use_bias:
+        state["bias"] = as_tensor(arrays[1])
+    return Converted(spec, state)
+
+
+@keras_layer("Conv1DTranspose", "Convolution1DTranspose")
+def convert_conv1d_transpose(record, arrays, ctx):
+    return _convert(record, arrays, ctx, 1)
+
+
+@keras_layer("Conv2DTranspose", "Convolution2DTranspose")
+def convert_conv2d_transpose(record, arrays, ctx):
+    return _convert(record, arrays, ctx, 2)
+
+
+@keras_layer("Conv3DTranspose", "Convolution3DTranspose")
+def convert_conv3d_transpose(record, arrays, ctx):
+    return _convert(record, arrays, ctx, 3)

@@ -1,0 +1,189 @@
+"""Keras's depthwise and separable convolutions: DepthwiseConv1D/2D and SeparableConv1D/2D.
+
+A depthwise convolution convolves each input channel with ``depth_multiplier`` kernels of its own: a
+grouped convolution with one group per input channel, whose output channel ``c·m + j`` is input channel
+``c``'s ``j``-th kernel (the order of TensorFlow's ``depthwise_conv2d``). A separable convolution is a
+depthwise one (with the strides, padding and dilation) followed by a 1x1 ``pointwise`` convolution to
+``filters`` channels, then the bias and the activation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnzoo.keras.activations import activation as activation_fn
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables
+from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding
+from attnzoo.keras.nodes import Node, glorot_uniform
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["SeparableConv"]
+
+
+def _depthwise_weight(kernel: np.ndarray, rank: int) -> np.ndarray:
+    """Keras's depthwise kernel [*k, in, m] as torch's grouped weight [in·m, 1, *k] (channel c·m + j)."""
+    *k, channels, multiplier = kernel.shape
+    moved = np.transpose(kernel, (rank, rank + 1, *range(rank)))  # [in, m, *k]
+    return moved.reshape(channels * multiplier, 1, *k)
+
+
+def _depthwise_kernel(arrays: list[np.ndarray], rank: int, what: str) -> np.ndarray:
+    kernel = arrays[0]
+    if kernel.ndim != rank + 2:
+        raise Refused(f"{what} {list(kernel.shape)} is not {rank + 2}-D")
+    return kernel
+
+
+def _convert_depthwise(record, arrays, ctx, rank: int) -> Converted:
+    c = record.config
+    use_bias = bool(c.get("use_bias", True))
+    expect_variables(arrays, 2 if use_bias else 1, record.class_name)
+    kernel = _depthwise_kernel(arrays, rank, "depthwise kernel")
+    channels, multiplier = kernel.shape[-2], kernel.shape[-1]
+    agrees(c, "depth_multiplier", multiplier, "the kernel")
+    padding, strides, dilation = conv_options(c, rank, causal=True)
+    if use_bias and arrays[1].shape != (channels * multiplier,):
+        raise Refused(f"bias {list(arrays[1].shape)} does not fit kernel {list(kernel.shape)}")
+    spec = {
+        "op": "conv",
+        "rank": rank,
+        "filters": channels * multiplier,
+        "in_channels": channels,
+        "kernel_size": list(kernel.shape[:rank]),
+        "strides": strides,
+        "dilation_rate": dilation,
+        "padding": padding,
+        "groups": channels,
+        "activation": activation_of(c, "activation", ctx),
+        "use_bias": use_bias,
+        "channels_first": channels_first(c),
+    }
+    state = {"weight": as_tensor(_depthwise_weight(kernel, rank))}
+    if use_bias:
+        state["bias"] = as_tensor(arrays[1])
+    return Converted(spec, state, ["a grouped convolution, one group per input channel"])
+
+
+@keras_layer("DepthwiseConv1D")
+def convert_depthwise_conv1d(record, arrays, ctx):
+    return _convert_depthwise(record, arrays, ctx, 1)
+
+
+@keras_layer("DepthwiseConv2D")
+def convert_depthwise_conv2d(record, arrays, ctx):
+    return _convert_depthwise(record, arrays, ctx, 2)
+
+
+class SeparableConv(Node):
+    """``SeparableConv1D/2D``: [B, *spatial, in] -> depthwise (``depthwise`` [in·m, 1, *kernel], groups =
+    in) -> pointwise (``pointwise`` [filters, in·m, 1...]) + ``bias`` -> activation -> [B, *spatial',
+    filters]."""
+
+    op = "separable_conv"
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        filters: int,
+        in_channels: int,
+        depth_multiplier: int,
+        kernel_size: list[int],
+        strides: list[int],
+        dilation_rate: list[int],
+        padding: str = "valid",
+        activation: str = "linear",
+        use_bias: bool = True,
+        channels_first: bool = False,
+    ) -> None:
+        super().__init__(
+            rank=rank,
+            filters=filters,
+            in_channels=in_channels,
+            depth_multiplier=depth_multiplier,
+            kernel_size=kernel_size,
+            strides=strides,
+            dilation_rate=dilation_rate,
+            padding=padding,
+            activation=activation,
+            use_bias=use_bias,
+            channels_first=channels_first,
+        )
+        self.rank, self.padding, self.channels_first, self.groups = rank, padding, channels_first, in_channels
+        self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
+        middle = in_channels * depth_multiplier
+        self.depthwise = nn.Parameter(torch.empty(middle, 1, *kernel_size))
+        self.pointwise = nn.Parameter(torch.empty(filters, middle, *[1] * rank))
+        self.bias = nn.Parameter(torch.empty(filters)) if use_bias else None
+        receptive = math.prod(kernel_size)
+        glorot_uniform(self.depthwise, receptive, depth_multiplier * receptive)
+        glorot_uniform(self.pointwise, middle, filters)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        self.activation = activation
+        self.act = activation_fn(activation)
+
+    def compute(self, x, mask):
+        if not self.channels_first:
+            x = x.movedim(-1, 1)
+        pads = conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation)
+        if any(pads):
+            x = F.pad(x, pads)
+        conv = CONV[self.rank]
+        y = conv(x, self.depthwise, None, stride=self.strides, dilation=self.dilation, groups=self.groups)
+        y = self.act(conv(y, self.pointwise, self.bias))
+        return y if self.channels_first else y.movedim(1, -1)
+
+
+def _convert_separable(record, arrays, ctx, rank: int) -> Converted:
+    c = record.config
+    use_bias = bool(c.get("use_bias", True))
+    expect_variables(arrays, 3 if use_bias else 2, record.class_name)
+    depthwise = _depthwise_kernel(arrays, rank, "depthwise kernel")
+    pointwise = arrays[1]
+    channels, multiplier = depthwise.shape[-2], depthwise.shape[-1]
+    if pointwise.shape[:-1] != (1,) * rank + (channels * multiplier,):
+        raise Refused(f"pointwise kernel {list(pointwise.shape)} does not fit depthwise {list(depthwise.shape)}")
+    filters = pointwise.shape[-1]
+    agrees(c, "filters", filters, "the pointwise kernel")
+    agrees(c, "depth_multiplier", multiplier, "the depthwise kernel")
+    padding, strides, dilation = conv_options(c, rank, causal=True)
+    spec = {
+        "op": "separable_conv",
+        "rank": rank,
+        "filters": filters,
+        "in_channels": channels,
+        "depth_multiplier": multiplier,
+        "kernel_size": list(depthwise.shape[:rank]),
+        "strides": strides,
+        "dilation_rate": dilation,
+        "padding": padding,
+        "activation": activation_of(c, "activation", ctx),
+        "use_bias": use_bias,
+        "channels_first": channels_first(c),
+    }
+    # keras pointwise [1.., in·m, filters] -> torch [filters, in·m, 1..]
+    state = {
+        "depthwise": as_tensor(_depthwise_weight(depthwise, rank)),
+        "pointwise": as_tensor(np.transpose(pointwise, (rank + 1, rank, *range(rank)))),
+    }
+    if use_bias:
+        if arrays[2].shape != (filters,):
+            raise Refused(f"bias {list(arrays[2].shape)} does not fit {filters} filters")
+        state["bias"] = as_tensor(arrays[2])
+    return Converted(spec, state)
+
+
+@keras_layer("SeparableConv1D", "SeparableConvolution1D")
+def convert_separable_conv1d(record, arrays, ctx):
+    return _convert_separable(record, arrays, ctx, 1)
+
+
+@keras_layer("SeparableConv2D", "SeparableConvolution2D")
+def convert_separable_conv2d(record, arrays, ctx):
+    return _convert_separable(record, arrays, ctx, 2)

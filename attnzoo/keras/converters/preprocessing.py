@@ -1,0 +1,270 @@
+"""Keras's numeric preprocessing layers inside a model: Rescaling, Normalization, CenterCrop, Resizing, and
+the random augmentation layers, which are the identity at inference.
+
+Their constants travel as the node's buffers: Rescaling's scale and offset (from the config),
+Normalization's mean and variance (adapted ones are the layer's variables; given ones are in the config).
+The text layers (TextVectorization and the lookups) are in :mod:`attnzoo.keras.converters.text`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnzoo.keras.arguments import as_tensor, expect_variables
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["Rescaling", "Normalization", "CenterCrop", "Resizing", "Augmentation", "config_array", "aspect_window"]
+
+KERAS_EPSILON = 1e-7  # keras.backend.epsilon(), Normalization's floor on the standard deviation
+
+
+def config_array(value: Any, what: str) -> np.ndarray:
+    """A number, a (nested) list, or keras 3's serialised numpy array (``{"class_name": "__numpy__"}``)
+    from a layer's config, as float32."""
+    if isinstance(value, dict) and value.get("class_name") == "__numpy__":
+        value = value.get("config", {}).get("value")
+    try:
+        array = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise Refused(f"{what} {str(value)[:60]!r} is not a number or an array of numbers") from None
+    if array.dtype == object or not np.isfinite(array).all():
+        raise Refused(f"{what} {str(value)[:60]!r} is not an array of finite numbers")
+    return array
+
+
+class Rescaling(Node):
+    """``Rescaling(scale, offset)``: ``x · scale + offset`` in float (integer images are cast first); a
+    scale or offset given per channel broadcasts over the last axis. The mask passes."""
+
+    op = "rescaling"
+    supports_masking = True
+
+    def __init__(self, *, scale: Any = 1.0, offset: Any = 0.0) -> None:
+        super().__init__(scale=scale, offset=offset)
+        # buffers saved with the weights (a model loaded on meta gets them back), also in the config as data
+        self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
+        self.register_buffer("offset", torch.tensor(offset, dtype=torch.float32))
+
+    def compute(self, x, mask):
+        return x.to(self.scale.dtype) * self.scale + self.offset
+
+
+@keras_layer("Rescaling")
+def convert_rescaling(record, arrays, ctx):
+    expect_variables(arrays, 0, "Rescaling")
+    c = record.config
+    scale, offset = config_array(c.get("scale", 1.0), "scale"), config_array(c.get("offset", 0.0), "offset")
+    spec = {"op": "rescaling", "scale": scale.tolist(), "offset": offset.tolist()}
+    return Converted(spec, {"scale": as_tensor(scale), "offset": as_tensor(offset)})
+
+
+class Normalization(Node):
+    """``Normalization(axis, invert)``: ``(x - mean) / max(sqrt(variance), 1e-7)`` (``invert``:
+    ``mean + x · max(sqrt(variance), 1e-7)``), ``mean`` and ``variance`` of shape ``stats_shape`` laid
+    along the kept ``axis`` (Keras's broadcast); the mask passes."""
+
+    op = "normalization"
+    supports_masking = True
+
+    def __init__(self, *, axis: list[int], stats_shape: list[int], invert: bool = False) -> None:
+        super().__init__(axis=axis, stats_shape=stats_shape, invert=invert)
+        self.axis, self.invert = [int(a) for a in axis], invert
+        self.register_buffer("mean", torch.zeros(stats_shape))
+        self.register_buffer("variance", torch.ones(stats_shape))
+
+    def _laid_out(self, stat: Tensor, ndim: int) -> Tensor:
+        if stat.dim() == 0:
+            return stat
+        keep = sorted(a % ndim for a in self.axis)
+        shape = [1] * ndim
+        for d, size in enumerate(stat.shape):
+            shape[keep[d]] = size
+        return stat.reshape(shape)
+
+    def compute(self, x, mask):
+        x = x.to(self.mean.dtype)
+        mean, variance = self._laid_out(self.mean, x.dim()), self._laid_out(self.variance, x.dim())
+        std = variance.sqrt().clamp(min=KERAS_EPSILON)
+        return mean + x * std if self.invert else (x - mean) / std
+
+
+@keras_layer("Normalization")
+def convert_normalization(record, arrays, ctx):
+    c = record.config
+    axis = c.get("axis", -1)
+    axis = [] if axis is None else [axis] if isinstance(axis, int) else list(axis)
+    if not all(isinstance(a, int) for a in axis):
+        raise Refused(f"axis {c.get('axis')!r} is not a list of ints")
+    if c.get("mean") is not None:  # given in the config: no variables
+        expect_variables(arrays, 0, "Normalization with mean and variance in its config")
+        mean, variance = config_array(c["mean"], "mean"), config_array(c.get("variance"), "variance")
+        notes = ["mean and variance from the config"]
+    else:  # adapted: mean, variance and count are the layer's variables
+        expect_variables(arrays, 3, "an adapted Normalization (mean, variance, count)")
+        mean, variance = arrays[0].astype(np.float32), arrays[1].astype(np.float32)
+        notes = ["the adapted mean and variance"]
+    if mean.shape != variance.shape or mean.ndim > len(axis):
+        raise Refused(f"mean {list(mean.shape)} and variance {list(variance.shape)} do not fit axis {axis}")
+    if (variance < 0).any():
+        raise Refused("a variance is negative")
+    spec = {"op": "normalization", "axis": axis, "stats_shape": list(mean.shape), "invert": bool(c.get("invert"))}
+    return Converted(spec, {"mean": as_tensor(mean), "variance": as_tensor(variance)}, notes)
+
+
+class CenterCrop(Node):
+    """``CenterCrop(height, width)`` of [B, H, W, C] images (channels_first: [B, C, H, W]): the centred
+    window, ``(H - height) // 2`` from the top; an image smaller than the target on either side is
+    Keras's ``smart_resize`` instead (the largest centred window of the target's aspect ratio, resized
+    bilinearly, half-pixel)."""
+
+    op = "center_crop"
+
+    def __init__(self, *, height: int, width: int, channels_first: bool = False) -> None:
+        super().__init__(height=height, width=width, channels_first=channels_first)
+        self.height, self.width, self.channels_first = int(height), int(width), channels_first
+
+    def compute(self, x, mask):
+        if x.dim() != 4:
+            raise ValueError(f"expects a batch of images [batch, height, width, channels], got {list(x.shape)}")
+        x = x.to(torch.get_default_dtype()) if not x.is_floating_point() else x
+        if not self.channels_first:
+            x = x.movedim(-1, 1)
+        h, w = x.shape[-2], x.shape[-1]
+        if h >= self.height and w >= self.width:
+            top, left = (h - self.height) // 2, (w - self.width) // 2
+            y = x[..., top : top + self.height, left : left + self.width]
+        else:
+            window = aspect_window(x, self.height, self.width)
+            y = F.interpolate(window, size=(self.height, self.width), mode="bilinear", align_corners=False)
+        return y if self.channels_first else y.movedim(1, -1)
+
+
+def aspect_window(x: Tensor, height: int, width: int) -> Tensor:
+    """The largest centred window of [..., H, W] with the aspect ratio of ``height`` x ``width`` (Keras's
+    ``crop_to_aspect_ratio`` and ``smart_resize``, its integer arithmetic included)."""
+    h, w = x.shape[-2], x.shape[-1]
+    crop_h = max(min(h, int(float(w * height) / width)), 1)
+    crop_w = max(min(w, int(float(h * width) / height)), 1)
+    top, left = int(float(h - crop_h) / 2), int(float(w - crop_w) / 2)
+    return x[..., top : top + crop_h, left : left + crop_w]
+
+
+@keras_layer("CenterCrop")
+def convert_center_crop(record, arrays, ctx):
+    expect_variables(arrays, 0, "CenterCrop")
+    c = record.config
+    height, width = c.get("height"), c.get("width")
+    if not all(isinstance(v, int) and v > 0 for v in (height, width)):
+        raise Refused(f"height {height!r} and width {width!r} are not positive ints")
+    first = c.get("data_format", "channels_last") == "channels_first"
+    return Converted({"op": "center_crop", "height": height, "width": width, "channels_first": first}, {})
+
+
+class Resizing(Node):
+    """``Resizing(height, width, interpolation)`` of [B, H, W, C] images: ``bilinear`` (half-pixel, no
+    antialiasing) or ``nearest`` (half-pixel: torch's ``nearest-exact``), after cutting the centred window
+    of the target's aspect ratio with ``crop_to_aspect_ratio``. Integer images come back in their dtype,
+    rounded and clipped, as Keras does."""
+
+    op = "resizing"
+
+    def __init__(
+        self,
+        *,
+        height: int,
+        width: int,
+        interpolation: str = "bilinear",
+        crop_to_aspect_ratio: bool = False,
+        channels_first: bool = False,
+    ) -> None:
+        super().__init__(
+            height=height,
+            width=width,
+            interpolation=interpolation,
+            crop_to_aspect_ratio=crop_to_aspect_ratio,
+            channels_first=channels_first,
+        )
+        self.size, self.interpolation = (int(height), int(width)), interpolation
+        self.crop, self.channels_first = crop_to_aspect_ratio, channels_first
+
+    def compute(self, x, mask):
+        if x.dim() != 4:
+            raise ValueError(f"expects a batch of images [batch, height, width, channels], got {list(x.shape)}")
+        dtype = x.dtype
+        y = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+        if not self.channels_first:
+            y = y.movedim(-1, 1)
+        if self.crop:
+            y = aspect_window(y, *self.size)
+        if self.interpolation == "bilinear":
+            y = F.interpolate(y, size=self.size, mode="bilinear", align_corners=False)
+        else:
+            y = F.interpolate(y, size=self.size, mode="nearest-exact")
+        y = y if self.channels_first else y.movedim(1, -1)
+        if not dtype.is_floating_point:  # Keras casts back: rounded, saturated
+            info = torch.iinfo(dtype)
+            y = y.round().clamp(info.min, info.max).to(dtype)
+        return y
+
+
+@keras_layer("Resizing")
+def convert_resizing(record, arrays, ctx):
+    expect_variables(arrays, 0, "Resizing")
+    c = record.config
+    height, width = c.get("height"), c.get("width")
+    if not all(isinstance(v, int) and v > 0 for v in (height, width)):
+        raise Refused(f"height {height!r} and width {width!r} are not positive ints")
+    interpolation = c.get("interpolation", "bilinear")
+    if interpolation not in ("bilinear", "nearest"):
+        raise Refused(f"interpolation {interpolation!r} is not supported (bilinear and nearest are)")
+    for key in ("pad_to_aspect_ratio", "antialias"):
+        if c.get(key):
+            raise Refused(f"{key}=True is not supported")
+    spec = {"op": "resizing", "height": height, "width": width, "interpolation": interpolation}
+    spec["crop_to_aspect_ratio"] = bool(c.get("crop_to_aspect_ratio", False))
+    spec["channels_first"] = c.get("data_format", "channels_last") == "channels_first"
+    return Converted(spec, {})
+
+
+# Keras's random augmentations: the identity at inference, a random transformation in training
+AUGMENTATIONS = (
+    "RandomFlip",
+    "RandomRotation",
+    "RandomZoom",
+    "RandomTranslation",
+    "RandomContrast",
+    "RandomBrightness",
+)
+
+
+class Augmentation(Node):
+    """A random augmentation layer (``RandomFlip``, ``RandomRotation``, ...): at inference Keras returns the
+    images (integer images as floats); in training it draws a random transformation, which attnzoo does
+    not convert, so ``model.train()`` makes it an error rather than a silently skipped augmentation."""
+
+    op = "augmentation"
+
+    def __init__(self, *, keras_class: str) -> None:
+        super().__init__(keras_class=keras_class)
+        self.keras_class = keras_class
+
+    def compute(self, x, mask):
+        if self.training:
+            raise ValueError(
+                f"{self.keras_class} augments its input in training, which attnzoo converts for inference only "
+                f"(model.eval()); augment the data before the model to train it"
+            )
+        return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+
+
+@keras_layer(*AUGMENTATIONS)
+def convert_augmentation(record, arrays, ctx):
+    expect_variables(arrays, 0, record.class_name)
+    notes = ["the identity at inference; an error in training (model.train())"]
+    return Converted({"op": "augmentation", "keras_class": record.class_name}, {}, notes)

@@ -1,0 +1,396 @@
+"""Keras's text preprocessing inside a model: TextVectorization, StringLookup and IntegerLookup.
+
+The converted model takes the strings themselves (``model(["a text", ...])``) and turns them into ids as
+Keras does, with no TensorFlow:
+
+* ``standardize``: ``lower`` lower-cases ASCII letters only (``tf.strings.lower`` without an encoding),
+  ``strip_punctuation`` removes ASCII punctuation (Keras's regex ``[!"#$%&()*+,-./:;<=>?@[\\]^_`{|}~']``);
+* ``split``: ``whitespace`` splits on runs of ASCII whitespace (space, \\t, \\n, \\v, \\f, \\r) and drops
+  the empty ends (``tf.strings.split``), ``character`` into Unicode code points;
+* ``ngrams``: for each width in order, the space-joined n-grams of that width (``tf.strings.ngrams``);
+* the lookup: index 0 is the mask token (``""``; TextVectorization, or a lookup's ``mask_token``), then
+  the OOV index (``[UNK]``), then the vocabulary in its order;
+* ``output_sequence_length``: every row padded with 0 or cut to it; without it, padded to the longest row
+  of the batch.
+
+The vocabulary is the ``vocabulary.txt`` Keras saves among a ``.keras`` archive's assets (read as Keras
+reads it: the text's lines, trailing empty lines dropped, the special tokens at its head taken off), or
+the ``vocabulary`` list of the layer's config. A legacy ``.h5`` keeps no assets: an adapted layer there
+is refused with that reason. Only ``output_mode="int"`` converts; the other modes are refused by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnzoo.keras.arguments import expect_variables
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = [
+    "TextVectorization",
+    "StringLookup",
+    "IntegerLookup",
+    "standardize",
+    "split_text",
+    "ngrams_of",
+    "string_input",
+]
+
+_PUNCTUATION = re.compile(r'[!"#$%&()\*\+,-\./:;<=>?@\[\\\]^_`{|}~\']')
+_ASCII_WHITESPACE = re.compile(r"[ \t\n\v\f\r]+")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+STANDARDIZE = (None, "lower", "strip_punctuation", "lower_and_strip_punctuation")
+SPLIT = (None, "whitespace", "character")
+
+
+def standardize(text: str, mode: str | None) -> str:
+    """Keras's ``standardize`` of one string (module docstring)."""
+    if mode in ("lower", "lower_and_strip_punctuation"):
+        text = text.translate(_ASCII_LOWER)
+    if mode in ("strip_punctuation", "lower_and_strip_punctuation"):
+        text = _PUNCTUATION.sub("", text)
+    return text
+
+
+def split_text(text: str, mode: str | None) -> list[str]:
+    """Keras's ``split`` of one standardised string into tokens."""
+    if mode == "whitespace":
+        return [token for token in _ASCII_WHITESPACE.split(text) if token]
+    if mode == "character":
+        return list(text)
+    return [text]
+
+
+def ngrams_of(tokens: list[str], widths: Sequence[int] | None) -> list[str]:
+    """``tf.strings.ngrams(tokens, widths, separator=" ")``: every width's n-grams, width by width."""
+    if not widths:
+        return tokens
+    return [" ".join(tokens[i : i + n]) for n in widths for i in range(len(tokens) - n + 1)]
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    """A batch of texts: a list of str, or of one-str lists (an input of shape [batch, 1])."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name} expects a list of strings (one per sample), got {type(value).__name__}")
+    texts = []
+    for item in value:
+        if isinstance(item, (list, tuple)) and len(item) == 1:
+            item = item[0]
+        if not isinstance(item, str):
+            raise ValueError(f"{name} expects each sample as one str, got {type(item).__name__}: {str(item)[:40]!r}")
+        texts.append(item)
+    return texts
+
+
+def string_input(value: Any, shape: list[Any], name: str) -> list[Any]:
+    """A model's string input as nested lists of str with the input's shape ([batch], [batch, 1] or
+    [batch, n]): a list of str (a str per sample, also for [batch, 1]), nested lists, or a numpy array of
+    strings. Raises ``ValueError`` saying what was expected."""
+    if hasattr(value, "tolist") and getattr(getattr(value, "dtype", None), "kind", "") in ("U", "S", "O"):
+        value = value.tolist()
+    expected = f"keras_model expects input {name!r} as a list of strings (one per sample)"
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"{expected}, got {type(value).__name__}")
+    rows = [[v] if isinstance(v, (str, bytes)) and len(shape) == 2 and shape[1] == 1 else v for v in value]
+    rows = [_decoded(row, expected) for row in rows]
+    if len(shape) >= 2 and any(not isinstance(r, list) or (shape[1] is not None and len(r) != shape[1]) for r in rows):
+        raise ValueError(f"{expected}; each sample of shape {shape[1:]}")
+    if len(shape) == 1 and any(not isinstance(r, str) for r in rows):
+        raise ValueError(f"{expected}; each sample one str")
+    return rows
+
+
+def _decoded(value: Any, expected: str) -> Any:
+    if isinstance(value, bytes):  # numpy's bytes strings (dtype S), as TensorFlow hands them out
+        return value.decode("utf-8")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_decoded(v, expected) for v in value]
+    raise ValueError(f"{expected}, got a {type(value).__name__} among them")
+
+
+class _Lookup:
+    """Token -> index as Keras's IndexLookup (``output_mode="int"``): the mask token -> 0, a known token
+    -> its place, any other -> the OOV index (with ``num_oov_indices=0``, an error)."""
+
+    def __init__(self, tokens: Sequence[Any], mask_token: Any, num_oov_indices: int) -> None:
+        self.mask_token, self.num_oov = mask_token, num_oov_indices
+        self.oov_start = 1 if mask_token is not None else 0
+        start = self.oov_start + num_oov_indices
+        self.index = {token: start + i for i, token in enumerate(tokens)}
+
+    def __call__(self, token: Any, name: str) -> int:
+        if self.mask_token is not None and token == self.mask_token:
+            return 0
+        found = self.index.get(token)
+        if found is not None:
+            return found
+        if self.num_oov == 0:
+            raise ValueError(f"{name}: {token!r} is not in the vocabulary and the layer has num_oov_indices=0")
+        return self.oov_start
+
+
+class _TextNode(Node):
+    """A node whose input is Python data (strings): it makes its id tensor on the model's device, which
+    ``anchor`` (an empty buffer, saved with the weights so a model loaded on ``meta`` gets it back)
+    follows."""
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        self.register_buffer("anchor", torch.zeros(0, dtype=torch.long))
+
+    def ids(self, rows: list[list[int]], width: int) -> Tensor:
+        out = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, row in enumerate(rows):
+            row = row[:width]
+            if row:
+                out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return out.to(self.anchor.device)
+
+
+class TextVectorization(_TextNode):
+    """``TextVectorization(output_mode="int")``: texts [B] (or [B, 1]) -> ids [B, L] (module docstring);
+    with ``split=None`` each text is one token: ids of the texts' shape. The output carries no mask."""
+
+    op = "text_vectorization"
+
+    def __init__(
+        self,
+        *,
+        vocabulary: list[str],
+        standardize: str | None = "lower_and_strip_punctuation",
+        split: str | None = "whitespace",
+        ngrams: list[int] | None = None,
+        output_sequence_length: int | None = None,
+    ) -> None:
+        super().__init__(
+            vocabulary=vocabulary,
+            standardize=standardize,
+            split=split,
+            ngrams=ngrams,
+            output_sequence_length=output_sequence_length,
+        )
+        if standardize not in STANDARDIZE or split not in SPLIT:
+            raise ValueError(f"text_vectorization: standardize {standardize!r} or split {split!r} is not Keras's")
+        self.standardize, self.split, self.widths = standardize, split, ngrams
+        self.length = output_sequence_length
+        self.lookup = _Lookup(vocabulary, "", 1)
+
+    def forward(self, args, kwargs, masks):
+        texts = _strings(args[0], "text_vectorization")
+        rows = []
+        for text in texts:
+            tokens = ngrams_of(split_text(standardize(text, self.standardize), self.split), self.widths)
+            rows.append([self.lookup(token, "text_vectorization") for token in tokens])
+        if self.split is None and all(isinstance(v, str) for v in args[0]):
+            # texts of shape [B], not split: Keras keeps that shape (and would pad the batch axis itself)
+            if self.length is not None:
+                raise ValueError("with split=None and output_sequence_length, pass the texts as [batch, 1]")
+            return [self.ids(rows, 1)[:, 0]], [None]
+        width = self.length if self.length is not None else max((len(r) for r in rows), default=0)
+        return [self.ids(rows, width)], [None]
+
+    def extra_repr(self) -> str:
+        return (
+            f"vocabulary={len(self.args['vocabulary'])} tokens, standardize={self.standardize!r}, "
+            f"split={self.split!r}, ngrams={self.widths}, output_sequence_length={self.length}"
+        )
+
+
+class StringLookup(_TextNode):
+    """``StringLookup(output_mode="int")``: strings of any shape (nested lists) -> ids of that shape."""
+
+    op = "string_lookup"
+
+    def __init__(self, *, vocabulary: list[str], mask_token: str | None = None, num_oov_indices: int = 1) -> None:
+        super().__init__(vocabulary=vocabulary, mask_token=mask_token, num_oov_indices=num_oov_indices)
+        self.lookup = _Lookup(vocabulary, mask_token, num_oov_indices)
+
+    def _map(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.lookup(value, "string_lookup")
+        if isinstance(value, (list, tuple)):
+            return [self._map(v) for v in value]
+        raise ValueError(f"string_lookup expects strings (nested lists of str), got {type(value).__name__}")
+
+    def forward(self, args, kwargs, masks):
+        ids = self._map(args[0])
+        try:
+            out = torch.tensor(ids, dtype=torch.long)
+        except ValueError:
+            raise ValueError(
+                "string_lookup expects a rectangular batch of strings (every row the same length)"
+            ) from None
+        return [out.to(self.anchor.device)], [None]
+
+    def extra_repr(self) -> str:
+        return f"vocabulary={len(self.args['vocabulary'])} tokens, mask_token={self.args['mask_token']!r}"
+
+
+class IntegerLookup(Node):
+    """``IntegerLookup(output_mode="int")``: integer values [any shape] -> indices (a sorted key table and
+    ``searchsorted``; with ``num_oov_indices`` n > 1 an unknown value v goes to ``oov_start + v mod n``,
+    Keras's ``floormod``)."""
+
+    op = "integer_lookup"
+
+    def __init__(self, *, vocabulary: list[int], mask_token: int | None = None, num_oov_indices: int = 1) -> None:
+        super().__init__(vocabulary=vocabulary, mask_token=mask_token, num_oov_indices=num_oov_indices)
+        self.mask_token, self.num_oov = mask_token, num_oov_indices
+        self.oov_start = 1 if mask_token is not None else 0
+        start = self.oov_start + num_oov_indices
+        keys = torch.tensor(vocabulary, dtype=torch.long).reshape(-1)
+        order = torch.argsort(keys)
+        self.register_buffer("keys", keys[order])
+        self.register_buffer("values", order + start)
+
+    def compute(self, x, mask):
+        if x.is_floating_point() or x.dtype == torch.bool:
+            raise ValueError(f"integer_lookup expects integer values, got {x.dtype}")
+        x = x.long()
+        at = torch.searchsorted(self.keys, x).clamp(max=max(len(self.keys) - 1, 0))
+        known = (self.keys[at] == x) if len(self.keys) else torch.zeros_like(x, dtype=torch.bool)
+        if self.num_oov == 0 and not bool(known.all()):
+            raise ValueError(
+                f"integer_lookup: {x[~known][:5].tolist()} are not in the vocabulary and the layer has "
+                f"num_oov_indices=0"
+            )
+        oov = self.oov_start + (torch.remainder(x, self.num_oov) if self.num_oov > 1 else torch.zeros_like(x))
+        out = torch.where(known, self.values[at], oov)
+        if self.mask_token is not None:
+            out = torch.where(x == self.mask_token, torch.zeros_like(out), out)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"vocabulary={len(self.args['vocabulary'])} values, mask_token={self.mask_token!r}"
+
+
+def _text_state() -> dict[str, Tensor]:
+    """The state every string node holds: its empty device anchor."""
+    return {"anchor": torch.zeros(0, dtype=torch.long)}
+
+
+# -- reading a layer's vocabulary ----------------------------------------------------------------------------
+def _refuse_modes(c: dict[str, Any], class_name: str) -> None:
+    mode = c.get("output_mode", "int")
+    if mode != "int":
+        raise Refused(f"output_mode {mode!r} is not supported; {class_name} converts with output_mode='int'")
+    for key in ("invert", "sparse", "ragged"):
+        if c.get(key):
+            raise Refused(f"{key}=True is not supported")
+    if str(c.get("encoding", "utf-8")).lower().replace("_", "-") not in ("utf-8", "utf8"):
+        raise Refused(f"encoding {c.get('encoding')!r} is not supported (utf-8 is)")
+
+
+def _vocabulary_lines(record, ctx) -> list[str]:
+    """The vocabulary's entries as Keras reads them: the config's list, else the archive's file."""
+    given = record.config.get("vocabulary")
+    if isinstance(given, (list, tuple)):
+        return [str(v) for v in given]
+    if isinstance(given, str):
+        raise Refused(f"its vocabulary is a file outside the model ({given!r}); save the model with the vocabulary")
+    assets = ctx.assets(record.path)
+    data = assets.get("vocabulary.txt", assets.get("_lookup_layer/vocabulary.txt"))
+    if data is None:
+        raise Refused(
+            "its vocabulary is not in the file: Keras keeps an adapted vocabulary among a .keras archive's "
+            "assets, which a legacy .h5 or a config.json does not have; convert the .keras file"
+        )
+    try:
+        lines = data.decode("utf-8").splitlines()  # as Keras's load_assets reads it
+    except UnicodeDecodeError:
+        raise Refused("its vocabulary.txt is not UTF-8 text") from None
+    while lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _tokens(entries: list[Any], special: list[Any], c: dict[str, Any]) -> list[Any]:
+    """The vocabulary without the special tokens at its head (Keras's ``set_vocabulary``), checked."""
+    tokens = entries[len(special) :] if entries[: len(special)] == special else entries
+    if len(set(tokens)) != len(tokens):
+        raise Refused("its vocabulary repeats a token (Keras refuses it too)")
+    size = len(special) + len(tokens)
+    stated = c.get("vocabulary_size")
+    if isinstance(stated, int) and stated != size:
+        raise Refused(f"its config says vocabulary_size={stated} but the vocabulary holds {size} entries")
+    limit = c.get("max_tokens")
+    if isinstance(limit, int) and size > limit:
+        raise Refused(f"its vocabulary holds {size} entries, more than max_tokens={limit}")
+    return tokens
+
+
+def _oov_count(c: dict[str, Any], *, integers: bool) -> int:
+    count = c.get("num_oov_indices", 1)
+    if not isinstance(count, int) or count < 0:
+        raise Refused(f"num_oov_indices {count!r} is not a non-negative int")
+    if count > 1 and (not integers or c.get("oov_method", "floormod") != "floormod"):
+        raise Refused(f"num_oov_indices={count} hashes unknown tokens with FarmHash, which attnzoo does not compute")
+    return count
+
+
+@keras_layer("TextVectorization")
+def convert_text_vectorization(record, arrays, ctx):
+    c = record.config
+    _refuse_modes(c, "TextVectorization")
+    for key, allowed, default in (
+        ("standardize", STANDARDIZE, "lower_and_strip_punctuation"),
+        ("split", SPLIT, "whitespace"),
+    ):
+        value = c.get(key, default)
+        if value not in allowed:
+            name = value.get("config", value) if isinstance(value, dict) else value
+            raise Refused(f"{key}={name!r} is a custom function; attnzoo runs Keras's built-in {key} modes")
+    widths = c.get("ngrams")
+    if isinstance(widths, int) and not isinstance(widths, bool):
+        widths = list(range(1, widths + 1))
+    if widths is not None and not (isinstance(widths, (list, tuple)) and all(isinstance(w, int) for w in widths)):
+        raise Refused(f"ngrams {widths!r} is not an int or a list of ints")
+    expect_variables(arrays, 0, "TextVectorization with output_mode='int'")
+    tokens = _tokens(_vocabulary_lines(record, ctx), ["", "[UNK]"], c)
+    length = c.get("output_sequence_length")
+    spec = {
+        "op": "text_vectorization",
+        "vocabulary": tokens,
+        "standardize": c.get("standardize", "lower_and_strip_punctuation"),
+        "split": c.get("split", "whitespace"),
+        "ngrams": None if widths is None else list(widths),
+        "output_sequence_length": length if isinstance(length, int) else None,
+    }
+    return Converted(spec, _text_state(), [f"{len(tokens)} tokens + padding and [UNK]; strings in, ids out"])
+
+
+@keras_layer("StringLookup")
+def convert_string_lookup(record, arrays, ctx):
+    c = record.config
+    _refuse_modes(c, "StringLookup")
+    expect_variables(arrays, 0, "StringLookup with output_mode='int'")
+    mask, oov, count = c.get("mask_token"), str(c.get("oov_token", "[UNK]")), _oov_count(c, integers=False)
+    special = ([mask] if mask is not None else []) + [oov] * count
+    tokens = _tokens(_vocabulary_lines(record, ctx), special, c)
+    spec = {"op": "string_lookup", "vocabulary": tokens, "mask_token": mask, "num_oov_indices": count}
+    return Converted(spec, _text_state(), [f"{len(tokens)} tokens; strings in, ids out"])
+
+
+@keras_layer("IntegerLookup")
+def convert_integer_lookup(record, arrays, ctx):
+    c = record.config
+    _refuse_modes(c, "IntegerLookup")
+    expect_variables(arrays, 0, "IntegerLookup with output_mode='int'")
+    mask, oov, count = c.get("mask_token"), c.get("oov_token", -1), _oov_count(c, integers=True)
+    try:
+        entries = [int(v) for v in _vocabulary_lines(record, ctx)]
+    except ValueError:
+        raise Refused("its vocabulary holds entries that are not integers") from None
+    special = ([int(mask)] if mask is not None else []) + [int(oov)] * count
+    tokens = _tokens(entries, special, c)
+    spec = {"op": "integer_lookup", "vocabulary": tokens, "mask_token": mask, "num_oov_indices": count}
+    table = IntegerLookup(vocabulary=tokens, mask_token=mask, num_oov_indices=count)
+    return Converted(spec, dict(table.state_dict()), [f"{len(tokens)} values"])
