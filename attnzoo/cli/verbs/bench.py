@@ -39,9 +39,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import attnzoo
     from attnzoo.core.config import parse_overrides
     from attnzoo.core.create import parse_dtype
-    from attnzoo.core.registry import model_info
     from attnzoo.tools.bench import format_csv, format_table, plot, run
 
     variants = parse_variants(args.names)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if Path(name).is_dir():  # a saved folder (a converted Keras model) measures its own config
             record = read_folder(name)
             name, config, label = record["name"], {**record["config"], **config}, Path(name).name
-        model_info(name)
+        attnzoo.model_info(name)
         cases.append(_case(name, config, label, args))
     parse_dtype(args.dtype)
     sweep = None

@@ -26,16 +26,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.core.create import create
+    import attnzoo
 
     overrides = config_overrides(args.overrides)
     import torch
     from torch.nn.parameter import is_lazy
 
-    from attnzoo.core.registry import model_info
-
-    spec = model_info(args.name)
-    model = create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
+    spec = attnzoo.model_info(args.name)
+    model = attnzoo.create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
     shapes = None
     if spec.convention:
         from attnzoo.testing.conventions import get_convention, sample_inputs

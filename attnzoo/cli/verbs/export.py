@@ -31,21 +31,19 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from attnzoo.core.create import create, load
-    from attnzoo.core.registry import model_info
-    from attnzoo.interop.export import export
+    import attnzoo
 
     overrides = config_overrides(args.overrides)
     if Path(args.source).is_dir():
         if overrides:
             raise UsageError("a saved folder rebuilds its own config; key=value pairs apply to a NAME only")
-        model = load(args.source)
+        model = attnzoo.load(args.source)
     else:
-        spec = model_info(args.source)
+        spec = attnzoo.model_info(args.source)
         # the card's example fills what the command line leaves open, so `attnzoo export laat` works
         config = {**dict(spec.example), **overrides} if not args.pretrained else overrides
-        model = create(args.source, pretrained=args.pretrained, config=config or None)
-    result = export(
+        model = attnzoo.create(args.source, pretrained=args.pretrained, config=config or None)
+    result = attnzoo.export(
         model,
         args.output,
         dynamic=not args.static,

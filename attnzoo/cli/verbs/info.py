@@ -15,9 +15,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.core.registry import model_info
+    import attnzoo
 
-    spec = model_info(args.name)
+    spec = attnzoo.model_info(args.name)
     data = spec.to_dict()
     if args.json:
         emit_json(data)

@@ -20,13 +20,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.core.registry import list_models, model_info
+    import attnzoo
     from attnzoo.integrations import backend_name
 
-    names = list_models(args.patterns or "*", pretrained=args.pretrained, provider=args.provider)
+    names = attnzoo.list_models(args.patterns or "*", pretrained=args.pretrained, provider=args.provider)
     rows = []
     for name in names:
-        spec = model_info(name)
+        spec = attnzoo.model_info(name)
         if args.backend and args.backend not in spec.backends:
             continue
         tag = name.rsplit(".", 1)[1] if args.pretrained else None

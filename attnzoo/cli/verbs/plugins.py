@@ -14,9 +14,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.core.registry import list_plugins
+    import attnzoo
 
-    infos = list_plugins()
+    infos = attnzoo.list_plugins()
     if args.json:
         emit_json([i.to_dict() for i in infos])
         return 0

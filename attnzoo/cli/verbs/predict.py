@@ -37,8 +37,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import warnings
 
-    from attnzoo.tools.plots import plot_attention
-    from attnzoo.train.predict import UnknownTokensWarning, predict
+    import attnzoo
+    from attnzoo.errors import UnknownTokensWarning
 
     if args.attention:
         from pathlib import Path
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the text is not valid UTF-8; pass it in UTF-8") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokensWarning)  # printed below, with the result
-        result = predict(
+        result = attnzoo.predict(
             name,
             text,
             top=None if args.above_threshold else args.top,
@@ -76,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result.render())
     if args.attention:
-        path = plot_attention(result, args.attention, title=f"{args.name}: {text}")
+        path = attnzoo.plot_attention(result, args.attention, title=f"{args.name}: {text}")
         print(f"attention map: {path}", file=sys.stderr)
     return 0

@@ -15,19 +15,19 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import attnzoo
     from attnzoo.core.create import weights_path
-    from attnzoo.core.registry import list_models, model_info
     from attnzoo.io.weights import sha256_file
 
     rows, failures = [], 0
-    names = list_models(args.patterns or "*", pretrained=True)
+    names = attnzoo.list_models(args.patterns or "*", pretrained=True)
     if not names:
         raise UsageError(
             f"no pretrained model matches {' '.join(args.patterns) or '*'}; `attnzoo list --pretrained` shows them"
         )
     for name in names:
         arch, tag = name.rsplit(".", 1)
-        spec = model_info(arch)
+        spec = attnzoo.model_info(arch)
         wspec = spec.weights[tag]
         path = weights_path(spec, wspec)
         if not path.is_file():
