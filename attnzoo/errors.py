@@ -9,6 +9,7 @@ attnzoo.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "DataError",
     "ExportError",
     "close_matches",
+    "without_colour",
 ]
 
 
@@ -72,3 +74,12 @@ class ExportError(AttnzooError):
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """The candidates closest to ``word`` (for "did you mean" messages), best first."""
     return difflib.get_close_matches(word, list(candidates), n=n, cutoff=0.6)
+
+
+_COLOUR_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def without_colour(text: str) -> str:
+    """``text`` without terminal colour codes (torch colours parts of some of its messages): for a message
+    that goes to a log, a pipe or a file."""
+    return _COLOUR_CODES.sub("", text)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from attnzoo.errors import AttnzooError
+from attnzoo.errors import AttnzooError, without_colour
 
 USAGE_ERROR = 2
 FAILURE = 1
@@ -88,8 +88,12 @@ MAX_MESSAGE = 600  # characters of one error line; the rest is behind --debug
 
 
 def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
-    """A message as one line of at most ``limit`` characters (listings joined with '; ')."""
-    lines = [" ".join(line.split()) for line in str(message).splitlines()]
+    """A message as one line of at most ``limit`` characters (listings joined with '; '), without terminal
+    colour codes when standard error is not a terminal (a log, a pipe)."""
+    text = str(message)
+    if not (sys.stderr is not None and sys.stderr.isatty()):
+        text = without_colour(text)
+    lines = [" ".join(line.split()) for line in text.splitlines()]
     text = "; ".join(line for line in lines if line)
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"

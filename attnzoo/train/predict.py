@@ -15,8 +15,10 @@ probability (threshold marked), or the phoneme-to-letter alignment for G2P, with
 
 from __future__ import annotations
 
+import numbers
 import textwrap
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -198,12 +200,16 @@ def predict(
     """
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ConfigError(f"top must be a positive integer or None, got {top!r}")
-    if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"threshold must be a probability in [0, 1], got {threshold!r}")
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0.0 <= threshold <= 1.0
+    ):
+        raise ConfigError(f"threshold must be a probability in [0, 1] (a number) or None, got {threshold!r:.40}")
     single = isinstance(texts, str)
-    batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
-    if not all(isinstance(t, str) for t in batch):
-        raise ConfigError("predict takes a string or a list of strings")
+    iterable = isinstance(texts, Iterable) and not isinstance(texts, (bytes, Mapping))  # a list, a pandas column
+    batch = [texts] if isinstance(texts, str) else list(texts) if iterable else None
+    if batch is None or not all(isinstance(t, str) for t in batch):
+        shown = type(texts).__name__ if batch is None else "a list holding something else"
+        raise ConfigError(f"predict takes a text (a string) or a list of texts, got {shown}")
     model, meta = trained_model(model_or_name)
     if meta.output != "g2p":
         results = _classify(model, meta, batch, top=top, threshold=threshold, return_attention=return_attention)
@@ -383,10 +389,12 @@ def _unknown_warning(text: str, unknown: int, total: int, stack: int) -> list[st
 
 def draw_attention(prediction: Prediction, path: str | Path, title: str = "") -> Path:
     """Save :func:`attention_figure` to ``path`` (any format matplotlib writes: .png, .pdf, .svg)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; give the file to draw into, e.g. {path / 'attention.png'}")
     fig = attention_figure(prediction, title)  # imports matplotlib (Agg) first
     import matplotlib.pyplot as plt
 
-    path = Path(path)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -406,19 +414,17 @@ def attention_figure(prediction: Prediction, title: str = ""):
     import matplotlib.pyplot as plt
 
     weights = prediction.attention.detach().float().numpy()
-    rows = list(prediction.rows)
+    rows = [_as_written(row) for row in prediction.rows]
     if prediction.output != "g2p" and prediction.labels and len(rows) == len(prediction.labels):
-        rows = [f"{label.name}  {label.probability:.2f}" for label in prediction.labels]
+        rows = [f"{_as_written(label.name)}  {label.probability:.2f}" for label in prediction.labels]
     height = max(2.4, 0.45 * len(rows) + 1.6)
     width = max(5.0, 0.5 * len(prediction.tokens) + 4.0)
     fig, ax = plt.subplots(figsize=(width, height))
     image = ax.imshow(weights, aspect="auto", cmap="viridis", vmin=0.0)
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="attention weight")
-    # texts are shown as written: "$5 and $7" is not mathtext (parse_math=False on every text of the user's)
-    ax.set_xticks(
-        range(len(prediction.tokens)), prediction.tokens, rotation=60, ha="right", fontsize=8, parse_math=False
-    )
-    ax.set_yticks(range(len(rows)), rows, fontsize=8, parse_math=False)
+    tokens = [_as_written(token) for token in prediction.tokens]
+    ax.set_xticks(range(len(tokens)), tokens, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
     if prediction.output == "multilabel" and prediction.labels:
         above = sum(label.above_threshold for label in prediction.labels)
         if 0 < above < len(prediction.labels):
@@ -433,8 +439,14 @@ def attention_figure(prediction: Prediction, title: str = ""):
                 va="bottom",
             )
     default = "phoneme-to-letter alignment" if prediction.output == "g2p" else "attention over the text"
-    ax.set_title(
-        "\n".join(textwrap.wrap(title or default, width=max(30, int(width * 9)))), fontsize=9, parse_math=False
-    )
+    lines = textwrap.wrap(title or default, width=max(30, int(width * 9)))
+    ax.set_title("\n".join(_as_written(line) for line in lines), fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def _as_written(text: str) -> str:
+    """A user's text for a matplotlib label, drawn as written: every ``$`` escaped, so that "$5 and a dog
+    $7" is not read as mathtext. Escaping holds whatever the settings (``parse_math`` on a label that
+    matplotlib makes anew, ``text.usetex``), where turning parsing off on each label did not."""
+    return text.replace("$", r"\$")
