@@ -9,6 +9,7 @@ attnzoo.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "UnknownTokensWarning",
     "ThresholdWarning",
     "close_matches",
+    "without_colour",
 ]
 
 
@@ -108,3 +110,12 @@ class ThresholdWarning(AttnzooWarning):
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     """The candidates closest to ``word`` (for "did you mean" messages), best first."""
     return difflib.get_close_matches(word, list(candidates), n=n, cutoff=0.6)
+
+
+_COLOUR_CODES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # CSI sequences: colours, bold, cursor moves
+
+
+def without_colour(text: str) -> str:
+    """``text`` without terminal colour codes (torch colours parts of some of its messages): for a message
+    that goes to a log, a pipe or a file."""
+    return _COLOUR_CODES.sub("", text)

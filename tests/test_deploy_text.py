@@ -45,16 +45,41 @@ def test_an_onnx_file_runs_from_text_to_labels_as_predict_does(exported):
 
 def test_the_public_tokenizer_is_the_one_predict_uses():
     tok = attnzoo.tokenizer("bilstm_labelwise")
-    ids, mask = tok(["A small dog!", "oak"])
+    ids, mask = tok(["A small dog!", "oak"], pad_to=4)
     assert ids.dtype.is_floating_point is False and mask.dtype.is_floating_point is False
     assert ids.shape == mask.shape == (2, 4) and mask.tolist() == [[True] * 4, [True, False, False, False]]
     words = attnzoo.predict("bilstm_labelwise", "A small dog!").tokens
     assert tok.vocab.decode(ids[0].tolist()) == words  # the same words, every one known
-    assert Tokenizer.from_settings(json.loads(json.dumps(tok.settings())))(["A small dog!"])[0].tolist() == [
+    assert Tokenizer.from_settings(json.loads(json.dumps(tok.settings())))(["A small dog!"], pad_to=4)[0].tolist() == [
         ids[0].tolist()
     ]
-    padded, padded_mask = tok(["oak"], pad_to=64)
+    padded, padded_mask = tok(["oak"])  # a recurrent model's graph takes its run's max_len: the default
     assert padded.shape == (1, 64) and int(padded_mask.sum()) == 1
+
+
+def test_the_tokenizers_ids_go_to_the_exported_recurrent_graph_as_they_are(exported):
+    """The export of a recurrent model fixes the length at its run's max_len; attnzoo.tokenizer(run) padded
+    to the longest text only, so its ids were refused by the file ("Got: 9 Expected: 64"). It pads to the
+    length the export takes, and so does the tokenizer rebuilt from the file; a model whose graph takes
+    any length keeps padding to the longest text."""
+    ort = pytest.importorskip("onnxruntime")
+    path, _ = exported
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    from_file = Tokenizer.from_settings(json.loads(session.get_modelmeta().custom_metadata_map["tokenizer"]))
+    for tok in (attnzoo.tokenizer("bilstm_labelwise"), from_file):
+        ids, mask = tok(TEXTS)
+        (logits,) = session.run(["logits"], {"tokens": ids.numpy(), "mask": mask.numpy()})
+        want = [attnzoo.predict("bilstm_labelwise", text, top=None) for text in TEXTS]
+        for row, prediction in zip(logits, want, strict=True):
+            probs = {label.id: label.probability for label in prediction.labels}
+            labels = json.loads(session.get_modelmeta().custom_metadata_map["labels"])
+            np.testing.assert_allclose(1 / (1 + np.exp(-row)), [probs[k] for k in labels], atol=1e-5)
+    from attnzoo.interop.export import fixed_length
+    from attnzoo.io.text import Vocabulary
+
+    assert fixed_length(attnzoo.create("bilstm_labelwise", pretrained=True)) == 64
+    assert fixed_length(attnzoo.create("laat", num_labels=3, hidden_size=4)) is None
+    assert Tokenizer(Vocabulary(["a", "b"]), 8)(["a", "a b"])[0].shape == (2, 2)
 
 
 def test_the_tokenizer_refuses_what_it_cannot_read():

@@ -251,3 +251,375 @@ def test_a_broken_recipe_file_is_a_config_error_not_an_internal_error(tmp_path, 
     proc = run_cli("train", str(recipe), "--output", str(tmp_path / "run"))
     assert proc.returncode in (1, 2) and "internal error" not in proc.stderr, proc.stderr
     assert "recipe.yaml" in proc.stderr and "hi\n" not in proc.stdout
+
+
+# -- issue 40: what the hostile probes still found ------------------------------------------------------------
+BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+def test_a_billion_laughs_config_or_recipe_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """omegaconf before 2.4 expands every alias (the probe's hang); 2.4 stops at its own limit with its own
+    message: either way attnzoo refuses the file first, saying why. A few aliases stay fine."""
+    monkeypatch.setenv("OMEGACONF_MAX_YAML_EXPANDED_NODES", str(10**9))  # as omegaconf 2.3: no limit of its own
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(BILLION_LAUGHS)
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"bomb.yaml: its aliases \(\*name\) expand into more than 100,000"):
+        attnzoo.create("labelwise", num_labels=3, config=bomb)
+    assert time.perf_counter() - start < 10
+    proc = run_cli("train", str(bomb), "--output", str(tmp_path / "run"))
+    assert proc.returncode == 1 and "recipe bomb.yaml: its aliases" in proc.stderr, proc.stderr
+    endless = tmp_path / "endless.yaml"
+    endless.write_text("num_labels: &n [*n]\n")
+    with pytest.raises(ConfigError, match="its aliases"):
+        attnzoo.create("labelwise", config=endless)
+    fine = tmp_path / "fine.yaml"
+    fine.write_text("config: &c {num_labels: 4}\nname: labelwise\n")
+    assert attnzoo.create("labelwise", config=fine).num_labels == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.int64, torch.bool])
+def test_a_weights_file_of_another_kind_of_number_is_refused_naming_the_tensors(tmp_path, dtype):
+    """load_state_dict copies a complex tensor into a real parameter (its real part, or the parameter
+    turns complex with assign=True) and refuses an int64 one in its own words; a float16 file converts."""
+    from attnzoo.io.weights import encode_metadata, write_weights
+
+    layer = attnzoo.create("labelwise_batched", num_labels=2, hidden_size=3)
+    meta = encode_metadata("labelwise_batched", layer.attnzoo_config["factory"], layer.attnzoo_config["config"])
+    path = tmp_path / "w.safetensors"
+    write_weights({k: v.to(dtype) for k, v in layer.state_dict().items()}, path, metadata=meta)
+    shown = str(dtype).removeprefix("torch.")
+    with pytest.raises(
+        WeightsError, match=rf"numbers of another kind: .*Wa is {shown} in the file, float32 in the model"
+    ):
+        attnzoo.load(path)
+    with pytest.raises(WeightsError, match="numbers of another kind"):
+        attnzoo.create("labelwise_batched", weights=path)
+    half = tmp_path / "half.safetensors"
+    write_weights({k: v.half() for k, v in layer.state_dict().items()}, half, metadata=meta)
+    assert attnzoo.load(half).Wa.dtype == torch.float32
+
+
+def _edited_keras2_file(tmp_path, edit):
+    """tests/data/keras2/sequential.h5 (Embedding, GRU, Dense; written by tf_keras), edited by ``edit``."""
+    import shutil
+
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "edited.h5"
+    shutil.copy(ROOT / "tests" / "data" / "keras2" / "sequential.h5", path)
+    with h5py.File(path, "r+") as f:
+        edit(f["model_weights"], h5py)
+    return path
+
+
+def test_a_keras_file_whose_layer_group_links_to_itself_is_refused_by_convert_and_the_cli(tmp_path):
+    from attnzoo.keras import convert_keras_model
+
+    def loop(weights, h5py):
+        weights["dense_2"]["again"] = weights["dense_2"]  # the layer's group holds itself
+
+    path = _edited_keras2_file(tmp_path, loop)
+    with pytest.raises(WeightsError, match=r"/model_weights/dense_2 is linked from more than one place"):
+        convert_keras_model(path)
+    proc = run_cli("convert-keras", str(path), "-o", str(tmp_path / "out"))
+    assert proc.returncode == 1 and "linked from more than one place" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_keras_dataset_read_in_huge_chunks_is_refused_from_the_file_metadata(tmp_path):
+    """HDF5 decompresses a chunk whole: a 2-value bias stored in one 1.5 GiB gzip chunk took that much memory
+    (a 4 GiB chunk aborted the process with std::bad_alloc). The size comes from the metadata, before any
+    read; an unrelated layer's dataset is never read at all."""
+    from attnzoo.keras import convert_keras_model
+
+    def chunked(weights, h5py):
+        group = weights["dense_2"]["dense_2"]
+        del group["bias:0"]  # no values written: the chunk stays unallocated here, and the test stays small
+        group.create_dataset("bias:0", shape=(2,), maxshape=(None,), dtype="float32", chunks=(3 * 2**27,))
+        junk = weights.create_group("junk")  # a layer of the file that the model does not have
+        junk.create_dataset("w", shape=(4,), maxshape=(None,), dtype="float32", chunks=(2**30 - 1,))
+
+    path = _edited_keras2_file(tmp_path, chunked)
+    with pytest.raises(WeightsError, match=r"bias:0 \[2\] takes 1.5 GiB to read, more than one variable"):
+        convert_keras_model(path)
+
+    def unrelated_only(weights, h5py):
+        junk = weights.create_group("junk")
+        junk.create_dataset("w", shape=(4,), maxshape=(None,), dtype="float32", chunks=(2**30 - 1,))
+
+    assert convert_keras_model(_edited_keras2_file(tmp_path, unrelated_only)) is not None
+
+
+def test_an_attention_map_onto_a_folder_is_a_usage_error_even_with_overwrite(tmp_path):
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "map.png"
+    folder.mkdir()
+    proc = run_cli("predict", "bilstm_labelwise", "a dog", "--attention", str(folder), "--overwrite")
+    assert proc.returncode == 2 and "is a folder; give the file to draw into" in proc.stderr, proc.stderr
+    assert "Errno" not in proc.stderr and folder.is_dir()
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: attnzoo.load(123), r"load\(\) .* takes a path \(a str or pathlib.Path\), got int"),
+        (lambda: attnzoo.list_models(123), "list_models takes fnmatch patterns: a string or a list of them"),
+        (lambda: attnzoo.list_models("*", [None]), "list_models takes fnmatch patterns"),
+        (lambda: attnzoo.create("labelwise", num_labels=2, weights=123), r"weights= .* takes a path"),
+        (lambda: attnzoo.predict("bilstm_labelwise", None), "predict takes a text .* got NoneType"),
+        (lambda: attnzoo.predict("bilstm_labelwise", [1, 2]), "predict takes a text .* something else"),
+        (
+            lambda: attnzoo.load(ROOT / "weights" / "bilstm_labelwise-wordnet.safetensors", sha256=123),
+            "sha256 must be a hex digest string",
+        ),
+        (lambda: attnzoo.export(attnzoo.create("laat", num_labels=2), 123), r"export\(model, path\) .* got int"),
+        (lambda: attnzoo.predict("bilstm_labelwise", "a dog", threshold="x"), "threshold must be a probability"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_config_errors_not_the_standard_librarys(call, message):
+    with pytest.raises(ConfigError, match=message):
+        call()
+
+
+def test_a_config_value_json_cannot_hold_is_named_when_saving(tmp_path):
+    layer = attnzoo.create("labelwise_batched", num_labels=2, hidden_size=3)
+    layer.attnzoo_config["config"]["output"] = {1, 2}  # a set: what json.dumps refuses with a TypeError
+    with pytest.raises(ConfigError, match=r"its config's 'output' is set .* which a weights file cannot hold"):
+        attnzoo.save(layer, tmp_path / "saved")
+    assert not (tmp_path / "saved").exists()
+
+
+def test_an_override_the_recipe_has_no_key_for_is_a_usage_error(tmp_path):
+    for override, message in (
+        ("=5", "expected section.key=value"),
+        ("train.epoch=1", "unknown key train.epoch; did you mean train.epochs"),
+    ):
+        proc = run_cli("train", "tiny_wordnet", override, "--output", str(tmp_path / "run"))
+        assert proc.returncode == 2 and "usage error" in proc.stderr and message in proc.stderr, proc.stderr
+    broken = tmp_path / "broken.yaml"  # the recipe file's own mistake stays a failure (exit 1)
+    broken.write_text("model: bilstm_labelwise\ntag: x\ntask: {name: wordnet}\ntrain: {epoch: 1}\n")
+    proc = run_cli("train", str(broken), "--output", str(tmp_path / "run"))
+    assert proc.returncode == 1 and "unknown key train.epoch" in proc.stderr, proc.stderr
+
+
+def test_a_non_positive_decoding_length_is_raised_where_the_user_called():
+    """The traceback of generate(max_len=0) ends in generate itself, not in the helper that words it."""
+    import traceback
+
+    model = attnzoo.create("g2p_seq2seq", num_letters=8, num_phonemes=6)
+    cache_owner = attnzoo.create("mha", embed_dim=8, num_heads=2)
+    for call, message in (
+        (lambda: model.generate(torch.tensor([[3, 4, 5]]), max_len=0), "max_len must be a positive int, got 0"),
+        (lambda: model.generate(torch.tensor([[3, 4]]), beam_size=-1), "beam_size must be a positive int"),
+        (lambda: cache_owner.new_cache(0), "batch_size must be a positive int"),
+    ):
+        with pytest.raises(ValueError, match=message) as err:
+            call()
+        last = traceback.extract_tb(err.value.__traceback__)[-1]
+        assert not last.filename.endswith("layers/core.py"), last
+
+
+def test_a_tiny_checkpoint_whose_strides_claim_terabytes_is_refused_before_allocating(tmp_path):
+    """A few KB of pickle: tensors expanded from one value (stride 0) that claim 10^6 x 10^6 values."""
+    path = tmp_path / "stride0.pth"
+    torch.save({"embed.weight": torch.zeros(1).expand(10**6, 10**6), "U.weight": torch.zeros(3)}, path)
+    assert path.stat().st_size < 8000
+    from attnzoo.interop.convert import read_checkpoint
+
+    with pytest.raises(WeightsError, match=r"'embed.weight' claims \[1000000, 1000000\] values .* storage of 4 bytes"):
+        read_checkpoint(path)
+    proc = run_cli("convert-checkpoint", str(path), "--from", "caml", "--model", "conv_caml", "-o", str(tmp_path / "o"))
+    assert proc.returncode == 1 and "claims [1000000, 1000000]" in proc.stderr and "internal error" not in proc.stderr
+    small = tmp_path / "small.pth"  # a modest expanded buffer (position ids saved as a view) still reads
+    torch.save({"position_ids": torch.arange(8).expand(1, 8), "w": torch.ones(2, 2)}, small)
+    assert read_checkpoint(small)["position_ids"].shape == (1, 8)
+
+
+@pytest.mark.parametrize("flags", [["--batch", "1000000000"], ["--seq", "2000000000"]])
+def test_export_at_sizes_this_machine_cannot_hold_is_refused_before_allocating(tmp_path, flags):
+    started = time.perf_counter()
+    proc = run_cli("export", "labelwise", "-o", str(tmp_path / "l.onnx"), *flags)
+    assert proc.returncode == 1 and "makes example inputs of" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr and time.perf_counter() - started < 120
+
+
+def test_export_whose_forward_cannot_allocate_says_which_sizes_to_lower(tmp_path):
+    from attnzoo.errors import ExportError
+
+    layer = attnzoo.create("qkv_self", embed_dim=8)  # attention weights [2, 1, T, T]: 720 GB at T = 300,000
+    with pytest.raises(ExportError, match="needs more memory than this machine has .* smaller --batch or --seq"):
+        attnzoo.export(layer, tmp_path / "q.onnx", return_attention=True, seq=300_000)
+    with pytest.raises(ConfigError, match="batch must be a positive whole number"):
+        attnzoo.export(layer, tmp_path / "q.onnx", batch=0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_export_into_a_folder_that_holds_the_file_fails_before_training(tmp_path):
+    data = tmp_path / "train.csv"
+    data.write_text("text,labels\n" + "".join(f"word{i} and more,lab{i % 2}\n" for i in range(40)))
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "bilstm_labelwise-custom.safetensors").write_bytes(b"someone's weights")
+    args = ["train", "--model", "bilstm_labelwise", "--train", str(data), "--epochs", "1", "--no-baseline"]
+    proc = run_cli(*args, "--export", str(shipped), "--output", str(tmp_path / "run"))
+    assert proc.returncode == 1 and "already holds bilstm_labelwise-custom.safetensors" in proc.stderr, proc.stderr
+    assert "move that file away, or export into another folder" in proc.stderr
+    assert not (tmp_path / "run").exists() and "epoch" not in proc.stdout  # nothing trained
+    assert (shipped / "bilstm_labelwise-custom.safetensors").read_bytes() == b"someone's weights"
+
+
+UNTRACEABLE = """
+import torch
+from torch import nn
+
+
+class Untraceable(nn.Module):
+    def __init__(self, embed_dim: int = 16):
+        super().__init__()
+        self.proj = nn.Linear(embed_dim, embed_dim)
+
+    def forward(self, x, mask=None, return_attention=False):
+        y = self.proj(x)
+        if float(y.sum()) > 0:  # python control flow on a value: no graph can hold it
+            y = y * 2
+        return y
+"""
+
+
+def _card_folder(tmp_path, name: str, module: str, source: str, factory: str, convention: str) -> dict:
+    """A variant in a module of its own and a card for it, as the environment of a command that sees it."""
+    import os
+
+    (tmp_path / f"{module}.py").write_text(source)
+    cards = tmp_path / "cards"
+    cards.mkdir(exist_ok=True)
+    (cards / f"{name}.yaml").write_text(
+        f"name: {name}\nfactory: {module}:{factory}\nsummary: a hostile variant\nconvention: {convention}\n"
+    )
+    return {
+        "ATTNZOO_REGISTRY_DIR": str(cards),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+
+
+def test_an_untraceable_models_export_error_keeps_torchs_reason_and_no_colour_codes(tmp_path):
+    env = _card_folder(tmp_path, "untraceable", "untraceable_layer", UNTRACEABLE, "Untraceable", "sequence_to_sequence")
+    for suffix in (".onnx",):  # the ONNX exporter's error: torch.export's, wrapped in coloured advice
+        proc = run_cli("export", "untraceable", "-o", str(tmp_path / f"u{suffix}"), env=env)
+        error = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1 and error.startswith("attnzoo: error:"), proc.stderr[-2000:]
+        assert "GuardOnDataDependentSymNode: Could not guard on data-dependent expression" in error, error
+        assert 'untraceable_layer.py", line 13, in forward' in error and "if float(y.sum()) > 0" in error, error
+        assert "\x1b[" not in proc.stderr and "--debug for all of it" not in error and len(error) < 600
+
+
+class _Pool(torch.nn.Module):
+    """Attention pooling [B, T, H] -> [B, H]: the healthy part of the hostile variants below."""
+
+    def __init__(self, hidden_size: int = 16):
+        super().__init__()
+        self.w = torch.nn.Linear(hidden_size, 1)
+
+    def forward(self, x, mask=None, return_attention=False):
+        scores = self.w(x).squeeze(-1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, -1) * (mask.any(-1, keepdim=True) if mask is not None else 1)
+        out = (weights.unsqueeze(-1) * x).sum(1)
+        return (out, weights) if return_attention else out
+
+
+def test_check_model_restores_what_a_variant_changed_in_the_process_and_fails_it(tmp_path, monkeypatch):
+    import os
+
+    from attnzoo.testing import check_model
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    class ChangesTheProcess(_Pool):
+        def forward(self, x, mask=None, return_attention=False):
+            torch.set_anomaly_enabled(True)
+            os.chdir(elsewhere)
+            os.environ["ATTNZOO_HOME"] = str(elsewhere)
+            os.environ["ATTNZOO_DISABLE_PLUGIN_AUTOLOAD"] = "0"
+            out = super().forward(x, mask, return_attention)
+            torch.set_default_dtype(torch.float64)
+            torch.use_deterministic_algorithms(True)
+            return out
+
+    monkeypatch.setenv("ATTNZOO_HOME", str(tmp_path / "home"))
+    cwd = os.getcwd()
+    report = check_model(ChangesTheProcess, {"hidden_size": 16}, convention="sequence_to_vector", only=["shapes"])
+    assert not torch.is_anomaly_enabled() and os.getcwd() == cwd
+    assert os.environ["ATTNZOO_HOME"] == str(tmp_path / "home")
+    assert os.environ["ATTNZOO_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert torch.get_default_dtype() == torch.float32 and not torch.are_deterministic_algorithms_enabled()
+    (builds, shapes) = report.results
+    assert builds.failed and shapes.failed, report.results
+    for what in (
+        "anomaly detection",
+        "the working directory",
+        "ATTNZOO_HOME in os.environ",
+        "ATTNZOO_DISABLE_PLUGIN_AUTOLOAD in os.environ",
+        "the default dtype (torch.float64)",
+        "deterministic algorithms",
+    ):
+        assert f"{what}" in shapes.reason, shapes.reason
+    healthy = check_model(_Pool, {"hidden_size": 16}, convention="sequence_to_vector", only=["shapes"])
+    assert healthy.ok, healthy.results
+
+
+HOSTILE_FORWARDS = """
+import threading
+import time
+
+import torch
+
+
+class Pool(torch.nn.Module):
+    def __init__(self, hidden_size: int = 16):
+        super().__init__()
+        self.w = torch.nn.Linear(hidden_size, 1)
+
+    def forward(self, x, mask=None, return_attention=False):
+        out = x.mean(1) + 0 * self.w(x).sum()
+        return (out, torch.ones(x.shape[:2]) / x.shape[1]) if return_attention else out
+
+
+class StartsAThread(Pool):
+    def forward(self, x, mask=None, return_attention=False):
+        threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon: the process cannot end
+        return super().forward(x, mask, return_attention)
+
+
+class Interrupts(Pool):
+    def forward(self, x, mask=None, return_attention=False):
+        raise KeyboardInterrupt
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--in-process"]])
+def test_attnzoo_check_ends_on_a_variant_that_leaves_a_thread_or_raises_keyboard_interrupt(tmp_path, mode):
+    import os
+
+    env = _card_folder(
+        tmp_path, "starts_a_thread", "hostile_forwards", HOSTILE_FORWARDS, "StartsAThread", "sequence_to_vector"
+    )
+    env = {
+        **env,
+        **_card_folder(
+            tmp_path, "interrupts", "hostile_forwards", HOSTILE_FORWARDS, "Interrupts", "sequence_to_vector"
+        ),
+    }
+    command = [sys.executable, "-m", "attnzoo", "check", "starts_a_thread", "interrupts", "--json", *mode]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=180)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    reports = {r["variant"]: r for r in json.loads(proc.stdout)}
+    reasons = {
+        n: {x["property"]: x["reason"] for x in r["results"] if x["status"] == "failed"} for n, r in reports.items()
+    }
+    assert "a thread still running (Thread-1 (sleep)), not a daemon" in reasons["starts_a_thread"]["builds"]
+    assert reasons["interrupts"]["builds"] == "raised KeyboardInterrupt itself (no Ctrl-C was pressed)"

@@ -515,3 +515,65 @@ def test_hostile_sources_in_a_card_are_refused_when_registered(weights):
             config={"num_labels": 2},
             weights={"t": {**weights, "sha256": "0" * 64}},
         )
+
+
+# -- issue 40: the probes' remote sources ---------------------------------------------------------------------
+def test_a_hub_config_trickled_a_byte_at_a_time_ends_at_the_download_timeout(server, monkeypatch):
+    """The config read had a fixed 30 s per read, which a trickle never trips; ATTNZOO_DOWNLOAD_TIMEOUT now
+    bounds the whole read."""
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_ENDPOINT", server.base)
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_TIMEOUT", "2")
+    server.faults["drip"] = True  # a byte every 0.5 s, for up to 20 s
+    started = time.monotonic()
+    with pytest.raises(WeightsError, match=r"cannot fetch config.yaml .*TimeoutError|in 2 s"):
+        attnzoo.create("hf-hub:org/repo")
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "0", "inf", "1e400", "soon"])
+def test_a_download_timeout_that_is_no_number_of_seconds_is_a_config_error(server, tmp_path, monkeypatch, value):
+    _, data, digest = _weights(tmp_path, labels=4, hidden=3)
+    server.files["/w.safetensors"] = data
+    _register("remote_lw", f"{server.base}/w.safetensors", digest, labels=4, hidden=3)
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_TIMEOUT", value)
+    with pytest.raises(ConfigError, match=rf"ATTNZOO_DOWNLOAD_TIMEOUT must be a number of seconds above 0 .*{value}"):
+        attnzoo.create("remote_lw", pretrained=True)
+    assert server.requests == []
+
+
+def test_a_folder_where_the_partial_download_goes_is_named_not_a_raw_errno(server, tmp_path, home):
+    _, data, digest = _weights(tmp_path, labels=4, hidden=3)
+    server.files["/m.safetensors"] = data
+    _register("blocked", f"{server.base}/m.safetensors", digest, labels=4, hidden=3)
+    (home / "weights" / digest / "m.safetensors.part").mkdir(parents=True)
+    with pytest.raises(WeightsError, match=r"m.safetensors.part is a folder, not a file attnzoo's cache wrote"):
+        attnzoo.create("blocked", pretrained=True)
+
+
+def test_a_cached_file_replaced_by_a_link_is_fetched_again_and_by_another_model_says_cache_clear(
+    server, tmp_path, home
+):
+    model, data, digest = _weights(tmp_path, labels=4, hidden=3)
+    server.files["/m.safetensors"] = data
+    _register("cached", f"{server.base}/m.safetensors", digest, labels=4, hidden=3)
+    attnzoo.create("cached", pretrained=True)
+    cached = home / "weights" / digest / "m.safetensors"
+    _, other, _ = _weights(tmp_path, seed=1, labels=4, hidden=3)  # another valid model of the same shape
+    elsewhere = tmp_path / "other.safetensors"
+    elsewhere.write_bytes(other)
+    cached.unlink()
+    cached.symlink_to(elsewhere)  # a planted link: the cache makes none, so it is dropped and fetched again
+    assert torch.equal(attnzoo.create("cached", pretrained=True).Wa, model.Wa) and not cached.is_symlink()
+    cached.write_bytes(other)  # the file itself replaced
+    with pytest.raises(WeightsError, match=rf"attnzoo's cached copy .*`attnzoo cache clear {digest}`"):
+        attnzoo.create("cached", pretrained=True)
+    proc = _cli("cache", "clear", digest, env={"ATTNZOO_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr
+    assert torch.equal(attnzoo.create("cached", pretrained=True).Wa, model.Wa)
+
+
+@pytest.mark.parametrize("repo", ["../..", "org/..", "org/re--po", ".hidden/x", "org/repo-"])
+def test_a_hub_name_the_hub_cannot_have_is_a_config_error(repo):
+    with pytest.raises(ConfigError, match=r"expected hf-hub:org/repo"):
+        attnzoo.create(f"hf-hub:{repo}")

@@ -410,3 +410,21 @@ def test_a_held_out_split_that_comes_out_empty_is_a_data_error_before_training(t
     with pytest.raises(DataError, match=r"train.csv: holding out validation_fraction 0.1 of its 2 rows leaves the"):
         train(recipe, output=tmp_path / "run", baseline=False, quiet=True)
     assert not (tmp_path / "run").exists()
+
+
+def test_one_unbalanced_quote_is_refused_by_line_not_read_as_the_rest_of_the_file(tmp_path):
+    """Row 151 of 200 opens a quote it never closes: csv would read the 50 rows after it as one text with
+    no label and training would go on with 151 rows; it is refused, naming the line and what it swallows."""
+    rows = [f"text number {i} of the file,label{i % 3}" for i in range(1, 201)]
+    rows[150] = '"text number 151 opens a quote,label0'
+    path = tmp_path / "train.csv"
+    path.write_text("text,labels\n" + "\n".join(rows) + "\n")
+    with pytest.raises(DataError, match=r"train.csv, line 152: a field opens a quote .* never closed, so the 49 line"):
+        read_table(path, ["text", "labels"])
+    proc = run_cli("train", "--model", "bilstm_labelwise", "--train", str(path), "--output", str(tmp_path / "run"))
+    assert proc.returncode == 1 and "line 152: a field opens a quote" in proc.stderr, proc.stderr
+    assert not (tmp_path / "run").exists()
+    rows[150] = '"text number 151, with a comma and ""quotes"" inside",label0'  # quoting done right still reads
+    path.write_text("text,labels\n" + "\n".join(rows) + "\n")
+    read = read_table(path, ["text", "labels"])
+    assert len(read) == 200 and read[150].values["text"] == 'text number 151, with a comma and "quotes" inside'

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from attnzoo.errors import AttnzooError, UsageError
+from attnzoo.errors import AttnzooError, UsageError, without_colour
 
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")  # CSI sequences: colours, bold, cursor moves
 USAGE_ERROR = 2
 FAILURE = 1
 
@@ -84,8 +82,9 @@ MAX_MESSAGE = 600  # characters of one error line; the rest is behind --debug
 
 def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
     """A message as one line of at most ``limit`` characters (listings joined with '; '), without the
-    terminal's escape codes (Keras wraps its errors in ANSI bold, which a pipe or a log shows as junk)."""
-    lines = [" ".join(line.split()) for line in ANSI_ESCAPE.sub("", str(message)).splitlines()]
+    terminal's escape codes (Keras wraps its errors in ANSI bold, torch colours parts of its own, which a
+    pipe or a log shows as junk)."""
+    lines = [" ".join(line.split()) for line in without_colour(str(message)).splitlines()]
     text = "; ".join(line for line in lines if line)
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"

@@ -29,6 +29,7 @@ __all__ = [
     "factory_parameters",
     "card_config",
     "factory_arguments",
+    "check_yaml_file",
 ]
 
 
@@ -45,6 +46,24 @@ def _section(loaded: Any) -> Any:
     return loaded
 
 
+def check_yaml_file(path: Path, where: str) -> None:
+    """Refuse, before omegaconf builds it, a YAML file too large for a config or whose aliases expand
+    past ``MAX_YAML_NODES`` (omegaconf before 2.4 expands them all: a "billion laughs" never ends)."""
+    from attnzoo.io.folders import MAX_CONFIG_YAML, MAX_YAML_NODES, expanded_yaml_nodes
+
+    if path.stat().st_size > MAX_CONFIG_YAML:
+        raise ConfigError(f"{where}: {path.stat().st_size >> 20} MiB; a config is kilobytes")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return  # the YAML reader says what is wrong with it
+    if expanded_yaml_nodes(text) > MAX_YAML_NODES:
+        raise ConfigError(
+            f"{where}: its aliases (*name) expand into more than {MAX_YAML_NODES:,} values; refusing to build "
+            f"it (write the values out, or use fewer aliases of aliases)"
+        )
+
+
 def load_config_source(config: Any) -> Any:
     """A ``DictConfig`` from a dict, a ``DictConfig`` or the path of a YAML file."""
     from omegaconf import DictConfig, OmegaConf
@@ -57,6 +76,7 @@ def load_config_source(config: Any) -> Any:
         path = Path(config)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist; pass a dict or the path of a YAML file")
+        check_yaml_file(path, f"config file {path.name}")
         try:
             loaded = OmegaConf.load(path)
         except Exception as e:  # noqa: BLE001 - omegaconf raises several types for bad YAML

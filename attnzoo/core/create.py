@@ -223,6 +223,14 @@ def _load_state(
         if k in tensors and not is_lazy(expected[k]) and tuple(expected[k].shape) != tuple(tensors[k].shape)
     ]
     problems = []
+    kinds = [
+        f"{k} is {str(tensors[k].dtype).removeprefix('torch.')} in the file, "
+        f"{str(expected[k].dtype).removeprefix('torch.')} in the model"
+        for k in expected
+        if k in tensors and _dtype_kind(tensors[k]) != _dtype_kind(expected[k])
+    ]
+    if kinds:  # load_state_dict would copy a complex tensor's real part, or an int64 one, without a word
+        problems.append(f"numbers of another kind: {', '.join(kinds[:8])}{' ...' if len(kinds) > 8 else ''}")
     if missing:
         problems.append(f"missing from the file: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
     if unexpected:
@@ -243,6 +251,16 @@ def _load_state(
         return misshapen
     model.load_state_dict(tensors, strict=True, assign=assign)
     return []
+
+
+def _dtype_kind(tensor: Any) -> str:
+    """floating, complex, bool or integer: a weight converts within its kind (float16 -> float32), never
+    across (a complex or an integer tensor is not a real parameter)."""
+    if tensor.is_complex():
+        return "complex"
+    if tensor.is_floating_point():
+        return "floating"
+    return "bool" if str(tensor.dtype) == "torch.bool" else "integer"
 
 
 def _apply_layouts(model: Any, tensors: Mapping[str, Any]) -> dict[str, Any]:
@@ -317,7 +335,8 @@ def create(
     loaded = None
     checked = None
     if weights is not None:
-        loaded = (*_read_source(Path(weights), None), Path(weights))
+        path = folders_io.as_path(weights, "weights= (a .safetensors file or a folder written by attnzoo.save)")
+        loaded = (*_read_source(path, None), path)
     elif wspec is not None:
         from attnzoo.io.sources import resolve_weights
 
@@ -425,7 +444,8 @@ def load(directory_or_file: str | Path, *, device: Any = None, dtype: Any = None
     The name in the file's metadata picks the registered spec. The file's sha256 is checked against its
     folder's ``config.yaml``, a ``FILE.sha256`` next to it, or ``sha256=``.
     """
-    return _load_folder(Path(directory_or_file), device=device, dtype=dtype, sha256=sha256, config=None, overrides={})
+    path = folders_io.as_path(directory_or_file, "load() (a folder written by attnzoo.save, or a weights file)")
+    return _load_folder(path, device=device, dtype=dtype, sha256=sha256, config=None, overrides={})
 
 
 def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, config: Any, overrides: dict) -> Any:

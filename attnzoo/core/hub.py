@@ -28,9 +28,12 @@ def hub_folder(repo: str) -> Path:
     import http.client
     import re
 
-    from attnzoo.io.sources import cache_home, fetch, hub_url, is_offline, open_url
+    from attnzoo.io.sources import cache_home, fetch, hub_url, is_offline, read_small
 
-    if not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", repo):
+    # the Hub's rule for names: letters, digits, - _ . ; neither starting nor ending with - or ., no -- or ..
+    # inside (so "../.." is no name: huggingface_hub would refuse it with an error of its own)
+    name = r"[A-Za-z0-9_](?:[\w.\-]*[A-Za-z0-9_])?"
+    if not re.fullmatch(rf"(?![^@]*(?:--|\.\.)){name}/{name}(?:@[\w.\-/]+)?", repo):
         raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")
     folder = cache_home() / "hub" / repo.replace("/", "--")
     config = folder / folders_io.CONFIG_FILE
@@ -38,8 +41,7 @@ def hub_folder(repo: str) -> Path:
     if not is_offline() and not (pinned and config.is_file()):
         url, headers = hub_url(repo, folders_io.CONFIG_FILE)
         try:
-            with open_url(url, headers, timeout=30) as response:
-                text = response.read(1 << 20).decode("utf-8")
+            text = read_small(url, headers, folders_io.MAX_CONFIG_YAML).decode("utf-8")
         except (OSError, UnicodeDecodeError, http.client.HTTPException, WeightsError) as e:
             if not config.is_file():
                 raise WeightsError(

@@ -124,14 +124,15 @@ class RunRecord:
         """Whether this is a model ``attnzoo train`` wrote (it has a task and a vocabulary)."""
         return self.task is not None and self.vocab is not None
 
-    def tokenizer(self) -> Tokenizer | None:
+    def tokenizer(self, length: int | None = None) -> Tokenizer | None:
         """The word tokenizer of a text model (predict's, and what an exported file carries), or None: no
-        vocabulary, or a G2P model, which reads letters."""
+        vocabulary, or a G2P model, which reads letters. ``length``: the one length it pads every row to
+        (what an exported graph with a fixed length takes); None pads to each batch's longest text."""
         if self.vocab is None or self.output == "g2p":
             return None
         from attnzoo.io.text import Tokenizer, Vocabulary  # torch comes with it: only when asked for
 
-        return Tokenizer(Vocabulary.from_json(self.vocab), self.max_len)
+        return Tokenizer(Vocabulary.from_json(self.vocab), self.max_len, length=length)
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any] | None, where: Any = "the model") -> RunRecord:

@@ -331,7 +331,10 @@ def _as_patterns(patterns: str | Iterable[str] | None) -> list[str]:
         return []
     if isinstance(patterns, str):
         return [patterns]
-    return list(patterns)
+    values = list(patterns) if isinstance(patterns, Iterable) else None
+    if values is None or not all(isinstance(p, str) for p in values):
+        raise ConfigError(f"list_models takes fnmatch patterns: a string or a list of them, got {patterns!r:.60}")
+    return values
 
 
 def list_models(

@@ -123,9 +123,11 @@ def _unwrap(loaded: Any, path: Path) -> dict[str, Any]:
 
 def _checked_tensors(state: dict[str, Any], path: Path) -> dict[str, Any]:
     """Weights that are numbers: a checkpoint holding NaN or inf would convert into a model whose every
-    output is non-finite, so it is refused, naming the tensors."""
+    output is non-finite, so it is refused, naming the tensors. Checked first: that every tensor fits in
+    memory once its elements are its own (see :func:`_check_expansion`)."""
     import torch
 
+    _check_expansion(state, path)
     broken = [k for k, v in state.items() if v.is_floating_point() and v.numel() and not bool(torch.isfinite(v).all())]
     if broken:
         raise WeightsError(
@@ -133,6 +135,31 @@ def _checked_tensors(state: dict[str, Any], path: Path) -> dict[str, Any]:
             f"from them predicts nothing; nothing was converted (a training run that diverged?)"
         )
     return state
+
+
+def _check_expansion(state: dict[str, Any], path: Path) -> None:
+    """A pickled tensor may be a view whose strides repeat its elements (stride 0): a 4-byte storage that
+    claims 10^6 x 10^6 values. Converting it reads and copies every value, so the values that do not exist
+    yet are counted against this machine's memory before anything is allocated."""
+    from attnzoo.core.memory import available_bytes
+
+    repeated = {}
+    for key, tensor in state.items():
+        span = tensor.numel() * tensor.element_size()
+        if span > tensor.untyped_storage().nbytes():  # more values than its storage holds: some repeated
+            repeated[key] = span
+    if not repeated:
+        return
+    need, available = sum(repeated.values()), available_bytes()
+    if available is None or need <= available // 2:
+        return
+    key = max(repeated, key=repeated.__getitem__)
+    raise WeightsError(
+        f"{path.name}: tensor {key!r} claims {list(state[key].shape)} values ({repeated[key] / 2**30:,.1f} GiB) "
+        f"from a storage of {state[key].untyped_storage().nbytes():,} bytes (its strides repeat values); "
+        f"converting it needs more memory than the {available / 2**30:,.1f} GiB available. A trained "
+        f"checkpoint holds each weight's values; nothing was converted"
+    )
 
 
 # -- the reference layouts ---------------------------------------------------------------------------------------

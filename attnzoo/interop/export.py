@@ -31,9 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from attnzoo.core.record import RunRecord
-from attnzoo.errors import ConfigError, ExportError
+from attnzoo.errors import ConfigError, ExportError, without_colour
 
-__all__ = ["export", "ExportResult", "ExportError", "FORMATS", "deployment_metadata"]
+__all__ = [
+    "export",
+    "ExportResult",
+    "ExportError",
+    "FORMATS",
+    "deployment_metadata",
+    "fixed_length",
+    "torch_reason",
+]
 
 FORMATS = (".pt2", ".onnx")
 
@@ -54,11 +62,12 @@ class ExportResult:
         return str(self.path)
 
 
-def deployment_metadata(model: Any) -> dict[str, str]:
+def deployment_metadata(model: Any, length: int | None = None) -> dict[str, str]:
     """What an exported file needs to be used alone, as strings (ONNX ``metadata_props``, the .pt2's extra
     files): ``attnzoo.name``; for a trained text model also ``labels`` (a JSON list of label ids, in output
     order), ``output`` (multilabel, multiclass), ``threshold`` (multi-label decisions) and ``tokenizer``
-    (JSON settings for ``attnzoo.io.text.Tokenizer.from_settings``)."""
+    (JSON settings for ``attnzoo.io.text.Tokenizer.from_settings``; with ``length``, the one sequence length
+    the exported graph takes, its tokenizer pads every row to it)."""
     import json
 
     out: dict[str, str] = {}
@@ -72,7 +81,7 @@ def deployment_metadata(model: Any) -> dict[str, str]:
         out["output"] = record.output
     if record.output == "multilabel" and record.threshold is not None:
         out["threshold"] = repr(float(record.threshold))
-    tokenizer = record.tokenizer()
+    tokenizer = record.tokenizer(length)
     if tokenizer is not None:
         out["tokenizer"] = json.dumps(tokenizer.settings())
     return out
@@ -81,6 +90,15 @@ def deployment_metadata(model: Any) -> dict[str, str]:
 def _run_max_len(model: Any) -> int | None:
     record = RunRecord.of(model)
     return record.max_len if "max_len" in record.task_config else None
+
+
+def fixed_length(model: Any) -> int | None:
+    """The one sequence length ``export(model, path)`` gives the exported graph by default: a recurrent
+    model's (torch.export fixes an LSTM's time axis) is its run's ``max_len``, or the convention's example
+    length where the run records none; None where the graph takes any length."""
+    if not _fixed_axes(model):
+        return None
+    return _run_max_len(model) or _convention_of(model).seq
 
 
 def _output_names(convention, count: int, return_attention: bool) -> list[str] | None:
@@ -284,13 +302,14 @@ def _plan(
     return_attention: bool,
     batch: int,
     seq: int | None,
-) -> tuple[tuple, dict, tuple[tuple, dict], Any, list[str]]:
-    """What to trace with and what to check on: ``(args, kwargs, check, dynamic_shapes, notes)``. From the
-    convention, at the model's own sizes; a recurrent run's length is its max_len (said in ``notes``)."""
+) -> tuple[tuple, dict, tuple[tuple, dict], Any, list[str], int | None]:
+    """What to trace with and what to check on: ``(args, kwargs, check, dynamic_shapes, notes, length)``.
+    From the convention, at the model's own sizes; a recurrent run's length is its max_len (said in
+    ``notes``); ``length`` is the one sequence length the graph will take (None: any)."""
     notes: list[str] = []
     if inputs is not None:
         args, kwargs = inputs
-        return args, kwargs, (args, kwargs), None, notes
+        return args, kwargs, (args, kwargs), None, notes, None
     from attnzoo.testing.conventions import sample_inputs
 
     if seq is None and _fixed_axes(model) and (seq := _run_max_len(model)) is not None:
@@ -300,6 +319,7 @@ def _plan(
             f"a recurrent layer fixes the sequence axis at the traced length ({seq or convention.seq}): pad "
             f"inputs to it, or export again with seq=N (attnzoo export --seq N) for your inputs' length"
         )
+    _check_trace_size(model, convention, batch, seq or convention.seq)
     sample = sample_inputs(model, convention, batch=batch, seq=seq or convention.seq)
     args, kwargs = sample.call_arguments(return_attention=return_attention)
     check = _check_sample(model, convention, sample).call_arguments(return_attention=return_attention)
@@ -309,7 +329,61 @@ def _plan(
     dynamic_shapes = _dynamic_shapes(model, convention, sample, dynamic)
     if dynamic_shapes is not None and return_attention and "return_attention" in kwargs:
         dynamic_shapes["return_attention"] = None
-    return args, kwargs, check, dynamic_shapes, notes
+    traced = sample.sizes["keys"] if (not dynamic or _fixed_axes(model)) else None  # the graph's one length
+    return args, kwargs, check, dynamic_shapes, notes, traced
+
+
+def _check_trace_size(model: Any, convention: Any, batch: int, seq: int) -> None:
+    """Refuse, before anything is allocated, example inputs this machine cannot hold: the trace's inputs
+    and the check's (one larger), drawn in float64, with room left for the forward passes."""
+    import math
+
+    from attnzoo.core.memory import available_bytes
+    from attnzoo.testing.conventions import model_config
+
+    sizes = convention.sizes_for(model_config(model), batch=batch + 1, seq=seq + 3)
+    values = sum(math.prod(sizes[a] for a in slot.axes) for slot in convention.slots)
+    need, available = 2 * values * 8, available_bytes()
+    if available is not None and need > available // 4:
+        raise ConfigError(
+            f"tracing at batch {batch} and length {seq} makes example inputs of {need / 2**30:,.1f} GiB, more "
+            f"than this machine can spare ({available / 2**30:,.1f} GiB available); the traced sizes only "
+            f"shape an example (the batch stays dynamic), so trace with small ones (--batch 2, --seq the length "
+            f"your inputs are padded to)"
+        )
+
+
+def _allocation_error(error: BaseException) -> ExportError | None:
+    """torch's refusal to allocate (a forward at the traced sizes needs more memory than there is), said
+    as what to change; None for any other error."""
+    import torch
+
+    text = " ".join(str(error).split())
+    if isinstance(error, torch.OutOfMemoryError) or (isinstance(error, RuntimeError) and "allocate" in text):
+        return ExportError(
+            f"running the model at the traced sizes needs more memory than this machine has ({text[:160]}); "
+            f"trace with a smaller --batch or --seq: the batch stays dynamic in the exported file"
+        )
+    return None
+
+
+def torch_reason(error: BaseException, limit: int = 300) -> str:
+    """Why torch could not export, in one line short enough for the command's error: the innermost cause
+    (the ONNX exporter wraps torch.export's error in paragraphs of its own advice), its first line, and
+    the line of the model's code that raised it, without terminal colour codes."""
+    cause = error
+    for _ in range(8):  # bounded: a cause chain can be built to loop
+        if cause.__cause__ is None:
+            break
+        cause = cause.__cause__
+    lines = [line.strip() for line in without_colour(str(cause)).splitlines() if line.strip()]
+    if "## Exception summary" in lines:  # the ONNX exporter's own report: the summary follows its heading
+        lines = lines[lines.index("## Exception summary") + 1 :]
+    summary = " ".join(lines[0].split()) if lines else ""
+    at = next((i for i, line in enumerate(lines) if line.startswith("The following call raised this error")), None)
+    where = " ".join(" ".join(lines[at + 1 : at + 3]).split()) if at is not None else ""
+    text = f"{type(cause).__name__}: {summary[:limit]}"
+    return text + (f" (raised at {where[:200]})" if where else "")
 
 
 def _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp: str, path: Path, check) -> list:
@@ -320,9 +394,7 @@ def _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp: str, path: Pa
     try:
         program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
     except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
-        raise ExportError(
-            f"torch.export could not trace the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
-        ) from None
+        raise ExportError(f"torch.export could not trace the model: {torch_reason(e)}") from None
     # saved into memory first: torch's zip writer aborts the process when a write fails (a full disk)
     buffer = io.BytesIO()
     torch.export.save(program, buffer, extra_files=metadata)
@@ -352,9 +424,7 @@ def _write_onnx(model, args, kwargs, dynamic_shapes, metadata, output_names, tmp
                 model, args, kwargs=kwargs, dynamo=True, dynamic_shapes=dynamic_shapes, verbose=False, **named
             )
     except Exception as e:  # noqa: BLE001
-        raise ExportError(
-            f"the ONNX exporter could not convert the model: {type(e).__name__}: {' '.join(str(e).split())[:400]}"
-        ) from None
+        raise ExportError(f"the ONNX exporter could not convert the model: {torch_reason(e)}") from None
     _write(tmp, path, lambda: program.save(tmp))
     if metadata:
         import onnx
@@ -395,9 +465,12 @@ def export(
 
     Returns an :class:`ExportResult` (path, format, max_abs_diff, the shapes it was checked on).
     """
-    import torch
+    from attnzoo.io.folders import as_path
 
-    path = Path(path)
+    path = as_path(path, "export(model, path) (an .onnx or .pt2 file to write)")
+    for name, value in (("batch", batch), ("seq", seq)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"export: {name} must be a positive whole number, got {value!r:.40}")
     if path.suffix not in FORMATS:
         raise ConfigError(f"export writes .pt2 (torch.export) or .onnx files, got {path.name!r}")
     if path.is_dir():  # even with overwrite: a folder is never replaced by a file
@@ -406,44 +479,57 @@ def export(
         raise ExportError(f"{path} already exists; pass overwrite=True (or --overwrite) to replace it")
     if not path.parent.is_dir():
         raise ExportError(f"cannot write {path}: the folder {path.parent} does not exist")
-    from torch.nn.parameter import is_lazy
-
     from attnzoo.layers.modes import kept_modes
 
     with kept_modes(model):  # traced in eval mode; the caller's modes (and grad state) come back
         model.eval()
-        convention = None if inputs is not None else _convention_of(model)
-        plan = _plan(model, convention, inputs, path.suffix, dynamic, return_attention, batch, seq)
-        args, kwargs, check, dynamic_shapes, notes = plan
+        return _export(model, path, inputs, dynamic, return_attention, tolerance, batch, seq)
+
+
+def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, seq) -> ExportResult:
+    """:func:`export` with the arguments checked, the model in eval mode."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    convention = None if inputs is not None else _convention_of(model)
+    plan = _plan(model, convention, inputs, path.suffix, dynamic, return_attention, batch, seq)
+    args, kwargs, check, dynamic_shapes, notes, length = plan
+    try:
         traced_outputs = _eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
-        metadata = deployment_metadata(model)
-        output_names = None if convention is None else _output_names(convention, len(traced_outputs), return_attention)
-        lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
-        if lazy:
-            raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-        os.close(fd)
-        try:
-            if path.suffix == ".pt2":
-                got = _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp, path, check)
-            else:
-                got = _write_onnx(model, args, kwargs, dynamic_shapes, metadata, output_names, tmp, path, check)
-            worst = _diff(got, _eager(model, *check))
-            if not worst <= tolerance:
-                raise ExportError(
-                    f"the exported {path.suffix} file differs from the model by {worst:.3g} on new shapes "
-                    f"(tolerance {tolerance:g}); nothing was written"
-                )
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        names = _parameter_names(model)
-        shapes = {
-            names[i] if i < len(names) else f"arg{i}": list(a.shape)
-            for i, a in enumerate(check[0])
-            if isinstance(a, torch.Tensor)
-        }
-        shapes.update({k: list(v.shape) for k, v in check[1].items() if isinstance(v, torch.Tensor)})
-        fixed = tuple({"keys": "seq", "queries": "queries"}[a] for a in _fixed_axes(model)) if dynamic else ()
-        return ExportResult(path, path.suffix[1:], worst, shapes, fixed, metadata, tuple(notes))
+    except (RuntimeError, MemoryError, ValueError, TypeError) as e:
+        shapes = ", ".join(f"{list(a.shape)}" for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+        raise _allocation_error(e) or ExportError(
+            f"the model fails on the inputs export traces it with ({shapes}): {type(e).__name__}: "
+            f"{' '.join(str(e).split())[:300]}; pass inputs=(args, kwargs) that it takes"
+        ) from None
+    metadata = deployment_metadata(model, length)
+    output_names = None if convention is None else _output_names(convention, len(traced_outputs), return_attention)
+    lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
+    if lazy:
+        raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".pt2":
+            got = _write_pt2(model, args, kwargs, dynamic_shapes, metadata, tmp, path, check)
+        else:
+            got = _write_onnx(model, args, kwargs, dynamic_shapes, metadata, output_names, tmp, path, check)
+        worst = _diff(got, _eager(model, *check))
+        if not worst <= tolerance:
+            raise ExportError(
+                f"the exported {path.suffix} file differs from the model by {worst:.3g} on new shapes "
+                f"(tolerance {tolerance:g}); nothing was written"
+            )
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    names = _parameter_names(model)
+    shapes = {
+        names[i] if i < len(names) else f"arg{i}": list(a.shape)
+        for i, a in enumerate(check[0])
+        if isinstance(a, torch.Tensor)
+    }
+    shapes.update({k: list(v.shape) for k, v in check[1].items() if isinstance(v, torch.Tensor)})
+    fixed = tuple({"keys": "seq", "queries": "queries"}[a] for a in _fixed_axes(model)) if dynamic else ()
+    return ExportResult(path, path.suffix[1:], worst, shapes, fixed, metadata, tuple(notes))

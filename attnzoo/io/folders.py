@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attnzoo.errors import WeightsError
+from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.atomic import TEMP_PREFIX, atomic_write, commit, discard, fsync_dir, locked, stage, try_flock
 from attnzoo.io.weights import (
     WEIGHTS_FILE,
@@ -37,11 +37,55 @@ __all__ = [
     "model_card_text",
     "CONFIG_FILE",
     "MAX_CONFIG_YAML",
+    "MAX_YAML_NODES",
+    "expanded_yaml_nodes",
+    "as_path",
     "WEIGHTS_FILE",
 ]
 
 CONFIG_FILE = "config.yaml"
 MAX_CONFIG_YAML = 64 << 20  # a saved model's config.yaml is kilobytes (a converted Keras graph: hundreds)
+MAX_YAML_NODES = 100_000  # nodes a hand-written config or recipe may expand into; theirs are dozens
+
+
+def expanded_yaml_nodes(text: str, limit: int = MAX_YAML_NODES) -> int:
+    """How many nodes a YAML document holds once its aliases (``*name``) are expanded, counted on the
+    composed graph, where an alias is one shared node, so that counting costs what the text does (at most
+    ``limit + 1``: a few hundred bytes of aliases of aliases expand into billions, a "billion laughs"; an
+    alias inside its own anchor, into infinitely many). A document that is not YAML counts 0: its reader
+    says what is wrong with it."""
+    import yaml
+
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return 0
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack = [(root, False)] if root is not None else []
+    while stack:  # post-order without recursion: a deeply nested document cannot exhaust Python's stack
+        node, children_done = stack.pop()
+        children = [v for pair in node.value for v in pair] if isinstance(node, yaml.MappingNode) else []
+        children = node.value if isinstance(node, yaml.SequenceNode) else children
+        if children_done:
+            sizes[id(node)] = min(limit + 1, 1 + sum(sizes[id(c)] for c in children))
+            open_nodes.discard(id(node))
+        elif id(node) not in sizes:
+            if any(id(c) in open_nodes for c in children):  # an alias of an anchor that holds it: endless
+                return limit + 1
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)] if root is not None else 0
+
+
+def as_path(value: Any, what: str) -> Path:
+    """A path argument (``str`` or ``os.PathLike``) as a ``Path``; anything else is a ``ConfigError`` that
+    names the argument and what it takes."""
+    if isinstance(value, (str, os.PathLike)) and str(value):
+        return Path(value)
+    shown = type(value).__name__ if not isinstance(value, str) else "an empty string"
+    raise ConfigError(f"{what} takes a path (a str or pathlib.Path), got {shown}")
 
 
 def parse_folder_records(text: str, where: Any) -> list[dict[str, Any]]:
@@ -274,7 +318,7 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False, model_ca
         raise WeightsError(
             f"cannot save {info['name']!r}: {', '.join(meta_tensors[:3])} are on the meta device (no data)"
         )
-    directory = Path(directory)
+    directory = as_path(directory, "save(model, directory)")
     if directory.exists() and not directory.is_dir():
         raise WeightsError(f"{directory} exists and is not a folder; save() writes a folder")
     extra = dict(getattr(model, "attnzoo_metadata", None) or {})

@@ -11,8 +11,9 @@ A download streams into ``<file name>.part`` beside its final place, resumes wit
 after an interruption (and across processes and runs), and is checked against the sha256 BEFORE it is
 renamed into place: a corrupted or truncated download never enters the cache; its error names both
 digests and the source. One process downloads while others that want the same file wait on a file lock
-and then find it there. Timeouts and retries with back-off are ``ATTNZOO_DOWNLOAD_TIMEOUT`` (seconds per
-read, 30) and ``ATTNZOO_DOWNLOAD_RETRIES`` (5). A progress bar (tqdm) shows on a terminal only.
+and then find it there. Timeouts and retries with back-off are ``ATTNZOO_DOWNLOAD_TIMEOUT`` (seconds, 30:
+per read of a weights file, and the whole read of a small file such as a Hub folder's config) and
+``ATTNZOO_DOWNLOAD_RETRIES`` (5). A progress bar (tqdm) shows on a terminal only.
 
 Offline (``ATTNZOO_OFFLINE=1`` or ``HF_HUB_OFFLINE=1``) only the cache is used; a miss is a
 ``WeightsError`` naming the source, the cache path and the command that pre-fetches it. The Hub is
@@ -48,6 +49,7 @@ __all__ = [
     "clear_cache",
     "hub_url",
     "open_url",
+    "read_small",
 ]
 
 ENV_HOME = "ATTNZOO_HOME"
@@ -97,15 +99,31 @@ def hub_url(repo: str, filename: str) -> tuple[str, dict[str, str]]:
             "weights from the Hugging Face Hub need huggingface_hub: pip install 'attnzoo[hub]'"
         ) from None
     repo_id, _, revision = repo.partition("@")
-    # HF_ENDPOINT (a mirror) is read now, not when huggingface_hub was imported
-    url = huggingface_hub.hf_hub_url(
-        repo_id, filename, revision=revision or None, endpoint=os.environ.get("HF_ENDPOINT") or None
-    )
+    try:  # HF_ENDPOINT (a mirror) is read now, not when huggingface_hub was imported
+        url = huggingface_hub.hf_hub_url(
+            repo_id, filename, revision=revision or None, endpoint=os.environ.get("HF_ENDPOINT") or None
+        )
+    except ValueError as e:  # huggingface_hub's HFValidationError: a name the Hub cannot have
+        raise ConfigError(f"{repo!r} is not a Hugging Face Hub repository: {' '.join(str(e).split())[:200]}") from None
+    return url, _hub_headers(huggingface_hub)
+
+
+def _hub_headers(huggingface_hub: Any) -> dict[str, str]:
+    """Your Hub token (as huggingface_hub finds it: HF_TOKEN, or the one `hf auth login` saved) and a
+    user agent. Not ``build_hf_headers()``: recent versions fetch an "agent harnesses" registry from the
+    endpoint while building the user agent, a request attnzoo never asked for and cannot bound."""
+    from attnzoo.version import __version__
+
+    headers = {"user-agent": f"attnzoo/{__version__}; hf_hub/{huggingface_hub.__version__}"}
+    implicit = os.environ.get("HF_HUB_DISABLE_IMPLICIT_TOKEN", "").strip().lower() not in ("1", "true", "yes", "on")
+    get_token = getattr(huggingface_hub, "get_token", None)
     try:
-        headers = huggingface_hub.utils.build_hf_headers()
+        token = get_token() if implicit and callable(get_token) else None
     except Exception:  # noqa: BLE001 - no token configured is fine for public files
-        headers = {}
-    return url, dict(headers)
+        token = None
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    return headers
 
 
 def _source_url(wspec: Any) -> tuple[str, dict[str, str]]:
@@ -153,13 +171,49 @@ def _file_lock(path: Path, timeout: float) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+MAX_TIMEOUT = 86_400.0  # seconds; a longer wait is no timeout at all (and sockets refuse some larger values)
+
+
 def _settings() -> tuple[float, int]:
+    """ATTNZOO_DOWNLOAD_TIMEOUT (seconds, 0 < t <= a day) and ATTNZOO_DOWNLOAD_RETRIES (a count >= 0)."""
+    raw_timeout, raw_retries = os.environ.get(ENV_TIMEOUT, "30"), os.environ.get(ENV_RETRIES, "5")
     try:
-        timeout = float(os.environ.get(ENV_TIMEOUT, "30"))
-        retries = int(os.environ.get(ENV_RETRIES, "5"))
+        timeout = float(raw_timeout)
     except ValueError:
-        raise ConfigError(f"{ENV_TIMEOUT} must be seconds and {ENV_RETRIES} a count") from None
-    return timeout, max(retries, 0)
+        timeout = float("nan")
+    if not 0.0 < timeout <= MAX_TIMEOUT:  # nan, inf, 0 and negatives all land here
+        raise ConfigError(
+            f"{ENV_TIMEOUT} must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f} (a day), got "
+            f"{raw_timeout!r:.40}; unset it for the default of 30"
+        )
+    try:
+        retries = int(raw_retries)
+    except ValueError:
+        retries = -1
+    if retries < 0:
+        raise ConfigError(f"{ENV_RETRIES} must be a whole number >= 0, got {raw_retries!r:.40}; unset it for 5")
+    return timeout, retries
+
+
+def read_small(url: str, headers: dict[str, str], limit: int) -> bytes:
+    """At most ``limit`` bytes of ``url`` (a config file), within ATTNZOO_DOWNLOAD_TIMEOUT seconds in all:
+    the timeout bounds the whole read, so a server that trickles a byte a second cannot hold it open
+    (a timeout per read never trips on a trickle). Network failures are raised as they come (``OSError``,
+    ``http.client.HTTPException``); running past the deadline is a ``TimeoutError``."""
+    timeout, _ = _settings()
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size = 0
+    with open_url(url, headers, timeout=timeout) as response:
+        while size < limit:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {size} bytes in {timeout:g} s ({ENV_TIMEOUT}) and the file is not done")
+            block = response.read1(limit - size) if hasattr(response, "read1") else response.read(limit - size)
+            if not block:
+                break
+            chunks.append(block)
+            size += len(block)
+    return b"".join(chunks)
 
 
 MAX_DOWNLOAD = 64 << 30  # bytes a download may reach when its card states no file_size
@@ -298,8 +352,10 @@ def fetch(wspec: Any, *, name: str = "") -> Path:
     """The local path of a remote tag's file: from the cache, or downloaded, verified, then cached."""
     target = cached_path(wspec)
     label = name or wspec.source
-    if target.is_file():
+    if target.is_file() and not target.is_symlink():
         return target  # its digest is checked on every load anyway
+    if target.is_symlink():  # the cache makes no links: one planted there is dropped, and the file fetched again
+        target.unlink()
     if is_offline():
         raise WeightsError(
             f"{label} is not in the cache and attnzoo is offline ({ENV_OFFLINE} or HF_HUB_OFFLINE): its source is "
@@ -309,8 +365,9 @@ def fetch(wspec: Any, *, name: str = "") -> Path:
     url, headers = _source_url(wspec)
     part = target.with_name(target.name + ".part")
     with _file_lock(target.with_name(".lock"), timeout=3600):
-        if target.is_file():  # another process finished it while we waited
+        if target.is_file() and not target.is_symlink():  # another process finished it while we waited
             return target
+        _refuse_foreign(target, part)
         _download(url, headers, part, Path(target.name).stem, size=getattr(wspec, "file_size", None))
         actual = _sha256(part)
         if actual != wspec.sha256:
@@ -326,6 +383,17 @@ def fetch(wspec: Any, *, name: str = "") -> Path:
         os.replace(staged, target.parent / "source.json")
         os.replace(part, target)
     return target
+
+
+def _refuse_foreign(target: Path, part: Path) -> None:
+    """The cache's own names hold files it wrote: a folder (or anything else) at the file's or the partial
+    download's place is someone else's, left alone and named."""
+    for path in (target, part):
+        if path.exists() and not path.is_symlink() and not path.is_file():
+            raise WeightsError(
+                f"{path} is a folder, not a file attnzoo's cache wrote, so the download cannot go there; move "
+                f"it away (or empty the cache: attnzoo cache clear)"
+            )
 
 
 def resolve_weights(spec: Any, wspec: Any) -> Path:

@@ -82,21 +82,30 @@ def pad_batch(sequences: Sequence[Sequence[int]], max_len: int | None = None) ->
 
 
 class Tokenizer:
-    """Texts -> ``(ids int64 [B, T], mask bool [B, T])`` with a run's vocabulary and ``max_len``."""
+    """Texts -> ``(ids int64 [B, T], mask bool [B, T])`` with a run's vocabulary and ``max_len``.
 
-    def __init__(self, vocab: Vocabulary, max_len: int) -> None:
-        if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len < 1:
-            raise ConfigError(f"tokenizer: max_len must be a positive integer, got {max_len!r}")
-        self.vocab, self.max_len = vocab, max_len
+    ``length``: the one length every row is padded to (T), where the model's exported graph takes only
+    that length (a recurrent model's: its run's ``max_len``); None pads to the longest text of each batch.
+    """
+
+    def __init__(self, vocab: Vocabulary, max_len: int, *, length: int | None = None) -> None:
+        for name, value in (("max_len", max_len), ("length", length)):
+            if (value is not None or name == "max_len") and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise ConfigError(f"tokenizer: {name} must be a positive integer, got {value!r}")
+        self.vocab, self.max_len, self.length = vocab, max_len, length
 
     def __call__(self, texts: str | list[str], *, pad_to: int | None = None) -> tuple[Tensor, Tensor]:
-        """``pad_to``: the length to pad every row to (a graph exported with a fixed length takes exactly
-        ``max_len``); default the longest text of the batch."""
+        """``pad_to``: the length to pad every row to; default the tokenizer's ``length`` (what the exported
+        graph takes), else the longest text of the batch. Texts are cut to ``max_len`` tokens (and to
+        ``pad_to``)."""
         batch = [texts] if isinstance(texts, str) else list(texts)
         if not batch or not all(isinstance(t, str) for t in batch):
             raise ConfigError("tokenizer takes a string or a non-empty list of strings")
         if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 1):
             raise ConfigError(f"tokenizer: pad_to must be a positive integer, got {pad_to!r}")
+        pad_to = self.length if pad_to is None else pad_to
         length = self.max_len if pad_to is None else min(pad_to, self.max_len)
         ids = pad_batch([self.vocab.encode(tokenize(text)[:length]) for text in batch], length)
         if pad_to is not None and ids.shape[1] < pad_to:
@@ -113,6 +122,7 @@ class Tokenizer:
             "pad_id": 0,
             "unknown_id": self.vocab.unk,
             "max_len": self.max_len,
+            "length": self.length,
             "padding": "right",
         }
 
@@ -120,9 +130,12 @@ class Tokenizer:
     def from_settings(cls, settings: dict[str, Any]) -> Tokenizer:
         try:
             specials = list(settings["specials"])
-            return cls(Vocabulary(list(settings["tokens"])[len(specials) :], specials), int(settings["max_len"]))
-        except (KeyError, TypeError, ValueError) as e:
+            vocab = Vocabulary(list(settings["tokens"])[len(specials) :], specials)
+            length = settings.get("length")
+            return cls(vocab, int(settings["max_len"]), length=None if length is None else int(length))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ConfigError(f"tokenizer settings need tokens, specials and max_len: {e}") from None
 
     def __repr__(self) -> str:
-        return f"Tokenizer(vocabulary={len(self.vocab)} tokens, max_len={self.max_len})"
+        padded = f", length={self.length}" if self.length is not None else ""
+        return f"Tokenizer(vocabulary={len(self.vocab)} tokens, max_len={self.max_len}{padded})"

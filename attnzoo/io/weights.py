@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from attnzoo.errors import WeightsError
+from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.atomic import atomic_write, commit, discard, locked, stage
 
 __all__ = [
@@ -53,17 +53,37 @@ def sha256_file(path: str | Path) -> str:
 def encode_metadata(
     name: str, factory: str, config: Mapping[str, Any], extra: Mapping[str, Any] | None = None
 ) -> dict[str, str]:
-    """Safetensors metadata (str -> str) that lets ``attnzoo.load(file)`` rebuild the model."""
+    """Safetensors metadata (str -> str) that lets ``attnzoo.load(file)`` rebuild the model; a config or
+    metadata value that JSON cannot hold (an object, a tensor, a set) is a ``ConfigError`` naming it."""
     meta = {
         "format": "pt",
         "attnzoo.version": "1",
         "attnzoo.name": name,
         "attnzoo.factory": factory,
-        "attnzoo.config": json.dumps(dict(config), sort_keys=True),
+        "attnzoo.config": _json(dict(config), "config", sort_keys=True),
     }
     for key, value in (extra or {}).items():
-        meta[_META_PREFIX + key] = json.dumps(value)
+        meta[_META_PREFIX + key] = _json(value, f"metadata {key!r}")
     return meta
+
+
+def _json(value: Any, what: str, *, sort_keys: bool = False) -> str:
+    try:
+        return json.dumps(value, sort_keys=sort_keys)
+    except (TypeError, ValueError, RecursionError):
+        pass
+    entries = value.items() if isinstance(value, Mapping) else [("", value)]
+    for key, item in entries:  # name the entry that JSON cannot hold
+        try:
+            json.dumps(item)
+        except (TypeError, ValueError, RecursionError):
+            shown = f"{what}'s {key!r}" if key else what
+            raise ConfigError(
+                f"cannot save the model: its {shown} is {type(item).__name__} {str(item)[:60]!r}, which a "
+                f"weights file cannot hold (its metadata is JSON: strings, numbers, true/false, null, "
+                f"lists and mappings of them); give a plain value"
+            ) from None
+    raise ConfigError(f"cannot save the model: its {what} cannot be written as JSON (mapping keys must be strings)")
 
 
 def decode_metadata(meta: Mapping[str, str], *, where: Any = "weights file") -> dict[str, Any]:
@@ -110,11 +130,16 @@ def _header_metadata(data: bytes, path: Path) -> dict[str, str]:
 
 
 def as_digests(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``sha256=`` as a tuple of lower-case hex digests: one, several, or none."""
     if value is None:
         return ()
-    if isinstance(value, str):
-        return (value.lower(),)
-    return tuple(v.lower() for v in value if v)
+    values = [value] if isinstance(value, str) else value
+    if isinstance(values, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in values):
+        return tuple(v.lower() for v in values if v)
+    raise ConfigError(
+        f"sha256 must be a hex digest string (64 characters, as sha256sum prints it) or a list of them, "
+        f"got {type(value).__name__}"
+    )
 
 
 def expected_digest(path: Path) -> tuple[str, ...]:
@@ -161,6 +186,7 @@ def read_verified(path: Path, expected: tuple[str, ...], what: str) -> tuple[dic
         raise WeightsError(
             f"{path}: sha256 mismatch, expected {' or '.join(expected)} but the file has {actual}; the file is "
             f"corrupted, truncated or not the one its card describes (nothing was loaded)"
+            + _cache_advice(path, expected)
         )
     metadata = _header_metadata(data, path)
     try:
@@ -168,6 +194,23 @@ def read_verified(path: Path, expected: tuple[str, ...], what: str) -> tuple[dic
     except SafetensorError as e:
         raise WeightsError(f"{path}: cannot read it as safetensors ({e})") from None
     return tensors, metadata, actual
+
+
+def _cache_advice(path: Path, expected: tuple[str, ...]) -> str:
+    """For a file in attnzoo's download cache, how to get the right one back (it is never fetched again
+    while a file is in its place)."""
+    from attnzoo.io.sources import cache_home  # the cache is the sources' business; asked only here
+
+    home = cache_home().resolve()
+    if home not in (path.resolve(), *path.resolve().parents) and home not in (
+        path.absolute(),
+        *path.absolute().parents,
+    ):
+        return ""
+    return (
+        f"; it is attnzoo's cached copy and changed after it was fetched: `attnzoo cache clear {expected[0]}` "
+        f"removes it, and the next load fetches it again"
+    )
 
 
 # -- writing ------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from attnzoo.errors import WeightsError
-from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, group_items, read_dataset
+from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, get_once, group_items, read_dataset
 
 __all__ = ["KerasFile", "LayerPath", "read_keras_model", "snake_case", "MAX_CONFIG_BYTES"]
 
@@ -91,7 +91,7 @@ class _Keras3Weights:
             return by_name
         # files written before keras recorded the name: the group of the position-th layer of this class
         key = snake_case(class_name) + (f"_{position}" if position else "")
-        item = layers.get(key)
+        item = get_once(layers, key, self.where)
         return item if isinstance(item, h5py.Group) else None
 
     def group(self, path: LayerPath) -> Any:
@@ -143,7 +143,7 @@ class _LegacyWeights:
     def arrays(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> list[np.ndarray] | None:
         import h5py
 
-        top = self.group.get(path.names[0])
+        top = get_once(self.group, path.names[0], self.where)
         if not isinstance(top, h5py.Group):
             return None
         names = [decode_attr(w) for w in top.attrs.get("weight_names", [])]
@@ -154,7 +154,7 @@ class _LegacyWeights:
             parts = weight.split(":")[0].split("/")
             if inner and not _passes_through(parts, inner):
                 continue
-            dataset = top.get(weight)
+            dataset = get_once(top, weight, self.where)
             if not isinstance(dataset, h5py.Dataset):
                 raise WeightsError(
                     f"{self.where}: layer {path.names[0]!r} lists weight {weight!r}, which is not a dataset"
@@ -176,8 +176,8 @@ def _read_whole(dataset: Any, where: str) -> np.ndarray:
     array = read_dataset(dataset, where)
     if not isinstance(array, np.ndarray):  # an Unread: too large for any Keras variable attnzoo converts
         raise WeightsError(
-            f"{where}: dataset {dataset.name} {list(array.shape)} is {array.nbytes / 2**30:.1f} GiB, more than "
-            f"one variable of a model attnzoo converts may be; refusing to read it"
+            f"{where}: dataset {dataset.name} {list(array.shape)} takes {array.nbytes / 2**30:.1f} GiB to read, "
+            f"more than one variable of a model attnzoo converts may; refusing to read it"
         )
     return array
 

@@ -25,6 +25,9 @@ __all__ = [
     "Unread",
     "read_keras_file",
     "read_dataset",
+    "read_bytes",
+    "linked_once",
+    "get_once",
     "group_items",
     "decode_attr",
     "layer_names",
@@ -62,18 +65,42 @@ def decode_attr(value) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def read_bytes(dataset) -> int:
+    """The memory reading ``dataset`` takes, from the file's metadata alone: its values, or one of its
+    chunks if that is larger (HDF5 decompresses a chunk whole: a 2-value dataset stored in one 4 GiB
+    gzip chunk of a few KiB on disk needs 4 GiB to read; Keras writes contiguous datasets)."""
+    itemsize = dataset.dtype.itemsize
+    chunk = int(np.prod(dataset.chunks, dtype=np.int64)) * itemsize if dataset.chunks else 0
+    return max(int(dataset.size) * itemsize, chunk)
+
+
 def read_dataset(dataset, where: str) -> np.ndarray | Unread:
-    """A numeric dataset's values; a too-large one as :class:`Unread`; anything else refused."""
+    """A numeric dataset's values; one too large to read as :class:`Unread` (nothing read); anything else
+    refused."""
     kind = dataset.dtype.kind
     if kind not in "fiub":
         raise WeightsError(
             f"{where}: dataset {dataset.name} holds {dataset.dtype} values, not numbers; a Keras "
             f"weights file holds numeric arrays only"
         )
-    nbytes = int(dataset.size) * dataset.dtype.itemsize
+    linked_once(dataset, where)
+    nbytes = read_bytes(dataset)
     if nbytes > MAX_DATASET_BYTES:
         return Unread(tuple(dataset.shape), nbytes)
     return np.asarray(dataset)
+
+
+def linked_once(item, where: str) -> None:
+    """Refuse a group or dataset that the file links from two places (a hard link: a layer group that
+    holds itself, or two layers sharing one array). Keras writes every object under one name; a second
+    link was made by hand, and following it reads the same values twice or walks in a circle."""
+    import h5py
+
+    if h5py.h5o.get_info(item.id).rc > 1:
+        raise WeightsError(
+            f"{where}: {item.name} is linked from more than one place in the file (a hard link); Keras never "
+            f"writes links, so the file was assembled by hand; refusing to read it"
+        )
 
 
 def group_items(group, where: str):
@@ -89,7 +116,23 @@ def group_items(group, where: str):
                 f"{where}: {group.name.rstrip('/')}/{key} is {kind}; Keras never writes links, so "
                 f"the file was assembled by hand; refusing to follow it"
             )
-        yield key, group[key]
+        item = group[key]
+        linked_once(item, where)
+        yield key, item
+
+
+def get_once(group, path: str, where: str):
+    """``group[path]`` (None where nothing is there), every group and dataset on the way linked once (see
+    :func:`linked_once`)."""
+    import h5py
+
+    item = group
+    for part in path.split("/"):
+        item = item.get(part) if isinstance(item, h5py.Group) and part else None
+        if item is None:
+            return None
+        linked_once(item, where)
+    return item
 
 
 def _keras3_layers(root, where: str) -> list[KerasLayer]:
@@ -100,7 +143,7 @@ def _keras3_layers(root, where: str) -> list[KerasLayer]:
     stack = [(root, "", None, 0)]  # an explicit stack: a deep file cannot exhaust Python's recursion
     while stack:
         group, path, layer, depth = stack.pop()
-        if group.id in seen:  # a hard link back up the tree: visited already
+        if group.id in seen:  # reached twice (group_items refuses the hard links that could do it)
             continue
         seen.add(group.id)
         if depth > MAX_DEPTH:
@@ -135,13 +178,13 @@ def _legacy_layers(root, where: str) -> list[KerasLayer]:
     layers = []
     for raw in group.attrs["layer_names"]:
         name = decode_attr(raw)
-        item = group.get(name)
+        item = get_once(group, name, where)
         if not isinstance(item, h5py.Group):
             raise WeightsError(f"{where}: layer_names lists {name!r}, which is not a group of the file")
         entry = KerasLayer(name, name, "legacy")
         for weight in item.attrs.get("weight_names", []):
             weight = decode_attr(weight)
-            dataset = item.get(weight)
+            dataset = get_once(item, weight, where)
             if not isinstance(dataset, h5py.Dataset):
                 raise WeightsError(f"{where}: layer {name!r} lists weight {weight!r}, which is not a dataset")
             key = weight.split(":")[0]

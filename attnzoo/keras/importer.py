@@ -92,8 +92,8 @@ def _convert(model, layer: KerasLayer) -> tuple[dict[str, torch.Tensor] | None, 
             continue
         if isinstance(raw, Unread):
             problems.append(
-                f"{key}: {list(raw.shape)} is {raw.nbytes / 2**30:.1f} GiB, more than a Keras "
-                f"attention weight can be; not read"
+                f"{key}: {list(raw.shape)} takes {raw.nbytes / 2**30:.1f} GiB to read, more than a Keras "
+                f"attention weight can; not read"
             )
             continue
         array = CONVERSIONS[var.convert](raw)

@@ -70,6 +70,7 @@ from attnzoo.layers.core import (
     check_probability,
     expand_kv_heads,
     neutralise,
+    positive_error,
     tracing,
 )
 from attnzoo.layers.lazy import LazyLayer
@@ -488,7 +489,9 @@ class Attention(LazyLayer):
 
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty :class:`KVCache` for decoding ``batch_size`` sequences one step (or a few) at a time."""
-        check_positive(self.name, "batch_size", batch_size, allow_none=False)
+        error = positive_error(self.name, "batch_size", batch_size, allow_none=False)
+        if error is not None:
+            raise error
         return KVCache(batch_size, limit=self.window)
 
     # -- the call -------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ __all__ = [
     "check_mask",
     "check_tokens",
     "check_positive",
+    "positive_error",
     "check_probability",
     "neutralise",
     "attended_keys",
@@ -127,11 +128,20 @@ def check_tokens(
 
 def check_positive(layer: str, name: str, value: object, *, allow_none: bool = True) -> None:
     """Constructor check: an int >= 1 (or None where the size is inferred or the option off)."""
+    error = positive_error(layer, name, value, allow_none=allow_none)
+    if error is not None:
+        raise error
+
+
+def positive_error(layer: str, name: str, value: object, *, allow_none: bool = True) -> ValueError | None:
+    """The error :func:`check_positive` raises, or None. A method the user calls (``generate``,
+    ``new_cache``) raises it itself, so that the traceback ends at the user's call, not in this file."""
     if value is None and allow_none:
-        return
+        return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         none = " or None" if allow_none else ""
-        raise ValueError(f"{layer}: {name} must be a positive int{none}, got {value!r}")
+        return ValueError(f"{layer}: {name} must be a positive int{none}, got {value!r}")
+    return None
 
 
 def check_probability(layer: str, name: str, value: object) -> None:

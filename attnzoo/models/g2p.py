@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnzoo.layers.core import check_positive, check_probability, check_tokens, neutralise
+from attnzoo.layers.core import check_positive, check_probability, check_tokens, neutralise, positive_error
 from attnzoo.layers.scores import Seq2SeqAttention
 from attnzoo.models.text import run_packed, token_mask
 
@@ -75,13 +75,15 @@ class _Decoding(nn.Module):
         (length counts </s>); decoding stops when every word has ``beam_size`` finished hypotheses whose
         best cannot be beaten by a live prefix, or at ``max_len``; the best finished one is returned."""
         mask = token_mask(self.name, letters, None, self.num_letters, like=self._like())
-        check_positive(self.name, "beam_size", beam_size, allow_none=False)
+        for name, value in (("beam_size", beam_size), ("max_len", max_len)):
+            error = positive_error(self.name, name, value, allow_none=False)
+            if error is not None:
+                raise error
         if beam_size > MAX_BEAM:
             raise ValueError(
                 f"{self.name}: beam_size {beam_size} is above {MAX_BEAM}; every step scores beam_size times the "
                 f"phoneme vocabulary's continuations per word, so memory grows with it; use at most {MAX_BEAM}"
             )
-        check_positive(self.name, "max_len", max_len, allow_none=False)
         memory, state = self._start(letters, mask)
         if beam_size == 1:
             return self._greedy(memory, mask, state, max_len)

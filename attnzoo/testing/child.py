@@ -39,4 +39,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import os
+
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # ended here, not by the interpreter: that would wait for every thread a variant left running (the
+    # report already names them), and the check would never end
+    os._exit(code)

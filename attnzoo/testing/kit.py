@@ -19,7 +19,13 @@ from attnzoo.testing.conventions import get_convention
 from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
 from attnzoo.testing.report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
 
-__all__ = ["check_model", "check_property", "property_names", "property_time_limit", "PropertyTimeout"]
+__all__ = [
+    "check_model",
+    "check_property",
+    "property_names",
+    "property_time_limit",
+    "PropertyTimeout",
+]
 
 
 def property_names(*, slow: bool = False) -> tuple[str, ...]:
@@ -155,61 +161,151 @@ def property_time_limit() -> float:
         return PROPERTY_TIMEOUT
 
 
+class _VariantInterrupt(Exception):
+    """A variant raised KeyboardInterrupt itself (no Ctrl-C was pressed): a failure, not a stop."""
+
+
+# what else a variant may change for the whole process: the kit restores it and fails the property
+WATCHED_ENVIRONMENT = ("ATTNZOO_", "HF_HUB_OFFLINE", "HF_ENDPOINT")
+
+
+class _ProcessState:
+    """The process-wide state a property must leave as it found it: torch's global settings (default dtype
+    and device, threads, grad mode, deterministic algorithms, anomaly detection), the working directory,
+    attnzoo's environment variables and the threads that keep a process alive. ``restore()`` puts each
+    back and says what had changed (threads cannot be put back: they are named)."""
+
+    def __init__(self) -> None:
+        import os
+        import threading
+
+        self.dtype, self.threads, self.grad = (
+            torch.get_default_dtype(),
+            torch.get_num_threads(),
+            torch.is_grad_enabled(),
+        )
+        self.device = torch.get_default_device() if hasattr(torch, "get_default_device") else None
+        self.deterministic = torch.are_deterministic_algorithms_enabled()
+        self.anomaly = (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled())
+        self.cwd = os.getcwd()
+        self.environ = {k: v for k, v in os.environ.items() if k.startswith(WATCHED_ENVIRONMENT)}
+        self.alive = set(threading.enumerate())
+
+    def restore(self) -> list[str]:
+        import os
+        import threading
+
+        changed = []
+        if torch.get_default_dtype() != self.dtype:
+            changed.append(f"the default dtype ({torch.get_default_dtype()})")
+        torch.set_default_dtype(self.dtype)
+        if self.device is not None:
+            if torch.get_default_device() != self.device:
+                changed.append(f"the default device ({torch.get_default_device()})")
+            torch.set_default_device(self.device if str(self.device) != "cpu" else None)
+        torch.set_num_threads(self.threads)  # restored, not blamed: libraries a property runs may set it
+        if torch.is_grad_enabled() != self.grad:
+            changed.append("grad mode")
+        torch.set_grad_enabled(self.grad)
+        if torch.are_deterministic_algorithms_enabled() != self.deterministic:
+            changed.append("deterministic algorithms")
+        torch.use_deterministic_algorithms(self.deterministic)
+        if (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()) != self.anomaly:
+            changed.append("anomaly detection")
+        torch.set_anomaly_enabled(*self.anomaly)
+        if os.getcwd() != self.cwd:
+            changed.append(f"the working directory ({os.getcwd()})")
+            os.chdir(self.cwd)
+        environ = {k: v for k, v in os.environ.items() if k.startswith(WATCHED_ENVIRONMENT)}
+        for key in sorted(set(environ) | set(self.environ)):
+            if environ.get(key) != self.environ.get(key):
+                changed.append(f"{key} in os.environ")
+                if key in self.environ:
+                    os.environ[key] = self.environ[key]
+                else:
+                    del os.environ[key]
+        running = [t for t in threading.enumerate() if t not in self.alive and t.is_alive() and not t.daemon]
+        if running:  # a non-daemon thread keeps the process from ending: nothing can stop it from here
+            changed.append(f"a thread still running ({', '.join(t.name for t in running[:3])}), not a daemon")
+        return [f"{what} left changed (restored)" if "thread" not in what else what for what in changed]
+
+
 @contextmanager
-def _isolated(limit: float):
-    """torch's global state as it was before the property (default dtype and device, threads, grad mode,
-    deterministic algorithms, the random generators), and an alarm after ``limit`` seconds where one can
-    be set (the main thread, on POSIX): a variant that changes them, or hangs, cannot change what the
-    next property or variant sees."""
+def _isolated(limit: float, changes: list[str] | None = None):
+    """The process as it was before the property (see :class:`_ProcessState`; what a variant changed is
+    added to ``changes``, and the random generators are forked), an alarm after ``limit`` seconds where
+    one can be set (the main thread, on POSIX), and a KeyboardInterrupt that no Ctrl-C caused turned into
+    :class:`_VariantInterrupt`: a variant that changes the process, hangs or raises cannot change what the
+    next property or variant sees, nor end the check."""
     import signal
     import threading
 
-    dtype, threads, grad = torch.get_default_dtype(), torch.get_num_threads(), torch.is_grad_enabled()
-    device = torch.get_default_device() if hasattr(torch, "get_default_device") else None
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread() and limit > 0
+    state = _ProcessState()
+    main = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    alarm, pressed = main and limit > 0, []
 
     def expired(signum, frame):  # noqa: ANN001 - signal's signature
         raise PropertyTimeout(f"ran past its time limit of {limit:g} s (ATTNZOO_CHECK_TIMEOUT)")
 
+    def interrupted(signum, frame):  # noqa: ANN001 - a real Ctrl-C still stops the check
+        pressed.append(True)
+        raise KeyboardInterrupt
+
     previous = signal.signal(signal.SIGALRM, expired) if alarm else None
+    previous_int = signal.signal(signal.SIGINT, interrupted) if main else None
     if alarm:
         signal.setitimer(signal.ITIMER_REAL, limit)
     try:
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
             yield
+    except KeyboardInterrupt:
+        if pressed or not main:
+            raise
+        raise _VariantInterrupt("raised KeyboardInterrupt itself (no Ctrl-C was pressed)") from None
     finally:
         if alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-        torch.set_default_dtype(dtype)
-        if device is not None:
-            torch.set_default_device(device if str(device) != "cpu" else None)
-        torch.set_num_threads(threads)
-        torch.set_grad_enabled(grad)
-        torch.use_deterministic_algorithms(deterministic)
+        if main:
+            signal.signal(signal.SIGINT, previous_int)
+        found = state.restore()
+        if changes is not None:
+            changes.extend(found)
 
 
 def check_property(subject: Subject, prop: str) -> Result:
-    """Run one property on a prepared subject, isolated (see :func:`_isolated`)."""
+    """Run one property on a prepared subject, isolated (see :func:`_isolated`); a property that leaves the
+    process changed fails, whatever it found, and says what it changed."""
+    return _checked(subject, prop)[0]
+
+
+def _checked(subject: Subject, prop: str) -> tuple[Result, bool]:
+    """The property's result, and whether the property itself held (before any change it left behind)."""
     start = time.perf_counter()
+    changes: list[str] = []
+    status, reason = _run_property(subject, prop, changes)
+    held = status == PASSED
+    if changes:
+        status, reason = FAILED, "; ".join([*([reason] if reason else []), *changes])
+    return Result(subject.name, prop, status, reason, time.perf_counter() - start), held
+
+
+def _run_property(subject: Subject, prop: str, changes: list[str]) -> tuple[str, str]:
     try:
-        with _isolated(property_time_limit()):
+        with _isolated(property_time_limit(), changes):
             PROPERTIES[prop].check(subject)
     except Failure as e:
-        return Result(subject.name, prop, FAILED, str(e), time.perf_counter() - start)
+        return FAILED, str(e)
     except NotApplicable as e:
-        return Result(subject.name, prop, SKIPPED, str(e), time.perf_counter() - start)
-    except PropertyTimeout as e:
-        return Result(subject.name, prop, FAILED, str(e), time.perf_counter() - start)
+        return SKIPPED, str(e)
+    except (PropertyTimeout, _VariantInterrupt) as e:
+        return FAILED, str(e)
     except SystemExit as e:  # sys.exit inside a variant must not end the check as a success
-        return Result(subject.name, prop, FAILED, f"called sys.exit({e.code!r})", time.perf_counter() - start)
+        return FAILED, f"called sys.exit({e.code!r})"
     except (AttnzooError, Exception) as e:  # noqa: BLE001 - a crash is a failure with its reason
         message = str(e).splitlines()[0] if str(e) else ""
-        return Result(
-            subject.name, prop, FAILED, f"raised {type(e).__name__}: {message[:300]}", time.perf_counter() - start
-        )
-    return Result(subject.name, prop, PASSED, "", time.perf_counter() - start)
+        return FAILED, f"raised {type(e).__name__}: {message[:300]}"
+    return PASSED, ""
 
 
 def check_model(
@@ -292,7 +388,7 @@ def _run_properties(
     try:
         with _isolated(property_time_limit()):
             _add_model_names(subject)
-    except (SystemExit, PropertyTimeout):  # reported by the builds property
+    except (SystemExit, PropertyTimeout, _VariantInterrupt):  # reported by the builds property
         pass
     built = True
     for prop in wanted:
@@ -305,6 +401,6 @@ def _run_properties(
         else:
             if on_property is not None:
                 on_property(prop)
-            result = check_property(subject, prop)
+            result, held = _checked(subject, prop)
             report.results.append(result)
-            built = not (prop == "builds" and result.failed)
+            built = not (prop == "builds" and not held)

@@ -485,19 +485,17 @@ def attention_figure(prediction: Prediction, title: str = ""):
         raise ConfigError("this prediction has no attention: call predict(..., return_attention=True)")
     plt = pyplot()
     weights = prediction.attention.detach().float().numpy()
-    rows = list(prediction.rows)
+    rows = [as_written(row) for row in prediction.rows]
     if prediction.output != "g2p" and prediction.labels and len(rows) == len(prediction.labels):
-        rows = [f"{label.name}  {label.probability:.2f}" for label in prediction.labels]
+        rows = [f"{as_written(label.name)}  {label.probability:.2f}" for label in prediction.labels]
     height = max(2.4, 0.45 * len(rows) + 1.6)
     width = max(5.0, 0.5 * len(prediction.tokens) + 4.0)
     fig, ax = plt.subplots(figsize=(width, height))
     image = ax.imshow(weights, aspect="auto", cmap="viridis", vmin=0.0)
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="attention weight")
-    # texts are shown as written: "$5 and $7" is not mathtext (parse_math=False on every text of the user's)
-    ax.set_xticks(
-        range(len(prediction.tokens)), prediction.tokens, rotation=60, ha="right", fontsize=8, parse_math=False
-    )
-    ax.set_yticks(range(len(rows)), rows, fontsize=8, parse_math=False)
+    tokens = [as_written(token) for token in prediction.tokens]
+    ax.set_xticks(range(len(tokens)), tokens, rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
     if prediction.output == "multilabel" and prediction.labels:
         above = sum(label.above_threshold for label in prediction.labels)
         if 0 < above < len(prediction.labels):
@@ -512,11 +510,17 @@ def attention_figure(prediction: Prediction, title: str = ""):
                 va="bottom",
             )
     default = "phoneme-to-letter alignment" if prediction.output == "g2p" else "attention over the text"
-    ax.set_title(
-        "\n".join(textwrap.wrap(title or default, width=max(30, int(width * 9)))), fontsize=9, parse_math=False
-    )
+    lines = textwrap.wrap(title or default, width=max(30, int(width * 9)))
+    ax.set_title("\n".join(as_written(line) for line in lines), fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def as_written(text: str) -> str:
+    """A user's text for a matplotlib label, drawn as written: every ``$`` escaped, so that "$5 and a dog
+    $7" is not read as mathtext. Escaping holds whatever the settings (``text.usetex``, a tick label
+    matplotlib makes anew), where turning parsing off on each label does not."""
+    return text.replace("$", r"\$")
 
 
 def plot_attention(result: Prediction, path: str | Path, title: str = "") -> Path:

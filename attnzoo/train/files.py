@@ -100,28 +100,59 @@ def _read_delimited(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, 
     text = _text_of(file)
     # a file object with newline="" lets csv find the rows itself: only \r and \n end one (str.splitlines
     # would also split at a form feed or U+2028 inside an unquoted field)
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if file.suffix.lower() == ".tsv" else ",")
+    # strict: a quote that is never closed is an error, not the rest of the file read as one field
+    reader = csv.DictReader(
+        io.StringIO(text, newline=""), delimiter="\t" if file.suffix.lower() == ".tsv" else ",", strict=True
+    )
     limit = csv.field_size_limit()
     csv.field_size_limit(max(limit, _FIELD_LIMIT))
     try:
-        yield from _delimited_rows(file, reader, columns)
+        yield from _delimited_rows(file, reader, columns, lines=text.count("\n") + (not text.endswith("\n")))
     finally:
         csv.field_size_limit(limit)  # the limit is csv's global state: give it back
 
 
-def _delimited_rows(file: Path, reader: csv.DictReader, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
-    names = reader.fieldnames or []
+def _delimited_rows(
+    file: Path, reader: csv.DictReader, columns: Sequence[str], *, lines: int
+) -> Iterator[tuple[dict, int]]:
+    try:
+        names = reader.fieldnames or []
+    except csv.Error as e:
+        raise _quoting_error(file, 1, lines, e) from None
     twice = sorted({n for n, count in Counter(names).items() if count > 1})
     if twice:
         raise DataError(f"{file}, line 1: the header names the column {twice[0]!r} twice; rename one")
     _missing(file, names, columns, 1)
-    for record in reader:
+    records = iter(reader)
+    while True:
+        starts = reader.line_num + 1  # the line this record begins on
+        try:
+            record = next(records)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise _quoting_error(file, starts, lines, e) from None
         if None in record:  # more fields than the header names
             raise DataError(
                 f"{file}, line {reader.line_num}: {len(record) - 1 + len(record[None])} fields where the "
                 f"header has {len(reader.fieldnames or [])}; quote fields that hold the delimiter"
             )
         yield record, reader.line_num
+
+
+def _quoting_error(file: Path, starts: int, lines: int, error: csv.Error) -> DataError:
+    """What csv refused, by line: a quote opened and never closed (which would swallow every line after
+    it into one field), or text after a closing quote."""
+    if "unexpected end of data" in str(error):
+        return DataError(
+            f'{file}, line {starts}: a field opens a quote (") that is never closed, so the '
+            f"{lines - starts} line(s) after it would be read as part of that one field; close the quote, or "
+            f'write a quote inside a quoted field as two ("")'
+        )
+    return DataError(
+        f"{file}, line {starts}: {error}; a field that starts with a quote must end with one, followed by the "
+        f'delimiter (write a quote inside a quoted field as two: "")'
+    )
 
 
 def _read_jsonl(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:

@@ -16,7 +16,9 @@ alignment for G2P, with a colour bar.
 
 from __future__ import annotations
 
+import numbers
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
@@ -194,12 +196,16 @@ def predict(
     """
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ConfigError(f"top must be a positive integer or None, got {top!r}")
-    if threshold is not None and not 0.0 <= float(threshold) <= 1.0:
-        raise ConfigError(f"threshold must be a probability in [0, 1], got {threshold!r}")
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not 0.0 <= threshold <= 1.0
+    ):
+        raise ConfigError(f"threshold must be a probability in [0, 1] (a number) or None, got {threshold!r:.40}")
     single = isinstance(texts, str)
-    batch: list[str] = [texts] if isinstance(texts, str) else list(texts)
-    if not all(isinstance(t, str) for t in batch):
-        raise ConfigError("predict takes a string or a list of strings")
+    iterable = isinstance(texts, Iterable) and not isinstance(texts, (bytes, Mapping))  # a list, a pandas column
+    batch = [texts] if isinstance(texts, str) else list(texts) if iterable else None
+    if batch is None or not all(isinstance(t, str) for t in batch):
+        shown = type(texts).__name__ if batch is None else "a list holding something else"
+        raise ConfigError(f"predict takes a text (a string) or a list of texts, got {shown}")
     model, meta = trained_model(model_or_name)
     with kept_modes(model):  # a caller's model (mid-training, say) gets its modes back: dropout stays on
         model.eval()

@@ -6,7 +6,9 @@
 
 Texts are lower-cased and split into runs of letters and digits and single other characters
 (``[a-z0-9]+|[^\\sa-z0-9]``), cut to the run's ``max_len`` tokens, looked up in the run's vocabulary
-(unknown words -> ``<unk>``), and right-padded with 0 (``<pad>``) to the longest text of the batch.
+(unknown words -> ``<unk>``), and right-padded with 0 (``<pad>``): to the one length the model's
+exported graph takes where it takes only one (a recurrent model's: its run's ``max_len``, so that the ids
+go to the exported file as they are), else to the longest text of the batch.
 ``Tokenizer.from_settings(settings)`` rebuilds it from the JSON an exported ``.onnx`` or ``.pt2`` holds
 (``attnzoo.export`` writes it under ``tokenizer``), so a deployed file needs no attnzoo internals.
 """
@@ -36,12 +38,13 @@ def tokenizer(name_or_folder: Any) -> Tokenizer:
     """The tokenizer ``attnzoo.predict`` uses for a text model: a pretrained name (``bilstm_labelwise``,
     ``bilstm_labelwise.wordnet``), a run folder or weights file written by ``attnzoo train``, or the
     module itself."""
+    from attnzoo.interop.export import fixed_length
     from attnzoo.train.predict import trained_model
 
     if isinstance(name_or_folder, Path):
         name_or_folder = str(name_or_folder)
-    _, record = trained_model(name_or_folder)
-    found = record.tokenizer()
+    model, record = trained_model(name_or_folder)
+    found = record.tokenizer(fixed_length(model))  # a recurrent model's export takes one length only
     if found is None:
         raise ConfigError(
             f"{record.task or 'this model'}: a G2P model reads letters, not words; it has no word tokenizer"

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 import attnzoo
+from attnzoo.core.config import check_yaml_file
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, ThresholdWarning
 from attnzoo.io.weights import encode_metadata, write_weights
@@ -95,6 +96,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
             )
         path = builtin
     check_overrides(overrides or [])
+    check_yaml_file(path, f"recipe {path.name}")
     try:
         loaded = OmegaConf.load(path)
     except Exception as e:  # noqa: BLE001 - YAML syntax, a python tag, bad UTF-8: all the file's fault
@@ -441,6 +443,7 @@ def train(
     build the task and model, the learning-rate schedule, restore a checkpoint, the epochs, and (rank 0)
     the final scoring and the files.
     """
+    _check_export(recipe, export)
     run = _start(recipe, output, resume, overwrite, quiet)
     run.task = build_task(recipe["task"])
     baseline = baseline and _have_sklearn(run.verbose)  # said at the start, not after the last epoch
@@ -464,6 +467,25 @@ def train(
         run.say(f"stopped after epoch {last} of {run.epochs}; continue with --resume")
         return {"stopped_after": last, "history": run.state["history"]}
     return _finish(run, export, baseline)
+
+
+def _weights_name(recipe: dict[str, Any]) -> str:
+    return f"{recipe['model']}-{recipe['tag']}.safetensors"
+
+
+def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
+    """``export`` checked before any work: the run must not train and then find it cannot write there."""
+    if export is None:
+        return
+    folder = Path(export)
+    if not folder.is_dir():
+        raise ConfigError(f"--export {folder}: not an existing folder; create it first, or export elsewhere")
+    target = folder / _weights_name(recipe)
+    if target.exists() or target.is_symlink():
+        raise ConfigError(
+            f"--export {folder} already holds {target.name}, and export never replaces a file (--overwrite is "
+            f"about the run folder); move that file away, or export into another folder"
+        )
 
 
 def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, overwrite: bool, quiet: bool) -> _Run:
@@ -735,7 +757,7 @@ def _write_weights(
     config = {**run.sizes, **recipe.get("config", {})}
     spec = attnzoo.model_info(recipe["model"])
     metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
-    file_name = f"{recipe['model']}-{recipe['tag']}.safetensors"
+    file_name = _weights_name(recipe)
     target = Path(export) / file_name if export else run.output / file_name
     report["weights"] = str(target)
     report["sha256"] = write_weights(half, target, metadata=metadata, overwrite=not export, sidecar=not export)

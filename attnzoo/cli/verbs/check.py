@@ -68,7 +68,21 @@ def run(args: argparse.Namespace) -> int:
         failed = [r.variant for r in reports if not r.ok]
         summary = format_table(reports).rsplit("\n", 1)[1]
         print(f"{len(reports)} variant(s): {summary}" + (f"; failing: {', '.join(failed)}" if failed else ""))
-    return FAILURE if any(not r.ok for r in reports) else 0
+    code = FAILURE if any(not r.ok for r in reports) else 0
+    _end_if_threads_were_left(code)
+    return code
+
+
+def _end_if_threads_were_left(code: int) -> None:
+    """A variant checked in this process (--in-process) may have left a thread running that is no daemon;
+    the interpreter would wait for it forever at exit. The report names it; the command ends now."""
+    import os
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _resolve(variants: Variants) -> dict[str, dict[str, Any] | None]:

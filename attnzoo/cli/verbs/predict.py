@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         from pathlib import Path
 
         target = Path(args.attention)
+        if target.is_dir():  # even with --overwrite: a folder is never replaced by a picture
+            raise UsageError(f"--attention {target} is a folder; give the file to draw into, e.g. {target / 'map.png'}")
         if target.exists() and not args.overwrite:
             raise UsageError(f"{target} already exists; pass --overwrite to replace it")
         if not target.parent.is_dir():

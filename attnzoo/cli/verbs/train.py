@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from attnzoo.cli.common import UsageError, emit_json, positive_int
 
@@ -49,7 +51,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.train.trainer import builtin_recipes, complete_recipe, load_recipe, recipe_summary, train
+    from attnzoo.train.trainer import (
+        builtin_recipes,
+        check_overrides,
+        complete_recipe,
+        load_recipe,
+        recipe_summary,
+        train,
+    )
 
     if args.list:
         rows = [(name, recipe_summary(path)) for name, path in builtin_recipes().items()]
@@ -88,15 +97,16 @@ def run(args: argparse.Namespace) -> int:
                 "--model, --train and the other data flags build a recipe of their own; give them "
                 "without a recipe file, or put them into the recipe's data section"
             )
-        recipe = load_recipe(args.recipe, args.overrides)
+        recipe = _with_overrides(lambda: load_recipe(args.recipe), lambda: load_recipe(args.recipe, args.overrides))
     if args.recipe is None:
         from omegaconf import OmegaConf
 
-        from attnzoo.train.trainer import check_overrides
+        def merged() -> dict:
+            check_overrides(list(args.overrides))
+            both = OmegaConf.merge(OmegaConf.create(recipe), OmegaConf.from_dotlist(list(args.overrides)))
+            return complete_recipe(OmegaConf.to_container(both, resolve=True), where="the command line")
 
-        check_overrides(list(args.overrides))
-        merged = OmegaConf.merge(OmegaConf.create(recipe), OmegaConf.from_dotlist(list(args.overrides)))
-        recipe = complete_recipe(OmegaConf.to_container(merged, resolve=True), where="the command line")
+        recipe = _with_overrides(lambda: None, merged)
     import contextlib
 
     # with --json, stdout carries the report alone: the progress lines go to stderr
@@ -114,6 +124,22 @@ def run(args: argparse.Namespace) -> int:
     if report and args.json:
         emit_json(report)
     return 0
+
+
+def _with_overrides(without: Callable[[], Any], with_them: Callable[[], Any]) -> Any:
+    """``with_them()``, where a ConfigError that ``without()`` (the same recipe before the command line's
+    key=value pairs) does not raise is the command line's: a usage error (exit 2), not a failure."""
+    from attnzoo.errors import ConfigError
+
+    try:
+        return with_them()
+    except ConfigError as e:
+        error = e
+    try:
+        without()
+    except ConfigError:
+        raise error from None  # the recipe has a mistake of its own: a failure
+    raise UsageError(str(error)) from None
 
 
 # what `attnzoo train` needs beyond the core install: attnzoo[train]
