@@ -66,7 +66,17 @@ config:
 
 def _copy_repo(target):
     ignore = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", ".pytest_cache", "runs")
-    for part in ("attnzoo", "registry", "weights", "tests", "docs", "pyproject.toml"):
+    for part in (
+        "attnzoo",
+        "registry",
+        "weights",
+        "tests",
+        "docs",
+        "examples",
+        "pyproject.toml",
+        "README.md",
+        "mkdocs.yml",
+    ):
         source = ROOT / part
         if source.is_dir():
             shutil.copytree(source, target / part, ignore=ignore)

@@ -224,7 +224,12 @@ class _ProcessState:
                     os.environ[key] = self.environ[key]
                 else:
                     del os.environ[key]
-        running = [t for t in threading.enumerate() if t not in self.alive and t.is_alive() and not t.daemon]
+        # an executor's idle workers (torch.compile keeps a pool) are joined at exit: they cannot hang it
+        running = [
+            t
+            for t in threading.enumerate()
+            if t not in self.alive and t.is_alive() and not t.daemon and not t.name.startswith("ThreadPoolExecutor-")
+        ]
         if running:  # a non-daemon thread keeps the process from ending: nothing can stop it from here
             changed.append(f"a thread still running ({', '.join(t.name for t in running[:3])}), not a daemon")
         return [f"{what} left changed (restored)" if "thread" not in what else what for what in changed]
