@@ -106,4 +106,4 @@ def test_the_readme_starts_with_its_two_commands_then_the_cpu_only_torch():
     ]
     after = " ".join(first.group(2).split())
     assert "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu" in after
-    assert after.count("on a 2-core machine") == 2  # how long each command takes
+    assert "On a 2-core machine" in after and re.search(r"first command takes .*and the second about", after)
