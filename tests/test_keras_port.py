@@ -350,3 +350,13 @@ def test_the_emitted_source_equals_every_keras2_fixture(case):
     while f"{case}/0/in/{len(inputs)}" in expected:
         inputs.append(torch.from_numpy(expected[f"{case}/0/in/{len(inputs)}"]))
     _same_outputs(model, port, inputs, case)
+
+
+def test_the_emitted_class_takes_only_a_python_name():
+    from attnzoo.core.spec import thaw
+
+    model = attnzoo.create("keras_model", graph=thaw(attnzoo.model_info("keras_model").example)["graph"])
+    assert "\nclass MyPort(nn.Module):" in model.to_source("MyPort")
+    for bad in ("my port", "class", "", 3):
+        with pytest.raises(attnzoo.ConfigError, match="class_name must be a Python identifier"):
+            model.to_source(bad)

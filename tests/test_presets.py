@@ -76,3 +76,8 @@ def test_return_attention_is_keyword_only():
 def test_the_old_layout_name_seed_reads_as_query_key_value():
     old = attnzoo.create("attention", layout="seed", embed_dim=8, num_heads=2)
     assert old.layout == "query_key_value" and {"query.weight", "key.weight", "value.weight"} <= set(old.state_dict())
+
+
+def test_an_error_about_a_renamed_option_names_it_as_the_card_does():
+    with pytest.raises(attnzoo.ConfigError, match="rope_self: config key 'base' expects float"):
+        attnzoo.create("rope_self", base="fast")

@@ -373,9 +373,12 @@ def _checked_kwargs(spec: ModelSpec, tag_config: dict, settings: _Settings) -> t
     try:
         return factory, merged, validate_config(factory, factory_arguments(spec, merged), model=spec.name)
     except ConfigError as e:
-        if isinstance(settings.source, (str, Path)) and any(repr(k) in str(e) for k in settings.layer):
-            raise ConfigError(f"{e} (in config file {settings.source})") from None
-        raise
+        message = str(e)
+        for card_key, argument in spec.renamed.items():  # said in the card's words, as the caller wrote it
+            message = message.replace(repr(argument), repr(card_key))
+        if isinstance(settings.source, (str, Path)) and any(repr(k) in message for k in settings.layer):
+            message = f"{message} (in config file {settings.source})"
+        raise ConfigError(message) from None
 
 
 def _assemble(spec, tag, wspec, loaded, settings: _Settings, *, device, dtype, reset_head, checked=None) -> Any:

@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnzoo.errors import ConfigError
+
 __all__ = ["to_source"]
 
 _ACTIVATIONS = {
@@ -348,6 +350,10 @@ def to_source(model: Any, class_name: str | None = None) -> str:
     docstring). ``class_name`` defaults to the Keras model's name in CamelCase."""
     from attnzoo.version import __version__
 
+    if class_name is not None and (
+        not isinstance(class_name, str) or not class_name.isidentifier() or keyword.iskeyword(class_name)
+    ):
+        raise ConfigError(f"to_source: class_name must be a Python identifier, got {class_name!r:.60}")
     graph = model.graph
     keras3 = model.keras3
     e = _Emitter(counts=_needed_outputs(graph))
