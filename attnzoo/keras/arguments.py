@@ -7,6 +7,7 @@ was edited or mixed up, and Keras itself would not load it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "channels_first",
     "refuse_options",
     "rate_of",
+    "rank_of",
 ]
 
 
@@ -76,6 +78,14 @@ def refuse_options(config: Mapping[str, Any], **defaults: Any) -> None:
         value = config.get(key, default)
         if value not in (default, None) and not (isinstance(default, bool) and value is default):
             raise Refused(f"{key}={value!r} is not supported")
+
+
+def rank_of(class_name: str) -> int:
+    """The spatial rank a Keras class names (``Conv2DTranspose`` -> 2, ``SeparableConvolution1D`` -> 1)."""
+    found = re.search(r"([123])D", class_name)
+    if found is None:
+        raise Refused(f"{class_name} names no rank (1D, 2D or 3D)")
+    return int(found.group(1))
 
 
 def rate_of(config: Mapping[str, Any], key: str = "rate") -> float:

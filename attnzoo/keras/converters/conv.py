@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints, rank_of
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -150,16 +150,7 @@ def _convert_conv(record, arrays, ctx, rank: int):
     return Converted(spec, state)
 
 
-@keras_layer("Conv1D", "Convolution1D")
-def convert_conv1d(record, arrays, ctx):
-    return _convert_conv(record, arrays, ctx, 1)
-
-
-@keras_layer("Conv2D", "Convolution2D")
-def convert_conv2d(record, arrays, ctx):
-    return _convert_conv(record, arrays, ctx, 2)
-
-
-@keras_layer("Conv3D", "Convolution3D")
-def convert_conv3d(record, arrays, ctx):
-    return _convert_conv(record, arrays, ctx, 3)
+@keras_layer("Conv1D", "Conv2D", "Conv3D", "Convolution1D", "Convolution2D", "Convolution3D")
+def convert_conv(record, arrays, ctx):
+    """Conv1D/2D/3D, the rank from the class's name."""
+    return _convert_conv(record, arrays, ctx, rank_of(record.class_name))

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints, rank_of
 from attnzoo.keras.converters.conv import conv_options
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
@@ -149,16 +149,14 @@ def _convert(record, arrays, ctx, rank: int) -> Converted:
     return Converted(spec, state)
 
 
-@keras_layer("Conv1DTranspose", "Convolution1DTranspose")
-def convert_conv1d_transpose(record, arrays, ctx):
-    return _convert(record, arrays, ctx, 1)
-
-
-@keras_layer("Conv2DTranspose", "Convolution2DTranspose")
-def convert_conv2d_transpose(record, arrays, ctx):
-    return _convert(record, arrays, ctx, 2)
-
-
-@keras_layer("Conv3DTranspose", "Convolution3DTranspose")
-def convert_conv3d_transpose(record, arrays, ctx):
-    return _convert(record, arrays, ctx, 3)
+@keras_layer(
+    "Conv1DTranspose",
+    "Conv2DTranspose",
+    "Conv3DTranspose",
+    "Convolution1DTranspose",
+    "Convolution2DTranspose",
+    "Convolution3DTranspose",
+)
+def convert_conv_transpose(record, arrays, ctx):
+    """Conv1D/2D/3DTranspose, the rank from the class's name."""
+    return _convert(record, arrays, ctx, rank_of(record.class_name))

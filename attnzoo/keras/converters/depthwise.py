@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, rank_of
 from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
@@ -69,14 +69,10 @@ def _convert_depthwise(record, arrays, ctx, rank: int) -> Converted:
     return Converted(spec, state, ["a grouped convolution, one group per input channel"])
 
 
-@keras_layer("DepthwiseConv1D")
-def convert_depthwise_conv1d(record, arrays, ctx):
-    return _convert_depthwise(record, arrays, ctx, 1)
-
-
-@keras_layer("DepthwiseConv2D")
-def convert_depthwise_conv2d(record, arrays, ctx):
-    return _convert_depthwise(record, arrays, ctx, 2)
+@keras_layer("DepthwiseConv1D", "DepthwiseConv2D")
+def convert_depthwise_conv(record, arrays, ctx):
+    """DepthwiseConv1D/2D, the rank from the class's name."""
+    return _convert_depthwise(record, arrays, ctx, rank_of(record.class_name))
 
 
 class SeparableConv(Node):
@@ -179,11 +175,7 @@ def _convert_separable(record, arrays, ctx, rank: int) -> Converted:
     return Converted(spec, state)
 
 
-@keras_layer("SeparableConv1D", "SeparableConvolution1D")
-def convert_separable_conv1d(record, arrays, ctx):
-    return _convert_separable(record, arrays, ctx, 1)
-
-
-@keras_layer("SeparableConv2D", "SeparableConvolution2D")
-def convert_separable_conv2d(record, arrays, ctx):
-    return _convert_separable(record, arrays, ctx, 2)
+@keras_layer("SeparableConv1D", "SeparableConv2D", "SeparableConvolution1D", "SeparableConvolution2D")
+def convert_separable_conv(record, arrays, ctx):
+    """SeparableConv1D/2D, the rank from the class's name."""
+    return _convert_separable(record, arrays, ctx, rank_of(record.class_name))
