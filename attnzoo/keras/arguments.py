@@ -25,7 +25,6 @@ __all__ = [
     "as_tensor",
     "channels_first",
     "refuse_options",
-    "rate_of",
     "rank_of",
 ]
 
@@ -86,13 +85,3 @@ def rank_of(class_name: str) -> int:
     if found is None:
         raise Refused(f"{class_name} names no rank (1D, 2D or 3D)")
     return int(found.group(1))
-
-
-def rate_of(config: Mapping[str, Any], key: str = "rate") -> float:
-    """A dropout-like rate in [0, 1)."""
-    value = config.get(key, 0.0)
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) < 1.0:
-        raise Refused(f"{key} {value!r} is not a rate in [0, 1)")
-    return float(value)

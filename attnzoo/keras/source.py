@@ -220,9 +220,17 @@ def _plain(spec: dict[str, Any]) -> Any:
         return _conv
     if op == "noise" and spec.get("kind") == "dropout" and not spec.get("shared_axes") and spec["rate"] < 1:
         return _dropout
-    return {"embedding": _embedding, "masking": _masking, "flatten": _reshaping, "reshape": _reshaping}.get(
-        op, {"permute": _reshaping, "repeat_vector": _reshaping}.get(op)
-    )
+    return _PLAIN_OPS.get(op)
+
+
+_PLAIN_OPS = {
+    "embedding": _embedding,
+    "masking": _masking,
+    "flatten": _reshaping,
+    "reshape": _reshaping,
+    "permute": _reshaping,
+    "repeat_vector": _reshaping,
+}
 
 
 # -- the node classes, called as the converted graph calls them ----------------------------------------------

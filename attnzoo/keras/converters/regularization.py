@@ -29,6 +29,7 @@ from attnzoo.keras.registry import Converted, Refused, keras_layer
 __all__ = ["Noise", "NOISE_KINDS"]
 
 NOISE_KINDS = ("dropout", "gaussian_dropout", "gaussian_noise", "alpha_dropout")
+_TRAINING = "the identity in eval(); active in train(), as Keras's training=True"
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
@@ -98,18 +99,18 @@ def convert_dropout(record, arrays, ctx):
     expect_variables(arrays, 0, record.class_name)
     kind = "alpha_dropout" if record.class_name == "AlphaDropout" else "dropout"
     spec = {"op": "noise", "kind": kind, "rate": _rate(record, "rate"), "shared_axes": _shared_axes(record)}
-    return Converted(spec, {}, ["the identity in eval(); active in train(), as Keras's training=True"])
+    return Converted(spec, {}, [_TRAINING])
 
 
 @keras_layer("GaussianDropout")
 def convert_gaussian_dropout(record, arrays, ctx):
     expect_variables(arrays, 0, "GaussianDropout")
     spec = {"op": "noise", "kind": "gaussian_dropout", "rate": _rate(record, "rate")}
-    return Converted(spec, {}, ["the identity in eval(); active in train(), as Keras's training=True"])
+    return Converted(spec, {}, [_TRAINING])
 
 
 @keras_layer("GaussianNoise")
 def convert_gaussian_noise(record, arrays, ctx):
     expect_variables(arrays, 0, "GaussianNoise")
     spec = {"op": "noise", "kind": "gaussian_noise", "rate": _rate(record, "stddev")}
-    return Converted(spec, {}, ["the identity in eval(); active in train(), as Keras's training=True"])
+    return Converted(spec, {}, [_TRAINING])
