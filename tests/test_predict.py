@@ -172,3 +172,25 @@ def test_a_text_without_words_is_refused_before_any_forward(model):
     finally:
         hook.remove()
     assert not calls
+
+
+def test_the_readme_s_snippet_prints_the_labels_the_model_decides_then_the_five_best(model, capsys):
+    """The README's words against what its snippet prints: the first line holds exactly the labels whose
+    probability (computed here without predict) is at or above the threshold stored with the weights; the
+    second the five best, best first, whatever their probability."""
+    import ast
+
+    from .conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Text in, labels out", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "README.md", "exec"), {})
+    decided, best = (ast.literal_eval(line) for line in capsys.readouterr().out.splitlines())
+    meta = model.attnzoo_metadata
+    names = [info["name"] for info in meta["label_info"]]
+    probs = _probabilities(model, CAT)
+    threshold = float(meta["threshold"])
+    order = probs.argsort(descending=True).tolist()
+    assert decided == [names[i] for i in order if probs[i] >= threshold]
+    assert [name for name, _ in best] == [names[i] for i in order[:5]]
+    assert [p for _, p in best] == [round(float(probs[i]), 2) for i in order[:5]]
