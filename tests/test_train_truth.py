@@ -14,6 +14,7 @@ import attnzoo
 from attnzoo.errors import ConfigError
 from attnzoo.train.trainer import ThresholdWarning, complete_recipe, train
 
+from .conftest import run_cli
 from .test_train_files import TOPICS, _synthetic, _write_csv
 
 
@@ -55,7 +56,7 @@ def test_a_small_validation_split_is_a_warning_with_its_numbers_and_the_subset_i
     message = str(caught[0].message)
     assert f"32 rows and {positives} positive labels over {len(TOPICS)} labels" in message
     assert "data.threshold=0.5" in message and "--threshold 0.5" in message
-    assert report["warnings"] == [message] and f"warning: {message}" in log
+    assert report["warnings"] == [message] and message not in log  # warned once, not said a second time
     assert "subset[100] (the whole test split)" in log and "subset[2000]" not in log
     assert report["subset"]["size"] == 100
 
@@ -118,3 +119,40 @@ def test_the_ensemble_joiner_prints_the_subset_it_really_scored(tmp_path, monkey
     joined = join_weights([str(tmp_path / "run1"), str(tmp_path / "run2")], tmp_path / "joined.safetensors")
     assert joined["subset"]["size"] == test_rows
     assert f"subset[{test_rows}]" in capsys.readouterr().out
+
+
+def test_the_command_line_piped_into_a_log_says_each_warning_once_and_draws_no_progress_bar(tmp_path):
+    """``attnzoo train ... 2>&1 | tee log``: the small-validation warning once, one plain line per epoch, no
+    carriage returns (a bar redrawn in place is for terminals), and no precision@5 for a 4-label task
+    (the five best of four labels are all of them: a constant, not a metric)."""
+    _recipe(tmp_path, 32)
+    proc = run_cli(
+        "train",
+        "--model",
+        "bilstm_labelwise",
+        "--train",
+        str(tmp_path / "train.csv"),
+        "--validation",
+        str(tmp_path / "val.csv"),
+        "--test",
+        str(tmp_path / "test.csv"),
+        "--text",
+        "body",
+        "--labels",
+        "tags",
+        "--epochs",
+        "2",
+        "--output",
+        str(tmp_path / "run"),
+        "--no-baseline",
+        "config.embed_dim=8",
+        "config.hidden=8",
+        "train.threads=1",
+        "data.vocab.min_freq=1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    log = proc.stdout + proc.stderr
+    assert "\r" not in log
+    assert log.count("may not carry over to new data") == 1, log
+    assert sum(line.startswith("epoch ") for line in log.splitlines()) == 2, log
+    assert "precision_at_1" in log and "precision_at_5" not in log

@@ -251,7 +251,8 @@ class _MultiLabelTask(_TextTask):
         target = self._targets(indices).bool()
         return {
             **multilabel_f1(probs >= self.threshold, target),
-            **{f"precision_at_{k}": precision_at_k(probs, target, k) for k in (1, 5)},
+            # precision@k with k >= the number of labels is the labels' mean frequency whatever the model
+            **{f"precision_at_{k}": precision_at_k(probs, target, k) for k in (1, 5) if k < probs.shape[-1]},
         }
 
     def _fit_baseline(self, train, test):

@@ -221,9 +221,10 @@ def _progress(total: int, enabled: bool, description: str):
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm comes with timm's dependencies
         return None
+    # on a terminal only: piped into a log, a bar is a flood of carriage returns; the epoch line says it all
     return tqdm(
         total=total,
-        disable=not enabled,
+        disable=not (enabled and sys.stderr.isatty()),
         desc=description,
         mininterval=2.0,
         file=sys.stderr,
@@ -720,7 +721,7 @@ def _decision_threshold(run: _Run) -> list[str]:
     else:
         task.tune_threshold(model, val)
         return []
-    run.say(f"warning: {note}")
+    # said once, as a warning: the command line prints it as "attnzoo: warning: ...", Python as warnings do
     warnings.warn(note, ThresholdWarning, stacklevel=4)
     return [note]
 
