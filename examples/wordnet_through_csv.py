@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import attnzoo
+from attnzoo.train.recipe import complete_recipe, load_recipe
 from attnzoo.train.tasks import build_task
-from attnzoo.train.trainer import complete_recipe, load_recipe, train
+from attnzoo.train.trainer import train
 
 
 def write_split(path: Path, rows: list[tuple[str, list[str]]]) -> None:

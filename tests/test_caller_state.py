@@ -117,7 +117,7 @@ def test_bench_leaves_the_callers_threads_and_random_state_alone():
 
 
 def test_evaluate_file_gives_the_callers_model_back_in_its_modes(trained, tmp_path):
-    from attnzoo.train.trainer import evaluate_file
+    from attnzoo.train.evaluate import evaluate_file
 
     labels = trained.attnzoo_metadata["labels"]
     (tmp_path / "test.csv").write_text(

@@ -13,7 +13,8 @@ import torch
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.weights import read_weights
 from attnzoo.train import checkpoint as ckpt
-from attnzoo.train.trainer import complete_recipe, train
+from attnzoo.train.recipe import complete_recipe
+from attnzoo.train.trainer import train
 
 from .test_train_files import _synthetic, _write_csv
 

@@ -52,7 +52,7 @@ def test_card_has_its_provenance(name):
 def test_shipped_weights_reproduce_their_card_metric(name):
     """Loads through create(pretrained=True) (sha256 checked), rebuilds the split from the pinned data,
     and re-evaluates on the card's fixed test subset: the metric must match the card within 0.01."""
-    from attnzoo.train.trainer import evaluate_pretrained
+    from attnzoo.train.evaluate import evaluate_pretrained
 
     model = attnzoo.create(name, pretrained=True)
     key = DATA_OF_TASK[model.attnzoo_metadata["task"]]

@@ -15,9 +15,11 @@ import attnzoo
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.train.ensemble import join_weights
+from attnzoo.train.evaluate import evaluate_file
 from attnzoo.train.files import DataError
+from attnzoo.train.recipe import complete_recipe
 from attnzoo.train.tasks import task_of
-from attnzoo.train.trainer import complete_recipe, evaluate_file, train
+from attnzoo.train.trainer import train
 
 
 @pytest.fixture(scope="module")

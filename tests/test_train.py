@@ -238,16 +238,16 @@ def test_label_smoothing_is_refused_for_a_multi_label_task(tmp_path):
 )  # fmt: skip
 def test_a_train_setting_that_is_not_a_fitting_number_is_refused_naming_its_key(key, value):
     from attnzoo.errors import ConfigError
-    from attnzoo.train.trainer import _checked_numbers
+    from attnzoo.train.recipe import checked_numbers
 
     with pytest.raises(ConfigError, match=rf"train\.{key} must be a (whole )?number .*got {value!r}"):
-        _checked_numbers({"epochs": 2, "batch_size": 8, "lr": 0.01, key: value})
+        checked_numbers({"epochs": 2, "batch_size": 8, "lr": 0.01, key: value})
 
 
 def test_train_settings_written_as_text_become_numbers(tmp_path):
-    from attnzoo.train.trainer import _checked_numbers
+    from attnzoo.train.recipe import checked_numbers
 
-    checked = _checked_numbers({"epochs": "3", "batch_size": 8.0, "lr": "1e-3", "clip": None, "average_last": 0})
+    checked = checked_numbers({"epochs": "3", "batch_size": 8.0, "lr": "1e-3", "clip": None, "average_last": 0})
     assert checked == {"epochs": 3, "batch_size": 8, "lr": 0.001, "clip": None, "average_last": 0}
     assert type(checked["epochs"]) is int and type(checked["batch_size"]) is int
     cmd = [

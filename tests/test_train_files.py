@@ -12,9 +12,11 @@ import torch
 
 import attnzoo
 from attnzoo.errors import ConfigError
+from attnzoo.train.evaluate import evaluate_file
 from attnzoo.train.files import DataError, read_table
 from attnzoo.train.metrics import multilabel_f1
-from attnzoo.train.trainer import complete_recipe, evaluate_file, train
+from attnzoo.train.recipe import complete_recipe
+from attnzoo.train.trainer import train
 
 from .conftest import run_cli
 
@@ -242,7 +244,7 @@ def test_the_wordnet_preset_through_csv_files_scores_what_the_preset_scores(tmp_
     import importlib.util
 
     from attnzoo.train import sources
-    from attnzoo.train.trainer import load_recipe
+    from attnzoo.train.recipe import load_recipe
 
     from .conftest import ROOT, require_data
 
@@ -284,7 +286,8 @@ print("exit", code)
 
 def test_an_output_folder_with_someone_elses_weights_is_not_written_over(tmp_path):
     from attnzoo.errors import ConfigError
-    from attnzoo.train.trainer import load_recipe, train
+    from attnzoo.train.recipe import load_recipe
+    from attnzoo.train.trainer import train
 
     output = tmp_path / "mine"
     output.mkdir()
@@ -308,7 +311,7 @@ def test_an_output_folder_with_someone_elses_weights_is_not_written_over(tmp_pat
 )
 def test_a_typo_in_a_recipe_is_an_error_naming_the_closest_key(override, message):
     from attnzoo.errors import ConfigError
-    from attnzoo.train.trainer import load_recipe
+    from attnzoo.train.recipe import load_recipe
 
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         load_recipe("tiny_wordnet", [override])
@@ -316,7 +319,7 @@ def test_a_typo_in_a_recipe_is_an_error_naming_the_closest_key(override, message
 
 def test_a_typo_in_a_data_section_and_a_train_section_with_only_epochs(tmp_path):
     from attnzoo.errors import ConfigError
-    from attnzoo.train.trainer import TRAIN_DEFAULTS, load_recipe
+    from attnzoo.train.recipe import TRAIN_DEFAULTS, load_recipe
 
     recipe = tmp_path / "mine.yaml"
     recipe.write_text("model: bilstm_labelwise\ntag: mine\ndata: {train: t.csv, maxlen: 8}\ntrain: {epochs: 3}\n")

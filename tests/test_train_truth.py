@@ -11,8 +11,9 @@ import warnings
 import pytest
 
 import attnzoo
-from attnzoo.errors import ConfigError
-from attnzoo.train.trainer import ThresholdWarning, complete_recipe, train
+from attnzoo.errors import ConfigError, ThresholdWarning
+from attnzoo.train.recipe import complete_recipe
+from attnzoo.train.trainer import train
 
 from .conftest import run_cli
 from .test_train_files import TOPICS, _synthetic, _write_csv

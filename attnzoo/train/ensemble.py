@@ -30,8 +30,8 @@ from attnzoo.core.record import RunRecord
 from attnzoo.core.registry import resolve
 from attnzoo.errors import AttnzooError, ConfigError
 from attnzoo.io.weights import WEIGHTS_FILE, encode_metadata, sha256_file, write_weights
+from attnzoo.train.publish import card_metrics, float16_state
 from attnzoo.train.tasks import task_of
-from attnzoo.train.trainer import card_metrics, float16_state
 
 __all__ = ["best_prefix", "join_weights"]
 

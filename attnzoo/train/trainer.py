@@ -1,12 +1,9 @@
-"""One trainer for every recipe: ``attnzoo train RECIPE.yaml [key=value ...]``.
+"""The training loop: ``attnzoo train RECIPE.yaml [key=value ...]`` once the recipe is read (recipe.py).
 
-A recipe (omegaconf YAML, see ``recipes/``) names the registered model, its tag, the task and the
-training settings. The trainer shows a progress bar, evaluates on the validation split every epoch,
+The trainer sizes the model for the task, trains with AdamW and a warm-up-then-cosine schedule, shows a
+progress bar on a terminal (a line per epoch otherwise), evaluates on the validation split every epoch,
 keeps the best epoch, and writes a resumable checkpoint after each epoch (``--resume`` continues from
-it: same data order, same random state). At the end it scores the best model on the test split and on
-the fixed subset that tests re-evaluate, trains the TF-IDF + linear baseline on the same split, and
-exports float16 weights whose safetensors metadata carries config, vocabulary, labels, metrics, data
-source and licence.
+it: same data order, same random state). At the end publish.py scores and writes the model that ships.
 
 Under ``torchrun --nproc_per_node=N`` it trains with DistributedDataParallel (gloo on the CPU): every
 batch is cut into N equal parts, one per rank, and DDP averages their gradients, so the optimisation
@@ -23,158 +20,24 @@ JSON.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import attnzoo
-from attnzoo.core.config import check_yaml_file
-from attnzoo.core.record import RunRecord
-from attnzoo.errors import ConfigError, ThresholdWarning
-from attnzoo.io.weights import encode_metadata, write_weights
-from attnzoo.layers.modes import kept_modes
+from attnzoo.errors import ConfigError
+from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
-from attnzoo.train.tasks import build_task, task_of
+from attnzoo.train.publish import finish, threshold_setting, weights_name
+from attnzoo.train.recipe import checked_numbers
+from attnzoo.train.tasks import build_task
 
-__all__ = [
-    "train",
-    "load_recipe",
-    "builtin_recipes",
-    "complete_recipe",
-    "evaluate_file",
-    "evaluate_pretrained",
-    "ThresholdWarning",
-]
-
-
-RECIPES = Path(__file__).parent / "recipes"
-
-
-def builtin_recipes() -> dict[str, Path]:
-    """The recipes that ship with attnzoo, by name (the file name without .yaml)."""
-    return {p.stem: p for p in sorted(RECIPES.glob("*.yaml"))}
-
-
-def recipe_summary(path: Path) -> str:
-    """The first comment line of a recipe: what it trains."""
-    for line in path.read_text().splitlines():
-        if line.startswith("#"):
-            return line.lstrip("# ").strip()
-    return ""
-
-
-def check_overrides(overrides: list[str]) -> None:
-    """Every override is ``section.key=value`` with a key (``=5`` or ``train.=3`` is a mistake, said so)."""
-    import re
-
-    for pair in overrides:
-        key = pair.split("=", 1)[0]
-        if "=" not in pair or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", key):
-            raise ConfigError(f"override {pair!r}: expected section.key=value, such as train.epochs=5")
-
-
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
-    """A recipe from a file, or a built-in one by name (``tiny_wordnet`` or ``tiny_wordnet.yaml``)."""
-    from omegaconf import DictConfig, OmegaConf
-
-    path = Path(path)
-    if not path.is_file():
-        name = path.name[: -len(".yaml")] if path.name.endswith(".yaml") else path.name
-        builtin = builtin_recipes().get(name)
-        if builtin is None or path.parent != Path("."):
-            raise ConfigError(
-                f"recipe {str(path)!r} not found: not a file, and not a built-in recipe "
-                f"({', '.join(builtin_recipes())}; attnzoo train --list)"
-            )
-        path = builtin
-    check_overrides(overrides or [])
-    check_yaml_file(path, f"recipe {path.name}")
-    try:
-        loaded = OmegaConf.load(path)
-    except Exception as e:  # noqa: BLE001 - YAML syntax, a python tag, bad UTF-8: all the file's fault
-        raise ConfigError(
-            f"recipe {path.name}: not a YAML mapping attnzoo can read ({' '.join(str(e).split())[:200]})"
-        ) from None
-    if not isinstance(loaded, DictConfig):
-        raise ConfigError(f"recipe {path.name}: expected a mapping of sections (model, data or task, config, train)")
-    try:
-        recipe = OmegaConf.merge(loaded, OmegaConf.from_dotlist(list(overrides or [])))
-        container = OmegaConf.to_container(recipe, resolve=True)
-    except Exception as e:  # noqa: BLE001 - omegaconf's own errors (an interpolation, a type clash)
-        raise ConfigError(f"recipe {path.name}: {' '.join(str(e).split())[:300]}") from None
-    data = complete_recipe(container, where=f"recipe {path.name}")
-    data["recipe_file"] = path.name
-    return data
-
-
-def complete_recipe(data: Any, where: str = "recipe") -> dict[str, Any]:
-    """Check a recipe's sections; a ``data:`` section (the user's files) becomes the task ``files``."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of sections (model, data or task, config, train)")
-    if "data" in data and "task" in data:
-        raise ConfigError(
-            f"{where}: give either a data section (your files) or a task section (a bundled data set), not both"
-        )
-    if "data" in data:
-        if not isinstance(data["data"], dict):
-            raise ConfigError(f"{where}: the data section must be a mapping (train:, text:, labels:, ...)")
-        data["task"] = {"name": "files", **data.pop("data")}
-        data.setdefault("tag", "custom")
-    data.setdefault("train", {})
-    for key in ("model", "tag", "task"):
-        if key not in data:
-            raise ConfigError(f"{where}: missing section {key!r}" + (" (or data)" if key == "task" else ""))
-    check_recipe_keys(data, where)
-    data["train"] = {**TRAIN_DEFAULTS, **data["train"]}
-    return data
-
-
-# A recipe's keys, section by section (the schema every recipe and key=value override is checked against;
-# a typo is an error naming the closest key, never silently a default). docs/training.md lists them.
-RECIPE_KEYS = frozenset(["model", "tag", "seed", "task", "config", "train", "check_subset", "output", "recipe_file"])
-TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 32, "lr": 0.002}  # what `attnzoo train --model ...` uses too
-TRAIN_KEYS = frozenset(["epochs", "batch_size", "lr", "weight_decay", "clip", "warmup_steps", "threads", "device"])
-TRAIN_KEYS |= frozenset(["time_budget_min", "patience", "average_last", "label_smoothing"])
-TASK_KEYS = frozenset(["name", "max_len", "limit", "split_seed", "fractions", "vocab", "num_labels"])
-TASK_KEYS |= frozenset(["beam_size", "length_penalty", "threshold"])
-DATA_KEYS = frozenset(["name", "task", "train", "validation", "test", "text", "labels", "target", "label_separator"])
-DATA_KEYS |= frozenset(["labels_file", "validation_fraction", "split_seed", "max_len", "vocab", "limit"])
-DATA_KEYS |= frozenset(["beam_size", "length_penalty", "evaluate_file", "threshold"])
-VOCAB_KEYS = frozenset(["min_freq", "max_size"])
-
-
-def check_recipe_keys(data: dict[str, Any], where: str) -> None:
-    """Every key of a (completed) recipe is one the trainer reads; an unknown one is a ``ConfigError``
-    naming it and the closest valid keys."""
-    from attnzoo.errors import close_matches
-
-    def check(section: Any, allowed: frozenset[str], prefix: str) -> None:
-        if not isinstance(section, dict):
-            raise ConfigError(f"{where}: {prefix.rstrip('.') or 'the recipe'} must be a mapping of key: value")
-        for key in section:
-            if key not in allowed:
-                hint = close_matches(str(key), allowed)
-                did_you_mean = f"did you mean {', '.join(prefix + h for h in hint)}? " if hint else ""
-                raise ConfigError(
-                    f"{where}: unknown key {prefix}{key}; {did_you_mean}valid keys: {', '.join(sorted(allowed))}"
-                )
-
-    check(data, RECIPE_KEYS, "")
-    check(data["train"], TRAIN_KEYS, "train.")
-    files = data["task"].get("name") == "files" if isinstance(data["task"], dict) else False
-    check(data["task"], DATA_KEYS if files else TASK_KEYS, "data." if files else "task.")
-    if isinstance(data["task"].get("vocab"), dict):
-        check(data["task"]["vocab"], VOCAB_KEYS, ("data." if files else "task.") + "vocab.")
-    if "config" in data and not isinstance(data["config"], dict):
-        raise ConfigError(f"{where}: config must be a mapping of the model's config keys")
+__all__ = ["train", "Run", "model_sizes"]
 
 
 # -- distributed -------------------------------------------------------------------------------------------
@@ -300,48 +163,6 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
     return {swap[k] if k not in params and swap.get(k) in params else k: v for k, v in sizes.items()}
 
 
-# train.KEY: (int or float, the lowest value, whether the lowest itself is allowed, whether null is allowed
-# (null: the default, or off), a bound the value must stay below)
-_NUMBERS: dict[str, tuple[type, float, bool, bool, float]] = {
-    "epochs": (int, 1, True, False, math.inf),
-    "batch_size": (int, 1, True, False, math.inf),
-    "lr": (float, 0.0, True, False, math.inf),  # 0 is allowed: a frozen run (tests use it)
-    "weight_decay": (float, 0.0, True, True, math.inf),
-    "clip": (float, 0.0, True, True, math.inf),  # 0 or null: no clipping
-    "warmup_steps": (int, 0, True, True, math.inf),
-    "threads": (int, 1, True, True, math.inf),
-    "time_budget_min": (float, 0.0, False, True, math.inf),
-    "patience": (int, 1, True, True, math.inf),
-    "average_last": (int, 0, True, True, math.inf),  # 0 or null: off
-    "label_smoothing": (float, 0.0, True, True, 1.0),  # 0 or null: off
-}
-
-
-def _checked_numbers(settings: dict[str, Any]) -> dict[str, Any]:
-    """The train section with its numeric keys as numbers; a value that is not one (``train.lr=abc``, a
-    negative batch size, 2.5 epochs) is a ``ConfigError`` naming the key and what it takes."""
-    out = dict(settings)
-    for key, (kind, lowest, inclusive, nullable, below) in _NUMBERS.items():
-        if key not in out or (out[key] is None and nullable):
-            continue
-        value = out[key]
-        wanted = (
-            f"train.{key} must be {'a whole number' if kind is int else 'a number'} "
-            f"{'>=' if inclusive else '>'} {lowest:g}{f' and < {below:g}' if below < math.inf else ''}"
-            f"{' (or null)' if nullable else ''}, got {value!r}"
-        )
-        try:
-            number = float(value) if not isinstance(value, bool) else math.nan
-        except (TypeError, ValueError):
-            raise ConfigError(wanted) from None
-        if not math.isfinite(number) or (kind is int and not number.is_integer()):
-            raise ConfigError(wanted)
-        if number < lowest or (number == lowest and not inclusive) or number >= below:
-            raise ConfigError(wanted)
-        out[key] = int(number) if kind is int else number
-    return out
-
-
 def _have_sklearn(verbose: bool) -> bool:
     """The TF-IDF baseline needs scikit-learn (the train extra); without it the baseline is skipped, said once."""
     import importlib.util
@@ -390,7 +211,7 @@ def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
 
 
 @dataclass
-class _Run:
+class Run:
     """One training run's parts, made by the first steps of :func:`train` and used by the later ones."""
 
     recipe: dict[str, Any]
@@ -450,7 +271,7 @@ def train(
     baseline = baseline and _have_sklearn(run.verbose)  # said at the start, not after the last epoch
     for note in getattr(run.task, "notes", []):
         run.say(note)
-    key, fixed = _threshold_setting(run.task)  # a bad data.threshold fails now, not after training
+    key, fixed = threshold_setting(run.task)  # a bad data.threshold fails now, not after training
     if fixed is None and hasattr(run.task, "threshold_problem") and run.task.splits["val"]:
         problem = run.task.threshold_problem(run.task.splits["val"])
         if problem:  # said now too, so that a run can be stopped and given more validation data
@@ -467,11 +288,7 @@ def train(
     if last < run.epochs:
         run.say(f"stopped after epoch {last} of {run.epochs}; continue with --resume")
         return {"stopped_after": last, "history": run.state["history"]}
-    return _finish(run, export, baseline)
-
-
-def _weights_name(recipe: dict[str, Any]) -> str:
-    return f"{recipe['model']}-{recipe['tag']}.safetensors"
+    return finish(run, export, baseline)
 
 
 def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
@@ -481,7 +298,7 @@ def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
     folder = Path(export)
     if not folder.is_dir():
         raise ConfigError(f"--export {folder}: not an existing folder; create it first, or export elsewhere")
-    target = folder / _weights_name(recipe)
+    target = folder / weights_name(recipe)
     if target.exists() or target.is_symlink():
         raise ConfigError(
             f"--export {folder} already holds {target.name}, and export never replaces a file (--overwrite is "
@@ -489,10 +306,10 @@ def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
         )
 
 
-def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, overwrite: bool, quiet: bool) -> _Run:
+def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, overwrite: bool, quiet: bool) -> Run:
     """Threads, seed and the run folder (checked before any work)."""
     rank, world = _distributed()
-    settings = _checked_numbers(recipe["train"])
+    settings = checked_numbers(recipe["train"])
     torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
@@ -500,10 +317,10 @@ def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, over
     if rank == 0:
         _check_run_folder(folder, resume, overwrite)
     verbose = rank == 0 and not quiet
-    return _Run(recipe, settings, folder, rank, world, verbose, seed, time.perf_counter())
+    return Run(recipe, settings, folder, rank, world, verbose, seed, time.perf_counter())
 
 
-def _build_model(run: _Run) -> None:
+def _build_model(run: Run) -> None:
     """The model sized for the task, on its device, and its optimizer; label smoothing checked."""
     import attnzoo
 
@@ -524,7 +341,7 @@ def _build_model(run: _Run) -> None:
     run.smoothing = smoothing
 
 
-def _schedule(run: _Run, resume: bool) -> None:
+def _schedule(run: Run, resume: bool) -> None:
     """How many epochs (the recipe's, what fits a time budget, or the checkpoint's), and the learning rate:
     linear warm-up, then cosine to 10 % of ``lr``."""
     settings = run.settings
@@ -551,7 +368,7 @@ def _schedule(run: _Run, resume: bool) -> None:
     run.state = {"epoch": 0, "best": None, "best_epoch": None, "history": [], "elapsed": 0.0, "epochs": epochs}
 
 
-def _resume(run: _Run, data: str) -> None:
+def _resume(run: Run, data: str) -> None:
     """The last complete checkpoint's model, optimizer, random state, schedule step and best weights."""
     if not run.checkpoint.is_dir():
         raise ConfigError(f"--resume: no checkpoint in {run.checkpoint}")
@@ -564,7 +381,7 @@ def _resume(run: _Run, data: str) -> None:
     run.started -= run.state["elapsed"]
 
 
-def _run_epochs(run: _Run, stop_after: int | None) -> int:
+def _run_epochs(run: Run, stop_after: int | None) -> int:
     """Train, validate and checkpoint epoch after epoch; returns the last epoch this run was to reach (the
     recipe's last one when it stopped early)."""
     last = run.epochs if stop_after is None else min(run.epochs, run.state["epoch"] + stop_after)
@@ -585,7 +402,7 @@ def _run_epochs(run: _Run, stop_after: int | None) -> int:
     return last
 
 
-def _train_epoch(run: _Run, ddp, epoch: int) -> float:
+def _train_epoch(run: Run, ddp, epoch: int) -> float:
     """One pass over this rank's share of the training split, in the epoch's seeded order; the mean loss."""
     run.model.train()
     settings = run.settings
@@ -610,7 +427,7 @@ def _train_epoch(run: _Run, ddp, epoch: int) -> float:
     return total / max(count, 1)
 
 
-def _end_epoch(run: _Run, epoch: int, loss: float) -> None:
+def _end_epoch(run: Run, epoch: int, loss: float) -> None:
     """Rank 0 after an epoch: the running average, validation, the checkpoint, the best weights."""
     state, model = run.state, run.model
     average_last = run.settings.get("average_last") or 0
@@ -635,256 +452,3 @@ def _end_epoch(run: _Run, epoch: int, loss: float) -> None:
         + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
         + f" ({state['elapsed'] / 60:.1f} min)"
     )
-
-
-def _finish(run: _Run, export: str | Path | None, baseline: bool) -> dict[str, Any]:
-    """The shipped model (best epoch or average, in float16, threshold tuned on validation), scored on the
-    test split and subset; the weights file, the run folder and report.json written."""
-    from attnzoo.io.weights import read_weights
-
-    task, model, recipe = run.task, run.model, run.recipe
-    if run.average is not None:
-        _judge_average(task, model, run.average, run.state, run.best_path, run.verbose)
-    model.load_state_dict(read_weights(run.best_path, sha256=None)[0])
-    # the weights ship in float16: tune and measure the model as it will be loaded
-    half = float16_state(model)
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in half.items()})
-    notes = _decision_threshold(run)
-    subset_size = int(recipe.get("check_subset", 2000))
-    test, subset, metrics = card_metrics(task, model, subset_size)
-    report = _report(run, test, subset, len(task.subset(subset_size)), baseline)
-    report["warnings"] = notes
-    extra = {
-        **task.metadata(),
-        "metrics": metrics,
-        "dataset": task.dataset,
-        "license": task.license,
-        "recipe": recipe,
-        "check_subset": subset_size,
-        "seed": run.seed,
-        "torch_version": torch.__version__,
-    }
-    target = _write_weights(run, half, extra, export, report)
-    # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
-    model.attnzoo_metadata = extra
-    attnzoo.save(model.cpu(), run.output, overwrite=True)
-    report["card_entry"] = _card_entry(run, report, metrics, target)
-    run.output.mkdir(parents=True, exist_ok=True)
-    (run.output / "report.json").write_text(json.dumps(report, indent=1))
-    shown = report["subset"]["size"]  # what the subset really holds: the test split may be smaller
-    whole = " (the whole test split)" if shown == len(task.splits["test"]) else ""
-    run.say(
-        f"test: {test or 'no test split'}\nsubset[{shown}]{whole}: {subset}\nbaseline: {report['baseline']}\n"
-        f"weights: {target} sha256 {report['sha256']} ({report['train_time_s'] / 60:.1f} min)\n"
-        f"run folder: {run.output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
-    )
-    return report
-
-
-def _threshold_setting(task: Any) -> tuple[str, float | None]:
-    """The recipe key of a fixed decision threshold (``data.threshold`` or ``task.threshold``) and its
-    value (None: tuned on validation); a ConfigError for anything but a probability, or for a task that
-    decides without a threshold."""
-    key = ("data." if task.config.get("name") == "files" else "task.") + "threshold"
-    fixed = task.config.get("threshold")
-    if fixed is None:
-        return key, None
-    if isinstance(fixed, bool) or not isinstance(fixed, (int, float)) or not 0 < fixed < 1:
-        raise ConfigError(f"{key} must be a probability between 0 and 1, got {fixed!r}")
-    if not hasattr(task, "tune_threshold"):
-        raise ConfigError(f"{key} is the multi-label decision threshold; the {task.name} task has none")
-    return key, float(fixed)
-
-
-def _decision_threshold(run: _Run) -> list[str]:
-    """Set a multi-label task's decision threshold: the run's fixed one (``data.threshold``), else the best
-    on validation; a validation split too small to tune on is a warning (returned, said and warned)."""
-    task, model = run.task, run.model
-    key, fixed = _threshold_setting(task)
-    if not hasattr(task, "tune_threshold"):
-        return []
-    if fixed is not None:
-        task.threshold = fixed
-        return []
-    val = task.splits["val"]
-    problem = task.threshold_problem(val)
-    if not val:
-        task.threshold = 0.5
-        note = f"there is no validation split to tune the decision threshold on: it stays at 0.5 (set {key})"
-    elif problem is not None:
-        task.tune_threshold(model, val)  # on validation only
-        note = (
-            f"{problem}: the tuned threshold {task.threshold:.2f} may not carry over to new data. To decide at "
-            f"the fixed 0.5 instead, train with {key}=0.5, or predict and evaluate with --threshold 0.5 "
-            f"(threshold=0.5 from Python)"
-        )
-    else:
-        task.tune_threshold(model, val)
-        return []
-    # said once, as a warning: the command line prints it as "attnzoo: warning: ...", Python as warnings do
-    warnings.warn(note, ThresholdWarning, stacklevel=4)
-    return [note]
-
-
-def _report(run: _Run, test: dict, subset: dict, subset_size: int, baseline: bool) -> dict[str, Any]:
-    task, state = run.task, run.state
-    return {
-        "model": run.recipe["model"],
-        "tag": run.recipe["tag"],
-        "task": task.name,
-        "world_size": run.world,
-        "split_sizes": task.split_sizes(),
-        "epochs": run.epochs,
-        "best_epoch": state["best_epoch"],
-        "stopped_early": state.get("stopped_early"),
-        "average": state.get("average"),
-        "history": state["history"],
-        "device": str(run.device),
-        "test": test,
-        "subset": {"size": subset_size, **subset},
-        "train_time_s": time.perf_counter() - run.started,
-        "baseline": task.baseline() if baseline and test else None,
-        "data": state["data"],  # described (files hashed) once, at the start of the run
-    }
-
-
-def _write_weights(
-    run: _Run, half: dict[str, torch.Tensor], extra: dict[str, Any], export: str | Path | None, report: dict
-) -> Path:
-    """The float16 weights file with its metadata, in the run folder or (never replacing one) in ``export``."""
-    import attnzoo
-
-    recipe = run.recipe
-    config = {**run.sizes, **recipe.get("config", {})}
-    spec = attnzoo.model_info(recipe["model"])
-    metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
-    file_name = _weights_name(recipe)
-    target = Path(export) / file_name if export else run.output / file_name
-    report["weights"] = str(target)
-    report["sha256"] = write_weights(half, target, metadata=metadata, overwrite=not export, sidecar=not export)
-    return target
-
-
-def _card_entry(run: _Run, report: dict[str, Any], metrics: dict[str, Any], target: Path) -> dict[str, Any]:
-    """The card's ``weights`` entry for this run, ready to paste into registry/MODEL.yaml."""
-    task, recipe = run.task, run.recipe
-    return {
-        recipe["tag"]: {
-            "file": target.name,
-            "sha256": report["sha256"],
-            "num_params": sum(p.numel() for p in run.model.parameters()),
-            "file_size": target.stat().st_size,
-            "torch_version": torch.__version__,
-            "config": {**run.sizes, **recipe.get("config", {})},
-            "metrics": metrics,
-            "dataset": task.dataset,
-            "license": task.license,
-            "recipe": f"attnzoo/train/recipes/{recipe.get('recipe_file', 'flags')}",
-            "seed": run.seed,
-            "data": report["data"],
-            "train_time": _describe_time(report["train_time_s"], run.epochs, run.device),
-            "splits": task.split_sizes(),
-            "baseline": {
-                "model": "TF-IDF word 1-2 grams + linear SVM",
-                **{k: round(v, 4) for k, v in (report["baseline"] or {}).items()},
-            },
-        }
-    }
-
-
-def float16_state(model) -> dict[str, torch.Tensor]:
-    """The state dict as shipped weights hold it: floating tensors in float16, every tensor on the CPU."""
-    return {k: v.detach().cpu().half() if v.is_floating_point() else v.cpu() for k, v in model.state_dict().items()}
-
-
-def card_metrics(task, model, subset_size: int) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-    """Score a finished model for its card: (the test split's metrics with the task's extras, the fixed
-    subset's that the tests re-evaluate, both rounded to 4 places with the subset's as ``subset_*``).
-    All empty when the task has no test split."""
-    if not task.splits["test"]:
-        return {}, {}, {}
-    test = {**task.evaluate(model, task.splits["test"]), **task.extra_metrics(model, task.splits["test"])}
-    subset = task.evaluate(model, task.subset(subset_size))
-    metrics = {**{k: round(v, 4) for k, v in test.items()}, **{f"subset_{k}": round(v, 4) for k, v in subset.items()}}
-    return test, subset, metrics
-
-
-def _judge_average(
-    task, model, average: dict[str, torch.Tensor], state: dict[str, Any], best_path: Path, verbose: bool
-) -> None:
-    """Checkpoint averaging: validate the mean weights of the last epochs, and keep them as the model when
-    they score at least as well as the best single epoch (recorded in ``state["average"]``)."""
-    model.load_state_dict(average)
-    scores = task.validate(model, task.splits["val"])
-    kept = state["best"] is None or scores[task.main_metric] >= state["best"]
-    last = state["epoch"]
-    state["average"] = {"epochs": [last - state["averaged_epochs"] + 1, last], "val": scores, "kept": kept}
-    if kept:
-        write_weights(average, best_path, overwrite=True, sidecar=True)
-    if verbose:
-        first = state["average"]["epochs"][0]
-        best = "none" if state["best"] is None else f"{state['best']:.4f} (epoch {state['best_epoch']})"
-        print(
-            f"average of epochs {first}-{last}: val {task.main_metric} {scores[task.main_metric]:.4f}, the best "
-            f"single epoch {best}: " + ("the average is kept" if kept else "the best epoch is kept"),
-            flush=True,
-        )
-
-
-def _describe_time(seconds: float, epochs: int, device: torch.device) -> str:
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
-    return f"{seconds / 60:.0f} min on {where} ({epochs} epochs)"
-
-
-def evaluate_file(
-    model_or_path: Any, path: str | Path, *, columns: dict[str, str] | None = None, threshold: float | None = None
-) -> dict[str, Any]:
-    """Score a trained model (a run folder, weights file, pretrained name or module) on a data file.
-
-    The file is read with the data settings the model was trained with (columns, separator), which
-    ``columns`` (``text``, ``labels``, ``target``, ``label_separator``) can override; the vocabulary,
-    labels and the decision threshold (tuned on validation) come from the weights. A label the model
-    does not know is an error naming the file and line."""
-    import attnzoo
-
-    if isinstance(model_or_path, torch.nn.Module):
-        model = model_or_path
-    elif Path(model_or_path).exists():
-        model = attnzoo.load(model_or_path)
-    else:
-        model = attnzoo.create(str(model_or_path), pretrained=True)
-    record = RunRecord.of(model, model_or_path if isinstance(model_or_path, (str, Path)) else None)
-    kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq"}
-    if not record.trained or record.output not in kinds:
-        raise ConfigError("evaluate needs weights written by attnzoo train (they carry the vocabulary and labels)")
-    config = dict(record.task_config)
-    if config.get("name") != "files":  # a bundled task's model, scored on the user's file
-        config = {"name": "files", "task": kinds[record.output], "max_len": record.max_len}
-    config.setdefault("task", kinds[record.output])  # a data: section that left the task to be inferred
-    config.update({k: v for k, v in (columns or {}).items() if v is not None})
-    config["evaluate_file"] = str(path)
-    for key in ("train", "validation", "test", "labels_file"):
-        config.pop(key, None)
-    metadata = record.to_metadata()
-    if threshold is not None:  # the task decides at the threshold it is built with
-        metadata["threshold"] = float(threshold)
-    task = build_task(config, metadata=metadata)
-    indices = task.splits["test"]
-    with kept_modes(model):  # scored in eval mode; a caller's model (mid-training) gets its modes back
-        scores = task.evaluate(model, indices)
-    out: dict[str, Any] = {"file": str(path), "rows": len(indices), "task": config["task"], **scores}
-    if getattr(task, "threshold", None) is not None and config["task"] == "multi_label":
-        out["threshold"] = task.threshold
-    return out
-
-
-def evaluate_pretrained(name: str, *, subset: bool = True, split: str = "test") -> dict[str, float]:
-    """Re-evaluate shipped weights on their task's test split (or its fixed subset), from the weights'
-    own metadata: the vocabulary, labels, threshold and split settings they were trained with."""
-    import attnzoo
-
-    model = attnzoo.create(name, pretrained=True).eval()
-    record = RunRecord.of(model, name)
-    task = task_of(record, source=name)
-    indices = task.subset(int(record.check_subset or 2000)) if subset else task.splits[split]
-    return task.evaluate(model, indices)

@@ -21,7 +21,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.train.trainer import evaluate_file
+    from attnzoo.train.evaluate import evaluate_file
 
     columns = {"text": args.text, "labels": args.labels, "target": args.target, "label_separator": args.label_separator}
     scores = evaluate_file(args.model, args.file, columns=columns, threshold=args.threshold)

@@ -51,14 +51,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.train.trainer import (
-        builtin_recipes,
-        check_overrides,
-        complete_recipe,
-        load_recipe,
-        recipe_summary,
-        train,
-    )
+    from attnzoo.train.recipe import builtin_recipes, check_overrides, complete_recipe, load_recipe, recipe_summary
+    from attnzoo.train.trainer import train
 
     if args.list:
         rows = [(name, recipe_summary(path)) for name, path in builtin_recipes().items()]

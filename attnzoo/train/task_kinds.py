@@ -1,0 +1,394 @@
+"""The kinds of task a model is trained on: what every task does (data, splits, batches, loss, evaluation,
+TF-IDF baseline, metadata) and how each output kind does it.
+
+* ``MultiLabelTask``: text -> a set of labels (sigmoid per label, BCE; micro/macro F1, precision@k; the
+  decision threshold tuned on validation).
+* ``SingleLabelTask``: text -> one label (softmax, cross-entropy; accuracy, macro F1).
+* ``Seq2SeqTask``: a sequence -> a sequence (teacher forcing; word accuracy, symbol error rate).
+
+The bundled data sets (tasks.py) and the user's files (file_tasks.py) are subclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from attnzoo.io.text import Vocabulary, pad_batch, tokenize
+from attnzoo.train.metrics import accuracy, g2p_scores, g2p_scores_both, macro_f1_single, multilabel_f1, precision_at_k
+from attnzoo.train.sources import SOURCES
+from attnzoo.train.splits import split_indices
+
+__all__ = [
+    "Task",
+    "TextTask",
+    "MultiLabelTask",
+    "SingleLabelTask",
+    "Seq2SeqTask",
+    "MIN_TUNING_ROWS",
+    "MIN_TUNING_POSITIVES",
+]
+
+# the least validation data the multi-label decision threshold is tuned on without a warning
+MIN_TUNING_ROWS = 100
+MIN_TUNING_POSITIVES = 5  # positive labels per label, on average
+
+
+def _batches_of(
+    indices: list[int],
+    lengths: list[int],
+    batch_size: int,
+    generator: torch.Generator | None,
+    rank: int = 0,
+    world: int = 1,
+) -> Iterator[list[int]]:
+    """Batches of similar length (less padding): shuffle, sort within pools of 50 batches, shuffle batches.
+
+    With ``world`` > 1 every batch is cut into ``world`` equal parts and each rank takes its part, so
+    that DistributedDataParallel, which averages the ranks' gradients, takes the very steps one process
+    takes on the whole batches (a batch too small to cut evenly is dropped)."""
+    if generator is not None:
+        order = [indices[i] for i in torch.randperm(len(indices), generator=generator).tolist()]
+    else:
+        order = list(indices)
+    pool = batch_size * 50
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    if generator is not None:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+    for batch in batches:
+        if world == 1:
+            yield batch
+        elif len(batch) % world == 0:
+            part = len(batch) // world
+            yield batch[rank * part : (rank + 1) * part]
+
+
+def _device_of(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+class Task:
+    """Base class: subclasses fill ``self.inputs`` (id lists), targets, and the metric logic."""
+
+    name = "task"
+    main_metric = "loss"
+    data_keys: tuple[str, ...] = ()
+    dataset = ""
+    license = ""
+    texts: list[str]  # one per example; load() fills it
+    threshold: float | None = None  # multi-label decision threshold (tuned on validation)
+    # whether loss() takes train.label_smoothing (a softmax cross-entropy over classes does)
+    takes_label_smoothing = False
+
+    def __init__(self, config: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+        self.config = config
+        self.max_len = int(config.get("max_len", 64))
+        self.load(metadata)
+        self.splits = self.make_splits()
+        limit = config.get("limit")
+        if limit:  # tiny recipes for tests: the first examples of each split
+            self.splits = {k: v[: max(1, int(limit * (0.8 if k == "train" else 0.1)))] for k, v in self.splits.items()}
+        if metadata is None:
+            self.vocab = self.build_vocab([self.texts[i] for i in self.splits["train"]])
+        else:
+            self.vocab = Vocabulary.from_json(metadata["vocab"])
+        self.encoded = [self.encode(t) for t in self.texts]
+
+    # -- to implement ------------------------------------------------------------------------------
+    def load(self, metadata: dict[str, Any] | None) -> None:
+        raise NotImplementedError
+
+    def model_config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def loss(self, model, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0) -> torch.Tensor:
+        """The training loss of a batch (``label_smoothing``: for the tasks that take it)."""
+        raise NotImplementedError
+
+    def evaluate(self, model, indices: list[int], batch_size: int = 256) -> dict[str, float]:
+        """The metrics the card records (and the tests re-evaluate)."""
+        raise NotImplementedError
+
+    def validate(self, model, indices: list[int]) -> dict[str, float]:
+        """The metrics that pick the best epoch; by default those of :meth:`evaluate`."""
+        return self.evaluate(model, indices)
+
+    def extra_metrics(self, model, indices: list[int]) -> dict[str, float]:
+        """Further test metrics for the report and card (e.g. greedy beside beam decoding)."""
+        return {}
+
+    def baseline(self) -> dict[str, float]:
+        """A simple model on the same split, scored on the test split ({} when the task has none)."""
+        return {}
+
+    # -- shared ------------------------------------------------------------------------------------
+    def make_splits(self) -> dict[str, list[int]]:
+        """Indices of ``self.texts`` per split: by default a seeded hash split (see splits.py)."""
+        return split_indices(
+            self.texts, int(self.config.get("split_seed", 13)), tuple(self.config.get("fractions", (0.8, 0.1, 0.1)))
+        )
+
+    def build_vocab(self, texts: list[str]) -> Vocabulary:
+        vocab = self.config.get("vocab", {})
+        return Vocabulary.build(
+            (tokenize(t) for t in texts), min_freq=int(vocab.get("min_freq", 2)), max_size=vocab.get("max_size")
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self.vocab.encode(tokenize(text))[: self.max_len]
+
+    def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def batches(self, split: str, batch_size: int, *, generator=None, rank=0, world=1) -> Iterator[dict]:
+        indices = self.splits[split]
+        lengths = [len(self.encoded[i]) for i in range(len(self.encoded))]
+        for chunk in _batches_of(indices, lengths, batch_size, generator, rank, world):
+            yield self.batch(chunk)
+
+    def subset(self, size: int) -> list[int]:
+        """The fixed test subset that shipped weights are re-evaluated on: the first ``size`` test items."""
+        return self.splits["test"][:size]
+
+    def describe_data(self) -> str:
+        """Where the data came from, pinned (package versions and file digests)."""
+        return "; ".join(SOURCES[k].describe() for k in self.data_keys)
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "task": self.name,
+            "task_config": self.config,
+            "vocab": self.vocab.to_json(),
+            "data": self.describe_data(),
+        }
+
+    def split_sizes(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.splits.items()}
+
+
+class TextTask(Task):
+    def batch(self, indices):
+        tokens = pad_batch([self.encoded[i] or [1] for i in indices], self.max_len)
+        return {"tokens": tokens, "indices": torch.tensor(indices)}
+
+    def _logits(self, model, indices, batch_size):
+        model.eval()
+        outs = []
+        device = _device_of(model)
+        with torch.no_grad():
+            for start in range(0, len(indices), batch_size):
+                tokens = self.batch(indices[start : start + batch_size])["tokens"].to(device)
+                outs.append(model(tokens).float().cpu())
+        return torch.cat(outs)
+
+    def baseline(self) -> dict[str, float]:
+        """TF-IDF (words 1-2 grams) + linear SVM on the same train split, scored on the test split."""
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        vectorizer = TfidfVectorizer(ngram_range=(1, 2), min_df=2, sublinear_tf=True)
+        train = vectorizer.fit_transform([self.texts[i] for i in self.splits["train"]])
+        test = vectorizer.transform([self.texts[i] for i in self.splits["test"]])
+        return self._fit_baseline(train, test)
+
+    def _fit_baseline(self, train: Any, test: Any) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class MultiLabelTask(TextTask):
+    """Text -> any number of labels: ``self.labels`` (label ids per text), ``self.label_names``,
+    ``self.threshold`` (tuned on validation). Metrics: micro/macro-F1 at the threshold, P@1 and P@5."""
+
+    main_metric = "micro_f1"
+    labels: list[list[int]]  # per text, the indices of its labels; load() fills it
+    label_names: list[str]
+
+    def model_config(self):
+        return {"vocab_size": len(self.vocab), "num_labels": len(self.label_names)}
+
+    def _targets(self, indices):
+        target = torch.zeros(len(indices), len(self.label_names))
+        for row, i in enumerate(indices):
+            target[row, self.labels[i]] = 1.0
+        return target
+
+    def batch(self, indices):
+        out = super().batch(indices)
+        out["target"] = self._targets(indices)
+        return out
+
+    def loss(self, model, batch, label_smoothing=0.0):
+        return F.binary_cross_entropy_with_logits(model(batch["tokens"]), batch["target"])
+
+    def threshold_problem(self, indices) -> str | None:
+        """Why ``indices`` (the validation split) are too few to tune the decision threshold on, with the
+        numbers; None when they will do (at least ``MIN_TUNING_ROWS`` rows and ``MIN_TUNING_POSITIVES``
+        positives per label on average: the threshold is one number for all labels, tuned on their pooled
+        micro-F1)."""
+        labels = len(self.label_names)
+        positives = sum(len(self.labels[i]) for i in indices)
+        per_label = positives / labels if labels else 0.0
+        if len(indices) >= MIN_TUNING_ROWS and per_label >= MIN_TUNING_POSITIVES:
+            return None
+        return (
+            f"the validation split has {len(indices)} rows and {positives} positive labels over {labels} labels "
+            f"({per_label:.1f} per label); tuning the decision threshold wants at least {MIN_TUNING_ROWS} rows and "
+            f"{MIN_TUNING_POSITIVES} positives per label"
+        )
+
+    def tune_threshold(self, model, indices) -> float:
+        """The global decision threshold with the best micro-F1 on ``indices`` (the validation split)."""
+        probs = torch.sigmoid(self._logits(model, indices, 512))
+        target = self._targets(indices).bool()
+        grid = [i / 100 for i in range(10, 91, 2)]
+        scores = [multilabel_f1(probs >= t, target)["micro_f1"] for t in grid]
+        self.threshold = grid[max(range(len(grid)), key=scores.__getitem__)]
+        return self.threshold
+
+    def evaluate(self, model, indices, batch_size=512):
+        probs = torch.sigmoid(self._logits(model, indices, batch_size))
+        target = self._targets(indices).bool()
+        return {
+            **multilabel_f1(probs >= self.threshold, target),
+            # precision@k with k >= the number of labels is the labels' mean frequency whatever the model
+            **{f"precision_at_{k}": precision_at_k(probs, target, k) for k in (1, 5) if k < probs.shape[-1]},
+        }
+
+    def _fit_baseline(self, train, test):
+        from sklearn.multiclass import OneVsRestClassifier
+        from sklearn.preprocessing import MultiLabelBinarizer
+        from sklearn.svm import LinearSVC
+
+        binarizer = MultiLabelBinarizer(classes=list(range(len(self.label_names))))
+        y_train = binarizer.fit_transform([self.labels[i] for i in self.splits["train"]])
+        classifier = OneVsRestClassifier(LinearSVC(C=1.0), n_jobs=1).fit(train, y_train)
+        predicted = torch.from_numpy(classifier.predict(test)).bool()
+        return multilabel_f1(predicted, self._targets(self.splits["test"]).bool())
+
+    def metadata(self):
+        return {**super().metadata(), "labels": self.label_names, "threshold": self.threshold, "output": "multilabel"}
+
+
+class SingleLabelTask(TextTask):
+    """Text -> one class: ``self.classes`` (class id per text), ``self.class_names``. Metrics: accuracy,
+    macro-F1."""
+
+    main_metric = "accuracy"
+
+    def model_config(self):
+        return {"vocab_size": len(self.vocab), "num_classes": len(self.class_names)}
+
+    def batch(self, indices):
+        out = super().batch(indices)
+        out["target"] = torch.tensor([self.classes[i] for i in indices])
+        return out
+
+    takes_label_smoothing = True
+
+    def loss(self, model, batch, label_smoothing=0.0):
+        return F.cross_entropy(model(batch["tokens"]), batch["target"], label_smoothing=label_smoothing)
+
+    def evaluate(self, model, indices, batch_size=512):
+        predicted = self._logits(model, indices, batch_size).argmax(-1)
+        target = torch.tensor([self.classes[i] for i in indices])
+        return {
+            "accuracy": accuracy(predicted, target),
+            "macro_f1": macro_f1_single(predicted, target, len(self.class_names)),
+        }
+
+    def _fit_baseline(self, train, test):
+        from sklearn.svm import LinearSVC
+
+        classifier = LinearSVC(C=1.0).fit(train, [self.classes[i] for i in self.splits["train"]])
+        predicted = torch.from_numpy(classifier.predict(test))
+        target = torch.tensor([self.classes[i] for i in self.splits["test"]])
+        return {
+            "accuracy": accuracy(predicted, target),
+            "macro_f1": macro_f1_single(predicted, target, len(self.class_names)),
+        }
+
+    def metadata(self):
+        return {**super().metadata(), "labels": self.class_names, "output": "multiclass"}
+
+
+class Seq2SeqTask(Task):
+    """Letters in, a sequence of symbols out (G2P-style), whatever the data: the letter vocabulary, batches
+    with teacher forcing, the cross-entropy, beam-search decoding and word / symbol error rates. A data set
+    supplies ``load`` (``texts``, ``references``, ``phonemes``)."""
+
+    stress_metrics = False  # ARPAbet data sets also score without stress digits
+    main_metric = "word_accuracy"
+    phonemes: Vocabulary  # the output symbols; load() fills it
+    references: list[list[list[str]]]  # per text, its accepted outputs; load() fills it
+
+    def build_vocab(self, texts):
+        return Vocabulary(sorted({c for t in texts for c in t}), specials=("<pad>", "<unk>"))
+
+    def encode(self, text):
+        return self.vocab.encode(list(text))[: self.max_len]
+
+    def model_config(self):
+        return {"num_letters": len(self.vocab), "num_phonemes": len(self.phonemes)}
+
+    def batch(self, indices):
+        letters = pad_batch([self.encoded[i] for i in indices], self.max_len)
+        targets = [[1] + self.phonemes.encode(self.references[i][0]) + [2] for i in indices]  # <s> ... </s>
+        padded = pad_batch(targets)
+        return {"letters": letters, "phonemes_in": padded[:, :-1], "phonemes_out": padded[:, 1:]}
+
+    takes_label_smoothing = True
+
+    def loss(self, model, batch, label_smoothing=0.0):
+        logits = model(batch["letters"], batch["phonemes_in"])
+        return F.cross_entropy(
+            logits.transpose(1, 2), batch["phonemes_out"], ignore_index=0, label_smoothing=label_smoothing
+        )
+
+    def decode(self, ids: torch.Tensor) -> list[list[str]]:
+        out = []
+        for row in ids.tolist():
+            symbols = []
+            for i in row:
+                if i in (0, 2):
+                    break
+                symbols.append(self.phonemes.tokens[i])
+            out.append(symbols)
+        return out
+
+    def evaluate(self, model, indices, batch_size=512, beam_size=None):
+        """Word accuracy and phoneme error rate, with stress and without (``stress_free_*``), decoding
+        with the task's ``beam_size`` (default 1: greedy) and ``length_penalty``."""
+        beam = int(self.config.get("beam_size", 1)) if beam_size is None else beam_size
+        if beam > 1:
+            batch_size = max(1, batch_size // beam)
+        model.eval()
+        predictions = []
+        device = _device_of(model)
+        for start in range(0, len(indices), batch_size):
+            chunk = indices[start : start + batch_size]
+            letters = pad_batch([self.encoded[i] for i in chunk], self.max_len).to(device)
+            ids, _ = model.generate(
+                letters, beam_size=beam, length_penalty=float(self.config.get("length_penalty", 1.0))
+            )
+            predictions += self.decode(ids.cpu())
+        score = g2p_scores_both if self.stress_metrics else g2p_scores
+        return score(predictions, [self.references[i] for i in indices])
+
+    def validate(self, model, indices):
+        return self.evaluate(model, indices, beam_size=1)  # greedy: fast, and ranks epochs the same way
+
+    def extra_metrics(self, model, indices):
+        if int(self.config.get("beam_size", 1)) == 1:
+            return {}
+        return {f"greedy_{k}": v for k, v in self.evaluate(model, indices, beam_size=1).items()}
+
+    def baseline(self):
+        return {}
+
+    def metadata(self):
+        return {**super().metadata(), "phonemes": self.phonemes.to_json(), "output": "g2p"}
