@@ -1,6 +1,8 @@
 """The house in floors, as docs/contributing.md draws it: every import of attnzoo/ goes down (or across) the
-floors, and no string names a module above its own floor either; from the keras floor up, the public API
-is reached through ``attnzoo``; no module imports another's private names; no function runs over 80 lines."""
+floors, and no string names a module above its own floor either; the public face (attnzoo/__init__.py) is the
+top floor, imported by no module of the library; from the keras floor up the core's public names come from
+``attnzoo.core``; no circle of imports, those inside functions counted; no module imports another's private
+names; no function runs over 80 lines."""
 
 from __future__ import annotations
 
@@ -30,7 +32,6 @@ FLOORS = {
     "attnzoo.__main__": 7,
     "attnzoo": 7,  # the public API (attnzoo/__init__.py)
 }
-PUBLIC_API_FROM = 3  # floors from which `import attnzoo` (the public names) is the way in
 
 
 def _module_name(path: Path) -> str:
@@ -80,13 +81,9 @@ def test_imports_go_down_the_floors():
             if target == "attnzoo":
                 # `from attnzoo import io`: that part's floor; `import attnzoo` or a public name: the public API
                 parts = [f"attnzoo.{n}" for n in names if f"attnzoo.{n}" in FLOORS]
-                if parts:
-                    target = max(parts, key=_floor)
-                elif _floor(here) < PUBLIC_API_FROM:
-                    upward.append(f"{here}:{line} uses the public API (floor {_floor(here)})")
-                    continue
-                else:
-                    continue
+                if not parts:
+                    continue  # the public face: test_the_public_face_is_the_top_floor_... says no
+                target = max(parts, key=_floor)
             if _floor(target) > _floor(here):
                 upward.append(f"{here}:{line} imports {target} (floor {_floor(target)} > {_floor(here)})")
     assert not upward, "imports that go up the floors:\n" + "\n".join(upward)
@@ -186,25 +183,96 @@ def test_no_string_names_a_module_of_a_higher_floor():
     assert not upward, "strings that name a module up the floors:\n" + "\n".join(upward)
 
 
-def test_from_the_keras_floor_up_the_public_api_comes_through_attnzoo():
-    """create, load, save, register, list_models, ... are imported from ``attnzoo``, not from the modules that
-    define them, by every module from floor 3 up: those modules use the library as its users do."""
-    import attnzoo
+def test_the_public_face_is_the_top_floor_no_module_of_the_library_imports_it():
+    """``attnzoo/__init__.py`` re-exports the public names and nothing in the library imports it back (`import
+    attnzoo` or a public name from it, at module top or in a function): a module reaches what it needs in the
+    floor that defines it, so importing any module never runs the face first and the face closes no circle."""
+    faces = []
+    for path in FILES:
+        here = _module_name(path)
+        if here == "attnzoo":
+            continue
+        for line, target, names in _imports(path):
+            if target == "attnzoo" and (not names or any(f"attnzoo.{n}" not in FLOORS for n in names)):
+                faces.append(f"{here}:{line} imports attnzoo's public face")
+    assert not faces, "\n".join(faces)
 
-    public = {}
-    for name in attnzoo.__all__:
-        value = getattr(attnzoo, name)
-        if callable(value) and not isinstance(value, type) and value.__module__.startswith("attnzoo."):
-            public.setdefault(value.__module__, set()).add(name)
+
+def test_from_the_keras_floor_up_the_core_s_public_names_come_from_its_face():
+    """create, load, register, list_models, ... are imported from ``attnzoo.core`` (the core's face), not from
+    the modules inside the core that define them, by every module from floor 3 up."""
+    import attnzoo.core
+
+    inside = {}
+    for name in attnzoo.core.__all__:
+        inside.setdefault(getattr(attnzoo.core, name).__module__, set()).add(name)
     direct = []
     for path in FILES:
         here = _module_name(path)
-        if _floor(here) < PUBLIC_API_FROM or here == "attnzoo":
+        if _floor(here) < 3 or here == "attnzoo":
             continue
         for line, target, names in _imports(path):
-            for name in set(names) & public.get(target, set()):
-                direct.append(f"{here}:{line} imports {name} from {target}; use attnzoo.{name}")
+            for name in set(names) & inside.get(target, set()):
+                direct.append(f"{here}:{line} imports {name} from {target}; use attnzoo.core")
     assert not direct, "\n".join(direct)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the attnzoo modules it imports at run time (in functions too; ``if TYPE_CHECKING`` aside),
+    with the packages between (importing ``attnzoo.keras.convert`` runs ``attnzoo/keras/__init__.py``)."""
+    modules = {_module_name(path): path for path in FILES}
+
+    def known(target: str) -> str:
+        while target and target not in modules:
+            target = target.rsplit(".", 1)[0] if "." in target else ""
+        return target
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for statement in node.body
+            for n in ast.walk(statement)
+        }
+        deps: set[str] = set()
+        for line, target, names in _imports(path):
+            del line
+            deps |= {f"{target}.{n}" if f"{target}.{n}" in modules else known(target) for n in names or [""]}
+        deps -= {"", name}
+        # _imports walks every node; drop the ones under TYPE_CHECKING by re-walking those
+        for node in ast.walk(tree):
+            if id(node) in typing_only and isinstance(node, (ast.Import, ast.ImportFrom)):
+                module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                deps.discard(known(module or ""))
+                deps -= {f"{module}.{a.name}" for a in node.names}
+        for dep in list(deps):
+            parts = dep.split(".")
+            deps |= {".".join(parts[:i]) for i in range(2, len(parts)) if not name.startswith(".".join(parts[:i]))}
+        graph[name] = deps & set(modules)
+    return graph
+
+
+def test_no_circle_of_imports_even_counting_imports_inside_functions():
+    graph = _import_graph()
+    done: set[str] = set()
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circles.append(" -> ".join(path[path.index(module) :] + [module]))
+            return
+        if module in done:
+            return
+        for dep in sorted(graph.get(module, ())):
+            visit(dep, path + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not circles, "import circles:\n" + "\n".join(sorted(set(circles))[:20])
 
 
 def test_the_fields_of_a_card_are_the_dataclass_fields_listed_once():

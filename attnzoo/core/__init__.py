@@ -7,3 +7,22 @@ takes), ``create`` (``create``, ``load``). It imports ``attnzoo.errors`` and ``a
 reaches ``layers/`` and ``models/`` through the cards' factory strings at ``create()`` time. Importing it
 does not import torch.
 """
+
+from attnzoo.core.create import create, load
+from attnzoo.core.hookspecs import hookimpl
+from attnzoo.core.plugins import PluginInfo
+from attnzoo.core.registry import list_models, list_plugins, model_info, register
+from attnzoo.core.spec import ModelSpec, WeightsSpec
+
+__all__ = [
+    "create",
+    "load",
+    "list_models",
+    "model_info",
+    "register",
+    "list_plugins",
+    "hookimpl",
+    "ModelSpec",
+    "WeightsSpec",
+    "PluginInfo",
+]

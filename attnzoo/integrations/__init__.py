@@ -15,7 +15,7 @@ torch nor transformers nor timm; each submodule imports its own library.
 
 from __future__ import annotations
 
-import attnzoo
+from attnzoo.core import list_models, model_info
 
 __all__ = ["BACKEND_PREFIX", "backend_name", "backend_variants"]
 
@@ -31,4 +31,4 @@ def backend_name(variant: str) -> str:
 def backend_variants(backend: str) -> list[str]:
     """The registered variants whose card lists ``backend`` (``"transformers"``) under ``backends``, built-in
     and plugins' alike, in the registry's order."""
-    return [name for name in attnzoo.list_models() if backend in attnzoo.model_info(name).backends]
+    return [name for name in list_models() if backend in model_info(name).backends]

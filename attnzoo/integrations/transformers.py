@@ -51,7 +51,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import attnzoo
+from attnzoo.core import create, model_info
 from attnzoo.errors import ConfigError
 from attnzoo.integrations import backend_name, backend_variants
 
@@ -103,7 +103,7 @@ def _core(variant: str, config: tuple[tuple[str, Any], ...], heads: int, kv_head
                 overrides = dict(config, num_heads=heads, num_kv_heads=kv_heads, causal=causal)
                 if window is not None:
                     overrides["window"] = window
-                core = attnzoo.create(variant, device=device, **overrides)
+                core = create(variant, device=device, **overrides)
                 if not callable(getattr(core, "attend_heads", None)):
                     raise ConfigError(
                         f"{variant}: its card lists backends: [transformers], but {type(core).__name__} has no "
@@ -230,7 +230,7 @@ def _register_one(variant: str, name: str, config: dict[str, Any]) -> str:
 
 
 def _check_one(variant: str, name: str, config: dict[str, Any]) -> None:
-    spec = attnzoo.model_info(variant)
+    spec = model_info(variant)
     if BACKEND not in spec.backends:
         raise ConfigError(
             f"{variant} does not declare itself a transformers backend (its card has no backends: [transformers]); "
@@ -241,7 +241,7 @@ def _check_one(variant: str, name: str, config: dict[str, Any]) -> None:
     fixed = sorted(k for k in config if k in _FROM_THE_MODEL)
     if fixed:
         raise ConfigError(f"register({variant!r}): {', '.join(fixed)} come from the model, not from register()")
-    attnzoo.create(variant, num_heads=1, num_kv_heads=1, **config)  # a wrong key fails here, not in the model
+    create(variant, num_heads=1, num_kv_heads=1, **config)  # a wrong key fails here, not in the model
 
 
 def register(variant: str | None = None, *, name: str | None = None, **config: Any) -> list[str]:

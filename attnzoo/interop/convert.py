@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnzoo.core import create
 from attnzoo.errors import ConfigError, WeightsError
 
 __all__ = ["convert_checkpoint", "read_checkpoint", "Converted", "SOURCES", "TARGETS"]
@@ -424,7 +425,6 @@ def convert_checkpoint(
     imply (``split_size`` for PLM-ICD's laat-split). The written file carries its config and its
     provenance (reference, file, digest) in its metadata, so ``attnzoo.load(output)`` rebuilds it.
     """
-    import attnzoo
     from attnzoo.io.weights import encode_metadata, write_weights
 
     if source not in SOURCES:
@@ -448,7 +448,7 @@ def convert_checkpoint(
             f"{_listing(state)}; file: {_listing(original)}"
         )
     merged = {**converted.config, **dict(config or {})}
-    module = attnzoo.create(model, config=merged).eval()
+    module = create(model, config=merged).eval()
     expected = module.state_dict()
     missing = sorted(set(expected) - set(converted.tensors))
     unexpected = sorted(set(converted.tensors) - set(expected))

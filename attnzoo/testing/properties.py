@@ -53,6 +53,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnzoo.core import load
+from attnzoo.interop.export import export
+from attnzoo.io.folders import save
 from attnzoo.testing.conventions import Convention, Sample
 
 __all__ = ["Property", "PROPERTIES", "Subject", "Failure", "NotApplicable", "FAST", "SLOW"]
@@ -572,13 +575,12 @@ def state_dict(s: Subject) -> None:
 def save_load(s: Subject) -> None:
     if not s.registered:
         raise NotApplicable("save/load needs a registered name (attnzoo.register) to rebuild from")
-    import attnzoo
 
     model, sample = s.materialised()
     expected = s.run(model, sample)
     with tempfile.TemporaryDirectory() as tmp:
-        attnzoo.save(model, f"{tmp}/model")
-        again = attnzoo.load(f"{tmp}/model").eval()
+        save(model, f"{tmp}/model")
+        again = load(f"{tmp}/model").eval()
     got = s.run(again, sample)
     _same(
         _float_tensors([*got[0], got[1]]),
@@ -639,7 +641,6 @@ def compile_(s: Subject) -> None:
 
 
 def _exported(s: Subject, suffix: str) -> None:
-    import attnzoo
     from attnzoo.errors import ExportError
 
     if not s.registered:
@@ -647,7 +648,7 @@ def _exported(s: Subject, suffix: str) -> None:
     model, _ = s.materialised()
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            result = attnzoo.export(model, f"{tmp}/model{suffix}")
+            result = export(model, f"{tmp}/model{suffix}")
         except ExportError as e:
             raise Failure(str(e)) from None
     if result.static_axes:

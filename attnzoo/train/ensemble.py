@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from attnzoo.core import create, load, model_info
 from attnzoo.core.record import RunRecord
 from attnzoo.core.registry import resolve
 from attnzoo.errors import AttnzooError, ConfigError
@@ -48,14 +49,13 @@ def _members(source: str | Path) -> list[tuple[Any, RunRecord, dict[str, Any], d
     file's sha256; a pretrained name as given, with the sha256 of the card tag that ``create`` loads. An
     ensemble (a file or name) contributes its members with the provenance it recorded for them, so that
     an ensemble grows by joining it with new runs: its float16 weights pass through unchanged."""
-    import attnzoo
 
     path = Path(source)
     if path.exists():
-        model = attnzoo.load(path)
+        model = load(path)
         shown, digest = path.name, sha256_file(path / WEIGHTS_FILE if path.is_dir() else path)
     else:
-        model = attnzoo.create(str(source), pretrained=True)
+        model = create(str(source), pretrained=True)
         spec, tag = resolve(str(source))  # as create() resolved it, which has checked that the tag exists
         shown, digest = str(source), spec.weights[tag or str(spec.default_tag)].sha256
     meta = RunRecord.of(model, source)
@@ -93,9 +93,8 @@ def _same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 def _ensemble(config: dict[str, Any], members: list[Any]):
     """A g2p_ensemble of ``config`` holding ``members``' weights, in eval mode."""
-    import attnzoo
 
-    model = attnzoo.create("g2p_ensemble", **{**config, "members": len(members)}).eval()
+    model = create("g2p_ensemble", **{**config, "members": len(members)}).eval()
     for slot, member in zip(model.members, members, strict=True):
         slot.load_state_dict(member.state_dict())
     return model
@@ -205,7 +204,6 @@ def _write_ensemble(
 ) -> dict[str, Any]:
     """Score the ensemble of ``members`` on the test split and its checked subset, write it (float16) with
     its provenance, and return the report with its card entry."""
-    import attnzoo
 
     config = {**member_config, "members": len(members)}
     ensemble = _ensemble(config, members)
@@ -216,7 +214,7 @@ def _write_ensemble(
     extra = {**shared, "metrics": metrics, "members": described, "torch_version": torch.__version__}
     if validation is not None:
         extra["validation"] = validation
-    spec = attnzoo.model_info("g2p_ensemble")
+    spec = model_info("g2p_ensemble")
     digest = write_weights(
         float16_state(ensemble), output, metadata=encode_metadata("g2p_ensemble", spec.factory_name, config, extra)
     )

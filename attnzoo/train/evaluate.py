@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from attnzoo.core import create, load
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError
 from attnzoo.layers.modes import kept_modes
@@ -25,14 +26,13 @@ def evaluate_file(
     ``columns`` (``text``, ``labels``, ``target``, ``label_separator``) can override; the vocabulary,
     labels and the decision threshold (tuned on validation) come from the weights. A label the model
     does not know is an error naming the file and line."""
-    import attnzoo
 
     if isinstance(model_or_path, torch.nn.Module):
         model = model_or_path
     elif Path(model_or_path).exists():
-        model = attnzoo.load(model_or_path)
+        model = load(model_or_path)
     else:
-        model = attnzoo.create(str(model_or_path), pretrained=True)
+        model = create(str(model_or_path), pretrained=True)
     record = RunRecord.of(model, model_or_path if isinstance(model_or_path, (str, Path)) else None)
     kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq"}
     if not record.trained or record.output not in kinds:
@@ -61,9 +61,8 @@ def evaluate_file(
 def evaluate_pretrained(name: str, *, subset: bool = True, split: str = "test") -> dict[str, float]:
     """Re-evaluate shipped weights on their task's test split (or its fixed subset), from the weights'
     own metadata: the vocabulary, labels, threshold and split settings they were trained with."""
-    import attnzoo
 
-    model = attnzoo.create(name, pretrained=True).eval()
+    model = create(name, pretrained=True).eval()
     record = RunRecord.of(model, name)
     task = task_of(record, source=name)
     indices = task.subset(int(record.check_subset or 2000)) if subset else task.splits[split]

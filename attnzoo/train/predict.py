@@ -25,6 +25,7 @@ from typing import Any, overload
 
 import torch
 
+from attnzoo.core import create, load
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, UnknownTokensWarning
 from attnzoo.io.text import Vocabulary, pad_batch, tokenize
@@ -126,13 +127,12 @@ def trained_model(model_or_name: Any) -> tuple[torch.nn.Module, RunRecord]:
     """A trained model and its record, from a pretrained name, a run folder or weights file written by
     ``attnzoo train`` (loaded in eval mode), or the module itself (returned in the mode it is in: the
     caller's); a ConfigError for anything that has no record."""
-    import attnzoo
 
     if isinstance(model_or_name, torch.nn.Module):
         model = model_or_name
     elif isinstance(model_or_name, (str, Path)):
         path = Path(model_or_name)
-        model = attnzoo.load(path) if path.exists() else attnzoo.create(str(model_or_name), pretrained=True)
+        model = load(path) if path.exists() else create(str(model_or_name), pretrained=True)
     else:
         raise ConfigError(f"predict takes a model, a pretrained name or a path, got {type(model_or_name).__name__}")
     record = RunRecord.of(model, model_or_name if isinstance(model_or_name, (str, Path)) else None)

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-import attnzoo
+from attnzoo.core import model_info
 from attnzoo.errors import ConfigError, ThresholdWarning
+from attnzoo.io.folders import save
 from attnzoo.io.weights import encode_metadata, write_weights
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any
     target = _write_weights(run, half, extra, export, report)
     # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
     model.attnzoo_metadata = extra
-    attnzoo.save(model.cpu(), run.output, overwrite=True)
+    save(model.cpu(), run.output, overwrite=True)
     report["card_entry"] = _card_entry(run, report, metrics, target)
     run.output.mkdir(parents=True, exist_ok=True)
     (run.output / "report.json").write_text(json.dumps(report, indent=1))
@@ -146,11 +147,10 @@ def _write_weights(
     run: Run, half: dict[str, torch.Tensor], extra: dict[str, Any], export: str | Path | None, report: dict
 ) -> Path:
     """The float16 weights file with its metadata, in the run folder or (never replacing one) in ``export``."""
-    import attnzoo
 
     recipe = run.recipe
     config = {**run.sizes, **recipe.get("config", {})}
-    spec = attnzoo.model_info(recipe["model"])
+    spec = model_info(recipe["model"])
     metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
     file_name = weights_name(recipe)
     target = Path(export) / file_name if export else run.output / file_name

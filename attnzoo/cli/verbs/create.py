@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from attnzoo.cli.common import config_overrides
+from attnzoo.core import create, model_info
 
 HELP = "build a model and run a dummy forward"
 
@@ -26,14 +27,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import attnzoo
-
     overrides = config_overrides(args.overrides)
     import torch
     from torch.nn.parameter import is_lazy
 
-    spec = attnzoo.model_info(args.name)
-    model = attnzoo.create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
+    spec = model_info(args.name)
+    model = create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
     shapes = None
     if spec.convention:
         from attnzoo.testing.conventions import get_convention, sample_inputs

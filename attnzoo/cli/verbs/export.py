@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from attnzoo.cli.common import UsageError, config_overrides, emit_json, positive_int
+from attnzoo.core import create, load, model_info
+from attnzoo.interop.export import export
 
 HELP = "export a model to .pt2 (torch.export) or .onnx, checked"
 
@@ -31,19 +33,17 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import attnzoo
-
     overrides = config_overrides(args.overrides)
     if Path(args.source).is_dir():
         if overrides:
             raise UsageError("a saved folder rebuilds its own config; key=value pairs apply to a NAME only")
-        model = attnzoo.load(args.source)
+        model = load(args.source)
     else:
-        spec = attnzoo.model_info(args.source)
+        spec = model_info(args.source)
         # the card's example fills what the command line leaves open, so `attnzoo export laat` works
         config = {**dict(spec.example), **overrides} if not args.pretrained else overrides
-        model = attnzoo.create(args.source, pretrained=args.pretrained, config=config or None)
-    result = attnzoo.export(
+        model = create(args.source, pretrained=args.pretrained, config=config or None)
+    result = export(
         model,
         args.output,
         dynamic=not args.static,

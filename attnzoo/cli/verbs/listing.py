@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from attnzoo.cli.common import emit_json, metrics_text, print_table
+from attnzoo.core import list_models, model_info
 
 HELP = "list registered models"
 
@@ -20,13 +21,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import attnzoo
     from attnzoo.integrations import backend_name
 
-    names = attnzoo.list_models(args.patterns or "*", pretrained=args.pretrained, provider=args.provider)
+    names = list_models(args.patterns or "*", pretrained=args.pretrained, provider=args.provider)
     rows = []
     for name in names:
-        spec = attnzoo.model_info(name)
+        spec = model_info(name)
         if args.backend and args.backend not in spec.backends:
             continue
         tag = name.rsplit(".", 1)[1] if args.pretrained else None

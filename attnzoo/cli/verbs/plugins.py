@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnzoo.cli.common import emit_json, print_table
+from attnzoo.core import list_plugins
 
 HELP = "list plugins, their status and errors"
 
@@ -14,9 +15,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import attnzoo
-
-    infos = attnzoo.list_plugins()
+    infos = list_plugins()
     if args.json:
         emit_json([i.to_dict() for i in infos])
         return 0

@@ -37,8 +37,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import warnings
 
-    import attnzoo
     from attnzoo.errors import UnknownTokensWarning
+    from attnzoo.tools.plots import plot_attention
+    from attnzoo.train.predict import predict
 
     if args.attention:
         from pathlib import Path
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the text is not valid UTF-8; pass it in UTF-8") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnknownTokensWarning)  # printed below, with the result
-        result = attnzoo.predict(
+        result = predict(
             name,
             text,
             top=None if args.above_threshold else args.top,
@@ -78,6 +79,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result.render())
     if args.attention:
-        path = attnzoo.plot_attention(result, args.attention, title=f"{args.name}: {text}")
+        path = plot_attention(result, args.attention, title=f"{args.name}: {text}")
         print(f"attention map: {path}", file=sys.stderr)
     return 0

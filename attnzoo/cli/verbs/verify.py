@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnzoo.cli.common import FAILURE, UsageError, emit_json, print_table
+from attnzoo.core import list_models, model_info
 
 HELP = "check every weights file (bundled or cached) against its card"
 
@@ -15,19 +16,18 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import attnzoo
     from attnzoo.core.create import weights_path
     from attnzoo.io.weights import sha256_file
 
     rows, failures = [], 0
-    names = attnzoo.list_models(args.patterns or "*", pretrained=True)
+    names = list_models(args.patterns or "*", pretrained=True)
     if not names:
         raise UsageError(
             f"no pretrained model matches {' '.join(args.patterns) or '*'}; `attnzoo list --pretrained` shows them"
         )
     for name in names:
         arch, tag = name.rsplit(".", 1)
-        spec = attnzoo.model_info(arch)
+        spec = model_info(arch)
         wspec = spec.weights[tag]
         path = weights_path(spec, wspec)
         if not path.is_file():

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
+from attnzoo.core import create
+from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.keras.importer import load_keras_arrays
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import STYLE_ARGUMENTS, Converted, Refused, keras_layer, module_node
@@ -47,7 +49,6 @@ class ZooNode(Node):
         output_mask: str = "none",
     ) -> None:
         super().__init__(model=model, config=config, call=call, output_mask=output_mask)
-        import attnzoo
         from attnzoo.core.spec import parse_name
 
         # a registered layer by name, nothing fetched: a saved graph cannot make loading reach a network
@@ -55,7 +56,7 @@ class ZooNode(Node):
         if parsed is None or parsed.tag is not None:
             raise ValueError(f"keras_model: a zoo node names {model!r}; it must be a registered layer's name, no tag")
         self.call, self.mask_rule = call, output_mask
-        self.layer = attnzoo.create(model, config=dict(config))
+        self.layer = create(model, config=dict(config))
         try:
             params = inspect.signature(self.layer.forward).parameters
         except (TypeError, ValueError):
@@ -132,11 +133,9 @@ class ZooNode(Node):
 
 # -- attnzoo's own Keras layers: a Keras class -> a registered attnzoo layer with the Keras weights loaded ---
 def _zoo(name: str, config: dict[str, Any], arrays: list[np.ndarray], where: str, **call: Any) -> Converted:
-    import attnzoo
-
     try:
-        module = load_keras_arrays(attnzoo.create(name, config=config), [a.copy() for a in arrays], where=where)
-    except (ValueError, attnzoo.ConfigError, attnzoo.WeightsError) as e:
+        module = load_keras_arrays(create(name, config=config), [a.copy() for a in arrays], where=where)
+    except (ValueError, ConfigError, WeightsError) as e:
         raise Refused(str(e)) from None
     return module_node(module, source=f"attnzoo for {where}", **call)
 

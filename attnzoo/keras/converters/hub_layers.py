@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from attnzoo.core import create
 from attnzoo.errors import AttnzooError
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
 from attnzoo.keras.importer import load_keras_arrays
@@ -50,8 +51,6 @@ def _mha_order(name: str) -> tuple[str, ...]:
 
 
 def _attention(num_heads: int, hidden: int, query: int, value: int, dropout: float) -> Any:
-    import attnzoo
-
     config = {
         "num_heads": num_heads,
         "key_dim": hidden // num_heads,
@@ -62,7 +61,7 @@ def _attention(num_heads: int, hidden: int, query: int, value: int, dropout: flo
         "key_size": value,
         "keras_semantics": 3,
     }
-    return attnzoo.create("keras_mha", config=config)
+    return create("keras_mha", config=config)
 
 
 def _bool(mask: Any) -> Tensor | None:
