@@ -35,7 +35,7 @@ def main() -> int:
 
     section("every layer from its card, on a padded batch")
     # each card names its calling convention and a small example config; the inputs come from there
-    from attnzoo.testing.conventions import get_convention, sample_inputs
+    from attnzoo.conventions import get_convention, sample_inputs
 
     torch.manual_seed(0)
     for name in layers:

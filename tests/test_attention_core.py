@@ -16,11 +16,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import attnzoo
+from attnzoo.conventions import get_convention
 from attnzoo.layers import attention as core
 from attnzoo.layers.attention import Attention, KVCache, alibi_slopes, rotate, tiled_to_grouped
 from attnzoo.layers.linear_attention import causal_linear
 from attnzoo.testing import PROPERTIES, Failure, Subject
-from attnzoo.testing.conventions import get_convention
 
 DOUBLE = torch.float64
 

@@ -13,8 +13,8 @@ import warnings
 import pytest
 
 import attnzoo
+from attnzoo.conventions import convention_names, get_convention
 from attnzoo.testing import PROPERTIES, check_model
-from attnzoo.testing.conventions import convention_names, get_convention
 
 NAMES = attnzoo.list_models()
 
@@ -69,8 +69,8 @@ def test_raise_for_failures_and_the_table_give_every_reason_whole():
 
 
 def test_an_in_process_convention_is_held_by_the_registry_and_survives_a_plugin_reload(monkeypatch):
+    from attnzoo.conventions import register_convention
     from attnzoo.core import registry
-    from attnzoo.testing.conventions import register_convention
 
     flat = get_convention("sequence_to_sequence")
     register_convention("my_flat_copy", flat)

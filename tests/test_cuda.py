@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import attnzoo
-from attnzoo.testing.conventions import get_convention, sample_inputs
+from attnzoo.conventions import get_convention, sample_inputs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

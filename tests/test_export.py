@@ -119,7 +119,7 @@ def test_cli_export_from_a_name_and_from_a_saved_folder(tmp_path):
 @pytest.mark.parametrize("name", ["labelwise", "keras_additive", "attn_pool"])
 def test_a_layer_whose_sizes_came_from_its_first_call_exports_at_those_sizes(tmp_path, name):
     """The example inputs follow the materialised sizes, not the card's defaults (here 8, not 16)."""
-    from attnzoo.testing.conventions import get_convention, sample_inputs
+    from attnzoo.conventions import get_convention, sample_inputs
 
     spec = attnzoo.model_info(name)
     model = attnzoo.create(name, config=dict(spec.example)).eval()

@@ -23,14 +23,15 @@ FLOORS = {
     "attnzoo.models": 1,
     "attnzoo.core": 2,
     "attnzoo.keras": 3,
-    "attnzoo.testing": 4,
-    "attnzoo.interop": 4,
-    "attnzoo.integrations": 5,
-    "attnzoo.train": 5,
-    "attnzoo.tools": 6,
-    "attnzoo.cli": 6,
-    "attnzoo.__main__": 7,
-    "attnzoo": 7,  # the public API (attnzoo/__init__.py)
+    "attnzoo.conventions": 4,
+    "attnzoo.testing": 5,
+    "attnzoo.interop": 5,
+    "attnzoo.integrations": 6,
+    "attnzoo.train": 6,
+    "attnzoo.tools": 7,
+    "attnzoo.cli": 7,
+    "attnzoo.__main__": 8,
+    "attnzoo": 8,  # the public face (attnzoo/__init__.py): the top floor
 }
 
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import attnzoo  # noqa: E402
+from attnzoo.conventions import get_convention, sample_inputs  # noqa: E402
 from attnzoo.core.create import resolve_factory  # noqa: E402
 from attnzoo.errors import AttnzooError, UnknownModelError  # noqa: E402
-from attnzoo.testing.conventions import get_convention, sample_inputs  # noqa: E402
 
 NAMES = attnzoo.list_models()
 

@@ -190,7 +190,7 @@ def test_not_a_keras_file(tmp_path):
 
 
 def test_mha_converts_to_and_from_torch_multihead_attention():
-    from attnzoo.layers.keras_layers import mha_from_torch, mha_to_torch
+    from attnzoo.layers.keras_mha import mha_from_torch, mha_to_torch
 
     torch.manual_seed(0)
     layer = attnzoo.create("keras_mha", num_heads=4, key_dim=4, query_size=16, value_size=16, key_size=16)

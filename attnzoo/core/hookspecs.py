@@ -26,7 +26,7 @@ def attnzoo_place_model(model: Any, device: Any, dtype: Any) -> Any:
 @hookspec
 def attnzoo_register_conventions(register: Any) -> None:
     """Add calling conventions for the conformance kit: ``register(name, convention)`` with a ``Convention``
-    or a ``"module:attr"`` string naming one (see ``attnzoo.testing.conventions``)."""
+    or a ``"module:attr"`` string naming one (see ``attnzoo.conventions``)."""
 
 
 @hookspec

@@ -112,7 +112,7 @@ def _output_names(convention, count: int, return_attention: bool) -> list[str] |
 
 def _convention_of(model: Any):
     import attnzoo
-    from attnzoo.testing.conventions import get_convention
+    from attnzoo.conventions import get_convention
 
     info = getattr(model, "attnzoo_config", None)
     if not isinstance(info, Mapping) or "name" not in info:
@@ -120,7 +120,7 @@ def _convention_of(model: Any):
     spec = attnzoo.model_info(info["name"])
     if not spec.convention:
         raise ConfigError(f"{spec.name}: its card names no convention; pass inputs=(args, kwargs)")
-    from attnzoo.testing.conventions import model_config
+    from attnzoo.conventions import model_config
 
     return get_convention(spec.convention).for_config(model_config(model))
 
@@ -310,7 +310,7 @@ def _plan(
     if inputs is not None:
         args, kwargs = inputs
         return args, kwargs, (args, kwargs), None, notes, None
-    from attnzoo.testing.conventions import sample_inputs
+    from attnzoo.conventions import sample_inputs
 
     if seq is None and _fixed_axes(model) and (seq := _run_max_len(model)) is not None:
         notes.append(f"the sequence axis is fixed at the run's max_len ({seq}): pad inputs to {seq} tokens")
@@ -338,8 +338,8 @@ def _check_trace_size(model: Any, convention: Any, batch: int, seq: int) -> None
     and the check's (one larger), drawn in float64, with room left for the forward passes."""
     import math
 
+    from attnzoo.conventions import model_config
     from attnzoo.core.memory import available_bytes
-    from attnzoo.testing.conventions import model_config
 
     sizes = convention.sizes_for(model_config(model), batch=batch + 1, seq=seq + 3)
     values = sum(math.prod(sizes[a] for a in slot.axes) for slot in convention.slots)

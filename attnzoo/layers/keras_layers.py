@@ -1,4 +1,5 @@
-"""Keras's attention layers in PyTorch, numerically equal to keras 3 (tests compare to 1e-6).
+"""Keras's attention layers in PyTorch, numerically equal to keras 3 (tests compare to 1e-6); the masks,
+constants and input checks they share with ``MultiHeadAttention`` (keras_mha.py).
 
 ``KerasDotAttention`` (``keras_dot``) = ``keras.layers.Attention`` (Luong)::
 
@@ -13,12 +14,6 @@ then, for both, with ``value_mask`` [B, Tv] and ``use_causal_mask`` (True = atte
 
     A = softmax_j(scores, masked)      [B, Tq, Tv]      out = A V      [B, Tq, dv]
     out_i = 0 where query_mask_i is False
-
-``KerasMultiHeadAttention`` (``keras_mha``) = ``keras.layers.MultiHeadAttention``::
-
-    Q_h = q Wq_h + bq_h [key_dim],  K_h = k Wk_h + bk_h,  V_h = v Wv_h + bv_h [value_dim]
-    A_h = softmax(Q_h K_hᵀ / sqrt(key_dim), masked)     [B, heads, Tq, Tv]
-    out = Σ_h (A_h V_h) Wo_h + bo                       [B, Tq, output_shape or dq]
 
 Masks follow Keras: True = keep. Two differences, on purpose: where a query row has no key left at all,
 Keras spreads the weight uniformly over the masked keys (it subtracts 1e9), attnzoo attends to nothing
@@ -63,10 +58,12 @@ from attnzoo.layers.lazy import LazyLayer
 __all__ = [
     "KerasDotAttention",
     "KerasAdditiveAttention",
-    "KerasMultiHeadAttention",
     "KerasVar",
-    "mha_to_torch",
-    "mha_from_torch",
+    "KerasCalls",
+    "KERAS_CONSTANTS",
+    "keras_weights",
+    "check_semantics",
+    "causal_mask",
 ]
 
 
@@ -86,7 +83,7 @@ class KerasVar(NamedTuple):
     convert: str = "same"
 
 
-def _causal(q_len: int, k_len: int, device) -> Tensor:
+def causal_mask(q_len: int, k_len: int, device) -> Tensor:
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril()
 
 
@@ -103,7 +100,7 @@ def _score_mask(value_mask: Tensor | None, q_len: int, k_len: int, causal: bool,
     """The [B or 1, Tq, Tk] mask of the scores from a checked value mask [B, Tk] and the causal flag."""
     mask = None if value_mask is None else value_mask[:, None, :]
     if causal:
-        tri = _causal(q_len, k_len, device)[None]
+        tri = causal_mask(q_len, k_len, device)[None]
         mask = tri if mask is None else mask & tri
     return mask
 
@@ -131,7 +128,7 @@ def _constant(name: str, dtype: torch.dtype) -> float:
     return torch.finfo(torch.float16).min if half is None else half
 
 
-def _keras_weights(scores: Tensor, mask: Tensor | None, rule: str) -> Tensor:
+def keras_weights(scores: Tensor, mask: Tensor | None, rule: str) -> Tensor:
     """Keras's masked softmax over the last axis, by its ``rule`` (see the module docstring):
     ``subtract`` (Attention layers), ``add`` (Keras 2 MHA), ``replace`` (keras 3 MHA with weights),
     ``fused`` (keras 3 MHA's fused path)."""
@@ -151,12 +148,14 @@ def _keras_weights(scores: Tensor, mask: Tensor | None, rule: str) -> Tensor:
     return torch.softmax(scores, dim=-1)
 
 
-def _check_semantics(layer: str, value: object) -> None:
+def check_semantics(layer: str, value: object) -> None:
     if value not in (None, 2, 3):
         raise ValueError(f"{layer}: keras_semantics must be None, 2 or 3 (a Keras major version), got {value!r}")
 
 
-class _KerasInputs:
+class KerasCalls:
+    """What the three Keras layers share: input and mask checks, and Keras's softmax over the scores."""
+
     name = "keras"
     keras_semantics: int | None = None
 
@@ -188,7 +187,7 @@ class _KerasInputs:
     ):
         """Keras's ``_apply_scores`` and query mask: softmax, dropout while training, A V, zeroed queries."""
         if self.keras_semantics is not None:
-            weights = _keras_weights(scores, mask, "subtract")
+            weights = keras_weights(scores, mask, "subtract")
             dropout = self.dropout if self.training else 0.0
             out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, value)
             out = _apply_query_mask(out, query_mask)
@@ -200,7 +199,7 @@ class _KerasInputs:
         return (out, _apply_query_mask(weights, query_mask)) if return_attention else out
 
 
-class KerasDotAttention(_KerasInputs, nn.Module):
+class KerasDotAttention(KerasCalls, nn.Module):
     """``keras.layers.Attention``: args ``use_scale``, ``score_mode`` ("dot" | "concat"), ``dropout``.
 
     Shapes: ``forward(query [B, Tq, d], value [B, Tv, dv], key [B, Tv, d] = value, *, query_mask [B, Tq],
@@ -221,7 +220,7 @@ class KerasDotAttention(_KerasInputs, nn.Module):
     ) -> None:
         super().__init__()
         check_probability(self.name, "dropout", dropout)
-        _check_semantics(self.name, keras_semantics)
+        check_semantics(self.name, keras_semantics)
         self.keras_semantics = keras_semantics
         if score_mode not in ("dot", "concat"):
             raise ValueError(f"keras_dot: score_mode must be 'dot' or 'concat', got {score_mode!r}")
@@ -270,7 +269,7 @@ class KerasDotAttention(_KerasInputs, nn.Module):
         return f"use_scale={self.use_scale}, score_mode={self.score_mode!r}, dropout={self.dropout}{semantics}"
 
 
-class KerasAdditiveAttention(_KerasInputs, LazyLayer):
+class KerasAdditiveAttention(KerasCalls, LazyLayer):
     """``keras.layers.AdditiveAttention``: args ``use_scale`` (default True), ``dropout``, ``dim`` (None:
     inferred from the query on the first call, as Keras builds).
 
@@ -293,7 +292,7 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
         super().__init__()
         check_probability(self.name, "dropout", dropout)
         check_positive(self.name, "dim", dim)
-        _check_semantics(self.name, keras_semantics)
+        check_semantics(self.name, keras_semantics)
         self.keras_semantics = keras_semantics
         self.use_scale, self.dropout = use_scale, dropout
         self._create_parameters({"dim": dim}, device, dtype)
@@ -343,274 +342,3 @@ class KerasAdditiveAttention(_KerasInputs, LazyLayer):
 
     def extra_repr(self) -> str:
         return f"use_scale={self.use_scale}, dim={self.size('dim')}, dropout={self.dropout}"
-
-
-class KerasMultiHeadAttention(_KerasInputs, LazyLayer):
-    """``keras.layers.MultiHeadAttention`` (attention over axis 1 of [B, T, dim] inputs).
-
-    Args: ``num_heads``, ``key_dim``, ``value_dim`` (None: key_dim), ``dropout``, ``use_bias``,
-    ``output_shape`` (None: the query's size), and the input sizes ``query_size``, ``value_size`` and
-    ``key_size``, each None: inferred on the first call, as Keras builds.
-
-    Shapes: ``forward(query [B, T, dq], value [B, S, dv], key [B, S, dk] = value, *,
-    attention_mask [B, T, S], query_mask [B, T], value_mask [B, S], return_attention=False,
-    use_causal_mask=False)`` -> ``out [B, T, output_shape]`` or ``(out, A [B, heads, T, S])``.
-    Parameters: ``query.weight`` [heads·key_dim, dq], ``query.bias``, likewise ``key``, ``value``, and
-    ``output.weight`` [output_shape, heads·value_dim], ``output.bias``.
-    """
-
-    name = "keras_mha"
-    keras_class = "MultiHeadAttention"
-
-    def __init__(
-        self,
-        num_heads: int,
-        key_dim: int,
-        *,
-        value_dim: int | None = None,
-        dropout: float = 0.0,
-        use_bias: bool = True,
-        output_shape: int | None = None,
-        query_size: int | None = None,
-        value_size: int | None = None,
-        key_size: int | None = None,
-        keras_semantics: int | None = None,
-        device=None,
-        dtype=None,
-    ) -> None:
-        super().__init__()
-        check_positive(self.name, "num_heads", num_heads, allow_none=False)
-        _check_semantics(self.name, keras_semantics)
-        self.keras_semantics = keras_semantics
-        check_positive(self.name, "key_dim", key_dim, allow_none=False)
-        for key, value in (
-            ("value_dim", value_dim),
-            ("output_shape", output_shape),
-            ("query_size", query_size),
-            ("value_size", value_size),
-            ("key_size", key_size),
-        ):
-            check_positive(self.name, key, value)
-        check_probability(self.name, "dropout", dropout)
-        self.num_heads, self.key_dim = num_heads, key_dim
-        self.value_dim = value_dim or key_dim
-        self.dropout, self.use_bias, self.output_shape = dropout, use_bias, output_shape
-        self._create_parameters(
-            {"query_size": query_size, "value_size": value_size, "key_size": key_size or value_size}, device, dtype
-        )
-
-    def _parameter_shapes(self, sizes):
-        h, kd, vd = self.num_heads, self.key_dim, self.value_dim
-        inputs = {
-            "query": (h * kd, sizes["query_size"]),
-            "key": (h * kd, sizes["key_size"]),
-            "value": (h * vd, sizes["value_size"]),
-            "output": (self.output_shape or sizes["query_size"], h * vd),
-        }
-        shapes = {}
-        for part, (rows, cols) in inputs.items():
-            shapes[f"{part}.weight"] = (rows, cols)
-            if self.use_bias:
-                shapes[f"{part}.bias"] = (rows,)
-        return shapes
-
-    def _infer_sizes(self, query, value, key=None, *args, **kwargs):
-        check_input(self.name, "query", query, ("batch", "query_len", "dim"))
-        check_input(self.name, "value", value, (query.shape[0], "value_len", "value_dim"))
-        key = value if key is None else key
-        check_input(self.name, "key", key, (query.shape[0], value.shape[1], "key_dim"))
-        return {"query_size": query.shape[-1], "value_size": value.shape[-1], "key_size": key.shape[-1]}
-
-    def _sizes_from_parameters(self):
-        return {
-            "query_size": self.query.weight.shape[1],
-            "value_size": self.value.weight.shape[1],
-            "key_size": self.key.weight.shape[1],
-        }
-
-    def reset_parameters(self) -> None:
-        # Keras glorot_uniform on the 3-D EinsumDense kernels: fans are (in, heads·d) and (heads·d, out)
-        for name in self._lazy_names:
-            param = self.tensor(name)
-            if name.endswith("weight"):
-                fan_out, fan_in = param.shape
-                bound = math.sqrt(6.0 / (fan_in + fan_out))
-                nn.init.uniform_(param, -bound, bound)
-            else:
-                nn.init.zeros_(param)
-
-    def keras_layout(self) -> list[KerasVar]:
-        layout = []
-        for ours, group, legacy in (
-            ("query", "query_dense", "query"),
-            ("key", "key_dense", "key"),
-            ("value", "value_dense", "value"),
-            ("output", "output_dense", "attention_output"),
-        ):
-            kernel = "heads_out" if ours == "output" else "heads_in"
-            layout.append(KerasVar(f"{ours}.weight", f"{group}/vars/0", f"{legacy}/kernel", kernel))
-            if self.use_bias:
-                bias = "same" if ours == "output" else "heads_bias"
-                layout.append(KerasVar(f"{ours}.bias", f"{group}/vars/1", f"{legacy}/bias", bias))
-        return layout
-
-    def keras_shapes(self) -> dict[str, tuple[int | None, ...]]:
-        """The Keras shape of every variable (None where a size is still lazy), for checks and exports."""
-        h, kd, vd = self.num_heads, self.key_dim, self.value_dim
-        q, k, v = self.size("query_size"), self.size("key_size"), self.size("value_size")
-        out = self.output_shape or q
-        shapes = {
-            "query.weight": (q, h, kd),
-            "key.weight": (k, h, kd),
-            "value.weight": (v, h, vd),
-            "output.weight": (h, vd, out),
-            "query.bias": (h, kd),
-            "key.bias": (h, kd),
-            "value.bias": (h, vd),
-            "output.bias": (out,),
-        }
-        return {n: s for n, s in shapes.items() if n in self._lazy_names}
-
-    def _project(self, x: Tensor, part: str, head_dim: int) -> Tensor:
-        group = getattr(self, part)
-        y = F.linear(x, group.weight, group.bias if self.use_bias else None)
-        return y.view(x.shape[0], x.shape[1], self.num_heads, head_dim).transpose(1, 2)  # [B, heads, T, d]
-
-    def forward(
-        self,
-        query: Tensor,
-        value: Tensor,
-        key: Tensor | None = None,
-        *,
-        attention_mask: Tensor | None = None,
-        query_mask: Tensor | None = None,
-        value_mask: Tensor | None = None,
-        return_attention: bool = False,
-        use_causal_mask: bool = False,
-    ):
-        sizes = [self.size(n) for n in ("query_size", "value_size", "key_size")]
-        for arg, tensor, size in (("query", query, sizes[0]), ("value", value, sizes[1]), ("key", key, sizes[2])):
-            if size is not None and isinstance(tensor, Tensor) and tensor.dim() == 3 and tensor.shape[-1] != size:
-                raise ValueError(f"keras_mha expects {arg} of shape [batch, seq, {size}], got {list(tensor.shape)}")
-        query, value, key, query_mask, value_mask = self._prepare(query, value, key, query_mask, value_mask)
-        batch, t, s = query.shape[0], query.shape[1], value.shape[1]
-        mask = None
-        if attention_mask is not None:
-            if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 3:
-                shape = list(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask)
-                raise ValueError(f"keras_mha expects attention_mask of shape [{batch}, {t}, {s}], got {shape}")
-            mask = check_mask(self.name, attention_mask, batch, t, s, arg="attention_mask", like=query)
-            if self.keras_semantics is None:
-                unseen = ~mask.any(dim=1)  # keys no query may attend to
-                value, key = neutralise(value, ~unseen), neutralise(key, ~unseen)
-        if query_mask is not None:
-            qm = query_mask[:, :, None]
-            mask = qm if mask is None else mask & qm
-        if value_mask is not None:
-            vm = value_mask[:, None, :]
-            mask = vm if mask is None else mask & vm
-        if use_causal_mask:
-            tri = _causal(t, s, query.device)[None]
-            mask = tri if mask is None else mask & tri
-        q = self._project(query, "query", self.key_dim)
-        k = self._project(key, "key", self.key_dim)
-        v = self._project(value, "value", self.value_dim)
-        mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, T or 1, S]
-        dropout = self.dropout if self.training else 0.0
-        if self.keras_semantics is not None:
-            out, weights = self._keras_attend(q, k, v, mask4, return_attention, dropout)
-            out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
-            out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
-            return (out, weights) if return_attention else out
-        out, weights = attend(
-            q, k, v, mask4, scale=self.key_dim**-0.5, return_attention=return_attention, dropout=dropout
-        )
-        out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
-        out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
-        return (out, weights) if return_attention else out
-
-    def _keras_attend(self, q, k, v, mask, return_attention: bool, dropout: float):
-        """Keras's own arithmetic (``keras_semantics``): which masked softmax runs depends on the version
-        and, in keras 3, on whether the weights are returned or dropout is configured (its explicit path)."""
-        scores = torch.matmul(q * self.key_dim**-0.5, k.transpose(-2, -1))
-        if mask is not None:
-            mask = mask.expand(scores.shape)
-        explicit = return_attention or self.dropout > 0  # keras 3's path that materialises the weights
-        rule = "add" if self.keras_semantics == 2 else ("replace" if explicit else "fused")
-        weights = _keras_weights(scores, mask, rule)
-        out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, v)
-        return out, weights
-
-    def extra_repr(self) -> str:
-        return (
-            f"num_heads={self.num_heads}, key_dim={self.key_dim}, value_dim={self.value_dim}, "
-            f"output_shape={self.output_shape}, use_bias={self.use_bias}, query_size={self.size('query_size')}"
-        )
-
-
-def mha_to_torch(layer: KerasMultiHeadAttention) -> nn.MultiheadAttention:
-    """The same attention as an ``nn.MultiheadAttention(batch_first=True)``, where the shapes allow it:
-    heads·key_dim = heads·value_dim = query size = output size (torch's embed_dim), with biases."""
-    h, kd, vd = layer.num_heads, layer.key_dim, layer.value_dim
-    q, k, v = layer.size("query_size"), layer.size("key_size"), layer.size("value_size")
-    embed = h * kd
-    out = layer.output_shape or q
-    if None in (q, k, v):
-        raise ValueError("keras_mha: sizes are not known yet; run one call or load weights first")
-    if not (kd == vd and q == embed and out == embed and layer.use_bias):
-        raise ValueError(
-            f"nn.MultiheadAttention cannot hold this layer: it needs heads*key_dim ({embed}) = query size ({q}) = "
-            f"output size ({out}), key_dim = value_dim ({kd}, {vd}) and biases ({layer.use_bias})"
-        )
-    mha = nn.MultiheadAttention(
-        embed,
-        h,
-        bias=True,
-        batch_first=True,
-        kdim=k,
-        vdim=v,
-        device=layer.query.weight.device,
-        dtype=layer.query.weight.dtype,
-    )
-    with torch.no_grad():
-        if mha._qkv_same_embed_dim:
-            mha.in_proj_weight.copy_(torch.cat([layer.query.weight, layer.key.weight, layer.value.weight]))
-        else:
-            mha.q_proj_weight.copy_(layer.query.weight)
-            mha.k_proj_weight.copy_(layer.key.weight)
-            mha.v_proj_weight.copy_(layer.value.weight)
-        mha.in_proj_bias.copy_(torch.cat([layer.query.bias, layer.key.bias, layer.value.bias]))
-        mha.out_proj.weight.copy_(layer.output.weight)
-        mha.out_proj.bias.copy_(layer.output.bias)
-    return mha
-
-
-def mha_from_torch(mha: nn.MultiheadAttention) -> KerasMultiHeadAttention:
-    """A ``keras_mha`` layer with the weights of a ``batch_first`` ``nn.MultiheadAttention``."""
-    if not mha.batch_first or mha.in_proj_bias is None or mha.bias_k is not None:
-        raise ValueError("mha_from_torch needs nn.MultiheadAttention(batch_first=True, bias=True) without add_bias_kv")
-    e, h = mha.embed_dim, mha.num_heads
-    layer = KerasMultiHeadAttention(
-        h,
-        e // h,
-        query_size=e,
-        key_size=mha.kdim,
-        value_size=mha.vdim,
-        device=mha.out_proj.weight.device,
-        dtype=mha.out_proj.weight.dtype,
-    )
-    with torch.no_grad():
-        if mha._qkv_same_embed_dim:
-            wq, wk, wv = mha.in_proj_weight.chunk(3)
-        else:
-            wq, wk, wv = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
-        bq, bk, bv = mha.in_proj_bias.chunk(3)
-        for group, w, b in (
-            (layer.query, wq, bq),
-            (layer.key, wk, bk),
-            (layer.value, wv, bv),
-            (layer.output, mha.out_proj.weight, mha.out_proj.bias),
-        ):
-            group.weight.copy_(w)
-            group.bias.copy_(b)
-    return layer

@@ -23,11 +23,11 @@ or one test per property, so that ``pytest -k masked_values`` selects one::
         check_model("my_plugin:my_layer", only=[prop]).raise_for_failures()
 
 The properties and what each promises are listed in :mod:`attnzoo.testing.properties`; inputs come
-from the variant's calling convention (:mod:`attnzoo.testing.conventions`). ``attnzoo check`` runs the same
+from the variant's calling convention (:mod:`attnzoo.conventions`). ``attnzoo check`` runs the same
 kit from the command line.
 """
 
-from attnzoo.testing.conventions import Convention, Sample, Slot, get_convention, register_convention, sample_inputs
+from attnzoo.conventions import Convention, Sample, Slot, get_convention, register_convention, sample_inputs
 from attnzoo.testing.kit import check_model, check_property, property_names
 from attnzoo.testing.properties import PROPERTIES, Failure, NotApplicable, Subject
 from attnzoo.testing.report import Report, Result, format_table

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
+from attnzoo.conventions import get_convention
 from attnzoo.core.spec import thaw
 from attnzoo.errors import AttnzooError, PropertyTimeout
 from attnzoo.io.folders import CONFIG_FILE, read_folder
 from attnzoo.layers.modes import kept_state
-from attnzoo.testing.conventions import get_convention
 from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
 from attnzoo.testing.report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
 
@@ -128,7 +128,7 @@ def _subject(
                 "card",
                 FAILED,
                 "no calling convention: add `convention:` to the "
-                "card (see attnzoo.testing.conventions) so the kit can build its inputs",
+                "card (see attnzoo.conventions) so the kit can build its inputs",
             ),
         )
     try:

@@ -2,7 +2,7 @@
 
 A property returns None when it holds, raises :class:`Failure` with the reason when it breaks, and
 :class:`NotApplicable` when the variant's convention gives it nothing to check (an image block has no
-mask). Inputs come from the variant's calling convention (``attnzoo.testing.conventions``), never from a table
+mask). Inputs come from the variant's calling convention (``attnzoo.conventions``), never from a table
 of names.
 
 =====================  ============================================================================
@@ -53,10 +53,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnzoo.conventions import Convention, Sample
 from attnzoo.core import load
 from attnzoo.interop.export import export
 from attnzoo.io.folders import save
-from attnzoo.testing.conventions import Convention, Sample
 
 __all__ = ["Property", "PROPERTIES", "Subject", "Failure", "NotApplicable", "FAST", "SLOW"]
 

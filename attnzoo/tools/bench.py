@@ -99,7 +99,7 @@ def _cuda_devices(device: str) -> list[int]:
 def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     """A zero-argument step of ``case`` (fresh weights, inputs from its convention) and the model."""
     import attnzoo
-    from attnzoo.testing.conventions import get_convention, model_config, sample_inputs
+    from attnzoo.conventions import get_convention, model_config, sample_inputs
 
     spec = attnzoo.model_info(case.name)
     if not spec.convention:

@@ -34,7 +34,7 @@ import torch
 from attnzoo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from attnzoo.testing.conventions import Convention, Sample
+    from attnzoo.conventions import Convention, Sample
     from attnzoo.train.predict import Prediction
 
 __all__ = [
@@ -99,8 +99,8 @@ class AttentionProfile:
 def _layer(name_or_layer: Any, config: Mapping[str, Any]) -> tuple[torch.nn.Module, str, str, dict[str, Any]]:
     """(a float64 eval-mode copy of the layer, its name, its convention, its config)."""
     import attnzoo
+    from attnzoo.conventions import model_config
     from attnzoo.core.spec import thaw
-    from attnzoo.testing.conventions import model_config
 
     if isinstance(name_or_layer, str):
         spec = attnzoo.model_info(name_or_layer)
@@ -124,7 +124,7 @@ def _layer(name_or_layer: Any, config: Mapping[str, Any]) -> tuple[torch.nn.Modu
 
 
 def _sample(layer: torch.nn.Module, conv: Convention, config: Mapping[str, Any], seq: int, length: int) -> Sample:
-    from attnzoo.testing.conventions import sample_inputs
+    from attnzoo.conventions import sample_inputs
 
     gen = torch.Generator().manual_seed(0)
     return sample_inputs(layer, conv, config=config, batch=1, seq=seq, queries=5, lengths=[length], generator=gen)
@@ -281,7 +281,7 @@ def _pixels(layer, conv: Convention, config: Mapping[str, Any]) -> np.ndarray:
 def profile(name_or_layer: Any, **config: Any) -> AttentionProfile:
     """Measure what :func:`plot_pattern` draws: the pattern, one forward's weights and, for position
     schemes, the score by distance (see the module's doc for how each is read off the layer)."""
-    from attnzoo.testing.conventions import get_convention
+    from attnzoo.conventions import get_convention
 
     with torch.random.fork_rng(devices=[]):  # the same pictures every time, the caller's random state kept
         torch.manual_seed(0)

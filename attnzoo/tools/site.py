@@ -427,7 +427,7 @@ def _shown(config: Mapping[str, Any]) -> str:
 
 def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
     """The page of a registered variant (markdown) and its images (PNG bytes by path under variants/)."""
-    from attnzoo.testing.conventions import get_convention
+    from attnzoo.conventions import get_convention
 
     spec = attnzoo.model_info(name)
     example = thaw(spec.example)
@@ -435,7 +435,7 @@ def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
     conv = get_convention(spec.convention) if spec.convention else None
     layer = attnzoo.create(name, config=example)
     if conv is not None:  # a lazy layer takes its sizes on a first call: its state dict has shapes after it
-        from attnzoo.testing.conventions import sample_inputs
+        from attnzoo.conventions import sample_inputs
 
         args, kwargs = sample_inputs(layer, conv.for_config(example)).call_arguments()
         with torch.no_grad():

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     model = create(args.name, pretrained=args.pretrained, device=args.device, dtype=args.dtype, **overrides)
     shapes = None
     if spec.convention:
-        from attnzoo.testing.conventions import get_convention, sample_inputs
+        from attnzoo.conventions import get_convention, sample_inputs
 
         device = None if any(True for _ in model.parameters()) or args.device is None else torch.device(args.device)
         placement: dict[str, Any] = {"device": device} if device else {}

@@ -1,0 +1,101 @@
+"""The table of conventions: the built-in ones and those plugins add through the
+``attnzoo_register_conventions(register)`` hook or :func:`register_convention`; :func:`get_convention` finds
+both, and :func:`sample_inputs` builds a model's inputs under its convention."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from attnzoo.conventions.base import Convention, Sample
+from attnzoo.conventions.builtin import BUILTIN
+from attnzoo.core import registry
+from attnzoo.errors import UnknownConventionError
+
+__all__ = ["CONVENTIONS", "get_convention", "register_convention", "convention_names", "model_config", "sample_inputs"]
+
+CONVENTIONS: dict[str, Convention] = {c.name: c for c in BUILTIN}
+HOOK = "attnzoo_register_conventions"
+
+
+def _check_name(name: str, convention: Any) -> None:
+    if name in CONVENTIONS:
+        raise ValueError(f"convention {name!r} is built in; choose another name")
+
+
+def register_convention(name: str, convention: Convention | str) -> None:
+    """Add a convention (a :class:`Convention` or ``"module:attr"`` naming one) in this process; plugins
+    add theirs through the ``attnzoo_register_conventions(register)`` hook. Built-in names are reserved."""
+    _check_name(name, convention)
+    registry.REGISTRY.add_item(HOOK, name, convention)
+
+
+def _plugin_conventions() -> dict[str, Any]:
+    """The conventions plugins registered, held by the registry's snapshot (asked for on first use)."""
+    return registry.REGISTRY.collected(HOOK, check=_check_name)
+
+
+def _resolve(value: Convention | str | type) -> Convention:
+    if isinstance(value, str):
+        module, _, attr = value.partition(":")
+        value = importlib.import_module(module)
+        for part in attr.split("."):
+            value = getattr(value, part)
+    if isinstance(value, type):
+        value = value()
+    if not isinstance(value, Convention):
+        raise TypeError(f"a convention must be an attnzoo.testing.Convention, got {type(value).__name__}")
+    return value
+
+
+def convention_names() -> list[str]:
+    return sorted({*CONVENTIONS, *_plugin_conventions()})
+
+
+def get_convention(name: str) -> Convention:
+    """The convention called ``name``: built in, or added by a plugin."""
+    if name in CONVENTIONS:
+        return CONVENTIONS[name]
+    plugin = _plugin_conventions()
+    if name in plugin:
+        return _resolve(plugin[name])
+    known = ", ".join(convention_names())
+    raise UnknownConventionError(f"unknown calling convention {name!r}; known: {known}")
+
+
+def model_config(model: Any) -> dict[str, Any]:
+    """The config a model was built with (``attnzoo.create`` records it), or {}."""
+    info = getattr(model, "attnzoo_config", None)
+    return dict(info.get("config") or {}) if isinstance(info, Mapping) else {}
+
+
+def _model_dtype_device(model: Any) -> tuple[torch.dtype | None, Any]:
+    for tensor in [*getattr(model, "parameters", lambda: [])(), *getattr(model, "buffers", lambda: [])()]:
+        if tensor.is_floating_point():
+            return tensor.dtype, tensor.device
+    return None, None
+
+
+def sample_inputs(
+    model: Any, convention: str | Convention, *, config: Mapping[str, Any] | None = None, **kwargs: Any
+) -> Sample:
+    """Inputs for ``model`` under its convention, in its dtype and on its device (see :meth:`Convention.sample`)."""
+    conv = get_convention(convention) if isinstance(convention, str) else convention
+    dtype, device = _model_dtype_device(model)
+    kwargs.setdefault("dtype", dtype)
+    kwargs.setdefault("device", device)
+    config = dict(model_config(model) if config is None else config)
+    sizer = getattr(model, "size", None)  # a lazy layer that has seen a batch knows its sizes now
+    if callable(sizer):
+        for key, value in list(config.items()):
+            if value is None:
+                try:
+                    known = sizer(key)
+                except Exception:  # noqa: BLE001 - a model's own size() may not know every key
+                    known = None
+                if isinstance(known, int) and not isinstance(known, bool):
+                    config[key] = known
+    return conv.for_config(config).sample(config, **kwargs)
