@@ -245,3 +245,14 @@ def test_a_million_labels_are_refused_with_their_size_before_the_model_exists(tm
     message = str(caught.value)  # 32 x 100,000 x 64 x 8 bytes = 1.5 GiB
     assert "100,000 labels do not fit" in message and "[32, 100,000, 64]" in message, message
     assert "need 1.5 GiB, and 1.0 GiB is available" in message and "data.labels_file" in message, message
+
+
+def test_a_child_of_attnzoo_run_from_its_own_checkout_imports_that_attnzoo(monkeypatch):
+    """``python -m attnzoo check`` in a source checkout imports attnzoo from the current folder; its child,
+    which no longer sees that folder, is given it: the two run the same code."""
+    from attnzoo.core.children import run_python
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    proc = run_python(["-c", "import attnzoo; print(attnzoo.__file__)"], timeout=120)
+    assert proc.stdout.strip() == attnzoo.__file__, proc.stderr

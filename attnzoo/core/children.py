@@ -12,8 +12,11 @@ and takes the current folder out of the child's reach twice over:
 
 So that the environment means in the child what it meant here, relative ``PYTHONPATH`` entries and attnzoo's
 folder variables (:data:`FOLDER_VARIABLES`) are made absolute against the caller's folder; an empty
-``PYTHONPATH`` entry (a stray ``:``) would be the caller's folder again and is dropped. Arguments that are
-paths are the caller's to make absolute (``attnzoo check DIR`` passes the folder's absolute path).
+``PYTHONPATH`` entry (a stray ``:``) would be the caller's folder again and is dropped. When this attnzoo
+was itself imported from the caller's folder (``python -m attnzoo`` in a source checkout), that folder
+goes first on the child's ``PYTHONPATH``: the child runs the same attnzoo, from code the caller already
+runs. Arguments that are paths are the caller's to make absolute (``attnzoo check DIR`` passes the folder's
+absolute path).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 from attnzoo.core.plugins import child_environment
 
@@ -30,6 +34,8 @@ __all__ = ["run_python", "python_environment", "FOLDER_VARIABLES"]
 
 # attnzoo's environment variables that name a folder (relative ones are read against the current folder)
 FOLDER_VARIABLES = ("ATTNZOO_HOME", "ATTNZOO_REGISTRY_DIR", "ATTNZOO_WEIGHTS_DIR", "ATTNZOO_WORDNET_DIR")
+# the folder this attnzoo package was imported from
+_SOURCE = str(Path(__file__).resolve().parents[2])
 
 
 def python_environment() -> dict[str, str]:
@@ -37,13 +43,25 @@ def python_environment() -> dict[str, str]:
     folder's imports off, relative folders made absolute."""
     env = dict(child_environment() or os.environ)
     env["PYTHONSAFEPATH"] = "1"
-    if env.get("PYTHONPATH"):
-        entries = [os.path.abspath(e) for e in env["PYTHONPATH"].split(os.pathsep) if e]
+    entries = [os.path.abspath(e) for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if _run_in_place():
+        entries.insert(0, _SOURCE)
+    if entries:
         env["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        env.pop("PYTHONPATH", None)
     for name in FOLDER_VARIABLES:
         if env.get(name):
             env[name] = os.path.abspath(os.path.expanduser(env[name]))
     return env
+
+
+def _run_in_place() -> bool:
+    """Whether this attnzoo was imported from the current folder (a source checkout run in place)."""
+    try:
+        return os.path.samefile(_SOURCE, os.getcwd())
+    except OSError:  # the current folder was deleted: nothing can be imported from it
+        return False
 
 
 def run_python(arguments: Sequence[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
