@@ -181,9 +181,19 @@ def _check_in_child(name: str, properties: list[str] | None, slow: bool, config:
             return Report(shown, data["convention"], [Result(**{**r, "variant": shown}) for r in data["results"]])
     running = next((line.split(" ", 1)[1] for line in reversed(lines) if line.startswith("start ")), "builds")
     # the child's own clear error (attnzoo.testing.child writes it), else the last line it wrote to stderr
-    said = next((json.loads(line[len("error ") :]) for line in reversed(lines) if line.startswith("error ")), "")
+    said = next((_said(line[len("error ") :]) for line in reversed(lines) if line.startswith("error ")), "")
     if not said and code is not None:
         said = next((line.strip() for line in reversed(proc.stderr.splitlines()) if line.strip()), "")[:300]
     how = f"ended its check process (exit status {code})" if code is not None else f"hung past {limit:g} s"
     reason = f"the variant {how} during {running}; no report" + (f"; it said: {said}" if said else "")
     return Report(name, "", [Result(name, running, FAILED, reason)])
+
+
+def _said(text: str) -> str:
+    """The message of the child's ``error`` line (a JSON string), or the line as it is where the variant
+    printed a line of its own that starts the same way."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return text[:300]
+    return message if isinstance(message, str) else text[:300]
