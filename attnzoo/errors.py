@@ -28,6 +28,9 @@ __all__ = [
     "AttnzooWarning",
     "UnknownTokensWarning",
     "ThresholdWarning",
+    "PluginWarning",
+    "ReinitializedWarning",
+    "StaleCacheWarning",
     "close_matches",
     "without_colour",
 ]
@@ -105,6 +108,20 @@ class UnknownTokensWarning(AttnzooWarning):
 
 class ThresholdWarning(AttnzooWarning):
     """The multi-label decision threshold was tuned on too little validation data to be trusted."""
+
+
+class PluginWarning(AttnzooWarning):
+    """A plugin that failed or was skipped (outside strict mode), or whose command name another provider
+    already registered."""
+
+
+class ReinitializedWarning(AttnzooWarning):
+    """Weights loaded into a model of another shape (a new head): the parameters whose shapes differ were
+    initialised afresh, not loaded."""
+
+
+class StaleCacheWarning(AttnzooWarning):
+    """A Hub folder's config that could not be read afresh: the copy cached earlier is used."""
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:

@@ -320,3 +320,35 @@ def test_every_exception_and_warning_a_user_can_catch_lives_in_errors():
             if caught and f"{here}.{node.name}" not in _PROTOCOL_EXCEPTIONS:
                 elsewhere.append(f"{here}.{node.name}({', '.join(bases)})")
     assert not elsewhere, "exceptions outside attnzoo/errors.py:\n" + "\n".join(elsewhere)
+
+
+def _warn_calls(tree: ast.AST):
+    """Every ``warnings.warn(...)`` (or a bare ``warn(...)``) call of a parsed module."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            named = isinstance(func, ast.Name) and func.id == "warn"
+            dotted = isinstance(func, ast.Attribute) and func.attr == "warn" and ast.unparse(func.value) == "warnings"
+            if named or dotted:
+                yield node
+
+
+def test_every_warning_attnzoo_gives_is_an_attnzoo_warning():
+    """``warnings.warn(message)`` alone is a bare UserWarning that ``-W error::attnzoo.errors.AttnzooWarning``
+    cannot single out: every call names a category from attnzoo/errors.py that subclasses AttnzooWarning."""
+    import attnzoo.errors as errors
+
+    bare = []
+    for path in FILES:
+        for call in _warn_calls(ast.parse(path.read_text())):
+            given = (
+                call.args[1]
+                if len(call.args) > 1
+                else next((k.value for k in call.keywords if k.arg == "category"), None)
+            )
+            name = ast.unparse(given).rsplit(".", 1)[-1] if given is not None else None
+            category = getattr(errors, name, None) if name else None
+            if not (isinstance(category, type) and issubclass(category, errors.AttnzooWarning)):
+                bare.append(f"{path.relative_to(ROOT)}:{call.lineno} warns with {name or 'no category'}")
+    assert not bare, "warnings without an AttnzooWarning category:\n" + "\n".join(bare)
+    assert len(list(_warn_calls(ast.parse("import warnings\nwarnings.warn('x')")))) == 1  # it sees a bare call

@@ -208,3 +208,28 @@ def test_vit_attention_refuses_what_the_core_cannot_give():
     with pytest.raises(ConfigError, match="one mask for all heads"):
         layer(torch.randn(1, 5, 16), attn_mask=torch.ones(1, 2, 5, 5, dtype=torch.bool))
     assert issubclass(cls, torch.nn.Module)  # timm checks issubclass(attn_layer, DiffAttention)
+
+
+def test_vit_attention_takes_timms_padding_masks_and_refuses_a_bare_batch_by_tokens_one():
+    """timm's Attention hands attn_mask to SDPA, which broadcasts it against [B, heads, N, N]: a [B, 1, 1, N]
+    key mask and timm's [B, 1, N, N] give what timm's own layer gives; a [B, N] one is refused, with how."""
+    torch.manual_seed(2)
+    timm_layer = TimmAttention(16, num_heads=2, qkv_bias=True).eval()
+    layer = vit_attention()(16, num_heads=2, qkv_bias=True).eval()
+    layer.load_state_dict(timm_layer.state_dict())
+    x = torch.randn(2, 4, 16)
+    real = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    keys = real[:, None, None, :]  # [B, 1, 1, N]
+    both = real[:, None, :, None] & keys  # [B, 1, N, N], as timm's NaFlex create_attention_mask
+    additive = torch.zeros(2, 1, 1, 4).masked_fill(~keys, float("-inf"))
+    with torch.no_grad():
+        theirs = timm_layer(x, attn_mask=keys)
+        # the real tokens agree; the core zeroes padding before its projections (timm's padded queries
+        # still read the real keys, and where a padded query reads nothing SDPA gives NaN)
+        for mask in (keys, additive, both):
+            torch.testing.assert_close(layer(x, attn_mask=mask)[real], theirs[real], rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(layer(x)[real], theirs[real], atol=1e-3)  # the mask did something
+    with pytest.raises(ConfigError, match=r"\[B, N\] padding mask: pass attn_mask\[:, None, None, :\]"):
+        layer(x, attn_mask=real)
+    with pytest.raises(ConfigError, match="broadcasts to"):
+        layer(x, attn_mask=torch.ones(3, 1, 4, 4, dtype=torch.bool))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from attnzoo.cli.common import FAILURE, USAGE_ERROR, UsageError, one_line
-from attnzoo.errors import AttnzooError
+from attnzoo.errors import AttnzooError, PluginWarning
 
 __all__ = ["main", "build_parser", "Command", "commands", "register_builtin_commands", "BUILTIN_VERBS"]
 
@@ -107,6 +107,7 @@ def commands() -> dict[str, Command]:
             warnings.warn(
                 f"attnzoo: plugin {command.provider!r} registers the command {command.name!r}, which "
                 f"{table[command.name].provider!r} provides; it is skipped",
+                PluginWarning,
                 stacklevel=2,
             )
             continue

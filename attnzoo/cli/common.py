@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnzoo.errors import AttnzooError, UsageError, without_colour
+from attnzoo.io.text import printable
 
 USAGE_ERROR = 2
 FAILURE = 1
@@ -81,14 +82,15 @@ MAX_MESSAGE = 600  # characters of one error line; the rest is behind --debug
 
 
 def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
-    """A message as one line of at most ``limit`` characters (listings joined with '; '), without the
-    terminal's escape codes (Keras wraps its errors in ANSI bold, torch colours parts of its own, which a
-    pipe or a log shows as junk)."""
+    """A message as one line of at most ``limit`` characters (listings joined with '; '), for a terminal:
+    without colour codes (Keras wraps its errors in ANSI bold, torch colours parts of its own, which a pipe
+    or a log shows as junk), and every other control character escaped (:func:`attnzoo.io.text.printable`:
+    a name from a file or a plugin may hold escapes that retitle or clear the terminal)."""
     lines = [" ".join(line.split()) for line in without_colour(str(message)).splitlines()]
     text = "; ".join(line for line in lines if line)
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"
-    return text
+    return printable(text)
 
 
 @dataclass

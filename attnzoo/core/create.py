@@ -19,7 +19,7 @@ from attnzoo.core.hub import HUB_PREFIX, hub_folder
 from attnzoo.core.memory import check_memory
 from attnzoo.core.registry import REGISTRY, natural_key
 from attnzoo.core.spec import ModelSpec, WeightsSpec, thaw
-from attnzoo.errors import ConfigError, UnknownModelError, WeightsError
+from attnzoo.errors import ConfigError, ReinitializedWarning, UnknownModelError, WeightsError
 from attnzoo.io import folders as folders_io
 from attnzoo.io import weights as weights_io
 
@@ -416,7 +416,9 @@ def _assemble(spec, tag, wspec, loaded, settings: _Settings, *, device, dtype, r
         )
         if reset:
             warnings.warn(
-                f"{spec.name}: re-initialised {', '.join(reset)} (their shapes differ from {source.name})", stacklevel=3
+                f"{spec.name}: re-initialised {', '.join(reset)} (their shapes differ from {source.name})",
+                ReinitializedWarning,
+                stacklevel=3,
             )
 
     metadata = dict(file_meta["extra"]) if file_meta else {}

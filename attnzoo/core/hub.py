@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 from attnzoo.core.spec import WeightsSpec
-from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.errors import ConfigError, StaleCacheWarning, WeightsError
 from attnzoo.io import folders as folders_io
 from attnzoo.io import weights as weights_io
 from attnzoo.io.atomic import atomic_write_text
@@ -53,7 +53,7 @@ def hub_folder(repo: str) -> Path:
             except WeightsError as e:
                 if not config.is_file():
                     raise
-                warnings.warn(f"{e}; using the copy cached in {folder}", stacklevel=3)
+                warnings.warn(f"{e}; using the copy cached in {folder}", StaleCacheWarning, stacklevel=3)
             else:
                 folder.mkdir(parents=True, exist_ok=True)
                 atomic_write_text(config, text)

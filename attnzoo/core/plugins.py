@@ -32,7 +32,7 @@ import pluggy
 from attnzoo.core import hookspecs, resources
 from attnzoo.core.hookspecs import hookimpl
 from attnzoo.core.spec import BUILTIN_PROVIDER
-from attnzoo.errors import PluginError
+from attnzoo.errors import PluginError, PluginWarning
 
 __all__ = [
     "PluginInfo",
@@ -271,7 +271,9 @@ class PluginHost:
         if self.state.strict:
             raise PluginError(f"plugin {info.name!r} ({info.distribution} {info.version}): {message}")
         what = "failed" if failed else "skipped"
-        warnings.warn(f"attnzoo: plugin {info.name!r} ({info.distribution}) {what}: {message}", stacklevel=3)
+        warnings.warn(
+            f"attnzoo: plugin {info.name!r} ({info.distribution}) {what}: {message}", PluginWarning, stacklevel=3
+        )
 
     def _implementations(self, hook_name: str) -> list[Any]:
         caller = getattr(self.manager.hook, hook_name)

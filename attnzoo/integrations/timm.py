@@ -106,27 +106,38 @@ def cnn_attention(name: str, **config: Any) -> type[CnnAttention]:
 
 
 def _mask(attn_mask: Tensor | None, is_causal: bool, x: Tensor) -> Tensor | None:
-    """timm's ``attn_mask`` (bool, True = attend, or additive float 0 / -inf; [N, N], [B, N, N] or
-    [B, 1, N, N]) and ``is_causal`` as the core's bool mask [B, N, N]."""
+    """timm's ``attn_mask`` and ``is_causal`` as the core's bool mask [B, N or 1, N] (True = attend).
+
+    timm's ``Attention`` hands ``attn_mask`` to ``F.scaled_dot_product_attention``, which broadcasts it
+    against the scores [B, heads, N, N]: taken here the same way, bool (True = attend) or additive float
+    (0 / -inf), in any shape that broadcasts to [B, 1, N, N] (one mask for all heads): [N, N], [B, N, N],
+    [B, 1, N, N] (timm's ``create_attention_mask``), [B, 1, 1, N] (which keys are real). A [B, N] padding
+    mask (B != N) is refused with what to pass instead: broadcasting reads a 2-D mask as [N, N]."""
     batch, length = x.shape[:2]
     allowed = None
     if attn_mask is not None:
-        mask = attn_mask
-        if mask.dim() == 4 and mask.shape[1] == 1:
-            mask = mask[:, 0]
-        if mask.dim() == 2:
-            mask = mask.expand(batch, length, length)
-        if mask.dim() != 3 or mask.shape[-2:] != (length, length):
+        if not isinstance(attn_mask, Tensor):
+            raise ConfigError(f"attnzoo's ViT attention takes attn_mask as a tensor, got {type(attn_mask).__name__}")
+        shape = list(attn_mask.shape)
+        if shape == [batch, length] and batch != length:
             raise ConfigError(
-                f"attnzoo's ViT attention takes attn_mask [N, N], [B, N, N] or [B, 1, N, N] with N = {length} "
-                f"(one mask for all heads), got {list(attn_mask.shape)}"
+                f"attnzoo's ViT attention, as timm's Attention, broadcasts attn_mask against the scores [B, heads, "
+                f"N, N], so a 2-D mask is [N, N] (queries x keys); got {shape}, a [B, N] padding mask: pass "
+                f"attn_mask[:, None, None, :] ([B, 1, 1, N], True = a real key) or timm's create_attention_mask"
+            )
+        mask = attn_mask.reshape([1] * (4 - attn_mask.dim()) + shape) if attn_mask.dim() <= 4 else attn_mask
+        wanted = (batch, 1, length, length)
+        if mask.dim() != 4 or any(m not in (1, w) for m, w in zip(mask.shape, wanted, strict=True)):
+            raise ConfigError(
+                f"attnzoo's ViT attention takes an attn_mask that broadcasts to [B, 1, N, N] = {list(wanted)} (one "
+                f"mask for all heads): [N, N], [B, N, N], [B, 1, N, N] or [B, 1, 1, N]; got {shape}"
             )
         if mask.is_floating_point():
             floor = torch.finfo(mask.dtype).min / 2
             if not torch.compiler.is_compiling() and bool((mask.masked_fill(mask <= floor, 0) != 0).any()):
                 raise ConfigError("attnzoo's ViT attention takes a bool attn_mask or an additive 0 / -inf one")
             mask = mask > floor
-        allowed = mask.to(torch.bool).expand(batch, length, length)
+        allowed = mask.to(torch.bool)[:, 0].expand(batch, mask.shape[2], length)
     if is_causal:
         causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
         allowed = causal.expand(batch, length, length) if allowed is None else allowed & causal

@@ -3,13 +3,17 @@
     print("\\n".join(columns(["NAME", "SUMMARY"], rows, width=80)))
 
 ``attnzoo list``, ``info``, ``check`` and the other verbs print their tables through this; ``--json`` is
-for programs and always whole.
+for programs and always whole. Cells hold text from cards, plugins and files: every control character in
+them is shown escaped (:func:`attnzoo.io.text.printable`), except the line breaks that lay a cell out on
+several lines.
 """
 
 from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+
+from attnzoo.io.text import printable
 
 __all__ = ["columns", "GAP"]
 
@@ -23,6 +27,12 @@ def _lines(text: str, width: int) -> list[str]:
     for paragraph in text.split("\n"):
         out += textwrap.wrap(paragraph, width, break_long_words=False, break_on_hyphens=False) or [""]
     return out
+
+
+def _shown(cell: object) -> str:
+    """A cell as a terminal may show it: its line breaks kept (they lay the cell out), every other control
+    character escaped."""
+    return "\n".join(printable(line) for line in str(cell).split("\n"))
 
 
 def _longest_word(text: str) -> int:
@@ -46,9 +56,9 @@ def columns(
     ``minimum`` gives columns a least width (to align tables printed one after another). A line stays
     longer than ``width`` only where a single word is (the terminal then wraps it; nothing is cut).
     """
-    cells = [[str(c) for c in row] for row in rows]
+    cells = [[_shown(c) for c in row] for row in rows]
     count = len(headers) if headers is not None else max((len(r) for r in cells), default=0)
-    header = list(headers) if headers is not None else [""] * count
+    header = [_shown(h) for h in headers] if headers is not None else [""] * count
     wrapped = {i % count for i in wrap} if count else set()
     least = list(minimum) + [0] * (count - len(minimum))
     natural = [

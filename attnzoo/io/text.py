@@ -1,4 +1,5 @@
-"""Tokenisation and vocabularies that travel with the weights (as JSON in the safetensors metadata).
+"""Text: tokenisation and vocabularies that travel with the weights (as JSON in the safetensors metadata),
+and :func:`printable`, the one door through which text from strangers reaches a terminal.
 
 Words: lower case, runs of letters/digits and single punctuation marks (``"a cat's tail"`` ->
 ``a cat ' s tail``). Id 0 is padding and 1 the unknown token; sequence vocabularies add ``<s>`` = 1 and
@@ -10,14 +11,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from attnzoo.errors import ConfigError
 
-__all__ = ["tokenize", "Vocabulary", "pad_batch", "Tokenizer", "TOKEN_PATTERN"]
+if TYPE_CHECKING:  # torch is imported where a batch is made: printing a table (printable) needs none
+    import torch
+    from torch import Tensor
+
+__all__ = ["tokenize", "Vocabulary", "pad_batch", "Tokenizer", "TOKEN_PATTERN", "printable"]
 
 # what a word is: a run of letters and digits, or one other character (after lower-casing)
 TOKEN_PATTERN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
@@ -72,6 +74,8 @@ class Vocabulary:
 
 def pad_batch(sequences: Sequence[Sequence[int]], max_len: int | None = None) -> torch.Tensor:
     """Right-pad id sequences with 0 into a [B, T] long tensor (T = longest, at most ``max_len``)."""
+    import torch
+
     longest = max((len(s) for s in sequences), default=1)
     length = max(1, min(longest, max_len) if max_len else longest)
     out = torch.zeros(len(sequences), length, dtype=torch.long)
@@ -109,7 +113,9 @@ class Tokenizer:
         length = self.max_len if pad_to is None else min(pad_to, self.max_len)
         ids = pad_batch([self.vocab.encode(tokenize(text)[:length]) for text in batch], length)
         if pad_to is not None and ids.shape[1] < pad_to:
-            ids = torch.nn.functional.pad(ids, (0, pad_to - ids.shape[1]))
+            from torch.nn.functional import pad
+
+            ids = pad(ids, (0, pad_to - ids.shape[1]))
         return ids, ids != 0
 
     def settings(self) -> dict[str, Any]:
@@ -139,3 +145,21 @@ class Tokenizer:
     def __repr__(self) -> str:
         padded = f", length={self.length}" if self.length is not None else ""
         return f"Tokenizer(vocabulary={len(self.vocab)} tokens, max_len={self.max_len}{padded})"
+
+
+# C0 controls, DEL, C1 controls; the bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069)
+# that make a terminal show text in another order than it is (CVE-2021-42574, "Trojan Source")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown rather than sent: C0 (``\\n``, ``\\r``, ``\\t``, ESC
+    included), DEL and C1 as ``\\xNN``, the Unicode bidi overrides and isolates as ``\\uNNNN``; every other
+    character as it is. A name or summary from a file or a plugin goes through it before it is printed:
+    ``printable("\\x1b[2Jok")`` is ``"\\\\x1b[2Jok"`` (a backslash and ``x1b``), which no terminal obeys."""
+    return _UNPRINTABLE.sub(_escaped, text)

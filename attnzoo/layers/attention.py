@@ -646,9 +646,10 @@ class Attention(LazyLayer):
         [Lq] and ``k_positions`` [Lk] are the tokens' absolute positions, which the layer's ``causal``,
         ``window`` and ALiBi bias read (default: keys 0..Lk-1, queries the last Lq of them, as after a
         cache). ``scale`` defaults to 1/sqrt(d); ``dropout`` (on the weights) to the layer's own while
-        training. Returns ``(out [B, h, Lq, dv], A [B, h, Lq, Lk] or None)``; a query with nothing
-        allowed gets zeros. The layer's projections, RoPE and cache are not used: this is what a host
-        library with its own projections (``attnzoo.integrations``) calls.
+        training. q, k and v share one dtype and device (a ``ValueError`` otherwise). Returns
+        ``(out [B, h, Lq, dv], A [B, h, Lq, Lk] or None)``; a query with nothing allowed gets zeros. The
+        layer's projections, RoPE and cache are not used: this is what a host library with its own
+        projections (``attnzoo.integrations``) calls.
         """
         for arg, t in (("q", q), ("k", k), ("v", v)):
             if not isinstance(t, Tensor) or t.dim() != 4:
@@ -666,6 +667,13 @@ class Attention(LazyLayer):
             raise ValueError(
                 f"{self.name}.attend_heads: q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} disagree "
                 f"(batch and key length shared, q and k of one head size)"
+            )
+        if len({q.dtype, k.dtype, v.dtype}) > 1 or len({q.device, k.device, v.device}) > 1:
+            # a host that mixes them (a float16 query over a float32 cache) would get a kernel's dtype error
+            raise ValueError(
+                f"{self.name}.attend_heads expects q, k and v of one dtype on one device, got q "
+                f"{str(q.dtype)[6:]} on {q.device}, k {str(k.dtype)[6:]} on {k.device}, v {str(v.dtype)[6:]} on "
+                f"{v.device}; convert them: k.to(q), v.to(q)"
             )
         length, keys = q.shape[-2], k.shape[-2]
         if allowed is not None and (

@@ -13,7 +13,7 @@ import torch
 
 from attnzoo.conventions import get_convention
 from attnzoo.core.spec import thaw
-from attnzoo.errors import AttnzooError, PropertyTimeout
+from attnzoo.errors import AttnzooError, ConfigError, PropertyTimeout
 from attnzoo.io.folders import CONFIG_FILE, read_folder
 from attnzoo.layers.modes import kept_state
 from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
@@ -357,7 +357,7 @@ def check_model(
         chosen = set(only)
         unknown = chosen - set(PROPERTIES)
         if unknown:
-            raise ValueError(f"unknown properties {sorted(unknown)}; known: {', '.join(PROPERTIES)}")
+            raise ConfigError(f"unknown properties {sorted(unknown)}; known: {', '.join(PROPERTIES)}")
         wanted = [p for p in PROPERTIES if p in chosen or p == "builds"]
     skipped = set(skip)
     with kept:  # the modules a factory handed out get their state back here

@@ -20,8 +20,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -29,8 +27,9 @@ from typing import Any
 
 import torch
 
-from attnzoo.core.plugins import child_environment
+from attnzoo.core.children import run_python
 from attnzoo.errors import ConfigError
+from attnzoo.io.text import printable
 
 __all__ = [
     "Case",
@@ -264,13 +263,7 @@ def peak_memory(case: Case, threads: int | None = None) -> float | None:
     if case.device != "cpu" or not os.path.exists("/proc/self/clear_refs"):
         return None
     payload = json.dumps({**asdict(case), "config": dict(case.config)})
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, payload, str(threads or 0)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env=child_environment(),
-    )
+    proc = run_python(["-c", _PROBE, payload, str(threads or 0)], timeout=1800)
     if proc.returncode != 0:
         raise ConfigError(f"{case.name}: measuring memory failed: {proc.stderr.strip().splitlines()[-1][:300]}")
     before, peak = (int(v) for v in proc.stdout.split()[-2:])
@@ -412,7 +405,7 @@ def format_table(results: Sequence[Measurement], sweep_key: str | None = None) -
         first.setdefault(point, m.median_ms)
         rows.append(
             [
-                m.case.shown,
+                printable(m.case.shown),  # a saved folder's name: shown, not sent to the terminal
                 *([str(point)] if sweep_key else []),
                 _fmt(m.median_ms),
                 f"{_fmt(m.spread_ms[0])}-{_fmt(m.spread_ms[1])}",

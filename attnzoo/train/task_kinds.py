@@ -127,6 +127,16 @@ class Task:
         """A simple model on the same split, scored on the test split ({} when the task has none)."""
         return {}
 
+    def label_tensors(self, batch_size: int) -> list[tuple[str, int, str]]:
+        """The largest tensors along the label axis that training allocates, as (what, bytes, what to do
+        about it); counted from the sizes alone, so the trainer can refuse a label count that cannot fit
+        before anything is allocated. None for a task without labels."""
+        return []
+
+    def held_out_rows(self) -> int:
+        """Rows of the largest split scored in one piece (validation every epoch, test at the end)."""
+        return max((len(self.splits.get(split, [])) for split in ("val", "test")), default=0)
+
     # -- shared ------------------------------------------------------------------------------------
     def make_splits(self) -> dict[str, list[int]]:
         """Indices of ``self.texts`` per split: by default a seeded hash split (see splits.py)."""
@@ -211,6 +221,26 @@ class MultiLabelTask(TextTask):
     def model_config(self):
         return {"vocab_size": len(self.vocab), "num_labels": len(self.label_names)}
 
+    def label_tensors(self, batch_size):
+        """A batch's label-wise attention scores and weights [batch, labels, max_len] (every multi-label model
+        attnzoo trains attends once per label), and a held-out split's logits, probabilities and targets
+        [rows, labels] (float32, float32, float32 then bool, and the bool predictions: 14 bytes a cell)."""
+        labels, rows = len(self.label_names), self.held_out_rows()
+        return [
+            (
+                f"a training batch's label-wise attention scores and weights [{batch_size}, {labels:,}, "
+                f"{self.max_len}] (float32)",
+                batch_size * labels * self.max_len * 4 * 2,
+                "lower train.batch_size or task.max_len",
+            ),
+            (
+                f"scoring the {rows:,} rows of the validation or test split: logits, probabilities and targets "
+                f"[{rows:,}, {labels:,}]",
+                rows * labels * 14,
+                "hold out fewer rows",
+            ),
+        ]
+
     def _targets(self, indices):
         target = torch.zeros(len(indices), len(self.label_names))
         for row, i in enumerate(indices):
@@ -282,6 +312,23 @@ class SingleLabelTask(TextTask):
 
     def model_config(self):
         return {"vocab_size": len(self.vocab), "num_classes": len(self.class_names)}
+
+    def label_tensors(self, batch_size):
+        """A batch's logits and their gradient [batch, classes], and a held-out split's logits [rows, classes]
+        (float32)."""
+        classes, rows = len(self.class_names), self.held_out_rows()
+        return [
+            (
+                f"a training batch's logits and their gradient [{batch_size}, {classes:,}] (float32)",
+                batch_size * classes * 4 * 2,
+                "lower train.batch_size",
+            ),
+            (
+                f"scoring the {rows:,} rows of the validation or test split: logits [{rows:,}, {classes:,}] (float32)",
+                rows * classes * 4,
+                "hold out fewer rows",
+            ),
+        ]
 
     def batch(self, indices):
         out = super().batch(indices)

@@ -37,7 +37,7 @@ from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import checked_numbers
 from attnzoo.train.tasks import build_task
 
-__all__ = ["train", "Run", "model_sizes"]
+__all__ = ["train", "Run", "model_sizes", "check_label_memory"]
 
 
 # -- distributed -------------------------------------------------------------------------------------------
@@ -276,6 +276,7 @@ def train(
         problem = run.task.threshold_problem(run.task.splits["val"])
         if problem:  # said now too, so that a run can be stopped and given more validation data
             run.say(f"note: {problem}; {key}=0.5 decides at a fixed 0.5 instead")
+    check_label_memory(run.task, run.settings["batch_size"])
     _build_model(run)
     _schedule(run, resume)
     data = run.task.describe_data()
@@ -318,6 +319,27 @@ def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, over
         _check_run_folder(folder, resume, overwrite)
     verbose = rank == 0 and not quiet
     return Run(recipe, settings, folder, rank, world, verbose, seed, time.perf_counter())
+
+
+def check_label_memory(task: Any, batch_size: int) -> None:
+    """Refuse, before the model is built, a label count whose tensors cannot fit in this machine's memory
+    (a million labels would otherwise end in the allocator's out-of-memory error mid-run): the task's
+    :meth:`label_tensors`, each against the memory available now. A lower bound: the model and its
+    optimizer come on top."""
+    from attnzoo.core.memory import available_bytes
+
+    available = available_bytes()
+    if available is None:
+        return
+    for what, need, advice in task.label_tensors(batch_size):
+        if need > available:
+            labels = task.model_config().get("num_labels") or task.model_config().get("num_classes")
+            raise ConfigError(
+                f"{task.name}: {labels:,} labels do not fit in this machine's memory: {what} need "
+                f"{need / 2**30:,.1f} GiB, and {available / 2**30:,.1f} GiB is available; {advice}, keep fewer "
+                f"labels (data.labels_file lists the ones to keep; the most frequent usually carry the metrics), or "
+                f"train on a machine with more memory"
+            )
 
 
 def _build_model(run: Run) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from attnzoo.cli.common import UsageError, emit_json, parse_variants, positive_int
 from attnzoo.errors import ConfigError
+from attnzoo.io.text import printable
 
 HELP = "time and memory of variants on your shapes"
 
@@ -129,7 +130,8 @@ def _terminal_progress() -> Any:
     started = time.monotonic()
 
     def show(what: str) -> None:
-        print(f"\r\033[K[{time.monotonic() - started:5.0f} s] {what}", end="", file=sys.stderr, flush=True)
+        line = printable(what)  # a saved folder's name: shown, not sent
+        print(f"\r\033[K[{time.monotonic() - started:5.0f} s] {line}", end="", file=sys.stderr, flush=True)
 
     return show
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from attnzoo.cli.common import FAILURE, UsageError, Variants, emit_json, parse_variants, positive_int, terminal_width
+from attnzoo.io.text import printable
 
 HELP = "run the conformance kit on registered variants or saved model folders"
 
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     variants = parse_variants(args.patterns, everything=True)
     if args.in_process and args.jobs > 1:
         raise UsageError("--jobs runs variants in processes of their own; it cannot go with --in-process")
+    _check_properties(args.property or [])
     checks = _resolve(variants)
     if not variants.names:
         minutes = max(1, round(len(checks) * SECONDS_PER_VARIANT / args.jobs / 60))
@@ -67,10 +69,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         failed = [r.variant for r in reports if not r.ok]
         summary = format_table(reports).rsplit("\n", 1)[1]
-        print(f"{len(reports)} variant(s): {summary}" + (f"; failing: {', '.join(failed)}" if failed else ""))
+        failing = printable(f"; failing: {', '.join(failed)}") if failed else ""  # folder names: shown, not sent
+        print(f"{len(reports)} variant(s): {summary}{failing}")
     code = FAILURE if any(not r.ok for r in reports) else 0
     _end_if_threads_were_left(code)
     return code
+
+
+def _check_properties(properties: list[str]) -> None:
+    """Unknown ``--property`` names refused before any variant is checked (in a child, or in this process)."""
+    from attnzoo.testing.kit import PROPERTIES
+
+    unknown = [p for p in properties if p not in PROPERTIES]
+    if unknown:
+        raise UsageError(f"unknown property {unknown[0]!r}; the properties are: {', '.join(PROPERTIES)}")
 
 
 def _end_if_threads_were_left(code: int) -> None:
@@ -144,11 +156,12 @@ def _check_in_child(name: str, properties: list[str] | None, slow: bool, config:
     process or hangs fails the property it was in, and cannot end ``attnzoo check`` as a success."""
     import subprocess
 
-    from attnzoo.core.plugins import child_environment
-    from attnzoo.testing.kit import property_time_limit
+    from attnzoo.core.children import run_python
+    from attnzoo.testing.kit import property_time_limit, saved_folder
     from attnzoo.testing.report import FAILED, Report, Result
 
-    command = [sys.executable, "-m", "attnzoo.testing.child", name, *(["--slow"] if slow else [])]
+    folder = saved_folder(name)  # the child runs in a folder of its own: it gets the folder's absolute path
+    command = ["-m", "attnzoo.testing.child", str(folder.resolve()) if folder else name, *(["--slow"] if slow else [])]
     for prop in properties or []:
         command += ["--property", prop]
     if config is not None:
@@ -156,7 +169,7 @@ def _check_in_child(name: str, properties: list[str] | None, slow: bool, config:
     # every property has its own alarm in the child; this bounds a child that blocks the alarm too
     limit = property_time_limit() * 20 + 120
     try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=limit, env=child_environment())
+        proc = run_python(command, timeout=limit)
         lines, code = proc.stdout.splitlines(), proc.returncode
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -164,7 +177,23 @@ def _check_in_child(name: str, properties: list[str] | None, slow: bool, config:
     for line in reversed(lines):
         if line.startswith("report "):
             data = json.loads(line[len("report ") :])
-            return Report(data["variant"], data["convention"], [Result(**r) for r in data["results"]])
+            shown = name if folder else data["variant"]  # as the caller wrote it, not the absolute path
+            return Report(shown, data["convention"], [Result(**{**r, "variant": shown}) for r in data["results"]])
     running = next((line.split(" ", 1)[1] for line in reversed(lines) if line.startswith("start ")), "builds")
+    # the child's own clear error (attnzoo.testing.child writes it), else the last line it wrote to stderr
+    said = next((_said(line[len("error ") :]) for line in reversed(lines) if line.startswith("error ")), "")
+    if not said and code is not None:
+        said = next((line.strip() for line in reversed(proc.stderr.splitlines()) if line.strip()), "")[:300]
     how = f"ended its check process (exit status {code})" if code is not None else f"hung past {limit:g} s"
-    return Report(name, "", [Result(name, running, FAILED, f"the variant {how} during {running}; no report")])
+    reason = f"the variant {how} during {running}; no report" + (f"; it said: {said}" if said else "")
+    return Report(name, "", [Result(name, running, FAILED, reason)])
+
+
+def _said(text: str) -> str:
+    """The message of the child's ``error`` line (a JSON string), or the line as it is where the variant
+    printed a line of its own that starts the same way."""
+    try:
+        message = json.loads(text)
+    except ValueError:
+        return text[:300]
+    return message if isinstance(message, str) else text[:300]

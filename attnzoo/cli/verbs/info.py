@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnzoo.cli.common import emit_json, metrics_text, print_fields
+from attnzoo.io.text import printable
 
 HELP = "show a model card"
 
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(data)
         return 0
-    print(f"{spec.name}  ({spec.kind}, provider {spec.provider})")
+    print(printable(f"{spec.name}  ({spec.kind}, provider {spec.provider})"))  # a plugin's name: shown, not sent
     print_fields([(key + ":", data[key]) for key in ("summary", "reference", "factory", "source") if data[key]])
     from attnzoo.core.signatures import config_rows
 
@@ -30,9 +31,9 @@ def run(args: argparse.Namespace) -> int:
     rows = config_rows(spec)
     print_fields(rows or [("(none)", "")], indent=4)
     if data["weights"]:
-        print("  weights:" + (f"  (default {spec.default_tag})" if spec.default_tag else ""))
+        print(printable("  weights:" + (f"  (default {spec.default_tag})" if spec.default_tag else "")))
         for tag, w in data["weights"].items():
-            print(f"    {spec.name}.{tag}")
+            print(printable(f"    {spec.name}.{tag}"))
             fields = [("file:", f"{w['file']}  sha256 {w['sha256'][:16]}…")]
             fields += [(key + ":", w[key]) for key in ("dataset", "license", "recipe", "train_time") if w[key]]
             fields += [(key + ":", metrics_text(w[key])) for key in ("metrics", "baseline") if w[key]]
