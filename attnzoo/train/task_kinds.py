@@ -231,7 +231,7 @@ class MultiLabelTask(TextTask):
                 f"a training batch's label-wise attention scores and weights [{batch_size}, {labels:,}, "
                 f"{self.max_len}] (float32)",
                 batch_size * labels * self.max_len * 4 * 2,
-                "lower train.batch_size or task.max_len",
+                "lower train.batch_size or max_len (data.max_len, task.max_len)",
             ),
             (
                 f"scoring the {rows:,} rows of the validation or test split: logits, probabilities and targets "

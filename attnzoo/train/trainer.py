@@ -333,7 +333,7 @@ def check_label_memory(task: Any, batch_size: int) -> None:
         return
     for what, need, advice in task.label_tensors(batch_size):
         if need > available:
-            labels = task.model_config().get("num_labels") or task.model_config().get("num_classes")
+            labels = len(getattr(task, "label_names", None) or getattr(task, "class_names", None) or [])
             raise ConfigError(
                 f"{task.name}: {labels:,} labels do not fit in this machine's memory: {what} need "
                 f"{need / 2**30:,.1f} GiB, and {available / 2**30:,.1f} GiB is available; {advice}, keep fewer "
