@@ -17,6 +17,7 @@ import torch
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
 
+from .conftest import run_cli
 from .keras_live import COMMITTED, assert_matches, live_cases
 
 CASES = ["next_frame", "convlstm_variants", "convlstm_channels_first"]
@@ -60,6 +61,13 @@ def test_dropout_in_training_is_an_error_not_a_silent_skip():
     node.eval()
     (out,), _ = node([torch.zeros(1, 3, 4, 1)], {}, [None])
     assert out.shape == (1, 3, 2)
+
+
+@pytest.mark.slow
+def test_cli_check_passes_on_the_next_frame_model(tmp_path):
+    proc = run_cli("convert-keras", "--check", str(COMMITTED / "next_frame.keras"), "-o", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "checked against Keras" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
 from attnzoo.keras.converters.categorical import CategoryEncoding, hash_bucket
 
-from .conftest import ROOT
+from .conftest import ROOT, run_cli
 from .keras_live import COMMITTED, assert_matches, live_cases
 from .test_keras_text import _edited, assert_outputs
 
@@ -50,6 +50,18 @@ def test_structured_models_match_keras(case):
     OOV indices with and without salt, pad_to_max_tokens, tf_idf), Hashing and HashedCrossing in every
     mode: bins and ids exactly, floats within 1e-5."""
     assert_outputs(convert_keras_model(DATA / f"{case}.keras"), case, EXPECTED)
+
+
+def test_the_docs_call_gives_keras_s_outputs():
+    """docs/keras-migration.md's call: a string column as a list of str, the others as tensors."""
+    model = convert_keras_model(DATA / "structured.keras")
+    with torch.no_grad():
+        probs = model(
+            ["red", "pink"], torch.tensor([[3], [7]]), torch.tensor([[23.0], [70.0]]), torch.tensor([[0], [5]])
+        )
+    want = EXPECTED["structured/0/out/0"][:2]
+    assert EXPECTED["structured/0/in/0"][:2].tolist() == [["red"], ["pink"]]
+    np.testing.assert_allclose(probs.numpy(), want, atol=1e-5, rtol=1e-5)
 
 
 def test_vocabularies_and_idf_weights_in_the_config_convert_from_the_legacy_h5_too():
@@ -104,6 +116,15 @@ def test_numeric_preprocessing_matches_keras_on_torch(ext):
     invert=True, against Keras's torch backend, from both files."""
     model = convert_keras_model(COMMITTED / f"numeric_preprocessing.{ext}")
     assert_matches(model, COMMITTED, "numeric_preprocessing")
+
+
+@pytest.mark.slow
+def test_cli_check_passes_on_the_numeric_preprocessing_model(tmp_path):
+    """``--check`` draws a CategoryEncoding's input below its num_tokens (the smallest of its readers)."""
+    model = str(COMMITTED / "numeric_preprocessing.keras")
+    proc = run_cli("convert-keras", "--check", model, "-o", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "checked against Keras" in proc.stdout + proc.stderr
 
 
 @pytest.mark.slow
