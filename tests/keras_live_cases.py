@@ -93,7 +93,7 @@ def next_frame(rng):
 def convlstm_variants(rng):
     """ConvLSTM1D/2D/3D with an explicit mask of every pattern, return_sequences, return_state,
     go_backwards, strides, dilation, valid padding, no bias, another recurrent activation, a softmax
-    activation (over the channels)."""
+    activation (over the channels), initial_state from another ConvLSTM's states."""
     steps = 4
     seq1 = keras.Input((steps, 7, 2), name="seq1")
     seq2 = keras.Input((steps, 5, 6, 2), name="seq2")
@@ -107,7 +107,8 @@ def convlstm_variants(rng):
     last2 = layers.ConvLSTM2D(2, 2, strides=(2, 2), padding="same", activation="sigmoid")(seq2)
     soft2 = layers.ConvLSTM2D(3, 2, padding="same", activation="softmax", return_sequences=True)(seq2)
     out3 = layers.ConvLSTM3D(2, 2, padding="same", return_sequences=True)(seq3, mask=keep)
-    model = keras.Model([seq1, seq2, seq3, keep], [out1, h1, c1, all1, out2, last2, soft2, out3])
+    resumed = layers.ConvLSTM1D(3, 3, strides=2, return_sequences=True)(seq1, initial_state=[h1, c1])
+    model = keras.Model([seq1, seq2, seq3, keep], [out1, h1, c1, all1, out2, last2, soft2, out3, resumed])
     batch = 5
     inputs = [
         rng.standard_normal((batch, steps, 7, 2)).astype("float32"),

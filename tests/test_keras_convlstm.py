@@ -2,7 +2,8 @@
 BatchNormalization, Conv3D), and the layer's options one by one: an explicit mask with rows all kept,
 right-padded, left-padded, with a gap and none kept, ``return_sequences``, ``return_state``,
 ``go_backwards``, strides, dilation, valid and same padding, no bias, ``hard_sigmoid`` as the
-recurrent activation, a softmax activation, channels_first. ``stateful=True`` is refused by name.
+recurrent activation, a softmax activation, channels_first, ``initial_state`` from another ConvLSTM's
+states. ``stateful=True`` is refused by name.
 
 The models and Keras's outputs are committed under tests/data/keras_live (tests/keras_live_cases.py);
 the slow tier makes them again with the installed Keras.

@@ -9,14 +9,17 @@ Keras does, with no TensorFlow:
   the empty ends (``tf.strings.split``), ``character`` into Unicode code points;
 * ``ngrams``: for each width in order, the space-joined n-grams of that width (``tf.strings.ngrams``);
 * the lookup: index 0 is the mask token (``""``; TextVectorization, or a lookup's ``mask_token``), then
-  the OOV index (``[UNK]``), then the vocabulary in its order;
+  the OOV indices (``[UNK]``; several: a hash of the token picks one), then the vocabulary in its order;
 * ``output_sequence_length``: every row padded with 0 or cut to it; without it, padded to the longest row
   of the batch.
 
 The vocabulary is the ``vocabulary.txt`` Keras saves among a ``.keras`` archive's assets (read as Keras
 reads it: the text's lines, trailing empty lines dropped, the special tokens at its head taken off), or
 the ``vocabulary`` list of the layer's config. A legacy ``.h5`` keeps no assets: an adapted layer there
-is refused with that reason. Only ``output_mode="int"`` converts; the other modes are refused by name.
+is refused with that reason. TextVectorization converts with ``output_mode="int"`` (the other modes are
+refused by name); StringLookup and IntegerLookup in every output mode, their ids encoded by
+:func:`~attnzoo.keras.converters.categorical.encode` (in ``one_hot``, ``multi_hot``, ``count`` and
+``tf_idf`` the mask token takes no index and counts for nothing, as in Keras).
 """
 
 from __future__ import annotations
