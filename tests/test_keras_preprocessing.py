@@ -64,8 +64,15 @@ def test_the_docs_call_gives_keras_s_outputs():
     np.testing.assert_allclose(probs.numpy(), want, atol=1e-5, rtol=1e-5)
 
 
-def test_vocabularies_and_idf_weights_in_the_config_convert_from_the_legacy_h5_too():
-    assert_outputs(convert_keras_model(DATA / "given.h5"), "given", EXPECTED)
+@pytest.mark.parametrize("case", ["given", "hashing"])
+def test_the_legacy_h5_converts_where_it_holds_the_vocabularies(case):
+    """Vocabularies and idf weights in the config, and hashing layers (nothing adapted)."""
+    assert_outputs(convert_keras_model(DATA / f"{case}.h5"), case, EXPECTED)
+
+
+def test_an_adapted_lookup_in_a_legacy_h5_is_refused_with_the_reason():
+    with pytest.raises(UnsupportedKerasLayerError, match=r"StringLookup.*vocabulary is not in the file"):
+        convert_keras_model(DATA / "structured.h5")
 
 
 def test_the_fixtures_test_what_they_claim():
