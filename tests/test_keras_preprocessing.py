@@ -17,7 +17,7 @@ import torch
 
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
-from attnzoo.keras.converters.categorical import CategoryEncoding, hash_bucket
+from attnzoo.keras.converters.categorical import CategoryEncoding, Hashing, hash_bucket
 
 from .conftest import ROOT, run_cli
 from .keras_live import COMMITTED, assert_matches, live_cases
@@ -114,6 +114,17 @@ def test_category_encoding_s_out_of_range_value_is_an_error_naming_it():
         node.compute(torch.tensor([[0, 3]]), None)
     with pytest.raises(ValueError, match=r"expects values in \[0, 3\)"):
         node.compute(torch.tensor([[-1, 0]]), None)
+
+
+def test_hashing_truncates_floats_after_comparing_them_with_the_mask_value_written_out():
+    """Keras's Hashing compares a float input with ``mask_value`` first, then casts it to int64 (toward
+    zero) and hashes the decimal text; ``multi_hot`` takes rank 2 at most."""
+    node = Hashing(num_bins=9, mask_value=2)
+    (bins,), _ = node([torch.tensor([[2.0, 2.5, -2.7, 7.0]])], {}, [None])
+    expected = [0, 1 + hash_bucket("2", 8, None), 1 + hash_bucket("-2", 8, None), 1 + hash_bucket("7", 8, None)]
+    assert bins.tolist() == [expected]
+    with pytest.raises(ValueError, match="rank 2 at most"):
+        Hashing(num_bins=4, output_mode="multi_hot")([torch.zeros(2, 2, 2, dtype=torch.long)], {}, [None])
 
 
 @pytest.mark.parametrize("ext", ["keras", "h5"])
