@@ -233,14 +233,15 @@ def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, An
     out = []
     for spec, ref in graph.inputs:
         entry: dict[str, Any] = {"id": ref.call, "name": spec.name, "shape": spec.shape, "dtype": spec.dtype}
-        for call in calls:  # an integer input read by an Embedding: its vocabulary bounds the ids
+        for call in calls:  # an integer input read by Embeddings (CategoryEncodings): the smallest bounds the ids
             first = call["args"][0] if call["args"] else None
             layer = layers.get(call["layer"] or "")
-            if isinstance(first, dict) and first.get("ref") == [ref.call, 0] and layer and layer["op"] == "embedding":
-                entry["vocab"] = layer["input_dim"]
-                if entry["dtype"] not in INTEGER_DTYPES:  # Keras casts an Embedding's float input to ids
+            reads_ids = layer and layer["op"] in ("embedding", "category_encoding")
+            if isinstance(first, dict) and first.get("ref") == [ref.call, 0] and reads_ids:
+                bound = layer.get("input_dim", layer.get("num_tokens"))
+                entry["vocab"] = min(entry.get("vocab", bound), bound)
+                if layer["op"] == "embedding" and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
                     entry["dtype"] = "int32"
-                break
         out.append(entry)
     return out
 

@@ -46,7 +46,7 @@ from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Context, Converted, Refused, keras_layer
 from attnzoo.layers.core import tracing
 
-__all__ = ["Recurrent", "GATES", "CELLS", "kept_first", "keras_outputs", "recurrent_spec"]
+__all__ = ["Recurrent", "GATES", "CELLS", "kept_first", "keras_outputs", "recurrent_spec", "dropout_rates"]
 
 GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
 _TORCH = {"lstm": nn.LSTM, "gru": nn.GRU, "simple_rnn": nn.RNN}
@@ -327,7 +327,7 @@ def _gates(array: np.ndarray, cell: str, axis: int) -> np.ndarray:
     return np.concatenate([r, z, h], axis=axis)
 
 
-def _dropout_rates(config: Mapping[str, Any]) -> dict[str, float]:
+def dropout_rates(config: Mapping[str, Any]) -> dict[str, float]:
     """``dropout`` and ``recurrent_dropout`` as Keras applies them: clipped to [0, 1], active only below 1."""
     rates = {}
     for key in ("dropout", "recurrent_dropout"):
@@ -370,7 +370,7 @@ def recurrent_spec(config: Mapping[str, Any], arrays: list[np.ndarray], cell: st
         "go_backwards": bool(config.get("go_backwards", False)),
         "zero_output_for_mask": bool(config.get("zero_output_for_mask", False)),
         "time_major": bool(config.get("time_major", False)),
-        **_dropout_rates(config),
+        **dropout_rates(config),
     }
     spec.update(force)
     state = {

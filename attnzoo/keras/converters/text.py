@@ -9,14 +9,17 @@ Keras does, with no TensorFlow:
   the empty ends (``tf.strings.split``), ``character`` into Unicode code points;
 * ``ngrams``: for each width in order, the space-joined n-grams of that width (``tf.strings.ngrams``);
 * the lookup: index 0 is the mask token (``""``; TextVectorization, or a lookup's ``mask_token``), then
-  the OOV index (``[UNK]``), then the vocabulary in its order;
+  the OOV indices (``[UNK]``; several: a hash of the token picks one), then the vocabulary in its order;
 * ``output_sequence_length``: every row padded with 0 or cut to it; without it, padded to the longest row
   of the batch.
 
 The vocabulary is the ``vocabulary.txt`` Keras saves among a ``.keras`` archive's assets (read as Keras
 reads it: the text's lines, trailing empty lines dropped, the special tokens at its head taken off), or
 the ``vocabulary`` list of the layer's config. A legacy ``.h5`` keeps no assets: an adapted layer there
-is refused with that reason. Only ``output_mode="int"`` converts; the other modes are refused by name.
+is refused with that reason. TextVectorization converts with ``output_mode="int"`` (the other modes are
+refused by name); StringLookup and IntegerLookup in every output mode, their ids encoded by
+:func:`~attnzoo.keras.converters.categorical.encode` (in ``one_hot``, ``multi_hot``, ``count`` and
+``tf_idf`` the mask token takes no index and counts for nothing, as in Keras).
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from attnzoo.keras.arguments import expect_variables
+from attnzoo.keras.converters.categorical import OUTPUT_MODES, encode, hash_bucket, refuse_sparse, salt_of
+from attnzoo.keras.converters.preprocessing import config_array
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -117,23 +123,35 @@ def _decoded(value: Any, expected: str) -> Any:
 
 
 class _Lookup:
-    """Token -> index as Keras's IndexLookup (``output_mode="int"``): the mask token -> 0, a known token
-    -> its place, any other -> the OOV index (with ``num_oov_indices=0``, an error)."""
+    """Token -> index as Keras's IndexLookup: the mask token -> 0 (``output_mode="int"``; -1, which the
+    encoding drops, in the other modes, where the mask takes no index), a known token -> its place, any
+    other -> the OOV index (with ``num_oov_indices`` n > 1, ``oov_start + hash(token) mod n``: FarmHash, or
+    SipHash keyed by ``salt``; with n = 0, an error)."""
 
-    def __init__(self, tokens: Sequence[Any], mask_token: Any, num_oov_indices: int) -> None:
-        self.mask_token, self.num_oov = mask_token, num_oov_indices
-        self.oov_start = 1 if mask_token is not None else 0
+    def __init__(
+        self,
+        tokens: Sequence[Any],
+        mask_token: Any,
+        num_oov_indices: int,
+        int_mode: bool = True,
+        salt: list[int] | None = None,
+    ) -> None:
+        self.mask_token, self.num_oov, self.salt = mask_token, num_oov_indices, salt
+        self.oov_start = 1 if mask_token is not None and int_mode else 0
+        self.mask_index = 0 if int_mode else -1
         start = self.oov_start + num_oov_indices
         self.index = {token: start + i for i, token in enumerate(tokens)}
 
     def __call__(self, token: Any, name: str) -> int:
         if self.mask_token is not None and token == self.mask_token:
-            return 0
+            return self.mask_index
         found = self.index.get(token)
         if found is not None:
             return found
         if self.num_oov == 0:
             raise ValueError(f"{name}: {token!r} is not in the vocabulary and the layer has num_oov_indices=0")
+        if self.num_oov > 1:
+            return self.oov_start + hash_bucket(token, self.num_oov, self.salt)
         return self.oov_start
 
 
@@ -205,13 +223,34 @@ class TextVectorization(_TextNode):
 
 
 class StringLookup(_TextNode):
-    """``StringLookup(output_mode="int")``: strings of any shape (nested lists) -> ids of that shape."""
+    """``StringLookup``: strings of any shape (nested lists) -> ids of that shape (``output_mode="int"``),
+    or their encoding over ``depth`` indices (``one_hot``, ``multi_hot``, ``count``, ``tf_idf`` with the
+    layer's ``idf_weights``; :func:`~attnzoo.keras.converters.categorical.encode`)."""
 
     op = "string_lookup"
 
-    def __init__(self, *, vocabulary: list[str], mask_token: str | None = None, num_oov_indices: int = 1) -> None:
-        super().__init__(vocabulary=vocabulary, mask_token=mask_token, num_oov_indices=num_oov_indices)
-        self.lookup = _Lookup(vocabulary, mask_token, num_oov_indices)
+    def __init__(
+        self,
+        *,
+        vocabulary: list[str],
+        mask_token: str | None = None,
+        num_oov_indices: int = 1,
+        output_mode: str = "int",
+        depth: int | None = None,
+        salt: list[int] | None = None,
+    ) -> None:
+        super().__init__(
+            vocabulary=vocabulary,
+            mask_token=mask_token,
+            num_oov_indices=num_oov_indices,
+            output_mode=output_mode,
+            depth=depth,
+            salt=salt,
+        )
+        self.output_mode, self.depth = output_mode, depth
+        self.lookup = _Lookup(vocabulary, mask_token, num_oov_indices, output_mode == "int", salt)
+        if output_mode == "tf_idf":
+            self.register_buffer("idf_weights", torch.zeros(int(depth or 0)))
 
     def _map(self, value: Any) -> Any:
         if isinstance(value, str):
@@ -228,28 +267,66 @@ class StringLookup(_TextNode):
             raise ValueError(
                 "string_lookup expects a rectangular batch of strings (every row the same length)"
             ) from None
-        return [out.to(self.anchor.device)], [None]
+        out = out.to(self.anchor.device)
+        if self.output_mode != "int":
+            out = encode(
+                out, self.output_mode, int(self.depth or 0), "string_lookup", getattr(self, "idf_weights", None)
+            )
+        return [out], [None]
 
     def extra_repr(self) -> str:
-        return f"vocabulary={len(self.args['vocabulary'])} tokens, mask_token={self.args['mask_token']!r}"
+        return (
+            f"vocabulary={len(self.args['vocabulary'])} tokens, mask_token={self.args['mask_token']!r}, "
+            f"output_mode={self.output_mode!r}"
+        )
 
 
 class IntegerLookup(Node):
-    """``IntegerLookup(output_mode="int")``: integer values [any shape] -> indices (a sorted key table and
-    ``searchsorted``; with ``num_oov_indices`` n > 1 an unknown value v goes to ``oov_start + v mod n``,
-    Keras's ``floormod``)."""
+    """``IntegerLookup``: integer values [any shape] -> indices (a sorted key table and ``searchsorted``;
+    with ``num_oov_indices`` n > 1 an unknown value v goes to ``oov_start + v mod n``, Keras's
+    ``floormod``, or with ``oov_method="farmhash"`` to the hash of its decimal text, as StringLookup's),
+    then their encoding in the other output modes (as :class:`StringLookup`)."""
 
     op = "integer_lookup"
 
-    def __init__(self, *, vocabulary: list[int], mask_token: int | None = None, num_oov_indices: int = 1) -> None:
-        super().__init__(vocabulary=vocabulary, mask_token=mask_token, num_oov_indices=num_oov_indices)
+    def __init__(
+        self,
+        *,
+        vocabulary: list[int],
+        mask_token: int | None = None,
+        num_oov_indices: int = 1,
+        output_mode: str = "int",
+        depth: int | None = None,
+        oov_method: str = "floormod",
+        salt: list[int] | None = None,
+    ) -> None:
+        super().__init__(
+            vocabulary=vocabulary,
+            mask_token=mask_token,
+            num_oov_indices=num_oov_indices,
+            output_mode=output_mode,
+            depth=depth,
+            oov_method=oov_method,
+            salt=salt,
+        )
         self.mask_token, self.num_oov = mask_token, num_oov_indices
-        self.oov_start = 1 if mask_token is not None else 0
+        self.output_mode, self.depth, self.oov_method, self.salt = output_mode, depth, oov_method, salt
+        self.oov_start = 1 if mask_token is not None and output_mode == "int" else 0
         start = self.oov_start + num_oov_indices
         keys = torch.tensor(vocabulary, dtype=torch.long).reshape(-1)
         order = torch.argsort(keys)
         self.register_buffer("keys", keys[order])
         self.register_buffer("values", order + start)
+        if output_mode == "tf_idf":
+            self.register_buffer("idf_weights", torch.zeros(int(depth or 0)))
+
+    def _oov(self, x: Tensor) -> Tensor:
+        if self.num_oov <= 1:
+            return torch.zeros_like(x)
+        if self.oov_method == "farmhash":  # the hash of the decimal text, element by element
+            hashed = [hash_bucket(v, self.num_oov, self.salt) for v in x.reshape(-1).tolist()]
+            return torch.tensor(hashed, dtype=torch.long, device=x.device).reshape(x.shape)
+        return torch.remainder(x, self.num_oov)
 
     def compute(self, x, mask):
         if x.is_floating_point() or x.dtype == torch.bool:
@@ -262,14 +339,19 @@ class IntegerLookup(Node):
                 f"integer_lookup: {x[~known][:5].tolist()} are not in the vocabulary and the layer has "
                 f"num_oov_indices=0"
             )
-        oov = self.oov_start + (torch.remainder(x, self.num_oov) if self.num_oov > 1 else torch.zeros_like(x))
-        out = torch.where(known, self.values[at], oov)
+        out = torch.where(known, self.values[at], self.oov_start + self._oov(x))
         if self.mask_token is not None:
-            out = torch.where(x == self.mask_token, torch.zeros_like(out), out)
-        return out
+            masked = torch.full_like(out, 0 if self.output_mode == "int" else -1)
+            out = torch.where(x == self.mask_token, masked, out)
+        if self.output_mode == "int":
+            return out
+        return encode(out, self.output_mode, int(self.depth or 0), "integer_lookup", getattr(self, "idf_weights", None))
 
     def extra_repr(self) -> str:
-        return f"vocabulary={len(self.args['vocabulary'])} values, mask_token={self.mask_token!r}"
+        return (
+            f"vocabulary={len(self.args['vocabulary'])} values, mask_token={self.mask_token!r}, "
+            f"output_mode={self.output_mode!r}"
+        )
 
 
 def _text_state() -> dict[str, Tensor]:
@@ -278,10 +360,10 @@ def _text_state() -> dict[str, Tensor]:
 
 
 # -- reading a layer's vocabulary ----------------------------------------------------------------------------
-def _refuse_modes(c: dict[str, Any], class_name: str) -> None:
+def _refuse_text_modes(c: dict[str, Any]) -> None:
     mode = c.get("output_mode", "int")
     if mode != "int":
-        raise Refused(f"output_mode {mode!r} is not supported; {class_name} converts with output_mode='int'")
+        raise Refused(f"output_mode {mode!r} is not supported; TextVectorization converts with output_mode='int'")
     for key in ("invert", "sparse", "ragged"):
         if c.get(key):
             raise Refused(f"{key}=True is not supported")
@@ -329,17 +411,15 @@ def _tokens(entries: list[Any], special: list[Any], c: dict[str, Any]) -> list[A
 
 def _oov_count(c: dict[str, Any], *, integers: bool) -> int:
     count = c.get("num_oov_indices", 1)
-    if not isinstance(count, int) or count < 0:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise Refused(f"num_oov_indices {count!r} is not a non-negative int")
-    if count > 1 and (not integers or c.get("oov_method", "floormod") != "floormod"):
-        raise Refused(f"num_oov_indices={count} hashes unknown tokens with FarmHash, which attnzoo does not compute")
     return count
 
 
 @keras_layer("TextVectorization")
 def convert_text_vectorization(record, arrays, ctx):
     c = record.config
-    _refuse_modes(c, "TextVectorization")
+    _refuse_text_modes(c)
     for key, allowed, default in (
         ("standardize", STANDARDIZE, "lower_and_strip_punctuation"),
         ("split", SPLIT, "whitespace"),
@@ -367,30 +447,96 @@ def convert_text_vectorization(record, arrays, ctx):
     return Converted(spec, _text_state(), [f"{len(tokens)} tokens + padding and [UNK]; strings in, ids out"])
 
 
+def _lookup_mode(c: dict[str, Any]) -> str:
+    """A lookup's ``output_mode`` (Keras's old names read as its new ones); ``invert`` is refused."""
+    mode = c.get("output_mode", "int")
+    mode = {"binary": "multi_hot", "tf-idf": "tf_idf"}.get(mode, mode)
+    if mode not in OUTPUT_MODES:
+        raise Refused(f"output_mode {mode!r} is not one of {', '.join(OUTPUT_MODES)}")
+    if c.get("invert"):
+        raise Refused("invert=True is not supported")
+    refuse_sparse(c)
+    if str(c.get("encoding", "utf-8")).lower().replace("_", "-") not in ("utf-8", "utf8"):
+        raise Refused(f"encoding {c.get('encoding')!r} is not supported (utf-8 is)")
+    return mode
+
+
+def _lookup(record, arrays, ctx, *, integers: bool) -> tuple[dict[str, Any], dict[str, Tensor], list[str]]:
+    """The spec, idf state and notes shared by StringLookup and IntegerLookup in every output mode."""
+    c = record.config
+    mode = _lookup_mode(c)
+    mask, count = c.get("mask_token"), _oov_count(c, integers=integers)
+    oov = int(c.get("oov_token", -1)) if integers else str(c.get("oov_token", "[UNK]"))
+    salt = salt_of(c.get("salt")) if count > 1 else None
+    entries: list[Any] = _vocabulary_lines(record, ctx)
+    if integers:
+        try:
+            entries = [int(v) for v in entries]
+        except ValueError:
+            raise Refused("its vocabulary holds entries that are not integers") from None
+        mask = None if mask is None else int(mask)
+    # the mask takes index 0 in int mode only; in the other modes it is dropped from the encoding
+    special = ([mask] if mask is not None and mode == "int" else []) + [oov] * count
+    tokens = _tokens(entries, special, c)
+    spec: dict[str, Any] = {"vocabulary": tokens, "mask_token": mask, "num_oov_indices": count, "output_mode": mode}
+    if salt is not None:
+        spec["salt"] = salt
+    notes = [f"{len(tokens)} {'values' if integers else 'tokens'}, output_mode={mode!r}"]
+    if count > 1 and (not integers or c.get("oov_method") == "farmhash"):
+        notes.append(f"unknown values hashed into {count} OOV indices ({'SipHash' if salt else 'FarmHash'})")
+    state: dict[str, Tensor] = {}
+    if mode != "int":
+        depth = len(special) + len(tokens)
+        if c.get("pad_to_max_tokens"):
+            limit = c.get("max_tokens")
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                raise Refused(f"pad_to_max_tokens=True needs max_tokens, got {limit!r}")
+            depth = limit
+        spec["depth"] = depth
+        if mode == "tf_idf":
+            state["idf_weights"] = _idf_weights(c, arrays, entries, special, depth)
+    if mode != "tf_idf":
+        expect_variables(arrays, 0, f"a lookup with output_mode={mode!r}")
+    return spec, state, notes
+
+
+def _idf_weights(c: dict[str, Any], arrays: list[Any], entries: list[Any], special: list[Any], depth: int) -> Tensor:
+    """The idf weights of a tf_idf lookup [depth]: the saved variable (.keras), else the config's
+    ``idf_weights`` padded as Keras's ``set_vocabulary`` pads them (the special tokens' places take
+    their mean when the vocabulary omits them; ``pad_to_max_tokens`` adds zeros)."""
+    expect_variables(arrays, (0, 1), "a tf_idf lookup (its idf_weights)")
+    if arrays:
+        weights = np.asarray(arrays[0], dtype=np.float32).reshape(-1)
+    else:
+        given = c.get("idf_weights")
+        if given is None:
+            raise Refused("output_mode='tf_idf' without idf_weights in the file (an .h5 keeps them in the config only)")
+        weights = config_array(given, "idf_weights").reshape(-1)
+        if len(weights) != len(entries):
+            raise Refused(f"{len(weights)} idf_weights for a vocabulary of {len(entries)} entries")
+        if entries[: len(special)] != special:
+            weights = np.concatenate([np.full(len(special), weights.mean(), np.float32), weights])
+        weights = np.concatenate([weights, np.zeros(max(depth - len(weights), 0), np.float32)])
+    if weights.shape != (depth,):
+        raise Refused(f"idf_weights {list(weights.shape)} do not fit the {depth} indices of the encoding")
+    return torch.from_numpy(weights.copy())
+
+
 @keras_layer("StringLookup")
 def convert_string_lookup(record, arrays, ctx):
-    c = record.config
-    _refuse_modes(c, "StringLookup")
-    expect_variables(arrays, 0, "StringLookup with output_mode='int'")
-    mask, oov, count = c.get("mask_token"), str(c.get("oov_token", "[UNK]")), _oov_count(c, integers=False)
-    special = ([mask] if mask is not None else []) + [oov] * count
-    tokens = _tokens(_vocabulary_lines(record, ctx), special, c)
-    spec = {"op": "string_lookup", "vocabulary": tokens, "mask_token": mask, "num_oov_indices": count}
-    return Converted(spec, _text_state(), [f"{len(tokens)} tokens; strings in, ids out"])
+    spec, state, notes = _lookup(record, arrays, ctx, integers=False)
+    notes.append("strings in")
+    return Converted({"op": "string_lookup", **spec}, {**_text_state(), **state}, notes)
 
 
 @keras_layer("IntegerLookup")
 def convert_integer_lookup(record, arrays, ctx):
-    c = record.config
-    _refuse_modes(c, "IntegerLookup")
-    expect_variables(arrays, 0, "IntegerLookup with output_mode='int'")
-    mask, oov, count = c.get("mask_token"), c.get("oov_token", -1), _oov_count(c, integers=True)
-    try:
-        entries = [int(v) for v in _vocabulary_lines(record, ctx)]
-    except ValueError:
-        raise Refused("its vocabulary holds entries that are not integers") from None
-    special = ([int(mask)] if mask is not None else []) + [int(oov)] * count
-    tokens = _tokens(entries, special, c)
-    spec = {"op": "integer_lookup", "vocabulary": tokens, "mask_token": mask, "num_oov_indices": count}
-    table = IntegerLookup(vocabulary=tokens, mask_token=mask, num_oov_indices=count)
-    return Converted(spec, dict(table.state_dict()), [f"{len(tokens)} values"])
+    spec, state, notes = _lookup(record, arrays, ctx, integers=True)
+    oov_method = record.config.get("oov_method", "floormod")
+    if oov_method not in ("floormod", "farmhash"):
+        raise Refused(f"oov_method {oov_method!r} is not floormod or farmhash")
+    spec["oov_method"] = oov_method
+    table = IntegerLookup(**spec)
+    table_state = dict(table.state_dict())
+    table_state.update(state)
+    return Converted({"op": "integer_lookup", **spec}, table_state, notes)
