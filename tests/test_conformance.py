@@ -14,6 +14,7 @@ import pytest
 
 import attnzoo
 from attnzoo.conventions import convention_names, get_convention
+from attnzoo.errors import PluginWarning
 from attnzoo.testing import PROPERTIES, check_model
 
 NAMES = attnzoo.list_models()
@@ -80,5 +81,12 @@ def test_an_in_process_convention_is_held_by_the_registry_and_survives_a_plugin_
     monkeypatch.setenv("ATTNZOO_BLOCK_PLUGINS", "nobody")  # the switches change: a new snapshot
     assert registry.table_version() != before
     assert get_convention("my_flat_copy") is flat
-    with pytest.raises(ValueError, match="built in"):
-        register_convention("sequence_to_sequence", flat)
+    # one policy for every plugin table (attnzoo/core/tables.py): a built-in name is kept, with a warning
+    other = get_convention("sequence_to_labels")
+    register_convention("sequence_to_sequence", other)
+    with pytest.warns(PluginWarning, match="'local' registers the calling convention 'sequence_to_sequence', which"):
+        assert get_convention("sequence_to_sequence") is flat
+    register_convention("sequence_to_sequence", flat, override=True)  # on purpose: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PluginWarning)
+        assert get_convention("sequence_to_sequence") is flat

@@ -294,7 +294,7 @@ def verb_site(tmp_path_factory):
 def test_a_plugin_verb_cannot_take_a_built_in_one_and_a_raising_hook_is_recorded(verb_site):
     proc = cli(verb_site, "hello", "world")
     assert proc.returncode == 0 and proc.stdout.strip() == "hello world", proc.stderr
-    assert "registers the command 'list', which 'attnzoo' provides; it is skipped" in proc.stderr
+    assert "registers the command 'list', which 'attnzoo' provides; the first is kept" in proc.stderr
     assert "attnzoo_register_commands raised RuntimeError: the verb hook crashed" in proc.stderr
     proc = cli(verb_site, "list", "dot", "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)[0]["name"] == "dot"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from attnzoo.cli.common import FAILURE, USAGE_ERROR, UsageError, one_line
-from attnzoo.errors import AttnzooError, PluginWarning
+from attnzoo.errors import AttnzooError
 
 __all__ = ["main", "build_parser", "Command", "commands", "register_builtin_commands", "BUILTIN_VERBS"]
 
@@ -64,7 +64,7 @@ class Command:
     provider: str = "attnzoo"
 
 
-def register_builtin_commands(register: Callable[..., None]) -> None:
+def register_builtin_commands(register: Callable[..., object]) -> None:
     """The built-in verbs (``attnzoo.cli.verbs``), through the ``register`` a plugin's hook gets."""
     for name, module_name in BUILTIN_VERBS.items():
         module = importlib.import_module(f"attnzoo.cli.verbs.{module_name}")
@@ -79,40 +79,30 @@ def register_builtin_commands(register: Callable[..., None]) -> None:
 
 def commands() -> dict[str, Command]:
     """Every verb: the built-in ones, registered here through the same ``register`` a plugin's
-    ``attnzoo_register_commands`` hook gets, then the plugins' by name. A plugin's verb that takes a name
-    already registered is skipped with a warning; a plugin whose hook raises is recorded (``attnzoo
-    plugins``) and its other verbs are kept."""
+    ``attnzoo_register_commands`` hook gets, then the plugins', in one :class:`PluginTable` (the first
+    registration of a name wins; a plugin's verb that takes a registered name is skipped with a warning
+    unless it passes ``override=True``); a plugin whose hook raises is recorded (``attnzoo plugins``) and
+    its other verbs are kept."""
     from attnzoo.core.registry import REGISTRY
     from attnzoo.core.spec import BUILTIN_PROVIDER
+    from attnzoo.core.tables import PluginTable
 
-    found: list[Command] = []
+    table: PluginTable[Command] = PluginTable("command")
 
-    def register_for(plugin: str) -> Callable[..., None]:
-        def register(name, run, *, help="", arguments=None, description=None) -> None:  # noqa: A002 - argparse's word
+    def register_for(plugin: str) -> Callable[..., bool]:
+        def register(name, run, *, help="", arguments=None, description=None, override=False) -> bool:  # noqa: A002
             if not isinstance(name, str) or not _VERB.fullmatch(name):
                 raise ValueError(f"a command name is a lower-case word (letters, digits, '-'), got {name!r}")
             if not callable(run) or (arguments is not None and not callable(arguments)):
                 raise TypeError(f"command {name!r}: run and arguments must be callables")
-            found.append(Command(name, run, str(help), arguments, description, plugin))
+            command = Command(name, run, str(help), arguments, description, plugin)
+            return table.add(name, command, provider=plugin, override=override)
 
         return register
 
     register_builtin_commands(register_for(BUILTIN_PROVIDER))
-    builtin = list(found)
-    found.clear()
     REGISTRY.each_plugin("attnzoo_register_commands", lambda plugin: {"register": register_for(plugin)})
-    table: dict[str, Command] = {}
-    for command in [*builtin, *sorted(found, key=lambda c: c.name)]:
-        if command.name in table:
-            warnings.warn(
-                f"attnzoo: plugin {command.provider!r} registers the command {command.name!r}, which "
-                f"{table[command.name].provider!r} provides; it is skipped",
-                PluginWarning,
-                stacklevel=2,
-            )
-            continue
-        table[command.name] = command
-    return table
+    return dict(table.items())
 
 
 class _Parser(argparse.ArgumentParser):

@@ -13,6 +13,7 @@ import torch
 from attnzoo.conventions.base import Convention, Sample
 from attnzoo.conventions.builtin import BUILTIN
 from attnzoo.core import registry
+from attnzoo.core.tables import PluginTable
 from attnzoo.errors import UnknownConventionError
 
 __all__ = ["CONVENTIONS", "get_convention", "register_convention", "convention_names", "model_config", "sample_inputs"]
@@ -21,21 +22,23 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in BUILTIN}
 HOOK = "attnzoo_register_conventions"
 
 
-def _check_name(name: str, convention: Any) -> None:
-    if name in CONVENTIONS:
-        raise ValueError(f"convention {name!r} is built in; choose another name")
+def _check(name: str, convention: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a convention's name is a non-empty string, got {name!r}")
 
 
-def register_convention(name: str, convention: Convention | str) -> None:
+def register_convention(name: str, convention: Convention | str, *, override: bool = False) -> None:
     """Add a convention (a :class:`Convention` or ``"module:attr"`` naming one) in this process; plugins
-    add theirs through the ``attnzoo_register_conventions(register)`` hook. Built-in names are reserved."""
-    _check_name(name, convention)
-    registry.REGISTRY.add_item(HOOK, name, convention)
+    add theirs through the ``attnzoo_register_conventions(register)`` hook. One table holds the built-in,
+    the plugins' and these, under one policy (attnzoo/core/tables.py): a name already held is kept, with a
+    warning, unless ``override=True``."""
+    _check(name, convention)
+    registry.REGISTRY.add_item(HOOK, name, convention, override=override)
 
 
-def _plugin_conventions() -> dict[str, Any]:
-    """The conventions plugins registered, held by the registry's snapshot (asked for on first use)."""
-    return registry.REGISTRY.collected(HOOK, check=_check_name)
+def _table() -> PluginTable[Any]:
+    """The built-in conventions, then the plugins', then this process's (collected on first use)."""
+    return registry.REGISTRY.collected(HOOK, what="calling convention", builtins=CONVENTIONS, check=_check)
 
 
 def _resolve(value: Convention | str | type) -> Convention:
@@ -52,16 +55,14 @@ def _resolve(value: Convention | str | type) -> Convention:
 
 
 def convention_names() -> list[str]:
-    return sorted({*CONVENTIONS, *_plugin_conventions()})
+    return sorted(_table())
 
 
 def get_convention(name: str) -> Convention:
-    """The convention called ``name``: built in, or added by a plugin."""
-    if name in CONVENTIONS:
-        return CONVENTIONS[name]
-    plugin = _plugin_conventions()
-    if name in plugin:
-        return _resolve(plugin[name])
+    """The convention called ``name``: built in, or added by a plugin or in this process."""
+    table = _table()
+    if name in table:
+        return _resolve(table[name])
     known = ", ".join(convention_names())
     raise UnknownConventionError(f"unknown calling convention {name!r}; known: {known}")
 

@@ -33,7 +33,8 @@ from attnzoo.core import plugins, resources
 from attnzoo.core.cards import read_card, spec_from_card
 from attnzoo.core.plugins import PluginHost, PluginInfo, State
 from attnzoo.core.spec import BUILTIN_PROVIDER, LOCAL_PROVIDER, ModelSpec, WeightsSpec, parse_name
-from attnzoo.errors import AttnzooWarning, ConfigError, PluginError, UnknownModelError, close_matches
+from attnzoo.core.tables import PluginTable
+from attnzoo.errors import ConfigError, PluginError, PluginWarning, UnknownModelError, close_matches
 
 __all__ = [
     "register",
@@ -133,7 +134,7 @@ class Registration:
         if self.strict:
             raise PluginError(f"plugin {self.provider!r}: {message}")
         self.problems.append(message)
-        warnings.warn(f"attnzoo: plugin {self.provider!r}: {message}", AttnzooWarning, stacklevel=5)
+        warnings.warn(f"attnzoo: plugin {self.provider!r}: {message}", PluginWarning, stacklevel=5)
 
     def take_back(self) -> list[str]:
         self.table.remove(self.names)
@@ -150,14 +151,14 @@ class Snapshot:
     version: int
     # what plugins register through hooks other than models (the kit's conventions), per hook, asked for on
     # first use (such a hook may import torch) and dropped with the snapshot
-    collected: dict[str, dict[str, Any]] = field(default_factory=dict)
+    collected: dict[str, PluginTable[Any]] = field(default_factory=dict)
 
 
 class Registry:
     def __init__(self) -> None:
         self._snapshot: Snapshot | None = None
         self._local: list[tuple[ModelSpec, bool]] = []  # in-process registrations, replayed on rebuild
-        self._local_items: dict[str, dict[str, Any]] = {}  # in-process entries of other hooks' tables
+        self._local_items: dict[str, dict[str, tuple[Any, bool]]] = {}  # in-process entries (value, override)
         self._lock = threading.RLock()
         self._version = 0
 
@@ -186,7 +187,7 @@ class Registry:
             except ConfigError as e:  # a plugin switched on since took the name: the plugin keeps it
                 warnings.warn(
                     f"attnzoo: your register({spec.name!r}) lost its name after a reload: {e}",
-                    AttnzooWarning,
+                    PluginWarning,
                     stacklevel=2,
                 )
                 table.specs[spec.qualified_name] = spec
@@ -220,29 +221,35 @@ class Registry:
         ``arguments(plugin)`` builds for it (a ``register`` bound to that plugin)."""
         self.snapshot().host.each_plugin(hook_name, arguments)
 
-    def collected(self, hook_name: str, check: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
-        """The table a hook ``hook_name(register)`` fills with ``register(name, value)``, for the current
-        plugins: collected once per snapshot, on first use, each plugin isolated (``check`` refusing an
-        entry counts as that plugin's failure), with the in-process entries of :meth:`add_item` on top."""
+    def collected(
+        self,
+        hook_name: str,
+        *,
+        what: str,
+        builtins: Mapping[str, Any] | None = None,
+        check: Callable[[str, Any], None] | None = None,
+    ) -> PluginTable[Any]:
+        """The :class:`PluginTable` a hook ``hook_name(register)`` fills, for the current plugins: the
+        ``builtins`` first, then each plugin's entries (each plugin isolated: ``check`` refusing an entry
+        counts as that plugin's failure), then the in-process entries of :meth:`add_item`; one collision
+        policy (tables.py). Collected once per snapshot, on first use."""
         snap = self.snapshot()
         with self._lock:
             if hook_name not in snap.collected:
-                found: dict[str, Any] = {}
-
-                def register(name: str, value: Any) -> None:
-                    if check is not None:
-                        check(name, value)
-                    found[name] = value
-
-                snap.host.each_plugin(hook_name, lambda plugin: {"register": register})
-                found.update(self._local_items.get(hook_name, {}))
-                snap.collected[hook_name] = found
+                table: PluginTable[Any] = PluginTable(what)
+                for name, value in (builtins or {}).items():
+                    table.add(name, value, provider=BUILTIN_PROVIDER)
+                snap.host.each_plugin(hook_name, lambda plugin: {"register": table.register_for(plugin, check)})
+                for name, (value, override) in self._local_items.get(hook_name, {}).items():
+                    table.add(name, value, provider=LOCAL_PROVIDER, override=override)
+                snap.collected[hook_name] = table
             return snap.collected[hook_name]
 
-    def add_item(self, hook_name: str, name: str, value: Any) -> None:
-        """An in-process entry of the table :meth:`collected` gives for ``hook_name`` (kept across rebuilds)."""
+    def add_item(self, hook_name: str, name: str, value: Any, *, override: bool = False) -> None:
+        """An in-process entry of the table :meth:`collected` gives for ``hook_name`` (kept across rebuilds),
+        added after the plugins' under the same policy (``override=True`` replaces on purpose)."""
         with self._lock:
-            self._local_items.setdefault(hook_name, {})[name] = value
+            self._local_items.setdefault(hook_name, {})[name] = (value, override)
             self.snapshot().collected.pop(hook_name, None)
 
     # -- lookup ------------------------------------------------------------------------------------
