@@ -51,9 +51,7 @@ class PluginTable(Generic[V]):
         self._entries[name] = (value, provider)
         return True
 
-    def register_for(
-        self, provider: str, check: Callable[[str, Any], None] | None = None
-    ) -> Callable[..., bool]:
+    def register_for(self, provider: str, check: Callable[[str, Any], None] | None = None) -> Callable[..., bool]:
         """The ``register(name, value, *, override=False)`` a provider's hook receives; ``check`` refuses a
         bad entry by raising (the caller records that as the provider's failure)."""
 
