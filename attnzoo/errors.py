@@ -28,6 +28,7 @@ __all__ = [
     "AttnzooWarning",
     "UnknownTokensWarning",
     "ThresholdWarning",
+    "KerasWeightsWarning",
     "close_matches",
     "without_colour",
 ]
@@ -105,6 +106,12 @@ class UnknownTokensWarning(AttnzooWarning):
 
 class ThresholdWarning(AttnzooWarning):
     """The multi-label decision threshold was tuned on too little validation data to be trusted."""
+
+
+class KerasWeightsWarning(AttnzooWarning):
+    """A Keras file's weights that Keras itself loads and runs, but that make the model's outputs NaN or
+    infinite: a variable holding NaN or an infinity, a BatchNormalization moving variance below zero. The
+    converted model computes what Keras computes; the warning names the layer."""
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:

@@ -8,7 +8,7 @@ was edited or mixed up, and Keras itself would not load it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ __all__ = [
     "ints",
     "activation_of",
     "expect_variables",
+    "expect_shape",
     "agrees",
     "as_tensor",
     "channels_first",
@@ -53,6 +54,15 @@ def expect_variables(arrays: list[np.ndarray], n: int | tuple[int, ...], what: s
     if len(arrays) not in allowed:
         shapes = [list(a.shape) for a in arrays]
         raise Refused(f"has {len(arrays)} variables {shapes}, {what} has {' or '.join(map(str, allowed))}")
+
+
+def expect_shape(array: np.ndarray, shape: Sequence[int | None], what: str) -> None:
+    """A variable has the shape its layer makes from its config and input (None: any size on that axis).
+    Keras refuses to load a variable of another shape; the reason names both shapes."""
+    fits = len(array.shape) == len(shape) and all(s is None or s == a for a, s in zip(array.shape, shape, strict=True))
+    if not fits:
+        needed = "[" + ", ".join("?" if s is None else str(s) for s in shape) + "]"
+        raise Refused(f"its {what} is {list(array.shape)} in the file, but the layer makes it {needed}")
 
 
 def agrees(config: Mapping[str, Any], key: str, actual: int, what: str) -> None:

@@ -1,0 +1,352 @@
+"""Hostile .keras archives and weights: each refused with an attnzoo error naming the member or the layer,
+or (where Keras itself loads and runs the file) converted to compute what Keras computes, with a warning.
+
+The files are small Keras 3 models edited in tmp_path: tests/data/keras_archives/small.keras (Dense, LayerNormalization,
+BatchNormalization, Conv1D; tests/keras_archive_fixtures.py, keras 3 on torch) and the text models of
+tests/data/keras_text. The slow tests run Keras itself (KERAS_BACKEND=torch) as the oracle of what it loads.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnzoo.errors import KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError
+from attnzoo.keras import convert_keras_model
+from attnzoo.keras import files as keras_files
+
+from .conftest import ROOT
+
+SMALL = ROOT / "tests" / "data" / "keras_archives" / "small.keras"
+TEXT = ROOT / "tests" / "data" / "keras_text"
+X = torch.from_numpy(np.random.default_rng(1).standard_normal((2, 5, 4)).astype("float32"))
+
+pytest.importorskip("h5py")
+
+
+def _members(path: Path) -> list[tuple[str, bytes]]:
+    with zipfile.ZipFile(path) as archive:
+        return [(info.filename, archive.read(info)) for info in archive.infolist()]
+
+
+def _write(path: Path, items: list[tuple[str, bytes]], compression: int = zipfile.ZIP_STORED) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of a duplicate name, which is the point of one test
+        with zipfile.ZipFile(path, "w", compression) as archive:
+            for name, data in items:
+                archive.writestr(name, data)
+    return path
+
+
+def _replaced(tmp_path: Path, source: Path, **members: bytes) -> Path:
+    """``source`` with the named members' bytes replaced."""
+    changes = dict(members)
+    items = [(name, changes.pop(name, data)) for name, data in _members(source)]
+    return _write(tmp_path / f"edited_{len(list(tmp_path.iterdir()))}.keras", items + list(changes.items()))
+
+
+def _weights_edited(tmp_path: Path, edit) -> Path:
+    """small.keras with its model.weights.h5 edited by ``edit(h5py.File)``."""
+    import h5py
+
+    items = dict(_members(SMALL))
+    buffer = io.BytesIO(items["model.weights.h5"])
+    with h5py.File(buffer, "r+") as f:
+        edit(f)
+    return _replaced(tmp_path, SMALL, **{"model.weights.h5": buffer.getvalue()})
+
+
+def _set(f, path: str, value) -> None:
+    del f[path]
+    f[path] = np.asarray(value, dtype="float32")
+
+
+def _central_size(path: Path, member: str, size: int) -> None:
+    """Make the archive's central directory claim ``size`` bytes for ``member`` (its data unchanged)."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"PK\x01\x02")
+    while at >= 0:
+        length = struct.unpack("<H", data[at + 28 : at + 30])[0]
+        if data[at + 46 : at + 46 + length].decode() == member:
+            data[at + 24 : at + 28] = struct.pack("<I", size)
+        at = data.find(b"PK\x01\x02", at + 4)
+    path.write_bytes(bytes(data))
+
+
+# -- the archive: one config, names inside it, sizes from the data, JSON depth ------------------------------
+def test_two_config_members_are_refused_naming_the_member(tmp_path):
+    other = json.dumps({"class_name": "Functional", "config": {"layers": []}}).encode()
+    for second in (other, dict(_members(SMALL))["config.json"]):  # another config, or the same one twice
+        path = _write(tmp_path / "two.keras", [*_members(SMALL), ("config.json", second)])
+        with pytest.raises(WeightsError, match=r"two members named 'config\.json'"):
+            convert_keras_model(path)
+
+
+@pytest.mark.parametrize("name", ["assets/../../evil.txt", "/etc/evil.txt", "assets\\..\\evil.txt", "C:/evil.txt"])
+def test_member_names_that_leave_the_archive_are_refused(tmp_path, name):
+    path = _write(tmp_path / "escape.keras", [*_members(SMALL), (name, b"payload")])
+    with pytest.raises(WeightsError, match=rf"archive member {re.escape(repr(name))} names a path outside"):
+        convert_keras_model(path)
+
+
+@pytest.mark.parametrize("member", ["config.json", "metadata.json", "model.weights.h5"])
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_member_whose_header_lies_about_its_size_is_a_clear_error(tmp_path, member, compression):
+    """A header that claims fewer bytes than the data holds: zipfile cuts the data there and its CRC
+    fails (a raw BadZipFile before); the error names the member. A header that claims more than the
+    data holds changes nothing: the data is read as it is, and converts to what the honest file does."""
+    size = dict(_members(SMALL))[member].__len__()
+    path = _write(tmp_path / "short.keras", _members(SMALL), compression)
+    _central_size(path, member, size - 10)
+    with pytest.raises(WeightsError, match=rf"archive member '{member}' cannot be read as its header describes it"):
+        convert_keras_model(path)
+    _central_size(path, member, size + 10)
+    torch.testing.assert_close(convert_keras_model(path)(X), convert_keras_model(SMALL)(X))
+
+
+def test_decompressed_sizes_are_counted_from_the_data(tmp_path, monkeypatch):
+    """config.json of 200 KiB (whitespace after the config) under a limit of 64 KiB: refused whether its
+    header says so or claims 1,000 bytes; an asset over the assets' limit, and a member that expands
+    over 100 times its stored size past the bomb floor (Keras's own rule), likewise."""
+    monkeypatch.setattr(keras_files, "MAX_CONFIG_BYTES", 64 << 10)
+    padded = dict(_members(SMALL))["config.json"] + b" " * (200 << 10)
+    path = _write(tmp_path / "big.keras", [(n, padded if n == "config.json" else d) for n, d in _members(SMALL)], 8)
+    with pytest.raises(WeightsError, match=r"archive member 'config\.json' expands to more than 0 MiB"):
+        convert_keras_model(path)
+    _central_size(path, "config.json", 1000)
+    with pytest.raises(WeightsError, match=r"archive member 'config\.json' cannot be read as its header"):
+        convert_keras_model(path)
+
+    monkeypatch.setattr(keras_files, "MAX_ASSETS_BYTES", 1 << 20)
+    path = _write(tmp_path / "assets.keras", [*_members(SMALL), ("assets/layers/dense/big.txt", b"a" * (2 << 20))], 8)
+    with pytest.raises(WeightsError, match=r"archive member 'assets/layers/dense/big\.txt' expands to more than"):
+        convert_keras_model(path)
+
+    monkeypatch.setattr(keras_files, "MAX_ASSETS_BYTES", 1 << 30)
+    monkeypatch.setattr(keras_files, "_BOMB_FLOOR", 1 << 20)
+    path = _write(tmp_path / "bomb.keras", [*_members(SMALL), ("assets/layers/dense/zeros.txt", bytes(4 << 20))], 8)
+    with pytest.raises(WeightsError, match=r"'assets/layers/dense/zeros\.txt' expands to over 100 times .*bomb"):
+        convert_keras_model(path)
+
+
+@pytest.mark.parametrize("member", ["config.json", "metadata.json"])
+def test_json_nested_100_000_deep_is_a_weights_error_naming_the_member(tmp_path, member):
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    with pytest.raises(WeightsError, match=rf"{member} nests deeper than 200 levels"):
+        convert_keras_model(_replaced(tmp_path, SMALL, **{member: deep}))
+    shallow_but_deep = ('{"a": ' * 300 + "1" + "}" * 300).encode()  # parses, but walking it later might not
+    with pytest.raises(WeightsError, match=rf"{member} nests deeper than 200 levels"):
+        convert_keras_model(_replaced(tmp_path, SMALL, **{member: shallow_but_deep}))
+
+
+def test_a_bare_config_json_nested_deep_is_a_weights_error(tmp_path):
+    (tmp_path / "config.json").write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
+    (tmp_path / "model.weights.h5").write_bytes(dict(_members(SMALL))["model.weights.h5"])
+    with pytest.raises(WeightsError, match=r"config\.json: the model config nests deeper than 200 levels"):
+        convert_keras_model(tmp_path / "config.json")
+
+
+# -- vocabularies, read as Keras's loader reads them ---------------------------------------------------------
+def _vectorizer_ids(path: Path, text: str) -> list[int]:
+    ids, _ = convert_keras_model(path)([text])
+    return ids[0].tolist()
+
+
+def test_text_vectorization_reads_the_copy_keras_keeps(tmp_path):
+    """Keras's saving_lib calls TextVectorization.load_assets (which hands its folder's vocabulary.txt to
+    its inner lookup) and then the inner lookup's own, with `_lookup_layer/vocabulary.txt`: the inner copy
+    is set last and kept. "cat" and "the" swapped in that copy swap their ids (hand-computed: index 0 is
+    padding, 1 [UNK], then the file's order: "the" 2, "cat" 3)."""
+    original = dict(_members(TEXT / "classifier.keras"))["assets/layers/text_vectorization/vocabulary.txt"]
+    swapped = original.replace(b"\nthe\ncat\n", b"\ncat\nthe\n")
+    assert swapped != original
+    assert _vectorizer_ids(TEXT / "classifier.keras", "the cat")[:2] == [2, 3]
+    items = [
+        (n, swapped if n.endswith("_lookup_layer/vocabulary.txt") else d)
+        for n, d in _members(TEXT / "classifier.keras")
+    ]
+    assert _vectorizer_ids(_write(tmp_path / "inner.keras", items), "the cat")[:2] == [3, 2]
+    items = [
+        (n, swapped if n == "assets/layers/text_vectorization/vocabulary.txt" else d)
+        for n, d in _members(TEXT / "classifier.keras")
+    ]
+    assert _vectorizer_ids(_write(tmp_path / "outer.keras", items), "the cat")[:2] == [2, 3]
+
+
+@pytest.mark.parametrize("copy", ["vocabulary.txt", "_lookup_layer/vocabulary.txt"])
+@pytest.mark.parametrize(
+    "vocabulary, reason",
+    [
+        (b"\n[UNK]\nthe\ncat\nthe", r"repeats 'the' \(Keras refuses it too\)"),
+        (b"[UNK]\n\nthe\ncat", r"holds the mask token '' at index 1; Keras takes it only at the head"),
+        (b"\n[UNK]\nthe\n\ncat", r"holds the mask token '' at index 3"),
+        (b"", r"is empty"),
+    ],
+)
+def test_a_vocabulary_copy_keras_refuses_is_refused_naming_the_layer_and_copy(tmp_path, copy, vocabulary, reason):
+    """Keras reads both copies and refuses the load when either fails set_vocabulary's checks."""
+    name = f"assets/layers/text_vectorization/{copy}"
+    items = [(n, vocabulary if n == name else d) for n, d in _members(TEXT / "classifier.keras")]
+    config = json.loads(dict(items)["config.json"])
+    config["config"]["layers"][1]["config"]["vocabulary_size"] = None  # the size check would answer first
+    items = [(n, json.dumps(config).encode() if n == "config.json" else d) for n, d in items]
+    with pytest.raises(
+        UnsupportedKerasLayerError, match=rf"text_vectorization \(TextVectorization.*\({copy}\) {reason}"
+    ):
+        convert_keras_model(_write(tmp_path / "bad.keras", items))
+
+
+def _string_lookup(path: Path):
+    model = convert_keras_model(path)
+    key = next(k for k, name in model.keras_names.items() if name.startswith("string_lookup"))
+    return model.layers[key]
+
+
+def test_the_oov_token_past_the_head_is_an_ordinary_token_as_in_keras(tmp_path):
+    """Keras's set_vocabulary refuses an OOV token past the head only for invert=True (a mode attnzoo
+    refuses); otherwise the token takes its place's index like any other. StringLookup(mask_token="",
+    oov_token="[UNK]"): "" -> 0, unknown -> 1, then "blue" 2, "[UNK]" 3, "green" 4."""
+    name = "assets/layers/string_lookup/vocabulary.txt"
+    items = [(n, b"\n[UNK]\nblue\n[UNK]\ngreen" if n == name else d) for n, d in _members(TEXT / "lookups.keras")]
+    config = json.loads(dict(items)["config.json"])
+    for layer in config["config"]["layers"]:
+        if layer["class_name"] == "StringLookup":
+            layer["config"]["vocabulary_size"] = 5
+    items = [(n, json.dumps(config).encode() if n == "config.json" else d) for n, d in items]
+    node = _string_lookup(_write(tmp_path / "oov.keras", items))
+    (ids,), _ = node([[["", "red", "blue", "[UNK]", "green"]]], {}, [None])
+    assert ids.tolist() == [[0, 1, 2, 3, 4]]
+
+
+# -- values: what Keras loads and runs converts with a warning; what it refuses, refused -------------------
+def _trace(path: Path) -> dict:
+    with torch.no_grad():
+        return convert_keras_model(path).trace(X)
+
+
+def test_nan_or_inf_in_a_kernel_converts_as_keras_runs_it_with_a_warning_naming_the_layer(tmp_path):
+    for value, what in ((np.nan, "1 NaN and 0 infinite"), (np.inf, "0 NaN and 1 infinite")):
+
+        def poison(f, value=value):
+            kernel = np.array(f["layers/dense/vars/0"])
+            kernel[0, 0] = value
+            _set(f, "layers/dense/vars/0", kernel)
+
+        path = _weights_edited(tmp_path, poison)
+        with pytest.warns(KerasWeightsWarning, match=rf"Dense 'dense': variable 0 \[4, 4\] holds {what}"):
+            out = _trace(path)["dense"][0]
+        # Keras's kernel is [in, out]: y_j = sum_i x_i K_ij + b_j, so K_00 reaches output 0 alone
+        assert not torch.isfinite(out[..., 0]).any() and torch.isfinite(out[..., 1:]).all()
+
+
+def test_a_negative_moving_variance_converts_as_keras_runs_it_with_a_warning_naming_the_layer(tmp_path):
+    """Keras loads it; at inference channel 1 is (x - mean) / sqrt(-1 + 0.001): NaN, the others as before."""
+    path = _weights_edited(tmp_path, lambda f: _set(f, "layers/batch_normalization/vars/3", [1.0, -1.0, 1.0, 1.0]))
+    with pytest.warns(
+        KerasWeightsWarning, match=r"BatchNormalization 'bn': moving_variance is negative at channel\(s\) \[1\]"
+    ):
+        edited = _trace(path)["bn"][0]
+    reference = _trace(_weights_edited(tmp_path, lambda f: _set(f, "layers/batch_normalization/vars/3", [1.0] * 4)))
+    assert torch.isnan(edited[..., 1]).all()
+    torch.testing.assert_close(edited[..., [0, 2, 3]], reference["bn"][0][..., [0, 2, 3]])
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        # gamma [1] for a 4-wide LayerNormalization: Keras refuses to assign it (build_config says 4)
+        (
+            lambda f: _set(f, "layers/layer_normalization/vars/0", [1.0]),
+            r"norm \(LayerNormalization, variables \[1\], \[4\]\) \(its gamma is \[1\] in the file, but the layer "
+            r"makes it \[4\]\)",
+        ),
+        (
+            lambda f: [_set(f, f"layers/layer_normalization/vars/{i}", [1.0]) for i in (0, 1)],
+            r"norm \(LayerNormalization.*its gamma is \[1\] in the file, but the layer makes it \[4\]",
+        ),
+        (
+            lambda f: [_set(f, f"layers/batch_normalization/vars/{i}", [1.0]) for i in range(4)],
+            r"bn \(BatchNormalization.*its gamma is \[1\] in the file, but the layer makes it \[4\]",
+        ),
+    ],
+)
+def test_a_variable_of_the_wrong_shape_is_refused_naming_the_layer_and_both_shapes(tmp_path, edit, message):
+    with pytest.raises(UnsupportedKerasLayerError, match=message):
+        convert_keras_model(_weights_edited(tmp_path, edit))
+
+
+def test_a_bias_the_converter_does_not_check_is_caught_before_load_state_dict(tmp_path):
+    """Conv1D's bias [4] for 3 filters: torch's "size mismatch for layers.conv.bias" before; now the
+    Keras layer and both shapes."""
+    path = _weights_edited(tmp_path, lambda f: _set(f, "layers/conv1d/vars/1", [0.0] * 4))
+    with pytest.raises(
+        WeightsError, match=r"layer 'conv' \(Conv1D\): its bias is \[4\] in the file, .* needs \[3\]"
+    ) as err:
+        convert_keras_model(path)
+    assert "size mismatch" not in str(err.value)
+
+
+# -- Keras itself as the oracle (slow: it starts Keras) -------------------------------------------------------
+_KERAS_VERDICTS = """
+import json, os, sys, warnings
+os.environ["KERAS_BACKEND"] = "torch"
+warnings.simplefilter("ignore")
+import keras, numpy as np
+x = np.load(sys.argv[1])
+out = {}
+for path in sys.argv[2:]:
+    try:
+        model = keras.saving.load_model(path)
+    except Exception as e:
+        out[path] = None
+        continue
+    out[path] = np.asarray(model.predict(x, verbose=0)).tolist()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_keras_loads_what_attnzoo_converts_with_a_warning_and_refuses_what_attnzoo_refuses(tmp_path):
+    """For every value and shape case above, Keras 3 (torch backend) is asked to load and run the file:
+    where it refuses, attnzoo refuses; where it runs, attnzoo computes the same (NaN where Keras has NaN)."""
+    cases = {
+        "nan": lambda f: _set(
+            f, "layers/dense/vars/0", np.where(np.eye(4) > 0, np.nan, np.array(f["layers/dense/vars/0"]))
+        ),
+        "negative_variance": lambda f: _set(f, "layers/batch_normalization/vars/3", [1.0, -1.0, 1.0, 1e-4]),
+        "gamma_1": lambda f: _set(f, "layers/layer_normalization/vars/0", [1.0]),
+        "gammas_1": lambda f: [_set(f, f"layers/layer_normalization/vars/{i}", [1.0]) for i in (0, 1)],
+        "bias_4": lambda f: _set(f, "layers/conv1d/vars/1", [0.0] * 4),
+    }
+    paths = {name: str(_weights_edited(tmp_path, edit)) for name, edit in cases.items()}
+    np.save(tmp_path / "x.npy", X.numpy())
+    proc = subprocess.run(
+        [sys.executable, "-c", _KERAS_VERDICTS, str(tmp_path / "x.npy"), *paths.values()],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KERAS_BACKEND": "torch"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [name for name, path in paths.items() if verdicts[path] is None] == ["gamma_1", "gammas_1", "bias_4"]
+    for path in paths.values():
+        if verdicts[path] is None:
+            with pytest.raises(WeightsError, match=r"'?(norm|conv)'? \("):
+                convert_keras_model(path)
+            continue
+        with pytest.warns(KerasWeightsWarning):
+            ours = convert_keras_model(path)(X).detach().numpy()
+        np.testing.assert_allclose(ours, np.asarray(verdicts[path], dtype="float32"), rtol=1e-4, atol=1e-5)
