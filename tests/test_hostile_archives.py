@@ -158,6 +158,31 @@ def test_a_bare_config_json_nested_deep_is_a_weights_error(tmp_path):
         convert_keras_model(tmp_path / "config.json")
 
 
+def test_a_legacy_h5_whose_model_config_nests_deep_is_a_weights_error(tmp_path):
+    import shutil
+
+    import h5py
+
+    path = tmp_path / "deep.h5"
+    shutil.copy(ROOT / "tests" / "data" / "keras2" / "sequential.h5", path)
+    with h5py.File(path, "r+") as f:
+        f.attrs["model_config"] = '{"a": ' * 100_000 + "1" + "}" * 100_000
+    with pytest.raises(WeightsError, match=r"deep\.h5: the model config nests deeper than 200 levels"):
+        convert_keras_model(path)
+
+
+def test_the_documented_limits_are_the_code_s():
+    """docs/keras-migration.md states the archive's limits; they are these constants."""
+    text = " ".join((ROOT / "docs" / "keras-migration.md").read_text().split())
+    assert keras_files.MAX_CONFIG_BYTES == 64 << 20 and "`config.json` up to 64 MiB" in text
+    assert keras_files.MAX_METADATA_BYTES == 1 << 20 and "`metadata.json` up to 1 MiB" in text
+    assert keras_files.MAX_ASSETS_BYTES == 1 << 30 and "the assets up to 1 GiB together" in text
+    assert keras_files.MAX_WEIGHTS_BYTES == 64 << 30 and "`model.weights.h5` up to 64 GiB" in text
+    assert (keras_files._BOMB_FLOOR, keras_files._BOMB_RATIO) == (256 << 20, 100)
+    assert "no member past 256 MiB that expands to more than 100 times" in text
+    assert keras_files.MAX_JSON_DEPTH == 200 and "a depth limit of 200 levels" in text
+
+
 # -- vocabularies, read as Keras's loader reads them ---------------------------------------------------------
 def _vectorizer_ids(path: Path, text: str) -> list[int]:
     ids, _ = convert_keras_model(path)([text])
@@ -325,10 +350,12 @@ def test_keras_loads_what_attnzoo_converts_with_a_warning_and_refuses_what_attnz
         "nan": lambda f: _set(
             f, "layers/dense/vars/0", np.where(np.eye(4) > 0, np.nan, np.array(f["layers/dense/vars/0"]))
         ),
+        "inf": lambda f: _set(f, "layers/conv1d/vars/1", [np.inf, 0.0, -np.inf]),
         "negative_variance": lambda f: _set(f, "layers/batch_normalization/vars/3", [1.0, -1.0, 1.0, 1e-4]),
         "gamma_1": lambda f: _set(f, "layers/layer_normalization/vars/0", [1.0]),
         "gammas_1": lambda f: [_set(f, f"layers/layer_normalization/vars/{i}", [1.0]) for i in (0, 1)],
         "bias_4": lambda f: _set(f, "layers/conv1d/vars/1", [0.0] * 4),
+        "bn_1": lambda f: [_set(f, f"layers/batch_normalization/vars/{i}", [1.0]) for i in range(4)],
     }
     paths = {name: str(_weights_edited(tmp_path, edit)) for name, edit in cases.items()}
     np.save(tmp_path / "x.npy", X.numpy())
@@ -341,12 +368,88 @@ def test_keras_loads_what_attnzoo_converts_with_a_warning_and_refuses_what_attnz
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [name for name, path in paths.items() if verdicts[path] is None] == ["gamma_1", "gammas_1", "bias_4"]
+    assert [name for name, path in paths.items() if verdicts[path] is None] == ["gamma_1", "gammas_1", "bias_4", "bn_1"]
     for path in paths.values():
         if verdicts[path] is None:
-            with pytest.raises(WeightsError, match=r"'?(norm|conv)'? \("):
+            with pytest.raises(WeightsError, match=r"'?(norm|conv|bn)'? \("):
                 convert_keras_model(path)
             continue
         with pytest.warns(KerasWeightsWarning):
             ours = convert_keras_model(path)(X).detach().numpy()
         np.testing.assert_allclose(ours, np.asarray(verdicts[path], dtype="float32"), rtol=1e-4, atol=1e-5)
+
+
+_KERAS_SET_VOCABULARY = """
+import json, os, sys, types
+os.environ["KERAS_BACKEND"] = "torch"
+from keras.src.layers.preprocessing import index_lookup
+
+# set_vocabulary asks TensorFlow only whether it runs eagerly and whether the vocabulary is a tensor
+# before its checks; the table it then builds is recorded instead (TensorFlow is not installed here)
+index_lookup.tf = types.SimpleNamespace(executing_eagerly=lambda: True, is_tensor=lambda value: False)
+IndexLookup = index_lookup.IndexLookup
+
+
+class Lookup:
+    output_mode, invert, max_tokens, num_oov_indices = "int", False, None, 1
+    _oov_start_index = IndexLookup._oov_start_index
+    _token_start_index = IndexLookup._token_start_index
+    _find_repeated_tokens = IndexLookup._find_repeated_tokens
+
+    def __init__(self, mask_token, oov_token):
+        self.mask_token, self.oov_token, self.kept = mask_token, oov_token, None
+
+    def _lookup_table_from_tokens(self, tokens):
+        self.kept = [str(t) for t in tokens]
+
+    def _record_vocabulary_size(self):
+        pass
+
+
+out = []
+for mask, vocabulary in json.loads(sys.argv[1]):
+    lookup = Lookup(mask, "[UNK]")
+    try:
+        IndexLookup.set_vocabulary(lookup, vocabulary)
+    except ValueError:
+        pass
+    out.append(lookup.kept)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_vocabularies_are_refused_and_kept_as_keras_s_own_set_vocabulary_does():
+    """Keras's IndexLookup.set_vocabulary itself (TensorFlow stubbed out of its two eager checks) is the
+    oracle of which vocabularies it refuses and which tokens it keeps; attnzoo's reading agrees on each."""
+    from attnzoo.keras.converters.text import _tokens
+    from attnzoo.keras.registry import Refused
+
+    cases = [
+        ("", ["", "[UNK]", "the", "cat"]),
+        ("", ["the", "cat"]),
+        ("", ["", "[UNK]", "the", "cat", "the"]),
+        ("", ["[UNK]", "", "the", "cat"]),
+        ("", ["", "[UNK]", "the", "", "cat"]),
+        ("", ["", "[UNK]", "the", "[UNK]", "cat"]),
+        ("", ["[UNK]", "the", "cat"]),
+        (None, ["[UNK]", "blue", "[UNK]"]),
+        (None, ["blue", "[UNK]", "green"]),
+        (None, ["", "blue"]),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _KERAS_SET_VOCABULARY, json.dumps(cases)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KERAS_BACKEND": "torch"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    keras_kept = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert keras_kept.count(None) == 3, keras_kept  # the oracle refuses some: the cases test both sides
+    for (mask, vocabulary), kept in zip(cases, keras_kept, strict=True):
+        try:
+            ours = _tokens(vocabulary, mask, ["[UNK]"], {}, "vocabulary.txt")
+        except Refused:
+            ours = None
+        assert ours == kept, (mask, vocabulary)

@@ -247,8 +247,8 @@ def _check_shapes(model: Any, state: dict[str, torch.Tensor], path: str | Path) 
     and both shapes before torch's ``load_state_dict`` could."""
     own = model.state_dict()
     for key, tensor in state.items():
-        if tuple(own[key].shape) == tuple(tensor.shape):
-            continue
+        if tuple(own[key].shape) == tuple(tensor.shape) or (own[key].dim() == 0 and tuple(tensor.shape) == (1,)):
+            continue  # (torch's load_state_dict takes a [1] tensor for a scalar, as Keras 2 saved some)
         module_key, _, variable = key.removeprefix("layers.").partition(".")
         name = model.keras_names.get(module_key, module_key)
         raise WeightsError(
