@@ -305,6 +305,17 @@ def test_a_negative_moving_variance_converts_as_keras_runs_it_with_a_warning_nam
             lambda f: [_set(f, f"layers/batch_normalization/vars/{i}", [1.0]) for i in range(4)],
             r"bn \(BatchNormalization.*its gamma is \[1\] in the file, but the layer makes it \[4\]",
         ),
+        # a kernel [5, 4] takes 5 features where Keras built the Dense for [batch, 5, 4]: it would fail at run
+        (
+            lambda f: _set(f, "layers/dense/vars/0", np.ones((5, 4))),
+            r"dense \(Dense.*its kernel takes inputs 5 wide, but Keras built the layer for inputs of shape "
+            r"\[None, 5, 4\]",
+        ),
+        # a kernel 3 steps wide where the config says kernel_size 2: it would silently convolve over 3
+        (
+            lambda f: _set(f, "layers/conv1d/vars/0", np.ones((3, 4, 3))),
+            r"conv \(Conv1D.*its config says kernel_size=\[2\] but the kernel is \[3, 4, 3\]",
+        ),
     ],
 )
 def test_a_variable_of_the_wrong_shape_is_refused_naming_the_layer_and_both_shapes(tmp_path, edit, message):
@@ -356,6 +367,8 @@ def test_keras_loads_what_attnzoo_converts_with_a_warning_and_refuses_what_attnz
         "gammas_1": lambda f: [_set(f, f"layers/layer_normalization/vars/{i}", [1.0]) for i in (0, 1)],
         "bias_4": lambda f: _set(f, "layers/conv1d/vars/1", [0.0] * 4),
         "bn_1": lambda f: [_set(f, f"layers/batch_normalization/vars/{i}", [1.0]) for i in range(4)],
+        "dense_in_5": lambda f: _set(f, "layers/dense/vars/0", np.ones((5, 4))),
+        "conv_kernel_3": lambda f: _set(f, "layers/conv1d/vars/0", np.ones((3, 4, 3))),
     }
     paths = {name: str(_weights_edited(tmp_path, edit)) for name, edit in cases.items()}
     np.save(tmp_path / "x.npy", X.numpy())
@@ -368,10 +381,17 @@ def test_keras_loads_what_attnzoo_converts_with_a_warning_and_refuses_what_attnz
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdicts = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [name for name, path in paths.items() if verdicts[path] is None] == ["gamma_1", "gammas_1", "bias_4", "bn_1"]
+    assert [name for name, path in paths.items() if verdicts[path] is None] == [
+        "gamma_1",
+        "gammas_1",
+        "bias_4",
+        "bn_1",
+        "dense_in_5",
+        "conv_kernel_3",
+    ]
     for path in paths.values():
         if verdicts[path] is None:
-            with pytest.raises(WeightsError, match=r"'?(norm|conv|bn)'? \("):
+            with pytest.raises(WeightsError, match=r"'?(norm|conv|bn|dense)'? \("):
                 convert_keras_model(path)
             continue
         with pytest.warns(KerasWeightsWarning):
