@@ -57,15 +57,15 @@ def _replaced(tmp_path: Path, source: Path, **members: bytes) -> Path:
     return _write(tmp_path / f"edited_{len(list(tmp_path.iterdir()))}.keras", items + list(changes.items()))
 
 
-def _weights_edited(tmp_path: Path, edit) -> Path:
-    """small.keras with its model.weights.h5 edited by ``edit(h5py.File)``."""
+def _weights_edited(tmp_path: Path, edit, source: Path = SMALL) -> Path:
+    """``source`` (small.keras) with its model.weights.h5 edited by ``edit(h5py.File)``."""
     import h5py
 
-    items = dict(_members(SMALL))
+    items = dict(_members(source))
     buffer = io.BytesIO(items["model.weights.h5"])
     with h5py.File(buffer, "r+") as f:
         edit(f)
-    return _replaced(tmp_path, SMALL, **{"model.weights.h5": buffer.getvalue()})
+    return _replaced(tmp_path, source, **{"model.weights.h5": buffer.getvalue()})
 
 
 def _set(f, path: str, value) -> None:
@@ -321,6 +321,20 @@ def test_a_negative_moving_variance_converts_as_keras_runs_it_with_a_warning_nam
 def test_a_variable_of_the_wrong_shape_is_refused_naming_the_layer_and_both_shapes(tmp_path, edit, message):
     with pytest.raises(UnsupportedKerasLayerError, match=message):
         convert_keras_model(_weights_edited(tmp_path, edit))
+
+
+def test_a_recurrent_kernel_of_another_input_width_is_refused_naming_the_layer(tmp_path):
+    """keras_text/open_length.keras: an LSTM(4) built for [batch, steps, 5]; a kernel [6, 16] (the four
+    gates fit) takes 6 features: refused at conversion, where it failed at the first call before."""
+    path = _weights_edited(
+        tmp_path, lambda f: _set(f, "layers/lstm/cell/vars/0", np.ones((6, 16))), TEXT / "open_length.keras"
+    )
+    with pytest.raises(
+        UnsupportedKerasLayerError,
+        match=r"lstm \(LSTM.*its kernel takes inputs 6 wide, but Keras built the layer for inputs of shape "
+        r"\[None, None, 5\]",
+    ):
+        convert_keras_model(path)
 
 
 def test_a_bias_the_converter_does_not_check_is_caught_before_load_state_dict(tmp_path):
