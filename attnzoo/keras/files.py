@@ -306,37 +306,54 @@ def _check_members(archive: zipfile.ZipFile, where: str) -> None:
             )
 
 
-def _stream_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, where: str, sink: Any) -> int:
+def _stream_member(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, where: str, sink: Any, over: str = ""
+) -> int:
     """Decompress one member into ``sink`` (``write``), counting the bytes the data holds rather than
-    trusting its header: more than ``limit``, or more than 100 times the stored bytes past 256 MiB (a
-    decompression bomb, as Keras's loader refuses it), is a ``WeightsError``; so is data that does not
-    match its header (zipfile's ``BadZipFile``: a wrong CRC, a size that lies, a truncated archive)."""
+    trusting its header: more than ``limit`` (``over`` says which limit), or more than 100 times the
+    stored bytes past 256 MiB (a decompression bomb, as Keras's loader refuses it), is a ``WeightsError``;
+    so is data that does not match its header (zipfile's ``BadZipFile``: a wrong CRC, a size that lies,
+    a truncated archive). Returns the bytes written."""
     name = info.filename
-    copied = 0
-    try:
-        with archive.open(info) as source:
-            for block in iter(lambda: source.read(1 << 20), b""):
-                copied += len(block)
-                if copied > limit:
-                    raise WeightsError(
-                        f"{where}: archive member {name!r} expands to more than {_size(limit)}; refusing it"
-                    )
-                if copied > _BOMB_FLOOR and copied > _BOMB_RATIO * max(info.compress_size, 1):
-                    raise WeightsError(
-                        f"{where}: archive member {name!r} expands to over {_BOMB_RATIO} times the "
-                        f"{_size(info.compress_size)} it stores (a decompression bomb); refusing it"
-                    )
-                sink.write(block)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError) as e:
-        raise WeightsError(
+    unreadable = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError)
+
+    def damaged(e: BaseException) -> WeightsError:
+        return WeightsError(
             f"{where}: archive member {name!r} cannot be read as its header describes it ({e}); the archive is "
             f"damaged or was edited by hand"
-        ) from None
-    return copied
+        )
+
+    try:
+        source = archive.open(info)
+    except unreadable as e:
+        raise damaged(e) from None
+    copied = 0
+    with source:
+        while True:
+            try:
+                block = source.read(1 << 20)
+            except unreadable as e:  # only the reading: a full disk while writing is not the archive's fault
+                raise damaged(e) from None
+            if not block:
+                return copied
+            copied += len(block)
+            if copied > limit:
+                raise WeightsError(
+                    f"{where}: archive member {name!r} expands to more than {over or _size(limit)}; refusing it"
+                )
+            if copied > _BOMB_FLOOR and copied > _BOMB_RATIO * max(info.compress_size, 1):
+                raise WeightsError(
+                    f"{where}: archive member {name!r} expands to over {_BOMB_RATIO} times the "
+                    f"{_size(info.compress_size)} it stores (a decompression bomb); refusing it"
+                )
+            sink.write(block)
 
 
 def _size(nbytes: int) -> str:
-    return f"{nbytes >> 30} GiB" if nbytes >= 1 << 30 else f"{nbytes >> 20} MiB"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} bytes"
 
 
 def _read_member(archive: zipfile.ZipFile, name: str, limit: int, where: str) -> bytes:
@@ -396,7 +413,8 @@ def _read_assets(archive: zipfile.ZipFile, where: str) -> dict[str, bytes]:
         if not member.filename.startswith("assets/") or member.is_dir():
             continue
         buffer = io.BytesIO()
-        left -= _stream_member(archive, member, left, where, buffer)
+        over = f"the {_size(MAX_ASSETS_BYTES)} all assets may take together"
+        left -= _stream_member(archive, member, left, where, buffer, over)
         out[member.filename] = buffer.getvalue()
     return out
 
