@@ -13,7 +13,11 @@ Three forms hold a whole model:
 * a ``config.json`` (``model.to_json()`` or the file inside a ``.keras``) with a weights file beside it
   (``model.weights.h5`` or ``<stem>.weights.h5``), or named with ``weights=``.
 
-Nothing here imports Keras, and nothing is executed: the config is JSON data.
+Nothing here imports Keras, and nothing is executed: the config is JSON data. A file is checked before
+it is read (:func:`_check_members`, :func:`_stream_member`, :func:`parse_json`): a ``.keras`` archive
+holds each member once and none outside its folder, each member is decompressed counting the bytes its
+data holds (not its header's size) under a limit, and JSON is parsed with a depth limit; each refusal
+is a ``WeightsError`` naming the member.
 """
 
 from __future__ import annotations
