@@ -490,3 +490,70 @@ def test_vocabularies_are_refused_and_kept_as_keras_s_own_set_vocabulary_does():
         except Refused:
             ours = None
         assert ours == kept, (mask, vocabulary)
+
+
+_KERAS_COPY_ORDER = """
+import os, sys, zipfile
+os.environ["KERAS_BACKEND"] = "torch"
+import keras
+
+
+class Inner(keras.layers.Layer):  # IndexLookup's save_assets / load_assets, reduced to the file
+    def save_assets(self, folder):
+        with open(os.path.join(folder, "vocabulary.txt"), "w") as f:
+            f.write("saved")
+
+    def load_assets(self, folder):
+        with open(os.path.join(folder, "vocabulary.txt")) as f:
+            self.kept = f.read()
+
+
+@keras.saving.register_keras_serializable("probe")
+class Outer(keras.layers.Layer):  # TextVectorization's: it hands its own folder to its inner lookup
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._lookup_layer = Inner()
+
+    def call(self, x):
+        return x
+
+    def save_assets(self, folder):
+        self._lookup_layer.save_assets(folder)
+
+    def load_assets(self, folder):
+        self._lookup_layer.load_assets(folder)
+
+
+saved, edited = sys.argv[1], sys.argv[2]
+keras.Sequential([keras.Input((3,)), Outer(name="outer")]).save(saved)
+with zipfile.ZipFile(saved) as old, zipfile.ZipFile(edited, "w") as new:
+    for item in old.infolist():
+        data = old.read(item)
+        if item.filename.endswith("vocabulary.txt"):
+            data = item.filename.encode()  # each copy says where it is
+        new.writestr(item, data)
+print(keras.saving.load_model(edited).layers[-1]._lookup_layer.kept)
+"""
+
+
+@pytest.mark.slow
+def test_keras_keeps_the_inner_lookup_s_vocabulary_copy_and_so_does_attnzoo(tmp_path):
+    """Keras's own loader (saving_lib) on a layer built as TextVectorization is (its load_assets hands
+    its folder to an inner `_lookup_layer`, which the loader then visits with its own folder): the copy
+    set last, the one Keras keeps, is `_lookup_layer/vocabulary.txt`; attnzoo reads that one."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _KERAS_COPY_ORDER, str(tmp_path / "saved.keras"), str(tmp_path / "edited.keras")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KERAS_BACKEND": "torch"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "assets/layers/outer/_lookup_layer/vocabulary.txt"
+    original = dict(_members(TEXT / "classifier.keras"))["assets/layers/text_vectorization/vocabulary.txt"]
+    swapped = original.replace(b"\nthe\ncat\n", b"\ncat\nthe\n")
+    items = [
+        (n, swapped if n.endswith("/_lookup_layer/vocabulary.txt") else d)
+        for n, d in _members(TEXT / "classifier.keras")
+    ]
+    assert _vectorizer_ids(_write(tmp_path / "inner.keras", items), "the cat")[:2] == [3, 2]
