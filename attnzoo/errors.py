@@ -31,6 +31,7 @@ __all__ = [
     "PluginWarning",
     "ReinitializedWarning",
     "StaleCacheWarning",
+    "KerasWeightsWarning",
     "close_matches",
     "without_colour",
 ]
@@ -122,6 +123,12 @@ class ReinitializedWarning(AttnzooWarning):
 
 class StaleCacheWarning(AttnzooWarning):
     """A Hub folder's config that could not be read afresh: the copy cached earlier is used."""
+
+
+class KerasWeightsWarning(AttnzooWarning):
+    """A Keras file's weights that Keras itself loads and runs, but that make the model's outputs NaN or
+    infinite: a variable holding NaN or an infinity, a BatchNormalization moving variance below zero. The
+    converted model computes what Keras computes; the warning names the layer."""
 
 
 def close_matches(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:

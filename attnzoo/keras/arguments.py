@@ -8,7 +8,7 @@ was edited or mixed up, and Keras itself would not load it.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,9 @@ __all__ = [
     "ints",
     "activation_of",
     "expect_variables",
+    "expect_shape",
+    "kernel_size_agrees",
+    "input_agrees",
     "agrees",
     "as_tensor",
     "channels_first",
@@ -53,6 +56,34 @@ def expect_variables(arrays: list[np.ndarray], n: int | tuple[int, ...], what: s
     if len(arrays) not in allowed:
         shapes = [list(a.shape) for a in arrays]
         raise Refused(f"has {len(arrays)} variables {shapes}, {what} has {' or '.join(map(str, allowed))}")
+
+
+def expect_shape(array: np.ndarray, shape: Sequence[int | None], what: str) -> None:
+    """A variable has the shape its layer makes from its config and input (None: any size on that axis).
+    Keras refuses to load a variable of another shape; the reason names both shapes."""
+    fits = len(array.shape) == len(shape) and all(s is None or s == a for a, s in zip(array.shape, shape, strict=True))
+    if not fits:
+        needed = "[" + ", ".join("?" if s is None else str(s) for s in shape) + "]"
+        raise Refused(f"its {what} is {list(array.shape)} in the file, but the layer makes it {needed}")
+
+
+def kernel_size_agrees(config: Mapping[str, Any], kernel: np.ndarray, rank: int) -> None:
+    """The config's ``kernel_size``, where it gives one, is the kernel's (its first ``rank`` axes)."""
+    stated = config.get("kernel_size")
+    if stated is not None and ints(stated, rank, "kernel_size") != list(kernel.shape[:rank]):
+        raise Refused(f"its config says kernel_size={stated} but the kernel is {list(kernel.shape)}")
+
+
+def input_agrees(record: Any, width: int, *, first: bool = False, what: str = "its kernel") -> None:
+    """The input width the layer's variables take is the one Keras built the layer for (keras 3's
+    ``build_config``, where the file records it; channels on axis 1 with ``first``): Keras refuses to
+    load a kernel of another width, and running it would fail at the first call."""
+    shape = getattr(record, "build_shape", None)
+    if not shape or len(shape) < 2:
+        return
+    built = shape[1 if first else -1]
+    if built is not None and built != width:
+        raise Refused(f"{what} takes inputs {width} wide, but Keras built the layer for inputs of shape {shape}")
 
 
 def agrees(config: Mapping[str, Any], key: str, actual: int, what: str) -> None:

@@ -16,6 +16,7 @@ back in eval mode (Keras's inference), as ``from_pretrained`` models do; ``model
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnzoo.errors import ConfigError, UnsupportedKerasLayerError, WeightsError, close_matches
+from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
 from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
 from attnzoo.keras.converters.ops import convert_operation, is_operation
 from attnzoo.keras.files import KerasFile, read_keras_model
@@ -197,6 +198,7 @@ def build_graph(
             problem["keras"], problem["refused"] = own, bool(reasons)  # no converter at all, or refused by one
             problems.append({**problem, "reasons": reasons or [_no_converter(record, own)]})
             continue
+        _warn_non_finite(record, arrays)
         module_key = _module_key(record_key, used)
         keys[record_key] = module_key
         keras = {"name": record.key, "class": record.class_name, "trainable": _trainable(graph, record)}
@@ -223,6 +225,37 @@ def build_graph(
         "outputs": [[ref.call, ref.index] for ref in graph.outputs],
     }
     return config, state, report
+
+
+def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:
+    """A :class:`KerasWeightsWarning` naming the layer whose variables hold NaN or an infinity: Keras loads
+    such a file and runs it (its outputs NaN too), so the conversion goes on and computes the same."""
+    for index, array in enumerate(arrays):
+        if array.dtype.kind == "f" and not np.isfinite(array).all():
+            nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+            warnings.warn(
+                f"{record.class_name} {record.key!r}: variable {index} {list(array.shape)} holds {nan} NaN and "
+                f"{inf} infinite value(s); Keras loads and runs it too, and the outputs it reaches are not finite",
+                KerasWeightsWarning,
+                stacklevel=4,
+            )
+
+
+def _check_shapes(model: Any, state: dict[str, torch.Tensor], path: str | Path) -> None:
+    """Every converted tensor has the shape of the node built from the layer's config: where a layer's
+    variables disagree among themselves (a [1] gamma beside a [4] beta), the error names the Keras layer
+    and both shapes before torch's ``load_state_dict`` could."""
+    own = model.state_dict()
+    for key, tensor in state.items():
+        if tuple(own[key].shape) == tuple(tensor.shape) or (own[key].dim() == 0 and tuple(tensor.shape) == (1,)):
+            continue  # (torch's load_state_dict takes a [1] tensor for a scalar, as Keras 2 saved some)
+        module_key, _, variable = key.removeprefix("layers.").partition(".")
+        name = model.keras_names.get(module_key, module_key)
+        raise WeightsError(
+            f"{path}: layer {name!r} ({model.keras_classes.get(module_key)}): its {variable} is "
+            f"{list(tensor.shape)} in the file, but the layer its config describes needs {list(own[key].shape)}; "
+            f"the file's weights do not fit its layers (Keras refuses to load it too)"
+        )
 
 
 def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
@@ -348,6 +381,7 @@ def convert_keras_model(
             f"{path}: internal mismatch converting the weights (missing {sorted(missing)[:4]}, "
             f"unexpected {sorted(unexpected)[:4]})"
         )
+    _check_shapes(model, state, path)
     model.load_state_dict(state, strict=True)
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report

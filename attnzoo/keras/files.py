@@ -13,15 +13,21 @@ Three forms hold a whole model:
 * a ``config.json`` (``model.to_json()`` or the file inside a ``.keras``) with a weights file beside it
   (``model.weights.h5`` or ``<stem>.weights.h5``), or named with ``weights=``.
 
-Nothing here imports Keras, and nothing is executed: the config is JSON data.
+Nothing here imports Keras, and nothing is executed: the config is JSON data. A file is checked before
+it is read (:func:`_check_members`, :func:`_stream_member`, :func:`parse_json`): a ``.keras`` archive
+holds each member once and none outside its folder, each member is decompressed counting the bytes its
+data holds (not its header's size) under a limit, and JSON is parsed with a depth limit; each refusal
+is a ``WeightsError`` naming the member.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +37,22 @@ import numpy as np
 from attnzoo.errors import WeightsError
 from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, get_once, group_items, read_dataset
 
-__all__ = ["KerasFile", "LayerPath", "read_keras_model", "snake_case", "MAX_CONFIG_BYTES"]
+__all__ = [
+    "KerasFile",
+    "LayerPath",
+    "read_keras_model",
+    "snake_case",
+    "parse_json",
+    "MAX_CONFIG_BYTES",
+    "MAX_JSON_DEPTH",
+]
 
 MAX_CONFIG_BYTES = 64 << 20  # a model config is kilobytes; a larger one is not a Keras file
 MAX_WEIGHTS_BYTES = 64 << 30  # what one model.weights.h5 inside a .keras may expand to
 MAX_ASSETS_BYTES = 1 << 30  # a .keras's assets (vocabularies) are read into memory: a bound on them
+MAX_METADATA_BYTES = 1 << 20  # metadata.json holds a version and a date
+MAX_JSON_DEPTH = 200  # a Keras config nests a dozen levels, about five more per nested model
+_BOMB_FLOOR, _BOMB_RATIO = 256 << 20, 100  # Keras's own guard against decompression bombs (saving_lib)
 
 
 @dataclass(frozen=True)
@@ -224,15 +241,34 @@ class KerasFile:
         self.close()
 
 
-def _parse_config(text: bytes | str, where: str) -> dict[str, Any]:
+def parse_json(text: bytes | str, where: str, what: str) -> Any:
+    """JSON from a file attnzoo did not write, parsed with a depth limit: a value nested deeper than
+    ``MAX_JSON_DEPTH`` (a Keras config nests a dozen levels, a few more per nested model) is a
+    ``WeightsError`` naming ``what``, never a ``RecursionError`` here or in whatever walks the value later."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise WeightsError(f"{where}: {what} nests deeper than {MAX_JSON_DEPTH} levels; not a Keras file") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise WeightsError(f"{where}: {what} is not valid JSON ({e})") from None
+    stack = [(value, 1)]  # an explicit stack: walking a deep value cannot exhaust Python's recursion
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise WeightsError(f"{where}: {what} nests deeper than {MAX_JSON_DEPTH} levels; not a Keras file")
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return value
+
+
+def _parse_config(text: bytes | str, where: str, what: str = "the model config") -> dict[str, Any]:
     if len(text) > MAX_CONFIG_BYTES:
         raise WeightsError(f"{where}: the model config is {len(text) >> 20} MiB; a Keras config is kilobytes")
-    try:
-        config = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise WeightsError(f"{where}: the model config is not valid JSON ({e})") from None
+    config = parse_json(text, where, what)
     if not isinstance(config, dict) or "class_name" not in config or not isinstance(config.get("config"), dict):
-        raise WeightsError(f"{where}: the model config is not a Keras model (no class_name and config)")
+        raise WeightsError(f"{where}: {what} is not a Keras model (no class_name and config)")
     return config
 
 
@@ -254,45 +290,115 @@ def _version_of(config: dict[str, Any], default: str) -> str:
     return default or ("3" if '"module"' in text or '"args"' in text else "2")
 
 
+def _check_members(archive: zipfile.ZipFile, where: str) -> None:
+    """Refuse an archive Keras would not have written: a member name twice (which one is "the" config?),
+    or a name that leaves the archive's folder (absolute, a drive, ``..``, a backslash or NUL)."""
+    seen: set[str] = set()
+    for info in archive.infolist():
+        name = info.filename
+        if name in seen:
+            raise WeightsError(
+                f"{where}: the archive holds two members named {name!r}; Keras writes each file once, so the "
+                f"archive was assembled by hand and which copy counts is ambiguous; refusing it"
+            )
+        seen.add(name)
+        parts = name.replace("\\", "/").split("/")
+        if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts or "\0" in name:
+            raise WeightsError(
+                f"{where}: archive member {name!r} names a path outside the archive (absolute or with '..'); "
+                f"Keras never writes one; refusing the archive"
+            )
+
+
+def _stream_member(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, where: str, sink: Any, over: str = ""
+) -> int:
+    """Decompress one member into ``sink`` (``write``), counting the bytes the data holds rather than
+    trusting its header: more than ``limit`` (``over`` says which limit), or more than 100 times the
+    stored bytes past 256 MiB (a decompression bomb, as Keras's loader refuses it), is a ``WeightsError``;
+    so is data that does not match its header (zipfile's ``BadZipFile``: a wrong CRC, a size that lies,
+    a truncated archive). Returns the bytes written."""
+    name = info.filename
+    unreadable = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError)
+
+    def damaged(e: BaseException) -> WeightsError:
+        return WeightsError(
+            f"{where}: archive member {name!r} cannot be read as its header describes it ({e}); the archive is "
+            f"damaged or was edited by hand"
+        )
+
+    try:
+        source = archive.open(info)
+    except unreadable as e:
+        raise damaged(e) from None
+    copied = 0
+    with source:
+        while True:
+            try:
+                block = source.read(1 << 20)
+            except unreadable as e:  # only the reading: a full disk while writing is not the archive's fault
+                raise damaged(e) from None
+            if not block:
+                return copied
+            copied += len(block)
+            if copied > limit:
+                raise WeightsError(
+                    f"{where}: archive member {name!r} expands to more than {over or _size(limit)}; refusing it"
+                )
+            if copied > _BOMB_FLOOR and copied > _BOMB_RATIO * max(info.compress_size, 1):
+                raise WeightsError(
+                    f"{where}: archive member {name!r} expands to over {_BOMB_RATIO} times the "
+                    f"{_size(info.compress_size)} it stores (a decompression bomb); refusing it"
+                )
+            sink.write(block)
+
+
+def _size(nbytes: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes >> shift} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _read_member(archive: zipfile.ZipFile, name: str, limit: int, where: str) -> bytes:
+    """One member's bytes, read under :func:`_stream_member`'s checks."""
+    buffer = io.BytesIO()
+    _stream_member(archive, archive.getinfo(name), limit, where, buffer)
+    return buffer.getvalue()
+
+
 def _read_zip(path: Path) -> KerasFile:
     where = str(path)
     try:
         archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise WeightsError(f"{where}: not a .keras archive ({e})") from None
     with archive:
+        _check_members(archive, where)
         names = set(archive.namelist())
         if "config.json" not in names:
             raise WeightsError(f"{where}: a .keras archive holds config.json; this one has {sorted(names)[:8]}")
-        info = archive.getinfo("config.json")
-        if info.file_size > MAX_CONFIG_BYTES:
-            raise WeightsError(f"{where}: config.json is {info.file_size >> 20} MiB; a Keras config is kilobytes")
-        config = _parse_config(archive.read("config.json"), where)
+        config = _parse_config(_read_member(archive, "config.json", MAX_CONFIG_BYTES, where), where, "config.json")
         version = ""
-        if "metadata.json" in names and archive.getinfo("metadata.json").file_size < 1 << 20:
-            try:
-                version = str(json.loads(archive.read("metadata.json")).get("keras_version", ""))
-            except (ValueError, AttributeError):
-                version = ""
+        if "metadata.json" in names:
+            text = _read_member(archive, "metadata.json", MAX_METADATA_BYTES, where)
+            metadata = parse_json(text, where, "metadata.json")
+            version = str(metadata.get("keras_version", "")) if isinstance(metadata, dict) else ""
         if "model.weights.h5" not in names:
             sharded = "model.weights.json" in names
             raise WeightsError(
                 f"{where}: no model.weights.h5 in the archive"
                 + ("; sharded weights are not supported, save the model unsharded" if sharded else "")
             )
-        member = archive.getinfo("model.weights.h5")
-        if member.file_size > MAX_WEIGHTS_BYTES:
-            raise WeightsError(f"{where}: model.weights.h5 expands to {member.file_size >> 30} GiB; refusing it")
         assets = _read_assets(archive, where)
         scratch = tempfile.TemporaryDirectory(prefix="attnzoo-keras-")
         target = Path(scratch.name) / "model.weights.h5"
-        with archive.open(member) as source, open(target, "wb") as sink:
-            copied = 0
-            for block in iter(lambda: source.read(1 << 20), b""):
-                copied += len(block)
-                if copied > member.file_size:  # the entry says one size and holds more
-                    raise WeightsError(f"{where}: model.weights.h5 is larger than the archive says; refusing it")
-                sink.write(block)
+        try:
+            with open(target, "wb") as sink:
+                _stream_member(archive, archive.getinfo("model.weights.h5"), MAX_WEIGHTS_BYTES, where, sink)
+        except BaseException:
+            scratch.cleanup()
+            raise
     handle = _h5(target, f"{where} (model.weights.h5)")
     if "layers" not in handle and "vars" not in handle:
         handle.close()
@@ -304,17 +410,16 @@ def _read_zip(path: Path) -> KerasFile:
 
 def _read_assets(archive: zipfile.ZipFile, where: str) -> dict[str, bytes]:
     """Every file under ``assets/`` of a .keras archive, read whole (they are vocabularies, kilobytes to
-    megabytes); more than ``MAX_ASSETS_BYTES`` in all is refused."""
-    members = [m for m in archive.infolist() if m.filename.startswith("assets/") and not m.is_dir()]
-    total = sum(m.file_size for m in members)
-    if total > MAX_ASSETS_BYTES:
-        raise WeightsError(f"{where}: the archive's assets expand to {total >> 20} MiB; refusing them")
+    megabytes); more than ``MAX_ASSETS_BYTES`` in all, counted as the data expands, is refused."""
     out = {}
-    for member in members:
-        data = archive.read(member)
-        if len(data) != member.file_size:  # the entry says one size and holds another
-            raise WeightsError(f"{where}: {member.filename} is not the size the archive says; refusing it")
-        out[member.filename] = data
+    left = MAX_ASSETS_BYTES
+    for member in archive.infolist():
+        if not member.filename.startswith("assets/") or member.is_dir():
+            continue
+        buffer = io.BytesIO()
+        over = f"the {_size(MAX_ASSETS_BYTES)} all assets may take together"
+        left -= _stream_member(archive, member, left, where, buffer, over)
+        out[member.filename] = buffer.getvalue()
     return out
 
 

@@ -49,6 +49,15 @@ class Ref:
         return f"{self.call}:{self.index}"
 
 
+def _build_shape(build_config: Any) -> list[Any] | None:
+    """The input shape keras 3 built a layer for (``build_config.input_shape``), when it is one shape of
+    ints and None (a layer of several inputs records a list of shapes: not used here)."""
+    shape = build_config.get("input_shape") if isinstance(build_config, dict) else None
+    if isinstance(shape, list) and all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in shape):
+        return shape
+    return None
+
+
 @dataclass
 class LayerRecord:
     key: str  # unique within the model: the nested names joined by "/"
@@ -57,6 +66,7 @@ class LayerRecord:
     registered_name: str | None
     module: str | None
     config: dict[str, Any]
+    build_shape: list[Any] | None = None  # keras 3's build_config input_shape, where the file records one
 
     @property
     def is_operation(self) -> bool:
@@ -145,6 +155,7 @@ class _Builder:
             registered_name=entry.get("registered_name") if isinstance(entry.get("registered_name"), str) else None,
             module=entry.get("module") if isinstance(entry.get("module"), str) else None,
             config=config,
+            build_shape=_build_shape(entry.get("build_config")),
         )
         self.graph.layers[key] = record
         return record

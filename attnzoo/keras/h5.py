@@ -216,7 +216,7 @@ def layer_names(path: str | Path) -> tuple[list[str], set[str]]:
                 try:
                     config = json.loads(decode_attr(raw))
                     classes = {str(layer.get("class_name")) for layer in config.get("config", {}).get("layers", [])}
-                except (ValueError, AttributeError):
+                except (ValueError, AttributeError, RecursionError):  # a config nested too deep: no classes
                     classes = set()
     except OSError as e:
         raise WeightsError(f"{path}: not an HDF5 file ({' '.join(str(e).split())[:200]})") from None

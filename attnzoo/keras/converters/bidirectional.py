@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from attnzoo.keras.arguments import input_agrees
 from attnzoo.keras.converters.recurrent import CELLS, kept_first, keras_outputs, recurrent_spec
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
@@ -173,6 +174,8 @@ def convert_bidirectional(record, arrays, ctx):
     backward, b_state, _ = recurrent_spec(
         b_config, arrays[f_count:], CELLS[back["class_name"]], ctx, go_backwards=True, zero_output_for_mask=sequences
     )
+    for array in (arrays[0], arrays[f_count]):  # each direction's kernel [in, gates * units]
+        input_agrees(record, array.shape[0])
     state = {f"forward_layer.{k}": v for k, v in f_state.items()}
     state.update({f"backward_layer.{k}": v for k, v in b_state.items()})
     spec = {"op": "bidirectional", "forward_layer": forward, "backward_layer": backward, "merge_mode": merge}

@@ -13,7 +13,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints, rank_of
+from attnzoo.keras.arguments import (
+    activation_of,
+    agrees,
+    as_tensor,
+    channels_first,
+    expect_variables,
+    input_agrees,
+    ints,
+    kernel_size_agrees,
+    rank_of,
+)
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -123,11 +133,10 @@ def _convert_conv(record, arrays, ctx, rank: int):
     if kernel.ndim != rank + 2:
         raise Refused(f"kernel {list(kernel.shape)} is not {rank + 2}-D")
     agrees(c, "filters", kernel.shape[-1], "the kernel")
-    stated = c.get("kernel_size")
-    if stated is not None and ints(stated, rank, "kernel_size") != list(kernel.shape[:rank]):
-        raise Refused(f"its config says kernel_size={stated} but the kernel is {list(kernel.shape)}")
+    kernel_size_agrees(c, kernel, rank)
     padding, strides, dilation = conv_options(c, rank)
     groups = int(c.get("groups", 1) or 1)
+    input_agrees(record, kernel.shape[-2] * groups, first=channels_first(c))
     spec = {
         "op": "conv",
         "rank": rank,

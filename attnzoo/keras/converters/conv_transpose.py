@@ -20,7 +20,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints, rank_of
+from attnzoo.keras.arguments import (
+    activation_of,
+    agrees,
+    as_tensor,
+    channels_first,
+    expect_variables,
+    input_agrees,
+    ints,
+    kernel_size_agrees,
+    rank_of,
+)
 from attnzoo.keras.converters.conv import conv_options
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
@@ -120,6 +130,8 @@ def _convert(record, arrays, ctx, rank: int) -> Converted:
     if kernel.ndim != rank + 2:
         raise Refused(f"kernel {list(kernel.shape)} is not {rank + 2}-D")
     agrees(c, "filters", kernel.shape[-2], "the kernel")
+    kernel_size_agrees(c, kernel, rank)
+    input_agrees(record, kernel.shape[-1], first=channels_first(c))
     padding, strides, dilation = conv_options(c, rank, causal=False)
     output_padding = c.get("output_padding")
     if output_padding is not None:

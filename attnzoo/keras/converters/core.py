@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables, refuse_options
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables, input_agrees, refuse_options
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import check_tokens
@@ -129,6 +129,7 @@ def convert_dense(record, arrays, ctx):
     if kernel.ndim != 2:
         raise Refused(f"kernel {list(kernel.shape)} is not 2-D")
     agrees(c, "units", kernel.shape[1], "the kernel")
+    input_agrees(record, kernel.shape[0])
     if use_bias and arrays[1].shape != (kernel.shape[1],):
         raise Refused(f"bias {list(arrays[1].shape)} does not fit kernel {list(kernel.shape)}")
     spec = {"op": "dense", "units": kernel.shape[1], "in_features": kernel.shape[0]}

@@ -17,7 +17,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, rank_of
+from attnzoo.keras.arguments import (
+    activation_of,
+    agrees,
+    as_tensor,
+    channels_first,
+    expect_variables,
+    input_agrees,
+    kernel_size_agrees,
+    rank_of,
+)
 from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
@@ -32,10 +41,13 @@ def _depthwise_weight(kernel: np.ndarray, rank: int) -> np.ndarray:
     return moved.reshape(channels * multiplier, 1, *k)
 
 
-def _depthwise_kernel(arrays: list[np.ndarray], rank: int, what: str) -> np.ndarray:
+def _depthwise_kernel(record, arrays: list[np.ndarray], rank: int, what: str) -> np.ndarray:
+    """The depthwise kernel [*k, in, m], checked against the config's kernel_size and the built input."""
     kernel = arrays[0]
     if kernel.ndim != rank + 2:
         raise Refused(f"{what} {list(kernel.shape)} is not {rank + 2}-D")
+    kernel_size_agrees(record.config, kernel, rank)
+    input_agrees(record, kernel.shape[-2], first=channels_first(record.config), what=f"its {what}")
     return kernel
 
 
@@ -43,7 +55,7 @@ def _convert_depthwise(record, arrays, ctx, rank: int) -> Converted:
     c = record.config
     use_bias = bool(c.get("use_bias", True))
     expect_variables(arrays, 2 if use_bias else 1, record.class_name)
-    kernel = _depthwise_kernel(arrays, rank, "depthwise kernel")
+    kernel = _depthwise_kernel(record, arrays, rank, "depthwise kernel")
     channels, multiplier = kernel.shape[-2], kernel.shape[-1]
     agrees(c, "depth_multiplier", multiplier, "the kernel")
     padding, strides, dilation = conv_options(c, rank, causal=True)
@@ -140,7 +152,7 @@ def _convert_separable(record, arrays, ctx, rank: int) -> Converted:
     c = record.config
     use_bias = bool(c.get("use_bias", True))
     expect_variables(arrays, 3 if use_bias else 2, record.class_name)
-    depthwise = _depthwise_kernel(arrays, rank, "depthwise kernel")
+    depthwise = _depthwise_kernel(record, arrays, rank, "depthwise kernel")
     pointwise = arrays[1]
     channels, multiplier = depthwise.shape[-2], depthwise.shape[-1]
     if pointwise.shape[:-1] != (1,) * rank + (channels * multiplier,):

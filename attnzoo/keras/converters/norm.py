@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnzoo.keras.arguments import as_tensor, expect_variables
+from attnzoo.errors import KerasWeightsWarning
+from attnzoo.keras.arguments import as_tensor, expect_shape, expect_variables
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -73,6 +76,13 @@ def convert_layer_norm(record, arrays, ctx):
     count = int(scale) + int(center and not rms)
     expect_variables(arrays, (count, int(scale) + int(center)), "LayerNormalization")
     shape = list(arrays[0].shape) if arrays else []
+    if record.build_shape is not None:  # Keras makes gamma and beta of the input's size on the axes
+        rank = len(record.build_shape)
+        if any(not -rank <= a < rank for a in axes):
+            raise Refused(f"axis {axis!r} is outside its input of shape {record.build_shape}")
+        shape = [record.build_shape[a % rank] for a in axes]
+    for name, array in zip(("gamma", "beta") if scale else ("beta",), arrays, strict=False):
+        expect_shape(array, shape, name)
     spec = {"op": "layer_norm", "axis": axes, "shape": shape, "epsilon": float(c.get("epsilon", 1e-3))}
     spec.update(center=center, scale=scale, rms_scaling=rms)
     state: dict[str, torch.Tensor] = {}
@@ -170,6 +180,22 @@ def convert_batch_norm(record, arrays, ctx):
     momentum = c.get("momentum", 0.99)
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
         raise Refused(f"momentum {momentum!r} is not in [0, 1]")
+    features: int | None = int(arrays[-1].shape[0]) if arrays[-1].ndim == 1 else None
+    if record.build_shape is not None and -len(record.build_shape) <= axis < len(record.build_shape):
+        features = record.build_shape[axis]  # Keras makes every variable of the input's size on the axis
+    names = ["gamma"] * scale + ["beta"] * center + ["moving_mean", "moving_variance"]
+    for name, array in zip(names, arrays, strict=True):
+        expect_shape(array, [features], name)
+    variance = arrays[-1]
+    if (variance < 0).any():
+        channels = np.flatnonzero(variance < 0)
+        warnings.warn(
+            f"BatchNormalization {record.key!r}: moving_variance is negative at channel(s) "
+            f"{channels[:8].tolist()} (lowest {float(variance.min()):g}); Keras loads and runs it too, and at "
+            f"inference a channel whose variance + epsilon is below zero is NaN in both",
+            KerasWeightsWarning,
+            stacklevel=2,
+        )
     spec = {"op": "batch_norm", "axis": int(axis), "features": int(arrays[-1].shape[0]), "momentum": float(momentum)}
     spec.update(epsilon=float(c.get("epsilon", 1e-3)), center=center, scale=scale)
     state: dict[str, torch.Tensor] = {}

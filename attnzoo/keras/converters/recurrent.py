@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnzoo.keras.activations import activation as activation_fn
-from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables
+from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables, input_agrees
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Context, Converted, Refused, keras_layer
 from attnzoo.layers.core import tracing
@@ -407,4 +407,5 @@ def recurrent_spec(config: Mapping[str, Any], arrays: list[np.ndarray], cell: st
 def convert_rnn(record, arrays, ctx):
     cell = CELLS[record.class_name]
     spec, state, notes = recurrent_spec(record.config, arrays, cell, ctx)
+    input_agrees(record, arrays[0].shape[0])
     return Converted(spec, state, notes)

@@ -13,11 +13,15 @@ Keras does, with no TensorFlow:
 * ``output_sequence_length``: every row padded with 0 or cut to it; without it, padded to the longest row
   of the batch.
 
-The vocabulary is the ``vocabulary.txt`` Keras saves among a ``.keras`` archive's assets (read as Keras
-reads it: the text's lines, trailing empty lines dropped, the special tokens at its head taken off), or
-the ``vocabulary`` list of the layer's config. A legacy ``.h5`` keeps no assets: an adapted layer there
-is refused with that reason. TextVectorization converts with ``output_mode="int"`` (the other modes are
-refused by name); StringLookup and IntegerLookup in every output mode, their ids encoded by
+The vocabulary is the ``vocabulary`` list of the layer's config when it has one (Keras then reads no
+asset), else the ``vocabulary.txt`` Keras saves among a ``.keras`` archive's assets, read as Keras reads
+it: the text's lines, trailing empty lines dropped, the special tokens at its head taken off when they are
+exactly there. A TextVectorization saves two copies, its own and its inner lookup's
+(``_lookup_layer/vocabulary.txt``); Keras's loader reads both, the inner one last, and keeps that one:
+so does attnzoo, and a copy Keras refuses (empty, a repeated token, the mask token past the head) is
+refused whichever copy it is. A legacy ``.h5`` keeps no assets: an adapted layer there is refused with
+that reason. TextVectorization converts with ``output_mode="int"`` (the other modes are refused by name);
+StringLookup and IntegerLookup in every output mode, their ids encoded by
 :func:`~attnzoo.keras.converters.categorical.encode` (in ``one_hot``, ``multi_hot``, ``count`` and
 ``tf_idf`` the mask token takes no index and counts for nothing, as in Keras).
 """
@@ -25,6 +29,7 @@ refused by name); StringLookup and IntegerLookup in every output mode, their ids
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -371,41 +376,84 @@ def _refuse_text_modes(c: dict[str, Any]) -> None:
         raise Refused(f"encoding {c.get('encoding')!r} is not supported (utf-8 is)")
 
 
-def _vocabulary_lines(record, ctx) -> list[str]:
-    """The vocabulary's entries as Keras reads them: the config's list, else the archive's file."""
+# Where a layer's vocabulary copies sit among its assets, in the order Keras's loader reads them: keras 3's
+# saving_lib calls a layer's load_assets before its children's, and TextVectorization's own load_assets hands
+# its folder to its inner IndexLookup, which its own turn then gives `_lookup_layer/`: both copies are read,
+# either one Keras refuses fails the load, and the last one read is the vocabulary the layer keeps.
+_TEXT_COPIES = ("vocabulary.txt", "_lookup_layer/vocabulary.txt")
+_LOOKUP_COPIES = ("vocabulary.txt",)
+
+
+def _vocabulary_copies(record, ctx, copies: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """The vocabulary's entries as Keras's loader reads them: the config's list (Keras then reads no
+    asset), else each copy of ``copies`` present among the layer's assets, as ``(where, lines)``, in
+    Keras's reading order (the last one is the one Keras keeps)."""
     given = record.config.get("vocabulary")
     if isinstance(given, (list, tuple)):
-        return [str(v) for v in given]
+        return [("the config's vocabulary", [str(v) for v in given])]
     if isinstance(given, str):
         raise Refused(f"its vocabulary is a file outside the model ({given!r}); save the model with the vocabulary")
     assets = ctx.assets(record.path)
-    data = assets.get("vocabulary.txt", assets.get("_lookup_layer/vocabulary.txt"))
-    if data is None:
+    found = []
+    for name in copies:
+        data = assets.get(name)
+        if data is None:
+            continue
+        try:
+            lines = data.decode("utf-8").splitlines()  # as Keras's load_assets reads it
+        except UnicodeDecodeError:
+            raise Refused(f"its {name} is not UTF-8 text") from None
+        while lines and lines[-1] == "":
+            lines.pop()
+        found.append((name, lines))
+    if not found:
         raise Refused(
             "its vocabulary is not in the file: Keras keeps an adapted vocabulary among a .keras archive's "
             "assets, which a legacy .h5 or a config.json does not have; convert the .keras file"
         )
-    try:
-        lines = data.decode("utf-8").splitlines()  # as Keras's load_assets reads it
-    except UnicodeDecodeError:
-        raise Refused("its vocabulary.txt is not UTF-8 text") from None
-    while lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    return found
 
 
-def _tokens(entries: list[Any], special: list[Any], c: dict[str, Any]) -> list[Any]:
-    """The vocabulary without the special tokens at its head (Keras's ``set_vocabulary``), checked."""
+def _vocabulary(record, ctx, copies: tuple[str, ...], mask: Any, oov: list[Any], cast: Any = None) -> list[Any]:
+    """The tokens the layer keeps: every copy checked as Keras's ``set_vocabulary`` checks it (each copy
+    Keras reads must pass), the last copy's tokens returned. ``oov``: the OOV token once per OOV index."""
+    tokens: list[Any] = []
+    for where, lines in _vocabulary_copies(record, ctx, copies):
+        if cast is not None:
+            try:
+                lines = [cast(v) for v in lines]
+            except ValueError:
+                raise Refused(f"its vocabulary ({where}) holds entries that are not integers") from None
+        tokens = _tokens(lines, mask, oov, record.config, where)
+    return tokens
+
+
+def _tokens(entries: list[Any], mask: Any, oov: list[Any], c: dict[str, Any], where: str) -> list[Any]:
+    """The vocabulary without the special tokens at its head, checked as Keras's ``set_vocabulary``
+    checks it: the head is taken off only when it is exactly the special tokens in order (mask, then the
+    OOV token once per OOV index); an empty vocabulary, a repeated token or the mask token anywhere else
+    is refused (Keras refuses them); the OOV token elsewhere is an ordinary token with its own index, as
+    in Keras (which refuses it only for ``invert=True``, a mode attnzoo refuses anyway)."""
+    if not entries:
+        raise Refused(f"its vocabulary ({where}) is empty (Keras refuses an empty vocabulary)")
+    special = ([mask] if mask is not None else []) + oov
     tokens = entries[len(special) :] if entries[: len(special)] == special else entries
-    if len(set(tokens)) != len(tokens):
-        raise Refused("its vocabulary repeats a token (Keras refuses it too)")
+    repeated = [token for token, n in Counter(tokens).items() if n > 1]
+    if repeated:
+        raise Refused(f"its vocabulary ({where}) repeats {', '.join(map(repr, repeated[:5]))} (Keras refuses it too)")
+    if mask is not None and mask in tokens:
+        at = len(entries) - len(tokens) + tokens.index(mask)
+        raise Refused(
+            f"its vocabulary ({where}) holds the mask token {mask!r} at index {at}; Keras takes it only at the "
+            f"head, followed by the OOV token (Keras refuses it too)"
+        )
     size = len(special) + len(tokens)
     stated = c.get("vocabulary_size")
     if isinstance(stated, int) and stated != size:
-        raise Refused(f"its config says vocabulary_size={stated} but the vocabulary holds {size} entries")
+        raise Refused(f"its config says vocabulary_size={stated} but the vocabulary ({where}) holds {size} entries")
     limit = c.get("max_tokens")
     if isinstance(limit, int) and size > limit:
-        raise Refused(f"its vocabulary holds {size} entries, more than max_tokens={limit}")
+        raise Refused(f"its vocabulary ({where}) holds {size} entries, more than max_tokens={limit}")
     return tokens
 
 
@@ -434,7 +482,7 @@ def convert_text_vectorization(record, arrays, ctx):
     if widths is not None and not (isinstance(widths, (list, tuple)) and all(isinstance(w, int) for w in widths)):
         raise Refused(f"ngrams {widths!r} is not an int or a list of ints")
     expect_variables(arrays, 0, "TextVectorization with output_mode='int'")
-    tokens = _tokens(_vocabulary_lines(record, ctx), ["", "[UNK]"], c)
+    tokens = _vocabulary(record, ctx, _TEXT_COPIES, "", ["[UNK]"])
     length = c.get("output_sequence_length")
     spec = {
         "op": "text_vectorization",
@@ -468,16 +516,14 @@ def _lookup(record, arrays, ctx, *, integers: bool) -> tuple[dict[str, Any], dic
     mask, count = c.get("mask_token"), _oov_count(c, integers=integers)
     oov = int(c.get("oov_token", -1)) if integers else str(c.get("oov_token", "[UNK]"))
     salt = salt_of(c.get("salt")) if count > 1 else None
-    entries: list[Any] = _vocabulary_lines(record, ctx)
     if integers:
-        try:
-            entries = [int(v) for v in entries]
-        except ValueError:
-            raise Refused("its vocabulary holds entries that are not integers") from None
         mask = None if mask is None else int(mask)
     # the mask takes index 0 in int mode only; in the other modes it is dropped from the encoding
-    special = ([mask] if mask is not None and mode == "int" else []) + [oov] * count
-    tokens = _tokens(entries, special, c)
+    head_mask = mask if mode == "int" else None
+    special = ([head_mask] if head_mask is not None else []) + [oov] * count
+    tokens = _vocabulary(record, ctx, _LOOKUP_COPIES, head_mask, [oov] * count, cast=int if integers else None)
+    entries: list[Any] = _vocabulary_copies(record, ctx, _LOOKUP_COPIES)[-1][1]  # as read, specials included
+    entries = [int(v) for v in entries] if integers else entries  # _vocabulary checked they are integers
     spec: dict[str, Any] = {"vocabulary": tokens, "mask_token": mask, "num_oov_indices": count, "output_mode": mode}
     if salt is not None:
         spec["salt"] = salt
