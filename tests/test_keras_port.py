@@ -190,7 +190,10 @@ def test_the_emitted_source_loads_the_folder_s_weights_and_predicts_the_same_wit
         attnzoo.save(model, tmp_path / name)
         (tmp_path / f"{name}_port.py").write_text(model.to_source())
         check = subprocess.run(  # where a user keeps it: attnzoo is a third-party package there
-            ["ruff", "check", "--isolated", f"{name}_port.py"], capture_output=True, text=True, cwd=tmp_path
+            [sys.executable, "-m", "ruff", "check", "--isolated", f"{name}_port.py"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
         )
         assert check.returncode == 0, check.stdout
     code = f"""

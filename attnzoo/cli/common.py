@@ -83,9 +83,12 @@ MAX_MESSAGE = 600  # characters of one error line; the rest is behind --debug
 def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
     """A message as one line of at most ``limit`` characters (listings joined with '; '), without the
     terminal's escape codes (Keras wraps its errors in ANSI bold, torch colours parts of its own, which a
-    pipe or a log shows as junk)."""
+    pipe or a log shows as junk); any other control character (a name from a file) is shown escaped, never
+    sent to the terminal."""
+    from attnzoo.io.text import printable
+
     lines = [" ".join(line.split()) for line in without_colour(str(message)).splitlines()]
-    text = "; ".join(line for line in lines if line)
+    text = printable("; ".join(line for line in lines if line))
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"
     return text

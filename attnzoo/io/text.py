@@ -3,6 +3,9 @@
 Words: lower case, runs of letters/digits and single punctuation marks (``"a cat's tail"`` ->
 ``a cat ' s tail``). Id 0 is padding and 1 the unknown token; sequence vocabularies add ``<s>`` = 1 and
 ``</s>`` = 2 after padding instead.
+
+:func:`printable`: text from a file or a plugin (a Keras layer name, a card's summary) made safe to print on
+a terminal. Importing this module does not import torch (the CLI escapes its error messages with it).
 """
 
 from __future__ import annotations
@@ -10,14 +13,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from attnzoo.errors import ConfigError
 
-__all__ = ["tokenize", "Vocabulary", "pad_batch", "Tokenizer", "TOKEN_PATTERN"]
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+__all__ = ["tokenize", "Vocabulary", "pad_batch", "Tokenizer", "TOKEN_PATTERN", "printable"]
 
 # what a word is: a run of letters and digits, or one other character (after lower-casing)
 TOKEN_PATTERN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
@@ -72,6 +76,8 @@ class Vocabulary:
 
 def pad_batch(sequences: Sequence[Sequence[int]], max_len: int | None = None) -> torch.Tensor:
     """Right-pad id sequences with 0 into a [B, T] long tensor (T = longest, at most ``max_len``)."""
+    import torch
+
     longest = max((len(s) for s in sequences), default=1)
     length = max(1, min(longest, max_len) if max_len else longest)
     out = torch.zeros(len(sequences), length, dtype=torch.long)
@@ -109,7 +115,9 @@ class Tokenizer:
         length = self.max_len if pad_to is None else min(pad_to, self.max_len)
         ids = pad_batch([self.vocab.encode(tokenize(text)[:length]) for text in batch], length)
         if pad_to is not None and ids.shape[1] < pad_to:
-            ids = torch.nn.functional.pad(ids, (0, pad_to - ids.shape[1]))
+            from torch.nn.functional import pad
+
+            ids = pad(ids, (0, pad_to - ids.shape[1]))
         return ids, ids != 0
 
     def settings(self) -> dict[str, Any]:
@@ -139,3 +147,22 @@ class Tokenizer:
     def __repr__(self) -> str:
         padded = f", length={self.length}" if self.length is not None else ""
         return f"Tokenizer(vocabulary={len(self.vocab)} tokens, max_len={self.max_len}{padded})"
+
+
+# C0 controls (newline, tab and carriage return too), DEL, C1 controls, and the bidirectional marks, embeddings,
+# overrides and isolates that reorder what a terminal shows (the "Trojan Source" characters)
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print on a terminal: every C0 control character (``\\n``, ``\\t`` and ``\\r`` too),
+    DEL, every C1 control, and the bidirectional marks and overrides (U+061C, U+200E, U+200F,
+    U+202A-U+202E, U+2066-U+2069) written as text, ``\\xNN`` below U+0100 and ``\\uNNNN`` above (``\\x1b``,
+    ``\\x0a``, ``\\u202e``); everything else, backslashes included, as it is:
+    ``printable("a\\x1b[2Jb") == "a\\\\x1b[2Jb"``."""
+    return _CONTROLS.sub(_escaped, str(text))

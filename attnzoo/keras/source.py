@@ -411,7 +411,7 @@ def _without_unread(body: list[str], results: list[str], names: set[str]) -> lis
 
 def _class_name(model: Any, class_name: Any, e: _Emitter) -> str:
     """The class's name: ``class_name`` as given, checked, or one made from the Keras model's name."""
-    taken = {name for names in e.imports.values() for name in names}
+    taken = {name for names in e.imports.values() for name in names} | e.used  # unique in the whole module
     if class_name is None:
         keras_name = model.graph.get("name")
         name = identifier(keras_name or "converted_model", set(taken), camel=True)
