@@ -109,7 +109,8 @@ def literal(value: Any, depth: int = 0) -> str:
     if isinstance(value, str):
         return _string(str(value))
     if isinstance(value, numbers.Integral):  # numpy's integers too
-        return repr(int(value))
+        number = int(value)  # in hex past Python's 4300-digit limit on writing an int in decimal
+        return hex(number) if number.bit_length() > 10_000 else repr(number)
     if isinstance(value, numbers.Real):
         number = float(value)
         if math.isnan(number):

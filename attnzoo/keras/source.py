@@ -12,7 +12,11 @@ with Keras's statistics, masked merges and pooling, attention layers built by ``
 attnzoo's own node classes, imported by name and called as the converted model calls them; their source
 is one click away, and they are what makes the emitted module equal the converted one.
 
-The emitted module imports only torch and attnzoo, and passes ``ruff check``.
+The emitted module imports only torch and attnzoo, and passes ``ruff check --isolated`` (import sorting
+too). Nothing from the file is spliced into it as code: the names it makes up come from
+:func:`~attnzoo.keras.codegen.identifier`, each value is a :func:`~attnzoo.keras.codegen.literal`, the Keras
+names and version are kept as data (``KERAS_NAMES``, ``KERAS_VERSION``), comments are Keras class names
+only, and :func:`~attnzoo.keras.codegen.check_source` parses and walks the result before it is returned.
 """
 
 from __future__ import annotations
