@@ -81,8 +81,12 @@ def identifier(text: object, used: set[str], *, camel: bool = False, reserved: f
     name = _nfkc(name)[:MAX_LENGTH].rstrip("_")
     if not _valid(name):  # case mapping or a leading digit or mark can leave a non-identifier: ASCII it is
         name = re.sub(r"[^A-Za-z0-9_]+", "_", name).strip("_") or ("ConvertedModel" if camel else "x")
-    if name[0].isdigit() or name in reserved:
-        name = f"Keras{name}" if camel else f"{name}_" if not name[0].isdigit() else f"v_{name}"
+    if camel and (name[0].isdigit() or name in reserved):
+        name = f"Keras{name}"  # class KerasNone, class Keras3d
+    elif name[0].isdigit():
+        name = f"v_{name}"
+    elif name in reserved:
+        name = f"{name}_"  # self_, print_, as PEP 8 spells a name that would shadow one
     candidate, n = name, 1
     while not usable(candidate, used, reserved):
         n += 1

@@ -52,6 +52,11 @@ _ACTIVATIONS = {
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a comment or a keyword argument may be as it is
 
 
+class _Code(str):
+    """Text this module wrote as code (the masks of keyword tensors), as opposed to the graph's data, which
+    is only ever written as a literal: a file's kwarg of the same name stays data."""
+
+
 @dataclass
 class _Emitter:
     """The code being written: the ``__init__`` and ``forward`` lines, the imports, the names in use, and
@@ -306,7 +311,7 @@ def _arguments(spec: dict[str, Any]) -> str:
 def _kwargs_text(e: _Emitter, kwargs: dict[str, Any]) -> str:
     parts = []
     for k, v in kwargs.items():
-        parts.append(f"{literal(k)}: {v if k == 'kwarg_masks' else e.expression(v)}")
+        parts.append(f"{literal(k)}: {v if isinstance(v, _Code) else e.expression(v)}")
     return "{" + ", ".join(parts) + "}"
 
 
@@ -356,7 +361,7 @@ def _emit_call(e: _Emitter, model: Any, call: dict[str, Any], keras3: bool) -> N
     if isinstance(explicit, (dict, list)):
         node_kwargs["mask"] = explicit
     if kwarg_masks:  # the masks of tensors passed by keyword (Keras 2's MultiHeadAttention value=, key=)
-        node_kwargs["kwarg_masks"] = "{" + ", ".join(f"{literal(k)}: {v}" for k, v in kwarg_masks.items()) + "}"
+        node_kwargs["kwarg_masks"] = _Code("{" + ", ".join(f"{literal(k)}: {v}" for k, v in kwarg_masks.items()) + "}")
     if keras3 and not isinstance(explicit, (dict, list)) and _tensor_count(call["args"], kwargs) > 1:
         node_kwargs["implicit_mask"] = False  # keras 3 passes a layer no mask when it takes several tensors
     plain = _plain(spec)
