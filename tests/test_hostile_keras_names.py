@@ -15,6 +15,7 @@ import copy
 import importlib.util
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -152,7 +153,7 @@ def _class_of(source: str) -> str:
 
 def _assert_port_is_data(model, tmp_path: Path, canary: Path, inputs=None, source: str | None = None) -> object:
     """Save ``model``, write its source, import it, build it, load the folder's weights and run it: the canary
-    is never written, and the port equals the model."""
+    is never written, and the port equals the model. Returns the imported module (its outputs as ``outputs``)."""
     folder = tmp_path / f"folder_{uuid.uuid4().hex[:8]}"
     attnzoo.save(model, folder)
     source = model.to_source() if source is None else source
@@ -171,6 +172,7 @@ def _assert_port_is_data(model, tmp_path: Path, canary: Path, inputs=None, sourc
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-6, equal_nan=True)
+    module.outputs = got
     return module
 
 
@@ -226,6 +228,48 @@ def test_a_masking_value_that_is_not_finite_is_written_as_a_float_literal(tmp_pa
     source = model.to_source()
     assert {math.inf: 'float("inf")', -math.inf: '-float("inf")'}.get(value, 'float("nan")') in source
     _assert_port_is_data(model, tmp_path, tmp_path / "canary", source=source)
+
+
+@pytest.mark.slow
+def test_a_file_keras_itself_saved_with_hostile_names_runs_nothing_and_equals_keras(tmp_path, monkeypatch):
+    """Keras accepts these names (it refuses "/" in any name and "." in a layer with weights on torch, so the
+    payloads reach the canary through getattr and the environment): the file is Keras's own, and Keras's
+    outputs are the oracle."""
+    pytest.importorskip("keras")
+    canary = tmp_path / "canary"
+    monkeypatch.setenv("HOSTILE_CANARY", str(canary))
+    path = 'getattr(__import__("pathlib"), "Path")(getattr(__import__("os"), "environ")["HOSTILE_CANARY"])'
+    code = f'getattr({path}, "write_text")("pwned")'
+    names = {
+        "ids": "ｓｅｌｆ",
+        "features": "x²",
+        "embedding": f'x"""\n{code}\n"""',
+        "lstm": f"'); {code}; ('",
+        "pool": "trailing\\",
+        "dense": "ﬁ",
+        "head": "fi",
+        "masking": "a\nb\rc\\N{BULLET}",  # (a NUL Keras cannot save: h5py refuses it)
+        "features_dense": "\x1b]0;pwned\x07\x1b[2J",
+        "features_pool": "x2",
+    }
+    plant = {"names": names, "model_name": "x'''\n" + code + "\n'''"}
+    (tmp_path / "plant.json").write_text(json.dumps(plant), encoding="utf-8")
+    script = ROOT / "tests" / "hostile_keras_fixtures.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "--plant", str(tmp_path / "plant.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KERAS_BACKEND": "torch"},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    keras_io = np.load(tmp_path / "keras.npz")
+    inputs = [torch.from_numpy(keras_io["arr_0"]), torch.from_numpy(keras_io["arr_1"])]
+    model = convert_keras_model(tmp_path / "hostile.keras")
+    module = _assert_port_is_data(model, tmp_path, canary, inputs=inputs)
+    assert set(names.values()) <= set(module.KERAS_NAMES.values())
+    for k, got in enumerate(module.outputs):
+        np.testing.assert_allclose(got.numpy(), keras_io[f"arr_{k + 2}"], rtol=1e-5, atol=1e-5)
 
 
 # -- a converted folder shared without its .keras file ------------------------------------------------------
