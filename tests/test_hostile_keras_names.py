@@ -230,6 +230,17 @@ def test_a_masking_value_that_is_not_finite_is_written_as_a_float_literal(tmp_pa
     _assert_port_is_data(model, tmp_path, tmp_path / "canary", source=source)
 
 
+def test_a_bare_config_json_with_hostile_names_stays_data(tmp_path):
+    """``model.to_json()``'s form: the config.json with its weights file beside it."""
+    canary = tmp_path / "canary"
+    text = _payload(PAYLOADS[0], canary)
+    names = {name: f"{i}{text}" for i, name in enumerate((*LAYERS, *OPERATIONS, *INPUTS))}
+    with zipfile.ZipFile(_plant(tmp_path / "hostile.keras", names=names, model_name=text)) as archive:
+        archive.extractall(tmp_path / "bare", members=["config.json", "model.weights.h5"])
+    model = convert_keras_model(tmp_path / "bare" / "config.json")
+    _assert_port_is_data(model, tmp_path, canary)
+
+
 @pytest.mark.slow
 def test_a_file_keras_itself_saved_with_hostile_names_runs_nothing_and_equals_keras(tmp_path, monkeypatch):
     """Keras accepts these names (it refuses "/" in any name and "." in a layer with weights on torch, so the
