@@ -73,6 +73,7 @@ PAYLOADS = [
     "\x1b]0;pwned\x07\x1b[2J",
     "\u202eevil\u2066",
     "日本語の層",
+    "A¨",  # NFKC: "A \u0308", a combining mark a name may hold but tokenize's pattern does not
 ]
 
 
@@ -187,6 +188,7 @@ def test_a_hostile_name_in_every_slot_stays_data(tmp_path, payload):
     module = _assert_port_is_data(model, tmp_path, canary)
     # the file's text is kept, as data: every name the module made up maps back to the Keras name it stands for
     assert set(module.KERAS_NAMES.values()) <= {*names.values(), text}
+    assert {names[layer] for layer in LAYERS} <= set(module.KERAS_NAMES.values())  # each layer's output is named
     assert text in module.KERAS_NAMES.values() and f"3.15.1{text}" == module.KERAS_VERSION
     source = Path(module.__file__).read_text(encoding="utf-8")
     assert module.KERAS_NAMES[_class_of(source)] == text

@@ -21,9 +21,8 @@ only, and :func:`~attnzoo.keras.codegen.check_source` parses and walks the resul
 
 from __future__ import annotations
 
-import io
+import ast
 import re
-import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -395,25 +394,33 @@ def _imports(e: _Emitter, names: Counter[str]) -> list[str]:
     return plain + lines
 
 
-def _name_tokens(line: str) -> list[tokenize.TokenInfo]:
-    return [t for t in tokenize.generate_tokens(io.StringIO(line).readline) if t.type == tokenize.NAME]
+def _names_in(line: str) -> list[tuple[str, int, int]]:
+    """The names one line of code reads or writes, with where each starts and ends in it (characters): what
+    Python parses, so never text inside a string, and any identifier (tokenize's pattern misses names with
+    combining marks, ``a_̈``, which the sanitiser may make)."""
+    encoded = line.encode()
+    found = [node for node in ast.walk(ast.parse(line)) if isinstance(node, ast.Name)]
+    spans = [
+        (n.id, len(encoded[: n.col_offset].decode()), len(encoded[: n.end_col_offset or 0].decode())) for n in found
+    ]
+    return sorted(spans, key=lambda span: span[1])  # in the order they are written
 
 
 def _without_unread(body: list[str], results: list[str], names: set[str]) -> list[str]:
     """The lines without the ``names`` (masks, unpacked outputs) nothing reads: an assignment of one goes,
-    a place in a tuple is ``_``. Names are the code's name tokens, never text inside a string (a layer key
+    a place in a tuple is ``_``. Names are the names Python parses, never text inside a string (a layer key
     may spell a variable)."""
-    counts = Counter(t.string for line in [*body, *results] for t in _name_tokens(line))
+    counts = Counter(name for line in [*body, *results] for name, _, _ in _names_in(line))
     unread = {name for name in names if counts[name] == 1}
     out = []
     for line in body:
-        tokens = _name_tokens(line)
-        if tokens and tokens[0].string in unread and line.startswith(f"{tokens[0].string} = "):
+        found = _names_in(line)
+        if found and found[0][0] in unread and found[0][1] == 0 and line.startswith(f"{found[0][0]} = "):
             continue
         if line.startswith("("):
-            for t in reversed(tokens):  # one line each: columns are offsets into it
-                if t.string in unread:
-                    line = line[: t.start[1]] + "_" + line[t.end[1] :]
+            for name, start, end in reversed(found):  # one line each: offsets into it, replaced from the end
+                if name in unread:
+                    line = line[:start] + "_" + line[end:]
         out.append(line)
     return out
 
@@ -460,7 +467,7 @@ def to_source(model: Any, class_name: str | None = None) -> str:
 def _module(e: _Emitter, name: str, inputs: list[str], results: list[str], keras_version: str | None) -> list[str]:
     from attnzoo.version import __version__
 
-    names = Counter(t.string for line in e.body for t in _name_tokens(line))
+    names = Counter(name for line in e.body for name, _, _ in _names_in(line))
     kept = {name, *inputs, *results, *names}  # the made-up names the code still holds
     returns = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
     annotation = "torch.Tensor" if len(results) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(results))}]"
