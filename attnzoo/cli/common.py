@@ -87,7 +87,7 @@ def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
     or a log shows as junk), and every other control character escaped (:func:`attnzoo.io.text.printable`:
     a name from a file or a plugin may hold escapes that retitle or clear the terminal)."""
     lines = [" ".join(line.split()) for line in without_colour(str(message)).splitlines()]
-    text = "; ".join(line for line in lines if line)
+    text = printable("; ".join(line for line in lines if line))
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"
     return printable(text)

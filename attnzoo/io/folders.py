@@ -153,6 +153,11 @@ def read_folder(directory: str | Path) -> dict[str, Any]:
     return folder_records(directory)[0]
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal, or equal as JSON (a NaN in a config, Masking's mask_value, is not equal to itself)."""
+    return bool(a == b) or json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
 def read_saved_folder(directory: str | Path, sha256: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """Tensors and metadata of a saved folder, checked against the record of ``config.yaml`` that
     describes them: its digest, and its name, factory and config against the file's own metadata."""
@@ -164,7 +169,7 @@ def read_saved_folder(directory: str | Path, sha256: str | None = None) -> tuple
     record = next((r for r in records if r["sha256"] == actual), records[0])
     decoded = decode_metadata(metadata, where=directory / WEIGHTS_FILE)
     for key in ("name", "factory", "config"):
-        if decoded[key] is not None and record.get(key) is not None and decoded[key] != record[key]:
+        if decoded[key] is not None and record.get(key) is not None and not _same(decoded[key], record[key]):
             raise WeightsError(
                 f"{directory}: {CONFIG_FILE} and {WEIGHTS_FILE} disagree about the {key}: {CONFIG_FILE} says "
                 f"{_short(record[key])}, the weights were saved with {_short(decoded[key])}; {CONFIG_FILE} was "

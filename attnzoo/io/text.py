@@ -4,6 +4,9 @@ and :func:`printable`, the one door through which text from strangers reaches a 
 Words: lower case, runs of letters/digits and single punctuation marks (``"a cat's tail"`` ->
 ``a cat ' s tail``). Id 0 is padding and 1 the unknown token; sequence vocabularies add ``<s>`` = 1 and
 ``</s>`` = 2 after padding instead.
+
+:func:`printable`: text from a file or a plugin (a Keras layer name, a card's summary) made safe to print on
+a terminal. Importing this module does not import torch (the CLI escapes its error messages with it).
 """
 
 from __future__ import annotations
@@ -147,9 +150,9 @@ class Tokenizer:
         return f"Tokenizer(vocabulary={len(self.vocab)} tokens, max_len={self.max_len}{padded})"
 
 
-# C0 controls, DEL, C1 controls; the bidi embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069)
-# that make a terminal show text in another order than it is (CVE-2021-42574, "Trojan Source")
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls (newline, tab and carriage return too), DEL, C1 controls, and the bidirectional marks, embeddings,
+# overrides and isolates that reorder what a terminal shows (the "Trojan Source" characters)
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -158,8 +161,9 @@ def _escaped(match: re.Match[str]) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character shown rather than sent: C0 (``\\n``, ``\\r``, ``\\t``, ESC
-    included), DEL and C1 as ``\\xNN``, the Unicode bidi overrides and isolates as ``\\uNNNN``; every other
-    character as it is. A name or summary from a file or a plugin goes through it before it is printed:
-    ``printable("\\x1b[2Jok")`` is ``"\\\\x1b[2Jok"`` (a backslash and ``x1b``), which no terminal obeys."""
-    return _UNPRINTABLE.sub(_escaped, text)
+    """``text`` safe to print on a terminal: every C0 control character (``\\n``, ``\\t`` and ``\\r`` too),
+    DEL, every C1 control, and the bidirectional marks and overrides (U+061C, U+200E, U+200F,
+    U+202A-U+202E, U+2066-U+2069) written as text, ``\\xNN`` below U+0100 and ``\\uNNNN`` above (``\\x1b``,
+    ``\\x0a``, ``\\u202e``); everything else, backslashes included, as it is:
+    ``printable("a\\x1b[2Jb") == "a\\\\x1b[2Jb"``."""
+    return _CONTROLS.sub(_escaped, str(text))

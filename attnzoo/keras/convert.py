@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
+from attnzoo.io.text import printable
 from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
 from attnzoo.keras.converters.ops import convert_operation, is_operation
 from attnzoo.keras.files import KerasFile, read_keras_model
@@ -72,7 +73,7 @@ class ConversionReport:
             lines.append(f"  {row['layer']} ({row['class']}) -> {row['node']}: {variables}")
             lines += [f"      {note}" for note in row["notes"]]
         lines += [f"  {line}" for line in self.outputs]
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)  # names from the file: shown, never sent
 
 
 # -- the converter table of one conversion -----------------------------------------------------------------

@@ -12,18 +12,23 @@ with Keras's statistics, masked merges and pooling, attention layers built by ``
 attnzoo's own node classes, imported by name and called as the converted model calls them; their source
 is one click away, and they are what makes the emitted module equal the converted one.
 
-The emitted module imports only torch and attnzoo, and passes ``ruff check``.
+The emitted module imports only torch and attnzoo, and passes ``ruff check --isolated`` (import sorting
+too). Nothing from the file is spliced into it as code: the names it makes up come from
+:func:`~attnzoo.keras.codegen.identifier`, each value is a :func:`~attnzoo.keras.codegen.literal`, the Keras
+names and version are kept as data (``KERAS_NAMES``, ``KERAS_VERSION``), comments are Keras class names
+only, and :func:`~attnzoo.keras.codegen.check_source` parses and walks the result before it is returned.
 """
 
 from __future__ import annotations
 
-import builtins
-import keyword
+import ast
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from attnzoo.errors import ConfigError
+from attnzoo.keras.codegen import check_source, identifier, literal, usable
 
 __all__ = ["to_source"]
 
@@ -43,25 +48,12 @@ _ACTIVATIONS = {
     "relu6": "F.relu6({})",
     "exponential": "torch.exp({})",
 }
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a comment or a keyword argument may be as it is
 
 
-def _identifier(text: str, used: set[str]) -> str:
-    """A fresh Python identifier made from ``text`` (a Keras call id such as ``dense_1`` or ``inner/dense``)."""
-    name = re.sub(r"\W+", "_", text).strip("_").lower() or "x"
-    if name[0].isdigit() or keyword.iskeyword(name) or hasattr(builtins, name) or name in ("self", "layers", "nn", "F"):
-        name = f"v_{name}"
-    candidate, n = name, 1
-    while candidate in used:
-        n += 1
-        candidate = f"{name}_{n}"
-    used.add(candidate)
-    return candidate
-
-
-def _class_name(text: str) -> str:
-    words = re.findall(r"[A-Za-z0-9]+", text or "")
-    name = "".join(w[:1].upper() + w[1:] for w in words) or "ConvertedModel"
-    return f"Keras{name}" if name[0].isdigit() else name
+class _Code(str):
+    """Text this module wrote as code (the masks of keyword tensors), as opposed to the graph's data, which
+    is only ever written as a literal: a file's kwarg of the same name stays data."""
 
 
 @dataclass
@@ -71,12 +63,14 @@ class _Emitter:
 
     init: list[str] = field(default_factory=list)
     body: list[str] = field(default_factory=list)
-    imports: set[str] = field(default_factory=set)
+    imports: dict[str, set[str]] = field(default_factory=dict)  # module -> the names imported from it
     used: set[str] = field(default_factory=set)
+    keras_names: dict[str, str] = field(default_factory=dict)  # a name made up here -> the Keras name
     values: dict[str, list[str]] = field(default_factory=dict)  # call id -> its outputs' variables
     mask_of: dict[str, str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # call id -> how many of its outputs are read
     masks: set[str] = field(default_factory=set)  # the variables that hold masks
+    unpacked: set[str] = field(default_factory=set)  # the variables a node call's outputs are unpacked into
 
     def expression(self, value: Any) -> str:
         """Graph data as a Python expression: ``{"ref": [call, i]}`` becomes that output's variable."""
@@ -84,10 +78,10 @@ class _Emitter:
             call, index = value["ref"]
             return self.values[call][index]
         if isinstance(value, dict):
-            return "{" + ", ".join(f"{k!r}: {self.expression(v)}" for k, v in value.items()) + "}"
+            return "{" + ", ".join(f"{literal(k)}: {self.expression(v)}" for k, v in value.items()) + "}"
         if isinstance(value, list):
             return "[" + ", ".join(self.expression(v) for v in value) + "]"
-        return repr(value)
+        return literal(value)
 
     def mask(self, value: Any) -> Any:
         """The masks of an argument, mirroring its structure (as the converted graph passes them)."""
@@ -97,10 +91,25 @@ class _Emitter:
             return [self.mask(v) for v in value]
         return None
 
-    def outputs(self, call_id: str, count: int) -> list[str]:
-        names = [_identifier(call_id if i == 0 else f"{call_id}_{i}", self.used) for i in range(count)]
+    def outputs(self, call_id: str, count: int, keras_name: Any) -> list[str]:
+        names = [self.name(call_id if i == 0 else f"{call_id}_{i}", keras_name) for i in range(count)]
         self.values[call_id] = names
         return names
+
+    def name(self, text: Any, keras_name: Any) -> str:
+        """A fresh variable made from ``text`` (see :func:`~attnzoo.keras.codegen.identifier`), which
+        ``KERAS_NAMES`` maps back to ``keras_name``."""
+        variable = identifier(text, self.used)
+        self.keras_names[variable] = str(keras_name)
+        return variable
+
+    def mask_variable(self, name: str) -> str:
+        variable = identifier(f"{name}_mask", self.used)
+        self.masks.add(variable)
+        return variable
+
+    def uses(self, module: str, name: str) -> None:
+        self.imports.setdefault(module, set()).add(name)
 
 
 def _masks_text(masks: Any) -> str:
@@ -124,24 +133,26 @@ def _set_mask(e: _Emitter, name: str, mask_expression: str | None) -> None:
     if mask_expression is None:
         e.mask_of[name] = None
         return
-    variable = f"{name}_mask"
-    e.used.add(variable)
-    e.masks.add(variable)
+    variable = e.mask_variable(name)
     e.body.append(f"{variable} = {mask_expression}")
     e.mask_of[name] = variable
 
 
 # -- readable forms of the plain layers ------------------------------------------------------------------
 def _embedding(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
-    e.init.append(f'self.layers["{key}"] = nn.Embedding({spec["input_dim"]}, {spec["output_dim"]})')
-    e.body.append(f'{out} = layers["{key}"]({x}.long())')
+    e.init.append(
+        f"self.layers[{literal(key)}] = nn.Embedding({literal(spec['input_dim'])}, {literal(spec['output_dim'])})"
+    )
+    e.body.append(f"{out} = layers[{literal(key)}]({x}.long())")
     _set_mask(e, out, f"{x} != 0" if spec.get("mask_zero") else None)
 
 
 def _dense(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
     bias = "" if spec.get("use_bias", True) else ", bias=False"
-    e.init.append(f'self.layers["{key}"] = nn.Linear({spec["in_features"]}, {spec["units"]}{bias})')
-    _apply(e, out, f'layers["{key}"]({x})', spec.get("activation", "linear"))
+    e.init.append(
+        f"self.layers[{literal(key)}] = nn.Linear({literal(spec['in_features'])}, {literal(spec['units'])}{bias})"
+    )
+    _apply(e, out, f"layers[{literal(key)}]({x})", spec.get("activation", "linear"))
     e.mask_of[out] = mask
 
 
@@ -162,20 +173,20 @@ def _activation(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str |
 def _conv(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
     rank, k, s, d = spec["rank"], spec["kernel_size"], spec["strides"], spec["dilation_rate"]
     bias = "" if spec.get("use_bias", True) else ", bias=False"
-    groups = f", groups={spec['groups']}" if spec.get("groups", 1) != 1 else ""
+    groups = f", groups={literal(spec['groups'])}" if spec.get("groups", 1) != 1 else ""
     e.init.append(
-        f'self.layers["{key}"] = nn.Conv{rank}d({spec["in_channels"]}, {spec["filters"]}, kernel_size={k}, '
-        f"stride={s}, dilation={d}{groups}{bias})"
+        f"self.layers[{literal(key)}] = nn.Conv{rank}d({literal(spec['in_channels'])}, {literal(spec['filters'])}, "
+        f"kernel_size={literal(k)}, stride={literal(s)}, dilation={literal(d)}{groups}{bias})"
     )
     first = spec.get("channels_first", False)
     h = x if first else f"{x}.movedim(-1, 1)"
     if spec.get("padding") == "same":  # TensorFlow's: the extra one on the right, by the input's length
-        e.imports.add("from attnzoo.keras.converters.conv import conv_padding")
+        e.uses("attnzoo.keras.converters.conv", "conv_padding")
         e.body.append(f"{out} = {h}")
-        h = f'F.pad({out}, conv_padding({out}, "same", {k}, {s}, {d}))'
+        h = f'F.pad({out}, conv_padding({out}, "same", {literal(k)}, {literal(s)}, {literal(d)}))'
     elif spec.get("padding") == "causal":
         h = f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
-    _apply(e, out, f'layers["{key}"]({h})', spec.get("activation", "linear"))
+    _apply(e, out, f"layers[{literal(key)}]({h})", spec.get("activation", "linear"))
     if not first:
         e.body.append(f"{out} = {out}.movedim(1, -1)")
     e.mask_of[out] = None
@@ -187,40 +198,58 @@ def _reshaping(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | 
         h = f"{x}.movedim(1, -1)" if spec.get("channels_first") else x
         e.body.append(f"{out} = {h}.reshape({x}.shape[0], -1)")
     elif op == "reshape":
-        e.body.append(f"{out} = {x}.reshape({x}.shape[0], {', '.join(map(str, spec['target_shape']))})")
+        e.body.append(f"{out} = {x}.reshape({x}.shape[0], {', '.join(map(literal, spec['target_shape']))})")
     elif op == "permute":
-        e.body.append(f"{out} = {x}.permute(0, {', '.join(map(str, spec['dims']))})")
+        e.body.append(f"{out} = {x}.permute(0, {', '.join(map(literal, spec['dims']))})")
     else:  # repeat_vector
-        e.body.append(f"{out} = {x}.unsqueeze(1).expand(-1, {spec['n']}, -1)")
+        e.body.append(f"{out} = {x}.unsqueeze(1).expand(-1, {literal(spec['n'])}, -1)")
     e.mask_of[out] = None
 
 
 def _masking(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
-    variable = f"{out}_mask"
-    e.used.add(variable)
-    e.masks.add(variable)
-    e.body.append(f"{variable} = ({x} != {spec.get('mask_value', 0.0)!r}).any(dim=-1)")
+    variable = e.mask_variable(out)
+    e.body.append(f"{variable} = ({x} != {literal(spec.get('mask_value', 0.0))}).any(dim=-1)")
     e.body.append(f"{out} = {x} * {variable}.unsqueeze(-1).to({x}.dtype)")
     e.mask_of[out] = variable
 
 
 def _dropout(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
-    e.body.append(f"{out} = F.dropout({x}, {spec['rate']!r}, self.training)")
+    e.body.append(f"{out} = F.dropout({x}, {literal(spec['rate'])}, self.training)")
     e.mask_of[out] = mask
 
 
 def _plain(spec: dict[str, Any]) -> Any:
-    """The readable emitter of a node, or None: the node class is called as the graph calls it."""
-    op = spec["op"]
-    if op == "activation" and spec.get("activation") in _ACTIVATIONS:
+    """The readable emitter of a node, or None: the node class is called as the graph calls it. A spec
+    whose values are not of the types the readable form computes with (a hand-edited config) takes the
+    node class, whose arguments are written as literals whatever they hold."""
+    op, activation = spec["op"], spec.get("activation", "linear")
+    if isinstance(activation, str) and activation not in _ACTIVATIONS:
+        return None
+    if op == "activation" and _of(spec, str, "activation"):
         return _activation
-    if op == "dense" and spec.get("activation", "linear") in _ACTIVATIONS:
+    if op == "dense" and _of(spec, int, "in_features", "units"):
         return _dense
-    if op == "conv" and spec.get("activation", "linear") in _ACTIVATIONS:
-        return _conv
-    if op == "noise" and spec.get("kind") == "dropout" and not spec.get("shared_axes") and spec["rate"] < 1:
-        return _dropout
+    if op == "conv" and spec.get("rank") in (1, 2, 3) and _of(spec, int, "in_channels", "filters", "groups"):
+        shapes = [spec.get(k) for k in ("kernel_size", "strides", "dilation_rate")]
+        if all(
+            isinstance(v, (list, tuple)) and len(v) == spec["rank"] and _of(dict(enumerate(v)), int) for v in shapes
+        ):
+            return _conv
+        return None
+    rate = spec.get("rate")
+    if op == "noise" and spec.get("kind") == "dropout" and not spec.get("shared_axes"):
+        return _dropout if _of(spec, float, "rate") and 0 <= rate < 1 else None
+    if op == "embedding" and not _of(spec, int, "input_dim", "output_dim"):
+        return None
     return _PLAIN_OPS.get(op)
+
+
+def _of(spec: dict[Any, Any], kind: type, *keys: Any) -> bool:
+    """Whether ``spec``'s values at ``keys`` (default: all) are plain ``kind`` (an int for float too, never
+    a bool), or absent where they have a default."""
+    kinds = (int, float) if kind is float else (kind,)
+    values = [spec.get(k, 1) for k in keys] if keys else list(spec.values())
+    return all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
 
 
 _PLAIN_OPS = {
@@ -237,9 +266,8 @@ _PLAIN_OPS = {
 def _node_call(e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: dict[str, Any], kwargs: dict) -> None:
     node = model.layers[key]
     cls = type(node)
-    e.imports.add(f"from {cls.__module__} import {cls.__name__}")
-    arguments = ", ".join(f"{k}={v!r}" for k, v in spec.items() if k not in ("op", "keras"))
-    e.init.append(f'self.layers["{key}"] = {cls.__name__}({arguments})')
+    e.uses(cls.__module__, cls.__name__)
+    e.init.append(f"self.layers[{literal(key)}] = {cls.__name__}({_arguments(spec)})")
     arg_masks = e.mask(call["args"])
     explicit = kwargs.get("mask")
     if (
@@ -249,13 +277,13 @@ def _node_call(e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: di
     ):  # an explicit mask takes the place of the first argument's, as the graph does
         arg_masks = [e.expression(explicit), *arg_masks[1:]]
     args, masks = e.expression(call["args"]), _masks_text(arg_masks)
-    outputs = e.outputs(call["id"], e.counts.get(call["id"], 1))
-    mask_names = [f"{name}_mask" for name in outputs]
-    e.used.update(mask_names)
-    e.masks.update(mask_names)
+    outputs = e.outputs(call["id"], e.counts.get(call["id"], 1), _keras(spec).get("name", key))
+    mask_names = [e.mask_variable(name) for name in outputs]
+    e.unpacked.update(outputs)
     targets = ", ".join([*outputs, "*_"])  # outputs nothing reads (an RNN's unused states) go to _
     mask_targets = ", ".join([*mask_names, "*_"])
-    e.body.append(f'({targets}), ({mask_targets}) = layers["{key}"]({args}, {_kwargs_text(e, kwargs)}, {masks})')
+    call_text = f"layers[{literal(key)}]({args}, {_kwargs_text(e, kwargs)}, {masks})"
+    e.body.append(f"({targets}), ({mask_targets}) = {call_text}")
     for name, mask_name in zip(outputs, mask_names, strict=True):
         e.mask_of[name] = mask_name
     if getattr(node, "clears_input_masks", False):  # keras 3's MultiHeadAttention deletes its inputs' masks
@@ -264,10 +292,25 @@ def _node_call(e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: di
                 e.mask_of[e.expression(value)] = None
 
 
+def _keras(spec: dict[str, Any]) -> dict[str, Any]:
+    """What the graph keeps of the Keras layer (its name and class), or nothing where it is not a mapping."""
+    keras = spec.get("keras")
+    return keras if isinstance(keras, dict) else {}
+
+
+def _arguments(spec: dict[str, Any]) -> str:
+    """A node's constructor arguments, ``key=literal``; a key that is not a plain name (a hand-edited config)
+    goes in a ``**{...}`` literal, so no key of the file is ever written as code."""
+    items = [(k, v) for k, v in spec.items() if k not in ("op", "keras")]
+    plain = [f"{k}={literal(v)}" for k, v in items if isinstance(k, str) and _PLAIN_NAME.fullmatch(k)]
+    other = {k: v for k, v in items if not (isinstance(k, str) and _PLAIN_NAME.fullmatch(k))}
+    return ", ".join(plain + ([f"**{literal(other)}"] if other else []))
+
+
 def _kwargs_text(e: _Emitter, kwargs: dict[str, Any]) -> str:
     parts = []
     for k, v in kwargs.items():
-        parts.append(f"{k!r}: {v if k == 'kwarg_masks' else e.expression(v)}")
+        parts.append(f"{literal(k)}: {v if isinstance(v, _Code) else e.expression(v)}")
     return "{" + ", ".join(parts) + "}"
 
 
@@ -317,69 +360,119 @@ def _emit_call(e: _Emitter, model: Any, call: dict[str, Any], keras3: bool) -> N
     if isinstance(explicit, (dict, list)):
         node_kwargs["mask"] = explicit
     if kwarg_masks:  # the masks of tensors passed by keyword (Keras 2's MultiHeadAttention value=, key=)
-        node_kwargs["kwarg_masks"] = "{" + ", ".join(f"{k!r}: {v}" for k, v in kwarg_masks.items()) + "}"
+        node_kwargs["kwarg_masks"] = _Code("{" + ", ".join(f"{literal(k)}: {v}" for k, v in kwarg_masks.items()) + "}")
     if keras3 and not isinstance(explicit, (dict, list)) and _tensor_count(call["args"], kwargs) > 1:
         node_kwargs["implicit_mask"] = False  # keras 3 passes a layer no mask when it takes several tensors
     plain = _plain(spec)
     simple = plain is not None and len(call["args"]) == 1 and not node_kwargs
-    e.body.append(f"# {spec.get('keras', {}).get('name', key)} ({spec.get('keras', {}).get('class', spec['op'])})")
+    keras = _keras(spec)
+    kind = keras.get("class", spec["op"])  # the Keras class as a comment, where it is a plain name
+    if isinstance(kind, str) and _PLAIN_NAME.fullmatch(kind):
+        e.body.append(f"# {kind}")
     if simple:
         x = e.expression(call["args"][0])
         mask = e.mask_of.get(x)
-        (out,) = e.outputs(call["id"], 1)
+        (out,) = e.outputs(call["id"], 1, keras.get("name", key))
         plain(e, key, spec, x, mask, out)
     else:
         _node_call(e, model, key, spec, call, node_kwargs)
 
 
-def _imports(e: _Emitter) -> list[str]:
-    """The import block, sorted as isort sorts one section: plain imports, then from-imports by module."""
-    plain = ["import torch"] + (["import torch.nn.functional as F"] if any("F." in line for line in e.body) else [])
-    return plain + sorted(["from torch import nn", *e.imports], key=lambda line: line.split()[1])
+def _imports(e: _Emitter, names: Counter[str]) -> list[str]:
+    """The import block as ruff's isort writes it (one section): plain imports, then one from-import per
+    module by module name, its names constants first, then classes, then functions; a line longer than 88
+    characters one name a line."""
+    plain = ["import torch"] + (["import torch.nn.functional as F"] if names["F"] else [])
+    froms = {**e.imports, "torch": {"nn"}}
+    lines = []
+    for module in sorted(froms, key=lambda m: (m.lower(), m)):
+        ordered = sorted(froms[module], key=lambda n: (not n.isupper(), not n[:1].isupper(), n.lower(), n))
+        line = f"from {module} import {', '.join(ordered)}"
+        lines.append(
+            line if len(line) <= 88 else f"from {module} import (\n" + "".join(f"    {n},\n" for n in ordered) + ")"
+        )
+    return plain + lines
 
 
-def _without_unread_masks(body: list[str], results: list[str], masks: set[str]) -> list[str]:
-    """The lines without the masks nothing reads: an assignment of one goes, a place in a tuple is ``_``."""
-    text = "\n".join([*body, *results])
-    unread = {name for name in masks if len(re.findall(rf"\b{name}\b", text)) == 1}
+def _names_in(line: str) -> list[tuple[str, int, int]]:
+    """The names one line of code reads or writes, with where each starts and ends in it (characters): what
+    Python parses, so never text inside a string, and any identifier (tokenize's pattern misses names with
+    combining marks, ``a_̈``, which the sanitiser may make)."""
+    encoded = line.encode()
+    found = [node for node in ast.walk(ast.parse(line)) if isinstance(node, ast.Name)]
+    spans = [
+        (n.id, len(encoded[: n.col_offset].decode()), len(encoded[: n.end_col_offset or 0].decode())) for n in found
+    ]
+    return sorted(spans, key=lambda span: span[1])  # in the order they are written
+
+
+def _without_unread(body: list[str], results: list[str], names: set[str]) -> list[str]:
+    """The lines without the ``names`` (masks, unpacked outputs) nothing reads: an assignment of one goes,
+    a place in a tuple is ``_``. Names are the names Python parses, never text inside a string (a layer key
+    may spell a variable)."""
+    counts = Counter(name for line in [*body, *results] for name, _, _ in _names_in(line))
+    unread = {name for name in names if counts[name] == 1}
     out = []
     for line in body:
-        target = line.split(" = ", 1)[0]
-        if target in unread:
+        found = _names_in(line)
+        if found and found[0][0] in unread and found[0][1] == 0 and line.startswith(f"{found[0][0]} = "):
             continue
-        for name in unread:
-            line = re.sub(rf"\b{name}\b", "_", line) if line.startswith("(") else line
+        if line.startswith("("):
+            for name, start, end in reversed(found):  # one line each: offsets into it, replaced from the end
+                if name in unread:
+                    line = line[:start] + "_" + line[end:]
         out.append(line)
     return out
 
 
+def _class_name(model: Any, class_name: Any, e: _Emitter) -> str:
+    """The class's name: ``class_name`` as given, checked, or one made from the Keras model's name."""
+    taken = {name for names in e.imports.values() for name in names} | e.used  # unique in the whole module
+    if class_name is None:
+        keras_name = model.graph.get("name")
+        name = identifier(keras_name or "converted_model", set(taken), camel=True)
+        e.keras_names = {name: str(keras_name or ""), **e.keras_names}
+        return name
+    if not usable(class_name, taken):
+        raise ConfigError(
+            f"to_source: class_name must be a Python identifier that names nothing the module uses (a keyword, a "
+            f"builtin, torch, nn, F, layers, an imported node class), as NFKC leaves it; got {class_name!r:.60}"
+        )
+    return class_name
+
+
 def to_source(model: Any, class_name: str | None = None) -> str:
     """The converted ``model`` (a :class:`~attnzoo.keras.model.KerasModel`) as Python source (see the module
-    docstring). ``class_name`` defaults to the Keras model's name in CamelCase."""
-    from attnzoo.version import __version__
-
-    if class_name is not None and (
-        not isinstance(class_name, str) or not class_name.isidentifier() or keyword.iskeyword(class_name)
-    ):
-        raise ConfigError(f"to_source: class_name must be a Python identifier, got {class_name!r:.60}")
+    docstring). ``class_name`` defaults to the Keras model's name in CamelCase. The source is checked with
+    :func:`~attnzoo.keras.codegen.check_source` before it is returned."""
     graph = model.graph
-    keras3 = model.keras3
     e = _Emitter(counts=_needed_outputs(graph))
     inputs = []
     for spec in graph["inputs"]:
-        name = _identifier(spec["name"], e.used)
+        name = e.name(spec.get("name", spec["id"]), spec.get("name", spec["id"]))
         e.values[spec["id"]] = [name]
         e.mask_of[name] = None
         inputs.append(name)
     for call in graph["calls"]:
-        _emit_call(e, model, call, keras3)
+        _emit_call(e, model, call, model.keras3)
     results = [e.values[call][index] for call, index in graph["outputs"]]
-    e.body = _without_unread_masks(e.body, results, e.masks)
-    name = class_name or _class_name(str(graph.get("name") or "converted_model"))
+    e.body = _without_unread(e.body, results, e.masks | e.unpacked)
+    name = _class_name(model, class_name, e)
+    version = graph.get("keras_version")
+    source = "\n".join(_module(e, name, inputs, results, None if version is None else str(version)))
+    check_source(source)
+    return source
+
+
+def _module(e: _Emitter, name: str, inputs: list[str], results: list[str], keras_version: str | None) -> list[str]:
+    from attnzoo.version import __version__
+
+    names = Counter(name for line in e.body for name, _, _ in _names_in(line))
+    kept = {name, *inputs, *results, *names}  # the made-up names the code still holds
     returns = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
     annotation = "torch.Tensor" if len(results) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(results))}]"
-    lines = [
-        f'"""{name}: a Keras model ({graph.get("keras_version")}) converted by attnzoo {__version__}.',
+    return [
+        f'"""{name}: a Keras model converted by attnzoo {__version__}.',
         "",
         f"    model = {name}()",
         '    model.load_state_dict(safetensors.torch.load_file("model.safetensors"))  # the folder\'s weights',
@@ -387,9 +480,16 @@ def to_source(model: Any, class_name: str | None = None) -> str:
         "",
         "Inputs are tensors in the Keras model's input order (integer ids as integer tensors). Each tensor's",
         "Keras mask is the variable beside it (``x_mask``: bool, True = keep; absent: no mask).",
+        "KERAS_NAMES maps each name made up here (the class, the inputs, the layers' outputs) to the name it",
+        "has in the Keras file, and KERAS_VERSION is the Keras version the file says it was saved with.",
         '"""',
         "",
-        *_imports(e),
+        *_imports(e, names),
+        "",
+        f"KERAS_VERSION = {literal(keras_version)}",
+        "KERAS_NAMES = {",
+        *[f"    {literal(k)}: {literal(v)}," for k, v in e.keras_names.items() if k in kept],
+        "}",
         "",
         "",
         f"class {name}(nn.Module):",
@@ -399,9 +499,8 @@ def to_source(model: Any, class_name: str | None = None) -> str:
         *[f"        {line}" for line in e.init],
         "",
         f"    def forward(self, {', '.join(f'{i}: torch.Tensor' for i in inputs)}) -> {annotation}:",
-        "        layers = self.layers",
+        *(["        layers = self.layers"] if names["layers"] else []),
         *[f"        {line}" for line in e.body],
         f"        return {returns}",
         "",
     ]
-    return "\n".join(lines)

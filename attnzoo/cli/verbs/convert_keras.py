@@ -107,11 +107,11 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
             )
     if args.logits:  # checked against Keras as Keras computes it; saved without the final squashing
         model = convert_keras_model(args.file, weights=args.weights, logits=True)
+    # the source first: a model whose names or values it refuses to write leaves no folder behind
+    emitted = model.to_source() if source is not None else None
     attnzoo.save(model, output, overwrite=args.overwrite)
-    emitted = None
-    if source is not None:
-        emitted = model.to_source()
-        source.write_text(emitted)
+    if source is not None and emitted is not None:
+        source.write_text(emitted, encoding="utf-8")  # names may hold any letter; Python reads source as UTF-8
     report = model.keras_report
     if args.json:
         payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
