@@ -90,7 +90,7 @@ def one_line(message: object, limit: int = MAX_MESSAGE) -> str:
     text = printable("; ".join(line for line in lines if line))
     if len(text) > limit:
         text = text[: limit - 45].rstrip() + " … (run again with --debug for all of it)"
-    return printable(text)
+    return text
 
 
 @dataclass
