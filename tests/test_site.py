@@ -239,6 +239,21 @@ def test_a_formula_is_mathml_that_can_link_style_or_run_nothing():
         site.mathml(r"\left( a")
 
 
+def test_every_built_in_card_states_a_formula_the_site_draws():
+    """Each card's formula is drawn as MathML (no raw LaTeX left), one line per top-level `\\quad` part;
+    sparsemax's states sparsemax and its exact zeros."""
+    pytest.importorskip("latex2mathml")
+    for name in attnzoo.list_models(provider="attnzoo"):
+        formula = attnzoo.model_info(name).formula
+        assert formula, f"{name}'s card states no formula"
+        for part in site._parts(formula):
+            drawn = _parsed(site.mathml(part))
+            assert drawn.elements[0][0] == "math" and "\\" not in drawn.text["*"], (name, part)
+    spec = attnzoo.model_info("sparsemax")
+    math = _parsed("\n".join(site._formula(spec, site._factory(spec)))).text["math"]
+    assert "sparsemax" in math and "=0 when" in math.replace("\xa0", " ")  # MathML text: no spaces
+
+
 def test_a_layer_that_outputs_nan_gets_a_warning_instead_of_pictures(caplog):
     import torch
 
