@@ -2,13 +2,15 @@
 live registry when the site is built (``mkdocs build``; mkdocs.yml names this file among its ``hooks``).
 
 A variant's page: its summary, options (type, card value, what null means), calling convention, the
-formula from the factory's docstring, the FLOPs torch counts as T, d, L and w double with one measured
+card's ``formula`` drawn as MathML (with the factory's docstring folded under it), the FLOPs torch counts
+as T, d, L and w double with one measured
 line from ``benchmarks/results`` where one names it, the papers it cites (with BibTeX from
 docs/references.bib), the weights it loads, what the conformance kit checks on it, and pictures that
 :mod:`attnzoo.tools.plots` draws from the real layer. A pretrained model's page: its data, metrics with
 their definitions (docs/training.md's table), baseline, licence and the attention on a real example.
-A plugin installed when the site is built gets the same pages: everything comes from the registry.
-Nothing here is committed as a copy: the pages exist in the built site only.
+A plugin installed when the site is built gets the same pages: everything comes from the registry, and
+every text from a card, a plugin's code or a file is written as text (:func:`_text`): it makes no tag, link
+or include on the page. Nothing here is committed as a copy: the pages exist in the built site only.
 """
 
 from __future__ import annotations
