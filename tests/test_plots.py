@@ -86,6 +86,21 @@ def test_a_sparse_normaliser_shows_every_allowed_key_though_its_weights_are_exac
     assert ((found.weights == 0) & found.pattern[None]).any(), "no allowed key got a zero weight"
 
 
+def test_exact_zeros_are_marked_and_label_attention_is_drawn_per_label():
+    """Each cell of a weights picture whose weight is exactly 0 carries a dot (and the title says so); the
+    rows of label attention are labels."""
+    from attnzoo.tools.plots import weights_figure
+
+    found = profile("sparsemax", num_heads=1)
+    ax = weights_figure(found).axes[0]
+    dots = [line for line in ax.lines if line.get_marker() == "."]
+    assert "dot: exactly 0" in ax.get_title() and len(dots) == 1
+    marked = sorted(zip(dots[0].get_ydata().tolist(), dots[0].get_xdata().tolist(), strict=True))
+    assert marked == sorted(map(tuple, np.argwhere(found.weights[0] == 0).tolist())) and marked
+    labels = weights_figure(profile("labelwise", num_labels=3)).axes[0]
+    assert labels.get_ylabel() == "label" and labels.get_title().startswith("each label's attention weights")
+
+
 def test_alibi_scores_by_distance_are_the_papers_slopes():
     """e_ij - e_ii = -m_h |j - i| with m_h = 2^(-8 (h + 1) / H) for H a power of two (Press et al. 2022)."""
     found = profile("alibi_self", num_heads=4)

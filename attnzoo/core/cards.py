@@ -94,7 +94,7 @@ def spec_from_card(
     if not isinstance(config, Mapping):
         raise ConfigError(f"{where}: 'config' must be a mapping of constructor arguments, got {type(config).__name__}")
     given = {k: merged[k] for k in CARD_FIELDS if merged.get(k) is not None}
-    for text in ("summary", "reference", "convention"):
+    for text in ("summary", "reference", "formula", "convention"):
         if text in given:
             given[text] = str(given[text])
     given["weights"] = _weights_from_card(where, merged.get("weights"))

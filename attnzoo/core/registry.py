@@ -436,6 +436,7 @@ def register(
     weights: Mapping[str, Any] | None = None,
     override: bool = False,
     reference: str = "",
+    formula: str = "",
     default_tag: str | None = None,
     convention: str = "",
     example: Mapping[str, Any] | None = None,
@@ -452,6 +453,7 @@ def register(
     how the model is called, the smallest config that builds it, and property -> reason for a promise
     it cannot keep. ``fixed`` makes a preset: factory arguments no caller may change (and then only the
     keys of ``config`` are taken); ``renamed`` passes a config key to the factory under another name.
+    ``formula`` is what it computes, in LaTeX (the docs site draws it).
     ``backends`` names the libraries it can serve as an attention backend for (``["transformers"]``: see
     ``attnzoo.integrations``).
     Called from a plugin's ``attnzoo_register_models`` hook, a bad entry is recorded against that

@@ -177,6 +177,9 @@ class ModelSpec:
     kind: str = "layer"
     summary: str = ""
     reference: str = ""
+    # what it computes, in LaTeX (the weights and the output; what sets it apart from its neighbours); the
+    # docs site draws it as MathML
+    formula: str = ""
     config: Mapping[str, Any] = field(default_factory=dict)
     weights: Mapping[str, WeightsSpec] = field(default_factory=dict)
     default_tag: str | None = None

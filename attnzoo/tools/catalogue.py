@@ -18,6 +18,12 @@ from attnzoo.core.spec import ModelSpec
 __all__ = ["render", "render_pretrained", "PAGES"]
 
 
+def _cell(text: Any) -> str:
+    """Card text in a table cell: one line, its ``|`` and ``\\`` escaped (``|i - j|`` keeps the row's cells)
+    and ``<`` written as ``&lt;`` (no tag)."""
+    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+
+
 def _config(spec: ModelSpec) -> str:
     """Every constructor argument, with the card's value or the default (none shown: required)."""
     parts = []
@@ -27,13 +33,13 @@ def _config(spec: ModelSpec) -> str:
         elif described.startswith("null"):
             parts.append(f"`{key}`=null")
         else:
-            parts.append(f"`{key}`={described.removeprefix('default ')}")
+            parts.append(f"`{key}`={_cell(described.removeprefix('default '))}")
     return ", ".join(parts) or "-"
 
 
 def _nulls(spec: ModelSpec) -> list[str]:
     return [
-        f"| `{spec.name}` | `{key}` | {described.removeprefix('null: ')} |"
+        f"| `{spec.name}` | `{key}` | {_cell(described.removeprefix('null: '))} |"
         for key, described in config_rows(spec)
         if described.startswith("null")
     ]
@@ -47,21 +53,25 @@ def render() -> str:
         "in step with the registry. The config column lists every constructor argument (read from the",
         "factory's signature) with the card's value or the default; an argument without one is required.",
         "What `null` means for each argument is in the table after the catalogue (`attnzoo info NAME`",
-        "says the same).",
+        "says the same). One table per calling convention ([layers.md](layers.md#calling-conventions)).",
         "",
     ]
     exemptions, nulls = [], []
+    specs = [attnzoo.model_info(name) for name in attnzoo.list_models(provider="attnzoo")]
     for kind, title in (("layer", "Layers"), ("model", "Models")):
-        lines += [f"## {title}", "", "| name | convention | summary | config | reference |", "|---|---|---|---|---|"]
-        for name in attnzoo.list_models(provider="attnzoo"):
-            spec = attnzoo.model_info(name)
-            if spec.kind == kind:
-                lines.append(
-                    f"| `{name}` | `{spec.convention}` | {spec.summary} | {_config(spec)} | {spec.reference} |"
-                )
-                exemptions += [f"| `{name}` | `{prop}` | {reason} |" for prop, reason in spec.exempt.items()]
+        lines += [f"## {title}", ""]
+        of_kind = [spec for spec in specs if spec.kind == kind]
+        for convention in sorted({spec.convention for spec in of_kind}):
+            lines += [f"### {kind.capitalize()}s called as `{convention or '-'}`", ""]
+            lines += ["| name | summary | config | reference |", "|---|---|---|---|"]
+            for spec in (spec for spec in of_kind if spec.convention == convention):
+                cells = (_cell(spec.summary), _config(spec), _cell(spec.reference))
+                lines.append(f"| `{spec.name}` | {' | '.join(cells)} |")
+                exemptions += [
+                    f"| `{spec.name}` | `{prop}` | {_cell(reason)} |" for prop, reason in spec.exempt.items()
+                ]
                 nulls += _nulls(spec)
-        lines.append("")
+            lines.append("")
     lines += ["## What null means", "", "| name | argument | null means |", "|---|---|---|", *nulls, ""]
     lines += [
         "## Exemptions from the conformance kit",
@@ -79,7 +89,7 @@ def render() -> str:
         arch, tag = name.rsplit(".", 1)
         w = attnzoo.model_info(arch).weights[tag]
         metrics = ", ".join(f"{k} {v}" for k, v in w.metrics.items() if not k.startswith("subset_"))
-        lines.append(f"| `{name}` | {w.dataset} | {metrics} | `{w.file}` |")
+        lines.append(f"| `{name}` | {_cell(w.dataset)} | {_cell(metrics)} | `{w.file}` |")
     return "\n".join(lines) + "\n"
 
 
@@ -118,7 +128,8 @@ def render_pretrained() -> str:
             else f"`attnzoo train {recipe}`"
         )
         lines.append(
-            f"| `{name}` | {w.dataset} | {splits} | {_fmt(w.metrics)} | {baseline} | {w.train_time} | {command} |"
+            f"| `{name}` | {_cell(w.dataset)} | {splits} | {_cell(_fmt(w.metrics))} | {_cell(baseline)} "
+            f"| {_cell(w.train_time)} | {command} |"
         )
         details += [
             f"### `{name}`",

@@ -221,7 +221,9 @@ def _weights(layer, conv: Convention, sample: Sample) -> tuple[np.ndarray | None
     named = len(dims) >= 2 and dims[-1] == "keys"
     if w.dim() == 1:
         w = w[None]
-    axes = ("query i" if named and dims[-2] in ("keys", "queries") else "row", "key j" if named else "axis 2")
+    # a row is a query, a label (label attention: one row of weights per label) or an output row
+    row = "query i" if named and dims[-2] in ("keys", "queries") else "label" if "labels" in conv.name else "row"
+    axes = (row, "key j" if named else "axis 2")
     heads = w.reshape(-1, *w.shape[-2:])
     panels = [f"head {h}" for h in range(heads.shape[0])] if heads.shape[0] > 1 else ["weights"]
     return heads[:MAX_HEADS].numpy(), panels[:MAX_HEADS], axes
@@ -366,7 +368,13 @@ def draw_weights(ax, found: AttentionProfile, panel: int = 0, figure=None) -> No
     _grid(ax, *weights.shape)
     _mark_padding(ax, found, weights.shape[1], weights.shape[0], found.weight_axes[1])
     ax.set_ylabel(found.weight_axes[0], fontsize=8)
-    ax.set_title(f"attention weights, {found.panels[panel]}", fontsize=9, parse_math=False)
+    zeros = np.argwhere(weights == 0)  # sparse normalisers and masks give exact zeros: marked, not just dark
+    if len(zeros):
+        ax.plot(zeros[:, 1], zeros[:, 0], linestyle="none", marker=".", markersize=3, color="#e74c3c")
+    per = "each label's " if found.weight_axes[0] == "label" else ""
+    head = f", {found.panels[panel]}" if found.panels[panel].startswith("head") else ""
+    marked = " (dot: exactly 0)" if len(zeros) else ""
+    ax.set_title(f"{per}attention weights{head}{marked}", fontsize=9, parse_math=False)
     if figure is not None:
         figure.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
 

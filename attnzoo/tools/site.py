@@ -2,17 +2,20 @@
 live registry when the site is built (``mkdocs build``; mkdocs.yml names this file among its ``hooks``).
 
 A variant's page: its summary, options (type, card value, what null means), calling convention, the
-formula from the factory's docstring, the FLOPs torch counts as T, d, L and w double with one measured
+card's ``formula`` drawn as MathML (with the factory's docstring folded under it), the FLOPs torch counts
+as T, d, L and w double with one measured
 line from ``benchmarks/results`` where one names it, the papers it cites (with BibTeX from
 docs/references.bib), the weights it loads, what the conformance kit checks on it, and pictures that
 :mod:`attnzoo.tools.plots` draws from the real layer. A pretrained model's page: its data, metrics with
 their definitions (docs/training.md's table), baseline, licence and the attention on a real example.
-A plugin installed when the site is built gets the same pages: everything comes from the registry.
-Nothing here is committed as a copy: the pages exist in the built site only.
+A plugin installed when the site is built gets the same pages: everything comes from the registry, and
+every text from a card, a plugin's code or a file is written as text (:func:`_text`): it makes no tag, link
+or include on the page. Nothing here is committed as a copy: the pages exist in the built site only.
 """
 
 from __future__ import annotations
 
+import html
 import inspect
 import io
 import json
@@ -21,6 +24,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,7 @@ import torch
 import attnzoo
 from attnzoo.core.signatures import config_rows
 from attnzoo.core.spec import ModelSpec, thaw
+from attnzoo.errors import ConfigError
 
 __all__ = [
     "Reference",
@@ -220,8 +225,41 @@ def _types(factory: Any) -> dict[str, str]:
     return shown
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# -- card text on a page --------------------------------------------------------------------------------------
+# Everything a card, a plugin's code or a file gives (summaries, references, reasons, option names, defaults,
+# annotations, docstrings, BibTeX, error messages) reaches a page through these helpers only. Each character
+# HTML or Markdown (with its extensions: tables' |, attr_list's {}, snippets' --8<--, details' ???) could read
+# as syntax is written as a character reference, which Markdown passes through as text and the browser shows
+# as that character: the text can open no tag, link, attribute, table cell or include.
+_SPECIAL = frozenset("\\`*_{}[]()#+-.!|<>&\"'~=:?^$%@;/")
+
+
+def _text(text: Any) -> str:
+    """Card text as inline Markdown that renders as exactly that text, on one line."""
+    return "".join(f"&#{ord(c)};" if c in _SPECIAL else c for c in " ".join(str(text).split()))
+
+
+def _code(text: Any) -> str:
+    """Card text in a code font (a ``<code>`` element, not backticks: a backtick in the text cannot end it,
+    and a ``|`` in a table cell is escaped instead of shown as ``\\|``)."""
+    return f"<code>{_text(text)}</code>"
+
+
+def _pre(text: str, summary: str | None = None) -> list[str]:
+    """Verbatim text (a docstring, a BibTeX entry) as a raw HTML block Markdown leaves alone, folded under
+    ``summary`` when one is given; escaped, so no line of it is a tag or a snippet include."""
+    body = f"<pre><code>{html.escape(text, quote=False)}</code></pre>"
+    if summary is not None:
+        body = f'<details class="note"><summary>{html.escape(summary, quote=False)}</summary>{body}</details>'
+    return ["", body.replace("\n", "&#10;"), ""]  # one line: a blank line inside cannot end the block
+
+
+def _link(url: str, label: str) -> str:
+    """An ``http(s)`` link from a card or a bibliography, or its label alone when the URL is anything else
+    (``javascript:``, ``data:``, a relative path)."""
+    if not re.fullmatch(r"https?://[^\s<>\"'`\\]+", url):
+        return _text(label)
+    return f'<a href="{html.escape(url, quote=True)}">{_text(label)}</a>'
 
 
 def _options(spec: ModelSpec, factory: Any) -> list[str]:
@@ -232,7 +270,7 @@ def _options(spec: ModelSpec, factory: Any) -> list[str]:
         if described.startswith("null"):
             value, null = "null", described.removeprefix("null: ")
         lines.append(
-            f"| `{key}` | `{_cell(types.get(key, '-'))}` | {_cell(value.removeprefix('default '))} | {_cell(null)} |"
+            f"| {_code(key)} | {_code(types.get(key, '-'))} | {_text(value.removeprefix('default '))} | {_text(null)} |"
         )
     return lines
 
@@ -244,13 +282,13 @@ def _layout(spec: ModelSpec, layer: Any) -> list[str]:
     lines: list[str] = []
     state: Mapping[str, Any] = getattr(layer, "state_dict", dict)()
     if state:
-        lines += ["State dict under the example config (safetensors names and shapes):", "", "```text"]
-        lines += [f"{key:40s} {list(getattr(t, 'shape', []))}" for key, t in list(state.items())[:24]]
-        lines += [f"... {len(state) - 24} more"] * (len(state) > 24) + ["```", ""]
+        rows = [f"{key:40s} {list(getattr(t, 'shape', []))}" for key, t in list(state.items())[:24]]
+        rows += [f"... {len(state) - 24} more"] * (len(state) > 24)
+        lines += ["State dict under the example config (safetensors names and shapes):", *_pre("\n".join(rows))]
     keras_class = getattr(layer, "keras_class", "")
     if keras_class:
         lines.append(
-            f"- Keras: `keras.layers.{keras_class}`; its weights load with "
+            f"- Keras: {_code('keras.layers.' + str(keras_class))}; its weights load with "
             "`attnzoo.keras.load_keras_weights` ([keras-migration.md](../keras-migration.md))."
         )
     for source, targets in TARGETS.items():
@@ -261,7 +299,7 @@ def _layout(spec: ModelSpec, layer: Any) -> list[str]:
             )
     for tag in spec.weights:
         full = f"{spec.name}.{tag}"
-        lines.append(f"- Pretrained: [`{full}`](../{page_path(full, MODELS)})")
+        lines.append(f"- Pretrained: [{_code(full)}](../{page_path(full, MODELS)})")  # tags are [a-z0-9_]
     return lines or ["This variant loads no other layout than its own state dict."]
 
 
@@ -301,32 +339,132 @@ def _kit(spec: ModelSpec, conv: Any, layer: Any) -> list[str]:
     for name, prop in PROPERTIES.items():
         reason = _applies(name, conv, layer)
         if name in spec.exempt:
-            status = f"exempt: {_cell(spec.exempt[name])}"
+            status = f"exempt: {_text(spec.exempt[name])}"
         elif reason:
             status = f"nothing to check ({reason})"
         else:
             status = "checked" + (" (slow tier: `attnzoo check --slow`)" if prop.slow else "")
-        lines.append(f"| `{name}` | {_cell(prop.promise)} | {status} |")
+        lines.append(f"| {_code(name)} | {_text(prop.promise)} | {status} |")
     return lines
 
 
-def _formula(factory: Any) -> list[str]:
-    """The factory's docstring, and its module's (where the families keep their formula tables), folded."""
-    lines = ["From the docstring of the factory:", "", "```text", inspect.getdoc(factory) or "(none)", "```", ""]
+# MathML Core, which browsers draw without a script or a font from elsewhere: the elements and attributes a
+# formula needs, nothing that links, styles or runs (latex2mathml passes \\href, \\style and the text of
+# \\text{...} through as they are, so its output is rebuilt from these alone)
+# fmt: off
+_MATHML_TAGS = frozenset([
+    "math", "mrow", "mi", "mn", "mo", "ms", "mtext", "mspace", "msub", "msup", "msubsup", "mfrac", "msqrt",
+    "mroot", "mover", "munder", "munderover", "mtable", "mtr", "mtd", "mstyle", "mpadded", "mphantom",
+    "menclose", "semantics", "mmultiscripts", "mprescripts", "none",
+])
+_MATHML_ATTRIBUTES = frozenset([
+    "display", "mathvariant", "stretchy", "fence", "form", "separator", "lspace", "rspace", "accent",
+    "accentunder", "movablelimits", "largeop", "symmetric", "minsize", "maxsize", "linethickness",
+    "columnalign", "rowspacing", "columnspacing", "displaystyle", "scriptlevel", "width", "height", "depth",
+    "notation", "rowalign", "bevelled",
+])
+# fmt: on
+
+
+class _MathML(HTMLParser):
+    """latex2mathml's output rebuilt from the allowed elements and attributes, every text escaped; what it
+    holds beyond them is listed in ``dropped``."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.out: list[str] = []
+        self.dropped: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in _MATHML_TAGS:
+            self.dropped.append(tag)
+            return
+        kept = []
+        for key, value in attrs:
+            if key in _MATHML_ATTRIBUTES and value is not None and re.fullmatch(r"[\w .%+-]*", value):
+                kept.append(f' {key}="{value}"')
+            elif key != "xmlns":  # the namespace is written by mathml() itself
+                self.dropped.append(f"{tag} {key}=")
+        self.out.append(f"<{tag}{''.join(kept)}>")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in _MATHML_TAGS:
+            self.out.append(f"</{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if "\\" in data:  # a command latex2mathml does not know is kept as its raw text
+            self.dropped.append(data)
+        self.out.append(html.escape(data, quote=False))
+
+
+def mathml(latex: str) -> str:
+    """A card's LaTeX formula as display MathML, made when the site is built (no script and no network
+    when the page is read); a formula latex2mathml cannot read, or one that names an element or attribute
+    outside MathML Core's drawing set (a link, a style), is a ``ConfigError`` naming what to change."""
+    try:
+        from latex2mathml.converter import convert
+    except ImportError as error:
+        raise ConfigError(
+            "the docs site draws each card's formula with latex2mathml: pip install -e '.[docs]'"
+        ) from error
+    try:
+        converted = convert(latex, display="block")
+    except Exception as error:  # noqa: BLE001 - latex2mathml raises its own and built-in types
+        why = f"{type(error).__name__}: {error}"
+        raise ConfigError(f"formula {latex!r} is not LaTeX latex2mathml reads: {why}") from None
+    parser = _MathML()
+    parser.feed(converted)
+    parser.close()
+    if parser.dropped:
+        raise ConfigError(
+            f"formula {latex!r} asks for {sorted(set(parser.dropped))}: a formula draws math only, with the "
+            "commands latex2mathml knows (no links, styles or tags)"
+        )
+    return '<math xmlns="http://www.w3.org/1998/Math/MathML"' + "".join(parser.out).removeprefix("<math")
+
+
+def _parts(latex: str) -> list[str]:
+    """A formula cut at its top-level ``, \\quad`` (browsers do not break MathML lines): one line each."""
+    parts, depth, start = [], 0, 0
+    for found in re.finditer(r"[{}]|,?\s*\\quad\b", latex):
+        if found.group() in "{}":
+            depth += 1 if found.group() == "{" else -1
+        elif depth == 0 and found.group().startswith(","):
+            parts.append(latex[start : found.start()])
+            start = found.end()
+    return [part.strip() for part in [*parts, latex[start:]] if part.strip()]
+
+
+def _formula(spec: ModelSpec, factory: Any) -> list[str]:
+    """The card's formula drawn as MathML, then the factory's and its module's docstrings, folded."""
+    if spec.formula:
+        try:
+            drawn = "".join(mathml(part) for part in _parts(spec.formula))
+            lines = ["", f'<div class="formula">{drawn}</div>', ""]
+        except ConfigError as error:
+            log.warning(f"attnzoo site: {spec.name}: {error}")
+            lines = ['!!! warning "This formula could not be drawn"', "", f"    {_text(error)}", ""]
+    else:
+        where = "[model-cards.md](../model-cards.md)"
+        lines = [f"Its card states no formula (a card's `formula:` field, in LaTeX: {where}).", ""]
+    if spec.fixed:  # a preset: what sets it apart from the core it is a card over
+        fixed = ", ".join(f"{_code(key)} = {_code(json.dumps(thaw(value)))}" for key, value in spec.fixed.items())
+        lines += [f"What sets it apart: its card fixes {fixed} on its factory.", ""]
+    name = spec.factory if isinstance(spec.factory, str) else spec.factory_name
+    lines += _pre(inspect.getdoc(factory) or "(none)", summary=f"The docstring of its factory, {name}")
     module = inspect.getmodule(factory)
     text = inspect.getdoc(module) if module is not None else None
     if text:
-        lines += [f'??? note "The docstring of its module, `{module.__name__}`"', "", "    ```text"]  # type: ignore[union-attr]
-        lines += [f"    {row}" if row else "" for row in text.splitlines()] + ["    ```", ""]
+        lines += _pre(text, summary=f"The docstring of its module, {module.__name__}")  # type: ignore[union-attr]
     return lines
 
 
 def _references(spec: ModelSpec) -> list[str]:
-    lines = [f"Card: {spec.reference or '-'}", ""]
+    lines = [f"Card: {_text(spec.reference or '-')}", ""]
     for entry in cited(spec.reference):
-        link = f" [{entry.url}]({entry.url})" if entry.url else ""
-        lines += [f"- {entry.title} ({entry.year}).{link}", "", '    ??? quote "BibTeX"', "", "        ```bibtex"]
-        lines += [f"        {row}" for row in entry.bibtex.splitlines()] + ["        ```", ""]
+        link = f" {_link(entry.url, entry.url)}" if entry.url else ""
+        lines += [f"- {_text(entry.title)} ({_text(entry.year)}).{link}"]
+        lines += _pre(entry.bibtex, summary=f"BibTeX: {entry.key}")
     return lines
 
 
@@ -370,7 +508,7 @@ def _cost(spec: ModelSpec, example: Mapping[str, Any]) -> list[str]:
         try:
             bigger = _flops(spec.name, {**base, key: 2 * size} if key else base, seq if key else 2 * seq)[1]
         except Exception as error:  # noqa: BLE001 - a size the variant refuses is shown, not fatal
-            lines.append(f"| {label} | {size} → {2 * size} | - | not built: {_cell(error)} |")
+            lines.append(f"| {label} | {size} → {2 * size} | - | not built: {_text(error)} |")
             continue
         growth = f"x{bigger / flops:.2f}" if bigger else "-"
         lines.append(f"| {label} | {size} → {2 * size} | {flops * 1e3:.3g} → {(bigger or 0) * 1e3:.3g} | {growth} |")
@@ -406,7 +544,19 @@ def _pictures(name: str) -> tuple[list[str], dict[str, bytes]]:
             else "Which pixels the output at the centre pixel (x) depends on, measured on 8x8 images: a pixel "
             "counts when changing it alone changes that output."
         ),
-        "weights": "The attention weights of one forward on the same input (`return_attention=True`).",
+        "weights": "The attention weights of one forward on the same input (`return_attention=True`)"
+        + (
+            f", one row per {found.weight_axes[0].split()[0]}"
+            + (
+                f". The {int((found.weights == 0).sum())} cells marked with a red dot are exactly zero: a masked "
+                "or causal key, a key outside the window, or a key the normaliser gives no weight at all "
+                "(sparsemax and entmax do; softmax never does)."
+                if (found.weights == 0).any()
+                else ". No weight is exactly zero."
+            )
+            if found.weights is not None
+            else "."
+        ),
         "distance": "The score e_ij - e_ii by distance j - i for a sequence of identical tokens (only position "
         "changes the score), read off the weights as log A_ij - log A_ii.",
     }
@@ -416,13 +566,51 @@ def _pictures(name: str) -> tuple[list[str], dict[str, bytes]]:
             continue
         images[f"img/{stem}-{panel}.png"] = _png(fig)
         lines += [f"![{name}: {panel}](img/{stem}-{panel}.png)", "", f"*{captions[panel]}*", ""]
-    lines += [line for note in found.notes for line in (f"*{note}.*", "")]
+    lines += [line for note in found.notes for line in (f"*{_text(note)}.*", "")]
     return lines, images
 
 
 def _shown(config: Mapping[str, Any]) -> str:
     text = json.dumps(config)
-    return f"`{text}`" if len(text) <= 160 else "(the `example:` of its card)"
+    return _code(text) if len(text) <= 160 else "(the `example:` of its card)"
+
+
+def _finite(layer: Any, conv: Any, example: Mapping[str, Any]) -> bool:
+    """One forward on the convention's sample inputs (a lazy layer takes its sizes here, so its state dict
+    has shapes after it); False when an output holds NaN or an infinity."""
+    from attnzoo.conventions import sample_inputs
+
+    args, kwargs = sample_inputs(layer, conv.for_config(example)).call_arguments()
+    with torch.no_grad():
+        out = layer.eval()(*args, **kwargs)
+    tensors = [out] if isinstance(out, torch.Tensor) else [t for t in _leaves(out) if isinstance(t, torch.Tensor)]
+    return all(bool(torch.isfinite(t).all()) for t in tensors if t.is_floating_point())
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, Mapping):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _checked_pictures(
+    name: str, layer: Any, conv: Any, example: Mapping[str, Any]
+) -> tuple[list[str], dict[str, bytes]]:
+    """The pictures of a variant, or a warning in their place when its output is not finite."""
+    if conv is None:
+        return ["(its card names no calling convention)"], {}
+    if not _finite(layer, conv, example):
+        log.warning(f"attnzoo site: {name}'s output on its example input holds NaN or an infinity: no pictures")
+        return [
+            '!!! warning "No pictures: this layer outputs NaN or an infinity"',
+            "",
+            "    On its card's example config and the convention's sample input, the layer's output is not finite; "
+            "pictures measured from it would mean nothing. `attnzoo check` says which property fails.",
+            "",
+        ], {}
+    return _pictures(name)
 
 
 def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
@@ -434,27 +622,18 @@ def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
     factory = _factory(spec)
     conv = get_convention(spec.convention) if spec.convention else None
     layer = attnzoo.create(name, config=example)
-    if conv is not None:  # a lazy layer takes its sizes on a first call: its state dict has shapes after it
-        from attnzoo.conventions import sample_inputs
-
-        args, kwargs = sample_inputs(layer, conv.for_config(example)).call_arguments()
-        with torch.no_grad():
-            layer.eval()(*args, **kwargs)
-    pictures, images = _pictures(name) if conv else (["(its card names no calling convention)"], {})
+    pictures, images = _checked_pictures(name, layer, conv, example)
     source = Path(spec.source)
     card = source.relative_to(ROOT) if source.is_absolute() and source.is_relative_to(ROOT) else spec.source
+    factory_name = spec.factory if isinstance(spec.factory, str) else spec.factory_name
     lines = [
         f"# `{name}`",
         "",
-        spec.summary,
+        _text(spec.summary),
         "",
-        "| | |",
-        "|---|---|",
-        f"| kind | {spec.kind} |",
-        f"| provider | `{spec.provider}` |",
-        f"| factory | `{spec.factory if isinstance(spec.factory, str) else spec.factory_name}` |",
-        f"| card | `{card}` |",
-        f"| convention | `{spec.convention}`: {_cell(conv.description) if conv else '-'} |",
+        f"- kind: {spec.kind}; provider: {_code(spec.provider)}; factory: {_code(factory_name)}",
+        f"- card: {_code(card)}",
+        f"- convention: {_code(spec.convention or '-')}" + (f": {_text(conv.description)}" if conv else ""),
         "",
         "## Pictures",
         "",
@@ -471,15 +650,22 @@ def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
         "",
         "## Calling convention",
         "",
-        f"`{spec.convention}`: {conv.description if conv else '-'}. The conventions are described in "
-        "[layers.md](../layers.md#calling-conventions).",
+        f"{_code(spec.convention or '-')}: {_text(conv.description) if conv else '-'}. The conventions are "
+        "described in [layers.md](../layers.md#calling-conventions).",
         "",
         "## Formula",
         "",
-        *_formula(factory),
+        *_formula(spec, factory),
         "## Cost",
         "",
-        *_cost(spec, example),
+        *(
+            _cost(spec, example)
+            if spec.convention != "keras_inputs"
+            else [  # the card's example graph is a stand-in: a converted model's cost is its own graph's
+                "A converted model costs what the Keras model it was converted from costs: "
+                "`attnzoo bench` on the converted folder counts it; `model.code` prints the forward it runs."
+            ]
+        ),
         "",
         f"Measured: {measured_line(name) or 'no benchmark in benchmarks/results names this variant'}.",
         "",
@@ -499,8 +685,9 @@ def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
 
 
 def _licence(text: str) -> str:
-    """A licence line whose ``docs/licenses/FILE`` becomes a link to the notice."""
-    return re.sub(r"docs/(licenses/[\w.\-]+)", r"[\1](../\1)", text)
+    """A licence line (escaped) whose ``docs/licenses/FILE`` becomes a link to the notice."""
+    parts = re.split(r"docs/(licenses/[\w.\-]+)", text)  # odd parts: the notices' paths, [\w.-] only
+    return "".join(f"[{part}](../{part})" if i % 2 else _text(part) for i, part in enumerate(parts))
 
 
 def _example(name: str) -> tuple[list[str], dict[str, bytes]]:
@@ -511,10 +698,10 @@ def _example(name: str) -> tuple[list[str], dict[str, bytes]]:
     kind = (getattr(model, "attnzoo_metadata", None) or {}).get("output")
     text = EXAMPLE_TEXTS.get(str(kind))
     if text is None:
-        return [f"(no example input for a model whose output is {kind!r})"], {}
+        return [f"(no example input for a model whose output is {_text(repr(kind))})"], {}
     result = attnzoo.predict(model, text, return_attention=True)
     if result.attention is None:
-        return [f"`attnzoo.predict` returns no attention for {name}."], {}
+        return [f"`attnzoo.predict` returns no attention for {_code(name)}."], {}
     path = f"img/{name.replace(':', '--')}-attention.png"
     shown = (
         " ".join(result.phonemes)
@@ -522,7 +709,7 @@ def _example(name: str) -> tuple[list[str], dict[str, bytes]]:
         else ", ".join(f"{label.name} {label.probability:.2f}" for label in result.labels)
     )
     lines = [
-        f'`result = attnzoo.predict("{name}", "{text}", return_attention=True)` predicts: {shown}. '
+        f'`result = attnzoo.predict("{name}", "{text}", return_attention=True)` predicts: {_text(shown)}. '
         "`attnzoo.plot_attention(result, path)` draws its attention (the picture `attnzoo predict --attention` "
         "draws):",
         "",
@@ -543,17 +730,18 @@ def pretrained_page(name: str) -> tuple[str, dict[str, bytes]]:
     lines = [
         f"# `{name}`",
         "",
-        f"[`{arch}`](../{page_path(arch)}) trained on {w.dataset}. {spec.summary}.",
+        f"[`{arch}`](../{page_path(arch)}) trained on {_text(w.dataset)}. {_text(spec.summary)}.",
         "",
-        "| | |",
+        "| what | value |",
         "|---|---|",
-        f"| data | {_cell(w.data) or '-'} |",
+        f"| data | {_text(w.data or '-')} |",
         f"| split (train / val / test) | {splits} |",
-        f"| licence | {_cell(_licence(w.license)) or '-'} |",
-        f"| recipe | `attnzoo train {w.recipe.rsplit('/', 1)[-1]}` (`{w.recipe}`), seed {seeds} |",
-        f"| training | {_cell(w.train_time) or '-'} |",
-        f"| file | `{'weights/' if w.file else ''}{w.source}`, sha256 `{w.sha256}` |",
-        f"| config | `{json.dumps(thaw(w.config))}` |",
+        f"| licence | {_licence(w.license) if w.license else '-'} |",
+        f"| recipe | {_code('attnzoo train ' + w.recipe.rsplit('/', 1)[-1])} ({_code(w.recipe)}), "
+        f"seed {_text(seeds)} |",
+        f"| training | {_text(w.train_time or '-')} |",
+        f"| file | {_code(('weights/' if w.file else '') + str(w.source))}, sha256 {_code(w.sha256)} |",
+        f"| config | {_code(json.dumps(thaw(w.config)))} |",
         "",
         "## Metrics",
         "",
@@ -562,13 +750,13 @@ def pretrained_page(name: str) -> tuple[str, dict[str, bytes]]:
         "",
         "| metric | value | definition |",
         "|---|---|---|",
-        *[f"| `{key}` | {value} | {_cell(_define(key))} |" for key, value in w.metrics.items()],
+        *[f"| {_code(key)} | {_text(value)} | {_text(_define(key))} |" for key, value in w.metrics.items()],
         "",
         "## Baseline",
         "",
         (
-            f"{w.baseline.get('model', '')}, on the same split: "
-            + ", ".join(f"`{k}` {v}" for k, v in w.baseline.items() if k != "model")
+            f"{_text(w.baseline.get('model', ''))}, on the same split: "
+            + ", ".join(f"{_code(k)} {_text(v)}" for k, v in w.baseline.items() if k != "model")
             if w.baseline
             else "None recorded for this model."
         ),
@@ -576,7 +764,7 @@ def pretrained_page(name: str) -> tuple[str, dict[str, bytes]]:
         "## On a real example",
         "",
         *example,
-        *(["## Notes", "", w.notes, ""] if w.notes else []),
+        *(["## Notes", "", _text(w.notes), ""] if w.notes else []),
     ]
     return "\n".join(lines), images
 
@@ -598,7 +786,7 @@ def variants_index(names: list[str]) -> str:
             if spec.kind == kind:
                 stem = name.replace(":", "--")
                 picture = f"![{name}](img/{stem}-pattern.png){{ width=160 }}" if spec.convention else ""
-                lines.append(f"| [`{name}`]({stem}.md) | {_cell(spec.summary)} | {picture} |")
+                lines.append(f"| [`{name}`]({stem}.md) | {_text(spec.summary)} | {picture} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -622,9 +810,12 @@ def _nav_with_pages(nav: Any, variants: list[str], models: list[str]) -> Any:
 
 def on_config(config: Any) -> Any:
     config["nav"] = _nav_with_pages(config["nav"], attnzoo.list_models(), attnzoo.list_models(pretrained=True))
-    # docs/getting-started.md includes README.md: found next to mkdocs.yml, wherever mkdocs is run from
+    # docs/getting-started.md includes README.md: found next to mkdocs.yml, wherever mkdocs is run from; no
+    # other file outside docs/ can be included (a file base path allows that file alone)
     snippets = config["mdx_configs"].setdefault("pymdownx.snippets", {})
-    snippets["base_path"] = [str(Path(config["config_file_path"]).resolve().parent)]
+    top = Path(config["config_file_path"]).resolve().parent
+    snippets.update(base_path=[str(Path(config["docs_dir"]).resolve()), str(top / "README.md")])
+    snippets.update(restrict_base_path=True, url_download=False)
     return config
 
 
@@ -633,7 +824,7 @@ def _generate(make: Callable[[str], tuple[str, dict[str, bytes]]], name: str) ->
         return make(name)
     except Exception as error:  # noqa: BLE001 - one broken (plugin) variant must not hide the others' pages
         log.warning(f"attnzoo site: the page of {name} could not be generated: {type(error).__name__}: {error}")
-        return f"# `{name}`\n\nThis page could not be generated: `{type(error).__name__}: {error}`\n", {}
+        return f"# `{name}`\n\nThis page could not be generated: {_code(f'{type(error).__name__}: {error}')}\n", {}
 
 
 def on_files(files: Any, config: Any) -> Any:
