@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-import attnzoo
+from attnzoo.core import create, list_models, model_info
 from attnzoo.errors import ConfigError
 
 try:
@@ -59,9 +59,9 @@ _FROM_TIMM = ("embed_dim", "num_heads")
 
 
 def _check_variant(name: str, convention: str, kind: str) -> None:
-    spec = attnzoo.model_info(name)
+    spec = model_info(name)
     if spec.convention != convention:
-        fitting = [n for n in attnzoo.list_models() if attnzoo.model_info(n).convention == convention]
+        fitting = [n for n in list_models() if model_info(n).convention == convention]
         raise ConfigError(
             f"{kind}({name!r}): {name} follows the {spec.convention or 'no'} convention; {kind} takes a variant "
             f"with the {convention} convention: {', '.join(fitting)}"
@@ -85,7 +85,7 @@ class CnnAttention(nn.Module):
         if not self.variant:
             raise ConfigError("CnnAttention is made by attnzoo.integrations.timm.cnn_attention(name, **config)")
         config = {**self.config, **kwargs}
-        self.attn = attnzoo.create(self.variant, channels=channels, device=device, dtype=dtype, **config)
+        self.attn = create(self.variant, channels=channels, device=device, dtype=dtype, **config)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.attn(x)
@@ -97,7 +97,7 @@ def cnn_attention(name: str, **config: Any) -> type[CnnAttention]:
     _check_variant(name, IMAGE, "cnn_attention")
     if "channels" in config:
         raise ConfigError("cnn_attention: the channels come from timm's block; leave channels out of the config")
-    attnzoo.create(name, channels=64, device="meta", **config)  # a wrong key fails here, not inside timm
+    create(name, channels=64, device="meta", **config)  # a wrong key fails here, not inside timm
     return type(
         _class_name(name, "Cnn"),
         (CnnAttention,),
@@ -196,7 +196,7 @@ class VitAttention(nn.Module):
             asked["qk_norm"] = True
         if attn_drop:
             asked["dropout"] = attn_drop
-        self.attn = attnzoo.create(self.variant, device=device, dtype=dtype, **{**asked, **self.config})
+        self.attn = create(self.variant, device=device, dtype=dtype, **{**asked, **self.config})
         self.proj_drop = nn.Dropout(proj_drop)
         self.register_load_state_dict_pre_hook(_load_timm_keys)
 
@@ -252,7 +252,7 @@ def vit_attention(name: str = "attention", **config: Any) -> type[VitAttention]:
     if fixed:
         raise ConfigError(f"vit_attention: {', '.join(fixed)} come from timm's model (dim, num_heads); leave them out")
     heads = {"num_heads": config["num_kv_heads"]} if config.get("num_kv_heads") else {}  # timm sets the real one
-    attnzoo.create(name, device="meta", **heads, **config)  # a wrong key fails here, not inside timm
+    create(name, device="meta", **heads, **config)  # a wrong key fails here, not inside timm
     return type(
         _class_name(name, "Vit"),
         (VitAttention,),

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from attnzoo.conventions import get_convention
+from attnzoo.core import create, load, model_info
 from attnzoo.core.spec import thaw
 from attnzoo.errors import AttnzooError, ConfigError, PropertyTimeout
 from attnzoo.io.folders import CONFIG_FILE, read_folder
@@ -64,30 +65,29 @@ def _subject(
 ) -> tuple[Subject | None, dict[str, str], Result | None]:
     """The subject to check, its exemptions, and a failed ``card`` result if it cannot be set up. The
     modules a factory returns have their state kept in ``kept`` (see :func:`_kept_builds`)."""
-    import attnzoo
 
     folder = saved_folder(name_or_factory)
     if folder is not None:  # a saved model, checked with its own weights and config
         record = read_folder(folder)
-        spec = attnzoo.model_info(record["name"])
+        spec = model_info(record["name"])
         shown, conv_name = str(folder), convention or spec.convention
         example = dict(record.get("config") or {})
         exemptions = {**dict(spec.exempt), **dict(exempt or {})}
 
         def build(dtype=None, device=None):
-            return attnzoo.load(folder, dtype=dtype, device=device)
+            return load(folder, dtype=dtype, device=device)
 
         names = (shown, spec.name)
         registered, kind = True, spec.kind
     elif isinstance(name_or_factory, str):
-        spec = attnzoo.model_info(name_or_factory)
+        spec = model_info(name_or_factory)
         shown = name_or_factory
         conv_name = convention or spec.convention
         example = thaw(spec.example) if config is None else dict(config)
         exemptions = {**dict(spec.exempt), **dict(exempt or {})}
 
         def build(dtype=None, device=None):
-            return attnzoo.create(name_or_factory, config=example, dtype=dtype, device=device)
+            return create(name_or_factory, config=example, dtype=dtype, device=device)
 
         names = (shown, spec.name)
         registered, kind = True, spec.kind

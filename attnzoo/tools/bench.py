@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from attnzoo.core import create, model_info
 from attnzoo.core.children import run_python
 from attnzoo.errors import ConfigError
 from attnzoo.io.text import printable
@@ -97,17 +98,16 @@ def _cuda_devices(device: str) -> list[int]:
 
 def build_step(case: Case) -> tuple[Callable[[], Any], Any]:
     """A zero-argument step of ``case`` (fresh weights, inputs from its convention) and the model."""
-    import attnzoo
     from attnzoo.conventions import get_convention, model_config, sample_inputs
 
-    spec = attnzoo.model_info(case.name)
+    spec = model_info(case.name)
     if not spec.convention:
         raise ConfigError(f"{case.name}: its card names no convention, so bench cannot build its inputs")
     convention = get_convention(spec.convention)
     # the same weights and inputs every time, and the caller's random generators as they were
     with torch.random.fork_rng(devices=_cuda_devices(case.device)):
         torch.manual_seed(0)
-        model = attnzoo.create(case.name, config=dict(case.config) or None, dtype=case.dtype, device=case.device)
+        model = create(case.name, config=dict(case.config) or None, dtype=case.dtype, device=case.device)
         model.train(case.backward)
         convention = convention.for_config(model_config(model))
         sample = sample_inputs(

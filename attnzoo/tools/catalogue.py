@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attnzoo
+from attnzoo.core import list_models, model_info
 from attnzoo.core.signatures import config_rows
 from attnzoo.core.spec import ModelSpec
 
@@ -57,7 +57,7 @@ def render() -> str:
         "",
     ]
     exemptions, nulls = [], []
-    specs = [attnzoo.model_info(name) for name in attnzoo.list_models(provider="attnzoo")]
+    specs = [model_info(name) for name in list_models(provider="attnzoo")]
     for kind, title in (("layer", "Layers"), ("model", "Models")):
         lines += [f"## {title}", ""]
         of_kind = [spec for spec in specs if spec.kind == kind]
@@ -85,9 +85,9 @@ def render() -> str:
         "",
     ]
     lines += ["## Pretrained", "", "| name | dataset | metrics | file |", "|---|---|---|---|"]
-    for name in attnzoo.list_models(pretrained=True, provider="attnzoo"):
+    for name in list_models(pretrained=True, provider="attnzoo"):
         arch, tag = name.rsplit(".", 1)
-        w = attnzoo.model_info(arch).weights[tag]
+        w = model_info(arch).weights[tag]
         metrics = ", ".join(f"{k} {v}" for k, v in w.metrics.items() if not k.startswith("subset_"))
         lines.append(f"| `{name}` | {_cell(w.dataset)} | {_cell(metrics)} | `{w.file}` |")
     return "\n".join(lines) + "\n"
@@ -113,9 +113,9 @@ def render_pretrained() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     details = []
-    for name in attnzoo.list_models(pretrained=True, provider="attnzoo"):
+    for name in list_models(pretrained=True, provider="attnzoo"):
         arch, tag = name.rsplit(".", 1)
-        w = attnzoo.model_info(arch).weights[tag]
+        w = model_info(arch).weights[tag]
         splits = " / ".join(
             f"{w.splits.get(k, '?'):,}" if isinstance(w.splits.get(k), int) else "?" for k in ("train", "val", "test")
         )

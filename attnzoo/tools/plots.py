@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from attnzoo.core import create, model_info
 from attnzoo.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -98,14 +99,13 @@ class AttentionProfile:
 # -- building what is drawn ----------------------------------------------------------------------------
 def _layer(name_or_layer: Any, config: Mapping[str, Any]) -> tuple[torch.nn.Module, str, str, dict[str, Any]]:
     """(a float64 eval-mode copy of the layer, its name, its convention, its config)."""
-    import attnzoo
     from attnzoo.conventions import model_config
     from attnzoo.core.spec import thaw
 
     if isinstance(name_or_layer, str):
-        spec = attnzoo.model_info(name_or_layer)
+        spec = model_info(name_or_layer)
         merged = {**thaw(spec.example), **dict(config)}
-        layer = attnzoo.create(name_or_layer, config=merged)
+        layer = create(name_or_layer, config=merged)
         return layer.eval().double(), name_or_layer, spec.convention, model_config(layer)
     if not isinstance(name_or_layer, torch.nn.Module):
         raise ConfigError(f"plot_pattern draws a registered name or a layer, got {type(name_or_layer).__name__}")
@@ -113,7 +113,7 @@ def _layer(name_or_layer: Any, config: Mapping[str, Any]) -> tuple[torch.nn.Modu
         raise ConfigError("config keys go with a name (plot_pattern('gqa', path, window=4)); a layer is drawn as built")
     made = getattr(name_or_layer, "attnzoo_config", None)
     name = made.get("name") if isinstance(made, Mapping) else None
-    convention = attnzoo.model_info(name).convention if name else getattr(name_or_layer, "convention", "")
+    convention = model_info(name).convention if name else getattr(name_or_layer, "convention", "")
     if not convention:
         raise ConfigError(
             f"plot_pattern does not know how to call this {type(name_or_layer).__name__}: pass a layer made "

@@ -30,10 +30,11 @@ from typing import Any
 
 import torch
 
-import attnzoo
+from attnzoo.core import create, list_models, model_info
 from attnzoo.core.signatures import config_rows
 from attnzoo.core.spec import ModelSpec, thaw
 from attnzoo.errors import ConfigError
+from attnzoo.train.predict import predict
 
 __all__ = [
     "Reference",
@@ -617,11 +618,11 @@ def variant_page(name: str) -> tuple[str, dict[str, bytes]]:
     """The page of a registered variant (markdown) and its images (PNG bytes by path under variants/)."""
     from attnzoo.conventions import get_convention
 
-    spec = attnzoo.model_info(name)
+    spec = model_info(name)
     example = thaw(spec.example)
     factory = _factory(spec)
     conv = get_convention(spec.convention) if spec.convention else None
-    layer = attnzoo.create(name, config=example)
+    layer = create(name, config=example)
     pictures, images = _checked_pictures(name, layer, conv, example)
     source = Path(spec.source)
     card = source.relative_to(ROOT) if source.is_absolute() and source.is_relative_to(ROOT) else spec.source
@@ -694,12 +695,12 @@ def _example(name: str) -> tuple[list[str], dict[str, bytes]]:
     """The attention of the pretrained model on a real input, drawn as ``attnzoo predict --attention``."""
     from attnzoo.tools.plots import attention_figure
 
-    model = attnzoo.create(name, pretrained=True)
+    model = create(name, pretrained=True)
     kind = (getattr(model, "attnzoo_metadata", None) or {}).get("output")
     text = EXAMPLE_TEXTS.get(str(kind))
     if text is None:
         return [f"(no example input for a model whose output is {_text(repr(kind))})"], {}
-    result = attnzoo.predict(model, text, return_attention=True)
+    result = predict(model, text, return_attention=True)
     if result.attention is None:
         return [f"`attnzoo.predict` returns no attention for {_code(name)}."], {}
     path = f"img/{name.replace(':', '--')}-attention.png"
@@ -722,7 +723,7 @@ def _example(name: str) -> tuple[list[str], dict[str, bytes]]:
 def pretrained_page(name: str) -> tuple[str, dict[str, bytes]]:
     """The page of a pretrained model (``arch.tag``) and its images (PNG bytes by path under models/)."""
     arch, tag = name.rsplit(".", 1)
-    spec = attnzoo.model_info(arch)
+    spec = model_info(arch)
     w = spec.weights[tag]
     splits = " / ".join(f"{w.splits[k]:,}" if k in w.splits else "?" for k in ("train", "val", "test"))
     seeds = ", ".join(map(str, w.seed)) if isinstance(w.seed, list) else str(w.seed)
@@ -782,7 +783,7 @@ def variants_index(names: list[str]) -> str:
     for kind, title in (("layer", "Layers"), ("model", "Models")):
         lines += [f"## {title}", "", "| variant | summary | pattern |", "|---|---|---|"]
         for name in names:
-            spec = attnzoo.model_info(name)
+            spec = model_info(name)
             if spec.kind == kind:
                 stem = name.replace(":", "--")
                 picture = f"![{name}](img/{stem}-pattern.png){{ width=160 }}" if spec.convention else ""
@@ -809,7 +810,7 @@ def _nav_with_pages(nav: Any, variants: list[str], models: list[str]) -> Any:
 
 
 def on_config(config: Any) -> Any:
-    config["nav"] = _nav_with_pages(config["nav"], attnzoo.list_models(), attnzoo.list_models(pretrained=True))
+    config["nav"] = _nav_with_pages(config["nav"], list_models(), list_models(pretrained=True))
     # docs/getting-started.md includes README.md: found next to mkdocs.yml, wherever mkdocs is run from; no
     # other file outside docs/ can be included (a file base path allows that file alone)
     snippets = config["mdx_configs"].setdefault("pymdownx.snippets", {})
@@ -834,7 +835,7 @@ def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
     started = time.perf_counter()
-    variants, models = attnzoo.list_models(), attnzoo.list_models(pretrained=True)
+    variants, models = list_models(), list_models(pretrained=True)
     pages: dict[str, str | bytes] = {f"{VARIANTS}/index.md": variants_index(variants)}
     for folder, names, make in ((VARIANTS, variants, variant_page), (MODELS, models, pretrained_page)):
         for name in names:
@@ -853,7 +854,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """On the site, the names in the catalogue's and the pretrained table's rows link to their pages."""
     if page.file.src_uri not in ("catalogue.md", "pretrained.md"):
         return markdown
-    variants, models = set(attnzoo.list_models()), set(attnzoo.list_models(pretrained=True))
+    variants, models = set(list_models()), set(list_models(pretrained=True))
 
     def link(match: re.Match[str]) -> str:
         name = match.group(1)

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from attnzoo.core import create, model_info
 from attnzoo.errors import ConfigError
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
@@ -147,11 +148,10 @@ def _epochs_within(budget_min: float, task, model, optimizer, batch_size: int, e
 def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
     """The task's sizes under the model's own parameter names: a model that counts ``num_classes`` gets
     the label count as that (and the other way round)."""
-    import attnzoo
     from attnzoo.core.config import factory_parameters
     from attnzoo.core.create import resolve_factory
 
-    spec = attnzoo.model_info(model_name)
+    spec = model_info(model_name)
     if spec.convention not in ("", "tokens_to_labels", "tokens_to_tokens"):
         raise ConfigError(
             f"{model_name} is called as {spec.convention!r}; the trainer trains text models "
@@ -344,13 +344,12 @@ def check_label_memory(task: Any, batch_size: int) -> None:
 
 def _build_model(run: Run) -> None:
     """The model sized for the task, on its device, and its optimizer; label smoothing checked."""
-    import attnzoo
 
     settings, task = run.settings, run.task
     run.device = _device(settings.get("device", "auto"))
     run.sizes = model_sizes(run.recipe["model"], task.model_config())
     config = {**run.sizes, **run.recipe.get("config", {})}
-    run.model = attnzoo.create(run.recipe["model"], config=config, device=run.device)
+    run.model = create(run.recipe["model"], config=config, device=run.device)
     run.optimizer = torch.optim.AdamW(
         run.model.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay") or 0.0
     )

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from attnzoo.cli.common import UsageError, emit_json, parse_variants, positive_int
+from attnzoo.core import model_info
 from attnzoo.errors import ConfigError
 from attnzoo.io.text import printable
 
@@ -40,7 +41,6 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import attnzoo
     from attnzoo.core.config import parse_overrides
     from attnzoo.core.create import parse_dtype
     from attnzoo.tools.bench import format_csv, format_table, plot, run
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         if Path(name).is_dir():  # a saved folder (a converted Keras model) measures its own config
             record = read_folder(name)
             name, config, label = record["name"], {**record["config"], **config}, Path(name).name
-        attnzoo.model_info(name)
+        model_info(name)
         cases.append(_case(name, config, label, args))
     parse_dtype(args.dtype)
     sweep = None

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from attnzoo.cli.common import FAILURE, UsageError, Variants, emit_json, parse_variants, positive_int, terminal_width
+from attnzoo.core import list_models, model_info
 from attnzoo.io.text import printable
 
 HELP = "run the conformance kit on registered variants or saved model folders"
@@ -102,7 +103,6 @@ def _resolve(variants: Variants) -> dict[str, dict[str, Any] | None]:
     top of the example)."""
     from fnmatch import fnmatchcase
 
-    import attnzoo
     from attnzoo.core.spec import thaw
     from attnzoo.testing.kit import saved_folder
 
@@ -113,16 +113,16 @@ def _resolve(variants: Variants) -> dict[str, dict[str, Any] | None]:
             continue
         if any(c in pattern for c in "*?["):
             provider, _, glob = pattern.rpartition(":")  # 'my_plugin:*' = every model of that provider
-            found = [f"{provider}:{n}" if provider else n for n in attnzoo.list_models(glob, provider=provider or None)]
+            found = [f"{provider}:{n}" if provider else n for n in list_models(glob, provider=provider or None)]
         else:
-            attnzoo.model_info(pattern)  # an exact name, provider-qualified or not; unknown: a clear error
+            model_info(pattern)  # an exact name, provider-qualified or not; unknown: a clear error
             found = [pattern]
         if not found:
             raise UsageError(f"no model matches {pattern!r}; `attnzoo list` shows every name")
         for name in found:
             settings = variants.config(name, given_as=pattern)
             if name not in checks:
-                checks[name] = {**thaw(attnzoo.model_info(name).example), **settings} if settings else None
+                checks[name] = {**thaw(model_info(name).example), **settings} if settings else None
     unused = [key for key in variants.own if not any(fnmatchcase(name, key) for name in checks)]
     if unused and not variants.names:  # named variants were checked by parse_variants
         raise UsageError(f"{unused[0]}:... sets a key for {unused[0]!r}, which is no registered variant")

@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 from attnzoo.cli.common import UsageError, config_overrides, positive_int
+from attnzoo.core import create
 from attnzoo.errors import AttnzooError
+from attnzoo.io.folders import save
 
 HELP = "convert a whole Keras model, or one layer's weights, to attnzoo"
 
@@ -45,7 +47,6 @@ def run(args: argparse.Namespace) -> int:
         return _convert_keras_model(args)
     from pathlib import Path
 
-    import attnzoo
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             "--check, --length, --weights, --logits and --emit-py belong to a whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
-    model = attnzoo.create(args.model, **overrides)
+    model = create(args.model, **overrides)
     load_keras_weights(model, args.file, layer=args.layer)
     info = model.attnzoo_config  # sizes left lazy in the config are set again by the weights on load
     metadata = encode_metadata(
@@ -72,7 +73,6 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
     from pathlib import Path
 
-    import attnzoo
     from attnzoo.keras import convert_keras_model
 
     if args.layer or args.overrides:
@@ -109,7 +109,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         model = convert_keras_model(args.file, weights=args.weights, logits=True)
     # the source first: a model whose names or values it refuses to write leaves no folder behind
     emitted = model.to_source() if source is not None else None
-    attnzoo.save(model, output, overwrite=args.overwrite)
+    save(model, output, overwrite=args.overwrite)
     if source is not None and emitted is not None:
         source.write_text(emitted, encoding="utf-8")  # names may hold any letter; Python reads source as UTF-8
     report = model.keras_report

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnzoo.cli.common import emit_json, metrics_text, print_fields
+from attnzoo.core import model_info
 from attnzoo.io.text import printable
 
 HELP = "show a model card"
@@ -16,9 +17,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import attnzoo
-
-    spec = attnzoo.model_info(args.name)
+    spec = model_info(args.name)
     data = spec.to_dict()
     if args.json:
         emit_json(data)
