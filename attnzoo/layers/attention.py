@@ -68,7 +68,6 @@ from attnzoo.layers.core import (
     check_mask,
     check_positive,
     check_probability,
-    expand_kv_heads,
     neutralise,
     positive_error,
     tracing,
@@ -710,7 +709,10 @@ class Attention(LazyLayer):
         [.., Lq, 2k + 1] gathered by distance; the value term sums each row's weights by distance (a
         scatter into [.., Lq, 2k + 1]) before the product with ``a^V``. No [Lq, Lk, d] table is formed."""
         heads, d = q.shape[1], q.shape[-1]
-        k, v = expand_kv_heads(k, heads), expand_kv_heads(v, heads)
+        # grouped key/value heads are never copied: the r = h / g query heads that share one are stacked
+        # along the query axis ([N, g, r·c, d], a copy of the queries only), multiplied with it, and the
+        # products read back as [N, h, c, Lk] (a view)
+        groups, kv_heads = heads // k.shape[1], k.shape[1]
         scale = d**-0.5
         relpos = self.positions == "relpos"
         rows = max(1, _CHUNK_ELEMENTS // max(1, q.shape[0] * heads * k.shape[-2]))
@@ -724,7 +726,9 @@ class Attention(LazyLayer):
             allowed_c = None
             if allowed is not None:
                 allowed_c = allowed if allowed.shape[-2] == 1 else allowed[..., start:stop, :]
-            scores = torch.matmul(q_c * scale, k.transpose(-2, -1))
+            count = q_c.shape[-2]
+            stacked = (q_c * scale).reshape(q_c.shape[0], kv_heads, groups * count, d)
+            scores = torch.matmul(stacked, k.transpose(-2, -1)).view(q_c.shape[0], heads, count, k.shape[-2])
             if relpos:
                 reach = self.max_relative_position
                 distance = (k_pos[None, :] - q_pos_c[:, None]).clamp(-reach, reach) + reach  # [c, Lk]
@@ -735,7 +739,8 @@ class Attention(LazyLayer):
                 scores = scores + bias
             weights = normalize(scores, allowed_c, kind=self.normalizer)
             dropped = F.dropout(weights, dropout) if dropout else weights
-            out = torch.matmul(dropped, v)
+            out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, -1), v)
+            out = out.view(q_c.shape[0], heads, count, v.shape[-1])
             if relpos:
                 by_distance = dropped.new_zeros(*dropped.shape[:-1], self.rel_value.shape[0])
                 out = out + torch.matmul(by_distance.scatter_add(-1, index, dropped), self.rel_value)
