@@ -56,11 +56,13 @@ only its last w entries. Returns ``out`` or ``(out, A [B, h, T, S])`` (``[B, T, 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnzoo.errors import ConfigError
 from attnzoo.layers.core import (
     attend,
     attended_keys,
@@ -186,10 +188,19 @@ class KVCache:
     of copying everything held (a window's buffer moves its last w entries to the front when full).
     Under autograd (keys that require grad) the entries are concatenated instead: nothing a backward
     pass needs is overwritten.
+
+    A cache belongs to the layer that first fills it (``layer.new_cache`` names it at once): another layer
+    refuses it with a ``ConfigError``, since its keys were made by other weights. A cross-attention cache
+    keeps the context it was filled from, and a later step given another context (another tensor with
+    other values, or the same one changed in place) raises a ``ConfigError`` instead of reading the old keys.
     """
 
     def __init__(self, batch_size: int, limit: int | None = None) -> None:
         self.batch_size, self.limit = batch_size, limit
+        self._owner: weakref.ref | None = None
+        # the context and context mask the cross-attention keys were made from, each with its version
+        # counter (which an in-place change bumps)
+        self._sources: tuple[tuple[Tensor, int] | None, ...] = ()
         # keys [B, g, cap, d], values [B, g, cap, d], valid [B, cap, 1], positions [cap, 1]: every buffer
         # has its entries on the second-last axis; the held ones are [start, end)
         self._buffers: list[Tensor] | None = None
@@ -260,6 +271,51 @@ class KVCache:
         """Forget all but the last ``limit`` entries (a window's)."""
         if self.limit is not None and len(self) > self.limit:
             self._start = self._end - self.limit
+
+    def claim(self, layer: nn.Module, name: str) -> None:
+        """Tie the cache to ``layer``, or raise if another layer filled it."""
+        owner = None if self._owner is None else self._owner()
+        if owner is None:
+            self._owner = weakref.ref(layer)
+        elif owner is not layer:
+            raise ConfigError(
+                f"{name}: this cache was filled by another layer ({type(owner).__name__} at {id(owner):#x}); its keys "
+                f"and values come from that layer's weights. Give each layer its own: cache = layer.new_cache(batch)"
+            )
+
+    def keep_context(self, name: str, context: Tensor, context_mask: Tensor | None) -> None:
+        """Remember what the cross-attention keys were made from."""
+        self._sources = tuple(None if t is None else (t, t._version) for t in (context, context_mask))
+
+    def check_context(self, name: str, context: Tensor, context_mask: Tensor | None) -> None:
+        """Raise unless ``context`` and ``context_mask`` are what the kept keys were made from (the same
+        tensors unchanged, or equal ones)."""
+        from attnzoo.layers.core import tracing
+
+        if tracing():  # a graph cannot compare values on the host
+            return
+        for what, given, kept in zip(("context", "context_mask"), (context, context_mask), self._sources, strict=True):
+            if kept is None:
+                same = given is None
+            else:
+                tensor, version = kept
+                unchanged = tensor._version == version
+                same = (
+                    given is not None
+                    and unchanged
+                    and (
+                        given is tensor
+                        or (
+                            given.shape == tensor.shape and given.device == tensor.device and torch.equal(given, tensor)
+                        )
+                    )
+                )
+            if not same:
+                raise ConfigError(
+                    f"{name}: this cache holds the keys and values of the {what} of its first step; this step got "
+                    f"a different {what}. Pass the same {what} at every step, or start a new cache with "
+                    f"layer.new_cache(batch) for a new one"
+                )
 
     def __repr__(self) -> str:
         return f"KVCache(batch_size={self.batch_size}, held={len(self)}, seen={self.length}, limit={self.limit})"
@@ -491,7 +547,9 @@ class Attention(LazyLayer):
         error = positive_error(self.name, "batch_size", batch_size, allow_none=False)
         if error is not None:
             raise error
-        return KVCache(batch_size, limit=self.window)
+        cache = KVCache(batch_size, limit=self.window)
+        cache.claim(self, self.name)
+        return cache
 
     # -- the call -------------------------------------------------------------------------------------
     def forward(
@@ -517,6 +575,8 @@ class Attention(LazyLayer):
             raise ValueError(
                 f"{self.name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}"
             )
+        if cache is not None:
+            cache.claim(self, self.name)
         if context is None:
             if context_mask is not None:
                 raise ValueError(f"{self.name}: context_mask without context; pass context=[batch, S, C] with it")
@@ -584,11 +644,12 @@ class Attention(LazyLayer):
         positions = torch.arange(start, start + seq, device=x.device)
         q = self._rotated(self._normed(self._heads(x, 0, self.num_heads), "q"), positions)
         if cache is not None and cache.context is not None:
+            cache.check_context(self.name, context, context_mask)
             k, v, allowed = cache.context
         else:
             length = context.shape[1]
             allowed = check_mask(self.name, context_mask, batch, seq, length, arg="context_mask", like=context)
-            context = neutralise(context, attended_keys(allowed))
+            context_in, context = context, neutralise(context, attended_keys(allowed))
             context_positions = torch.arange(length, device=x.device)
             k = self._rotated(self._normed(self._heads(context, 1, self.num_kv_heads), "k"), context_positions)
             v = self._heads(context, 2, self.num_kv_heads)
@@ -597,6 +658,7 @@ class Attention(LazyLayer):
                 if allowed is not None and allowed.shape[-2] != 1:
                     raise ValueError(f"{self.name}: with a cache, context_mask is [batch, S]")
                 cache.context = (k, v, allowed)
+                cache.keep_context(self.name, context_in, context_mask)
         if cache is not None:
             cache.length += seq
         key_positions = torch.arange(k.shape[-2], device=x.device)
