@@ -64,6 +64,7 @@ from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
 from attnzoo.layers.core import (
+    _SDPA_GQA,
     attend,
     attended_keys,
     check_input,
@@ -748,22 +749,61 @@ class Attention(LazyLayer):
                 f"{self.name}.attend_heads expects q_positions [{length}] and k_positions [{keys}], got "
                 f"{list(q_positions.shape)} and {list(k_positions.shape)}"
             )
+        keys_only = allowed is None or (allowed.shape[1] == 1 and allowed.shape[2] == 1)
+        if keys_only and self._use_blocks(length, None, return_attention) and self._aligned(q_positions, k_positions):
+            # queries that are the keys, masked by key alone: the window's blocks, O(T·w)
+            real = None if allowed is None else allowed[:, 0, 0].expand(q.shape[0], keys)
+            return self._attend_blocks(q, k, v, real, scale=scale, dropout=dropout), None
         return self._attend(q, k, v, allowed, q_positions, k_positions, return_attention, scale=scale, dropout=dropout)
 
-    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention, *, scale=None, dropout=None):
+    def _aligned(self, q_pos: Tensor, k_pos: Tensor) -> bool:
+        """Whether the queries are the keys (the same consecutive positions): checked on the host."""
+        if q_pos is k_pos:
+            return True
+        return (
+            q_pos.shape == k_pos.shape and bool(torch.equal(q_pos, k_pos)) and bool((k_pos[1:] - k_pos[:-1] == 1).all())
+        )
+
+    def _attend(
+        self, q, k, v, allowed, q_pos, k_pos, return_attention, *, scale=None, dropout=None, pattern_holds=False
+    ):
         """Attention of q [N, h, Lq, d] over k, v [N, g, Lk, d] where ``allowed`` (bool, broadcasting to
-        [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it."""
-        pattern = self._pattern(q_pos, k_pos)
-        if pattern is not None:
-            allowed = pattern if allowed is None else allowed & pattern
+        [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it.
+        ``pattern_holds``: the caller knows that every pair passes the pattern (one decoding step over a
+        cache: its keys are at or before the query, and within the window), so none is built."""
         if dropout is None:
             dropout = self.dropout if self.training else 0.0
+        if allowed is None and not return_attention and not pattern_holds and self._sdpa_causal(q, k, q_pos, k_pos):
+            # the causal pattern alone is SDPA's own is_causal: no [Lq, Lk] mask, and its causal kernels
+            if q.shape[1] != k.shape[1] and not _SDPA_GQA:
+                k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+            extra = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, **extra)
+            return out, None
+        pattern = None if pattern_holds else self._pattern(q_pos, k_pos)
+        if pattern is not None:
+            allowed = pattern if allowed is None else allowed & pattern
         if self.normalizer == "softmax" and self.positions != "relpos":
             bias = self._score_bias(q_pos, k_pos, q)
             return attend(q, k, v, allowed, scale=scale, return_attention=return_attention, dropout=dropout, bias=bias)
         if scale is not None:  # the materialised form scales by 1/sqrt(d): the rest goes on q
             q = q * (scale * q.shape[-1] ** 0.5)
         return self._explicit(q, k, v, allowed, q_pos, k_pos, return_attention, dropout)
+
+    def _sdpa_causal(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
+        """Whether this layer's pattern over these positions is exactly SDPA's ``is_causal`` (query i
+        reads keys 0..i): a causal softmax layer without window or bias, 1 < Lq <= Lk, and the queries at
+        the first Lq of the keys' increasing positions (the same tensor, or checked on the host)."""
+        length = q.shape[-2]
+        if not (self.causal and self.window is None and self.normalizer == "softmax"):
+            return False
+        if self.positions not in ("none", "rope") or not 1 < length <= k.shape[-2]:
+            return False
+        if q_pos is k_pos:  # the layer's own forward: one arange for both
+            return True
+        if tracing():
+            return False
+        return bool(torch.equal(q_pos, k_pos[:length]) and (k_pos[1:] > k_pos[:-1]).all())
 
     def _explicit(self, q, k, v, allowed, q_pos, k_pos, return_attention, dropout):
         """The materialised form, for relative positions and the sparse normalisers, a chunk of queries at
@@ -831,7 +871,9 @@ class Attention(LazyLayer):
         # guards on the length that torch.export refuses: exported programs keep the masked full form.
         return not tracing() and seq > 3 * self._block_size()
 
-    def _attend_blocks(self, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None) -> Tensor:
+    def _attend_blocks(
+        self, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None, *, scale: float | None = None, dropout=None
+    ) -> Tensor:
         """Windowed attention with queries in blocks of b >= w: block n's queries [n·b, (n+1)·b) can only
         reach keys in [(n-1)·b, (n+2)·b) (causal: [(n-1)·b, (n+1)·b)), so each block attends to 3b (2b)
         keys and time and memory are O(T·b). The pattern, the key mask and the keys outside the sequence
@@ -859,7 +901,9 @@ class Attention(LazyLayer):
             q_group = q_group.transpose(1, 2).reshape(batch * count, heads, size, d)
             allowed = _positions_range(real, lo, hi).unfold(1, span, size).reshape(batch * count, 1, 1, span)
             k_group, v_group = (_windows(_positions_range(t, lo, hi), span, size) for t in (k, v))
-            result, _ = self._attend(q_group, k_group, v_group, allowed, q_pos, k_pos, False)
+            result, _ = self._attend(
+                q_group, k_group, v_group, allowed, q_pos, k_pos, False, scale=scale, dropout=dropout
+            )
             result = result.view(batch, count, heads, size, d).transpose(1, 2)
             out[:, :, first * size : (first + count) * size] = result.reshape(batch, heads, count * size, d)
         return out[:, :, :seq]
