@@ -199,6 +199,7 @@ class KVCache:
     def __init__(self, batch_size: int, limit: int | None = None) -> None:
         self.batch_size, self.limit = batch_size, limit
         self._owner: weakref.ref | None = None
+        self.padded = False  # whether any step was given a mask: until then no mask is built
         # the context and context mask the cross-attention keys were made from, each with its version
         # counter (which an in-place change bumps)
         self._sources: tuple[tuple[Tensor, int] | None, ...] = ()
@@ -543,6 +544,22 @@ class Attention(LazyLayer):
             return x
         return _turn(x, tables or rope_tables(positions, x.shape[-1], self.rope_base, like=x), self.rope_layout)
 
+    def _rope_at(self, start: int, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """RoPE's tables for positions start..start+length-1 of heads like ``like``: slices of tables the
+        layer computes once per device, dtype and head size (grown by doubling), rather than every call (a
+        decoding step's arange, powers, cosines and sines). Each angle is computed alone, as rope_tables
+        computes it."""
+        d = like.shape[-1]
+        if tracing():  # a graph holds no Python state: the tables of this call
+            return rope_tables(torch.arange(start, start + length, device=like.device), d, self.rope_base, like=like)
+        store = self.__dict__.setdefault("_rope_store", {})  # not a buffer: no state dict entry, no .to()
+        key = (like.device, like.dtype, d)
+        tables = store.get(key)
+        if tables is None or tables[0].shape[0] < start + length:
+            size = 1 << max(6, (start + length - 1).bit_length())
+            tables = store[key] = rope_tables(torch.arange(size, device=like.device), d, self.rope_base, like=like)
+        return tables[0][start : start + length], tables[1][start : start + length]
+
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty :class:`KVCache` for decoding ``batch_size`` sequences one step (or a few) at a time."""
         error = positive_error(self.name, "batch_size", batch_size, allow_none=False)
@@ -610,15 +627,25 @@ class Attention(LazyLayer):
         x = neutralise(x, attended_keys(mask3))  # keys no query attends to: padding, whatever it holds
         positions = torch.arange(start, start + seq, device=x.device)
         q = self._normed(self._heads(x, 0, self.num_heads), "q")
-        tables = rope_tables(positions, q.shape[-1], self.rope_base, like=q) if self.positions == "rope" else None
+        tables = self._rope_at(start, seq, q) if self.positions == "rope" else None
         q = self._rotated(q, positions, tables)  # queries and keys turn by the same angles
         k = self._rotated(self._normed(self._heads(x, 1, self.num_kv_heads), "k"), positions, tables)
         v = self._heads(x, 2, self.num_kv_heads)
         if cache is not None:
             valid = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask3 is None else mask3[:, 0]
+            cache.padded = cache.padded or mask3 is not None
             keys, values, valid_all, key_positions = cache.append(k, v, valid)
+            # one new token: every key held is at or before it and within the window (the cache keeps no
+            # more), so the pattern holds; with no padding ever given, no mask either
             result = self._attend(
-                q, keys, values, valid_all[:, None, None, :], positions, key_positions, return_attention
+                q,
+                keys,
+                values,
+                valid_all[:, None, None, :] if cache.padded else None,
+                positions,
+                key_positions,
+                return_attention,
+                pattern_holds=seq == 1,
             )
             cache.trim()
             return result
@@ -796,6 +823,8 @@ class Attention(LazyLayer):
         the first Lq of the keys' increasing positions (the same tensor, or checked on the host)."""
         length = q.shape[-2]
         if not (self.causal and self.window is None and self.normalizer == "softmax"):
+            return False
+        if type(self)._pattern is not Attention._pattern:  # a subclass's own pattern is applied as written
             return False
         if self.positions not in ("none", "rope") or not 1 < length <= k.shape[-2]:
             return False
