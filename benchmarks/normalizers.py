@@ -13,7 +13,9 @@ against a fixed random upstream gradient) of:
 * ``softmax``: ``torch.softmax`` (the floor).
 
 Times are medians of rounds in which the implementations alternate; the ratios are paired per round
-(``attnzoo``'s time over each other's). The script also checks that attnzoo's weights equal the full
+(``attnzoo``'s time over each other's). On a loaded machine the wall-clock time holds the waits for a
+core; the thread's CPU time (``time.thread_time``, one call per implementation per round, alternating)
+does not, so both are given. The script also checks that attnzoo's weights equal the full
 sort's, and prints the largest support seen. Writes benchmarks/results/normalizers.json.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -76,6 +79,13 @@ def measure(kind: str, shape: tuple[int, ...], rounds: int, min_run_time: float)
         min_run_time=min_run_time,
         threads=THREADS,
     )
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
+    steps = {name: _step(fn, scores, upstream) for name, fn in fns.items()}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.thread_time()
+            step()
+            cpu[name].append(time.thread_time() - start)
     rows = []
     for name, times in per_round.items():
         rows.append(
@@ -84,6 +94,8 @@ def measure(kind: str, shape: tuple[int, ...], rounds: int, min_run_time: float)
                 "seconds": statistics.median(times),
                 "attnzoo_time_over_this": 1 / paired_speedup(times, per_round["attnzoo"]),
                 "this_time_over_softmax": 1 / paired_speedup(per_round["softmax"], times),
+                "cpu_seconds": statistics.median(cpu[name]),
+                "attnzoo_cpu_over_this": 1 / paired_speedup(cpu[name], cpu["attnzoo"]),
             }
         )
     return {
@@ -97,13 +109,15 @@ def measure(kind: str, shape: tuple[int, ...], rounds: int, min_run_time: float)
 
 def table(result: dict) -> str:
     return markdown_table(
-        ["implementation", "ms (fwd+bwd)", "attnzoo time / this", "this / softmax"],
+        ["implementation", "ms (fwd+bwd)", "attnzoo time / this", "this / softmax", "CPU ms", "attnzoo CPU / this"],
         [
             [
                 f"`{r['implementation']}`",
                 f"{r['seconds'] * 1e3:.1f}",
                 f"{r['attnzoo_time_over_this']:.2f}",
                 f"{r['this_time_over_softmax']:.2f}",
+                f"{r['cpu_seconds'] * 1e3:.1f}",
+                f"{r['attnzoo_cpu_over_this']:.2f}",
             ]
             for r in result["rows"]
         ],
