@@ -171,8 +171,9 @@ def main() -> int:
     ]
     lines += [
         "",
-        "Sparsemax and entmax sort every row of scores, which the CPU does far more slowly than it "
-        "exponentiates: pick them for their exact zeros (sparse, readable attention), not for speed.",
+        "Sparsemax and entmax find each row's threshold from its few candidates (no full sort), yet still "
+        "cost several times softmax on the CPU: pick them for their exact zeros (sparse, readable attention), "
+        "not for speed.",
     ]
     text = "\n".join(lines)
     print(text)

@@ -1,6 +1,8 @@
 """What an attnzoo attention backend costs inside a Hugging Face model, against transformers' own, in one run.
 
     python benchmarks/integrations.py [--rounds 5] [--quick] [--write-docs]
+    python benchmarks/integrations.py --sizes --batch 8 --lengths 256 1024 --rounds 2 --threads 1 \
+        --backends attnzoo_softmax attnzoo_window attnzoo_sparsemax attnzoo_entmax15
 
 A small Llama (built from a config, random weights: speed does not depend on them) runs with
 ``attn_implementation`` = ``sdpa``, ``eager`` and each registered attnzoo backend, the models sharing one
@@ -10,6 +12,11 @@ state dict:
   tokens/s = B·T / time.
 * **decode**: ``generate`` of N new tokens from a prompt of P tokens with the KV cache, greedy;
   tokens/s = B·N / time.
+
+``--sizes`` measures the forward alone at ``--batch`` × each of ``--lengths``, unpadded (transformers
+skips the mask of an unpadded causal batch, as for sdpa) and padded (the first sequence's first quarter
+is padding: every model call gets a mask), for ``--backends`` against sdpa and eager, and writes
+benchmarks/results/integrations_sizes.json.
 
 Ratios are paired per round against ``eager`` and ``sdpa`` (times of one round are taken seconds apart);
 ``eager (control)`` is eager timed as a second implementation, so its distance from 1 is the noise of the
@@ -61,7 +68,7 @@ def llama_config(quick: bool):
     )
 
 
-def models(quick: bool, backends: list[str]) -> dict[str, torch.nn.Module]:
+def models(quick: bool, backends: list[str], *, control: bool = True) -> dict[str, torch.nn.Module]:
     """One model per implementation, all with the same weights."""
     from transformers import AutoModelForCausalLM
 
@@ -69,7 +76,7 @@ def models(quick: bool, backends: list[str]) -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
     first = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     built = {}
-    for impl in ["sdpa", "eager", CONTROL, *backends]:
+    for impl in ["sdpa", "eager", *([CONTROL] if control else []), *backends]:
         # a config of its own: from_config writes the implementation into the config it is given
         model = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=impl.split(" ")[0])
         model.load_state_dict(first.state_dict())
@@ -78,10 +85,10 @@ def models(quick: bool, backends: list[str]) -> dict[str, torch.nn.Module]:
     return built
 
 
-def _forward(model, ids):
+def _forward(model, ids, mask=None):
     def step():
         with torch.no_grad():
-            return model(input_ids=ids).logits
+            return model(input_ids=ids, attention_mask=mask).logits
 
     return step
 
@@ -156,6 +163,40 @@ def _docs(out: dict) -> str:
     )
 
 
+def sizes(args, backends: list[str]) -> int:
+    """The forward at ``--batch`` × each of ``--lengths``, unpadded and padded (see the module doc)."""
+    built = models(False, backends, control=False)
+    config = llama_config(False)
+    gen = torch.Generator().manual_seed(1)
+    results = []
+    for length in args.lengths:
+        ids = torch.randint(1, config.vocab_size, (args.batch, length), generator=gen)
+        padded = torch.ones_like(ids)
+        padded[0, : length // 4] = 0  # left padding of the first sequence
+        for name, mask in (("unpadded", None), ("padded", padded)):
+            rows = measure(
+                built, lambda m, ids=ids, mask=mask: _forward(m, ids, mask), args.batch * length, args.rounds, 0.0
+            )
+            results.append({"length": length, "padding": name, "rows": rows})
+            print(f"\nforward, batch {args.batch} × {length}, {name}:")
+            print(_table(rows))
+    out = {
+        "command": " ".join(["python benchmarks/integrations.py", *sys.argv[1:]]),
+        "machine": machine_line() + " (a shared machine, loaded: ratios only)",
+        "transformers": __import__("transformers").__version__,
+        "sizes": {
+            "layers": config.num_hidden_layers,
+            "width": config.hidden_size,
+            "heads": config.num_attention_heads,
+            "kv_heads": config.num_key_value_heads,
+            "batch": args.batch,
+        },
+        "forward": results,
+    }
+    write_json(HERE / "results" / "integrations_sizes.json", out)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -164,10 +205,18 @@ def main() -> int:
     parser.add_argument(
         "--threads", type=int, default=common.THREADS, help="torch threads (1 holds steadier on a shared machine)"
     )
+    parser.add_argument("--sizes", action="store_true", help="the forward at --batch × --lengths, padded and not")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
+    parser.add_argument("--backends", nargs="+", default=None, help="attnzoo backends to time (default: all)")
     args = parser.parse_args()
     common.THREADS = args.threads  # read by setup_threads, time_rounds and machine_line
     setup_threads()
     backends = azt.register()
+    if args.backends:
+        backends = [b for b in backends if b in args.backends]
+    if args.sizes:
+        return sizes(args, backends)
     built = models(args.quick, backends)
     config = llama_config(args.quick)
     batch, length = (2, 64) if args.quick else (4, 256)

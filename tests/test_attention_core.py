@@ -17,6 +17,7 @@ from torch import nn
 
 import attnzoo
 from attnzoo.conventions import get_convention
+from attnzoo.errors import ConfigError
 from attnzoo.layers import attention as core
 from attnzoo.layers.attention import Attention, KVCache, alibi_slopes, rotate, tiled_to_grouped
 from attnzoo.layers.linear_attention import causal_linear
@@ -336,8 +337,36 @@ def test_cross_attention_cache_keeps_the_context_and_equals_the_full_call():
     full = layer(x, context=context, context_mask=keep)
     cache = layer.new_cache(2)
     first = layer(x[:, :1], context=context, context_mask=keep, cache=cache)
-    later = [layer(x[:, t : t + 1], context=torch.full_like(context, float("nan")), cache=cache) for t in range(1, 6)]
-    torch.testing.assert_close(torch.cat([first, *later], dim=1), full)  # the context is read once
+    calls = []
+    layer.k_proj.register_forward_hook(lambda *_: calls.append(1))  # the context's keys are made once
+    later = [layer(x[:, t : t + 1], context=context.clone(), context_mask=keep, cache=cache) for t in range(1, 6)]
+    torch.testing.assert_close(torch.cat([first, *later], dim=1), full)
+    assert calls == []
+
+
+def test_a_cache_refuses_another_context_and_another_layer():
+    """Issue 44: a cross-attention cache given a different context kept the first one's keys (off by 0.95),
+    and a cache filled by one layer was read by another."""
+    layer = Attention(16, num_heads=2, context_dim=8)
+    x, context = torch.randn(2, 3, 16), torch.randn(2, 5, 8)
+    cache = layer.new_cache(2)
+    layer(x[:, :1], context=context, cache=cache)
+    with pytest.raises(ConfigError, match="different context. Pass the same context at every step"):
+        layer(x[:, 1:2], context=context + 1, cache=cache)
+    with pytest.raises(ConfigError, match="different context_mask"):
+        layer(x[:, 1:2], context=context, context_mask=torch.ones(2, 5, dtype=torch.bool), cache=cache)
+    context.mul_(2)  # changed in place: the kept keys are stale
+    with pytest.raises(ConfigError, match="different context"):
+        layer(x[:, 1:2], context=context, cache=cache)
+    causal = Attention(16, num_heads=2, causal=True)
+    shared = causal.new_cache(2)
+    causal(x[:, :2], cache=shared)
+    with pytest.raises(ConfigError, match="filled by another layer"):
+        Attention(16, num_heads=2, causal=True)(x[:, 2:], cache=shared)
+    loose = KVCache(2)  # made by hand: the first layer to fill it owns it
+    causal(x[:, :1], cache=loose)
+    with pytest.raises(ConfigError, match="filled by another layer"):
+        Attention(16, num_heads=2, causal=True)(x[:, 1:2], cache=loose)
 
 
 def test_cache_misuse_is_a_clear_error():

@@ -477,18 +477,66 @@ def test_grouped_heads_are_not_repeated_on_the_softmax_path(monkeypatch):
 
     repeated = []
     original = core.expand_kv_heads
-    for module in (core, attention):  # the softmax path (core.attend) and the materialised one
-        monkeypatch.setattr(module, "expand_kv_heads", lambda t, heads: repeated.append(heads) or original(t, heads))
+    monkeypatch.setattr(core, "expand_kv_heads", lambda t, heads: repeated.append(heads) or original(t, heads))
+    products = []
+    matmul = torch.matmul
+    monkeypatch.setattr(attention.torch, "matmul", lambda a, b: products.append(b.shape) or matmul(a, b))
     model = build("llama")
-    model.set_attn_implementation("attnzoo_softmax")
     batch, _ = inputs("llama", "left")
-    with torch.no_grad():
-        output(model, batch)
+    for backend in ("attnzoo_softmax", "attnzoo_sparsemax"):  # SDPA's enable_gqa; the materialised path
+        model.set_attn_implementation(backend)
+        with torch.no_grad():
+            output(model, batch)
     assert repeated == []
-    model.set_attn_implementation("attnzoo_sparsemax")
-    with torch.no_grad():
-        output(model, batch)
-    assert repeated == [4] * 4  # keys and values of 2 layers, repeated for 4 query heads
+    assert products and all(shape[1] == 2 for shape in products)  # keys and values of 2 heads, never 4
+
+
+def test_softmax_backend_hands_sdpa_is_causal_on_an_unpadded_causal_batch(monkeypatch):
+    """Issue 47: transformers skips the mask of an unpadded causal batch; attnzoo_softmax then gives SDPA
+    is_causal=True and no mask (as sdpa does), and equals sdpa's output; a padded batch does not."""
+    import torch.nn.functional as F
+
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("is_causal", False), kwargs.get("attn_mask")))
+        return sdpa(*args, **kwargs)
+
+    model = build("llama")
+    batch, _ = inputs("llama", "none")
+    model.set_attn_implementation("sdpa")
+    expected = output(model, batch)
+    model.set_attn_implementation("attnzoo_softmax")
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    torch.testing.assert_close(output(model, batch), expected, rtol=1e-5, atol=1e-5)
+    assert calls == [(True, None)] * 2  # both layers
+    calls.clear()
+    padded, real = inputs("llama", "left")
+    got = output(model, padded)
+    assert not any(causal for causal, _ in calls)  # the padding needs the mask
+    model.set_attn_implementation("sdpa")
+    torch.testing.assert_close(got[real], output(model, padded)[real], rtol=1e-5, atol=1e-5)
+
+
+def test_window_backend_on_a_long_unpadded_batch_runs_in_blocks(monkeypatch):
+    """Issue 47: attnzoo_window through attend_heads reaches the core's blocks (O(T·w)) and equals the dense
+    masked formula, causal, in float64."""
+    from attnzoo.layers.attention import Attention
+
+    names = azt.register("window", name="attnzoo_window4", window=4)
+    AttentionInterface.register("ref_window4", reference_attention(lambda s: torch.softmax(s, dim=-1), window=4))
+    AttentionMaskInterface.register("ref_window4", AttentionMaskInterface._global_mapping["eager"])
+    blocks = []
+    original = Attention._attend_blocks
+    monkeypatch.setattr(Attention, "_attend_blocks", lambda self, *a, **k: blocks.append(1) or original(self, *a, **k))
+    batch, _ = inputs("llama", "none", length=70)  # > 3 blocks of 16
+    model = build("llama", dtype=torch.float64)
+    model.set_attn_implementation("ref_window4")
+    expected = output(model, batch)
+    model.set_attn_implementation(names[0])
+    torch.testing.assert_close(output(model, batch), expected, rtol=1e-10, atol=1e-10)
+    assert blocks == [1, 1]
 
 
 # -- dropout, weights, dtypes, masks -----------------------------------------------------------------------------

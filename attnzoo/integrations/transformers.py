@@ -22,15 +22,18 @@ with ``allowed`` the model's mask and ``pattern`` the variant's (window, causal)
 what                   how
 =====================  ================================================================================
 masks                  each name is registered in ``AttentionInterface`` and ``AttentionMaskInterface``
-                       (class-wide): the mask function is transformers' boolean ``sdpa_mask`` that is never
-                       skipped, so padding and causality always arrive as bool [B, 1, Lq, Lk]. A 2-D
-                       padding mask or none (ViT, an unpadded BERT) works too; then a causal module
-                       (``module.is_causal`` or an ``is_causal`` kwarg) gets the causal pattern here.
+                       (class-wide): the mask function is transformers' boolean ``sdpa_mask`` with sdpa's
+                       shortcuts, so padding and causality arrive as bool [B, 1, Lq, Lk], or as no mask
+                       for an unpadded batch; a 2-D padding mask works too. With no 4-D mask a causal
+                       module (``module.is_causal`` or an ``is_causal`` kwarg) gets the causal pattern
+                       here, which a softmax variant hands to SDPA as ``is_causal=True``.
 GQA                    key/value heads read from the tensors (BERT has no ``num_key_value_groups``);
                        softmax variants share them inside SDPA without repeating them
 windows                the model's ``sliding_window`` (a kwarg, else the module's attribute; w tokens,
                        i - j < w, as transformers counts) becomes the exact pattern |i - j| <= w - 1,
-                       applied even with no mask; a layer without one takes the card's ``window``
+                       applied even with no mask; a layer without one takes the card's ``window``. With
+                       no mask (or a padding mask only) a long sequence runs in the core's blocks,
+                       O(T·w)
 positions              ALiBi and windows read absolute positions: keys 0..Lk-1; queries as many as the keys
                        are the keys; fewer (a cached decode) start where their own keys are under the
                        causal mask (after k cached tokens: k; a static cache: the cache position, not
@@ -84,10 +87,9 @@ _registered: dict[str, tuple[str, dict[str, Any]]] = {}
 
 
 def mask_function(*args: Any, **kwargs: Any) -> Any:
-    """transformers' boolean mask (``sdpa_mask``: [B, 1, Lq, Lk], True = attend) with its shortcuts off: it
-    never returns None for a plain causal or unpadded batch, so the pattern always reaches the backend."""
-    kwargs["allow_is_causal_skip"] = False
-    kwargs["allow_is_bidirectional_skip"] = False
+    """transformers' boolean mask (``sdpa_mask``: [B, 1, Lq, Lk], True = attend), with its shortcuts as sdpa
+    has them: an unpadded causal batch (or one query, or an unpadded encoder batch) gets no mask at all,
+    and the backend applies the causal pattern itself (SDPA's ``is_causal`` on the softmax path)."""
     return sdpa_mask(*args, **kwargs)
 
 
@@ -145,11 +147,16 @@ def _positions(allowed: Any, q_len: int, k_len: int, causal: bool, device: Any) 
     As many queries as keys: they are the keys (a forward, a prefill). Fewer, under a causal mask: each
     real query attends to its own key and to none after it, so the queries' offset is the largest
     ``last allowed key - row`` over the rows (a decode after k cached tokens: k; a static cache: the
-    cache position, not the end of its buffer; padded rows see less and never raise it). Otherwise
-    the queries are the last Lq keys."""
+    cache position, not the end of its buffer; padded rows see less and never raise it). Fewer with no
+    mask: one query is the last key (transformers skips the mask of an unpadded decode step); several
+    are the first Lq keys, as sdpa's ``is_causal`` reads them (transformers skips the mask of a static
+    cache's first fill, whose buffer holds nothing after the prompt). Otherwise the queries are the last
+    Lq keys."""
     keys = torch.arange(k_len, device=device)
     rows = torch.arange(q_len, device=device)
     if q_len == k_len:
+        return rows, keys
+    if causal and allowed is None and q_len > 1:
         return rows, keys
     offset = torch.tensor(k_len - q_len, device=device)
     if causal and allowed is not None and allowed.shape[-2] == q_len and allowed.shape[-1] == k_len:

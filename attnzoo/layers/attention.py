@@ -56,19 +56,21 @@ only its last w entries. Returns ``out`` or ``(out, A [B, h, T, S])`` (``[B, T, 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnzoo.errors import ConfigError
 from attnzoo.layers.core import (
+    _SDPA_GQA,
     attend,
     attended_keys,
     check_input,
     check_mask,
     check_positive,
     check_probability,
-    expand_kv_heads,
     neutralise,
     positive_error,
     tracing,
@@ -187,10 +189,20 @@ class KVCache:
     of copying everything held (a window's buffer moves its last w entries to the front when full).
     Under autograd (keys that require grad) the entries are concatenated instead: nothing a backward
     pass needs is overwritten.
+
+    A cache belongs to the layer that first fills it (``layer.new_cache`` names it at once): another layer
+    refuses it with a ``ConfigError``, since its keys were made by other weights. A cross-attention cache
+    keeps the context it was filled from, and a later step given another context (another tensor with
+    other values, or the same one changed in place) raises a ``ConfigError`` instead of reading the old keys.
     """
 
     def __init__(self, batch_size: int, limit: int | None = None) -> None:
         self.batch_size, self.limit = batch_size, limit
+        self._owner: weakref.ref | None = None
+        self.padded = False  # whether any step was given a mask: until then no mask is built
+        # the context and context mask the cross-attention keys were made from, each with its version
+        # counter (which an in-place change bumps)
+        self._sources: tuple[tuple[Tensor, int] | None, ...] = ()
         # keys [B, g, cap, d], values [B, g, cap, d], valid [B, cap, 1], positions [cap, 1]: every buffer
         # has its entries on the second-last axis; the held ones are [start, end)
         self._buffers: list[Tensor] | None = None
@@ -261,6 +273,51 @@ class KVCache:
         """Forget all but the last ``limit`` entries (a window's)."""
         if self.limit is not None and len(self) > self.limit:
             self._start = self._end - self.limit
+
+    def claim(self, layer: nn.Module, name: str) -> None:
+        """Tie the cache to ``layer``, or raise if another layer filled it."""
+        owner = None if self._owner is None else self._owner()
+        if owner is None:
+            self._owner = weakref.ref(layer)
+        elif owner is not layer:
+            raise ConfigError(
+                f"{name}: this cache was filled by another layer ({type(owner).__name__} at {id(owner):#x}); its keys "
+                f"and values come from that layer's weights. Give each layer its own: cache = layer.new_cache(batch)"
+            )
+
+    def keep_context(self, name: str, context: Tensor, context_mask: Tensor | None) -> None:
+        """Remember what the cross-attention keys were made from."""
+        self._sources = tuple(None if t is None else (t, t._version) for t in (context, context_mask))
+
+    def check_context(self, name: str, context: Tensor, context_mask: Tensor | None) -> None:
+        """Raise unless ``context`` and ``context_mask`` are what the kept keys were made from (the same
+        tensors unchanged, or equal ones)."""
+        from attnzoo.layers.core import tracing
+
+        if tracing():  # a graph cannot compare values on the host
+            return
+        for what, given, kept in zip(("context", "context_mask"), (context, context_mask), self._sources, strict=True):
+            if kept is None:
+                same = given is None
+            else:
+                tensor, version = kept
+                unchanged = tensor._version == version
+                same = (
+                    given is not None
+                    and unchanged
+                    and (
+                        given is tensor
+                        or (
+                            given.shape == tensor.shape and given.device == tensor.device and torch.equal(given, tensor)
+                        )
+                    )
+                )
+            if not same:
+                raise ConfigError(
+                    f"{name}: this cache holds the keys and values of the {what} of its first step; this step got "
+                    f"a different {what}. Pass the same {what} at every step, or start a new cache with "
+                    f"layer.new_cache(batch) for a new one"
+                )
 
     def __repr__(self) -> str:
         return f"KVCache(batch_size={self.batch_size}, held={len(self)}, seen={self.length}, limit={self.limit})"
@@ -487,12 +544,30 @@ class Attention(LazyLayer):
             return x
         return _turn(x, tables or rope_tables(positions, x.shape[-1], self.rope_base, like=x), self.rope_layout)
 
+    def _rope_at(self, start: int, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """RoPE's tables for positions start..start+length-1 of heads like ``like``: slices of tables the
+        layer computes once per device, dtype and head size (grown by doubling), rather than every call (a
+        decoding step's arange, powers, cosines and sines). Each angle is computed alone, as rope_tables
+        computes it."""
+        d = like.shape[-1]
+        if tracing():  # a graph holds no Python state: the tables of this call
+            return rope_tables(torch.arange(start, start + length, device=like.device), d, self.rope_base, like=like)
+        store = self.__dict__.setdefault("_rope_store", {})  # not a buffer: no state dict entry, no .to()
+        key = (like.device, like.dtype, d)
+        tables = store.get(key)
+        if tables is None or tables[0].shape[0] < start + length:
+            size = 1 << max(6, (start + length - 1).bit_length())
+            tables = store[key] = rope_tables(torch.arange(size, device=like.device), d, self.rope_base, like=like)
+        return tables[0][start : start + length], tables[1][start : start + length]
+
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty :class:`KVCache` for decoding ``batch_size`` sequences one step (or a few) at a time."""
         error = positive_error(self.name, "batch_size", batch_size, allow_none=False)
         if error is not None:
             raise error
-        return KVCache(batch_size, limit=self.window)
+        cache = KVCache(batch_size, limit=self.window)
+        cache.claim(self, self.name)
+        return cache
 
     # -- the call -------------------------------------------------------------------------------------
     def forward(
@@ -518,6 +593,8 @@ class Attention(LazyLayer):
             raise ValueError(
                 f"{self.name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}"
             )
+        if cache is not None:
+            cache.claim(self, self.name)
         if context is None:
             if context_mask is not None:
                 raise ValueError(f"{self.name}: context_mask without context; pass context=[batch, S, C] with it")
@@ -550,15 +627,25 @@ class Attention(LazyLayer):
         x = neutralise(x, attended_keys(mask3))  # keys no query attends to: padding, whatever it holds
         positions = torch.arange(start, start + seq, device=x.device)
         q = self._normed(self._heads(x, 0, self.num_heads), "q")
-        tables = rope_tables(positions, q.shape[-1], self.rope_base, like=q) if self.positions == "rope" else None
+        tables = self._rope_at(start, seq, q) if self.positions == "rope" else None
         q = self._rotated(q, positions, tables)  # queries and keys turn by the same angles
         k = self._rotated(self._normed(self._heads(x, 1, self.num_kv_heads), "k"), positions, tables)
         v = self._heads(x, 2, self.num_kv_heads)
         if cache is not None:
             valid = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask3 is None else mask3[:, 0]
+            cache.padded = cache.padded or mask3 is not None
             keys, values, valid_all, key_positions = cache.append(k, v, valid)
+            # one new token: every key held is at or before it and within the window (the cache keeps no
+            # more), so the pattern holds; with no padding ever given, no mask either
             result = self._attend(
-                q, keys, values, valid_all[:, None, None, :], positions, key_positions, return_attention
+                q,
+                keys,
+                values,
+                valid_all[:, None, None, :] if cache.padded else None,
+                positions,
+                key_positions,
+                return_attention,
+                pattern_holds=seq == 1,
             )
             cache.trim()
             return result
@@ -585,11 +672,12 @@ class Attention(LazyLayer):
         positions = torch.arange(start, start + seq, device=x.device)
         q = self._rotated(self._normed(self._heads(x, 0, self.num_heads), "q"), positions)
         if cache is not None and cache.context is not None:
+            cache.check_context(self.name, context, context_mask)
             k, v, allowed = cache.context
         else:
             length = context.shape[1]
             allowed = check_mask(self.name, context_mask, batch, seq, length, arg="context_mask", like=context)
-            context = neutralise(context, attended_keys(allowed))
+            context_in, context = context, neutralise(context, attended_keys(allowed))
             context_positions = torch.arange(length, device=x.device)
             k = self._rotated(self._normed(self._heads(context, 1, self.num_kv_heads), "k"), context_positions)
             v = self._heads(context, 2, self.num_kv_heads)
@@ -598,6 +686,7 @@ class Attention(LazyLayer):
                 if allowed is not None and allowed.shape[-2] != 1:
                     raise ValueError(f"{self.name}: with a cache, context_mask is [batch, S]")
                 cache.context = (k, v, allowed)
+                cache.keep_context(self.name, context_in, context_mask)
         if cache is not None:
             cache.length += seq
         key_positions = torch.arange(k.shape[-2], device=x.device)
@@ -695,16 +784,40 @@ class Attention(LazyLayer):
                 f"{self.name}.attend_heads expects q_positions [{length}] and k_positions [{keys}], got "
                 f"{list(q_positions.shape)} and {list(k_positions.shape)}"
             )
+        keys_only = allowed is None or (allowed.shape[1] == 1 and allowed.shape[2] == 1)
+        if keys_only and self._use_blocks(length, None, return_attention) and self._aligned(q_positions, k_positions):
+            # queries that are the keys, masked by key alone: the window's blocks, O(T·w)
+            real = None if allowed is None else allowed[:, 0, 0].expand(q.shape[0], keys)
+            return self._attend_blocks(q, k, v, real, scale=scale, dropout=dropout), None
         return self._attend(q, k, v, allowed, q_positions, k_positions, return_attention, scale=scale, dropout=dropout)
 
-    def _attend(self, q, k, v, allowed, q_pos, k_pos, return_attention, *, scale=None, dropout=None):
+    def _aligned(self, q_pos: Tensor, k_pos: Tensor) -> bool:
+        """Whether the queries are the keys (the same consecutive positions): checked on the host."""
+        if q_pos is k_pos:
+            return True
+        return (
+            q_pos.shape == k_pos.shape and bool(torch.equal(q_pos, k_pos)) and bool((k_pos[1:] - k_pos[:-1] == 1).all())
+        )
+
+    def _attend(
+        self, q, k, v, allowed, q_pos, k_pos, return_attention, *, scale=None, dropout=None, pattern_holds=False
+    ):
         """Attention of q [N, h, Lq, d] over k, v [N, g, Lk, d] where ``allowed`` (bool, broadcasting to
-        [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it."""
-        pattern = self._pattern(q_pos, k_pos)
-        if pattern is not None:
-            allowed = pattern if allowed is None else allowed & pattern
+        [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it.
+        ``pattern_holds``: the caller knows that every pair passes the pattern (one decoding step over a
+        cache: its keys are at or before the query, and within the window), so none is built."""
         if dropout is None:
             dropout = self.dropout if self.training else 0.0
+        if allowed is None and not return_attention and not pattern_holds and self._sdpa_causal(q, k, q_pos, k_pos):
+            # the causal pattern alone is SDPA's own is_causal: no [Lq, Lk] mask, and its causal kernels
+            if q.shape[1] != k.shape[1] and not _SDPA_GQA:
+                k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+            extra = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, **extra)
+            return out, None
+        pattern = None if pattern_holds else self._pattern(q_pos, k_pos)
+        if pattern is not None:
+            allowed = pattern if allowed is None else allowed & pattern
         if self.normalizer == "softmax" and self.positions != "relpos":
             bias = self._score_bias(q_pos, k_pos, q)
             return attend(q, k, v, allowed, scale=scale, return_attention=return_attention, dropout=dropout, bias=bias)
@@ -712,13 +825,33 @@ class Attention(LazyLayer):
             q = q * (scale * q.shape[-1] ** 0.5)
         return self._explicit(q, k, v, allowed, q_pos, k_pos, return_attention, dropout)
 
+    def _sdpa_causal(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
+        """Whether this layer's pattern over these positions is exactly SDPA's ``is_causal`` (query i
+        reads keys 0..i): a causal softmax layer without window or bias, 1 < Lq <= Lk, and the queries at
+        the first Lq of the keys' increasing positions (the same tensor, or checked on the host)."""
+        length = q.shape[-2]
+        if not (self.causal and self.window is None and self.normalizer == "softmax"):
+            return False
+        if type(self)._pattern is not Attention._pattern:  # a subclass's own pattern is applied as written
+            return False
+        if self.positions not in ("none", "rope") or not 1 < length <= k.shape[-2]:
+            return False
+        if q_pos is k_pos:  # the layer's own forward: one arange for both
+            return True
+        if tracing():
+            return False
+        return bool(torch.equal(q_pos, k_pos[:length]) and (k_pos[1:] > k_pos[:-1]).all())
+
     def _explicit(self, q, k, v, allowed, q_pos, k_pos, return_attention, dropout):
         """The materialised form, for relative positions and the sparse normalisers, a chunk of queries at
         a time. Relative positions come from the 2k + 1 distance vectors: the key term is ``q · a^K``
         [.., Lq, 2k + 1] gathered by distance; the value term sums each row's weights by distance (a
         scatter into [.., Lq, 2k + 1]) before the product with ``a^V``. No [Lq, Lk, d] table is formed."""
         heads, d = q.shape[1], q.shape[-1]
-        k, v = expand_kv_heads(k, heads), expand_kv_heads(v, heads)
+        # grouped key/value heads are never copied: the r = h / g query heads that share one are stacked
+        # along the query axis ([N, g, r·c, d], a copy of the queries only), multiplied with it, and the
+        # products read back as [N, h, c, Lk] (a view)
+        groups, kv_heads = heads // k.shape[1], k.shape[1]
         scale = d**-0.5
         relpos = self.positions == "relpos"
         rows = max(1, _CHUNK_ELEMENTS // max(1, q.shape[0] * heads * k.shape[-2]))
@@ -732,7 +865,9 @@ class Attention(LazyLayer):
             allowed_c = None
             if allowed is not None:
                 allowed_c = allowed if allowed.shape[-2] == 1 else allowed[..., start:stop, :]
-            scores = torch.matmul(q_c * scale, k.transpose(-2, -1))
+            count = q_c.shape[-2]
+            stacked = (q_c * scale).reshape(q_c.shape[0], kv_heads, groups * count, d)
+            scores = torch.matmul(stacked, k.transpose(-2, -1)).view(q_c.shape[0], heads, count, k.shape[-2])
             if relpos:
                 reach = self.max_relative_position
                 distance = (k_pos[None, :] - q_pos_c[:, None]).clamp(-reach, reach) + reach  # [c, Lk]
@@ -743,7 +878,8 @@ class Attention(LazyLayer):
                 scores = scores + bias
             weights = normalize(scores, allowed_c, kind=self.normalizer)
             dropped = F.dropout(weights, dropout) if dropout else weights
-            out = torch.matmul(dropped, v)
+            out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, -1), v)
+            out = out.view(q_c.shape[0], heads, count, v.shape[-1])
             if relpos:
                 by_distance = dropped.new_zeros(*dropped.shape[:-1], self.rel_value.shape[0])
                 out = out + torch.matmul(by_distance.scatter_add(-1, index, dropped), self.rel_value)
@@ -772,7 +908,9 @@ class Attention(LazyLayer):
         # guards on the length that torch.export refuses: exported programs keep the masked full form.
         return not tracing() and seq > 3 * self._block_size()
 
-    def _attend_blocks(self, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None) -> Tensor:
+    def _attend_blocks(
+        self, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None, *, scale: float | None = None, dropout=None
+    ) -> Tensor:
         """Windowed attention with queries in blocks of b >= w: block n's queries [n·b, (n+1)·b) can only
         reach keys in [(n-1)·b, (n+2)·b) (causal: [(n-1)·b, (n+1)·b)), so each block attends to 3b (2b)
         keys and time and memory are O(T·b). The pattern, the key mask and the keys outside the sequence
@@ -800,7 +938,9 @@ class Attention(LazyLayer):
             q_group = q_group.transpose(1, 2).reshape(batch * count, heads, size, d)
             allowed = _positions_range(real, lo, hi).unfold(1, span, size).reshape(batch * count, 1, 1, span)
             k_group, v_group = (_windows(_positions_range(t, lo, hi), span, size) for t in (k, v))
-            result, _ = self._attend(q_group, k_group, v_group, allowed, q_pos, k_pos, False)
+            result, _ = self._attend(
+                q_group, k_group, v_group, allowed, q_pos, k_pos, False, scale=scale, dropout=dropout
+            )
             result = result.view(batch, count, heads, size, d).transpose(1, 2)
             out[:, :, first * size : (first + count) * size] = result.reshape(batch, heads, count * size, d)
         return out[:, :, :seq]

@@ -13,6 +13,10 @@ sparsemax and entmax15 give exact zeros: a key outside the support gets no weigh
 one; masked keys get exactly zero; a row with no key left attends to nothing (all zeros). Gradients
 are the closed forms: sparsemax ``g - mean_S(g)`` on the support S; entmax15 ``s ⊙ g - (sᵀg / Σ s) s``
 with ``s = sqrt(p)``. Half-precision scores are normalised in float32.
+
+No row is sorted in full: tau comes from the sorted entries above a lower bound (the threshold of the
+row's chunk maxima), which hold the support; the result is the full sort's (tests/test_normalizers.py
+checks it against the entmax package). The mask is applied once, as the fill of the one copy made.
 """
 
 from __future__ import annotations
@@ -30,95 +34,188 @@ def check_normalizer(layer: str, normalizer: str) -> None:
         raise ValueError(f"{layer}: normalizer must be one of {', '.join(NORMALIZERS)}, got {normalizer!r}")
 
 
-def _sorted_prefix(x: Tensor, dim: int) -> tuple[Tensor, Tensor]:
-    """x sorted in descending order along ``dim``, and 1..K shaped to broadcast along it."""
-    ordered, _ = torch.sort(x, dim=dim, descending=True)
-    shape = [1] * x.dim()
-    shape[dim] = x.shape[dim]
-    ranks = torch.arange(1, x.shape[dim] + 1, device=x.device, dtype=x.dtype).view(shape)
-    return ordered, ranks
+# A row's threshold depends on its support only: the full sort reads it from the sorted row's prefix, and
+# entries below tau never matter (Peters et al.'s and the entmax package's top-k path rest on the same
+# fact). Here no row is sorted in full. The maxima of its chunks of CHUNK entries are a sub-row, and the
+# threshold of a sub-row is at most the row's (f(t) = Σ (x_j - t)_+^a only grows with more entries), so
+# it bounds tau from below: the entries above that bound (the support and a few more) are gathered,
+# padded to one width and sorted, and the full sort's algorithm runs on them. It reads the same numbers
+# in the same order as on the full sort, so tau is the full sort's. Profiled on [8, 4, 1024, 1024] scores,
+# one thread: a search by torch.topk(k=64) spent 59 % of sparsemax's forward and backward in topk; the
+# chunks and the candidates cost about three passes over the scores (benchmarks/normalizers.py).
+CHUNK = 8
+# Rows with more candidates than this (near-uniform rows) are sorted in full, apart from the rest, so that
+# a few of them do not widen every row's padding.
+_WIDE = 128
 
 
-class _Sparsemax(torch.autograd.Function):
+def _sparsemax_threshold(top: Tensor) -> tuple[Tensor, Tensor]:
+    """tau [..., 1] and the support size [..., 1] from ``top`` [..., k], a row's largest scores in
+    descending order (shifted so that the first is 0): tau = (Σ_{j≤s} z_(j) - 1) / s for the largest s
+    with 1 + s z_(s) > Σ_{j≤s} z_(j)."""
+    ranks = torch.arange(1, top.shape[-1] + 1, device=top.device, dtype=top.dtype)
+    prefix = top.cumsum(-1)
+    size = (1 + ranks * top > prefix).sum(-1, keepdim=True)  # at least 1: the largest score is always in
+    return (prefix.gather(-1, size - 1) - 1) / size.to(top.dtype), size
+
+
+def _entmax15_threshold(top: Tensor) -> tuple[Tensor, Tensor]:
+    """tau [..., 1] and the support size [..., 1] from ``top`` [..., k], the largest of x = z/2 in
+    descending order (the first 0): tau_s = μ_s - sqrt((1 - s (m_s - μ_s²)) / s), the largest s with
+    tau_s <= x_(s)."""
+    ranks = torch.arange(1, top.shape[-1] + 1, device=top.device, dtype=top.dtype)
+    mean = top.cumsum(-1) / ranks
+    mean_sq = (top * top).cumsum(-1) / ranks
+    tau = mean - torch.sqrt(torch.clamp((1 - ranks * (mean_sq - mean * mean)) / ranks, min=0))
+    size = (tau <= top).sum(-1, keepdim=True)
+    return tau.gather(-1, size - 1), size
+
+
+# Entries below the floor (masked ones, -inf; the padding of the candidates) never reach the support, whose
+# entries are above tau >= -1: raising them to it keeps tau, and the prefix sums free of inf - inf.
+_FLOOR = -2.0
+
+
+def _solve(kind: str, top: Tensor) -> tuple[Tensor, Tensor]:
+    """The full sort's (tau, support size) of rows whose sorted prefix is ``top`` (descending)."""
+    return (_sparsemax_threshold if kind == "sparsemax" else _entmax15_threshold)(top.clamp(min=_FLOOR))
+
+
+def _padded(rows: Tensor, values: Tensor, count: int) -> Tensor:
+    """``values`` of the rows ``rows`` (ascending, each row's entries adjacent) as [count, width], each row
+    left-aligned and padded with the floor."""
+    counts = torch.bincount(rows, minlength=count)
+    width = max(1, int(counts.max())) if rows.numel() else 1
+    slots = torch.arange(rows.numel(), device=rows.device) - (counts.cumsum(0) - counts)[rows]
+    out = values.new_full((count, width), _FLOOR)
+    out[rows, slots] = values
+    return out
+
+
+def _sorted_solve(kind: str, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """(tau, support size) [..., 1] of ``rows`` [..., n] by the full sort's algorithm."""
+    return _solve(kind, torch.sort(rows, dim=-1, descending=True).values)
+
+
+def _chunk_maxima(z: Tensor) -> Tensor | None:
+    """The maxima of the chunks of CHUNK entries of each row of ``z`` [..., L]: [R, ceil(L / CHUNK)] (rows
+    flattened); None for rows too short to gain from them, and under tracing (a graph cannot gather a
+    data-dependent number of candidates)."""
+    from attnzoo.layers.core import tracing
+
+    length = z.shape[-1]
+    if tracing() or length < 4 * CHUNK:
+        return None
+    flat = z.reshape(-1, length)
+    whole = length - length % CHUNK
+    maxima = flat[:, :whole].unflatten(-1, (-1, CHUNK)).amax(-1)
+    if whole < length:
+        maxima = torch.cat([maxima, flat[:, whole:].amax(-1, keepdim=True)], dim=-1)
+    return maxima
+
+
+def _threshold(y: Tensor, maxima: Tensor | None, kind: str) -> tuple[Tensor, Tensor]:
+    """tau and the support size [..., 1] of the rows of ``y`` [..., L] (each row's largest entry 0, masked
+    entries -inf; for entmax15 y = x = z/2), as the full sort gives them, from sorted candidates only:
+    those above the threshold of the chunk ``maxima`` [R, C] (in y's units; None: sort every row)."""
+    if maxima is None:
+        return _sorted_solve(kind, y)
+    length = y.shape[-1]
+    flat = y.reshape(-1, length)
+    count = flat.shape[0]
+    bound, _ = _sorted_solve(kind, maxima)
+    # a margin far above float32's rounding of the entries (all in [-1, 0] near tau), so that no entry of
+    # the support is lost to the bound's own rounding
+    rows, cols = (flat > bound - 1e-4).nonzero(as_tuple=True)
+    counts = torch.bincount(rows, minlength=count)
+    wide = counts > _WIDE
+    if bool(wide.any()):  # near-uniform rows: the full sort
+        tau, size = bound, torch.empty(count, 1, dtype=torch.long, device=y.device)
+        ids = wide.nonzero().squeeze(1)
+        tau[ids], size[ids] = _sorted_solve(kind, flat[ids])
+        narrow = (~wide[rows]).nonzero().squeeze(1)
+        rows, cols = rows[narrow], cols[narrow]
+        ids = (~wide).nonzero().squeeze(1)
+        renumber = torch.cumsum(~wide, 0) - 1
+        tau[ids], size[ids] = _sorted_solve(kind, _padded(renumber[rows], flat[rows, cols], ids.numel()))
+    else:
+        tau, size = _sorted_solve(kind, _padded(rows, flat[rows, cols], count))
+    return tau.view(*y.shape[:-1], 1), size.view(*y.shape[:-1], 1)
+
+
+class _Sparse(torch.autograd.Function):
+    """Sparsemax or entmax15 of ``scores`` where ``mask`` allows (None: everywhere), along the last axis.
+
+    The mask is applied once, as the fill of the copy the forward makes (-inf: exact zeros). The
+    backward reads only the support (sparsemax: ``g - mean_S(g)`` on S; entmax15: ``s ⊙ g - (sᵀg / Σ s)
+    s``, with s = sqrt(p) kept by the forward)."""
+
     @staticmethod
-    def forward(ctx, z: Tensor, dim: int) -> Tensor:
-        z = z - z.amax(dim=dim, keepdim=True)  # the threshold moves with z; this keeps the sums small
-        ordered, ranks = _sorted_prefix(z, dim)
-        prefix = ordered.cumsum(dim)
-        in_support = 1 + ranks * ordered > prefix
-        k = in_support.sum(dim=dim, keepdim=True)  # at least 1: the largest score is always in
-        tau = (prefix.gather(dim, k - 1) - 1) / k.to(z.dtype)
-        p = torch.clamp(z - tau, min=0)
-        ctx.dim = dim
-        ctx.save_for_backward(p)
+    def forward(ctx, scores: Tensor, mask: Tensor | None, kind: str) -> Tensor:
+        z = scores if mask is None else torch.where(mask, scores, float("-inf"))
+        maxima = _chunk_maxima(z)  # [R, C], and each row's largest among them
+        largest = (z if maxima is None else maxima).amax(-1, keepdim=True)
+        largest = torch.where(largest == float("-inf"), 0.0, largest)  # nothing allowed: y all -inf, p all 0
+        if maxima is not None:
+            maxima, largest = maxima - largest, largest.view(*z.shape[:-1], 1)
+        # shifted first (both normalisers are shift-invariant): tau is then O(1), where at 1e30 an
+        # unshifted largest + tau would round to the largest itself
+        y = z - largest
+        if kind == "sparsemax":
+            tau, size = _threshold(y, maxima, kind)
+            p = y.sub_(tau).clamp_(min=0)
+            ctx.save_for_backward(p, size)
+        else:
+            y = y.mul_(0.5)  # x = z/2, exactly
+            tau, _ = _threshold(y, None if maxima is None else maxima.mul_(0.5), kind)
+            s = y.sub_(tau).clamp_(min=0)  # sqrt(p)
+            p = s * s
+            ctx.save_for_backward(s)
+        ctx.kind = kind
         return p
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        (p,) = ctx.saved_tensors
-        support = p > 0
-        count = support.sum(dim=ctx.dim, keepdim=True).clamp(min=1).to(grad.dtype)
-        mean = (grad * support).sum(dim=ctx.dim, keepdim=True) / count
-        return torch.where(support, grad - mean, torch.zeros_like(grad)), None
-
-
-class _Entmax15(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, z: Tensor, dim: int) -> Tensor:
-        x = (z - z.amax(dim=dim, keepdim=True)) / 2
-        ordered, ranks = _sorted_prefix(x, dim)
-        mean = ordered.cumsum(dim) / ranks
-        mean_sq = (ordered * ordered).cumsum(dim) / ranks
-        spread = (1 - ranks * (mean_sq - mean * mean)) / ranks
-        tau = mean - torch.sqrt(torch.clamp(spread, min=0))
-        k = (tau <= ordered).sum(dim=dim, keepdim=True)
-        tau_star = tau.gather(dim, k - 1)
-        p = torch.clamp(x - tau_star, min=0) ** 2
-        ctx.dim = dim
-        ctx.save_for_backward(p)
-        return p
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        (p,) = ctx.saved_tensors
-        s = p.sqrt()
-        weighted = grad * s
-        shift = weighted.sum(dim=ctx.dim, keepdim=True) / s.sum(dim=ctx.dim, keepdim=True).clamp(min=1e-30)
-        return weighted - shift * s, None
+        if ctx.kind == "sparsemax":
+            p, size = ctx.saved_tensors
+            support = p.sign()  # 1 on the support, 0 elsewhere (p >= 0)
+            mean = torch.linalg.vecdot(grad, support).unsqueeze(-1) / size.to(grad.dtype)
+            return (grad - mean).mul_(support), None, None
+        (s,) = ctx.saved_tensors
+        g = grad * s
+        shift = g.sum(-1, keepdim=True) / s.sum(-1, keepdim=True).clamp(min=1e-30)
+        return g.addcmul_(s, shift, value=-1), None, None
 
 
 def sparsemax(z: Tensor, dim: int = -1) -> Tensor:
     """Sparsemax of ``z`` along ``dim`` (no mask; see :func:`normalize`)."""
-    return _Sparsemax.apply(z, dim % z.dim())
+    return normalize(z, None, dim, "sparsemax")
 
 
 def entmax15(z: Tensor, dim: int = -1) -> Tensor:
     """1.5-entmax of ``z`` along ``dim`` (no mask; see :func:`normalize`)."""
-    return _Entmax15.apply(z, dim % z.dim())
+    return normalize(z, None, dim, "entmax15")
 
 
 def normalize(scores: Tensor, mask: Tensor | None, dim: int = -1, kind: str = "softmax") -> Tensor:
     """Attention weights from ``scores`` by ``kind``, where ``mask`` (bool, broadcastable, True = attend) is
-    False the weight is exactly zero, and a row with nothing to attend to is all zeros."""
+    False the weight is exactly zero, and a row with nothing to attend to is all zeros.
+
+    sparsemax and entmax15 read each row's threshold from its largest scores (``torch.topk``; the rows
+    whose support is longer are sorted in full), which gives the full sort's result; no copy of the
+    scores is made beyond the masked one."""
     from attnzoo.layers.core import masked_softmax
 
     if kind == "softmax":
         return masked_softmax(scores, mask, dim)
     if scores.shape[dim] == 0:  # nothing to attend to
         return scores.new_zeros(scores.shape)
-    upcast = scores.dtype in (torch.float16, torch.bfloat16)
-    z = scores.float() if upcast else scores
+    last = dim % scores.dim() == scores.dim() - 1
+    z = scores if last else scores.movedim(dim, -1)
     if mask is not None:
-        mask = mask.expand_as(z)
-        # The row is shifted so that its largest kept score is 0 (both normalisers are shift-invariant),
-        # and masked keys then sit at -4: below any threshold either can reach (sparsemax's is at least
-        # -1, entmax15's at least -2), so they get exact zeros; that is -inf's effect without its NaNs in
-        # the sorted prefix sums. Shifting first keeps it true at any magnitude: written as max - 4
-        # unshifted, the fill rounds to max itself above about 6.7e7 in float32 and takes probability.
-        top = z.masked_fill(~mask, float("-inf")).amax(dim=dim, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
-        z = torch.where(mask, z - top, torch.full_like(z, -4.0))
-    weights = (sparsemax if kind == "sparsemax" else entmax15)(z, dim)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
+        mask = mask if mask.dim() == scores.dim() else mask.expand_as(scores)
+        mask = mask if last else mask.movedim(dim, -1)
+    upcast = z.dtype in (torch.float16, torch.bfloat16)
+    weights = _Sparse.apply(z.float() if upcast else z, mask, kind)
+    weights = weights if last else weights.movedim(-1, dim)
     return weights.to(scores.dtype)
