@@ -1,4 +1,4 @@
-"""The docs site (mkdocs.yml, attnzoo/tools/site.py): the generated pages say what the registry, the layers,
+"""The docs site (mkdocs.yml, docs/hooks/site.py): the generated pages say what the registry, the layers,
 docs/training.md, docs/references.bib and the benchmark results say, and the built site works in a real
 browser (Debian's chromium, driven by playwright): search finds a variant, every page of the navigation
 loads without a console error, every picture of the variant pages loads, every internal link resolves."""
@@ -30,7 +30,13 @@ from .conftest import ROOT
 
 pytest.importorskip("matplotlib")
 
-from attnzoo.tools import site  # noqa: E402
+import importlib.util  # noqa: E402
+
+# the site's mkdocs hook lives with the docs, outside the package (it reads docs/ and benchmarks/)
+_spec = importlib.util.spec_from_file_location("attnzoo_site_hook", ROOT / "docs" / "hooks" / "site.py")
+site = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = site  # dataclasses look their module up while the file runs
+_spec.loader.exec_module(site)
 
 ARTIFACTS = ROOT / ".ci" / "artifacts"
 
@@ -319,7 +325,7 @@ def hostile_site(tmp_path_factory):
         (top / "registry" / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "summary": summary, **card}))
     real = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
     config = {key: real[key] for key in ("site_name", "theme", "markdown_extensions", "use_directory_urls")}
-    config |= {"strict": True, "hooks": [str(ROOT / "attnzoo" / "tools" / "site.py")], "plugins": ["search"]}
+    config |= {"strict": True, "hooks": [str(ROOT / "docs" / "hooks" / "site.py")], "plugins": ["search"]}
     config["nav"] = [{"Home": "index.md"}, {"Variants": "variants/index.md"}]
     (top / "mkdocs.yml").write_text(yaml.safe_dump(config))
     paths = os.pathsep.join(p for p in (str(ROOT), str(top), os.environ.get("PYTHONPATH", "")) if p)

@@ -64,7 +64,7 @@ from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
 from attnzoo.layers.core import (
-    _SDPA_GQA,
+    SDPA_GQA,
     attend,
     attended_keys,
     check_input,
@@ -810,7 +810,7 @@ class Attention(LazyLayer):
             dropout = self.dropout if self.training else 0.0
         if allowed is None and not return_attention and not pattern_holds and self._sdpa_causal(q, k, q_pos, k_pos):
             # the causal pattern alone is SDPA's own is_causal: no [Lq, Lk] mask, and its causal kernels
-            if q.shape[1] != k.shape[1] and not _SDPA_GQA:
+            if q.shape[1] != k.shape[1] and not SDPA_GQA:
                 k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
             extra = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, **extra)

@@ -303,7 +303,7 @@ def _sdpa_takes_gqa() -> bool:
     return True
 
 
-_SDPA_GQA = _sdpa_takes_gqa()
+SDPA_GQA = _sdpa_takes_gqa()
 
 
 def _explicit_trains_faster(query: Tensor, key: Tensor, value: Tensor) -> bool:
@@ -383,7 +383,7 @@ def attend(
             if allowed is not None:
                 attn_mask = attn_mask.masked_fill(~allowed, torch.finfo(query.dtype).min)
         extra = {}
-        if grouped and _SDPA_GQA:
+        if grouped and SDPA_GQA:
             extra["enable_gqa"] = True
         elif grouped:
             key, value = expand_kv_heads(key, query.shape[-3]), expand_kv_heads(value, query.shape[-3])

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attnzoo.core import list_models, model_info
+from attnzoo.core import ModelSpec, list_models, model_info
 from attnzoo.core.signatures import config_rows
-from attnzoo.core.spec import ModelSpec
 
 __all__ = ["render", "render_pretrained", "PAGES"]
 
