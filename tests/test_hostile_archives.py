@@ -459,7 +459,7 @@ print(json.dumps(out))
 def test_vocabularies_are_refused_and_kept_as_keras_s_own_set_vocabulary_does():
     """Keras's IndexLookup.set_vocabulary itself (TensorFlow stubbed out of its two eager checks) is the
     oracle of which vocabularies it refuses and which tokens it keeps; attnzoo's reading agrees on each."""
-    from attnzoo.keras.converters.text import _tokens
+    from attnzoo.keras.converters.vocabulary import vocabulary_tokens as _tokens
     from attnzoo.keras.registry import Refused
 
     cases = [

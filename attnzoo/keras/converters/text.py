@@ -29,17 +29,22 @@ StringLookup and IntegerLookup in every output mode, their ids encoded by
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from attnzoo.keras.arguments import expect_variables
 from attnzoo.keras.converters.categorical import OUTPUT_MODES, encode, hash_bucket, refuse_sparse, salt_of
-from attnzoo.keras.converters.preprocessing import config_array
+from attnzoo.keras.converters.vocabulary import (
+    LOOKUP_COPIES,
+    TEXT_COPIES,
+    idf_weights,
+    oov_count,
+    read_vocabulary,
+    vocabulary_copies,
+)
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -376,94 +381,6 @@ def _refuse_text_modes(c: dict[str, Any]) -> None:
         raise Refused(f"encoding {c.get('encoding')!r} is not supported (utf-8 is)")
 
 
-# Where a layer's vocabulary copies sit among its assets, in the order Keras's loader reads them: keras 3's
-# saving_lib calls a layer's load_assets before its children's, and TextVectorization's own load_assets hands
-# its folder to its inner IndexLookup, which its own turn then gives `_lookup_layer/`: both copies are read,
-# either one Keras refuses fails the load, and the last one read is the vocabulary the layer keeps.
-_TEXT_COPIES = ("vocabulary.txt", "_lookup_layer/vocabulary.txt")
-_LOOKUP_COPIES = ("vocabulary.txt",)
-
-
-def _vocabulary_copies(record, ctx, copies: tuple[str, ...]) -> list[tuple[str, list[str]]]:
-    """The vocabulary's entries as Keras's loader reads them: the config's list (Keras then reads no
-    asset), else each copy of ``copies`` present among the layer's assets, as ``(where, lines)``, in
-    Keras's reading order (the last one is the one Keras keeps)."""
-    given = record.config.get("vocabulary")
-    if isinstance(given, (list, tuple)):
-        return [("the config's vocabulary", [str(v) for v in given])]
-    if isinstance(given, str):
-        raise Refused(f"its vocabulary is a file outside the model ({given!r}); save the model with the vocabulary")
-    assets = ctx.assets(record.path)
-    found = []
-    for name in copies:
-        data = assets.get(name)
-        if data is None:
-            continue
-        try:
-            lines = data.decode("utf-8").splitlines()  # as Keras's load_assets reads it
-        except UnicodeDecodeError:
-            raise Refused(f"its {name} is not UTF-8 text") from None
-        while lines and lines[-1] == "":
-            lines.pop()
-        found.append((name, lines))
-    if not found:
-        raise Refused(
-            "its vocabulary is not in the file: Keras keeps an adapted vocabulary among a .keras archive's "
-            "assets, which a legacy .h5 or a config.json does not have; convert the .keras file"
-        )
-    return found
-
-
-def _vocabulary(record, ctx, copies: tuple[str, ...], mask: Any, oov: list[Any], cast: Any = None) -> list[Any]:
-    """The tokens the layer keeps: every copy checked as Keras's ``set_vocabulary`` checks it (each copy
-    Keras reads must pass), the last copy's tokens returned. ``oov``: the OOV token once per OOV index."""
-    tokens: list[Any] = []
-    for where, lines in _vocabulary_copies(record, ctx, copies):
-        if cast is not None:
-            try:
-                lines = [cast(v) for v in lines]
-            except ValueError:
-                raise Refused(f"its vocabulary ({where}) holds entries that are not integers") from None
-        tokens = _tokens(lines, mask, oov, record.config, where)
-    return tokens
-
-
-def _tokens(entries: list[Any], mask: Any, oov: list[Any], c: dict[str, Any], where: str) -> list[Any]:
-    """The vocabulary without the special tokens at its head, checked as Keras's ``set_vocabulary``
-    checks it: the head is taken off only when it is exactly the special tokens in order (mask, then the
-    OOV token once per OOV index); an empty vocabulary, a repeated token or the mask token anywhere else
-    is refused (Keras refuses them); the OOV token elsewhere is an ordinary token with its own index, as
-    in Keras (which refuses it only for ``invert=True``, a mode attnzoo refuses anyway)."""
-    if not entries:
-        raise Refused(f"its vocabulary ({where}) is empty (Keras refuses an empty vocabulary)")
-    special = ([mask] if mask is not None else []) + oov
-    tokens = entries[len(special) :] if entries[: len(special)] == special else entries
-    repeated = [token for token, n in Counter(tokens).items() if n > 1]
-    if repeated:
-        raise Refused(f"its vocabulary ({where}) repeats {', '.join(map(repr, repeated[:5]))} (Keras refuses it too)")
-    if mask is not None and mask in tokens:
-        at = len(entries) - len(tokens) + tokens.index(mask)
-        raise Refused(
-            f"its vocabulary ({where}) holds the mask token {mask!r} at index {at}; Keras takes it only at the "
-            f"head, followed by the OOV token (Keras refuses it too)"
-        )
-    size = len(special) + len(tokens)
-    stated = c.get("vocabulary_size")
-    if isinstance(stated, int) and stated != size:
-        raise Refused(f"its config says vocabulary_size={stated} but the vocabulary ({where}) holds {size} entries")
-    limit = c.get("max_tokens")
-    if isinstance(limit, int) and size > limit:
-        raise Refused(f"its vocabulary ({where}) holds {size} entries, more than max_tokens={limit}")
-    return tokens
-
-
-def _oov_count(c: dict[str, Any], *, integers: bool) -> int:
-    count = c.get("num_oov_indices", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise Refused(f"num_oov_indices {count!r} is not a non-negative int")
-    return count
-
-
 @keras_layer("TextVectorization")
 def convert_text_vectorization(record, arrays, ctx):
     c = record.config
@@ -482,7 +399,7 @@ def convert_text_vectorization(record, arrays, ctx):
     if widths is not None and not (isinstance(widths, (list, tuple)) and all(isinstance(w, int) for w in widths)):
         raise Refused(f"ngrams {widths!r} is not an int or a list of ints")
     expect_variables(arrays, 0, "TextVectorization with output_mode='int'")
-    tokens = _vocabulary(record, ctx, _TEXT_COPIES, "", ["[UNK]"])
+    tokens = read_vocabulary(record, ctx, TEXT_COPIES, "", ["[UNK]"])
     length = c.get("output_sequence_length")
     spec = {
         "op": "text_vectorization",
@@ -513,7 +430,7 @@ def _lookup(record, arrays, ctx, *, integers: bool) -> tuple[dict[str, Any], dic
     """The spec, idf state and notes shared by StringLookup and IntegerLookup in every output mode."""
     c = record.config
     mode = _lookup_mode(c)
-    mask, count = c.get("mask_token"), _oov_count(c, integers=integers)
+    mask, count = c.get("mask_token"), oov_count(c, integers=integers)
     oov = int(c.get("oov_token", -1)) if integers else str(c.get("oov_token", "[UNK]"))
     salt = salt_of(c.get("salt")) if count > 1 else None
     if integers:
@@ -521,9 +438,9 @@ def _lookup(record, arrays, ctx, *, integers: bool) -> tuple[dict[str, Any], dic
     # the mask takes index 0 in int mode only; in the other modes it is dropped from the encoding
     head_mask = mask if mode == "int" else None
     special = ([head_mask] if head_mask is not None else []) + [oov] * count
-    tokens = _vocabulary(record, ctx, _LOOKUP_COPIES, head_mask, [oov] * count, cast=int if integers else None)
-    entries: list[Any] = _vocabulary_copies(record, ctx, _LOOKUP_COPIES)[-1][1]  # as read, specials included
-    entries = [int(v) for v in entries] if integers else entries  # _vocabulary checked they are integers
+    tokens = read_vocabulary(record, ctx, LOOKUP_COPIES, head_mask, [oov] * count, cast=int if integers else None)
+    entries: list[Any] = vocabulary_copies(record, ctx, LOOKUP_COPIES)[-1][1]  # as read, specials included
+    entries = [int(v) for v in entries] if integers else entries  # read_vocabulary checked they are integers
     spec: dict[str, Any] = {"vocabulary": tokens, "mask_token": mask, "num_oov_indices": count, "output_mode": mode}
     if salt is not None:
         spec["salt"] = salt
@@ -540,32 +457,10 @@ def _lookup(record, arrays, ctx, *, integers: bool) -> tuple[dict[str, Any], dic
             depth = limit
         spec["depth"] = depth
         if mode == "tf_idf":
-            state["idf_weights"] = _idf_weights(c, arrays, entries, special, depth)
+            state["idf_weights"] = idf_weights(c, arrays, entries, special, depth)
     if mode != "tf_idf":
         expect_variables(arrays, 0, f"a lookup with output_mode={mode!r}")
     return spec, state, notes
-
-
-def _idf_weights(c: dict[str, Any], arrays: list[Any], entries: list[Any], special: list[Any], depth: int) -> Tensor:
-    """The idf weights of a tf_idf lookup [depth]: the saved variable (.keras), else the config's
-    ``idf_weights`` padded as Keras's ``set_vocabulary`` pads them (the special tokens' places take
-    their mean when the vocabulary omits them; ``pad_to_max_tokens`` adds zeros)."""
-    expect_variables(arrays, (0, 1), "a tf_idf lookup (its idf_weights)")
-    if arrays:
-        weights = np.asarray(arrays[0], dtype=np.float32).reshape(-1)
-    else:
-        given = c.get("idf_weights")
-        if given is None:
-            raise Refused("output_mode='tf_idf' without idf_weights in the file (an .h5 keeps them in the config only)")
-        weights = config_array(given, "idf_weights").reshape(-1)
-        if len(weights) != len(entries):
-            raise Refused(f"{len(weights)} idf_weights for a vocabulary of {len(entries)} entries")
-        if entries[: len(special)] != special:
-            weights = np.concatenate([np.full(len(special), weights.mean(), np.float32), weights])
-        weights = np.concatenate([weights, np.zeros(max(depth - len(weights), 0), np.float32)])
-    if weights.shape != (depth,):
-        raise Refused(f"idf_weights {list(weights.shape)} do not fit the {depth} indices of the encoding")
-    return torch.from_numpy(weights.copy())
 
 
 @keras_layer("StringLookup")
