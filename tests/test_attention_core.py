@@ -18,9 +18,11 @@ from torch import nn
 import attnzoo
 from attnzoo.conventions import get_convention
 from attnzoo.errors import ConfigError
-from attnzoo.layers import attention as core
-from attnzoo.layers.attention import Attention, KVCache, alibi_slopes, rotate, tiled_to_grouped
+from attnzoo.layers import attend
+from attnzoo.layers.attention import Attention, tiled_to_grouped
+from attnzoo.layers.kv_cache import KVCache
 from attnzoo.layers.linear_attention import causal_linear
+from attnzoo.layers.positions import alibi_slopes, rotate
 from attnzoo.testing import PROPERTIES, Failure, Subject
 
 DOUBLE = torch.float64
@@ -268,7 +270,7 @@ def test_gqa_tiled_checkpoints_convert_to_grouped_heads():
 @pytest.mark.parametrize("padding", ["none", "right", "left", "middle", "empty"])
 def test_blocked_window_equals_the_masked_full_computation_forward_and_backward(options, padding, monkeypatch):
     if padding in ("left", "empty"):  # blocks one group at a time, as long inputs go
-        monkeypatch.setattr(core, "_BLOCK_ELEMENTS", 2 * 2 * 3 * 16 * 8)
+        monkeypatch.setattr(attend, "BLOCK_ELEMENTS", 2 * 2 * 3 * 16 * 8)
     layer = _layer(num_heads=4, **options)
     seq = 157  # several blocks and a ragged last one
     assert layer._use_blocks(seq, None, False)
@@ -395,7 +397,7 @@ def test_relpos_in_query_chunks_equals_one_chunk(monkeypatch):
     x = torch.randn(2, 40, 32, dtype=DOUBLE, requires_grad=True)
     keep = _masks(2, 40)["middle"]
     whole, whole_w = layer(x, keep, return_attention=True)
-    monkeypatch.setattr(core, "_CHUNK_ELEMENTS", 2 * 40 * 7)  # 7 queries per chunk: a ragged last chunk
+    monkeypatch.setattr(attend, "CHUNK_ELEMENTS", 2 * 40 * 7)  # 7 queries per chunk: a ragged last chunk
     chunked, chunked_w = layer(x, keep, return_attention=True)
     torch.testing.assert_close(chunked, whole)
     torch.testing.assert_close(chunked_w, whole_w)

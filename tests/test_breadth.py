@@ -144,8 +144,8 @@ def test_gqa_matches_the_formula(kv_heads):
 
 
 def test_alibi_matches_the_formula_and_its_slopes():
-    assert attnzoo.layers.attention.alibi_slopes(8).tolist() == [2 ** (-i) for i in range(1, 9)]
-    assert attnzoo.layers.attention.alibi_slopes(6).tolist()[:4] == [2 ** (-2 * i) for i in range(1, 5)]
+    assert attnzoo.layers.positions.alibi_slopes(8).tolist() == [2 ** (-i) for i in range(1, 9)]
+    assert attnzoo.layers.positions.alibi_slopes(6).tolist()[:4] == [2 ** (-2 * i) for i in range(1, 5)]
     layer = attnzoo.create("alibi_self", num_heads=2, dtype="float64")
     x, mask = torch.randn(2, 6, 8, dtype=torch.float64), padded(2, 6, [6, 4])
     out, att = layer(x, mask, return_attention=True)

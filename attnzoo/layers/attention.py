@@ -55,17 +55,12 @@ only its last w entries. Returns ``out`` or ``(out, A [B, h, T, S])`` (``[B, T, 
 
 from __future__ import annotations
 
-import math
-import weakref
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnzoo.errors import ConfigError
+from attnzoo.layers.attend import AttendHeads
 from attnzoo.layers.core import (
-    SDPA_GQA,
-    attend,
     attended_keys,
     check_input,
     check_mask,
@@ -75,75 +70,21 @@ from attnzoo.layers.core import (
     positive_error,
     tracing,
 )
+from attnzoo.layers.kv_cache import KVCache
 from attnzoo.layers.lazy import LazyLayer
-from attnzoo.layers.normalizers import check_normalizer, normalize
+from attnzoo.layers.normalizers import check_normalizer
+from attnzoo.layers.positions import POSITIONS, ROPE_LAYOUTS, rope_tables, turn
 
-__all__ = ["Attention", "KVCache", "alibi_slopes", "rotate", "rope_tables", "tiled_to_grouped", "POSITIONS", "LAYOUTS"]
-
-POSITIONS = ("none", "rope", "alibi", "relpos")
-ROPE_LAYOUTS = ("half", "interleaved")
+__all__ = ["Attention", "tiled_to_grouped", "LAYOUTS"]
 LAYOUTS = ("qkvo", "packed", "query_key_value")
 _NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "query_key_value": ("query", "key", "value", "out")}
 _OLD_LAYOUT_NAMES = {"seed": "query_key_value"}  # saved folders of 0.1.0 name the layout so
-
-# The explicit (materialised) path handles this many score elements at a time: queries are taken in
-# chunks so that a long sequence never holds its whole [B, h, T, S] score tensor at once.
-_CHUNK_ELEMENTS = 2**23
-# The window's blocks go in groups of at most this many key-window elements (their overlapping key
-# windows are 3x the keys they cover): the window's peak memory then stays near full attention's.
-_BLOCK_ELEMENTS = 2**21
 
 _TWO_D_HINT = (
     "A 2-D [batch, features] input has no sequence axis: self-attention over it would attend across the "
     "samples of the batch (seed 001's bug). Keep the time axis ([batch, seq, features], e.g. the LSTM's full "
     "output) and pool afterwards with attn_pool"
 )
-
-
-def alibi_slopes(heads: int) -> Tensor:
-    """ALiBi's head slopes: the geometric sequence 2^(-8/n), 2^(-16/n), ... for n = heads a power of two;
-    otherwise those of the largest power of two below, then every other slope of twice that many."""
-
-    def powers(n: int) -> list[float]:
-        start = 2 ** (-8 / n)
-        return [start ** (i + 1) for i in range(n)]
-
-    base = 2 ** math.floor(math.log2(heads))
-    slopes = powers(base)
-    if base < heads:
-        slopes += powers(2 * base)[0::2][: heads - base]
-    return torch.tensor(slopes)
-
-
-def rotate(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "half") -> Tensor:
-    """RoPE: ``x [..., L, d]`` with each pair of dimensions turned by ``positions[t] · base^(-2k/d)``.
-
-    ``layout="half"`` pairs (x_k, x_{k+d/2}) (GPT-NeoX, LLaMA's Hugging Face port); ``"interleaved"``
-    pairs (x_{2k}, x_{2k+1}) (RoFormer, rotary-embedding-torch, Meta's LLaMA). The angles are computed
-    in float32 (float64 for float64 inputs): positions of long sequences need the digits.
-    """
-    return _turn(x, rope_tables(positions, x.shape[-1], base, like=x), layout)
-
-
-def rope_tables(positions: Tensor, d: int, base: float, *, like: Tensor) -> tuple[Tensor, Tensor]:
-    """RoPE's ``(cos, sin)`` [L, d/2] for ``positions`` [L], in ``like``'s dtype and on its device: computed
-    once per call of a layer and shared by its queries and keys."""
-    work = torch.float64 if like.dtype == torch.float64 else torch.float32
-    freqs = base ** (-torch.arange(0, d // 2, device=like.device, dtype=work) * 2 / d)
-    angles = positions.to(device=like.device, dtype=work)[:, None] * freqs  # [L, d/2]
-    return angles.cos().to(like.dtype), angles.sin().to(like.dtype)
-
-
-def _turn(x: Tensor, tables: tuple[Tensor, Tensor], layout: str) -> Tensor:
-    """x [..., L, d] turned by the angles of ``tables`` (see :func:`rotate`)."""
-    cos, sin = tables
-    d = x.shape[-1]
-    if layout == "half":
-        first, second = x[..., : d // 2], x[..., d // 2 :]
-        return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
-    pairs = x.unflatten(-1, (d // 2, 2))
-    first, second = pairs[..., 0], pairs[..., 1]
-    return torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1).flatten(-2)
 
 
 def tiled_to_grouped(weight: Tensor, num_heads: int, num_kv_heads: int) -> Tensor:
@@ -158,172 +99,7 @@ def tiled_to_grouped(weight: Tensor, num_heads: int, num_kv_heads: int) -> Tenso
     return heads[order].flatten(0, 1)
 
 
-def _windows(t: Tensor, span: int, step: int) -> Tensor:
-    """The overlapping windows of ``span`` positions every ``step`` of t [B, g, L, d]: [B·n, g, span, d]."""
-    unfolded = t.unfold(2, span, step)  # [B, g, n, d, span]
-    batch, heads, count = unfolded.shape[:3]
-    return unfolded.permute(0, 2, 1, 4, 3).reshape(batch * count, heads, span, t.shape[-1])
-
-
-def _positions_range(t: Tensor, lo: int, hi: int) -> Tensor:
-    """Positions [lo, hi) of t's sequence axis (keys [B, g, L, d] or a mask [B, L]), zeros (False) for
-    those outside [0, L): a group's keys are copied with their padding, never the whole sequence."""
-    axis = 2 if t.dim() == 4 else 1
-    length = t.shape[axis]
-    part = t.narrow(axis, max(lo, 0), max(0, min(hi, length) - max(lo, 0)))
-    before, after = max(0, -lo), max(0, hi - max(lo, length))
-    if not (before or after):
-        return part
-    return F.pad(part, (0, 0, before, after) if axis == 2 else (before, after))
-
-
-class KVCache:
-    """Keys, values and positions of the tokens a layer has seen, for decoding one step at a time.
-
-    ``keys``/``values`` [B, g, S, d] (keys already rotated by RoPE), ``valid`` [B, S] (which of them
-    may be attended to), ``positions`` [S] (each entry's absolute position) and ``length`` (tokens
-    seen). A layer with a window keeps only the last ``limit`` = w entries: no later query can reach
-    older ones. A cross-attention layer keeps its context's keys and values (``context``), computed once.
-
-    The entries live in buffers that grow by doubling, so a step writes its own keys in place instead
-    of copying everything held (a window's buffer moves its last w entries to the front when full).
-    Under autograd (keys that require grad) the entries are concatenated instead: nothing a backward
-    pass needs is overwritten.
-
-    A cache belongs to the layer that first fills it (``layer.new_cache`` names it at once): another layer
-    refuses it with a ``ConfigError``, since its keys were made by other weights. A cross-attention cache
-    keeps the context it was filled from, and a later step given another context (another tensor with
-    other values, or the same one changed in place) raises a ``ConfigError`` instead of reading the old keys.
-    """
-
-    def __init__(self, batch_size: int, limit: int | None = None) -> None:
-        self.batch_size, self.limit = batch_size, limit
-        self._owner: weakref.ref | None = None
-        self.padded = False  # whether any step was given a mask: until then no mask is built
-        # the context and context mask the cross-attention keys were made from, each with its version
-        # counter (which an in-place change bumps)
-        self._sources: tuple[tuple[Tensor, int] | None, ...] = ()
-        # keys [B, g, cap, d], values [B, g, cap, d], valid [B, cap, 1], positions [cap, 1]: every buffer
-        # has its entries on the second-last axis; the held ones are [start, end)
-        self._buffers: list[Tensor] | None = None
-        self._start = self._end = 0
-        self.length = 0
-        self.context: tuple[Tensor, Tensor, Tensor | None] | None = None
-
-    def _held(self, index: int) -> Tensor | None:
-        if self._buffers is None:
-            return None
-        held = self._buffers[index][..., self._start : self._end, :]
-        return held if index < 2 else held.squeeze(-1)
-
-    @property
-    def keys(self) -> Tensor | None:
-        return self._held(0)
-
-    @property
-    def values(self) -> Tensor | None:
-        return self._held(1)
-
-    @property
-    def valid(self) -> Tensor | None:
-        return self._held(2)
-
-    @property
-    def positions(self) -> Tensor | None:
-        return self._held(3)
-
-    def __len__(self) -> int:
-        return self._end - self._start
-
-    def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        keys, values, valid, positions = (self._held(i) for i in range(4))
-        assert keys is not None and values is not None and valid is not None and positions is not None
-        return keys, values, valid, positions
-
-    def append(self, keys: Tensor, values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Add t new tokens' ``keys``/``values`` [B, g, t, d] and ``valid`` [B, t]; returns (keys, values,
-        valid, positions) over everything held, the new tokens last. Call :meth:`trim` after attending."""
-        steps = keys.shape[-2]
-        positions = torch.arange(self.length, self.length + steps, device=keys.device)
-        new = [keys, values, valid[..., None], positions[:, None]]
-        self.length += steps
-        held = len(self)
-        if keys.requires_grad or values.requires_grad or (self._buffers is not None and self._buffers[0].requires_grad):
-            old = self._buffers
-            self._buffers = (
-                new
-                if old is None
-                else [torch.cat([b[..., self._start : self._end, :], n], dim=-2) for b, n in zip(old, new, strict=True)]
-            )
-            self._start, self._end = 0, held + steps
-            return self._views()
-        if self._buffers is None or self._end + steps > self._buffers[0].shape[-2]:
-            capacity = max(16, 2 * (held + steps))
-            grown = [n.new_empty((*n.shape[:-2], capacity, n.shape[-1])) for n in new]
-            if self._buffers is not None:
-                for target, source in zip(grown, self._buffers, strict=True):
-                    target[..., :held, :].copy_(source[..., self._start : self._end, :])
-            self._buffers, self._start, self._end = grown, 0, held
-        for target, source in zip(self._buffers, new, strict=True):
-            target[..., self._end : self._end + steps, :].copy_(source)
-        self._end += steps
-        return self._views()
-
-    def trim(self) -> None:
-        """Forget all but the last ``limit`` entries (a window's)."""
-        if self.limit is not None and len(self) > self.limit:
-            self._start = self._end - self.limit
-
-    def claim(self, layer: nn.Module, name: str) -> None:
-        """Tie the cache to ``layer``, or raise if another layer filled it."""
-        owner = None if self._owner is None else self._owner()
-        if owner is None:
-            self._owner = weakref.ref(layer)
-        elif owner is not layer:
-            raise ConfigError(
-                f"{name}: this cache was filled by another layer ({type(owner).__name__} at {id(owner):#x}); its keys "
-                f"and values come from that layer's weights. Give each layer its own: cache = layer.new_cache(batch)"
-            )
-
-    def keep_context(self, name: str, context: Tensor, context_mask: Tensor | None) -> None:
-        """Remember what the cross-attention keys were made from."""
-        self._sources = tuple(None if t is None else (t, t._version) for t in (context, context_mask))
-
-    def check_context(self, name: str, context: Tensor, context_mask: Tensor | None) -> None:
-        """Raise unless ``context`` and ``context_mask`` are what the kept keys were made from (the same
-        tensors unchanged, or equal ones)."""
-        from attnzoo.layers.core import tracing
-
-        if tracing():  # a graph cannot compare values on the host
-            return
-        for what, given, kept in zip(("context", "context_mask"), (context, context_mask), self._sources, strict=True):
-            if kept is None:
-                same = given is None
-            else:
-                tensor, version = kept
-                unchanged = tensor._version == version
-                same = (
-                    given is not None
-                    and unchanged
-                    and (
-                        given is tensor
-                        or (
-                            given.shape == tensor.shape and given.device == tensor.device and torch.equal(given, tensor)
-                        )
-                    )
-                )
-            if not same:
-                raise ConfigError(
-                    f"{name}: this cache holds the keys and values of the {what} of its first step; this step got "
-                    f"a different {what}. Pass the same {what} at every step, or start a new cache with "
-                    f"layer.new_cache(batch) for a new one"
-                )
-
-    def __repr__(self) -> str:
-        return f"KVCache(batch_size={self.batch_size}, held={len(self)}, seen={self.length}, limit={self.limit})"
-
-
-class Attention(LazyLayer):
+class Attention(AttendHeads, LazyLayer):
     """The composable attention core (see the module doc for the formula and every option).
 
     Args:
@@ -542,7 +318,7 @@ class Attention(LazyLayer):
         """x turned by RoPE at ``positions`` (``tables``: their angles, when the caller has them already)."""
         if self.positions != "rope":
             return x
-        return _turn(x, tables or rope_tables(positions, x.shape[-1], self.rope_base, like=x), self.rope_layout)
+        return turn(x, tables or rope_tables(positions, x.shape[-1], self.rope_base, like=x), self.rope_layout)
 
     def _rope_at(self, start: int, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
         """RoPE's tables for positions start..start+length-1 of heads like ``like``: slices of tables the
@@ -691,259 +467,6 @@ class Attention(LazyLayer):
             cache.length += seq
         key_positions = torch.arange(k.shape[-2], device=x.device)
         return self._attend(q, k, v, allowed, positions, key_positions, return_attention)
-
-    # -- attention over a pattern ---------------------------------------------------------------------
-    def _pattern(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
-        """The allowed (i, j) pairs [Lq, Lk] of positions ``q_pos`` [Lq] and ``k_pos`` [Lk]: causal
-        (j <= i) and window (|j - i| <= w), as comparisons (no [Lq, Lk] integer table)."""
-        i, j = q_pos[:, None], k_pos[None, :]
-        allowed = None
-        if self.causal:
-            allowed = j <= i
-        if self.window is not None:
-            band = (j >= i - self.window) & (j <= i + self.window)
-            allowed = band if allowed is None else allowed & band
-        return allowed
-
-    def _score_bias(self, q_pos: Tensor, k_pos: Tensor, like: Tensor) -> Tensor | None:
-        """ALiBi's [h, Lq, Lk] bias ``-m_n |j - i|`` (None for the other positions)."""
-        if self.positions != "alibi":
-            return None
-        slopes = alibi_slopes(self.num_heads).to(device=like.device, dtype=torch.float32)
-        distance = (k_pos[None, :] - q_pos[:, None]).abs().to(torch.float32)
-        return (-slopes[:, None, None] * distance).to(like.dtype)
-
-    def attend_heads(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        allowed: Tensor | None = None,
-        *,
-        q_positions: Tensor | None = None,
-        k_positions: Tensor | None = None,
-        scale: float | None = None,
-        dropout: float | None = None,
-        return_attention: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """The attention step alone, on heads already projected (and rotated, and cached) by someone else:
-        ``A = normalizer(scale · q kᵀ + b, where allowed ∧ pattern)``, ``out = A v``.
-
-        Shapes: q [B, h, Lq, d] with h = ``num_heads``; k [B, g, Lk, d] and v [B, g, Lk, dv] with g = ``num_kv_heads``
-        (query head n reads key/value head n // (h / g), never materialised on the softmax path);
-        ``allowed`` bool broadcasting to [B, h, Lq, Lk] (True = attend), None for all. ``q_positions``
-        [Lq] and ``k_positions`` [Lk] are the tokens' absolute positions, which the layer's ``causal``,
-        ``window`` and ALiBi bias read (default: keys 0..Lk-1, queries the last Lq of them, as after a
-        cache). ``scale`` defaults to 1/sqrt(d); ``dropout`` (on the weights) to the layer's own while
-        training. q, k and v share one dtype and device (a ``ValueError`` otherwise). Returns
-        ``(out [B, h, Lq, dv], A [B, h, Lq, Lk] or None)``; a query with nothing allowed gets zeros. The
-        layer's projections, RoPE and cache are not used: this is what a host library with its own
-        projections (``attnzoo.integrations``) calls.
-        """
-        for arg, t in (("q", q), ("k", k), ("v", v)):
-            if not isinstance(t, Tensor) or t.dim() != 4:
-                got = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(
-                    f"{self.name}.attend_heads expects {arg} as [batch, heads, length, head_dim], got {got}"
-                )
-        if q.shape[1] != self.num_heads or k.shape[1] != self.num_kv_heads or v.shape[1] != k.shape[1]:
-            raise ValueError(
-                f"{self.name}.attend_heads: this layer has {self.num_heads} query and {self.num_kv_heads} key/value "
-                f"heads, got q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}; build it with num_heads and "
-                f"num_kv_heads of the host model"
-            )
-        if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
-            raise ValueError(
-                f"{self.name}.attend_heads: q {list(q.shape)}, k {list(k.shape)} and v {list(v.shape)} disagree "
-                f"(batch and key length shared, q and k of one head size)"
-            )
-        if len({q.dtype, k.dtype, v.dtype}) > 1 or len({q.device, k.device, v.device}) > 1:
-            # a host that mixes them (a float16 query over a float32 cache) would get a kernel's dtype error
-            raise ValueError(
-                f"{self.name}.attend_heads expects q, k and v of one dtype on one device, got q "
-                f"{str(q.dtype)[6:]} on {q.device}, k {str(k.dtype)[6:]} on {k.device}, v {str(v.dtype)[6:]} on "
-                f"{v.device}; convert them: k.to(q), v.to(q)"
-            )
-        length, keys = q.shape[-2], k.shape[-2]
-        if allowed is not None and (
-            allowed.dtype != torch.bool
-            or allowed.dim() != 4
-            or any(a not in (1, b) for a, b in zip(allowed.shape, (q.shape[0], q.shape[1], length, keys), strict=True))
-        ):
-            raise ValueError(
-                f"{self.name}.attend_heads expects allowed as a bool tensor broadcasting to "
-                f"[{q.shape[0]}, {q.shape[1]}, {length}, {keys}] (True = attend), got {allowed.dtype} "
-                f"{list(allowed.shape)}"
-            )
-        if k_positions is None:
-            k_positions = torch.arange(keys, device=q.device)
-        if q_positions is None:
-            q_positions = torch.arange(keys - length, keys, device=q.device)
-        if q_positions.shape != (length,) or k_positions.shape != (keys,):
-            raise ValueError(
-                f"{self.name}.attend_heads expects q_positions [{length}] and k_positions [{keys}], got "
-                f"{list(q_positions.shape)} and {list(k_positions.shape)}"
-            )
-        keys_only = allowed is None or (allowed.shape[1] == 1 and allowed.shape[2] == 1)
-        if keys_only and self._use_blocks(length, None, return_attention) and self._aligned(q_positions, k_positions):
-            # queries that are the keys, masked by key alone: the window's blocks, O(T·w)
-            real = None if allowed is None else allowed[:, 0, 0].expand(q.shape[0], keys)
-            return self._attend_blocks(q, k, v, real, scale=scale, dropout=dropout), None
-        return self._attend(q, k, v, allowed, q_positions, k_positions, return_attention, scale=scale, dropout=dropout)
-
-    def _aligned(self, q_pos: Tensor, k_pos: Tensor) -> bool:
-        """Whether the queries are the keys (the same consecutive positions): checked on the host."""
-        if q_pos is k_pos:
-            return True
-        return (
-            q_pos.shape == k_pos.shape and bool(torch.equal(q_pos, k_pos)) and bool((k_pos[1:] - k_pos[:-1] == 1).all())
-        )
-
-    def _attend(
-        self, q, k, v, allowed, q_pos, k_pos, return_attention, *, scale=None, dropout=None, pattern_holds=False
-    ):
-        """Attention of q [N, h, Lq, d] over k, v [N, g, Lk, d] where ``allowed`` (bool, broadcasting to
-        [N, 1, Lq, Lk]) and the pattern of the positions ``q_pos`` [Lq], ``k_pos`` [Lk] both allow it.
-        ``pattern_holds``: the caller knows that every pair passes the pattern (one decoding step over a
-        cache: its keys are at or before the query, and within the window), so none is built."""
-        if dropout is None:
-            dropout = self.dropout if self.training else 0.0
-        if allowed is None and not return_attention and not pattern_holds and self._sdpa_causal(q, k, q_pos, k_pos):
-            # the causal pattern alone is SDPA's own is_causal: no [Lq, Lk] mask, and its causal kernels
-            if q.shape[1] != k.shape[1] and not SDPA_GQA:
-                k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
-            extra = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scale, **extra)
-            return out, None
-        pattern = None if pattern_holds else self._pattern(q_pos, k_pos)
-        if pattern is not None:
-            allowed = pattern if allowed is None else allowed & pattern
-        if self.normalizer == "softmax" and self.positions != "relpos":
-            bias = self._score_bias(q_pos, k_pos, q)
-            return attend(q, k, v, allowed, scale=scale, return_attention=return_attention, dropout=dropout, bias=bias)
-        if scale is not None:  # the materialised form scales by 1/sqrt(d): the rest goes on q
-            q = q * (scale * q.shape[-1] ** 0.5)
-        return self._explicit(q, k, v, allowed, q_pos, k_pos, return_attention, dropout)
-
-    def _sdpa_causal(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
-        """Whether this layer's pattern over these positions is exactly SDPA's ``is_causal`` (query i
-        reads keys 0..i): a causal softmax layer without window or bias, 1 < Lq <= Lk, and the queries at
-        the first Lq of the keys' increasing positions (the same tensor, or checked on the host)."""
-        length = q.shape[-2]
-        if not (self.causal and self.window is None and self.normalizer == "softmax"):
-            return False
-        if type(self)._pattern is not Attention._pattern:  # a subclass's own pattern is applied as written
-            return False
-        if self.positions not in ("none", "rope") or not 1 < length <= k.shape[-2]:
-            return False
-        if q_pos is k_pos:  # the layer's own forward: one arange for both
-            return True
-        if tracing():
-            return False
-        return bool(torch.equal(q_pos, k_pos[:length]) and (k_pos[1:] > k_pos[:-1]).all())
-
-    def _explicit(self, q, k, v, allowed, q_pos, k_pos, return_attention, dropout):
-        """The materialised form, for relative positions and the sparse normalisers, a chunk of queries at
-        a time. Relative positions come from the 2k + 1 distance vectors: the key term is ``q · a^K``
-        [.., Lq, 2k + 1] gathered by distance; the value term sums each row's weights by distance (a
-        scatter into [.., Lq, 2k + 1]) before the product with ``a^V``. No [Lq, Lk, d] table is formed."""
-        heads, d = q.shape[1], q.shape[-1]
-        # grouped key/value heads are never copied: the r = h / g query heads that share one are stacked
-        # along the query axis ([N, g, r·c, d], a copy of the queries only), multiplied with it, and the
-        # products read back as [N, h, c, Lk] (a view)
-        groups, kv_heads = heads // k.shape[1], k.shape[1]
-        scale = d**-0.5
-        relpos = self.positions == "relpos"
-        rows = max(1, _CHUNK_ELEMENTS // max(1, q.shape[0] * heads * k.shape[-2]))
-        if tracing():  # a graph takes one chunk: a loop over a traced length would fix it
-            rows = q.shape[-2]
-        outs, all_weights = [], []
-        starts = [0] if tracing() else range(0, max(q.shape[-2], 1), rows)  # one (empty) chunk for no queries
-        for start in starts:
-            stop = q.shape[-2] if tracing() else min(start + rows, q.shape[-2])
-            q_c, q_pos_c = q[..., start:stop, :], q_pos[start:stop]
-            allowed_c = None
-            if allowed is not None:
-                allowed_c = allowed if allowed.shape[-2] == 1 else allowed[..., start:stop, :]
-            count = q_c.shape[-2]
-            stacked = (q_c * scale).reshape(q_c.shape[0], kv_heads, groups * count, d)
-            scores = torch.matmul(stacked, k.transpose(-2, -1)).view(q_c.shape[0], heads, count, k.shape[-2])
-            if relpos:
-                reach = self.max_relative_position
-                distance = (k_pos[None, :] - q_pos_c[:, None]).clamp(-reach, reach) + reach  # [c, Lk]
-                index = distance.expand(*scores.shape)
-                scores = scores + torch.matmul(q_c * scale, self.rel_key.t()).gather(-1, index)
-            bias = self._score_bias(q_pos_c, k_pos, q)
-            if bias is not None:
-                scores = scores + bias
-            weights = normalize(scores, allowed_c, kind=self.normalizer)
-            dropped = F.dropout(weights, dropout) if dropout else weights
-            out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, -1), v)
-            out = out.view(q_c.shape[0], heads, count, v.shape[-1])
-            if relpos:
-                by_distance = dropped.new_zeros(*dropped.shape[:-1], self.rel_value.shape[0])
-                out = out + torch.matmul(by_distance.scatter_add(-1, index, dropped), self.rel_value)
-            outs.append(out)
-            if return_attention:
-                all_weights.append(weights)
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
-        weights = None
-        if return_attention:
-            weights = all_weights[0] if len(all_weights) == 1 else torch.cat(all_weights, dim=-2)
-        return out, weights
-
-    # -- the sliding window in blocks -----------------------------------------------------------------
-    def _block_size(self) -> int:
-        assert self.window is not None
-        return max(self.window, 16)
-
-    def _use_blocks(self, seq: int, mask: Tensor | None, return_attention: bool) -> bool:
-        """Blocks pay when the sequence spans several of them; a [B, T, T] mask or asked-for weights
-        need the full matrix anyway."""
-        if self.window is None or return_attention:
-            return False
-        if mask is not None and mask.shape[1] != 1:
-            return False
-        # A traced graph takes one branch for every length, and the blocks' ceil(T / b) reshapes put
-        # guards on the length that torch.export refuses: exported programs keep the masked full form.
-        return not tracing() and seq > 3 * self._block_size()
-
-    def _attend_blocks(
-        self, q: Tensor, k: Tensor, v: Tensor, keys: Tensor | None, *, scale: float | None = None, dropout=None
-    ) -> Tensor:
-        """Windowed attention with queries in blocks of b >= w: block n's queries [n·b, (n+1)·b) can only
-        reach keys in [(n-1)·b, (n+2)·b) (causal: [(n-1)·b, (n+1)·b)), so each block attends to 3b (2b)
-        keys and time and memory are O(T·b). The pattern, the key mask and the keys outside the sequence
-        are one boolean mask per block; the result equals the masked full computation. The blocks go in
-        groups, so that only one group's overlapping key windows (3x its keys) exist at a time."""
-        batch, heads, seq, d = q.shape
-        size = self._block_size()
-        blocks = -(-seq // size)
-        total = blocks * size
-        left, right = size, (0 if self.causal else size)
-        span = left + size + right
-        q = F.pad(q, (0, 0, 0, total - seq)) if total > seq else q
-        real = torch.ones(batch, seq, dtype=torch.bool, device=q.device) if keys is None else keys
-        # positions within a block: queries 0..b-1, keys -b..span-b-1 (the same for every block)
-        q_pos = torch.arange(size, device=q.device)
-        k_pos = torch.arange(span, device=q.device) - left
-        per_group = max(1, _BLOCK_ELEMENTS // max(1, batch * k.shape[1] * span * d))
-        out = q.new_empty(batch, heads, total, d)
-        for first in range(0, blocks, per_group):
-            count = min(per_group, blocks - first)
-            # the group's keys are [first·b - left, (first + count)·b + right); zeros beyond the sequence
-            lo, hi = first * size - left, (first + count) * size + right
-
-            q_group = q[:, :, first * size : (first + count) * size].reshape(batch, heads, count, size, d)
-            q_group = q_group.transpose(1, 2).reshape(batch * count, heads, size, d)
-            allowed = _positions_range(real, lo, hi).unfold(1, span, size).reshape(batch * count, 1, 1, span)
-            k_group, v_group = (_windows(_positions_range(t, lo, hi), span, size) for t in (k, v))
-            result, _ = self._attend(
-                q_group, k_group, v_group, allowed, q_pos, k_pos, False, scale=scale, dropout=dropout
-            )
-            result = result.view(batch, count, heads, size, d).transpose(1, 2)
-            out[:, :, first * size : (first + count) * size] = result.reshape(batch, heads, count * size, d)
-        return out[:, :, :seq]
 
     def extra_repr(self) -> str:
         parts = [f"embed_dim={self.embed_dim}", f"num_heads={self.num_heads}"]
