@@ -30,10 +30,14 @@ def __getattr__(name: str):
         from attnzoo.train.tokenizer import tokenizer
 
         return tokenizer
-    if name in ("plot_pattern", "plot_attention"):  # matplotlib and torch load when a picture is drawn
-        from attnzoo.tools import plots
+    if name == "plot_pattern":  # matplotlib and torch load when a picture is drawn
+        from attnzoo.tools.plots import plot_pattern
 
-        return getattr(plots, name)
+        return plot_pattern
+    if name == "plot_attention":
+        from attnzoo.tools.attention_map import plot_attention
+
+        return plot_attention
     if name in _SUBPACKAGES:
         import importlib
 

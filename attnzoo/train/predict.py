@@ -9,7 +9,7 @@ names and descriptions where the data set has them), the decision threshold (mul
 phoneme inventory (G2P). The model is a pretrained name (``bilstm_labelwise.wordnet``), a run folder or
 weights file written by ``attnzoo train`` or ``attnzoo.save``, or a module that carries such metadata.
 
-``attnzoo.plot_attention(result, path)`` (:mod:`attnzoo.tools.plots`) draws the weights the model put on
+``attnzoo.plot_attention(result, path)`` (:mod:`attnzoo.tools.attention_map`) draws the weights the model put on
 each token: one row per label with its probability (threshold marked), or the phoneme-to-letter
 alignment for G2P, with a colour bar.
 """

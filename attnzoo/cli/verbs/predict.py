@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     import warnings
 
     from attnzoo.errors import UnknownTokensWarning
-    from attnzoo.tools.plots import plot_attention
+    from attnzoo.tools.attention_map import plot_attention
     from attnzoo.train.predict import predict
 
     if args.attention:
