@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from attnzoo.errors import KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError
+from attnzoo.keras import archive as keras_archive
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras import files as keras_files
 
@@ -129,7 +130,7 @@ def test_decompressed_sizes_are_counted_from_the_data(tmp_path, monkeypatch):
     with pytest.raises(WeightsError, match=r"archive member 'config\.json' cannot be read as its header"):
         convert_keras_model(path)
 
-    monkeypatch.setattr(keras_files, "MAX_ASSETS_BYTES", 1 << 20)
+    monkeypatch.setattr(keras_archive, "MAX_ASSETS_BYTES", 1 << 20)
     path = _write(tmp_path / "assets.keras", [*_members(SMALL), ("assets/layers/dense/big.txt", b"a" * (2 << 20))], 8)
     with pytest.raises(
         WeightsError,
@@ -137,8 +138,8 @@ def test_decompressed_sizes_are_counted_from_the_data(tmp_path, monkeypatch):
     ):
         convert_keras_model(path)
 
-    monkeypatch.setattr(keras_files, "MAX_ASSETS_BYTES", 1 << 30)
-    monkeypatch.setattr(keras_files, "_BOMB_FLOOR", 1 << 20)
+    monkeypatch.setattr(keras_archive, "MAX_ASSETS_BYTES", 1 << 30)
+    monkeypatch.setattr(keras_archive, "BOMB_FLOOR", 1 << 20)
     path = _write(tmp_path / "bomb.keras", [*_members(SMALL), ("assets/layers/dense/zeros.txt", bytes(4 << 20))], 8)
     with pytest.raises(WeightsError, match=r"'assets/layers/dense/zeros\.txt' expands to over 100 times .*bomb"):
         convert_keras_model(path)
@@ -177,11 +178,11 @@ def test_a_legacy_h5_whose_model_config_nests_deep_is_a_weights_error(tmp_path):
 def test_the_documented_limits_are_the_code_s():
     """docs/keras-migration.md states the archive's limits; they are these constants."""
     text = " ".join((ROOT / "docs" / "keras-migration.md").read_text().split())
-    assert keras_files.MAX_CONFIG_BYTES == 64 << 20 and "`config.json` up to 64 MiB" in text
-    assert keras_files.MAX_METADATA_BYTES == 1 << 20 and "`metadata.json` up to 1 MiB" in text
-    assert keras_files.MAX_ASSETS_BYTES == 1 << 30 and "the assets up to 1 GiB together" in text
-    assert keras_files.MAX_WEIGHTS_BYTES == 64 << 30 and "`model.weights.h5` up to 64 GiB" in text
-    assert (keras_files._BOMB_FLOOR, keras_files._BOMB_RATIO) == (256 << 20, 100)
+    assert keras_archive.MAX_CONFIG_BYTES == 64 << 20 and "`config.json` up to 64 MiB" in text
+    assert keras_archive.MAX_METADATA_BYTES == 1 << 20 and "`metadata.json` up to 1 MiB" in text
+    assert keras_archive.MAX_ASSETS_BYTES == 1 << 30 and "the assets up to 1 GiB together" in text
+    assert keras_archive.MAX_WEIGHTS_BYTES == 64 << 30 and "`model.weights.h5` up to 64 GiB" in text
+    assert (keras_archive.BOMB_FLOOR, keras_archive.BOMB_RATIO) == (256 << 20, 100)
     assert "no member past 256 MiB that expands to more than 100 times" in text
     assert keras_files.MAX_JSON_DEPTH == 200 and "a depth limit of 200 levels" in text
 

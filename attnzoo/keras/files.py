@@ -14,7 +14,7 @@ Three forms hold a whole model:
   (``model.weights.h5`` or ``<stem>.weights.h5``), or named with ``weights=``.
 
 Nothing here imports Keras, and nothing is executed: the config is JSON data. A file is checked before
-it is read (:func:`_check_members`, :func:`_stream_member`, :func:`parse_json`): a ``.keras`` archive
+it is read (:func:`check_members`, :func:`stream_member`, :func:`parse_json`): a ``.keras`` archive
 holds each member once and none outside its folder, each member is decompressed counting the bytes its
 data holds (not its header's size) under a limit, and JSON is parsed with a depth limit; each refusal
 is a ``WeightsError`` naming the member.
@@ -22,12 +22,10 @@ is a ``WeightsError`` naming the member.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import tempfile
 import zipfile
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,15 @@ from typing import Any
 import numpy as np
 
 from attnzoo.errors import WeightsError
+from attnzoo.keras.archive import (
+    MAX_CONFIG_BYTES,
+    MAX_METADATA_BYTES,
+    MAX_WEIGHTS_BYTES,
+    check_members,
+    read_assets,
+    read_member,
+    stream_member,
+)
 from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, get_once, group_items, read_dataset
 
 __all__ = [
@@ -43,16 +50,10 @@ __all__ = [
     "read_keras_model",
     "snake_case",
     "parse_json",
-    "MAX_CONFIG_BYTES",
     "MAX_JSON_DEPTH",
 ]
 
-MAX_CONFIG_BYTES = 64 << 20  # a model config is kilobytes; a larger one is not a Keras file
-MAX_WEIGHTS_BYTES = 64 << 30  # what one model.weights.h5 inside a .keras may expand to
-MAX_ASSETS_BYTES = 1 << 30  # a .keras's assets (vocabularies) are read into memory: a bound on them
-MAX_METADATA_BYTES = 1 << 20  # metadata.json holds a version and a date
 MAX_JSON_DEPTH = 200  # a Keras config nests a dozen levels, about five more per nested model
-_BOMB_FLOOR, _BOMB_RATIO = 256 << 20, 100  # Keras's own guard against decompression bombs (saving_lib)
 
 
 @dataclass(frozen=True)
@@ -290,83 +291,6 @@ def _version_of(config: dict[str, Any], default: str) -> str:
     return default or ("3" if '"module"' in text or '"args"' in text else "2")
 
 
-def _check_members(archive: zipfile.ZipFile, where: str) -> None:
-    """Refuse an archive Keras would not have written: a member name twice (which one is "the" config?),
-    or a name that leaves the archive's folder (absolute, a drive, ``..``, a backslash or NUL)."""
-    seen: set[str] = set()
-    for info in archive.infolist():
-        name = info.filename
-        if name in seen:
-            raise WeightsError(
-                f"{where}: the archive holds two members named {name!r}; Keras writes each file once, so the "
-                f"archive was assembled by hand and which copy counts is ambiguous; refusing it"
-            )
-        seen.add(name)
-        parts = name.replace("\\", "/").split("/")
-        if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or ".." in parts or "\0" in name:
-            raise WeightsError(
-                f"{where}: archive member {name!r} names a path outside the archive (absolute or with '..'); "
-                f"Keras never writes one; refusing the archive"
-            )
-
-
-def _stream_member(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, where: str, sink: Any, over: str = ""
-) -> int:
-    """Decompress one member into ``sink`` (``write``), counting the bytes the data holds rather than
-    trusting its header: more than ``limit`` (``over`` says which limit), or more than 100 times the
-    stored bytes past 256 MiB (a decompression bomb, as Keras's loader refuses it), is a ``WeightsError``;
-    so is data that does not match its header (zipfile's ``BadZipFile``: a wrong CRC, a size that lies,
-    a truncated archive). Returns the bytes written."""
-    name = info.filename
-    unreadable = (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, NotImplementedError)
-
-    def damaged(e: BaseException) -> WeightsError:
-        return WeightsError(
-            f"{where}: archive member {name!r} cannot be read as its header describes it ({e}); the archive is "
-            f"damaged or was edited by hand"
-        )
-
-    try:
-        source = archive.open(info)
-    except unreadable as e:
-        raise damaged(e) from None
-    copied = 0
-    with source:
-        while True:
-            try:
-                block = source.read(1 << 20)
-            except unreadable as e:  # only the reading: a full disk while writing is not the archive's fault
-                raise damaged(e) from None
-            if not block:
-                return copied
-            copied += len(block)
-            if copied > limit:
-                raise WeightsError(
-                    f"{where}: archive member {name!r} expands to more than {over or _size(limit)}; refusing it"
-                )
-            if copied > _BOMB_FLOOR and copied > _BOMB_RATIO * max(info.compress_size, 1):
-                raise WeightsError(
-                    f"{where}: archive member {name!r} expands to over {_BOMB_RATIO} times the "
-                    f"{_size(info.compress_size)} it stores (a decompression bomb); refusing it"
-                )
-            sink.write(block)
-
-
-def _size(nbytes: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if nbytes >= 1 << shift:
-            return f"{nbytes >> shift} {unit}"
-    return f"{nbytes} bytes"
-
-
-def _read_member(archive: zipfile.ZipFile, name: str, limit: int, where: str) -> bytes:
-    """One member's bytes, read under :func:`_stream_member`'s checks."""
-    buffer = io.BytesIO()
-    _stream_member(archive, archive.getinfo(name), limit, where, buffer)
-    return buffer.getvalue()
-
-
 def _read_zip(path: Path) -> KerasFile:
     where = str(path)
     try:
@@ -374,14 +298,14 @@ def _read_zip(path: Path) -> KerasFile:
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as e:
         raise WeightsError(f"{where}: not a .keras archive ({e})") from None
     with archive:
-        _check_members(archive, where)
+        check_members(archive, where)
         names = set(archive.namelist())
         if "config.json" not in names:
             raise WeightsError(f"{where}: a .keras archive holds config.json; this one has {sorted(names)[:8]}")
-        config = _parse_config(_read_member(archive, "config.json", MAX_CONFIG_BYTES, where), where, "config.json")
+        config = _parse_config(read_member(archive, "config.json", MAX_CONFIG_BYTES, where), where, "config.json")
         version = ""
         if "metadata.json" in names:
-            text = _read_member(archive, "metadata.json", MAX_METADATA_BYTES, where)
+            text = read_member(archive, "metadata.json", MAX_METADATA_BYTES, where)
             metadata = parse_json(text, where, "metadata.json")
             version = str(metadata.get("keras_version", "")) if isinstance(metadata, dict) else ""
         if "model.weights.h5" not in names:
@@ -390,12 +314,12 @@ def _read_zip(path: Path) -> KerasFile:
                 f"{where}: no model.weights.h5 in the archive"
                 + ("; sharded weights are not supported, save the model unsharded" if sharded else "")
             )
-        assets = _read_assets(archive, where)
+        assets = read_assets(archive, where)
         scratch = tempfile.TemporaryDirectory(prefix="attnzoo-keras-")
         target = Path(scratch.name) / "model.weights.h5"
         try:
             with open(target, "wb") as sink:
-                _stream_member(archive, archive.getinfo("model.weights.h5"), MAX_WEIGHTS_BYTES, where, sink)
+                stream_member(archive, archive.getinfo("model.weights.h5"), MAX_WEIGHTS_BYTES, where, sink)
         except BaseException:
             scratch.cleanup()
             raise
@@ -406,21 +330,6 @@ def _read_zip(path: Path) -> KerasFile:
         raise WeightsError(f"{where}: model.weights.h5 is not a keras 3 weights file (no 'layers' group)")
     weights = _Keras3Weights(handle, where)
     return KerasFile(path, "keras", _version_of(config, version), config, weights, [scratch, handle], assets)
-
-
-def _read_assets(archive: zipfile.ZipFile, where: str) -> dict[str, bytes]:
-    """Every file under ``assets/`` of a .keras archive, read whole (they are vocabularies, kilobytes to
-    megabytes); more than ``MAX_ASSETS_BYTES`` in all, counted as the data expands, is refused."""
-    out = {}
-    left = MAX_ASSETS_BYTES
-    for member in archive.infolist():
-        if not member.filename.startswith("assets/") or member.is_dir():
-            continue
-        buffer = io.BytesIO()
-        over = f"the {_size(MAX_ASSETS_BYTES)} all assets may take together"
-        left -= _stream_member(archive, member, left, where, buffer, over)
-        out[member.filename] = buffer.getvalue()
-    return out
 
 
 def _read_legacy(path: Path) -> KerasFile:
