@@ -251,16 +251,22 @@ def _diff(got: list, want: list) -> float:
     return worst
 
 
-def _run_pt2(path: Path, args: tuple, kwargs: dict) -> list:
+def _pt2_runner(path: Path):
+    """A function running the .pt2 file at ``path`` (loaded once) on ``(args, kwargs)``: its tensors."""
     import torch
 
-    program = torch.export.load(str(path))
-    with torch.no_grad():
-        out = program.module()(*args, **kwargs)
-    return [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+    module = torch.export.load(str(path)).module()
+
+    def run(args: tuple, kwargs: dict) -> list:
+        with torch.no_grad():
+            out = module(*args, **kwargs)
+        return [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+
+    return run
 
 
-def _run_onnx(path: Path, model: Any, args: tuple, kwargs: dict) -> list:
+def _onnx_runner(path: Path, model: Any):
+    """A function running the ONNX file at ``path`` (one onnxruntime session) on ``(args, kwargs)``."""
     import torch
 
     try:
@@ -268,14 +274,18 @@ def _run_onnx(path: Path, model: Any, args: tuple, kwargs: dict) -> list:
     except ImportError:
         raise ExportError("checking an ONNX file needs onnxruntime: pip install 'attnzoo[export]'") from None
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    names = _input_names(model, len(args))
-    given = {**dict(zip(names, args, strict=False)), **kwargs}
-    feed = {}
-    for item in session.get_inputs():
-        if item.name not in given:
-            raise ExportError(f"the ONNX graph wants an input {item.name!r} the model was not given")
-        feed[item.name] = given[item.name].detach().cpu().numpy()
-    return [torch.from_numpy(o) for o in session.run(None, feed)]
+
+    def run(args: tuple, kwargs: dict) -> list:
+        names = _input_names(model, len(args))
+        given = {**dict(zip(names, args, strict=False)), **kwargs}
+        feed = {}
+        for item in session.get_inputs():
+            if item.name not in given:
+                raise ExportError(f"the ONNX graph wants an input {item.name!r} the model was not given")
+            feed[item.name] = given[item.name].detach().cpu().numpy()
+        return [torch.from_numpy(o) for o in session.run(None, feed)]
+
+    return run
 
 
 @dataclass
@@ -501,23 +511,21 @@ def torch_reason(error: BaseException, limit: int = 300) -> str:
 
 
 def _program(model, args, kwargs, dynamic_shapes):
-    """``torch.export`` of the model. Where the plain trace guards on an open size (torch fixes a size-1
-    test of an intermediate length, as a strided convolution's output, to the traced answer), it is traced
-    again with sizes treated as never 1 (``backed_size_oblivious``), which keeps the axis open; the file
-    is checked at several sizes either way."""
+    """``torch.export`` of the model. Open axes are traced with sizes treated as never 1
+    (``backed_size_oblivious``): a plain trace fixes every size-1 test of an intermediate length (a strided
+    convolution's output) to its traced answer and refuses the open axis. Where that trace fails, the
+    plain one is tried; the written file is checked at several sizes either way."""
     import torch
 
-    try:
-        return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
-    except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
-        first = e
-    if dynamic_shapes is not None:
+    attempts = [True, False] if dynamic_shapes is not None else [False]
+    reason = None
+    for oblivious in attempts:
         try:
-            with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+            with torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
                 return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
-        except Exception:  # noqa: BLE001, S110 - the first reason is the one to say
-            pass
-    raise ExportError(f"torch.export could not trace the model: {torch_reason(first)}") from None
+        except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
+            reason = reason or e
+    raise ExportError(f"torch.export could not trace the model: {torch_reason(reason)}") from None
 
 
 def _write_pt2(program, metadata, tmp: str, path: Path) -> None:
@@ -666,10 +674,10 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
     try:
         if path.suffix == ".pt2":
             _write_pt2(program, metadata, tmp, path)
-            run = lambda a, k: _run_pt2(Path(tmp), a, k)  # noqa: E731
+            run = _pt2_runner(Path(tmp))
         else:
             _write_onnx(_onnx_program(model, program, args, output_names), metadata, tmp, path)
-            run = lambda a, k: _run_onnx(Path(tmp), model, a, k)  # noqa: E731
+            run = _onnx_runner(Path(tmp), model)
         for check_args, check_kwargs in plan.checks:
             try:
                 want = _eager(model, check_args, check_kwargs)

@@ -52,7 +52,7 @@ def _axis_names(spec: dict[str, Any], several: bool) -> list[str]:
 
 def keras_axes(model: Any, *, shape: tuple[int, ...] | None = None, seq: int | None = None) -> KerasAxes:
     """The traced sizes of ``model``'s inputs: ``shape`` gives the first input's open axes in order (or all
-    its non-batch axes, the declared ones unchanged), ``seq`` every input's open first axis; the rest
+    its non-batch axes, the declared ones unchanged), ``seq`` every open sequence length; the rest
     default to 16 (one open axis) or 32 (images)."""
     specs = model.inputs_spec
     sizes: dict[tuple[int, int], int] = {}
@@ -75,9 +75,14 @@ def keras_axes(model: Any, *, shape: tuple[int, ...] | None = None, seq: int | N
                 fixed[(i, j)] = name
                 sizes[(i, j)] = int(size)
     if seq is not None:
-        for i, j in list(open_):
-            if j == 1:
-                sizes[(i, j)] = seq
+        lengths = [key for key, name in open_.items() if name.endswith("length")]
+        if not lengths:
+            raise ConfigError(
+                f"seq={seq}: no input of this model has an open length (its open axes: "
+                f"{', '.join(open_.values()) or 'none'}); give the sizes with shape=(H, W) (--shape H,W)"
+            )
+        for key in lengths:
+            sizes[key] = seq
     if shape is not None:
         _apply_shape(specs[0], shape, sizes, open_)
     return KerasAxes(sizes, open_, fixed)

@@ -250,7 +250,7 @@ class Recurrent(Node):
         output, each step reads its projected input [B, G·units] and its mask column [B, 1]."""
         from torch._higher_order_ops.scan import scan
 
-        states = self.initial_states(x, initial)
+        states = [s.clone() for s in self.initial_states(x, initial)]  # scan's carries alias nothing
         w_ih, b_ih = self.rnn.weight_ih_l0, getattr(self.rnn, "bias_ih_l0", None)
         projected = F.linear(x, w_ih, b_ih).transpose(0, 1)
         keep = (torch.ones_like(x[..., 0], dtype=torch.bool) if mask is None else mask).transpose(0, 1).unsqueeze(-1)
