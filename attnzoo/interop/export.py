@@ -687,7 +687,8 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
             try:
                 diff = _diff(run(check_args, check_kwargs), want)
             except ExportError as e:
-                raise ExportError(f"{e} (at {_shape_words(shapes)})") from None
+                layer = _first_differing_layer(model, plan, check_args, tolerance)
+                raise ExportError(f"{e} (at {_shape_words(shapes)}){layer}; nothing was written") from None
             except Exception as e:  # noqa: BLE001 - the runtime refused a shape the file declares open
                 raise ExportError(
                     f"the exported {path.suffix} file refuses {_shape_words(shapes)}, a shape it declares open: "
