@@ -114,7 +114,8 @@ def main(out):
             xs = inputs(name, size, rng)
             for i, x in enumerate(xs):
                 arrays[f"x{k}" + (f"_{i}" if i else "")] = x
-            arrays[f"y{k}"] = keras.ops.convert_to_numpy(model(xs if len(xs) > 1 else xs[0]))
+            y = model(xs if len(xs) > 1 else xs[0], training=False)  # the random layers' default is True
+            arrays[f"y{k}"] = keras.ops.convert_to_numpy(y)
         np.savez(f"{out}/{name}.npz", **arrays)
     flips(out)
 

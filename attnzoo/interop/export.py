@@ -510,22 +510,32 @@ def torch_reason(error: BaseException, limit: int = 300) -> str:
     return text + (f" (raised at {where[:200]})" if where else "")
 
 
-def _program(model, args, kwargs, dynamic_shapes):
-    """``torch.export`` of the model. Open axes are traced with sizes treated as never 1
-    (``backed_size_oblivious``): a plain trace fixes every size-1 test of an intermediate length (a strided
-    convolution's output) to its traced answer and refuses the open axis. Where that trace fails, the
-    plain one is tried; the written file is checked at several sizes either way."""
+def _programs(model, args, kwargs, dynamic_shapes):
+    """The ways of tracing the model with ``torch.export``, in the order to try them. Open axes are first
+    traced with sizes treated as never 1 (``backed_size_oblivious``): a plain trace fixes every size-1
+    test of an intermediate length (a strided convolution's output) to its traced answer and refuses the
+    open axis. That trace may assume a size is not 1 (the .pt2 file then asserts it, an ONNX file cannot),
+    so where its file fails the checks the plain trace is tried; either must pass every check."""
     import torch
 
     attempts = [True, False] if dynamic_shapes is not None else [False]
-    reason = None
+    reason, traced = None, False
     for oblivious in attempts:
         try:
             with torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
-                return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
         except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
             reason = reason or e
-    raise ExportError(f"torch.export could not trace the model: {torch_reason(reason)}") from None
+            continue
+        traced = True
+        yield program
+    if not traced:
+        raise ExportError(f"torch.export could not trace the model: {torch_reason(reason)}") from None
+
+
+def _program(model, args, kwargs, dynamic_shapes):
+    """The first program :func:`_programs` traces (for naming a differing layer)."""
+    return next(iter(_programs(model, args, kwargs, dynamic_shapes)))
 
 
 def _write_pt2(program, metadata, tmp: str, path: Path) -> None:
@@ -666,42 +676,24 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
     lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
     if lazy:
         raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
-    program = _program(model, args, kwargs, plan.dynamic_shapes)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
-    checked: list[dict[str, list[int]]] = []
-    worst = 0.0
     try:
-        if path.suffix == ".pt2":
-            _write_pt2(program, metadata, tmp, path)
-            run = _pt2_runner(Path(tmp))
+        refusal = None
+        for program in _programs(model, args, kwargs, plan.dynamic_shapes):
+            try:
+                if path.suffix == ".pt2":
+                    _write_pt2(program, metadata, tmp, path)
+                    run = _pt2_runner(Path(tmp))
+                else:
+                    _write_onnx(_onnx_program(model, program, args, output_names), metadata, tmp, path)
+                    run = _onnx_runner(Path(tmp), model)
+                worst, checked = _check_file(model, plan, run, path.suffix, tolerance)
+                break
+            except ExportError as e:  # the next way of tracing may keep the axes open and be right
+                refusal = refusal or e
         else:
-            _write_onnx(_onnx_program(model, program, args, output_names), metadata, tmp, path)
-            run = _onnx_runner(Path(tmp), model)
-        for check_args, check_kwargs in plan.checks:
-            try:
-                want = _eager(model, check_args, check_kwargs)
-            except (RuntimeError, ValueError):  # a shape the model itself refuses is no promise of the file
-                continue
-            shapes = _shapes_of(model, check_args, check_kwargs)
-            try:
-                diff = _diff(run(check_args, check_kwargs), want)
-            except ExportError as e:
-                layer = _first_differing_layer(model, plan, check_args, tolerance)
-                raise ExportError(f"{e} (at {_shape_words(shapes)}){layer}; nothing was written") from None
-            except Exception as e:  # noqa: BLE001 - the runtime refused a shape the file declares open
-                raise ExportError(
-                    f"the exported {path.suffix} file refuses {_shape_words(shapes)}, a shape it declares open: "
-                    f"{type(e).__name__}: {' '.join(str(e).split())[:200]}; nothing was written"
-                ) from None
-            checked.append(shapes)
-            if not diff <= tolerance:
-                layer = _first_differing_layer(model, plan, check_args, tolerance)
-                raise ExportError(
-                    f"the exported {path.suffix} file differs from the model by {diff:.3g} at "
-                    f"{_shape_words(shapes)} (tolerance {tolerance:g}){layer}; nothing was written"
-                )
-            worst = max(worst, diff)
+            raise refusal or ExportError("torch.export could not trace the model")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -718,6 +710,38 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
         plan.open_axes,
         tuple(checked),
     )
+
+
+def _check_file(model: Any, plan: _Plan, run: Any, suffix: str, tolerance: float) -> tuple[float, list]:
+    """The written file (``run``) against eager at every shape of the plan: (largest difference, the shapes
+    run); an ``ExportError`` at the first shape where it differs or refuses a shape it declares open."""
+    checked: list[dict[str, list[int]]] = []
+    worst = 0.0
+    for check_args, check_kwargs in plan.checks:
+        try:
+            want = _eager(model, check_args, check_kwargs)
+        except (RuntimeError, ValueError):  # a shape the model itself refuses is no promise of the file
+            continue
+        shapes = _shapes_of(model, check_args, check_kwargs)
+        try:
+            diff = _diff(run(check_args, check_kwargs), want)
+        except ExportError as e:
+            layer = _first_differing_layer(model, plan, check_args, tolerance)
+            raise ExportError(f"{e} (at {_shape_words(shapes)}){layer}; nothing was written") from None
+        except Exception as e:  # noqa: BLE001 - the runtime refused a shape the file declares open
+            raise ExportError(
+                f"the exported {suffix} file refuses {_shape_words(shapes)}, a shape it declares open: "
+                f"{type(e).__name__}: {' '.join(str(e).split())[:200]}; nothing was written"
+            ) from None
+        checked.append(shapes)
+        if not diff <= tolerance:
+            layer = _first_differing_layer(model, plan, check_args, tolerance)
+            raise ExportError(
+                f"the exported {suffix} file differs from the model by {diff:.3g} at {_shape_words(shapes)} "
+                f"(tolerance {tolerance:g}){layer}; nothing was written"
+            )
+        worst = max(worst, diff)
+    return worst, checked
 
 
 def _shape_words(shapes: dict[str, list[int]]) -> str:

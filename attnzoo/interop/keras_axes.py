@@ -121,7 +121,7 @@ def check_shapes(axes: KerasAxes, batch: int) -> list[tuple[int, dict[tuple[int,
     opened = list(axes.open)
     out = [(batch, dict(axes.sizes))]
     if not opened:
-        return [*out, (batch + 1, dict(axes.sizes))]
+        return [*out, (batch + 1, dict(axes.sizes)), (1, dict(axes.sizes))]
     for grow, b in (
         (lambda t: t + 1, batch + 1),
         (lambda t: 2 * t + 1, 1),
