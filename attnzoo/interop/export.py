@@ -388,9 +388,20 @@ def _keras_plan(model, suffix, dynamic, batch, seq, shape) -> _Plan:
     from attnzoo.interop.keras_axes import check_shapes, keras_axes, keras_inputs
     from attnzoo.testing.conventions import get_convention, model_config
 
-    axes = keras_axes(model, shape=shape, seq=seq)
     in_band = get_convention("keras_inputs").for_config(model_config(model)).in_band
-    args = keras_inputs(model, batch, axes.sizes, in_band=in_band)
+    # with no size given, the default sizes; where the model refuses them (a position embedding of 8
+    # steps, valid convolutions that need more), smaller or larger ones, as the model takes
+    for scale in (1.0,) if shape is not None or seq is not None else (1.0, 0.5, 0.25, 2.0, 4.0, 8.0):
+        axes = keras_axes(model, shape=shape, seq=seq, scale=scale)
+        args = keras_inputs(model, batch, axes.sizes, in_band=in_band)
+        try:
+            _eager(model, args, {})
+            break
+        except (RuntimeError, ValueError):
+            continue
+    else:  # no size fits: the default ones, whose error export then says
+        axes = keras_axes(model, shape=shape, seq=seq)
+        args = keras_inputs(model, batch, axes.sizes, in_band=in_band)
     fixed = [f"{name} = {axes.sizes[key]} (declared by Keras)" for key, name in axes.fixed.items()]
     if not dynamic:
         static = ("batch", *axes.open.values(), *axes.fixed.values())
@@ -522,7 +533,12 @@ def _programs(model, args, kwargs, dynamic_shapes):
     reason, traced = None, False
     for oblivious in attempts:
         try:
-            with torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
+            # a converted RNN's scan step is traced by dynamo once per export: past its recompile limit (8
+            # exports in one process) dynamo would stop tracing it and the length would be fixed
+            with (
+                torch.fx.experimental._config.patch(backed_size_oblivious=oblivious),
+                torch._dynamo.config.patch(recompile_limit=1 << 20, accumulated_recompile_limit=1 << 20),
+            ):
                 program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
         except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
             reason = reason or e

@@ -50,10 +50,12 @@ def _axis_names(spec: dict[str, Any], several: bool) -> list[str]:
     return [prefix + n for n in names]
 
 
-def keras_axes(model: Any, *, shape: tuple[int, ...] | None = None, seq: int | None = None) -> KerasAxes:
+def keras_axes(
+    model: Any, *, shape: tuple[int, ...] | None = None, seq: int | None = None, scale: float = 1.0
+) -> KerasAxes:
     """The traced sizes of ``model``'s inputs: ``shape`` gives the first input's open axes in order (or all
     its non-batch axes, the declared ones unchanged), ``seq`` every open sequence length; the rest
-    default to 16 (one open axis) or 32 (images)."""
+    default to 16 (one open axis) or 32 (images), times ``scale``."""
     specs = model.inputs_spec
     sizes: dict[tuple[int, int], int] = {}
     open_: dict[tuple[int, int], str] = {}
@@ -70,7 +72,7 @@ def keras_axes(model: Any, *, shape: tuple[int, ...] | None = None, seq: int | N
         for j, (size, name) in enumerate(zip(declared, names, strict=True), start=1):
             if size is None:
                 open_[(i, j)] = name
-                sizes[(i, j)] = 32 if open_count >= 2 else 16
+                sizes[(i, j)] = max(1, int((32 if open_count >= 2 else 16) * scale))
             else:
                 fixed[(i, j)] = name
                 sizes[(i, j)] = int(size)
