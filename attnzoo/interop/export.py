@@ -532,6 +532,9 @@ def _programs(model, args, kwargs, dynamic_shapes):
     attempts = [True, False] if dynamic_shapes is not None else [False]
     reason, traced = None, False
     for oblivious in attempts:
+        # dynamo's caches from earlier traces in this process (a scan step traced by other exports) can
+        # make it fix an open length; export starts from a clean slate (compiled functions recompile)
+        torch._dynamo.reset()
         try:
             # a converted RNN's scan step is traced by dynamo once per export: past its recompile limit (8
             # exports in one process) dynamo would stop tracing it and the length would be fixed
