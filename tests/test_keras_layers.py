@@ -71,7 +71,7 @@ def test_random_augmentations_are_the_identity_at_inference_and_an_error_in_trai
     assert_matches_keras(model, folder, "augmented, eval")  # Keras's predict is its inference
     images = torch.from_numpy(np.load(folder / "io.npz")["in/0/0"])
     model.train()
-    with pytest.raises(ValueError, match="RandomFlip augments its input in training.*model.eval"):
+    with pytest.raises(ValueError, match="RandomRotation augments its input in training.*model.eval"):
         model(images)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from attnzoo.conventions.base import Convention, Slot
 
-__all__ = ["BUILTIN", "KerasInputs"]
+__all__ = ["BUILTIN", "KerasInputs", "TORCH_INTEGERS"]
 
 _FEATURE = ("hidden_size", "embed_dim", "input_size", "dim", "in_features", "d_model")
 _SEQ = (Slot("x", "float", ("batch", "keys", "feature")), Slot("mask", "mask", ("batch", "keys"), keyword=True))
@@ -185,7 +185,7 @@ BUILTIN.append(
 
 
 # Keras's integer dtypes as torch's; the unsigned ones torch computes little with go as int64
-_TORCH_INTEGERS = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8"}
+TORCH_INTEGERS = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64", "uint8": "uint8"}
 
 
 @dataclass
@@ -221,7 +221,7 @@ class KerasInputs(Convention):
                 defaults[vocab] = int(spec.get("vocab") or 10)
             name = str(spec.get("name") or f"input_{i}")
             kind = "tokens" if dtype in INTEGER_DTYPES else "float"
-            integer = _TORCH_INTEGERS.get(dtype, "int64") if kind == "tokens" else ""
+            integer = TORCH_INTEGERS.get(dtype, "int64") if kind == "tokens" else ""
             slots.append(Slot(name, kind, tuple(axes), vocab=vocab if kind == "tokens" else "", dtype=integer))
         outputs = tuple(("batch", "...") for _ in graph.get("outputs") or [None])
         return Convention(

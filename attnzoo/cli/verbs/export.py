@@ -25,9 +25,26 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--return-attention", action="store_true", help="export the attention weights as an output too")
     p.add_argument("--batch", type=positive_int, default=2, help="batch size to trace with (it stays dynamic)")
-    p.add_argument("--seq", type=positive_int, help="sequence length to trace with (fixed for recurrent models)")
+    p.add_argument(
+        "--shape",
+        type=_sizes,
+        metavar="H,W|T",
+        help="sizes of the open axes to trace with (an image's height and width, a sequence's length); they "
+        "stay open (default: a converted Keras model's declared shape, its open axes at 32 for images, 16 else)",
+    )
+    p.add_argument(
+        "--seq", type=positive_int, help="sequence length to trace with (--shape T); fixed for attnzoo's own RNNs"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.add_argument("--json", action="store_true")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """``32,32`` or ``64``: positive whole numbers separated by commas (or x)."""
+    parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected sizes such as 32,32 or 64, got {text!r}")
+    return tuple(positive_int(p.strip()) for p in parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         batch=args.batch,
         seq=args.seq,
+        shape=args.shape,
     )
     if args.json:
         emit_json(
@@ -59,14 +77,17 @@ def run(args: argparse.Namespace) -> int:
                 "format": result.format,
                 "max_abs_diff": result.max_abs_diff,
                 "checked_on": result.checked_on,
+                "open_axes": list(result.open_axes),
                 "static_axes": list(result.static_axes),
+                "checked_shapes": list(result.checked_shapes),
                 "metadata": sorted(result.metadata or {}),
                 "notes": list(result.notes),
             }
         )
         return 0
-    fixed = f"; fixed: {', '.join(result.static_axes)}" if result.static_axes else ""
-    shapes = ", ".join(f"{k} {v}" for k, v in result.checked_on.items())
+    fixed = f"; open: {', '.join(result.open_axes) or 'none'}"
+    fixed += f"; fixed: {', '.join(result.static_axes)}" if result.static_axes else ""
+    shapes = "; ".join(", ".join(f"{k} {v}" for k, v in s.items()) for s in result.checked_shapes)
     print(
         f"wrote {result.path} ({result.format}); checked against the eager model on {shapes}: max abs "
         f"difference {result.max_abs_diff:.3g}{fixed}"

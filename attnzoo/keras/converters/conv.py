@@ -27,16 +27,32 @@ from attnzoo.keras.arguments import (
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["Conv", "same_padding", "conv_padding", "CONV", "conv_options"]
+__all__ = ["Conv", "same_padding", "conv_padding", "padded", "CONV", "conv_options"]
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-def same_padding(length: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
-    """TensorFlow's 'same' padding (what Keras means on every backend): output ceil(L / s), extra on the right."""
-    out = -(-length // stride)
-    total = max((out - 1) * stride + (kernel - 1) * dilation + 1 - length, 0)
-    return total // 2, total - total // 2
+def same_padding(length: Any, kernel: int, stride: int, dilation: int) -> tuple[Any, Any]:
+    """TensorFlow's 'same' padding (what Keras means on every backend): output ceil(L / s), total pad
+    ``max((ceil(L / s) - 1) * s + (k - 1) * d + 1 - L, 0)``, the extra on the right.
+
+    ``length`` may be a symbolic size (a graph being exported): the pad is then computed from it in the
+    graph, with no branch on its value, so an exported file pads right at every length. The ``max`` is
+    needed only when the window is narrower than the stride (otherwise the total is never negative)."""
+    out = (length + stride - 1) // stride
+    total = (out - 1) * stride + (kernel - 1) * dilation + 1 - length
+    if (kernel - 1) * dilation + 1 < stride:
+        total = torch.sym_max(total, 0) if isinstance(total, torch.SymInt) else max(total, 0)
+    left = total // 2
+    return left, total - left
+
+
+def padded(x: Tensor, pads: list[Any], value: float = 0.0) -> Tensor:
+    """``F.pad(x, pads)``, skipped where every pad is a known 0; a symbolic pad is applied without asking
+    its value (asking would fix the exported graph at the traced size)."""
+    if all(isinstance(p, int) and p == 0 for p in pads):
+        return x
+    return F.pad(x, pads, value=value)
 
 
 def conv_padding(x: Tensor, padding: str, kernel_size: list[int], strides: list[int], dilation: list[int]) -> list[int]:
@@ -104,9 +120,7 @@ class Conv(Node):
     def compute(self, x, mask):
         if not self.channels_first:
             x = x.movedim(-1, 1)
-        pads = conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation)
-        if any(pads):
-            x = F.pad(x, pads)
+        x = padded(x, conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation))
         y = CONV[self.rank](x, self.weight, self.bias, stride=self.strides, dilation=self.dilation, groups=self.groups)
         y = self.act(y)
         return y if self.channels_first else y.movedim(1, -1)

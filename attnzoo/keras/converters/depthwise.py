@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attnzoo.keras.activations import activation as activation_fn
@@ -27,7 +26,7 @@ from attnzoo.keras.arguments import (
     kernel_size_agrees,
     rank_of,
 )
-from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding
+from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding, padded
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -139,9 +138,7 @@ class SeparableConv(Node):
     def compute(self, x, mask):
         if not self.channels_first:
             x = x.movedim(-1, 1)
-        pads = conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation)
-        if any(pads):
-            x = F.pad(x, pads)
+        x = padded(x, conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation))
         conv = CONV[self.rank]
         y = conv(x, self.depthwise, None, stride=self.strides, dilation=self.dilation, groups=self.groups)
         y = self.act(conv(y, self.pointwise, self.bias))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from attnzoo.keras.arguments import channels_first, expect_variables, ints
-from attnzoo.keras.converters.conv import same_padding
+from attnzoo.keras.converters.conv import padded, same_padding
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -48,17 +48,13 @@ class Pool(Node):
             for axis in reversed(range(self.rank)):
                 pads += list(same_padding(x.shape[2 + axis], self.pool_size[axis], self.strides[axis], 1))
         if self.kind == "max":
-            if any(pads):
-                x = F.pad(x, pads, value=float("-inf"))
-            y = _MAX[self.rank](x, self.pool_size, self.strides)
-        else:
+            y = _MAX[self.rank](padded(x, pads, float("-inf")), self.pool_size, self.strides)
+        elif all(isinstance(p, int) and p == 0 for p in pads):
+            y = _AVERAGE[self.rank](x, self.pool_size, self.strides)
+        else:  # the mean of the real elements of each window
             pool = _AVERAGE[self.rank]
-            if any(pads):
-                ones = F.pad(torch.ones_like(x[:1, :1]), pads)
-                summed = pool(F.pad(x, pads), self.pool_size, self.strides)
-                y = summed / pool(ones, self.pool_size, self.strides)
-            else:
-                y = pool(x, self.pool_size, self.strides)
+            ones = padded(torch.ones_like(x[:1, :1]), pads)
+            y = pool(padded(x, pads), self.pool_size, self.strides) / pool(ones, self.pool_size, self.strides)
         return y if self.channels_first else y.movedim(1, -1)
 
 

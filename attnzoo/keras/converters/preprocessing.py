@@ -234,7 +234,6 @@ def convert_resizing(record, arrays, ctx):
 
 # Keras's random augmentations: the identity at inference, a random transformation in training
 AUGMENTATIONS = (
-    "RandomFlip",
     "RandomRotation",
     "RandomZoom",
     "RandomTranslation",
@@ -268,3 +267,51 @@ def convert_augmentation(record, arrays, ctx):
     expect_variables(arrays, 0, record.class_name)
     notes = ["the identity at inference; an error in training (model.train())"]
     return Converted({"op": "augmentation", "keras_class": record.class_name}, {}, notes)
+
+
+_FLIPS = {"horizontal": (True, False), "vertical": (False, True), "horizontal_and_vertical": (True, True)}
+
+
+class RandomFlip(Node):
+    """``RandomFlip``: the identity at inference (integer images as floats); in training each image of the
+    batch is flipped with probability 1/2, left-right (``horizontal``: the width axis) and/or up-down
+    (``vertical``: the height axis). keras 3 draws one coin per image for both axes (``horizontal_and_vertical``
+    turns an image by 180 degrees or leaves it); Keras 2 draws one coin per axis. Images [B, H, W, C]
+    (channels first: [B, C, H, W]) or one image without its batch axis."""
+
+    op = "random_flip"
+
+    def __init__(self, *, mode: str, channels_first: bool = False, coin_per_axis: bool = False) -> None:
+        super().__init__(mode=mode, channels_first=channels_first, coin_per_axis=coin_per_axis)
+        if mode not in _FLIPS:
+            raise ValueError(f"RandomFlip mode {mode!r}; one of {', '.join(_FLIPS)}")
+        self.mode, self.channels_first, self.coin_per_axis = mode, channels_first, coin_per_axis
+
+    def compute(self, x, mask):
+        x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+        if not self.training:
+            return x
+        single = x.dim() == 3
+        y = x.unsqueeze(0) if single else x
+        width, height = (-1, -2) if self.channels_first else (-2, -3)
+        coin = torch.rand(y.shape[0], 1, 1, 1, device=y.device) <= 0.5
+        horizontal, vertical = _FLIPS[self.mode]
+        if horizontal:
+            y = torch.where(coin, y.flip(width), y)
+        if vertical:
+            if self.coin_per_axis:
+                coin = torch.rand(y.shape[0], 1, 1, 1, device=y.device) <= 0.5
+            y = torch.where(coin, y.flip(height), y)
+        return y.squeeze(0) if single else y
+
+
+@keras_layer("RandomFlip")
+def convert_random_flip(record, arrays, ctx):
+    expect_variables(arrays, 0, record.class_name)
+    mode = str(record.config.get("mode", "horizontal_and_vertical"))
+    if mode not in _FLIPS:
+        raise Refused(f"mode {mode!r} is not one of {', '.join(_FLIPS)}")
+    spec = {"op": "random_flip", "mode": mode, "coin_per_axis": ctx.major < 3}
+    spec["channels_first"] = record.config.get("data_format", "channels_last") == "channels_first"
+    notes = ["the identity at inference; in training each image flipped with probability 1/2, as Keras does"]
+    return Converted(spec, {}, notes)

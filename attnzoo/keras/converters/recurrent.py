@@ -14,8 +14,9 @@ kept step at or before it (one gather). That is Keras's result exactly, at the c
 torch's packed kernel (cuDNN on a GPU). Right-padded input needs no sort.
 
 Cells torch's kernels do not compute (Keras 2's ``hard_sigmoid``, a GRU with ``reset_after=False``,
-other activations) and graphs being traced by torch.export or torch.compile take the exact step loop,
-which applies Keras's masking rule literally.
+other activations) take the exact step loop, which applies Keras's masking rule literally. A graph being
+traced (torch.export, ONNX, torch.compile) runs the same step through ``scan`` (torch's loop operator,
+ONNX's ``Scan``), so the exported file takes any length: an unrolled loop would fix it at the traced one.
 
 Weights are held in torch's layout (``rnn.weight_ih_l0`` [G·units, in], ``rnn.weight_hh_l0``
 [G·units, units], ``rnn.bias_ih_l0``, ``rnn.bias_hh_l0``), gates in torch's order: LSTM i, f, g, o (the
@@ -58,6 +59,7 @@ class Recurrent(Node):
     final states with ``return_state`` (LSTM: h, c; the others: h)."""
 
     op = "recurrent"
+    traces_any_length = True  # a traced graph runs the steps through scan (export keeps the length open)
 
     def __init__(
         self,
@@ -131,6 +133,8 @@ class Recurrent(Node):
         if input_masks is not None and len(input_masks) == 1:  # one mask for every gate and step
             x, input_masks = x * input_masks[0].unsqueeze(1), None
         exact = input_masks is not None or recurrent_masks is not None
+        if tracing() and not exact:
+            return self._scanned(x, mask, initial)
         if self.fast and not exact and not tracing() and x.device.type != "meta":  # packing reads lengths on the host
             return self._packed(x, mask, initial)
         return self._loop(x, mask, initial, input_masks, recurrent_masks)
@@ -240,6 +244,27 @@ class Recurrent(Node):
             previous, states = out, new
         seq = torch.stack(outputs, dim=1) if outputs else x.new_zeros(x.shape[0], 0, self.units)
         return seq, states
+
+    def _scanned(self, x: Tensor, mask: Tensor | None, initial: list[Tensor] | None) -> tuple[Tensor, list[Tensor]]:
+        """:meth:`_loop` (no dropout) as one ``scan`` over time: the carry is the states and the previous
+        output, each step reads its projected input [B, G·units] and its mask column [B, 1]."""
+        from torch._higher_order_ops.scan import scan
+
+        states = [s.clone() for s in self.initial_states(x, initial)]  # scan's carries alias nothing
+        w_ih, b_ih = self.rnn.weight_ih_l0, getattr(self.rnn, "bias_ih_l0", None)
+        projected = F.linear(x, w_ih, b_ih).transpose(0, 1)
+        keep = (torch.ones_like(x[..., 0], dtype=torch.bool) if mask is None else mask).transpose(0, 1).unsqueeze(-1)
+        zero = self.zero_output_for_mask
+
+        def step(carry: list[Tensor], xs: list[Tensor]) -> tuple[list[Tensor], Tensor]:
+            (xp, k), old, previous = xs, carry[:-1], carry[-1]
+            out, new = self._step(xp, old, None)
+            out = torch.where(k, out, torch.zeros_like(out) if zero else previous)
+            new = [torch.where(k, n, o) for n, o in zip(new, old, strict=True)]
+            return [*new, out], out.clone()  # scan wants outputs that alias no carry
+
+        carry, seq = scan(step, [*states, x.new_zeros(x.shape[0], self.units)], [projected, keep])
+        return seq.transpose(0, 1), list(carry[:-1])
 
     # -- the Keras call -----------------------------------------------------------------------------
     def forward(self, args, kwargs, masks):

@@ -1,0 +1,124 @@
+"""Keras 3 (torch backend) as the oracle of deployment: the models whose exports must be right at every
+size Keras left open, saved with Keras's own outputs at three sizes each.
+
+    KERAS_BACKEND=torch python tests/keras_export_oracle.py OUT_DIR
+
+writes ``<name>.keras`` and ``<name>.npz`` (``x<k>`` / ``y<k>`` for k = 0, 1, 2; a second input is
+``x<k>_1``) for: a text CNN with two strided ``same`` Conv1D, an image CNN with an open (None, None, 3)
+input, a RandomFlip and strided ``same`` Conv2D and pooling, a masked BiLSTM, and a GRU seq2seq (encoder state into
+the decoder, two open lengths). Integer rows are right-padded (ids 0) in the last row. It also writes
+``flip.keras`` (RandomFlip in each mode) and ``flip.npz``: for each mode, which transformation Keras's
+``training=True`` applied to each of 400 images (0 none, 1 left-right, 2 up-down, 3 both). Nothing here
+uses attnzoo.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+warnings.filterwarnings("ignore")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import layers  # noqa: E402
+
+
+def text_cnn():
+    inp = keras.Input((None,), dtype="int32", name="ids")
+    x = layers.Embedding(40, 8)(inp)
+    x = layers.Conv1D(8, 3, strides=2, padding="same", activation="relu")(x)
+    x = layers.Conv1D(8, 5, strides=3, padding="same", activation="relu")(x)
+    x = layers.GlobalMaxPooling1D()(x)
+    return keras.Model(inp, layers.Dense(3)(x))
+
+
+def image_cnn():
+    inp = keras.Input((None, None, 3), name="image")
+    x = layers.RandomFlip("horizontal")(inp)  # keras-io's vision models augment inside the model
+    x = layers.Conv2D(6, 3, strides=2, padding="same", activation="relu")(x)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = layers.Conv2D(6, 3, strides=2, padding="same")(x)
+    x = layers.AveragePooling2D(2, padding="same")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, layers.Dense(4, activation="softmax")(x))
+
+
+def masked_bilstm():
+    inp = keras.Input((None,), dtype="int32", name="ids")
+    x = layers.Embedding(30, 6, mask_zero=True)(inp)
+    x = layers.Bidirectional(layers.LSTM(5, return_sequences=True))(x)
+    x = layers.Bidirectional(layers.LSTM(4))(x)
+    return keras.Model(inp, layers.Dense(3)(x))
+
+
+def gru_seq2seq():
+    source = keras.Input((None,), dtype="int32", name="source")
+    target = keras.Input((None,), dtype="int32", name="target")
+    _, state = layers.GRU(7, return_state=True)(layers.Embedding(20, 6, mask_zero=True)(source))
+    y = layers.GRU(7, return_sequences=True)(layers.Embedding(20, 6, mask_zero=True)(target), initial_state=state)
+    return keras.Model([source, target], layers.Dense(20)(y))
+
+
+SIZES = {"text_cnn": (9, 16, 31), "image_cnn": ((5, 7), (9, 9), (32, 17)), "masked_bilstm": (5, 9, 17)}
+SIZES["gru_seq2seq"] = ((5, 3), (9, 12), (17, 6))
+
+
+def inputs(name, size, rng):
+    if name == "image_cnn":
+        return [rng.standard_normal((2, *size, 3)).astype("float32")]
+    sizes = size if isinstance(size, tuple) else (size,)
+    out = []
+    for length in sizes:
+        ids = rng.integers(1, 20, (3, length)).astype("int32")
+        ids[-1, length // 2 + 1 :] = 0  # a right-padded row
+        out.append(ids)
+    return out
+
+
+def flips(out):
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((400, 5, 6, 3)).astype("float32")
+    inp = keras.Input((5, 6, 3), name="image")
+    modes = ("horizontal", "vertical", "horizontal_and_vertical")
+    model = keras.Model(inp, [layers.RandomFlip(m, seed=i)(inp) for i, m in enumerate(modes)])
+    model.save(f"{out}/flip.keras")
+    got = model(images, training=True)
+    kinds = {}
+    for mode, y in zip(modes, got, strict=True):
+        y = keras.ops.convert_to_numpy(y)
+        candidates = [images, images[:, :, ::-1], images[:, ::-1], images[:, ::-1, ::-1]]
+        match = np.stack([np.abs(y - c).reshape(len(y), -1).max(1) == 0 for c in candidates], axis=1)
+        assert (match.sum(1) >= 1).all(), "every Keras output is one of the four flips"
+        kinds[mode] = match.argmax(1)
+    np.savez(f"{out}/flip.npz", images=images, **kinds)
+
+
+def main(out):
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    for name, build in (
+        ("text_cnn", text_cnn),
+        ("image_cnn", image_cnn),
+        ("masked_bilstm", masked_bilstm),
+        ("gru_seq2seq", gru_seq2seq),
+    ):
+        model = build()
+        for w in model.weights:  # off their initial values (zero biases would hide a misplaced bias)
+            w.assign(np.asarray(rng.normal(0, 0.4, w.shape), dtype="float32"))
+        model.save(f"{out}/{name}.keras")
+        arrays = {}
+        for k, size in enumerate(SIZES[name]):
+            xs = inputs(name, size, rng)
+            for i, x in enumerate(xs):
+                arrays[f"x{k}" + (f"_{i}" if i else "")] = x
+            y = model(xs if len(xs) > 1 else xs[0], training=False)  # the random layers' default is True
+            arrays[f"y{k}"] = keras.ops.convert_to_numpy(y)
+        np.savez(f"{out}/{name}.npz", **arrays)
+    flips(out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

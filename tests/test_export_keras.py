@@ -1,0 +1,158 @@
+"""Deploy exactly what you ported: a converted Keras model's export is right at every size Keras left
+open, or it is refused.
+
+Keras 3 (torch backend) is the oracle, run once as a subprocess (tests/keras_export_oracle.py): it saves
+each model with its outputs at three sizes (odd and even, right-padded rows), and which flip its
+RandomFlip applied to each of 400 images in training. Nothing expected here comes from attnzoo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.errors import ConfigError, ExportError
+from attnzoo.keras import convert_keras_model
+
+from .conftest import ROOT, require_data, run_cli
+
+
+@pytest.fixture(scope="module")
+def keras_exports(tmp_path_factory) -> Path:
+    import importlib.util
+
+    have = all(importlib.util.find_spec(m) is not None for m in ("keras", "h5py", "onnxruntime", "onnxscript"))
+    require_data(have, "keras 3, h5py, onnxscript and onnxruntime (the test and export extras)")
+    out = tmp_path_factory.mktemp("keras_exports")
+    env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONWARNINGS": "ignore"}
+    script = ROOT / "tests" / "keras_export_oracle.py"
+    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _run_onnx(path: Path, feeds: list[np.ndarray]) -> np.ndarray:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {i.name: x for i, x in zip(session.get_inputs(), feeds, strict=True)})
+    return got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["text_cnn", "image_cnn", "masked_bilstm", "gru_seq2seq"])
+def test_one_onnx_export_matches_keras_at_three_sizes(keras_exports, tmp_path, name):
+    """Exported once (the default traced sizes), run in onnxruntime at three other sizes, odd and even,
+    with right-padded rows: within 1e-5 of Keras everywhere (strided 'same' padding computed in the graph,
+    recurrent layers through ONNX's Scan)."""
+    io = dict(np.load(keras_exports / f"{name}.npz"))
+    model = convert_keras_model(keras_exports / f"{name}.keras")
+    result = attnzoo.export(model, tmp_path / f"{name}.onnx")
+    assert "batch" in result.open_axes and not {"length", "height", "width"} & set(result.static_axes)
+    for k in range(3):
+        feeds = [io[key] for key in sorted(io) if key.startswith(f"x{k}")]
+        np.testing.assert_allclose(_run_onnx(tmp_path / f"{name}.onnx", feeds), io[f"y{k}"], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_an_image_export_keeps_both_axes_open_and_says_which_are_fixed(keras_exports, tmp_path):
+    model = convert_keras_model(keras_exports / "image_cnn.keras")
+    out = tmp_path / "image.pt2"
+    proc = run_cli("export", str(attnzoo.save(model, tmp_path / "saved")), "-o", str(out), "--shape", "12,20", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["open_axes"] == ["batch", "height", "width"] and report["static_axes"] == ["channels"]
+    assert any("fixed: channels = 3" in note for note in report["notes"])
+    heights = {shape["image"][1] for shape in report["checked_shapes"]}
+    assert {12, 13, 25} <= heights and min(heights) < 12  # traced, +1, 2x+1, and below
+    program = torch.export.load(out).module()
+    io = dict(np.load(keras_exports / "image_cnn.npz"))
+    with torch.no_grad():
+        got = program(torch.from_numpy(io["x2"])).numpy()  # 32 x 17: neither traced size
+    np.testing.assert_allclose(got, io["y2"], atol=1e-5)
+
+
+def test_shapes_that_do_not_fit_the_keras_inputs_are_refused_with_what_to_give(keras_exports, tmp_path):
+    model = convert_keras_model(keras_exports / "image_cnn.keras")
+    with pytest.raises(ConfigError, match="2 open axes; give one size per open axis"):
+        attnzoo.export(model, tmp_path / "m.onnx", shape=(32,))
+    with pytest.raises(ConfigError, match="has size 3 on axis 3"):
+        attnzoo.export(model, tmp_path / "m.onnx", shape=(32, 32, 4))
+    with pytest.raises(ConfigError, match="no input of this model has an open length.*--shape H,W"):
+        attnzoo.export(model, tmp_path / "m.onnx", seq=9)
+    assert not list(tmp_path.iterdir())
+
+
+def test_inputs_given_fix_every_axis_and_the_result_says_so(tmp_path):
+    layer = torch.nn.Linear(4, 3)
+    result = attnzoo.export(layer, tmp_path / "m.pt2", inputs=((torch.randn(2, 4),), {}))
+    assert result.static_axes == ("input[0]", "input[1]") and result.open_axes == ()
+    assert "every axis fixed, batch included" in result.notes[0]
+
+
+@pytest.mark.slow
+def test_a_file_that_differs_is_refused_naming_the_first_layer_that_differs(keras_exports, tmp_path, monkeypatch):
+    """A convolution whose traced graph pads with ones (a stand-in for any exporter's mistake): the file is
+    deleted and the error names the Keras layer where the graph and eager part."""
+    import torch.nn.functional as F
+
+    from attnzoo.keras.converters import conv
+
+    def wrong_when_traced(x, pads, value=0.0):
+        return F.pad(x, pads, value=value + float(torch.compiler.is_compiling()))
+
+    monkeypatch.setattr(conv, "padded", wrong_when_traced)
+    model = convert_keras_model(keras_exports / "text_cnn.keras")
+    with pytest.raises(
+        ExportError, match=r"differs from the model by .* the first layer that differs: conv1d \(Conv1D\)"
+    ):
+        attnzoo.export(model, tmp_path / "m.pt2")
+    assert not list(tmp_path.iterdir())  # nothing written, no temporary left
+
+
+def test_random_flip_in_training_flips_as_keras_does(keras_exports):
+    """Exact geometry: every training output is the image or one of its flips, the kinds Keras applies in
+    each mode (keras 3: one coin for both axes) and about as often as Keras."""
+    io = dict(np.load(keras_exports / "flip.npz"))
+    model = convert_keras_model(keras_exports / "flip.keras").train()
+    images = torch.from_numpy(io["images"])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        outputs = model(images)
+    for mode, y in zip(("horizontal", "vertical", "horizontal_and_vertical"), outputs, strict=True):
+        candidates = [images, images.flip(2), images.flip(1), images.flip(1).flip(2)]
+        match = torch.stack([(y == c).flatten(1).all(1) for c in candidates], dim=1)
+        assert bool(match.any(1).all()), mode
+        ours = np.bincount(match.int().argmax(1).numpy(), minlength=4) / len(y)
+        keras = np.bincount(io[mode], minlength=4) / len(y)
+        assert set(np.flatnonzero(ours)) == set(np.flatnonzero(keras)), (mode, ours, keras)
+        np.testing.assert_allclose(ours, keras, atol=0.1)  # both near 1/2 for each kind Keras uses
+    model.eval()
+    with torch.no_grad():
+        assert all(torch.equal(y, images) for y in model(images))  # the identity at inference
+
+
+def test_the_kit_passes_train_step_on_a_model_with_random_flip(keras_exports, tmp_path):
+    from attnzoo.testing import check_model
+
+    folder = attnzoo.save(convert_keras_model(keras_exports / "image_cnn.keras"), tmp_path / "saved")
+    report = check_model(folder, only=["train_step"])
+    assert report["train_step"].status == "passed", report["train_step"].reason
+
+
+@pytest.mark.slow
+def test_the_kit_exports_a_converted_recurrent_model_without_an_exemption(keras_exports, tmp_path):
+    from attnzoo.testing import check_model
+
+    assert "export" not in attnzoo.model_info("keras_model").exempt
+    folder = attnzoo.save(convert_keras_model(keras_exports / "masked_bilstm.keras"), tmp_path / "saved")
+    report = check_model(folder, only=["export", "onnx"], slow=True)
+    assert (report["export"].status, report["onnx"].status) == ("passed", "passed"), list(report)
