@@ -26,6 +26,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 warnings.filterwarnings("ignore")
 
 import keras  # noqa: E402
+import keras_oracle_files  # noqa: E402 - beside this file, which runs as a script
 import keras_oracle_rows  # noqa: E402 - beside this file, which runs as a script
 import numpy as np  # noqa: E402
 from keras import layers, ops  # noqa: E402
@@ -359,6 +360,7 @@ def stateful():
 
 
 NAMED.update(keras_oracle_rows.ROWS)  # the rows keras-io's models added (a module of their own)
+NAMED.update(keras_oracle_files.ROWS)  # Keras files as people have them (issue 50)
 
 
 # -- inputs and the serving loop ------------------------------------------------------------------------
@@ -379,7 +381,9 @@ def _inputs(model, batch, length, rng):
             keep[b] = False
     for tensor in model.inputs:
         shape = [batch] + [length if d is None else d for d in tensor.shape[1:]]
-        if "int" in str(tensor.dtype):
+        if "bool" in str(tensor.dtype):  # a mask input: False on the padding, as the other inputs are padded
+            x = np.broadcast_to(keep.reshape(keep.shape + (1,) * (len(shape) - 2)), shape).copy()
+        elif "int" in str(tensor.dtype):
             vocab = _vocab(model, tensor)
             x = rng.integers(1, vocab, size=shape)
             if tensor.shape[1] is None:  # padding along the open length only
@@ -438,8 +442,10 @@ def serve(request):
     arrays = {}
     for b, (batch, length) in enumerate(request.get("batches", [[5, 6], [2, 3]])):
         inputs = _inputs(model, batch, length, rng)
-        outputs = model.predict(inputs if len(inputs) > 1 else inputs[0], verbose=0)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        feed = inputs if len(inputs) > 1 else inputs[0]
+        if isinstance(model._inputs_struct, dict):  # a dict of named inputs, fed by name
+            feed = dict(zip(sorted(model._inputs_struct), inputs, strict=True))  # model.inputs: sorted keys
+        outputs = keras.tree.flatten(model.predict(feed, verbose=0))  # a dict's values in sorted key order
         for i, x in enumerate(inputs):
             arrays[f"in/{b}/{i}"] = x
         for k, y in enumerate(outputs):

@@ -175,9 +175,8 @@ def _conv(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None,
         h = f'F.pad({out}, conv_padding({out}, "same", {k}, {s}, {d}))'
     elif spec.get("padding") == "causal":
         h = f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
-    _apply(e, out, f'layers["{key}"]({h})', spec.get("activation", "linear"))
-    if not first:
-        e.body.append(f"{out} = {out}.movedim(1, -1)")
+    # back in Keras's layout before the activation: a softmax runs over Keras's last axis
+    _apply(e, out, f'layers["{key}"]({h})' + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
     e.mask_of[out] = None
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, rank_of
-from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding
+from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding, to_keras_layout
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -132,8 +132,7 @@ class SeparableConv(Node):
             x = F.pad(x, pads)
         conv = CONV[self.rank]
         y = conv(x, self.depthwise, None, stride=self.strides, dilation=self.dilation, groups=self.groups)
-        y = self.act(conv(y, self.pointwise, self.bias))
-        return y if self.channels_first else y.movedim(1, -1)
+        return to_keras_layout(conv(y, self.pointwise, self.bias), self.channels_first, self.act)
 
 
 def _convert_separable(record, arrays, ctx, rank: int) -> Converted:

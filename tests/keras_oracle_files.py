@@ -1,0 +1,150 @@
+"""The named models of tests/keras_oracle.py for Keras files as people have them (issue 50): activations
+with an axis (softmax, log_softmax) on every layer family that takes an ``activation``, keras-io's
+segmentation U-Net, the video classifier's boolean mask input, dict inputs and outputs, and the layers
+``keras.applications`` ship (LayerScale, StochasticDepth, axial MultiHeadAttention). Imported by the
+oracle (``NAMED.update(ROWS)``).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+import keras  # noqa: E402
+from keras import layers  # noqa: E402
+
+ROWS = {}
+
+
+def row(fn):
+    ROWS[fn.__name__] = fn
+    return fn
+
+
+# -- activations over Keras's last axis, family by family ---------------------------------------------------
+@row
+def softmax_conv():
+    """Conv1D/2D/3D with a softmax (and a log_softmax), channels last and channels first."""
+    seq = keras.Input((7, 3), name="sequence")
+    image = keras.Input((6, 5, 3), name="image")
+    volume = keras.Input((4, 3, 4, 2), name="volume")
+    return keras.Model(
+        [seq, image, volume],
+        [
+            layers.Conv1D(4, 3, padding="causal", activation="softmax")(seq),
+            layers.Conv2D(5, 3, padding="same", activation="softmax")(image),
+            layers.Conv2D(3, 2, strides=2, activation="log_softmax")(image),
+            layers.Conv2D(4, 2, data_format="channels_first", activation="softmax")(layers.Permute((3, 1, 2))(image)),
+            layers.Conv3D(3, 2, padding="same", activation="softmax")(volume),
+        ],
+    )
+
+
+@row
+def softmax_separable_depthwise():
+    seq = keras.Input((7, 3), name="sequence")
+    image = keras.Input((6, 5, 3), name="image")
+    return keras.Model(
+        [seq, image],
+        [
+            layers.SeparableConv1D(4, 3, padding="same", activation="softmax")(seq),
+            layers.DepthwiseConv1D(3, depth_multiplier=2, activation="softmax")(seq),
+            layers.SeparableConv2D(5, 3, padding="same", depth_multiplier=2, activation="softmax")(image),
+            layers.DepthwiseConv2D(2, depth_multiplier=2, activation="log_softmax")(image),
+        ],
+    )
+
+
+@row
+def softmax_transpose():
+    seq = keras.Input((7, 3), name="sequence")
+    image = keras.Input((6, 5, 3), name="image")
+    volume = keras.Input((4, 3, 4, 2), name="volume")
+    return keras.Model(
+        [seq, image, volume],
+        [
+            layers.Conv1DTranspose(4, 3, strides=2, padding="same", activation="softmax")(seq),
+            layers.Conv2DTranspose(5, 3, strides=2, padding="same", activation="softmax")(image),
+            layers.Conv3DTranspose(3, 2, strides=(2, 1, 2), activation="log_softmax")(volume),
+        ],
+    )
+
+
+@row
+def softmax_dense():
+    """Dense on 2-D, 3-D and 4-D inputs (Keras's last axis is the units)."""
+    vec = keras.Input((3,), name="vector")
+    seq = keras.Input((None, 3), name="sequence")
+    image = keras.Input((6, 5, 3), name="image")
+    return keras.Model(
+        [vec, seq, image],
+        [
+            layers.Dense(4, activation="softmax")(vec),
+            layers.Dense(4, activation="softmax")(seq),
+            layers.Dense(5, activation="log_softmax")(image),
+        ],
+    )
+
+
+@row
+def softmax_recurrent():
+    """SimpleRNN, GRU and LSTM whose activation (and recurrent_activation) is a softmax."""
+    seq = keras.Input((None, 3), name="sequence")
+    x = layers.Masking(0.0)(seq)
+    return keras.Model(
+        seq,
+        [
+            layers.SimpleRNN(4, activation="softmax", return_sequences=True)(x),
+            layers.GRU(3, activation="softmax", return_sequences=True)(x),
+            layers.LSTM(3, activation="softmax", recurrent_activation="softmax", return_sequences=True)(x),
+            layers.GRU(3, activation="softmax", reset_after=False)(x),
+        ],
+    )
+
+
+@row
+def unet_softmax():
+    """keras-io's oxford_pets segmentation shape, small: a U-Net ending in a per-pixel softmax."""
+    inp = keras.Input((16, 16, 3), name="image")
+    x = layers.Conv2D(8, 3, strides=2, padding="same")(inp)
+    x = layers.BatchNormalization()(x)
+    x = layers.Activation("relu")(x)
+    skip = x
+    x = layers.SeparableConv2D(16, 3, padding="same", activation="relu")(x)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    residual = layers.Conv2D(16, 1, strides=2, padding="same")(skip)
+    x = layers.add([x, residual])
+    x = layers.Conv2DTranspose(8, 3, padding="same", activation="relu")(x)
+    x = layers.UpSampling2D(2)(x)
+    x = layers.Concatenate()([x, skip])
+    x = layers.Conv2DTranspose(8, 3, strides=2, padding="same", activation="relu")(x)
+    return keras.Model(inp, layers.Conv2D(4, 3, activation="softmax", padding="same")(x))
+
+
+# -- masks from inputs -------------------------------------------------------------------------------------
+@row
+def video_classifier():
+    """keras-io's video classifier: per-frame features and a boolean frame mask, GRU(frames, mask=mask)."""
+    frames = keras.Input((6, 5), name="frames")
+    mask = keras.Input((6,), dtype="bool", name="frame_mask")
+    x = layers.GRU(4, return_sequences=True)(frames, mask=mask)
+    x = layers.GRU(3)(x)
+    x = layers.Dropout(0.4)(x)
+    x = layers.Dense(4, activation="relu")(x)
+    return keras.Model([frames, mask], layers.Dense(3, activation="softmax")(x))
+
+
+@row
+def explicit_masks():
+    """An explicit mask from a boolean input for every recurrent family and for attention layers."""
+    seq = keras.Input((None, 3), name="sequence")
+    mask = keras.Input((None,), dtype="bool", name="mask")
+    lstm = layers.LSTM(3, return_sequences=True)(seq, mask=mask)
+    simple = layers.SimpleRNN(3)(seq, mask=mask)
+    both = layers.Bidirectional(layers.GRU(2, return_sequences=True))(seq, mask=mask)
+    attention = layers.Attention()([lstm, lstm], mask=[mask, mask])
+    additive = layers.AdditiveAttention()([both, both], mask=[mask, mask])
+    pair = keras.ops.logical_and(keras.ops.expand_dims(mask, 1), keras.ops.expand_dims(mask, 2))
+    mha = layers.MultiHeadAttention(2, 3)(lstm, lstm, attention_mask=pair)
+    return keras.Model([seq, mask], [simple, attention, additive, mha])
