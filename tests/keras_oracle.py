@@ -364,9 +364,8 @@ NAMED.update(keras_oracle_files.ROWS)  # Keras files as people have them (issue 
 
 
 # -- inputs and the serving loop ------------------------------------------------------------------------
-def _inputs(model, batch, length, rng):
-    """One array per model input; rows padded by PATTERNS (ids 0 or all-zero feature frames)."""
-    arrays = []
+def _keep(batch, length):
+    """[batch, length] bool: True where a row holds data, each row padded by its pattern."""
     keep = np.ones((batch, length), dtype=bool)
     for b in range(batch):
         pattern = PATTERNS[b % len(PATTERNS)]
@@ -379,10 +378,19 @@ def _inputs(model, batch, length, rng):
             keep[b, 1 : length - 1] = False
         elif pattern == "empty":
             keep[b] = False
+    return keep
+
+
+def _inputs(model, batch, length, rng):
+    """One array per model input; rows padded by PATTERNS (ids 0, all-zero feature frames, or False in a
+    bool mask input, padded along its own second axis)."""
+    arrays = []
+    keep = _keep(batch, length)
     for tensor in model.inputs:
         shape = [batch] + [length if d is None else d for d in tensor.shape[1:]]
         if "bool" in str(tensor.dtype):  # a mask input: False on the padding, as the other inputs are padded
-            x = np.broadcast_to(keep.reshape(keep.shape + (1,) * (len(shape) - 2)), shape).copy()
+            own = _keep(batch, shape[1])
+            x = np.broadcast_to(own.reshape(own.shape + (1,) * (len(shape) - 2)), shape).copy()
         elif "int" in str(tensor.dtype):
             vocab = _vocab(model, tensor)
             x = rng.integers(1, vocab, size=shape)

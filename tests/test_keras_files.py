@@ -58,3 +58,46 @@ def test_a_u_net_s_per_pixel_softmax_equals_keras_s_and_its_source_too(oracle, t
         torch.testing.assert_close(port.eval()(image), probabilities, rtol=0, atol=1e-6)
     reloaded = attnzoo.load(attnzoo.save(model, tmp_path / "saved")).eval()
     assert_matches_keras(reloaded, folder, "unet_softmax reloaded")
+
+
+# -- masks from inputs ----------------------------------------------------------------------------------------
+def test_the_video_classifier_takes_its_bool_mask_input_as_the_gru_s_mask(oracle, tmp_path):  # noqa: F811
+    folder, model = _from_both_files(oracle, tmp_path, "video_classifier", [[5, 1], [2, 1]])
+    io = np.load(folder / "io.npz")
+    frames, mask = torch.from_numpy(io["in/0/0"]), torch.from_numpy(io["in/0/1"])
+    assert mask.dtype == torch.bool and mask[1].all() and not mask[0].all() and mask[0].any()  # padded rows
+    with torch.no_grad():
+        # the mask is read: the same frames with every step kept give another answer
+        assert not torch.allclose(model(frames, mask), model(frames, torch.ones_like(mask)), atol=1e-4)
+    with pytest.raises(ValueError, match="'frame_mask' as a bool tensor"):
+        model(frames, mask.float())
+
+
+def test_an_explicit_mask_from_an_input_reaches_recurrent_and_attention_layers(oracle, tmp_path):  # noqa: F811
+    _from_both_files(oracle, tmp_path, "explicit_masks", [[5, 6], [2, 3]])
+
+
+def test_check_makes_a_bool_input_a_padded_mask():
+    from attnzoo.keras.check import padded_inputs
+
+    class Spec:  # padded_inputs reads only the inputs' specs
+        inputs_spec = [
+            {"name": "frames", "shape": [None, 6, 5], "dtype": "float32"},
+            {"name": "frame_mask", "shape": [None, 6], "dtype": "bool"},
+        ]
+
+    frames, mask = padded_inputs(Spec(), batch=4, length=8)
+    assert mask.dtype == bool and mask.shape == (4, 6)
+    assert mask[0].all() and not mask[1].all() and not mask[2].all()  # full, right-, left-padded rows
+    np.testing.assert_array_equal(np.abs(frames).sum(-1) > 0, mask)  # the frames are zero where the mask is False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["video_classifier", "unet_softmax"])
+def test_cli_check_passes_on_the_video_classifier_and_the_u_net(oracle, tmp_path, name):  # noqa: F811
+    from .conftest import run_cli
+
+    folder = convert_both(oracle, tmp_path / "k", name=name, seed=2, batches=[[2, 1]])
+    proc = run_cli("convert-keras", str(folder / "model.keras"), "-o", str(tmp_path / "out"), "--check")
+    assert proc.returncode == 0, proc.stderr
+    assert_matches_keras(attnzoo.load(tmp_path / "out"), folder, f"{name} from the CLI")

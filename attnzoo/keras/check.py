@@ -45,15 +45,18 @@ MAX_LENGTH = 1024  # the longest open length --check tries before it gives up on
 
 
 def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) -> list[np.ndarray]:
-    """Random inputs for a converted model: ids (0 = padding) or features (zero frames as padding),
-    rows padded by ``PATTERNS`` along an open length; texts (an object array of str) of ``length``
+    """Random inputs for a converted model, each of its input's declared dtype: ids (0 = padding),
+    features (zero frames as padding) or a bool mask (False on the padding), rows padded by ``PATTERNS``
+    along an open length; texts (an object array of str) of ``length``
     words or fewer for a string input."""
     rng = np.random.default_rng(seed)
     arrays = []
+    # a model with a mask input has padding on its fixed time axis too, or the mask would never be False
+    masked = any(spec["dtype"] == "bool" for spec in model.inputs_spec)
     for spec in model.inputs_spec:
         shape = [batch] + [length if d is None else d for d in spec["shape"][1:]]
         keep = np.ones(shape[:2], dtype=bool)
-        if spec["shape"][1:2] == [None] and len(shape) >= 2:
+        if len(shape) >= 2 and (spec["shape"][1] is None or masked):
             cut = max(1, shape[1] // 2)
             for b in range(batch):
                 pattern = PATTERNS[b % len(PATTERNS)]
@@ -66,6 +69,8 @@ def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) ->
         view = keep.reshape(keep.shape + (1,) * (len(shape) - 2))
         if spec["dtype"] == "string":
             x = _texts(rng, shape, length)
+        elif spec["dtype"] == "bool":  # a mask input: False on the padding the other inputs carry
+            x = np.broadcast_to(view, shape).copy()
         elif "int" in str(spec["dtype"]):
             x = rng.integers(1, int(spec.get("vocab") or 10), size=shape) * view
         else:

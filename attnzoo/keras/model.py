@@ -165,12 +165,17 @@ class KerasModel(nn.Module):
                     f"keras_model expects input {name!r} of shape {_shape_text(shape)}, got {list(x.shape)}"
                 )
             integer = spec["dtype"] in INTEGER_DTYPES
-            if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+            if spec["dtype"] == "bool":  # a mask input (True = keep), as Keras declared it
+                if x.dtype != torch.bool:
+                    raise ValueError(
+                        f"keras_model expects input {name!r} as a bool tensor (True = keep), got {x.dtype}"
+                    )
+            elif integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
                 raise ValueError(
                     f"keras_model expects input {name!r} as integer ids ({spec['dtype']}), got {x.dtype}; "
                     f"pass a LongTensor of token ids"
                 )
-            if not integer and not x.is_floating_point():
+            elif not integer and not x.is_floating_point():
                 raise ValueError(
                     f"keras_model expects input {name!r} as a floating tensor ({spec['dtype']}), got {x.dtype}"
                 )
@@ -184,7 +189,7 @@ class KerasModel(nn.Module):
                     f"keras_model expects every input with the same batch size, got {batch} and {x.shape[0]}"
                 )
             batch = x.shape[0]
-            if not integer and reference is not None and x.dtype != reference.dtype:
+            if x.is_floating_point() and reference is not None and x.dtype != reference.dtype:
                 x = x.to(reference.dtype)  # Keras casts its inputs to the layers' dtype as well
             checked.append(x)
         return checked
