@@ -148,3 +148,37 @@ def explicit_masks():
     pair = keras.ops.logical_and(keras.ops.expand_dims(mask, 1), keras.ops.expand_dims(mask, 2))
     mha = layers.MultiHeadAttention(2, 3)(lstm, lstm, attention_mask=pair)
     return keras.Model([seq, mask], [simple, attention, additive, mha])
+
+
+# -- dict and nested inputs and outputs ------------------------------------------------------------------
+@row
+def dict_inputs():
+    """keras-io's structured-data shape: one named Input per column, a dict of them, a dict of outputs."""
+    columns = {
+        "age": keras.Input((1,), name="age"),
+        "thal": keras.Input((1,), dtype="int32", name="thal"),
+        "chol": keras.Input((1,), name="chol"),
+    }
+    numeric = layers.Concatenate()([columns["age"], columns["chol"]])
+    thal = layers.Flatten()(layers.Embedding(5, 2)(columns["thal"]))
+    x = layers.Dense(4, activation="relu")(layers.Concatenate()([numeric, thal]))
+    return keras.Model(
+        inputs=columns, outputs={"risk": layers.Dense(1, activation="sigmoid")(x), "score": layers.Dense(2)(x)}
+    )
+
+
+@row
+def nested_lists():
+    """Inputs and outputs as nested lists: [a, [b, c]] in, [[y], z] out."""
+    a, b, c = keras.Input((3,), name="a"), keras.Input((2,), name="b"), keras.Input((None, 2), name="c")
+    joined = layers.Concatenate()([a, b, layers.GlobalAveragePooling1D()(c)])
+    return keras.Model([a, [b, c]], [[layers.Dense(2)(joined)], layers.Dense(1)(joined)])
+
+
+@row
+def nested_dict_model():
+    """A model of a dict of inputs called inside another model, on a dict."""
+    x, y = keras.Input((3,), name="x"), keras.Input((2,), name="y")
+    inner = keras.Model({"y": y, "x": x}, layers.Dense(2)(layers.Concatenate()([x, y])), name="inner")
+    p, q = keras.Input((3,), name="p"), keras.Input((2,), name="q")
+    return keras.Model([p, q], layers.Dense(1)(inner({"x": p, "y": q})))

@@ -101,3 +101,77 @@ def test_cli_check_passes_on_the_video_classifier_and_the_u_net(oracle, tmp_path
     proc = run_cli("convert-keras", str(folder / "model.keras"), "-o", str(tmp_path / "out"), "--check")
     assert proc.returncode == 0, proc.stderr
     assert_matches_keras(attnzoo.load(tmp_path / "out"), folder, f"{name} from the CLI")
+
+
+# -- dict and nested inputs and outputs ---------------------------------------------------------------------
+def _io(folder):
+    io = np.load(folder / "io.npz")
+    inputs = [torch.from_numpy(io[f"in/0/{i}"]) for i in range(sum(k.startswith("in/0/") for k in io))]
+    return inputs, [io[f"out/0/{k}"] for k in range(sum(k.startswith("out/0/") for k in io))]
+
+
+def test_a_dict_of_inputs_and_outputs_is_taken_and_returned_as_keras_does(oracle, tmp_path):  # noqa: F811
+    folder = convert_both(oracle, tmp_path, name="dict_inputs", seed=3, batches=[[4, 1]])
+    inputs, want = _io(folder)  # in Keras's flat order: the keys sorted (age, chol, thal)
+    for file in ("model.keras", "model.h5"):
+        model = convert_keras_model(folder / file)
+        with torch.no_grad():
+            got = model({"thal": inputs[2], "age": inputs[0], "chol": inputs[1]})
+            flat = model(*inputs)
+        assert isinstance(got, dict) and sorted(got) == ["risk", "score"], file
+        for key, expected in zip(["risk", "score"], want, strict=True):  # Keras flattens by sorted key
+            np.testing.assert_allclose(got[key].numpy(), expected, atol=1e-5, err_msg=f"{file} {key}")
+            torch.testing.assert_close(flat[key], got[key])
+        with pytest.raises(ValueError, match=r"keyed 'age', 'chol', 'thal'; missing 'chol'; unknown 'cholesterol'"):
+            model({"age": inputs[0], "thal": inputs[2], "cholesterol": inputs[1]})
+    reloaded = attnzoo.load(attnzoo.save(model, tmp_path / "saved")).eval()
+    with torch.no_grad():
+        again = reloaded({"thal": inputs[2], "age": inputs[0], "chol": inputs[1]})
+    torch.testing.assert_close(again["score"], got["score"])
+
+
+def test_nested_lists_of_inputs_and_outputs_keep_their_nesting(oracle, tmp_path):  # noqa: F811
+    folder = convert_both(oracle, tmp_path, name="nested_lists", seed=3, batches=[[5, 4]])
+    (a, b, c), want = _io(folder)
+    for file in ("model.keras", "model.h5"):
+        model = convert_keras_model(folder / file)
+        with torch.no_grad():
+            (first,), second = model(a, [b, c])
+        np.testing.assert_allclose(first.numpy(), want[0], atol=1e-5, err_msg=file)
+        np.testing.assert_allclose(second.numpy(), want[1], atol=1e-5, err_msg=file)
+
+
+def test_a_nested_model_of_a_dict_of_inputs_converts(oracle, tmp_path):  # noqa: F811
+    _from_both_files(oracle, tmp_path, "nested_dict_model", [[3, 1]])
+
+
+def test_the_emitted_source_takes_and_returns_keras_s_structures(oracle, tmp_path):  # noqa: F811
+    from .test_keras_port import _emitted
+
+    for name, call in [
+        ("dict_inputs", lambda m, x: m({"age": x[0], "chol": x[1], "thal": x[2]})),
+        ("nested_lists", lambda m, x: m(x[0], [x[1], x[2]])),
+    ]:
+        folder = convert_both(oracle, tmp_path / name, name=name, seed=4, batches=[[3, 2]])
+        inputs, _ = _io(folder)
+        model = convert_keras_model(folder / "model.keras")
+        port = _emitted(model)
+        with torch.no_grad():
+            want, got = call(model, inputs), call(port, inputs)
+        assert type(got) is type(want), name
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dict_inputs", "nested_lists"])
+def test_cli_check_feeds_keras_the_structure_it_takes(oracle, tmp_path, name):  # noqa: F811
+    from .conftest import run_cli
+
+    folder = convert_both(oracle, tmp_path / "k", name=name, seed=2, batches=[[2, 3]])
+    proc = run_cli("convert-keras", str(folder / "model.keras"), "-o", str(tmp_path / "out"), "--check")
+    assert proc.returncode == 0, proc.stderr
+    inputs, want = _io(folder)
+    got = attnzoo.load(tmp_path / "out")(*inputs)  # the flat inputs, in Keras's order
+    flat = [got[k] for k in sorted(got)] if isinstance(got, dict) else [got[0][0], got[1]]
+    for g, w in zip(flat, want, strict=True):
+        np.testing.assert_allclose(g.detach().numpy(), w, atol=1e-5)

@@ -352,6 +352,45 @@ def _without_unread_masks(body: list[str], results: list[str], masks: set[str]) 
     return out
 
 
+def _nested(structure: Any, names: list[str]) -> str:
+    """The expression of ``names`` nested as ``structure`` (leaves index ``names``): dicts, lists as tuples."""
+    if isinstance(structure, int):
+        return names[structure]
+    if isinstance(structure, dict):
+        return "{" + ", ".join(f"{key!r}: {_nested(value, names)}" for key, value in structure.items()) + "}"
+    return "(" + ", ".join(_nested(value, names) for value in structure) + ",)"
+
+
+def _parameters(structure: Any, inputs: list[str], used: set[str]) -> tuple[str, list[str]]:
+    """``forward``'s parameters and the lines that unpack them: one tensor per input, one dict of them
+    (keyed as Keras's dict of inputs), or one parameter per entry of Keras's nested lists."""
+    if structure is None:
+        return ", ".join(f"{i}: torch.Tensor" for i in inputs), []
+    lines: list[str] = []
+
+    def unpack(shape: Any, access: str) -> None:
+        if isinstance(shape, int):
+            lines.append(f"{inputs[shape]} = {access}")
+        else:
+            items = shape.items() if isinstance(shape, dict) else enumerate(shape)
+            for key, inner in items:
+                unpack(inner, f"{access}[{key!r}]")
+
+    if isinstance(structure, dict):
+        name = _identifier("inputs", used)
+        unpack(structure, name)
+        return f"{name}: dict[str, torch.Tensor]", lines
+    parameters = []
+    for entry in structure:
+        if isinstance(entry, int):
+            parameters.append(f"{inputs[entry]}: torch.Tensor")
+        else:
+            name = _identifier("inputs", used)
+            parameters.append(f"{name}: {'dict' if isinstance(entry, dict) else 'list'}")
+            unpack(entry, name)
+    return ", ".join(parameters), lines
+
+
 def to_source(model: Any, class_name: str | None = None) -> str:
     """The converted ``model`` (a :class:`~attnzoo.keras.model.KerasModel`) as Python source (see the module
     docstring). ``class_name`` defaults to the Keras model's name in CamelCase."""
@@ -370,6 +409,7 @@ def to_source(model: Any, class_name: str | None = None) -> str:
         e.values[spec["id"]] = [name]
         e.mask_of[name] = None
         inputs.append(name)
+    parameters, unpack = _parameters(graph.get("input_structure"), inputs, e.used)
     for call in graph["calls"]:
         _emit_call(e, model, call, keras3)
     results = [e.values[call][index] for call, index in graph["outputs"]]
@@ -377,6 +417,9 @@ def to_source(model: Any, class_name: str | None = None) -> str:
     name = class_name or _class_name(str(graph.get("name") or "converted_model"))
     returns = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
     annotation = "torch.Tensor" if len(results) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(results))}]"
+    if graph.get("output_structure") is not None:  # Keras's dict of outputs, or nested lists (as tuples)
+        returns = _nested(graph["output_structure"], results)
+        annotation = "dict[str, torch.Tensor]" if isinstance(graph["output_structure"], dict) else "tuple"
     lines = [
         f'"""{name}: a Keras model ({graph.get("keras_version")}) converted by attnzoo {__version__}.',
         "",
@@ -397,7 +440,8 @@ def to_source(model: Any, class_name: str | None = None) -> str:
         "        self.layers = nn.ModuleDict()",
         *[f"        {line}" for line in e.init],
         "",
-        f"    def forward(self, {', '.join(f'{i}: torch.Tensor' for i in inputs)}) -> {annotation}:",
+        f"    def forward(self, {parameters}) -> {annotation}:",
+        *[f"        {line}" for line in unpack],
         "        layers = self.layers",
         *[f"        {line}" for line in e.body],
         f"        return {returns}",
