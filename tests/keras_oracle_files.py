@@ -182,3 +182,55 @@ def nested_dict_model():
     inner = keras.Model({"y": y, "x": x}, layers.Dense(2)(layers.Concatenate()([x, y])), name="inner")
     p, q = keras.Input((3,), name="p"), keras.Input((2,), name="q")
     return keras.Model([p, q], layers.Dense(1)(inner({"x": p, "y": q})))
+
+
+# -- keras.applications' own layers, axial attention -------------------------------------------------------
+@row
+def applications_layers():
+    """ConvNeXt's LayerScale and StochasticDepth, InceptionResNetV2's CustomScaleLayer, and axial
+    MultiHeadAttention over [B, H, W, C]: along W with an attention mask, over H and W together, and
+    Keras's default axes."""
+    from keras.src.applications.convnext import LayerScale, StochasticDepth
+    from keras.src.applications.inception_resnet_v2 import CustomScaleLayer
+
+    image = keras.Input((4, 5, 6), name="image")
+    rows = keras.Input((4, 5, 5), dtype="bool", name="row_mask")  # [B, H, W query, W key]
+    x = layers.Conv2D(6, 3, padding="same")(image)
+    scaled = LayerScale(0.5, 6)(x)
+    branch = StochasticDepth(0.3)(scaled)
+    summed = CustomScaleLayer(0.2)([image, branch])
+    along_w = layers.MultiHeadAttention(2, 3, attention_axes=(2,))(summed, summed, attention_mask=rows)
+    both = layers.MultiHeadAttention(2, 3, attention_axes=(1, 2))(summed, image)
+    default = layers.MultiHeadAttention(1, 4, value_dim=2, output_shape=3)(image, summed)
+    along_h, scores = layers.MultiHeadAttention(2, 2, attention_axes=-3)(image, image, return_attention_scores=True)
+    return keras.Model([image, rows], [along_w, both, default, along_h, scores])
+
+
+# the smallest of each keras.applications family, random weights (no download), at its smallest input
+APPLICATIONS = {
+    "ConvNeXtTiny": 32,
+    "DenseNet121": 32,
+    "EfficientNetB0": 32,
+    "EfficientNetV2B0": 32,
+    "InceptionResNetV2": 75,
+    "InceptionV3": 75,
+    "MobileNet": 32,
+    "MobileNetV2": 32,
+    "MobileNetV3Small": 32,
+    "NASNetMobile": 32,
+    "ResNet50": 32,
+    "ResNet50V2": 32,
+    "VGG16": 32,
+    "Xception": 71,
+}
+
+
+def _application(name, size):
+    def build():
+        return getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3), classes=5)
+
+    return build
+
+
+for _name, _size in APPLICATIONS.items():
+    ROWS[f"application_{_name}"] = _application(_name, _size)

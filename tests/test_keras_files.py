@@ -175,3 +175,31 @@ def test_cli_check_feeds_keras_the_structure_it_takes(oracle, tmp_path, name):  
     flat = [got[k] for k in sorted(got)] if isinstance(got, dict) else [got[0][0], got[1]]
     for g, w in zip(flat, want, strict=True):
         np.testing.assert_allclose(g.detach().numpy(), w, atol=1e-5)
+
+
+# -- keras.applications' own layers, axial attention -----------------------------------------------------------
+def test_applications_layers_and_axial_attention_equal_keras(oracle, tmp_path):  # noqa: F811
+    folder, model = _from_both_files(oracle, tmp_path, "applications_layers", [[5, 1], [2, 1]])
+    report = model.keras_report.to_text()
+    for keras_class, node in [("LayerScale", "layer_scale"), ("StochasticDepth", "stochastic_depth")]:
+        assert f"({keras_class}) -> {node}:" in report, report
+    assert "(CustomScaleLayer) -> scaled_sum:" in report
+
+
+def test_stochastic_depth_drops_whole_samples_in_train_mode_as_keras_s_formula():
+    from attnzoo.keras.converters.applications import StochasticDepth
+
+    node = StochasticDepth(rate=0.4)
+    x = torch.randn(400, 3, 2)
+    assert node.eval().compute(x, None) is x  # the identity at inference
+    torch.manual_seed(0)
+    y = node.train().compute(x, None)
+    kept = (y != 0).flatten(1).all(dim=1)
+    dropped = (y == 0).flatten(1).all(dim=1)
+    assert bool((kept | dropped).all())  # each sample is all kept or all dropped
+    torch.testing.assert_close(y[kept], x[kept] / 0.6)  # Keras: x / keep_prob * floor(keep_prob + u)
+    assert 0.3 < dropped.float().mean().item() < 0.5  # the drop rate, within sampling error of 0.4
+
+
+def test_one_small_application_converts_from_both_files(oracle, tmp_path):  # noqa: F811
+    _from_both_files(oracle, tmp_path, "application_MobileNetV3Small", [[2, 1]])
