@@ -8,6 +8,8 @@ it on padded inputs; the converted model must agree within 1e-5 from both files.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -184,6 +186,28 @@ def test_applications_layers_and_axial_attention_equal_keras(oracle, tmp_path): 
     for keras_class, node in [("LayerScale", "layer_scale"), ("StochasticDepth", "stochastic_depth")]:
         assert f"({keras_class}) -> {node}:" in report, report
     assert "(CustomScaleLayer) -> scaled_sum:" in report
+    from .test_keras_port import _emitted
+
+    inputs, _ = _io(folder)
+    reloaded = attnzoo.load(attnzoo.save(model, tmp_path / "saved")).eval()
+    with torch.no_grad():
+        want = model(*inputs)
+        for other in (_emitted(model), reloaded):  # the emitted source and the saved folder
+            torch.testing.assert_close(other(*inputs), want, rtol=0, atol=1e-6)
+
+
+def test_keras_applications_classes_go_by_the_same_keys_in_keras_and_h5_files():
+    """A .keras file records LayerScale's module, a legacy .h5 none: both take Keras's converter, so a
+    refusal names the class the same way in both."""
+    from attnzoo.keras.files import LayerPath
+    from attnzoo.keras.graph import LayerRecord
+    from attnzoo.keras.registry import is_keras_own, record_keys
+
+    for name, module in [("LayerScale", "convnext"), ("StochasticDepth", "convnext"), ("CustomScaleLayer", "x")]:
+        in_keras = LayerRecord(name, LayerPath((), (), ()), name, name, f"keras.src.applications.{module}", {})
+        in_h5 = LayerRecord(name, LayerPath((), (), ()), name, None, None, {})
+        assert is_keras_own(in_keras) and is_keras_own(in_h5)
+        assert record_keys(in_keras)[0] == record_keys(in_h5)[0] == f"keras>{name}"
 
 
 def test_stochastic_depth_drops_whole_samples_in_train_mode_as_keras_s_formula():
@@ -203,3 +227,40 @@ def test_stochastic_depth_drops_whole_samples_in_train_mode_as_keras_s_formula()
 
 def test_one_small_application_converts_from_both_files(oracle, tmp_path):  # noqa: F811
     _from_both_files(oracle, tmp_path, "application_MobileNetV3Small", [[2, 1]])
+
+
+APPLICATIONS = [
+    "ConvNeXtTiny",
+    "DenseNet121",
+    "EfficientNetB0",
+    "EfficientNetV2B0",
+    "InceptionResNetV2",
+    "InceptionV3",
+    "MobileNet",
+    "MobileNetV2",
+    "MobileNetV3Small",
+    "NASNetMobile",
+    "ResNet50",
+    "ResNet50V2",
+    "VGG16",
+    "Xception",
+]  # the smallest of each keras.applications family (tests/keras_oracle_files.py builds them)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", APPLICATIONS)
+def test_every_keras_application_converts_from_both_files(oracle, tmp_path, name):  # noqa: F811
+    _from_both_files(oracle, tmp_path, f"application_{name}", [[2, 1]])
+
+
+def test_a_refused_input_list_names_what_the_config_holds():
+    from attnzoo.errors import WeightsError
+    from attnzoo.keras.graph import parse_model
+
+    layer = {"class_name": "InputLayer", "name": "a", "config": {"name": "a", "batch_shape": [None, 3]}}
+    model = {"class_name": "Functional", "config": {"name": "m", "layers": [layer], "output_layers": ["a", 0, 0]}}
+    parsed = parse_model({**model, "config": {**model["config"], "input_layers": {"a": ["a", 0, 0]}}}, "m.keras")
+    assert [spec.name for spec, _ in parsed.inputs] == ["a"] and parsed.input_structure == {"a": 0}
+    for bad, said in [({}, "lists no input layers (input_layers is {})"), ({"a": 3}, "an input layer reference 3")]:
+        with pytest.raises(WeightsError, match=re.escape(said)):
+            parse_model({**model, "config": {**model["config"], "input_layers": bad}}, "m.keras")
