@@ -264,3 +264,16 @@ def test_a_refused_input_list_names_what_the_config_holds():
     for bad, said in [({}, "lists no input layers (input_layers is {})"), ({"a": 3}, "an input layer reference 3")]:
         with pytest.raises(WeightsError, match=re.escape(said)):
             parse_model({**model, "config": {**model["config"], "input_layers": bad}}, "m.keras")
+
+
+def test_the_kit_s_inputs_for_a_model_with_a_bool_input_give_it_a_bool_mask(oracle, tmp_path):  # noqa: F811
+    from attnzoo.testing.conventions import get_convention, model_config, sample_inputs
+
+    folder = convert_both(oracle, tmp_path, name="explicit_masks", seed=1, batches=[[2, 3]])
+    model = convert_keras_model(folder / "model.keras")
+    convention = get_convention(attnzoo.model_info("keras_model").convention).for_config(model_config(model))
+    sample = sample_inputs(model, convention, batch=3, seq=5)
+    args, kwargs = sample.call_arguments()
+    assert args[1].dtype == torch.bool and args[1].shape == (3, 5) and not args[1].all()  # the last row padded
+    with torch.no_grad():
+        assert len(model(*args, **kwargs)) == 4
