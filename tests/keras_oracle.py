@@ -415,14 +415,17 @@ def _vocab(model, tensor):
     return 10
 
 
-def _randomise(model, rng):
+def _randomise(model, rng, gentle=False):
     """Every weight moved off its initial value (a variance kept positive; Normalization's count, an
-    integer, left alone), and Normalization's constants refreshed from its moved statistics."""
+    integer, left alone), and Normalization's constants refreshed from its moved statistics. ``gentle``:
+    each weight moved by about a tenth of itself, for the deep keras.applications, whose activations
+    the full move sends to inf and NaN in Keras itself."""
     for weight in model.weights:
         if "float" not in str(weight.dtype):
             continue
         value = weight.numpy()
-        moved = rng.standard_normal(value.shape).astype("float32") * 0.4 + value * 0.5
+        noise = rng.standard_normal(value.shape).astype("float32")
+        moved = value * (1 + 0.1 * noise) + 0.01 * noise if gentle else noise * 0.4 + value * 0.5
         if "variance" in weight.path:
             moved = np.abs(moved) + 0.5
         weight.assign(moved)
@@ -441,7 +444,7 @@ def _all_layers(model):
 def serve(request):
     rng = np.random.default_rng(request.get("seed", 0))
     model = NAMED[request["name"]]() if "name" in request else build(request["recipe"])
-    _randomise(model, rng)
+    _randomise(model, rng, gentle=str(request.get("name", "")).startswith("application_"))
     folder = request["dir"]
     os.makedirs(folder, exist_ok=True)
     files = [os.path.join(folder, "model.keras"), os.path.join(folder, "model.h5")]
