@@ -21,8 +21,12 @@ None), which the nodes make, use and pass on as Keras does (:mod:`attnzoo.keras.
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
 tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
 for a string input (the texts a TextVectorization inside the model reads), any batch size, and any
-length on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's output
-order. ``train()`` is Keras's ``training=True``, ``eval()`` its inference.
+length on an axis Keras left open; a bool tensor for a ``dtype="bool"`` input (a mask). It returns
+one tensor, or a tuple in the Keras model's output order. A model whose Keras inputs are a dict
+(``"input_structure"`` in the graph) takes that dict, keyed by Keras's names, or the tensors positionally
+in sorted key order (Keras's ``model.inputs``); one whose outputs are a dict returns a dict; nested lists
+go in nested and come back as nested tuples. ``train()`` is Keras's ``training=True``, ``eval()`` its
+inference.
 """
 
 from __future__ import annotations
