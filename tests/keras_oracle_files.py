@@ -236,3 +236,11 @@ def _application(name, size):
 
 for _name, _size in APPLICATIONS.items():
     ROWS[f"application_{_name}"] = _application(_name, _size)
+
+
+@row
+def application_small():
+    """The fast tier's application: MobileNet at width 0.25, 32 x 32 (about 0.2M weights)."""
+    return keras.applications.MobileNet(
+        weights=None, input_shape=(32, 32, 3), alpha=0.25, classes=5, classifier_activation=None
+    )

@@ -226,7 +226,7 @@ def test_stochastic_depth_drops_whole_samples_in_train_mode_as_keras_s_formula()
 
 
 def test_one_small_application_converts_from_both_files(oracle, tmp_path):  # noqa: F811
-    _from_both_files(oracle, tmp_path, "application_MobileNetV3Small", [[2, 1]])
+    _from_both_files(oracle, tmp_path, "application_small", [[2, 1]])
 
 
 APPLICATIONS = [
