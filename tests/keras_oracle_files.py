@@ -217,7 +217,6 @@ APPLICATIONS = {
     "MobileNet": 32,
     "MobileNetV2": 32,
     "MobileNetV3Small": 32,
-    "NASNetMobile": 32,
     "ResNet50": 32,
     "ResNet50V2": 32,
     "VGG16": 32,

@@ -239,12 +239,13 @@ APPLICATIONS = [
     "MobileNet",
     "MobileNetV2",
     "MobileNetV3Small",
-    "NASNetMobile",
     "ResNet50",
     "ResNet50V2",
     "VGG16",
     "Xception",
-]  # the smallest of each keras.applications family (tests/keras_oracle_files.py builds them)
+]  # the smallest of each keras.applications family (tests/keras_oracle_files.py builds them); NASNetMobile
+# is not here: Keras 3.15's torch backend, the oracle, refuses to build it ("not available with the torch
+# backend at this time due to an outstanding bug")
 
 
 @pytest.mark.slow
