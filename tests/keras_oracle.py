@@ -26,6 +26,7 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 warnings.filterwarnings("ignore")
 
 import keras  # noqa: E402
+import keras_oracle_files  # noqa: E402 - beside this file, which runs as a script
 import keras_oracle_rows  # noqa: E402 - beside this file, which runs as a script
 import numpy as np  # noqa: E402
 from keras import layers, ops  # noqa: E402
@@ -359,12 +360,12 @@ def stateful():
 
 
 NAMED.update(keras_oracle_rows.ROWS)  # the rows keras-io's models added (a module of their own)
+NAMED.update(keras_oracle_files.ROWS)  # Keras files as people have them (issue 50)
 
 
 # -- inputs and the serving loop ------------------------------------------------------------------------
-def _inputs(model, batch, length, rng):
-    """One array per model input; rows padded by PATTERNS (ids 0 or all-zero feature frames)."""
-    arrays = []
+def _keep(batch, length):
+    """[batch, length] bool: True where a row holds data, each row padded by its pattern."""
     keep = np.ones((batch, length), dtype=bool)
     for b in range(batch):
         pattern = PATTERNS[b % len(PATTERNS)]
@@ -377,9 +378,20 @@ def _inputs(model, batch, length, rng):
             keep[b, 1 : length - 1] = False
         elif pattern == "empty":
             keep[b] = False
+    return keep
+
+
+def _inputs(model, batch, length, rng):
+    """One array per model input; rows padded by PATTERNS (ids 0, all-zero feature frames, or False in a
+    bool mask input, padded along its own second axis)."""
+    arrays = []
+    keep = _keep(batch, length)
     for tensor in model.inputs:
         shape = [batch] + [length if d is None else d for d in tensor.shape[1:]]
-        if "int" in str(tensor.dtype):
+        if "bool" in str(tensor.dtype):  # a mask input: False on the padding, as the other inputs are padded
+            own = _keep(batch, shape[1])
+            x = np.broadcast_to(own.reshape(own.shape + (1,) * (len(shape) - 2)), shape).copy()
+        elif "int" in str(tensor.dtype):
             vocab = _vocab(model, tensor)
             x = rng.integers(1, vocab, size=shape)
             if tensor.shape[1] is None:  # padding along the open length only
@@ -403,14 +415,17 @@ def _vocab(model, tensor):
     return 10
 
 
-def _randomise(model, rng):
+def _randomise(model, rng, gentle=False):
     """Every weight moved off its initial value (a variance kept positive; Normalization's count, an
-    integer, left alone), and Normalization's constants refreshed from its moved statistics."""
+    integer, left alone), and Normalization's constants refreshed from its moved statistics. ``gentle``:
+    each weight moved by about a tenth of itself, for the deep keras.applications, whose activations
+    the full move sends to inf and NaN in Keras itself."""
     for weight in model.weights:
         if "float" not in str(weight.dtype):
             continue
         value = weight.numpy()
-        moved = rng.standard_normal(value.shape).astype("float32") * 0.4 + value * 0.5
+        noise = rng.standard_normal(value.shape).astype("float32")
+        moved = value * (1 + 0.1 * noise) + 0.01 * noise if gentle else noise * 0.4 + value * 0.5
         if "variance" in weight.path:
             moved = np.abs(moved) + 0.5
         weight.assign(moved)
@@ -429,7 +444,7 @@ def _all_layers(model):
 def serve(request):
     rng = np.random.default_rng(request.get("seed", 0))
     model = NAMED[request["name"]]() if "name" in request else build(request["recipe"])
-    _randomise(model, rng)
+    _randomise(model, rng, gentle=str(request.get("name", "")).startswith("application_"))
     folder = request["dir"]
     os.makedirs(folder, exist_ok=True)
     files = [os.path.join(folder, "model.keras"), os.path.join(folder, "model.h5")]
@@ -438,8 +453,10 @@ def serve(request):
     arrays = {}
     for b, (batch, length) in enumerate(request.get("batches", [[5, 6], [2, 3]])):
         inputs = _inputs(model, batch, length, rng)
-        outputs = model.predict(inputs if len(inputs) > 1 else inputs[0], verbose=0)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        feed = inputs if len(inputs) > 1 else inputs[0]
+        if isinstance(model._inputs_struct, dict):  # a dict of named inputs, fed by name
+            feed = dict(zip(sorted(model._inputs_struct), inputs, strict=True))  # model.inputs: sorted keys
+        outputs = keras.tree.flatten(model.predict(feed, verbose=0))  # a dict's values in sorted key order
         for i, x in enumerate(inputs):
             arrays[f"in/{b}/{i}"] = x
         for k, y in enumerate(outputs):

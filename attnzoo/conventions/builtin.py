@@ -192,8 +192,9 @@ TORCH_INTEGERS = {"int8": "int8", "int16": "int16", "int32": "int32", "int64": "
 class KerasInputs(Convention):
     """A converted Keras model (``keras_model``): its inputs are the ones its graph declares, in order,
     positionally: integer ids of the Keras input's dtype (below the vocabulary of the Embedding that reads
-    them) or floats, with Keras's shapes. A length Keras left open is the ``keys`` axis; fixed sizes are
-    kept. There is no mask argument: when every input is read by an ``Embedding(mask_zero=True)`` or a
+    them), bool masks (a ``dtype="bool"`` input: True = keep) or floats, with Keras's shapes. A length
+    Keras left open is the ``keys`` axis; fixed sizes are kept. There is no mask argument beyond the
+    model's own bool inputs: when every input is read by an ``Embedding(mask_zero=True)`` or a
     ``Masking(0.0)``, the padding is in band (ids 0, zero vectors) and the padding properties run on it;
     the Keras semantics of masks are tested against Keras itself."""
 
@@ -220,7 +221,7 @@ class KerasInputs(Convention):
             if dtype in INTEGER_DTYPES:
                 defaults[vocab] = int(spec.get("vocab") or 10)
             name = str(spec.get("name") or f"input_{i}")
-            kind = "tokens" if dtype in INTEGER_DTYPES else "float"
+            kind = "tokens" if dtype in INTEGER_DTYPES else ("mask" if dtype == "bool" else "float")
             integer = TORCH_INTEGERS.get(dtype, "int64") if kind == "tokens" else ""
             slots.append(Slot(name, kind, tuple(axes), vocab=vocab if kind == "tokens" else "", dtype=integer))
         outputs = tuple(("batch", "...") for _ in graph.get("outputs") or [None])

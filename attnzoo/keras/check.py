@@ -45,15 +45,18 @@ MAX_LENGTH = 1024  # the longest open length --check tries before it gives up on
 
 
 def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) -> list[np.ndarray]:
-    """Random inputs for a converted model: ids (0 = padding) or features (zero frames as padding),
-    rows padded by ``PATTERNS`` along an open length; texts (an object array of str) of ``length``
+    """Random inputs for a converted model, each of its input's declared dtype: ids (0 = padding),
+    features (zero frames as padding) or a bool mask (False on the padding), rows padded by ``PATTERNS``
+    along an open length; texts (an object array of str) of ``length``
     words or fewer for a string input."""
     rng = np.random.default_rng(seed)
     arrays = []
+    # a model with a mask input has padding on its fixed time axis too, or the mask would never be False
+    masked = any(spec["dtype"] == "bool" for spec in model.inputs_spec)
     for spec in model.inputs_spec:
         shape = [batch] + [length if d is None else d for d in spec["shape"][1:]]
         keep = np.ones(shape[:2], dtype=bool)
-        if spec["shape"][1:2] == [None] and len(shape) >= 2:
+        if len(shape) >= 2 and (spec["shape"][1] is None or masked):
             cut = max(1, shape[1] // 2)
             for b in range(batch):
                 pattern = PATTERNS[b % len(PATTERNS)]
@@ -66,6 +69,8 @@ def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) ->
         view = keep.reshape(keep.shape + (1,) * (len(shape) - 2))
         if spec["dtype"] == "string":
             x = _texts(rng, shape, length)
+        elif spec["dtype"] == "bool":  # a mask input: False on the padding the other inputs carry
+            x = np.broadcast_to(view, shape).copy()
         elif "int" in str(spec["dtype"]):
             x = rng.integers(1, int(spec.get("vocab") or 10), size=shape) * view
         else:
@@ -146,15 +151,14 @@ def check_against_keras(
         ) from None
     length = working_length(model, seed) if length is None else length
     inputs = padded_inputs(model, length=length, seed=seed)
-    feed = inputs if len(inputs) > 1 else inputs[0]
+    feed = _keras_feed(model, inputs)
     theirs = _keras_predict(original, feed, length)
     try:
         with torch.no_grad():
             traced = model.trace(*[_as_model_input(x) for x in inputs])
-            ours = model(*[_as_model_input(x) for x in inputs])
+            ours = _flat(model(*[_as_model_input(x) for x in inputs]))
     except ValueError as e:
         raise WeightsError(f"the converted model cannot run inputs of length {length}: {e}") from None
-    ours = list(ours) if isinstance(ours, tuple) else [ours]
     result = CheckResult([_max_diff(o.numpy(), np.asarray(t)) for o, t in zip(ours, theirs, strict=True)])
     result.tolerance, result.length = tolerance, length
     probes = []
@@ -166,8 +170,7 @@ def check_against_keras(
         probes.append((layer.name, list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]))
     if probes:
         flat = [t for _, outs in probes for t in outs]
-        every = _keras_predict(keras.Model(original.inputs, flat), feed, length)
-        every = list(every) if isinstance(every, (list, tuple)) else [every]
+        every = _keras_predict(keras.Model(original.input, flat), feed, length)
         at = 0
         diffs = {}
         for name, outs in probes:
@@ -195,4 +198,29 @@ def _keras_predict(model: Any, feed: Any, length: int) -> list[Any]:
             f"Keras fails on the check's inputs of length {length} ({type(e).__name__}: {reason}); "
             f"pass --length N with a length the model takes"
         ) from None
-    return list(out) if isinstance(out, (list, tuple)) else [out]
+    return _flat(out)
+
+
+def _flat(value: Any) -> list[Any]:
+    """Outputs in Keras's flat order: a dict's by sorted key, lists and tuples in order."""
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value) for leaf in _flat(value[key])]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _flat(item)]
+    return [value]
+
+
+def _keras_feed(model: Any, inputs: list[np.ndarray]) -> Any:
+    """The check's inputs as Keras takes them: nested as the model's inputs are (a dict by its keys)."""
+    structure = getattr(model, "input_structure", None)
+
+    def nest(shape: Any) -> Any:
+        if isinstance(shape, int):
+            return inputs[shape]
+        if isinstance(shape, dict):
+            return {key: nest(value) for key, value in shape.items()}
+        return [nest(value) for value in shape]
+
+    if structure is not None:
+        return nest(structure)
+    return inputs if len(inputs) > 1 else inputs[0]

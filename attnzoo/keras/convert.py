@@ -225,6 +225,11 @@ def build_graph(
         "calls": calls,
         "outputs": [[ref.call, ref.index] for ref in graph.outputs],
     }
+    # a dict of inputs or outputs, or nested lists: the structure the converted model takes and returns
+    if graph.input_structure is not None:
+        config["input_structure"] = graph.input_structure
+    if graph.output_structure is not None:
+        config["output_structure"] = graph.output_structure
     return config, state, report
 
 

@@ -124,6 +124,10 @@ class KerasGraph:
     calls: list[Call] = field(default_factory=list)
     inputs: list[tuple[InputSpec, Ref]] = field(default_factory=list)
     outputs: list[Ref] = field(default_factory=list)
+    # how Keras nests the inputs and outputs (a dict of them, nested lists), each leaf the position in the
+    # flat list above; None where they are one tensor or a flat list
+    input_structure: Any = None
+    output_structure: Any = None
 
 
 class _Builder:
@@ -265,7 +269,8 @@ class _Builder:
         records = [
             self.record(entry, path, prefix, position) for entry, position in zip(layers, positions, strict=True)
         ]
-        input_names = [ref[0] for ref in _ref_list(config.get("input_layers"), self.fail)]
+        input_refs, input_structure = _structure(config.get("input_layers"), "input", self.fail)
+        input_names = [ref[0] for ref in input_refs]
         if bound is not None and len(bound) != len(input_names):
             raise self.fail(f"model {path} is called on {len(bound)} tensors; it has {len(input_names)} inputs")
         nodes: dict[tuple[str, int], str] = {}  # (layer name, node index) -> call id
@@ -305,7 +310,10 @@ class _Builder:
                 ordered_inputs.append(next((s, r) for s, r in inputs if s.name == name))
         outputs = []
         functional = {r.name for r in records if r.class_name in MODEL_CLASSES and r.class_name != "Sequential"}
-        for name, node, index in _ref_list(config.get("output_layers"), self.fail):
+        output_refs, output_structure = _structure(config.get("output_layers"), "output", self.fail)
+        if bound is None:
+            self.graph.input_structure, self.graph.output_structure = input_structure, output_structure
+        for name, node, index in output_refs:
             if self.keras3 and name in functional:
                 # keras 3 counts a nested functional model's own node (its inputs to its outputs) in
                 # output_layers, though not in the inbound nodes it records (Functional.get_config)
@@ -369,8 +377,7 @@ class _Builder:
     ) -> Ref:
         """Emit one call of ``record`` (inlining a nested model); returns its first output."""
         if record.class_name in MODEL_CLASSES:
-            tensors = args[0] if len(args) == 1 and isinstance(args[0], list) else args
-            bound = [t for t in tensors if isinstance(t, Ref)]
+            bound = _flat_refs(args[0] if len(args) == 1 and isinstance(args[0], (list, dict)) else args)
             mask = kwargs.get("mask")
             if isinstance(mask, Ref) and len(bound) == 1:
                 bound = [self._pass(f"{call_id}/masked", bound[0], mask)]
@@ -410,18 +417,47 @@ def _tensors_k2(value: Any, resolve: Any) -> Any:
     return value
 
 
-def _ref_list(value: Any, fail: Any) -> list[tuple[str, int, int]]:
-    """``input_layers`` / ``output_layers``: one ``[name, node, index]`` or a list of them."""
-    if isinstance(value, list) and len(value) == 3 and isinstance(value[0], str):
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, list) and len(value) >= 3 and isinstance(value[0], str) and isinstance(value[1], int)
+
+
+def _structure(value: Any, what: str, fail: Any) -> tuple[list[tuple[str, int, int]], Any]:
+    """``input_layers`` / ``output_layers``: one ``[name, node, index]``, a list of them, or (keras 3) a
+    dict of them or nested lists. Returns the references in Keras's flat order (a dict's entries by
+    sorted key, as ``keras.tree.flatten`` orders them and ``model.inputs`` lists them) and the structure
+    with each leaf the position in that order; the structure is None for one reference or a flat list."""
+    if _is_ref(value):
         value = [value]
-    if not isinstance(value, list) or not value:
-        raise fail("the model config lists no input or output layers")
-    out = []
-    for item in value:
-        if not (isinstance(item, list) and len(item) >= 3 and isinstance(item[0], str)):
-            raise fail(f"an input or output layer reference {str(item)[:80]}")
-        out.append((item[0], int(item[1]), int(item[2])))
-    return out
+    if not isinstance(value, (list, dict)) or not value:
+        raise fail(f"the model config lists no {what} layers ({what}_layers is {str(value)[:80]})")
+    flat: list[tuple[str, int, int]] = []
+
+    def walk(item: Any, depth: int) -> Any:
+        if depth > MAX_NESTING:
+            raise fail(f"the model's {what}s are nested deeper than {MAX_NESTING} levels")
+        if _is_ref(item):
+            flat.append((item[0], int(item[1]), int(item[2])))
+            return len(flat) - 1
+        if isinstance(item, dict) and item and all(isinstance(k, str) for k in item):
+            return {key: walk(item[key], depth + 1) for key in sorted(item)}
+        if isinstance(item, list) and item:
+            return [walk(v, depth + 1) for v in item]
+        raise fail(f"an {what} layer reference {str(item)[:80]} is not [layer, node, index], a dict or a list")
+
+    structure = walk(value, 0)
+    nested = isinstance(structure, dict) or any(not isinstance(leaf, int) for leaf in structure)
+    return flat, structure if nested else None
+
+
+def _flat_refs(value: Any) -> list[Ref]:
+    """The tensors of a call's argument in Keras's flat order (a dict's by sorted key)."""
+    if isinstance(value, Ref):
+        return [value]
+    if isinstance(value, dict):
+        return [ref for key in sorted(value) for ref in _flat_refs(value[key])]
+    if isinstance(value, (list, tuple)):
+        return [ref for item in value for ref in _flat_refs(item)]
+    return []
 
 
 def _needed(graph: KerasGraph) -> KerasGraph:

@@ -21,12 +21,17 @@ None), which the nodes make, use and pass on as Keras does (:mod:`attnzoo.keras.
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
 tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
 for a string input (the texts a TextVectorization inside the model reads), any batch size, and any
-length on an axis Keras left open. It returns one tensor, or a tuple in the Keras model's output
-order. ``train()`` is Keras's ``training=True``, ``eval()`` its inference.
+length on an axis Keras left open; a bool tensor for a ``dtype="bool"`` input (a mask). It returns
+one tensor, or a tuple in the Keras model's output order. A model whose Keras inputs are a dict
+(``"input_structure"`` in the graph) takes that dict, keyed by Keras's names, or the tensors positionally
+in sorted key order (Keras's ``model.inputs``); one whose outputs are a dict returns a dict; nested lists
+go in nested and come back as nested tuples. ``train()`` is Keras's ``training=True``, ``eval()`` its
+inference.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -84,6 +89,8 @@ class KerasModel(nn.Module):
         self.calls = [dict(c) for c in graph["calls"]]
         self.outputs = [tuple(o) for o in graph["outputs"]]
         self.keras3 = not str(graph.get("keras_version", "3")).strip().startswith(("1", "2"))
+        self.input_structure = graph.get("input_structure")
+        self.output_structure = graph.get("output_structure")
 
     @property
     def input_names(self) -> list[str]:
@@ -124,6 +131,11 @@ class KerasModel(nn.Module):
         for out in graph["outputs"]:
             if not (isinstance(out, list) and len(out) == 2 and out[0] in known and isinstance(out[1], int)):
                 raise _graph_error(f"output {out!r} is not [call id, index] of a call")
+        for key in ("input", "output"):
+            if graph.get(f"{key}_structure") is not None:
+                leaves = _leaves(graph[f"{key}_structure"])
+                if sorted(leaves) != list(range(len(graph[f"{key}s"]))):
+                    raise _graph_error(f"{key}_structure must hold each {key}'s position once, got {leaves}")
 
     # -- inputs ---------------------------------------------------------------------------------------
     def _reference(self) -> Tensor | None:
@@ -165,12 +177,17 @@ class KerasModel(nn.Module):
                     f"keras_model expects input {name!r} of shape {_shape_text(shape)}, got {list(x.shape)}"
                 )
             integer = spec["dtype"] in INTEGER_DTYPES
-            if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+            if spec["dtype"] == "bool":  # a mask input (True = keep), as Keras declared it
+                if x.dtype != torch.bool:
+                    raise ValueError(
+                        f"keras_model expects input {name!r} as a bool tensor (True = keep), got {x.dtype}"
+                    )
+            elif integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
                 raise ValueError(
                     f"keras_model expects input {name!r} as integer ids ({spec['dtype']}), got {x.dtype}; "
                     f"pass a LongTensor of token ids"
                 )
-            if not integer and not x.is_floating_point():
+            elif not integer and not x.is_floating_point():
                 raise ValueError(
                     f"keras_model expects input {name!r} as a floating tensor ({spec['dtype']}), got {x.dtype}"
                 )
@@ -184,20 +201,50 @@ class KerasModel(nn.Module):
                     f"keras_model expects every input with the same batch size, got {batch} and {x.shape[0]}"
                 )
             batch = x.shape[0]
-            if not integer and reference is not None and x.dtype != reference.dtype:
+            if x.is_floating_point() and reference is not None and x.dtype != reference.dtype:
                 x = x.to(reference.dtype)  # Keras casts its inputs to the layers' dtype as well
             checked.append(x)
         return checked
 
     # -- running ----------------------------------------------------------------------------------------
-    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, ...]:
+    def forward(self, *inputs: Any) -> Any:
         values = self.trace(*inputs)
-        results = tuple(values[call][index] for call, index in self.outputs)
-        return results[0] if len(results) == 1 else results
+        results = [values[call][index] for call, index in self.outputs]
+        if self.output_structure is not None:  # Keras's dict of outputs (or nested lists), lists as tuples
+            return _rebuild(self.output_structure, results)
+        return results[0] if len(results) == 1 else tuple(results)
 
-    def trace(self, *inputs: Tensor) -> dict[str, list[Any]]:
+    def _flat_inputs(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The inputs in the graph's flat order: a model of a dict of inputs takes that dict (keyed by the
+        Keras names), one of nested lists takes them nested; both also take the flat list positionally."""
+        structure = self.input_structure
+        if structure is None or len(inputs) == len(self.inputs_spec) and not isinstance(structure, dict):
+            return inputs
+        if isinstance(structure, dict):
+            if len(inputs) == 1 and isinstance(inputs[0], Mapping):
+                given = inputs[0]
+                missing = [key for key in structure if key not in given]
+                unknown = [str(key) for key in given if key not in structure]
+                if missing or unknown:
+                    raise ValueError(
+                        f"keras_model takes a dict of inputs keyed {', '.join(map(repr, structure))}; "
+                        + (f"missing {', '.join(map(repr, missing))}" if missing else "")
+                        + ("; " if missing and unknown else "")
+                        + (f"unknown {', '.join(map(repr, unknown))}" if unknown else "")
+                    )
+                return tuple(_flatten(structure, given))
+            if len(inputs) == len(self.inputs_spec) and not any(isinstance(x, Mapping) for x in inputs):
+                return inputs  # the flat list, in the order of sorted keys (Keras's model.inputs)
+            raise ValueError(
+                f"keras_model takes one dict of inputs keyed {', '.join(map(repr, structure))}, "
+                f"got {len(inputs)} argument(s)"
+            )
+        return tuple(_flatten(structure, list(inputs)))
+
+    def trace(self, *inputs: Any) -> dict[str, list[Any]]:
         """Every call's outputs, by call id (a layer's name for its first call), in the order they ran:
         what ``attnzoo convert-keras --check`` compares with Keras layer by layer."""
+        inputs = self._flat_inputs(inputs)
         values: dict[str, list[Any]] = {}
         # a mask belongs to a tensor object, as Keras's _keras_mask does: a layer that returns its input
         # (Dropout at inference) passes the same tensor, and keras 3's MultiHeadAttention clears it
@@ -279,6 +326,45 @@ class KerasModel(nn.Module):
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)
         return f"inputs=({inputs}), keras_version={self.graph.get('keras_version')!r}"
+
+
+def _leaves(structure: Any) -> list[Any]:
+    if isinstance(structure, dict):
+        return [leaf for value in structure.values() for leaf in _leaves(value)]
+    if isinstance(structure, list):
+        return [leaf for value in structure for leaf in _leaves(value)]
+    return [structure]
+
+
+def _flatten(structure: Any, given: Any) -> list[Any]:
+    """``given`` (nested as ``structure``) as the flat list the structure's leaves index."""
+    flat: dict[int, Any] = {}
+
+    def walk(shape: Any, value: Any, where: str) -> None:
+        if isinstance(shape, int):
+            flat[shape] = value
+        elif isinstance(shape, dict):
+            if not isinstance(value, Mapping) or set(value) != set(shape):
+                raise ValueError(f"keras_model takes {where or 'its inputs'} as a dict keyed {sorted(shape)}")
+            for key, inner in shape.items():
+                walk(inner, value[key], f"{where}[{key!r}]")
+        else:
+            if not isinstance(value, (list, tuple)) or len(value) != len(shape):
+                raise ValueError(f"keras_model takes {where or 'its inputs'} as a list of {len(shape)}")
+            for i, (inner, item) in enumerate(zip(shape, value, strict=True)):
+                walk(inner, item, f"{where}[{i}]")
+
+    walk(structure, given, "")
+    return [flat[i] for i in range(len(flat))]
+
+
+def _rebuild(structure: Any, flat: list[Any]) -> Any:
+    """The flat outputs nested as Keras nests them: dicts as dicts, lists as tuples."""
+    if isinstance(structure, int):
+        return flat[structure]
+    if isinstance(structure, dict):
+        return {key: _rebuild(value, flat) for key, value in structure.items()}
+    return tuple(_rebuild(value, flat) for value in structure)
 
 
 def _is_tensors(value: Any) -> bool:

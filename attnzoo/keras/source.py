@@ -186,9 +186,10 @@ def _conv(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None,
         h = f'F.pad({out}, conv_padding({out}, "same", {literal(k)}, {literal(s)}, {literal(d)}))'
     elif spec.get("padding") == "causal":
         h = f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
-    _apply(e, out, f"layers[{literal(key)}]({h})", spec.get("activation", "linear"))
-    if not first:
-        e.body.append(f"{out} = {out}.movedim(1, -1)")
+    # back in Keras's layout before the activation: a softmax runs over Keras's last axis
+    _apply(
+        e, out, f"layers[{literal(key)}]({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear")
+    )
     e.mask_of[out] = None
 
 
@@ -441,6 +442,45 @@ def _class_name(model: Any, class_name: Any, e: _Emitter) -> str:
     return class_name
 
 
+def _nested(structure: Any, names: list[str]) -> str:
+    """The expression of ``names`` nested as ``structure`` (leaves index ``names``): dicts, lists as tuples."""
+    if isinstance(structure, int):
+        return names[structure]
+    if isinstance(structure, dict):
+        return "{" + ", ".join(f"{literal(key)}: {_nested(value, names)}" for key, value in structure.items()) + "}"
+    return "(" + ", ".join(_nested(value, names) for value in structure) + ",)"
+
+
+def _parameters(structure: Any, inputs: list[str], used: set[str]) -> tuple[str, list[str]]:
+    """``forward``'s parameters and the lines that unpack them: one tensor per input, one dict of them
+    (keyed as Keras's dict of inputs), or one parameter per entry of Keras's nested lists."""
+    if structure is None:
+        return ", ".join(f"{i}: torch.Tensor" for i in inputs), []
+    lines: list[str] = []
+
+    def unpack(shape: Any, access: str) -> None:
+        if isinstance(shape, int):
+            lines.append(f"{inputs[shape]} = {access}")
+        else:
+            items = shape.items() if isinstance(shape, dict) else enumerate(shape)
+            for key, inner in items:
+                unpack(inner, f"{access}[{literal(key)}]")
+
+    if isinstance(structure, dict):
+        name = identifier("inputs", used)
+        unpack(structure, name)
+        return f"{name}: dict[str, torch.Tensor]", lines
+    parameters = []
+    for entry in structure:
+        if isinstance(entry, int):
+            parameters.append(f"{inputs[entry]}: torch.Tensor")
+        else:
+            name = identifier("inputs", used)
+            parameters.append(f"{name}: {'dict' if isinstance(entry, dict) else 'list'}")
+            unpack(entry, name)
+    return ", ".join(parameters), lines
+
+
 def to_source(model: Any, class_name: str | None = None) -> str:
     """The converted ``model`` (a :class:`~attnzoo.keras.model.KerasModel`) as Python source (see the module
     docstring). ``class_name`` defaults to the Keras model's name in CamelCase. The source is checked with
@@ -453,24 +493,39 @@ def to_source(model: Any, class_name: str | None = None) -> str:
         e.values[spec["id"]] = [name]
         e.mask_of[name] = None
         inputs.append(name)
+    parameters, unpack = _parameters(graph.get("input_structure"), inputs, e.used)
     for call in graph["calls"]:
         _emit_call(e, model, call, model.keras3)
     results = [e.values[call][index] for call, index in graph["outputs"]]
     e.body = _without_unread(e.body, results, e.masks | e.unpacked)
     name = _class_name(model, class_name, e)
     version = graph.get("keras_version")
-    source = "\n".join(_module(e, name, inputs, results, None if version is None else str(version)))
+    keras_version = None if version is None else str(version)
+    shape = graph.get("output_structure")
+    source = "\n".join(_module(e, name, inputs, results, keras_version, shape, parameters, unpack))
     check_source(source)
     return source
 
 
-def _module(e: _Emitter, name: str, inputs: list[str], results: list[str], keras_version: str | None) -> list[str]:
+def _module(
+    e: _Emitter,
+    name: str,
+    inputs: list[str],
+    results: list[str],
+    keras_version: str | None,
+    output_structure: Any,
+    parameters: str,
+    unpack: list[str],
+) -> list[str]:
     from attnzoo.version import __version__
 
     names = Counter(name for line in e.body for name, _, _ in _names_in(line))
     kept = {name, *inputs, *results, *names}  # the made-up names the code still holds
     returns = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
     annotation = "torch.Tensor" if len(results) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(results))}]"
+    if output_structure is not None:  # Keras's dict of outputs, or nested lists (as tuples)
+        returns = _nested(output_structure, results)
+        annotation = "dict[str, torch.Tensor]" if isinstance(output_structure, dict) else "tuple"
     return [
         f'"""{name}: a Keras model converted by attnzoo {__version__}.',
         "",
@@ -498,7 +553,8 @@ def _module(e: _Emitter, name: str, inputs: list[str], results: list[str], keras
         "        self.layers = nn.ModuleDict()",
         *[f"        {line}" for line in e.init],
         "",
-        f"    def forward(self, {', '.join(f'{i}: torch.Tensor' for i in inputs)}) -> {annotation}:",
+        f"    def forward(self, {parameters}) -> {annotation}:",
+        *[f"        {line}" for line in unpack],
         *(["        layers = self.layers"] if names["layers"] else []),
         *[f"        {line}" for line in e.body],
         f"        return {returns}",

@@ -17,6 +17,7 @@ so a saved folder rebuilds it with ``attnzoo.create``; its weights are the node'
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import numpy as np
@@ -47,8 +48,13 @@ class ZooNode(Node):
         config: dict[str, Any],
         call: str = "layer",
         output_mask: str = "none",
+        attention_axes: list[int] | None = None,
     ) -> None:
-        super().__init__(model=model, config=config, call=call, output_mask=output_mask)
+        args: dict[str, Any] = {"model": model, "config": config, "call": call, "output_mask": output_mask}
+        if attention_axes is not None:  # saved only where set, so earlier folders' configs stay as they were
+            args["attention_axes"] = [int(a) for a in attention_axes]
+        super().__init__(**args)
+        self.attention_axes = args.get("attention_axes")
         from attnzoo.core.spec import parse_name
 
         # a registered layer by name, nothing fetched: a saved graph cannot make loading reach a network
@@ -117,6 +123,13 @@ class ZooNode(Node):
             value_mask = key_mask if value_mask is None else value_mask & key_mask
         scores = bool(kwargs.get("return_attention_scores", False))
         attention_mask = kwargs.get("attention_mask")
+        if query.dim() > 3:  # Keras's attention_axes (by default every axis between batch and features)
+            if any(isinstance(m, Tensor) for m in (query_mask, value_mask)):
+                raise ValueError(
+                    "MultiHeadAttention with attention_axes over inputs of more than 3 axes takes its mask as "
+                    "attention_mask; a Keras mask on its inputs is not supported"
+                )
+            return self._axial(query, value, key, attention_mask, scores, bool(kwargs.get("use_causal_mask")))
         out = self.layer(
             query,
             value,
@@ -129,6 +142,47 @@ class ZooNode(Node):
         )
         outputs = list(out) if scores else [out]
         return outputs, [query_mask] + [None] * (len(outputs) - 1)
+
+    def _axial(self, query, value, key, attention_mask, scores: bool, causal: bool):
+        """Keras's ``attention_axes`` over [B, *axes, C] inputs: the other inner axes join the batch, the
+        attention axes become one sequence (Keras's softmax runs over all of them together), the 3-D
+        attention runs, and its output goes back to [B, *axes, C_out]. ``attention_mask`` is Keras's
+        [B, *other, *query attention axes, *key attention axes]; scores come back as Keras's
+        [B, *other, heads, *query attention axes, *key attention axes]."""
+        rank = query.dim()
+        axes = sorted({a % rank for a in (self.attention_axes or range(1, rank - 1))})
+        if any(a in (0, rank - 1) for a in axes):
+            raise ValueError(f"attention_axes {self.attention_axes} must name inner axes of a {rank}-D input")
+        other = [a for a in range(1, rank - 1) if a not in axes]
+        order = [0, *other, *axes, rank - 1]
+        batch_dims = [query.shape[a] for a in (0, *other)]
+        q_axes = [query.shape[a] for a in axes]
+        k_axes = [value.shape[a] for a in axes]
+
+        def fold(x: Tensor) -> Tensor:
+            x = x.permute(order)
+            return x.reshape(math.prod(batch_dims), -1, x.shape[-1])
+
+        mask = None
+        if isinstance(attention_mask, Tensor):
+            mask = attention_mask.bool().expand(*batch_dims, *q_axes, *k_axes)
+            mask = mask.reshape(math.prod(batch_dims), math.prod(q_axes), math.prod(k_axes))
+        out = self.layer(
+            fold(query),
+            fold(value),
+            None if key is None else fold(key),
+            attention_mask=mask,
+            # Keras's explicit path (its masked softmax, not the fused kernel) is the one it takes for
+            # projections of more than 4 axes; asking for the weights takes the same path here
+            return_attention=True,
+            use_causal_mask=causal,
+        )
+        out, weights = out
+        out = out.reshape(*batch_dims, *q_axes, out.shape[-1]).permute([order.index(a) for a in range(rank)])
+        if not scores:
+            return [out], [None]
+        weights = weights.reshape(*batch_dims, weights.shape[1], *q_axes, *k_axes)
+        return [out, weights], [None, None]
 
 
 # -- attnzoo's own Keras layers: a Keras class -> a registered attnzoo layer with the Keras weights loaded ---
@@ -168,10 +222,18 @@ def convert_additive_attention(record, arrays, ctx):
     return _zoo("keras_additive", config, arrays, "AdditiveAttention", **_INPUT_MASK)
 
 
-def _mha_output_shape(c: dict[str, Any]) -> int | None:
+def _attention_axes(c: dict[str, Any]) -> list[int] | None:
+    """Keras's ``attention_axes`` as a list of ints (None: the axes before the last, Keras's default)."""
     axes = c.get("attention_axes")
-    if axes not in (None, [1], (1,), 1):
-        raise Refused(f"attention_axes={axes!r}: attention over axis 1 of [batch, seq, dim] inputs is supported")
+    if axes is None:
+        return None
+    axes = [axes] if isinstance(axes, int) else axes
+    if not isinstance(axes, (list, tuple)) or not axes or not all(type(a) is int for a in axes):
+        raise Refused(f"attention_axes={axes!r} is not an int or a list of ints")
+    return [int(a) for a in axes]
+
+
+def _mha_output_shape(c: dict[str, Any]) -> int | None:
     for key in ("use_gate", "sliding_window"):
         if c.get(key) not in (None, False):
             raise Refused(f"{key}={c.get(key)!r} is not supported")
@@ -208,7 +270,12 @@ def convert_multi_head_attention(record, arrays, ctx):
         "value_size": int(value.shape[0]),
         "keras_semantics": ctx.major,
     }
-    return _zoo("keras_mha", config, arrays, "MultiHeadAttention", call="mha", mask=True, output_mask="input")
+    converted = _zoo("keras_mha", config, arrays, "MultiHeadAttention", call="mha", mask=True, output_mask="input")
+    axes = _attention_axes(c)
+    if axes is not None:  # axial attention over inputs of more than 3 axes: the node folds the others away
+        converted.spec["attention_axes"] = axes
+        converted.notes.append(f"attention over axes {axes}, the other inner axes taken as batch")
+    return converted
 
 
 # Chalkidis et al.'s LabelWiseAttention (lmtc-eurlex57k) and seed 000's layer are custom classes of those

@@ -4,7 +4,7 @@ padding (the transposed, depthwise and separable ones are in their own files).""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from attnzoo.keras.arguments import (
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["Conv", "same_padding", "conv_padding", "padded", "CONV", "conv_options"]
+__all__ = ["Conv", "same_padding", "conv_padding", "padded", "CONV", "conv_options", "to_keras_layout"]
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -68,6 +68,14 @@ def conv_padding(x: Tensor, padding: str, kernel_size: list[int], strides: list[
         else:
             pads += [0, 0]
     return pads
+
+
+def to_keras_layout(y: Tensor, channels_first: bool, act: Callable[[Tensor], Tensor]) -> Tensor:
+    """A convolution's channels-first torch output [B, C, *spatial] back in Keras's layout, then its
+    activation: Keras applies it to the layer's output as Keras lays it out, so softmax and log_softmax
+    run over Keras's last axis (the channels, or the last spatial axis under ``channels_first``), never
+    over torch's inner layout."""
+    return act(y if channels_first else y.movedim(1, -1))
 
 
 class Conv(Node):
@@ -122,8 +130,7 @@ class Conv(Node):
             x = x.movedim(-1, 1)
         x = padded(x, conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation))
         y = CONV[self.rank](x, self.weight, self.bias, stride=self.strides, dilation=self.dilation, groups=self.groups)
-        y = self.act(y)
-        return y if self.channels_first else y.movedim(1, -1)
+        return to_keras_layout(y, self.channels_first, self.act)
 
 
 def conv_options(c: Mapping[str, Any], rank: int, *, causal: bool = True) -> tuple[str, list[int], list[int]]:

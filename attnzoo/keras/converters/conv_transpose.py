@@ -31,7 +31,7 @@ from attnzoo.keras.arguments import (
     kernel_size_agrees,
     rank_of,
 )
-from attnzoo.keras.converters.conv import conv_options
+from attnzoo.keras.converters.conv import conv_options, to_keras_layout
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -118,8 +118,7 @@ class ConvTranspose(Node):
             y = F.pad(y, cuts)
         if self.bias is not None:
             y = y + self.bias.view(-1, *[1] * self.rank)
-        y = self.act(y)
-        return y if self.channels_first else y.movedim(1, -1)
+        return to_keras_layout(y, self.channels_first, self.act)
 
 
 def _convert(record, arrays, ctx, rank: int) -> Converted:

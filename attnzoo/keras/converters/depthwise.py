@@ -26,7 +26,7 @@ from attnzoo.keras.arguments import (
     kernel_size_agrees,
     rank_of,
 )
-from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding, padded
+from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding, padded, to_keras_layout
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -141,8 +141,7 @@ class SeparableConv(Node):
         x = padded(x, conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation))
         conv = CONV[self.rank]
         y = conv(x, self.depthwise, None, stride=self.strides, dilation=self.dilation, groups=self.groups)
-        y = self.act(conv(y, self.pointwise, self.bias))
-        return y if self.channels_first else y.movedim(1, -1)
+        return to_keras_layout(conv(y, self.pointwise, self.bias), self.channels_first, self.act)
 
 
 def _convert_separable(record, arrays, ctx, rank: int) -> Converted:
