@@ -105,5 +105,6 @@ def test_the_readme_starts_with_its_two_commands_then_the_cpu_only_torch():
         'python -m pip install -e ".[test]" && python -m pytest',
     ]
     after = " ".join(first.group(2).split())
-    assert "python -m pip install torch --index-url https://download.pytorch.org/whl/cpu" in after
+    # torch and torchvision together: timm pulls torchvision, whose default wheel would bring a CUDA torch back
+    assert "python -m pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu" in after
     assert "On a 2-core machine" in after and re.search(r"first command takes .*and the second about", after)

@@ -268,7 +268,7 @@ def test_a_refused_input_list_names_what_the_config_holds():
 
 
 def test_the_kit_s_inputs_for_a_model_with_a_bool_input_give_it_a_bool_mask(oracle, tmp_path):  # noqa: F811
-    from attnzoo.testing.conventions import get_convention, model_config, sample_inputs
+    from attnzoo.conventions import get_convention, model_config, sample_inputs
 
     folder = convert_both(oracle, tmp_path, name="explicit_masks", seed=1, batches=[[2, 3]])
     model = convert_keras_model(folder / "model.keras")

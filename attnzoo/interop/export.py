@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from attnzoo.core import model_info
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, ExportError, without_colour
 
@@ -113,13 +114,12 @@ def _output_names(convention, count: int, return_attention: bool) -> list[str] |
 
 
 def _convention_of(model: Any):
-    import attnzoo
     from attnzoo.conventions import get_convention
 
     info = getattr(model, "attnzoo_config", None)
     if not isinstance(info, Mapping) or "name" not in info:
         raise ConfigError("export() needs inputs=(args, kwargs) for a model not built by attnzoo.create or load")
-    spec = attnzoo.model_info(info["name"])
+    spec = model_info(info["name"])
     if not spec.convention:
         raise ConfigError(f"{spec.name}: its card names no convention; pass inputs=(args, kwargs)")
     from attnzoo.conventions import model_config

@@ -242,7 +242,12 @@ class _Walk:
 
     def annotation(self, node: ast.expr | None, where: ast.AST) -> None:
         text = ast.unparse(node) if node is not None else ""
-        if not re.fullmatch(r"None|torch\.Tensor|tuple\[torch\.Tensor(, torch\.Tensor)*\]", text):
+        # the annotations the emitter writes: tensors, a tuple of them, Keras's dict or nested lists of them
+        if not re.fullmatch(
+            r"None|torch\.Tensor|tuple\[torch\.Tensor(, torch\.Tensor)*\]|tuple|list|dict|"
+            r"dict\[str, torch\.Tensor\]",
+            text,
+        ):
             raise _refuse(f"an annotation {text!r}", where)
 
     def statement(self, node: ast.stmt) -> None:
@@ -307,7 +312,10 @@ class _Walk:
         for field, child in ast.iter_fields(node):
             for value in child if isinstance(child, list) else [child]:
                 if isinstance(value, ast.expr):
-                    self.expression(value, strings=inside or (isinstance(node, ast.Subscript) and field == "slice"))
+                    key = (isinstance(node, ast.Subscript) and field == "slice") or (
+                        isinstance(node, ast.Dict) and field == "keys"  # a dict of outputs, keyed as in Keras
+                    )
+                    self.expression(value, strings=inside or key)
 
     def call(self, node: ast.Call) -> None:
         func = node.func

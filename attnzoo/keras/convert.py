@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnzoo.core import create
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
 from attnzoo.io.text import printable
 from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
@@ -370,7 +371,6 @@ def convert_keras_model(
     ``logits=True`` drops each output's final sigmoid or softmax, for ``BCEWithLogitsLoss`` /
     ``CrossEntropyLoss``. ``model.keras_report`` says what became of each layer. Keras is never imported.
     """
-    import attnzoo
 
     if not isinstance(logits, bool):
         raise ConfigError(f"logits must be True or False, got {logits!r}")
@@ -379,7 +379,7 @@ def convert_keras_model(
         config, state, report = build_graph(file, graph, custom_layers)
     if logits:
         _drop_squashing(config, report)
-    model = attnzoo.create("keras_model", graph=config)
+    model = create("keras_model", graph=config)
     missing = set(model.state_dict()) - set(state)
     unexpected = set(state) - set(model.state_dict())
     if missing or unexpected:  # a converter and its node disagree: a bug of ours, said plainly

@@ -239,7 +239,7 @@ class AttendHeads:
                 scores = scores + bias
             weights = normalize(scores, allowed_c, kind=self.normalizer)
             dropped = F.dropout(weights, dropout) if dropout else weights
-            out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, -1), v)
+            out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, k.shape[-2]), v)
             out = out.view(q_c.shape[0], heads, count, v.shape[-1])
             if relpos:
                 by_distance = dropped.new_zeros(*dropped.shape[:-1], self.rel_value.shape[0])
