@@ -11,6 +11,8 @@ import pytest
 import attnzoo
 from attnzoo.train.tokenizer import Tokenizer
 
+pytestmark = pytest.mark.slow  # each test exports and checks a file at several shapes: seconds each
+
 TEXTS = ["a small domestic dog kept as a pet", "a large tree with hard wood and acorns", "oak"]
 
 

@@ -75,6 +75,7 @@ def test_a_pt2_program_takes_tensors_positionally_and_flags_and_context_by_name(
 
 
 @pytest.mark.skipif(not HAVE_ONNX, reason="onnx, onnxscript and onnxruntime are not installed")
+@pytest.mark.slow  # an export checked at several shapes takes seconds
 def test_onnx_attention_weights_can_be_exported_too(tmp_path):
     import onnxruntime
 
@@ -102,6 +103,7 @@ def test_export_refuses_to_overwrite_and_cleans_up(tmp_path):
     assert target.read_bytes() != b"mine" and [p.name for p in tmp_path.iterdir()] == ["dot.pt2"]
 
 
+@pytest.mark.slow  # an export checked at several shapes takes seconds
 def test_cli_export_from_a_name_and_from_a_saved_folder(tmp_path):
     out = tmp_path / "labelwise.pt2"
     proc = run_cli("export", "labelwise", "num_labels=5", "-o", str(out), "--json")
@@ -142,6 +144,7 @@ def test_export_onto_a_folder_named_like_a_file_is_refused_even_with_overwrite(t
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
 def test_export_onto_a_full_disk_is_an_error_and_leaves_the_old_file(tmp_path, suffix):
     """A file-size limit stands for a full disk (writes past it fail as they would): the export reports it in

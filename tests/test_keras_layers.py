@@ -110,6 +110,7 @@ def test_an_embedding_s_out_of_range_error_says_ids_once(oracle, tmp_path):  # n
     assert "ids ids" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_check_s_default_length_is_long_enough_for_two_strided_convolutions(oracle, tmp_path):  # noqa: F811
     """Length 8 leaves the second convolution (kernel 7, stride 3) nothing to read: --check tries 8, 16,
     32 on the converted model and takes the first that runs; a length Keras cannot run is Keras's error,

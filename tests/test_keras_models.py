@@ -396,6 +396,7 @@ def test_cli_converts_a_whole_model_into_a_folder_that_loads(oracle, tmp_path):
     assert json.loads(bench.stdout)[0]["median_ms"] > 0
 
 
+@pytest.mark.slow
 def test_cli_check_names_the_first_layer_that_differs_and_writes_nothing(oracle, tmp_path):
     """keras 3's torch backend counts the padding of an uneven 'same' average window (TensorFlow and attnzoo
     do not): a real divergence, which --check must report by layer."""
@@ -488,6 +489,7 @@ def test_a_saved_graph_cannot_make_loading_reach_the_network(oracle, tmp_path):
         attnzoo.create("keras_model", config=record["config"])
 
 
+@pytest.mark.slow
 def test_cli_check_says_when_keras_itself_cannot_load_a_keras2_file(tmp_path):
     """keras 3 refuses Keras 2 .h5 files with an LSTM ("time_major"); attnzoo converts them, and --check says
     there is no Keras to compare with rather than passing silently."""
