@@ -53,6 +53,15 @@ class AttendHeads:
     """The attention function the core and its transformers backends call (a mixin of :class:`Attention`,
     whose settings it reads: heads, positions, causal, window, normalizer, dropout)."""
 
+    # set by Attention.__init__ (declared here for the type checker)
+    name: str
+    num_heads: int
+    num_kv_heads: int
+    positions: str
+    causal: bool
+    window: int | None
+    normalizer: str
+
     # -- attention over a pattern ---------------------------------------------------------------------
     def _pattern(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         """The allowed (i, j) pairs [Lq, Lk] of positions ``q_pos`` [Lq] and ``k_pos`` [Lk]: causal
