@@ -278,3 +278,18 @@ def test_the_kit_s_inputs_for_a_model_with_a_bool_input_give_it_a_bool_mask(orac
     assert args[1].dtype == torch.bool and args[1].shape == (3, 5) and not args[1].all()  # the last row padded
     with torch.no_grad():
         assert len(model(*args, **kwargs)) == 4
+
+
+def test_check_speaks_of_images_as_images_and_of_sequences_by_their_length():
+    """``convert-keras --check``'s line: an image model's inputs by their shape (open axes at the check's
+    size), a sequence model's by the padded length."""
+    from types import SimpleNamespace
+
+    from attnzoo.cli.verbs.convert_keras import _checked_inputs
+
+    image = SimpleNamespace(inputs_spec=[{"name": "x", "shape": [None, None, None, 3], "dtype": "float32"}])
+    assert _checked_inputs(image, 32) == "images of shape [4, 32, 32, 3] (rows of zeros as padding in some of them)"
+    fixed = SimpleNamespace(inputs_spec=[{"name": "x", "shape": [None, 28, 28, 1], "dtype": "float32"}])
+    assert _checked_inputs(fixed, 8) == "images of shape [4, 28, 28, 1]"
+    text = SimpleNamespace(inputs_spec=[{"name": "ids", "shape": [None, None], "dtype": "int32"}])
+    assert _checked_inputs(text, 16) == "padded inputs of length 16"

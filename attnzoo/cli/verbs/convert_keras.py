@@ -127,7 +127,7 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     print(report.to_text())
     if check is not None:
         shown = ", ".join(f"{d:.2g}" for d in check.outputs)
-        print(f"checked against Keras on padded inputs of length {check.length}: max difference per output {shown}")
+        print(f"checked against Keras on {_checked_inputs(model, check.length)}: max difference per output {shown}")
     print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
     if emitted is not None:
         name = emitted.split("\nclass ", 1)[1].split("(", 1)[0]
@@ -149,3 +149,18 @@ def _source_path(args: argparse.Namespace) -> Any:
     if not path.parent.is_dir():
         raise UsageError(f"--emit-py {path}: the folder {path.parent} does not exist")
     return path
+
+
+def _checked_inputs(model: Any, length: int) -> str:
+    """What ``--check`` fed both models, in the words of the inputs: images (an input of rank 4 or more of
+    floats) by their shape, sequences by their length (keras/check.py's ``padded_inputs`` makes them)."""
+    images = [
+        spec
+        for spec in model.inputs_spec
+        if len(spec["shape"]) >= 4 and str(spec["dtype"]) not in ("string", "bool") and "int" not in str(spec["dtype"])
+    ]
+    if not images:
+        return f"padded inputs of length {length}"
+    shapes = ", ".join(str([4] + [length if d is None else d for d in spec["shape"][1:]]) for spec in images)
+    padded = any(spec["shape"][1] is None for spec in images)
+    return f"images of shape {shapes}" + (" (rows of zeros as padding in some of them)" if padded else "")
