@@ -454,7 +454,7 @@ def serve(request):
     for b, (batch, length) in enumerate(request.get("batches", [[5, 6], [2, 3]])):
         inputs = _inputs(model, batch, length, rng)
         feed = inputs if len(inputs) > 1 else inputs[0]
-        if isinstance(model._inputs_struct, dict):  # a dict of named inputs, fed by name
+        if isinstance(getattr(model, "_inputs_struct", None), dict):  # a dict of named inputs, fed by name
             feed = dict(zip(sorted(model._inputs_struct), inputs, strict=True))  # model.inputs: sorted keys
         outputs = keras.tree.flatten(model.predict(feed, verbose=0))  # a dict's values in sorted key order
         for i, x in enumerate(inputs):

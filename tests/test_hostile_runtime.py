@@ -84,7 +84,8 @@ def test_check_and_bench_in_a_folder_with_planted_modules_run_none_of_them(tmp_p
     _plant(hostile, canary)
     (tmp_path / "driver").mkdir()
     (tmp_path / "driver" / "drive.py").write_text(_DRIVER)  # a script's folder, not the cwd, is on its path
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # no empty entry: an empty PYTHONPATH entry means the current folder, the planted one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
     proc = subprocess.run(
         [sys.executable, str(tmp_path / "driver" / "drive.py")],
         cwd=hostile,

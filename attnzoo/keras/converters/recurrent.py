@@ -133,7 +133,10 @@ class Recurrent(Node):
         if input_masks is not None and len(input_masks) == 1:  # one mask for every gate and step
             x, input_masks = x * input_masks[0].unsqueeze(1), None
         exact = input_masks is not None or recurrent_masks is not None
-        if tracing() and not exact:
+        # exported graphs keep the length open through scan; torch.compile unrolls the loop instead (scan
+        # under compile needs the whole body captured, which a Keras cell's Python is not)
+        exporting = getattr(torch.compiler, "is_exporting", lambda: True)()
+        if tracing() and exporting and not exact:
             return self._scanned(x, mask, initial)
         if self.fast and not exact and not tracing() and x.device.type != "meta":  # packing reads lengths on the host
             return self._packed(x, mask, initial)
