@@ -135,6 +135,7 @@ def test_verify_with_no_match_and_a_non_positive_top_are_usage_errors():
     assert run_cli("predict", "g2p_seq2seq.cmudict", "hello", "--top", "0").returncode == 2
 
 
+@pytest.mark.slow
 def test_predict_never_overwrites_an_attention_map_unasked(tmp_path):
     pytest.importorskip("matplotlib")
     target = tmp_path / "map.png"
@@ -601,6 +602,7 @@ class Interrupts(Pool):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [[], ["--in-process"]])
 def test_attnzoo_check_ends_on_a_variant_that_leaves_a_thread_or_raises_keyboard_interrupt(tmp_path, mode):
     import os

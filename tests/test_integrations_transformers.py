@@ -297,6 +297,7 @@ print(sorted(set(azplug_plugin.PLACED)))
 """
 
 
+@pytest.mark.slow
 def test_an_installed_plugins_variants_join_transformers_and_timm_and_its_placement_hook_places_them(tmp_path):
     site = tmp_path / "site"
     _pip_install([_project(tmp_path, "azplug", "azplug", PLUGIN)], site)  # as test_plugins.py installs plugins

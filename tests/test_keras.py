@@ -117,6 +117,7 @@ def test_attnzoo_matches_keras_on_imported_weights(fixtures, keras_dir, case, fm
             torch.testing.assert_close(got, ref, **TOL, msg=f"{case}/{run}")
 
 
+@pytest.mark.slow
 def test_convert_keras_cli_writes_a_file_attnzoo_load_rebuilds(fixtures, keras_dir, tmp_path):
     arrays, _ = fixtures
     out = tmp_path / "mha.safetensors"

@@ -44,6 +44,7 @@ def _io(folder: Path, name: str) -> dict:
     return dict(np.load(folder / f"{name}.npz"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TRAINING_MODELS)
 def test_train_mode_is_keras_training_true_and_moves_the_statistics_as_keras_does(keras_runs, name):
     io = _io(keras_runs, name)
@@ -61,6 +62,7 @@ def test_train_mode_is_keras_training_true_and_moves_the_statistics_as_keras_doe
         torch.testing.assert_close(model.state_dict()[key], stepped[key], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TRAINING_MODELS)
 def test_fine_tuning_with_logits_takes_the_sgd_steps_keras_takes(keras_runs, name):
     io = _io(keras_runs, name)
@@ -81,6 +83,7 @@ def test_fine_tuning_with_logits_takes_the_sgd_steps_keras_takes(keras_runs, nam
         torch.testing.assert_close(value, keras_after[key], rtol=1e-5, atol=1e-5, msg=f"{key} after 3 steps")
 
 
+@pytest.mark.slow
 def test_the_port_trains_exactly_the_variables_keras_trains(keras_runs):
     io = _io(keras_runs, "masked_text")
     model = convert_keras_model(keras_runs / "masked_text.keras").train()

@@ -651,6 +651,7 @@ def broken_site(tmp_path_factory):
         ("mixes_batch", "batch_independence"),
     ],
 )
+@pytest.mark.slow
 def test_a_broken_third_party_variant_fails_the_kit_naming_the_property(broken_site, name, prop):
     proc = cli(broken_site, "check", name, "--json")
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -661,6 +662,7 @@ def test_a_broken_third_party_variant_fails_the_kit_naming_the_property(broken_s
     assert {"builds", "shapes", "state_dict"} <= passed  # the kit blames the broken promise, not everything
 
 
+@pytest.mark.slow
 def test_a_plugin_brings_its_own_convention_for_the_kit(broken_site):
     proc = cli(broken_site, "check", "square", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -71,6 +71,7 @@ def test_threshold_top_and_attention(model):
         attnzoo.predict(attnzoo.create("labelwise", num_labels=3), CAT)
 
 
+@pytest.mark.slow
 def test_the_cli_prints_what_python_returns():
     proc = run_cli("predict", LABELWISE, "xyzzy", "qwerty", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,5 @@
 """The self-attention variants are cards over the attention core: what they fix cannot change, what they
-renamed still reads, and folders saved by 0.1.0's preset classes load and predict what those classes did."""
+and folders saved by 0.1.0's preset classes load and predict what those classes did."""
 
 from __future__ import annotations
 
@@ -50,12 +50,24 @@ def test_a_fixed_value_given_again_unchanged_is_accepted():
     assert layer.causal and layer.positions == "alibi"
 
 
-def test_rope_self_keeps_its_base_option_as_the_cores_rope_base():
-    layer = attnzoo.create("rope_self", base=500.0, embed_dim=8, num_heads=2)
+def test_rope_self_takes_the_cores_rope_base_and_not_0_1_0s_base():
+    layer = attnzoo.create("rope_self", rope_base=500.0, embed_dim=8, num_heads=2)
     assert isinstance(layer, Attention) and layer.rope_base == 500.0
-    assert layer.attnzoo_config["config"]["base"] == 500.0  # saved under the card's name
-    with pytest.raises(attnzoo.ConfigError, match="rope_self: unknown config key 'rope_base'"):
-        attnzoo.create("rope_self", rope_base=500.0)
+    assert layer.attnzoo_config["config"]["rope_base"] == 500.0
+    with pytest.raises(attnzoo.ConfigError, match="rope_self: unknown config key 'base'"):
+        attnzoo.create("rope_self", base=500.0)
+
+
+def test_a_0_1_0_folder_is_saved_again_under_todays_names(tmp_path):
+    """Its old names are read once, on load: saved again, the folder says rope_base and query_key_value,
+    and loads as the same model (the recorded outputs) without the translation."""
+    recorded = load_file(SAVED / "outputs.safetensors")
+    for name, key, value in [("rope_self", "rope_base", 500.0), ("attention", "layout", "query_key_value")]:
+        attnzoo.save(attnzoo.load(SAVED / name), tmp_path / name)
+        saved = (tmp_path / name / "config.yaml").read_text()
+        assert f"{key}: {value}" in saved and "base: 500" not in saved.replace("rope_base", "") and "seed" not in saved
+        again = attnzoo.load(tmp_path / name)
+        torch.testing.assert_close(again(recorded["x"], recorded["mask"].bool()), recorded[name], rtol=1e-5, atol=1e-6)
 
 
 def test_errors_of_a_preset_name_the_preset():
@@ -73,11 +85,11 @@ def test_return_attention_is_keyword_only():
     assert weights.shape == (1, 2, 3, 3)
 
 
-def test_the_old_layout_name_seed_reads_as_query_key_value():
-    old = attnzoo.create("attention", layout="seed", embed_dim=8, num_heads=2)
-    assert old.layout == "query_key_value" and {"query.weight", "key.weight", "value.weight"} <= set(old.state_dict())
+def test_the_old_layout_name_seed_is_only_read_from_0_1_0_folders():
+    with pytest.raises(ValueError, match="query_key_value"):
+        attnzoo.create("attention", layout="seed", embed_dim=8, num_heads=2)
 
 
-def test_an_error_about_a_renamed_option_names_it_as_the_card_does():
-    with pytest.raises(attnzoo.ConfigError, match="rope_self: config key 'base' expects float"):
-        attnzoo.create("rope_self", base="fast")
+def test_an_error_about_rope_base_names_it_as_the_card_does():
+    with pytest.raises(attnzoo.ConfigError, match="rope_self: config key 'rope_base' expects float"):
+        attnzoo.create("rope_self", rope_base="fast")

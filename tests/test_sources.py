@@ -261,6 +261,7 @@ print(float(attnzoo.create("remote_lw", pretrained=True).Wa.sum()))
 """
 
 
+@pytest.mark.slow
 def test_four_processes_fetching_at_once_download_once(server, tmp_path, home):
     _, data, digest = _weights(tmp_path)
     server.files["/w.safetensors"] = data
@@ -293,6 +294,7 @@ def _cli(*args, env=None):
     )
 
 
+@pytest.mark.slow
 def test_download_then_offline_and_the_cache_commands(server, tmp_path, home):
     """A card in a plugin-like folder with a url tag: pre-fetch, go offline, list, clear."""
     model, data, digest = _weights(tmp_path)

@@ -67,6 +67,17 @@ def test_a_word_longer_than_the_room_is_kept_whole_and_columns_never_touch():
     assert "a" * 50 in lines[2]
 
 
+def test_one_long_word_does_not_stop_the_other_rows_from_wrapping():
+    # a checkout cloned into a deep folder gives `info` a source path wider than the terminal: that line
+    # alone may run past the width, the summary above it still wraps
+    path = "/" + "x" * 70 + "/registry/attention.yaml"
+    summary = "The composable attention core; the card picks heads and positions"
+    lines = columns(None, [("summary:", summary), ("source:", path)], width=40)
+    assert [line for line in lines if len(line) > 40] == ["source:   " + path]
+    words = [line.split()[1:] if line.startswith("summary:") else line.split() for line in lines[:-1]]
+    assert " ".join(" ".join(w) for w in words) == summary
+
+
 def test_a_failing_reason_is_never_cut_and_reads_from_its_first_line():
     reason = "\nmasked position 3 changed output 0 by 0.5 " + "while the padding held NaN; " * 12 + "END-OF-REASON"
     report = Report(
@@ -122,6 +133,7 @@ def test_json_is_whole_whatever_the_width():
     assert narrow == wide and len(narrow["summary"]) > 20
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verbose", [[], ["--verbose"]])
 def test_check_wraps_a_cards_exemption_reason_to_the_terminal(verbose):
     out = _cli("check", "bilstm_labelwise", "--property", "export", *verbose, columns_=72)

@@ -238,6 +238,7 @@ def test_a_labels_file_fixes_the_order_and_admits_labels_training_lacks(tmp_path
     assert [task.labels[i] for i in task.splits["val"]] == [[0]]
 
 
+@pytest.mark.slow
 def test_the_wordnet_preset_through_csv_files_scores_what_the_preset_scores(tmp_path):
     """tiny_wordnet's own splits written out as CSV (and its label order as a labels_file) by
     examples/wordnet_through_csv.py train to the same test micro-F1 as the preset, within 0.01."""

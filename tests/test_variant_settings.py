@@ -34,6 +34,7 @@ def test_settings_for_every_variant_for_one_and_from_a_file(tmp_path):
         parse_variants([str(tmp_path / "bad.yaml")])
 
 
+@pytest.mark.slow
 def test_bench_gives_each_variant_its_own_settings(tmp_path):
     proc = run_cli("bench", "mha", "gqa", "embed_dim=16", "num_heads=4", "gqa:num_kv_heads=2", *TINY)
     assert proc.returncode == 0, proc.stderr
@@ -52,6 +53,7 @@ def test_bench_gives_each_variant_its_own_settings(tmp_path):
     }
 
 
+@pytest.mark.slow
 def test_a_shared_key_one_variant_lacks_says_how_to_set_it_for_one():
     proc = run_cli("bench", "mha", "gqa", "embed_dim=16", "num_heads=4", "num_kv_heads=2", *TINY)
     assert proc.returncode == 1
@@ -83,6 +85,7 @@ def three_cards(tmp_path):
     return {"ATTNZOO_REGISTRY_DIR": str(cards)}
 
 
+@pytest.mark.slow
 def test_check_without_a_pattern_says_how_many_and_jobs_keep_the_order(three_cards):
     # general's own setting must reach its check process (an unknown normaliser fails its build there)
     args = ["check", "general:normalizer=nosuch", "--property", "shapes", "--json"]

@@ -28,7 +28,6 @@ __all__ = [
     "parse_overrides",
     "factory_parameters",
     "card_config",
-    "factory_arguments",
     "check_yaml_file",
 ]
 
@@ -168,12 +167,6 @@ def _preset_hint(spec: ModelSpec) -> str:
         f"{spec.name} is a preset ({fixed}); for other combinations use a card without fixed values over "
         f"{spec.factory_name} ('attention' is the attention core's)"
     )
-
-
-def factory_arguments(spec: ModelSpec, config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with the card's renamed keys under the names the factory takes."""
-    renamed = dict(spec.renamed)
-    return {renamed.get(key, key): value for key, value in config.items()}
 
 
 def factory_parameters(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool, dict[str, Any]]:

@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from attnzoo.core.config import card_config, factory_arguments, user_config, validate_config
+from attnzoo.core.config import card_config, user_config, validate_config
 from attnzoo.core.hub import HUB_PREFIX, hub_folder
 from attnzoo.core.memory import check_memory
 from attnzoo.core.registry import REGISTRY, natural_key
+from attnzoo.core.saved_names import current_config
 from attnzoo.core.spec import ModelSpec, WeightsSpec, thaw
 from attnzoo.errors import ConfigError, ReinitializedWarning, UnknownModelError, WeightsError
 from attnzoo.io import folders as folders_io
@@ -371,11 +372,9 @@ def _checked_kwargs(spec: ModelSpec, tag_config: dict, settings: _Settings) -> t
     )
     factory = resolve_factory(spec)
     try:
-        return factory, merged, validate_config(factory, factory_arguments(spec, merged), model=spec.name)
+        return factory, merged, validate_config(factory, dict(merged), model=spec.name)
     except ConfigError as e:
         message = str(e)
-        for card_key, argument in spec.renamed.items():  # said in the card's words, as the caller wrote it
-            message = message.replace(repr(argument), repr(card_key))
         if isinstance(settings.source, (str, Path)) and any(repr(k) in message for k in settings.layer):
             message = f"{message} (in config file {settings.source})"
         raise ConfigError(message) from None
@@ -458,6 +457,7 @@ def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, con
     if not info["name"] or info["config"] is None:
         raise WeightsError(f"{path}: no attnzoo metadata (name, config); load it with create(NAME, weights=...)")
     spec, tag = REGISTRY.resolve(info["name"])
+    info = {**info, "config": current_config(spec.name, info["config"])}  # a 0.1.0 folder's names, today's
     settings = _Settings(config, user_config(config) if config is not None else {}, overrides)
     model = _assemble(spec, tag, None, (tensors, info, path), settings, device=device, dtype=dtype, reset_head=False)
     return model.eval() if hasattr(model, "eval") else model

@@ -442,7 +442,6 @@ def register(
     example: Mapping[str, Any] | None = None,
     exempt: Mapping[str, str] | None = None,
     fixed: Mapping[str, Any] | None = None,
-    renamed: Mapping[str, str] | None = None,
     backends: Sequence[str] | None = None,
 ) -> ModelSpec | None:
     """Register a model under ``name``.
@@ -452,7 +451,7 @@ def register(
     ``convention``, ``example`` and ``exempt`` are what the conformance kit (``attnzoo check``) needs:
     how the model is called, the smallest config that builds it, and property -> reason for a promise
     it cannot keep. ``fixed`` makes a preset: factory arguments no caller may change (and then only the
-    keys of ``config`` are taken); ``renamed`` passes a config key to the factory under another name.
+    keys of ``config`` are taken).
     ``formula`` is what it computes, in LaTeX (the docs site draws it).
     ``backends`` names the libraries it can serve as an attention backend for (``["transformers"]``: see
     ``attnzoo.integrations``).

@@ -141,11 +141,11 @@ def config_rows(spec: Any) -> list[tuple[str, str]]:
     arguments = constructor_arguments(spec)
     if arguments is None:
         return [(key, Argument(key, _show(value)).describe(value)) for key, value in spec.config.items()]
-    if spec.fixed:  # a preset: the options its card lists (under the card's names), then what it fixes
+    if spec.fixed:  # a preset: the options its card lists, then what it fixes
         by_name = {a.name: a for a in arguments}
         rows = []
         for key, value in spec.config.items():
-            argument = by_name.get(spec.renamed.get(key, key), Argument(key, _show(value)))
+            argument = by_name.get(key, Argument(key, _show(value)))
             rows.append((key, argument.describe(value)))
         return rows + [(key, f"fixed at {_show(value)}") for key, value in spec.fixed.items()]
     return [(a.name, a.describe(spec.config.get(a.name, "???" if a.required else "<unset>"))) for a in arguments]

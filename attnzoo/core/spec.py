@@ -190,10 +190,8 @@ class ModelSpec:
     example: Mapping[str, Any] = field(default_factory=dict)  # the smallest config that builds and runs fast
     exempt: Mapping[str, str] = field(default_factory=dict)  # conformance property -> why it cannot hold
     # a preset: factory arguments its card sets for good (a caller who changes one gets a ConfigError, and
-    # a card with fixed values takes only the keys of its config), and options the factory knows by
-    # another name (rope_self's base is the core's rope_base)
+    # a card with fixed values takes only the keys of its config)
     fixed: Mapping[str, Any] = field(default_factory=dict)
-    renamed: Mapping[str, str] = field(default_factory=dict)
     # other libraries it can serve as an attention backend for (``transformers``: attnzoo.integrations)
     backends: tuple[str, ...] = ()
 
@@ -226,14 +224,11 @@ class ModelSpec:
         object.__setattr__(self, "config", freeze(self.config or {}))
         object.__setattr__(self, "example", freeze(self.example or {}))
         object.__setattr__(self, "exempt", freeze(self.exempt or {}))
-        if not isinstance(self.fixed or {}, Mapping) or not isinstance(self.renamed or {}, Mapping):
-            raise ValueError("fixed must map config keys to values, renamed config keys to factory argument names")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in (self.renamed or {}).items()):
-            raise ValueError("renamed must map config keys to the factory's argument names (strings)")
+        if not isinstance(self.fixed or {}, Mapping):
+            raise ValueError("fixed must map config keys to values")
         if set(self.fixed or {}) & set(self.config):
             raise ValueError(f"{sorted(set(self.fixed) & set(self.config))} are both in config and fixed; keep one")
         object.__setattr__(self, "fixed", freeze(self.fixed or {}))
-        object.__setattr__(self, "renamed", freeze(self.renamed or {}))
         object.__setattr__(self, "weights", MappingProxyType(dict(self.weights or {})))
         if self.default_tag is None and len(self.weights) == 1:
             object.__setattr__(self, "default_tag", next(iter(self.weights)))

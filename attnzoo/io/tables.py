@@ -68,6 +68,15 @@ def columns(
         max([len(header[i]), least[i]] + [_longest_word(r[i]) for r in cells]) if i in wrapped else natural[i]
         for i in range(count)
     ]
+    # in the last column, a word longer than the room left for it runs past the width on its own line; it
+    # does not widen the column for every row (a long path in one row must not stop the others wrapping).
+    # Elsewhere it would run into the next column, so there the longest word sets the floor.
+    last = count - 1
+    if last in wrapped:
+        room = width - sum(natural[:last]) - GAP * last
+        fitting = [len(w) for r in cells for w in r[last].split() if len(w) <= room]
+        if fitting and room >= max(len(header[last]), least[last]):
+            floor[last] = max([len(header[last]), least[last]] + fitting)
     widths = list(natural)
     excess = sum(widths) + GAP * (count - 1) - width
     while excess > 0:

@@ -37,7 +37,7 @@ option            what it changes
 
 The self-attention variants are cards over this class (``registry/*.yaml``), each fixing what makes it
 the variant: ``qkv_self`` (layout ``query_key_value``), ``mha`` (``packed``), ``gqa``, ``local_self``
-(``qkvo``), ``alibi_self`` (positions ``alibi``), ``rope_self`` (``rope``; its ``base`` is ``rope_base``),
+(``qkvo``), ``alibi_self`` (positions ``alibi``), ``rope_self`` (``rope``),
 ``relpos_self`` (``relpos``), and combinations such as ``gqa_rope_window`` and ``alibi_causal``.
 
 The call is ``layer(x, mask=None, *, context=None, context_mask=None, cache=None, return_attention=False)``.
@@ -78,7 +78,6 @@ from attnzoo.layers.positions import POSITIONS, ROPE_LAYOUTS, rope_tables, turn
 __all__ = ["Attention", "tiled_to_grouped", "LAYOUTS"]
 LAYOUTS = ("qkvo", "packed", "query_key_value")
 _NAMES = {"qkvo": ("q_proj", "k_proj", "v_proj", "o_proj"), "query_key_value": ("query", "key", "value", "out")}
-_OLD_LAYOUT_NAMES = {"seed": "query_key_value"}  # saved folders of 0.1.0 name the layout so
 
 _TWO_D_HINT = (
     "A 2-D [batch, features] input has no sequence axis: self-attention over it would attend across the "
@@ -151,7 +150,6 @@ class Attention(AttendHeads, LazyLayer):
     ) -> None:
         super().__init__()
         name = self.name
-        layout = _OLD_LAYOUT_NAMES.get(layout, layout)
         check_positive(name, "embed_dim", embed_dim)
         check_positive(name, "num_heads", num_heads, allow_none=False)
         kv = num_heads if num_kv_heads is None else num_kv_heads
