@@ -76,20 +76,21 @@ def run_again(path: Path, model) -> tuple[float, int]:
     """The written file run here at :func:`_independent_shapes` against eager: (largest difference, shapes
     run); a shape eager refuses is skipped."""
     from attnzoo.conventions import get_convention, model_config
-    from attnzoo.interop.export import _diff, _eager, _onnx_runner, _pt2_runner
+    from attnzoo.interop.export_check import largest_difference, onnx_runner, pt2_runner
+    from attnzoo.interop.export_plan import eager
     from attnzoo.interop.keras_axes import keras_inputs
 
-    run = _pt2_runner(path) if path.suffix == ".pt2" else _onnx_runner(path, model)
+    run = pt2_runner(path) if path.suffix == ".pt2" else onnx_runner(path, model)
     in_band = get_convention("keras_inputs").for_config(model_config(model)).in_band
     worst, count = 0.0, 0
     for n, (batch, sizes) in enumerate(_independent_shapes(model)):
         args = keras_inputs(model, batch, sizes, in_band=in_band, seed=100 + n)
         try:
-            want = _eager(model, args, {})
+            want = eager(model, args, {})
         except (RuntimeError, ValueError):
             continue
         try:
-            worst = max(worst, _diff(run(args, {}), want))
+            worst = max(worst, largest_difference(run(args, {}), want))
         except Exception:  # noqa: BLE001 - a file that refuses a shape it declares open counts as differing
             worst = float("inf")
         count += 1

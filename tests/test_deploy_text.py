@@ -76,7 +76,7 @@ def test_the_tokenizers_ids_go_to_the_exported_recurrent_graph_as_they_are(expor
             probs = {label.id: label.probability for label in prediction.labels}
             labels = json.loads(session.get_modelmeta().custom_metadata_map["labels"])
             np.testing.assert_allclose(1 / (1 + np.exp(-row)), [probs[k] for k in labels], atol=1e-5)
-    from attnzoo.interop.export import fixed_length
+    from attnzoo.interop.export_plan import fixed_length
     from attnzoo.io.text import Vocabulary
 
     assert fixed_length(attnzoo.create("bilstm_labelwise", pretrained=True)) == 64

@@ -299,8 +299,8 @@ def test_the_fields_of_a_card_are_the_dataclass_fields_listed_once():
 # exceptions that are part of a protocol contributors implement, never raised to a user
 _PROTOCOL_EXCEPTIONS = {
     "attnzoo.keras.registry.Refused",  # a converter's reason for not taking a layer (a report line)
-    "attnzoo.testing.properties.Failure",  # a property's verdict (a report line)
-    "attnzoo.testing.properties.NotApplicable",
+    "attnzoo.testing.subject.Failure",  # a property's verdict (a report line)
+    "attnzoo.testing.subject.NotApplicable",
 }
 
 

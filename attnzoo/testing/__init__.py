@@ -29,8 +29,9 @@ kit from the command line.
 
 from attnzoo.conventions import Convention, Sample, Slot, get_convention, register_convention, sample_inputs
 from attnzoo.testing.kit import check_model, check_property, property_names
-from attnzoo.testing.properties import PROPERTIES, Failure, NotApplicable, Subject
+from attnzoo.testing.properties import PROPERTIES
 from attnzoo.testing.report import Report, Result, format_table
+from attnzoo.testing.subject import Failure, NotApplicable, Subject
 
 __all__ = [
     "check_model",

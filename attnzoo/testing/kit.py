@@ -17,8 +17,9 @@ from attnzoo.core.spec import thaw
 from attnzoo.errors import AttnzooError, ConfigError, PropertyTimeout
 from attnzoo.io.folders import CONFIG_FILE, read_folder
 from attnzoo.layers.modes import kept_state
-from attnzoo.testing.properties import FAST, PROPERTIES, SLOW, Failure, NotApplicable, Subject
+from attnzoo.testing.properties import FAST, PROPERTIES, SLOW
 from attnzoo.testing.report import EXEMPT, FAILED, PASSED, SKIPPED, Report, Result
+from attnzoo.testing.subject import Failure, NotApplicable, Subject
 
 __all__ = [
     "check_model",

@@ -38,7 +38,7 @@ def tokenizer(name_or_folder: Any) -> Tokenizer:
     """The tokenizer ``attnzoo.predict`` uses for a text model: a pretrained name (``bilstm_labelwise``,
     ``bilstm_labelwise.wordnet``), a run folder or weights file written by ``attnzoo train``, or the
     module itself."""
-    from attnzoo.interop.export import fixed_length
+    from attnzoo.interop.export_plan import fixed_length
     from attnzoo.train.predict import trained_model
 
     if isinstance(name_or_folder, Path):
