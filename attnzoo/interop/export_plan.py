@@ -280,7 +280,7 @@ def _keras_plan(model, suffix, dynamic, batch, seq, shape) -> Plan:
             if k == i:
                 dims[j] = Dim("".join(c if c.isalnum() else "_" for c in name) or f"in{i}_{j}", min=1)
         per_input.append(dims)
-    checks = [
+    checks: list[tuple[tuple, dict]] = [
         (keras_inputs(model, b, sizes, in_band=in_band, seed=n), {})
         for n, (b, sizes) in enumerate(check_shapes(axes, batch))
     ]
