@@ -352,3 +352,16 @@ def test_every_warning_attnzoo_gives_is_an_attnzoo_warning():
                 bare.append(f"{path.relative_to(ROOT)}:{call.lineno} warns with {name or 'no category'}")
     assert not bare, "warnings without an AttnzooWarning category:\n" + "\n".join(bare)
     assert len(list(_warn_calls(ast.parse("import warnings\nwarnings.warn('x')")))) == 1  # it sees a bare call
+
+
+LONGEST = 500  # lines a module may have before its docstring must say why it is one file
+
+
+def test_a_module_over_500_lines_says_at_its_top_why_it_is_one_file():
+    """One job per file: a module past 500 lines has a paragraph beginning "Why one file" in its docstring."""
+    unexplained = []
+    for path in FILES:
+        text = path.read_text()
+        if text.count("\n") > LONGEST and "Why one file" not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(f"{path.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert not unexplained, "long modules that do not say why they are one file:\n" + "\n".join(unexplained)

@@ -17,6 +17,10 @@ needs are dropped.
 Keras 3 records inbound nodes as ``{"args": [...], "kwargs": {...}}`` with tensors as
 ``{"class_name": "__keras_tensor__", "config": {"keras_history": [layer, node, index]}}``; Keras 2 as
 lists of ``[layer, node, index, kwargs]`` per input tensor. Both end up the same here.
+
+Why one file: one job, reading a config into calls. Most of it is one walk (``_Builder``) that takes
+both formats at once and inlines nested models as it goes; split by format, the walk would be written
+twice.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ too). Nothing from the file is spliced into it as code: the names it makes up co
 :func:`~attnzoo.keras.codegen.identifier`, each value is a :func:`~attnzoo.keras.codegen.literal`, the Keras
 names and version are kept as data (``KERAS_NAMES``, ``KERAS_VERSION``), comments are Keras class names
 only, and :func:`~attnzoo.keras.codegen.check_source` parses and walks the result before it is returned.
+
+Why one file: one job, writing the module; a writer per layer kind and the code that puts them in order
+share the emitter's state (names taken, imports, masks). Issue 46 replaces this interpreter-beside-a-
+printer with one plan whose forward is generated and run; the file is split along that plan then.
 """
 
 from __future__ import annotations
