@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
 from attnzoo.keras.converters.text import string_input
+from attnzoo.keras.masks import call_masks, first_masks, kwargs_for_node
 from attnzoo.keras.nodes import INTEGER_DTYPES, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
@@ -271,33 +272,18 @@ class KerasModel(nn.Module):
             return None
 
         for call in self.calls:
+            node = None if call["layer"] is None else self.layers[call["layer"]]
+            plan = call_masks(call, node, self.keras3)
             args, kwargs = tensor(call["args"]), tensor(call["kwargs"])
-            arg_masks = mask(args)
-            kwarg_masks = {k: mask(v) for k, v in kwargs.items() if k != "mask" and isinstance(v, Tensor)}
-            if kwarg_masks:
-                kwargs["kwarg_masks"] = kwarg_masks
-            explicit = kwargs.get("mask")
-            if isinstance(explicit, Tensor) or (
-                isinstance(explicit, list) and any(isinstance(m, Tensor) for m in explicit)
-            ):
-                arg_masks = [explicit, *arg_masks[1:]]
-            elif self.keras3 and _tensor_arguments(args, kwargs) > 1:
-                # keras 3 fills a layer's `mask` argument only when the call has one tensor argument
-                # (an RNN given initial_state reads no mask; its output still carries the input's)
-                kwargs["implicit_mask"] = False
-            if call["layer"] is None:  # a pass: a nested model's input (maybe given a mask) or its outputs
+            arg_masks = first_masks(plan, mask(args), tensor)
+            if node is None:  # a pass: a nested model's input (maybe given a mask) or its outputs
                 out = list(args) if kwargs.get("outputs") else [args[0]]
                 out_masks = list(arg_masks) if kwargs.get("outputs") else [arg_masks[0]]
             else:
-                node = self.layers[call["layer"]]
+                kwargs = kwargs_for_node(plan, kwargs, {k: mask(kwargs[k]) for k in plan.keyword})
                 out, out_masks = self._run(node, call, args, kwargs, arg_masks)
-                if getattr(node, "clears_input_masks", False):
-                    for t in args[:3] if isinstance(args, list) else []:
-                        if isinstance(t, Tensor):
-                            mask_of[id(t)] = None
-                    for key in ("value", "key"):
-                        if isinstance(kwargs.get(key), Tensor):
-                            mask_of[id(kwargs[key])] = None
+                for cleared in plan.clears:
+                    mask_of[id(tensor(cleared))] = None
             values[call["id"]] = out
             for t, m in zip(out, out_masks, strict=False):
                 if isinstance(t, Tensor):
@@ -365,19 +351,6 @@ def _rebuild(structure: Any, flat: list[Any]) -> Any:
     if isinstance(structure, dict):
         return {key: _rebuild(value, flat) for key, value in structure.items()}
     return tuple(_rebuild(value, flat) for value in structure)
-
-
-def _is_tensors(value: Any) -> bool:
-    if isinstance(value, Tensor):
-        return True
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, Tensor) for v in value)
-
-
-def _tensor_arguments(args: list[Any], kwargs: dict[str, Any]) -> int:
-    """How many arguments of a call hold tensors, as keras 3 counts them (``CallSpec``)."""
-    return sum(_is_tensors(v) for v in args) + sum(
-        _is_tensors(v) for k, v in kwargs.items() if k not in ("mask", "kwarg_masks")
-    )
 
 
 def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from attnzoo.errors import ConfigError
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
+from attnzoo.keras.masks import CallMasks, call_masks, first_masks, kwargs_for_node
 
 __all__ = ["to_source"]
 
@@ -120,17 +121,6 @@ def _masks_text(masks: Any) -> str:
     if isinstance(masks, list):
         return "[" + ", ".join(_masks_text(m) for m in masks) + "]"
     return "None" if masks is None else str(masks)
-
-
-def _tensor_count(args: list[Any], kwargs: dict[str, Any]) -> int:
-    """How many arguments of a call hold tensors, as keras 3 counts them."""
-
-    def holds(value: Any) -> bool:
-        if isinstance(value, dict) and "ref" in value:
-            return True
-        return isinstance(value, list) and bool(value) and all(holds(v) for v in value)
-
-    return sum(holds(v) for v in args) + sum(holds(v) for k, v in kwargs.items() if k != "mask")
 
 
 def _set_mask(e: _Emitter, name: str, mask_expression: str | None) -> None:
@@ -268,19 +258,14 @@ _PLAIN_OPS = {
 
 
 # -- the node classes, called as the converted graph calls them ----------------------------------------------
-def _node_call(e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: dict[str, Any], kwargs: dict) -> None:
+def _node_call(
+    e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: dict[str, Any], kwargs: dict, plan: CallMasks
+) -> None:
     node = model.layers[key]
     cls = type(node)
     e.uses(cls.__module__, cls.__name__)
     e.init.append(f"self.layers[{literal(key)}] = {cls.__name__}({_arguments(spec)})")
-    arg_masks = e.mask(call["args"])
-    explicit = kwargs.get("mask")
-    if (
-        isinstance(explicit, dict)
-        and "ref" in explicit
-        or (isinstance(explicit, list) and any(isinstance(m, dict) and "ref" in m for m in explicit))
-    ):  # an explicit mask takes the place of the first argument's, as the graph does
-        arg_masks = [e.expression(explicit), *arg_masks[1:]]
+    arg_masks = first_masks(plan, e.mask(call["args"]), e.expression)
     args, masks = e.expression(call["args"]), _masks_text(arg_masks)
     outputs = e.outputs(call["id"], e.counts.get(call["id"], 1), _keras(spec).get("name", key))
     mask_names = [e.mask_variable(name) for name in outputs]
@@ -291,10 +276,8 @@ def _node_call(e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: di
     e.body.append(f"({targets}), ({mask_targets}) = {call_text}")
     for name, mask_name in zip(outputs, mask_names, strict=True):
         e.mask_of[name] = mask_name
-    if getattr(node, "clears_input_masks", False):  # keras 3's MultiHeadAttention deletes its inputs' masks
-        for value in [*call["args"][:3], call["kwargs"].get("value"), call["kwargs"].get("key")]:
-            if isinstance(value, dict) and "ref" in value:
-                e.mask_of[e.expression(value)] = None
+    for cleared in plan.clears:
+        e.mask_of[e.expression(cleared)] = None
 
 
 def _keras(spec: dict[str, Any]) -> dict[str, Any]:
@@ -342,32 +325,27 @@ def _needed_outputs(graph: dict[str, Any]) -> dict[str, int]:
 
 
 def _emit_call(e: _Emitter, model: Any, call: dict[str, Any], keras3: bool) -> None:
+    node = None if call["layer"] is None else model.layers[call["layer"]]
+    plan = call_masks(call, node, keras3)
     kwargs = dict(call["kwargs"])
-    explicit = kwargs.get("mask")
-    kwarg_masks = {
-        k: e.mask_of.get(e.expression(v))
-        for k, v in kwargs.items()
-        if k != "mask" and isinstance(v, dict) and "ref" in v
-    }
-    if call["layer"] is None:  # a nested model's input (maybe given a mask) or its outputs: the same tensors
+    if node is None:  # a nested model's input (maybe given a mask) or its outputs: the same tensors
         if kwargs.get("outputs"):
             e.values[call["id"]] = [e.expression(a) for a in call["args"]]
             return
         name = e.expression(call["args"][0])
         e.values[call["id"]] = [name]
-        if isinstance(explicit, dict) and "ref" in explicit:
-            e.mask_of[name] = e.expression(explicit)
+        if plan.explicit is not None:
+            e.mask_of[name] = e.expression(plan.explicit)
         return
     key = call["layer"]
     spec = model.graph["layers"][key]
     # the nodes read train/eval from the module, as Keras overrides a recorded training= by the model's call
-    node_kwargs = {k: v for k, v in kwargs.items() if k not in ("mask", "training")}
-    if isinstance(explicit, (dict, list)):
-        node_kwargs["mask"] = explicit
-    if kwarg_masks:  # the masks of tensors passed by keyword (Keras 2's MultiHeadAttention value=, key=)
-        node_kwargs["kwarg_masks"] = _Code("{" + ", ".join(f"{literal(k)}: {v}" for k, v in kwarg_masks.items()) + "}")
-    if keras3 and not isinstance(explicit, (dict, list)) and _tensor_count(call["args"], kwargs) > 1:
-        node_kwargs["implicit_mask"] = False  # keras 3 passes a layer no mask when it takes several tensors
+    given = {k: v for k, v in kwargs.items() if k not in ("mask", "training")}
+    if isinstance(kwargs.get("mask"), (dict, list)):
+        given["mask"] = kwargs["mask"]
+    keyword_masks = {k: e.mask_of.get(e.expression(kwargs[k])) for k in plan.keyword}
+    masks_text = _Code("{" + ", ".join(f"{literal(k)}: {v}" for k, v in keyword_masks.items()) + "}")
+    node_kwargs = kwargs_for_node(plan, given, masks_text if keyword_masks else {})
     plain = _plain(spec)
     simple = plain is not None and len(call["args"]) == 1 and not node_kwargs
     keras = _keras(spec)
@@ -380,7 +358,7 @@ def _emit_call(e: _Emitter, model: Any, call: dict[str, Any], keras3: bool) -> N
         (out,) = e.outputs(call["id"], 1, keras.get("name", key))
         plain(e, key, spec, x, mask, out)
     else:
-        _node_call(e, model, key, spec, call, node_kwargs)
+        _node_call(e, model, key, spec, call, node_kwargs, plan)
 
 
 def _imports(e: _Emitter, names: Counter[str]) -> list[str]:

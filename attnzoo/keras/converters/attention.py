@@ -26,6 +26,7 @@ from torch import Tensor
 from attnzoo.core import create
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.keras.importer import load_keras_arrays
+from attnzoo.keras.masks import reads_mask
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import STYLE_ARGUMENTS, Converted, Refused, keras_layer, module_node
 
@@ -78,7 +79,7 @@ class ZooNode(Node):
             return self._mha(args, kwargs, masks)
         tensors = [t for t in _flat(args) if isinstance(t, Tensor)]
         extra = {}
-        if self.takes_mask and self.call != "layer_unmasked" and kwargs.get("implicit_mask") is not False:
+        if self.takes_mask and self.call != "layer_unmasked" and reads_mask(kwargs):
             extra["mask"] = masks[0]
         result = self.layer(*tensors, **extra)
         outputs = list(result) if isinstance(result, (tuple, list)) else [result]

@@ -11,6 +11,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 
 from attnzoo.keras.arguments import input_agrees
 from attnzoo.keras.converters.recurrent import CELLS, kept_first, keras_outputs, recurrent_spec
+from attnzoo.keras.masks import passed_on, reads_mask
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import tracing
@@ -113,10 +114,10 @@ class Bidirectional(Node):
         initial = kwargs.get("initial_state")
         if self._fusable(args[0]):
             mask = kwargs.get("mask") if isinstance(kwargs.get("mask"), Tensor) else masks[0]
-            given = None if kwargs.get("implicit_mask") is False or mask is None else mask.bool()
+            given = None if not reads_mask(kwargs) or mask is None else mask.bool()
             y, y_rev, states = self._fused(args[0], given, None if initial is None else list(initial))
         else:
-            f_kwargs = {"mask": kwargs.get("mask"), "implicit_mask": kwargs.get("implicit_mask")}
+            f_kwargs = passed_on(kwargs)
             b_kwargs = dict(f_kwargs)
             if initial is not None:
                 half = len(initial) // 2

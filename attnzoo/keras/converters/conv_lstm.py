@@ -34,6 +34,7 @@ from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, agrees, as_tensor, channels_first, expect_variables, ints, rank_of
 from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding
 from attnzoo.keras.converters.recurrent import dropout_rates
+from attnzoo.keras.masks import layer_mask
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -148,12 +149,8 @@ class ConvLSTM(Node):
 
     def forward(self, args, kwargs, masks):
         x, mask = args[0], masks[0]
-        explicit = kwargs.get("mask")
-        if isinstance(explicit, Tensor):
-            mask = explicit
-        out_mask = mask if self.return_sequences else None
-        if kwargs.get("implicit_mask") is False:  # keras 3 passed this call no mask
-            mask = None
+        mask, carried = layer_mask(kwargs, mask)
+        out_mask = carried if self.return_sequences else None
         if self.training and (self.dropout or self.recurrent_dropout):
             raise ValueError(
                 "conv_lstm: dropout and recurrent_dropout act in training, which attnzoo converts for inference "

@@ -43,6 +43,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables, input_agrees
+from attnzoo.keras.masks import layer_mask
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Context, Converted, Refused, keras_layer
 from attnzoo.layers.core import tracing
@@ -274,12 +275,8 @@ class Recurrent(Node):
         x, mask = args[0], masks[0]
         if self.time_major:
             x = x.transpose(0, 1)
-        explicit = kwargs.get("mask")
-        if isinstance(explicit, Tensor):
-            mask = explicit
-        out_mask = mask if self.return_sequences else None
-        if kwargs.get("implicit_mask") is False:  # keras 3 passed this call no mask
-            mask = None
+        mask, carried = layer_mask(kwargs, mask)
+        out_mask = carried if self.return_sequences else None
         initial = kwargs.get("initial_state")
         if isinstance(initial, Tensor):
             initial = [initial]
