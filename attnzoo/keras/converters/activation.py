@@ -38,6 +38,8 @@ class Activation(Node):
 
     def compute(self, x, mask):
         if self.activation == "relu_layer":  # keras ReLU(max_value, negative_slope, threshold)
+            if self.threshold == 0 and self.negative_slope == 0:  # ReLU, ReLU6: one pass, as Keras's ops.relu
+                return torch.relu(x) if self.max_value is None else torch.clamp(x, 0.0, self.max_value)
             y = torch.where(x >= self.threshold, x, self.negative_slope * (x - self.threshold))
             return y if self.max_value is None else torch.clamp(y, max=self.max_value)
         if self.activation == "elu_layer":

@@ -70,6 +70,36 @@ def conv_padding(x: Tensor, padding: str, kernel_size: list[int], strides: list[
     return pads
 
 
+def convolve(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    *,
+    padding: str,
+    kernel_size: list[int],
+    strides: list[int],
+    dilation: list[int],
+    groups: int = 1,
+) -> Tensor:
+    """torch's convolution of a channels-first ``x`` [B, C, *spatial] with Keras's ``padding``. A pad of
+    known size, the same on both sides of every axis (``same`` at stride 1 and an odd kernel), goes to the
+    convolution itself, which reads the border without a padded copy of ``x``; any other (TensorFlow's extra
+    pad on the right, ``causal``, a size known only in an exported graph) through :func:`padded`."""
+    conv = CONV[len(kernel_size)]
+    pads = conv_padding(x, padding, kernel_size, strides, dilation)
+    if all(isinstance(p, int) for p in pads) and pads[0::2] == pads[1::2]:
+        inside = tuple(reversed(pads[0::2]))  # F.pad lists the last axis first, the convolution the first
+        return conv(x, weight, bias, stride=strides, padding=inside, dilation=dilation, groups=groups)
+    return conv(padded(x, pads), weight, bias, stride=strides, dilation=dilation, groups=groups)
+
+
+def pointwise(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """A 1x1 convolution at stride 1 of channels-last ``x`` [B, *spatial, C]: a matrix product over the last
+    axis, ``weight`` [filters, C, 1, ...]. (torch's CPU convolution copies a channels-last input for a 1x1
+    kernel; the product reads it as it lies.)"""
+    return F.linear(x, weight.flatten(1), bias)
+
+
 def to_keras_layout(y: Tensor, channels_first: bool, act: Callable[[Tensor], Tensor]) -> Tensor:
     """A convolution's channels-first torch output [B, C, *spatial] back in Keras's layout, then its
     activation: Keras applies it to the layer's output as Keras lays it out, so softmax and log_softmax
@@ -126,10 +156,20 @@ class Conv(Node):
         self.act = activation_fn(activation)
 
     def compute(self, x, mask):
+        if not self.channels_first and self.groups == 1 and all(k == 1 for k in self.kernel_size + self.strides):
+            return self.act(pointwise(x, self.weight, self.bias))  # no padding, no change of layout
         if not self.channels_first:
             x = x.movedim(-1, 1)
-        x = padded(x, conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation))
-        y = CONV[self.rank](x, self.weight, self.bias, stride=self.strides, dilation=self.dilation, groups=self.groups)
+        y = convolve(
+            x,
+            self.weight,
+            self.bias,
+            padding=self.padding,
+            kernel_size=self.kernel_size,
+            strides=self.strides,
+            dilation=self.dilation,
+            groups=self.groups,
+        )
         return to_keras_layout(y, self.channels_first, self.act)
 
 

@@ -26,7 +26,7 @@ from attnzoo.keras.arguments import (
     kernel_size_agrees,
     rank_of,
 )
-from attnzoo.keras.converters.conv import CONV, conv_options, conv_padding, padded, to_keras_layout
+from attnzoo.keras.converters.conv import CONV, conv_options, convolve, pointwise
 from attnzoo.keras.nodes import Node, glorot_uniform
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
@@ -138,10 +138,19 @@ class SeparableConv(Node):
     def compute(self, x, mask):
         if not self.channels_first:
             x = x.movedim(-1, 1)
-        x = padded(x, conv_padding(x, self.padding, self.kernel_size, self.strides, self.dilation))
-        conv = CONV[self.rank]
-        y = conv(x, self.depthwise, None, stride=self.strides, dilation=self.dilation, groups=self.groups)
-        return to_keras_layout(conv(y, self.pointwise, self.bias), self.channels_first, self.act)
+        y = convolve(
+            x,
+            self.depthwise,
+            None,
+            padding=self.padding,
+            kernel_size=self.kernel_size,
+            strides=self.strides,
+            dilation=self.dilation,
+            groups=self.groups,
+        )
+        if self.channels_first:
+            return self.act(CONV[self.rank](y, self.pointwise, self.bias))
+        return self.act(pointwise(y.movedim(1, -1), self.pointwise, self.bias))
 
 
 def _convert_separable(record, arrays, ctx, rank: int) -> Converted:

@@ -154,8 +154,14 @@ class BatchNorm(Node):
                 m = self.momentum
                 self.running_mean.mul_(m).add_(mean.detach().to(self.running_mean.dtype), alpha=1 - m)
                 self.running_var.mul_(m).add_(variance.detach().to(self.running_var.dtype), alpha=1 - m)
-        else:
-            mean, variance = self.running_mean.to(work.dtype), self.running_var.to(work.dtype)
+        else:  # inference: y = x * factor + shift, one pass over x (torch's own eval kernel computes the same)
+            factor = torch.rsqrt(self.running_var.to(work.dtype) + self.epsilon)
+            if self.weight is not None:
+                factor = factor * self.weight.to(work.dtype)
+            shift = -self.running_mean.to(work.dtype) * factor
+            if self.bias is not None:
+                shift = shift + self.bias.to(work.dtype)
+            return torch.addcmul(shift.reshape(shape), work, factor.reshape(shape)).to(dtype)
         factor = torch.rsqrt(variance + self.epsilon)
         if self.weight is not None:
             factor = factor * self.weight.to(work.dtype)
