@@ -326,7 +326,7 @@ def vision():
 
 @named
 def shapes_and_merges():
-    """The shape layers, the merges of 2-D inputs, the activation layers, RMS layer norm."""
+    """The shape layers, the merges of 2-D inputs, the activation layers, RMS layer norm, Identity."""
     seq = keras.Input((6, 4), name="sequence")
     vec = keras.Input((4,), name="vector")
     x = layers.LayerNormalization(axis=-1, epsilon=1e-2)(seq)
@@ -342,7 +342,7 @@ def shapes_and_merges():
     leaky = layers.ReLU(max_value=0.5, negative_slope=0.1, threshold=0.05)(layers.LeakyReLU(0.2)(lo))
     soft = layers.Softmax()(layers.PReLU()(act))
     rms = layers.LayerNormalization(rms_scaling=True)(t)
-    noisy = layers.GaussianNoise(0.3)(layers.Flatten()(rms))
+    noisy = layers.GaussianNoise(0.3)(layers.Identity()(layers.Flatten()(rms)))
     return keras.Model([seq, vec], [d, leaky, soft, noisy, layers.Dense(2, activation="hard_sigmoid")(soft)])
 
 

@@ -17,6 +17,7 @@ import torch
 
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
+from attnzoo.keras.nodes import build_node
 
 from .conftest import run_cli
 from .keras_live import COMMITTED, assert_matches, live_cases
@@ -52,11 +53,8 @@ def test_stateful_is_refused_by_name():
 
 
 def test_dropout_in_training_is_an_error_not_a_silent_skip():
-    from attnzoo.keras.converters.conv_lstm import ConvLSTM
-
-    node = ConvLSTM(
-        rank=1, filters=2, in_channels=1, kernel_size=[2], strides=[1], dilation_rate=[1], dropout=0.5
-    ).train()
+    spec = {"rank": 1, "filters": 2, "in_channels": 1, "kernel_size": [2], "strides": [1], "dilation_rate": [1]}
+    node = build_node({"op": "conv_lstm", **spec, "dropout": 0.5}).train()
     with pytest.raises(ValueError, match="dropout and recurrent_dropout act in training"):
         node([torch.zeros(1, 3, 4, 1)], {}, [None])
     node.eval()

@@ -16,6 +16,7 @@ import torch
 
 import attnzoo
 from attnzoo.keras import convert_keras_model
+from attnzoo.keras.nodes import build_node
 
 from .test_keras_models import assert_matches_keras, convert_both, oracle  # noqa: F401 - the oracle fixture
 
@@ -211,9 +212,7 @@ def test_keras_applications_classes_go_by_the_same_keys_in_keras_and_h5_files():
 
 
 def test_stochastic_depth_drops_whole_samples_in_train_mode_as_keras_s_formula():
-    from attnzoo.keras.converters.applications import StochasticDepth
-
-    node = StochasticDepth(rate=0.4)
+    node = build_node({"op": "stochastic_depth", "rate": 0.4})
     x = torch.randn(400, 3, 2)
     assert node.eval().compute(x, None) is x  # the identity at inference
     torch.manual_seed(0)

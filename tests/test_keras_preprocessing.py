@@ -17,7 +17,8 @@ import torch
 
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
-from attnzoo.keras.converters.categorical import CategoryEncoding, Hashing, hash_bucket
+from attnzoo.keras.converters.categorical import hash_bucket
+from attnzoo.keras.nodes import build_node
 
 from .conftest import ROOT, run_cli
 from .keras_live import COMMITTED, assert_matches, live_cases
@@ -108,7 +109,7 @@ def test_what_does_not_convert_is_refused_by_name(tmp_path, class_name, key, val
 
 def test_category_encoding_s_out_of_range_value_is_an_error_naming_it():
     """Keras's backends disagree on a value past num_tokens (TensorFlow drops it, torch fails): an error."""
-    node = CategoryEncoding(num_tokens=3, output_mode="multi_hot")
+    node = build_node({"op": "category_encoding", "num_tokens": 3, "output_mode": "multi_hot"})
     assert node.compute(torch.tensor([[0, 2, 2], [1, 1, 1]]), None).tolist() == [[1, 0, 1], [0, 1, 0]]
     with pytest.raises(ValueError, match="index 3 is not below the encoding's depth 3"):
         node.compute(torch.tensor([[0, 3]]), None)
@@ -119,12 +120,13 @@ def test_category_encoding_s_out_of_range_value_is_an_error_naming_it():
 def test_hashing_truncates_floats_after_comparing_them_with_the_mask_value_written_out():
     """Keras's Hashing compares a float input with ``mask_value`` first, then casts it to int64 (toward
     zero) and hashes the decimal text; ``multi_hot`` takes rank 2 at most."""
-    node = Hashing(num_bins=9, mask_value=2)
+    node = build_node({"op": "hashing", "num_bins": 9, "mask_value": 2})
     (bins,), _ = node([torch.tensor([[2.0, 2.5, -2.7, 7.0]])], {}, [None])
     expected = [0, 1 + hash_bucket("2", 8, None), 1 + hash_bucket("-2", 8, None), 1 + hash_bucket("7", 8, None)]
     assert bins.tolist() == [expected]
+    multi_hot = build_node({"op": "hashing", "num_bins": 4, "output_mode": "multi_hot"})
     with pytest.raises(ValueError, match="rank 2 at most"):
-        Hashing(num_bins=4, output_mode="multi_hot")([torch.zeros(2, 2, 2, dtype=torch.long)], {}, [None])
+        multi_hot([torch.zeros(2, 2, 2, dtype=torch.long)], {}, [None])
 
 
 @pytest.mark.parametrize("ext", ["keras", "h5"])

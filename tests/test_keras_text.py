@@ -20,6 +20,7 @@ import torch
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
 from attnzoo.keras.converters.text import ngrams_of, split_text, standardize
+from attnzoo.keras.nodes import build_node
 
 from .conftest import ROOT, run_python
 
@@ -158,16 +159,14 @@ def test_other_modes_are_refused_by_name(tmp_path, case, class_name, key, value,
 def test_lookups_index_as_keras_does_written_out():
     """mask token -> 0, then the OOV indices, then the vocabulary; IntegerLookup's extra OOV indices by
     floormod; with no OOV index an unknown value is an error naming it."""
-    from attnzoo.keras.converters.text import IntegerLookup, StringLookup
-
-    integers = IntegerLookup(vocabulary=[7, 9, 11], mask_token=0, num_oov_indices=2)
+    integers = build_node({"op": "integer_lookup", "vocabulary": [7, 9, 11], "mask_token": 0, "num_oov_indices": 2})
     got = integers.compute(torch.tensor([[7, 0, 8, 11], [-3, 9, 10, 5]]), None)
     assert got.tolist() == [[3, 0, 1, 5], [2, 4, 1, 2]]  # 8 % 2 = 0, -3 % 2 = 1, 10 % 2 = 0, 5 % 2 = 1
-    strict = IntegerLookup(vocabulary=[7, 9], num_oov_indices=0)
+    strict = build_node({"op": "integer_lookup", "vocabulary": [7, 9], "num_oov_indices": 0})
     assert strict.compute(torch.tensor([9, 7]), None).tolist() == [1, 0]
     with pytest.raises(ValueError, match=r"\[8\] are not in the vocabulary"):
         strict.compute(torch.tensor([7, 8]), None)
-    strings = StringLookup(vocabulary=["red", "blue"], mask_token="", num_oov_indices=1)
+    strings = build_node({"op": "string_lookup", "vocabulary": ["red", "blue"], "mask_token": "", "num_oov_indices": 1})
     (ids,), _ = strings([[["red", ""], ["pink", "blue"]]], {}, [None])
     assert ids.tolist() == [[2, 0], [1, 3]]
 

@@ -18,10 +18,14 @@ pooling) say so in their family's file.
 
 A node class registers itself by its ``op`` when it is defined (``attnzoo/keras/converters/<family>.py``
 holds each family's nodes beside their converters), so :func:`build_node` finds every op without a list.
+:func:`build_node` is also the one place a node's ``args`` are recorded: a copy of the data it was built
+from, so a node class takes its arguments as keywords and calls plain ``super().__init__()``.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
 from typing import Any, ClassVar
 
@@ -48,9 +52,10 @@ class Node(nn.Module):
                 raise RuntimeError(f"two node classes for op {cls.op!r}: {NODES[cls.op]} and {cls}")
             NODES[cls.op] = cls
 
-    def __init__(self, **args: Any) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.args = args
+        # the data the node was built from, less its op; build_node records it (nothing else does)
+        self.args: dict[str, Any] = {}
 
     def forward(
         self, args: list[Any], kwargs: dict[str, Any], masks: list[Any]
@@ -66,7 +71,10 @@ class Node(nn.Module):
         return mask if self.supports_masking and isinstance(mask, Tensor) else None
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.args.items() if not isinstance(v, (dict, list)) or len(v) < 6)
+        # in the constructor's order, whatever the data's (a saved config's keys come back sorted)
+        order = list(inspect.signature(type(self).__init__).parameters)
+        ranked = sorted(self.args.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+        return ", ".join(f"{k}={v!r}" for k, v in ranked if not isinstance(v, (dict, list)) or len(v) < 6)
 
 
 def glorot_uniform(weight: Tensor, fan_in: int, fan_out: int) -> None:
@@ -75,10 +83,13 @@ def glorot_uniform(weight: Tensor, fan_in: int, fan_out: int) -> None:
     nn.init.uniform_(weight, -bound, bound)
 
 
-def build_node(spec: dict[str, Any]) -> nn.Module:
-    """A node from its data (``{"op": ..., **arguments}``)."""
-    spec = dict(spec)
-    op = spec.pop("op")
+def build_node(spec: dict[str, Any]) -> Node:
+    """A node from its data (``{"op": ..., **arguments}``): ``NODES[op](**arguments)``, with ``args`` a
+    copy of ``arguments`` (the node's repr shows them; a later change to ``spec`` does not reach them)."""
+    arguments = dict(spec)
+    op = arguments.pop("op")
     if op not in NODES:
         raise ValueError(f"unknown node op {op!r}; known: {', '.join(sorted(NODES))}")
-    return NODES[op](**spec)
+    node = NODES[op](**arguments)
+    node.args = copy.deepcopy(arguments)
+    return node

@@ -28,9 +28,7 @@ class Activation(Node):
         threshold: float = 0.0,
         alpha: float = 1.0,
     ) -> None:
-        super().__init__(
-            activation=activation, max_value=max_value, negative_slope=negative_slope, threshold=threshold, alpha=alpha
-        )
+        super().__init__()
         self.activation, self.max_value, self.negative_slope = activation, max_value, negative_slope
         self.threshold, self.alpha = threshold, alpha
         if activation not in ("relu_layer", "elu_layer"):
@@ -89,7 +87,7 @@ class PReLU(Node):
     supports_masking = True
 
     def __init__(self, *, alpha_shape: list[int]) -> None:
-        super().__init__(alpha_shape=alpha_shape)
+        super().__init__()
         self.alpha = nn.Parameter(torch.empty(*alpha_shape))
         nn.init.zeros_(self.alpha)
 
@@ -110,7 +108,7 @@ class Softmax(Node):
     supports_masking = True
 
     def __init__(self, *, axis: int | list[int] = -1, keras3: bool = True) -> None:
-        super().__init__(axis=axis, keras3=keras3)
+        super().__init__()
         self.axis = axis if isinstance(axis, int) else list(axis)
         self.keras3 = keras3
 

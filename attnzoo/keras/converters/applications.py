@@ -33,7 +33,7 @@ class LayerScale(Node):
     op = "layer_scale"
 
     def __init__(self, *, projection_dim: int) -> None:
-        super().__init__(projection_dim=projection_dim)
+        super().__init__()
         self.gamma = nn.Parameter(torch.ones(projection_dim))
 
     def compute(self, x, mask):
@@ -56,7 +56,7 @@ class StochasticDepth(Node):
     op = "stochastic_depth"
 
     def __init__(self, *, rate: float) -> None:
-        super().__init__(rate=rate)
+        super().__init__()
         self.rate = float(rate)
 
     def compute(self, x: Tensor, mask):
@@ -86,7 +86,7 @@ class ScaledSum(Node):
     op = "scaled_sum"
 
     def __init__(self, *, scale: float) -> None:
-        super().__init__(scale=scale)
+        super().__init__()
         self.scale = float(scale)
 
     def forward(self, args, kwargs, masks):

@@ -51,11 +51,8 @@ class ZooNode(Node):
         output_mask: str = "none",
         attention_axes: list[int] | None = None,
     ) -> None:
-        args: dict[str, Any] = {"model": model, "config": config, "call": call, "output_mask": output_mask}
-        if attention_axes is not None:  # saved only where set, so earlier folders' configs stay as they were
-            args["attention_axes"] = [int(a) for a in attention_axes]
-        super().__init__(**args)
-        self.attention_axes = args.get("attention_axes")
+        super().__init__()
+        self.attention_axes = None if attention_axes is None else [int(a) for a in attention_axes]
         from attnzoo.core.spec import parse_name
 
         # a registered layer by name, nothing fetched: a saved graph cannot make loading reach a network

@@ -31,7 +31,7 @@ class Bidirectional(Node):
     def __init__(
         self, *, forward_layer: dict[str, Any], backward_layer: dict[str, Any], merge_mode: str | None
     ) -> None:
-        super().__init__(forward_layer=forward_layer, backward_layer=backward_layer, merge_mode=merge_mode)
+        super().__init__()
         self.forward_layer = build_node(forward_layer)
         self.backward_layer = build_node(backward_layer)
         self.merge_mode = merge_mode

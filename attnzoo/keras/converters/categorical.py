@@ -129,7 +129,7 @@ class CategoryEncoding(Node):
     op = "category_encoding"
 
     def __init__(self, *, num_tokens: int, output_mode: str = "multi_hot") -> None:
-        super().__init__(num_tokens=num_tokens, output_mode=output_mode)
+        super().__init__()
         self.num_tokens, self.output_mode = int(num_tokens), output_mode
 
     def compute(self, x, mask):
@@ -160,7 +160,7 @@ class Discretization(Node):
     op = "discretization"
 
     def __init__(self, *, bin_boundaries: list[float], output_mode: str = "int") -> None:
-        super().__init__(bin_boundaries=bin_boundaries, output_mode=output_mode)
+        super().__init__()
         self.output_mode, self.depth = output_mode, len(bin_boundaries) + 1
         self.register_buffer("boundaries", torch.tensor(bin_boundaries, dtype=torch.float32))
 
@@ -231,7 +231,7 @@ class Hashing(Node):
     def __init__(
         self, *, num_bins: int, mask_value: Any = None, salt: list[int] | None = None, output_mode: str = "int"
     ) -> None:
-        super().__init__(num_bins=num_bins, mask_value=mask_value, salt=salt, output_mode=output_mode)
+        super().__init__()
         self.num_bins, self.mask_value, self.output_mode = int(num_bins), mask_value, output_mode
         self.salt = None if salt is None else [int(s) for s in salt]
         self.register_buffer("anchor", torch.zeros(0, dtype=torch.long))  # the device of string inputs' bins
@@ -297,7 +297,7 @@ class HashedCrossing(Node):
     op = "hashed_crossing"
 
     def __init__(self, *, num_bins: int, output_mode: str = "int") -> None:
-        super().__init__(num_bins=num_bins, output_mode=output_mode)
+        super().__init__()
         self.num_bins, self.output_mode = int(num_bins), output_mode
         self.register_buffer("anchor", torch.zeros(0, dtype=torch.long))
 

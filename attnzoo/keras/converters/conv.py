@@ -131,19 +131,7 @@ class Conv(Node):
         use_bias: bool = True,
         channels_first: bool = False,
     ) -> None:
-        super().__init__(
-            rank=rank,
-            filters=filters,
-            in_channels=in_channels,
-            kernel_size=kernel_size,
-            strides=strides,
-            dilation_rate=dilation_rate,
-            padding=padding,
-            groups=groups,
-            activation=activation,
-            use_bias=use_bias,
-            channels_first=channels_first,
-        )
+        super().__init__()
         self.rank, self.padding, self.groups, self.channels_first = rank, padding, groups, channels_first
         self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
         self.weight = nn.Parameter(torch.empty(filters, in_channels // groups, *kernel_size))

@@ -71,25 +71,7 @@ class ConvLSTM(Node):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
     ) -> None:
-        super().__init__(
-            rank=rank,
-            filters=filters,
-            in_channels=in_channels,
-            kernel_size=kernel_size,
-            strides=strides,
-            dilation_rate=dilation_rate,
-            padding=padding,
-            activation=activation,
-            recurrent_activation=recurrent_activation,
-            use_bias=use_bias,
-            return_sequences=return_sequences,
-            return_state=return_state,
-            go_backwards=go_backwards,
-            zero_output_for_mask=zero_output_for_mask,
-            channels_first=channels_first,
-            dropout=dropout,
-            recurrent_dropout=recurrent_dropout,
-        )
+        super().__init__()
         self.rank, self.filters, self.padding = rank, filters, padding
         self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
         self.return_sequences, self.return_state, self.go_backwards = return_sequences, return_state, go_backwards

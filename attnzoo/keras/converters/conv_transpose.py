@@ -78,19 +78,7 @@ class ConvTranspose(Node):
         use_bias: bool = True,
         channels_first: bool = False,
     ) -> None:
-        super().__init__(
-            rank=rank,
-            filters=filters,
-            in_channels=in_channels,
-            kernel_size=kernel_size,
-            strides=strides,
-            dilation_rate=dilation_rate,
-            padding=padding,
-            output_padding=output_padding,
-            activation=activation,
-            use_bias=use_bias,
-            channels_first=channels_first,
-        )
+        super().__init__()
         self.rank, self.padding, self.channels_first = rank, padding, channels_first
         self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
         self.output_padding = None if output_padding is None else list(output_padding)

@@ -44,7 +44,7 @@ class Embedding(Node):
     op = "embedding"
 
     def __init__(self, *, input_dim: int, output_dim: int, mask_zero: bool = False, name: str = "embedding") -> None:
-        super().__init__(input_dim=input_dim, output_dim=output_dim, mask_zero=mask_zero)
+        super().__init__()
         self.name = name
         self.weight = nn.Parameter(torch.empty(input_dim, output_dim))
         self.mask_zero = mask_zero
@@ -81,7 +81,7 @@ class Masking(Node):
     supports_masking = True
 
     def __init__(self, *, mask_value: float = 0.0) -> None:
-        super().__init__(mask_value=mask_value)
+        super().__init__()
         self.mask_value = mask_value
 
     def forward(self, args, kwargs, masks):
@@ -106,7 +106,7 @@ class Dense(Node):
     supports_masking = True
 
     def __init__(self, *, units: int, in_features: int, activation: str = "linear", use_bias: bool = True) -> None:
-        super().__init__(units=units, in_features=in_features, activation=activation, use_bias=use_bias)
+        super().__init__()
         self.weight = nn.Parameter(torch.empty(units, in_features))
         self.bias = nn.Parameter(torch.empty(units)) if use_bias else None
         glorot_uniform(self.weight, in_features, units)

@@ -108,19 +108,7 @@ class SeparableConv(Node):
         use_bias: bool = True,
         channels_first: bool = False,
     ) -> None:
-        super().__init__(
-            rank=rank,
-            filters=filters,
-            in_channels=in_channels,
-            depth_multiplier=depth_multiplier,
-            kernel_size=kernel_size,
-            strides=strides,
-            dilation_rate=dilation_rate,
-            padding=padding,
-            activation=activation,
-            use_bias=use_bias,
-            channels_first=channels_first,
-        )
+        super().__init__()
         self.rank, self.padding, self.channels_first, self.groups = rank, padding, channels_first, in_channels
         self.kernel_size, self.strides, self.dilation = list(kernel_size), list(strides), list(dilation_rate)
         middle = in_channels * depth_multiplier

@@ -129,15 +129,7 @@ class HubTransformerEncoder(_Block):
         normalize_first: bool = False,
         dropout: float = 0.0,
     ) -> None:
-        super().__init__(
-            hidden=hidden,
-            intermediate_dim=intermediate_dim,
-            num_heads=num_heads,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalize_first=normalize_first,
-            dropout=dropout,
-        )
+        super().__init__()
         self.normalize_first = normalize_first
         self.attention = _attention(num_heads, hidden, hidden, hidden, dropout)
         self._build(hidden, intermediate_dim, activation, layer_norm_epsilon, ["attention_norm", "feedforward_norm"])
@@ -177,16 +169,7 @@ class HubTransformerDecoder(_Block):
         normalize_first: bool = False,
         dropout: float = 0.0,
     ) -> None:
-        super().__init__(
-            hidden=hidden,
-            intermediate_dim=intermediate_dim,
-            num_heads=num_heads,
-            encoder_dim=encoder_dim,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            normalize_first=normalize_first,
-            dropout=dropout,
-        )
+        super().__init__()
         self.normalize_first, self.cross = normalize_first, encoder_dim is not None
         self.attention = _attention(num_heads, hidden, hidden, hidden, dropout)
         norms = ["attention_norm", "feedforward_norm"]
@@ -231,9 +214,7 @@ class HubTokenAndPositionEmbedding(Node):
     op = "keras_hub_token_and_position_embedding"
 
     def __init__(self, *, input_dim: int, sequence_length: int, output_dim: int, mask_zero: bool = False) -> None:
-        super().__init__(
-            input_dim=input_dim, sequence_length=sequence_length, output_dim=output_dim, mask_zero=mask_zero
-        )
+        super().__init__()
         self.mask_zero = mask_zero
         self.token = nn.Parameter(torch.empty(input_dim, output_dim))
         self.position = nn.Parameter(torch.empty(sequence_length, output_dim))
@@ -265,7 +246,7 @@ class HubPositionEmbedding(Node):
     op = "keras_hub_position_embedding"
 
     def __init__(self, *, sequence_length: int, output_dim: int) -> None:
-        super().__init__(sequence_length=sequence_length, output_dim=output_dim)
+        super().__init__()
         self.position = nn.Parameter(torch.empty(sequence_length, output_dim))
         nn.init.uniform_(self.position, -0.05, 0.05)
 
@@ -283,7 +264,7 @@ class HubSinePositionEncoding(Node):
     op = "keras_hub_sine_position_encoding"
 
     def __init__(self, *, max_wavelength: float = 10000.0) -> None:
-        super().__init__(max_wavelength=max_wavelength)
+        super().__init__()
         self.max_wavelength = float(max_wavelength)
 
     def forward(self, args, kwargs, masks):
@@ -336,7 +317,7 @@ def convert_transformer_encoder(record, arrays, ctx):
     spec = {"op": "keras_hub_transformer_encoder", "hidden": hidden, **_block_config(record.config, ctx)}
     if hidden % spec["num_heads"]:
         raise Refused(f"hidden size {hidden} is not a multiple of num_heads {spec['num_heads']}")
-    node = HubTransformerEncoder(**{k: v for k, v in spec.items() if k != "op"})
+    node = build_node(spec)
     state = _mha_state(node.attention, arrays[:8], "attention", "TransformerEncoder's self-attention")
     state.update(_norm_state(arrays[8:10], "attention_norm") | _norm_state(arrays[10:12], "feedforward_norm"))
     state.update(_dense_state(*arrays[12:14], "intermediate") | _dense_state(*arrays[14:16], "output_dense"))
@@ -350,7 +331,7 @@ def convert_transformer_decoder(record, arrays, ctx):
     spec["encoder_dim"] = int(arrays[12].shape[0]) if cross else None  # the cross-attention's key kernel
     if hidden % spec["num_heads"]:
         raise Refused(f"hidden size {hidden} is not a multiple of num_heads {spec['num_heads']}")
-    node = HubTransformerDecoder(**{k: v for k, v in spec.items() if k != "op"})
+    node = build_node(spec)
     state = _mha_state(node.attention, arrays[:8], "attention", "TransformerDecoder's self-attention")
     state.update(_norm_state(arrays[8:10], "attention_norm"))
     at = 10

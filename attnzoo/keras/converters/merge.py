@@ -38,7 +38,7 @@ class Merge(Node):
     supports_masking = True
 
     def __init__(self, *, mode: str, keras3: bool = True) -> None:
-        super().__init__(mode=mode, keras3=keras3)
+        super().__init__()
         self.mode, self.keras3 = mode, keras3
 
     def forward(self, args, kwargs, masks):
@@ -109,7 +109,7 @@ class Concatenate(Node):
     supports_masking = True
 
     def __init__(self, *, axis: int = -1) -> None:
-        super().__init__(axis=axis)
+        super().__init__()
         self.axis = axis
 
     def forward(self, args, kwargs, masks):
@@ -142,7 +142,7 @@ class Dot(Node):
     op = "dot"
 
     def __init__(self, *, axes: list[int], normalize: bool = False) -> None:
-        super().__init__(axes=axes, normalize=normalize)
+        super().__init__()
         self.axes, self.normalize = list(axes), normalize
 
     def forward(self, args, kwargs, masks):

@@ -35,7 +35,7 @@ class LayerNorm(Node):
     def __init__(
         self, *, axis: list[int], shape: list[int], epsilon: float, center: bool, scale: bool, rms_scaling: bool = False
     ) -> None:
-        super().__init__(axis=axis, shape=shape, epsilon=epsilon, center=center, scale=scale, rms_scaling=rms_scaling)
+        super().__init__()
         self.axis, self.shape, self.epsilon, self.rms_scaling = list(axis), list(shape), epsilon, rms_scaling
         self.weight = nn.Parameter(torch.empty(*shape)) if scale else None
         self.bias = nn.Parameter(torch.empty(*shape)) if center and not rms_scaling else None
@@ -122,7 +122,7 @@ class BatchNorm(Node):
         scale: bool,
         momentum: float = 0.99,
     ) -> None:
-        super().__init__(axis=axis, features=features, epsilon=epsilon, center=center, scale=scale, momentum=momentum)
+        super().__init__()
         self.axis, self.epsilon, self.momentum = axis, epsilon, momentum
         self.weight = nn.Parameter(torch.empty(features)) if scale else None
         self.bias = nn.Parameter(torch.empty(features)) if center else None

@@ -86,7 +86,7 @@ class Operation(Node):
     op = "operation"
 
     def __init__(self, *, name: str, config: dict[str, Any] | None = None) -> None:
-        super().__init__(name=name, config=config or {})
+        super().__init__()
         self.name_, self.config = name, dict(config or {})
 
     def forward(self, args, kwargs, masks):

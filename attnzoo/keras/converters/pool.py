@@ -34,9 +34,7 @@ class Pool(Node):
         padding: str = "valid",
         channels_first: bool = False,
     ) -> None:
-        super().__init__(
-            rank=rank, kind=kind, pool_size=pool_size, strides=strides, padding=padding, channels_first=channels_first
-        )
+        super().__init__()
         self.rank, self.kind, self.padding, self.channels_first = rank, kind, padding, channels_first
         self.pool_size, self.strides = list(pool_size), list(strides)
 
@@ -97,7 +95,7 @@ class GlobalPool(Node):
     op = "global_pool"
 
     def __init__(self, *, rank: int, kind: str, keepdims: bool = False, channels_first: bool = False) -> None:
-        super().__init__(rank=rank, kind=kind, keepdims=keepdims, channels_first=channels_first)
+        super().__init__()
         self.rank, self.kind, self.keepdims, self.channels_first = rank, kind, keepdims, channels_first
 
     def compute(self, x, mask):

@@ -46,7 +46,7 @@ class Rescaling(Node):
     supports_masking = True
 
     def __init__(self, *, scale: Any = 1.0, offset: Any = 0.0) -> None:
-        super().__init__(scale=scale, offset=offset)
+        super().__init__()
         # buffers saved with the weights (a model loaded on meta gets them back), also in the config as data
         self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
         self.register_buffer("offset", torch.tensor(offset, dtype=torch.float32))
@@ -73,7 +73,7 @@ class Normalization(Node):
     supports_masking = True
 
     def __init__(self, *, axis: list[int], stats_shape: list[int], invert: bool = False) -> None:
-        super().__init__(axis=axis, stats_shape=stats_shape, invert=invert)
+        super().__init__()
         self.axis, self.invert = [int(a) for a in axis], invert
         self.register_buffer("mean", torch.zeros(stats_shape))
         self.register_buffer("variance", torch.ones(stats_shape))
@@ -126,7 +126,7 @@ class CenterCrop(Node):
     op = "center_crop"
 
     def __init__(self, *, height: int, width: int, channels_first: bool = False) -> None:
-        super().__init__(height=height, width=width, channels_first=channels_first)
+        super().__init__()
         self.height, self.width, self.channels_first = int(height), int(width), channels_first
 
     def compute(self, x, mask):
@@ -183,13 +183,7 @@ class Resizing(Node):
         crop_to_aspect_ratio: bool = False,
         channels_first: bool = False,
     ) -> None:
-        super().__init__(
-            height=height,
-            width=width,
-            interpolation=interpolation,
-            crop_to_aspect_ratio=crop_to_aspect_ratio,
-            channels_first=channels_first,
-        )
+        super().__init__()
         self.size, self.interpolation = (int(height), int(width)), interpolation
         self.crop, self.channels_first = crop_to_aspect_ratio, channels_first
 
@@ -250,7 +244,7 @@ class Augmentation(Node):
     op = "augmentation"
 
     def __init__(self, *, keras_class: str) -> None:
-        super().__init__(keras_class=keras_class)
+        super().__init__()
         self.keras_class = keras_class
 
     def compute(self, x, mask):
@@ -282,7 +276,7 @@ class RandomFlip(Node):
     op = "random_flip"
 
     def __init__(self, *, mode: str, channels_first: bool = False, coin_per_axis: bool = False) -> None:
-        super().__init__(mode=mode, channels_first=channels_first, coin_per_axis=coin_per_axis)
+        super().__init__()
         if mode not in _FLIPS:
             raise ValueError(f"RandomFlip mode {mode!r}; one of {', '.join(_FLIPS)}")
         self.mode, self.channels_first, self.coin_per_axis = mode, channels_first, coin_per_axis

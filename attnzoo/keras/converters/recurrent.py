@@ -80,22 +80,7 @@ class Recurrent(Node):
         dropout: float = 0.0,
         recurrent_dropout: float = 0.0,
     ) -> None:
-        super().__init__(
-            cell=cell,
-            units=units,
-            input_size=input_size,
-            activation=activation,
-            recurrent_activation=recurrent_activation,
-            use_bias=use_bias,
-            reset_after=reset_after,
-            return_sequences=return_sequences,
-            return_state=return_state,
-            go_backwards=go_backwards,
-            zero_output_for_mask=zero_output_for_mask,
-            time_major=time_major,
-            dropout=dropout,
-            recurrent_dropout=recurrent_dropout,
-        )
+        super().__init__()
         if cell not in GATES:
             raise ValueError(f"unknown recurrent cell {cell!r}; one of {', '.join(GATES)}")
         self.cell, self.units = cell, units

@@ -42,7 +42,7 @@ class Noise(Node):
     supports_masking = True
 
     def __init__(self, *, kind: str, rate: float, shared_axes: list[int] | None = None) -> None:
-        super().__init__(kind=kind, rate=rate, shared_axes=shared_axes or [])
+        super().__init__()
         if kind not in NOISE_KINDS:
             raise ValueError(f"unknown noise kind {kind!r}; one of {', '.join(NOISE_KINDS)}")
         self.kind, self.rate, self.shared_axes = kind, float(rate), [int(a) for a in shared_axes or []]

@@ -26,7 +26,7 @@ class UpSampling(Node):
     def __init__(
         self, *, rank: int, size: list[int], interpolation: str = "nearest", channels_first: bool = False
     ) -> None:
-        super().__init__(rank=rank, size=size, interpolation=interpolation, channels_first=channels_first)
+        super().__init__()
         self.rank, self.size, self.interpolation = rank, [int(s) for s in size], interpolation
         self.channels_first = channels_first
 
@@ -69,7 +69,7 @@ class SpatialPad(Node):
     op = "spatial_pad"
 
     def __init__(self, *, margins: list[list[int]], channels_first: bool = False) -> None:
-        super().__init__(margins=margins, channels_first=channels_first)
+        super().__init__()
         self.margins = [[int(a), int(b)] for a, b in margins]
         self.channels_first = channels_first
 

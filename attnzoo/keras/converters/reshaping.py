@@ -15,7 +15,7 @@ class Flatten(Node):
     op = "flatten"
 
     def __init__(self, *, channels_first: bool = False) -> None:
-        super().__init__(channels_first=channels_first)
+        super().__init__()
         self.channels_first = channels_first
 
     def compute(self, x, mask):
@@ -36,7 +36,7 @@ class Reshape(Node):
     op = "reshape"
 
     def __init__(self, *, target_shape: list[int]) -> None:
-        super().__init__(target_shape=target_shape)
+        super().__init__()
         self.target_shape = [int(d) for d in target_shape]
 
     def compute(self, x, mask):
@@ -57,7 +57,7 @@ class Permute(Node):
     op = "permute"
 
     def __init__(self, *, dims: list[int]) -> None:
-        super().__init__(dims=dims)
+        super().__init__()
         self.dims = [int(d) for d in dims]
 
     def compute(self, x, mask):
@@ -78,7 +78,7 @@ class RepeatVector(Node):
     op = "repeat_vector"
 
     def __init__(self, *, n: int) -> None:
-        super().__init__(n=n)
+        super().__init__()
         self.n = n
 
     def compute(self, x, mask):

@@ -45,7 +45,7 @@ from attnzoo.keras.converters.vocabulary import (
     read_vocabulary,
     vocabulary_copies,
 )
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = [
@@ -170,8 +170,8 @@ class _TextNode(Node):
     ``anchor`` (an empty buffer, saved with the weights so a model loaded on ``meta`` gets it back)
     follows."""
 
-    def __init__(self, **args: Any) -> None:
-        super().__init__(**args)
+    def __init__(self) -> None:
+        super().__init__()
         self.register_buffer("anchor", torch.zeros(0, dtype=torch.long))
 
     def ids(self, rows: list[list[int]], width: int) -> Tensor:
@@ -198,17 +198,11 @@ class TextVectorization(_TextNode):
         ngrams: list[int] | None = None,
         output_sequence_length: int | None = None,
     ) -> None:
-        super().__init__(
-            vocabulary=vocabulary,
-            standardize=standardize,
-            split=split,
-            ngrams=ngrams,
-            output_sequence_length=output_sequence_length,
-        )
+        super().__init__()
         if standardize not in STANDARDIZE or split not in SPLIT:
             raise ValueError(f"text_vectorization: standardize {standardize!r} or split {split!r} is not Keras's")
         self.standardize, self.split, self.widths = standardize, split, ngrams
-        self.length = output_sequence_length
+        self.length, self.vocabulary_size = output_sequence_length, len(vocabulary)
         self.lookup = _Lookup(vocabulary, "", 1)
 
     def forward(self, args, kwargs, masks):
@@ -227,7 +221,7 @@ class TextVectorization(_TextNode):
 
     def extra_repr(self) -> str:
         return (
-            f"vocabulary={len(self.args['vocabulary'])} tokens, standardize={self.standardize!r}, "
+            f"vocabulary={self.vocabulary_size} tokens, standardize={self.standardize!r}, "
             f"split={self.split!r}, ngrams={self.widths}, output_sequence_length={self.length}"
         )
 
@@ -249,15 +243,9 @@ class StringLookup(_TextNode):
         depth: int | None = None,
         salt: list[int] | None = None,
     ) -> None:
-        super().__init__(
-            vocabulary=vocabulary,
-            mask_token=mask_token,
-            num_oov_indices=num_oov_indices,
-            output_mode=output_mode,
-            depth=depth,
-            salt=salt,
-        )
-        self.output_mode, self.depth = output_mode, depth
+        super().__init__()
+        self.output_mode, self.depth, self.mask_token = output_mode, depth, mask_token
+        self.vocabulary_size = len(vocabulary)
         self.lookup = _Lookup(vocabulary, mask_token, num_oov_indices, output_mode == "int", salt)
         if output_mode == "tf_idf":
             self.register_buffer("idf_weights", torch.zeros(int(depth or 0)))
@@ -286,7 +274,7 @@ class StringLookup(_TextNode):
 
     def extra_repr(self) -> str:
         return (
-            f"vocabulary={len(self.args['vocabulary'])} tokens, mask_token={self.args['mask_token']!r}, "
+            f"vocabulary={self.vocabulary_size} tokens, mask_token={self.mask_token!r}, "
             f"output_mode={self.output_mode!r}"
         )
 
@@ -310,16 +298,8 @@ class IntegerLookup(Node):
         oov_method: str = "floormod",
         salt: list[int] | None = None,
     ) -> None:
-        super().__init__(
-            vocabulary=vocabulary,
-            mask_token=mask_token,
-            num_oov_indices=num_oov_indices,
-            output_mode=output_mode,
-            depth=depth,
-            oov_method=oov_method,
-            salt=salt,
-        )
-        self.mask_token, self.num_oov = mask_token, num_oov_indices
+        super().__init__()
+        self.mask_token, self.num_oov, self.vocabulary_size = mask_token, num_oov_indices, len(vocabulary)
         self.output_mode, self.depth, self.oov_method, self.salt = output_mode, depth, oov_method, salt
         self.oov_start = 1 if mask_token is not None and output_mode == "int" else 0
         start = self.oov_start + num_oov_indices
@@ -359,7 +339,7 @@ class IntegerLookup(Node):
 
     def extra_repr(self) -> str:
         return (
-            f"vocabulary={len(self.args['vocabulary'])} values, mask_token={self.mask_token!r}, "
+            f"vocabulary={self.vocabulary_size} values, mask_token={self.mask_token!r}, "
             f"output_mode={self.output_mode!r}"
         )
 
@@ -477,7 +457,7 @@ def convert_integer_lookup(record, arrays, ctx):
     if oov_method not in ("floormod", "farmhash"):
         raise Refused(f"oov_method {oov_method!r} is not floormod or farmhash")
     spec["oov_method"] = oov_method
-    table = IntegerLookup(**spec)
-    table_state = dict(table.state_dict())
+    spec = {"op": "integer_lookup", **spec}
+    table_state = dict(build_node(spec).state_dict())
     table_state.update(state)
-    return Converted({"op": "integer_lookup", **spec}, table_state, notes)
+    return Converted(spec, table_state, notes)

@@ -25,7 +25,7 @@ class TimeDistributed(Node):
     supports_masking = True
 
     def __init__(self, *, layer: dict) -> None:
-        super().__init__(layer=layer)
+        super().__init__()
         self.layer = build_node(layer)
 
     def forward(self, args, kwargs, masks):

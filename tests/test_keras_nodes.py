@@ -1,0 +1,113 @@
+"""A node's ``args`` are the data it was built from: :func:`~attnzoo.keras.nodes.build_node` records them
+(a copy of the spec less its ``op``) and no node class restates its constructor's arguments to do it.
+
+The specs come from the converter (the committed Keras files of tests/data and models Keras builds in the
+oracle subprocess); the statement checked is the contract itself, ``node.args == spec - {"op"}``, for every
+node of every graph, wrapped layers included.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+import pytest
+
+import attnzoo.keras  # noqa: F401 - registers every node class (NODES)
+from attnzoo.keras import convert_keras_model
+from attnzoo.keras.nodes import NODES, build_node
+
+from .conftest import ROOT
+from .test_keras_models import convert_both, oracle  # noqa: F401 - the Keras subprocess fixture, shared
+
+DATA = ROOT / "tests" / "data"
+# committed files that between them build 40 of the ops, each converted in a fraction of a second
+COMMITTED = [
+    "keras2/keras_io_vision.h5",
+    "keras2/keras_io_sequences.h5",
+    "keras2/masked_bidirectional.h5",
+    "keras2/mha_fully_masked.h5",
+    "keras2/same_padding.h5",
+    "keras_structured/structured.keras",
+    "keras_structured/hashing.h5",
+    "keras_hub/positions.h5",
+    "keras_hub/classifier.h5",
+    "keras_live/next_frame.keras",
+    "keras_live/numeric_preprocessing.h5",
+    "keras_text/characters.keras",
+    "hostile/base.keras",
+]
+# the oracle's models that build the rest (merges and shapes, a nested model, keras.applications' layers)
+ORACLE = {"shapes_and_merges": [[3, 1]], "shared_and_nested": [[2, 3]], "applications_layers": [[2, 1]]}
+
+
+def _check(node, spec: dict, where: str, ops: set[str]) -> None:
+    """``node.args`` is ``spec`` less ``op`` (and the graph's ``keras`` record, which is not the node's);
+    a wrapped layer's spec (a value with an ``op``) is the data of the child node of that name."""
+    expected = {k: v for k, v in spec.items() if k not in ("op", "keras")}
+    assert type(node) is NODES[spec["op"]], where
+    assert node.args == expected, f"{where}: args {node.args} are not its spec {expected}"
+    ops.add(spec["op"])
+    for key, value in expected.items():
+        if isinstance(value, dict) and "op" in value:
+            _check(getattr(node, key), value, f"{where}.{key}", ops)
+
+
+def _check_model(model, what: str) -> set[str]:
+    """Every node of the converted model, and the same spec built again by build_node, records its spec."""
+    ops: set[str] = set()
+    for key, spec in model.graph["layers"].items():
+        _check(model.layers[key], spec, f"{what}: {key}", ops)
+        _check(build_node({k: v for k, v in spec.items() if k != "keras"}), spec, f"{what}: {key} (again)", set())
+    return ops
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_every_node_of_a_committed_file_records_the_spec_it_was_built_from(name):
+    assert _check_model(convert_keras_model(DATA / name), name)
+
+
+@pytest.mark.slow
+def test_every_op_records_its_spec_in_the_oracle_s_models_and_the_files(oracle, tmp_path):  # noqa: F811
+    ops: set[str] = set()
+    for name, batches in ORACLE.items():
+        folder = convert_both(oracle, tmp_path / name, name=name, seed=3, batches=batches)
+        ops |= _check_model(convert_keras_model(folder / "model.keras"), name)
+    for name in COMMITTED:
+        ops |= _check_model(convert_keras_model(DATA / name), name)
+    assert ops == set(NODES), f"no fixture here builds {sorted(set(NODES) - ops)}: add one that does"
+
+
+def test_args_are_a_copy_the_spec_s_later_changes_do_not_reach():
+    spec = {"op": "permute", "dims": [2, 1]}
+    node = build_node(spec)
+    spec["dims"].append(3)
+    spec["extra"] = True
+    assert node.args == {"dims": [2, 1]}
+    assert spec == {"op": "permute", "dims": [2, 1, 3], "extra": True}  # build_node took nothing from it
+
+
+def test_the_repr_lists_the_arguments_in_the_constructor_s_order_whatever_the_spec_s():
+    """A saved config's keys come back sorted; the repr reads as the constructor call either way."""
+    written = {"op": "dense", "units": 3, "in_features": 2, "activation": "relu", "use_bias": False}
+    shuffled = {"use_bias": False, "op": "dense", "activation": "relu", "in_features": 2, "units": 3}
+    for spec in (written, shuffled):
+        text = repr(build_node(copy.deepcopy(spec)))
+        assert text == "Dense(units=3, in_features=2, activation='relu', use_bias=False)"
+
+
+def test_no_node_class_passes_arguments_to_super_init():
+    """The house rule behind ``args``: a class in attnzoo/keras/converters calls plain ``super().__init__()``
+    (build_node records the arguments; a restated copy could drift from the constructor's)."""
+    offenders, calls = [], 0
+    for path in sorted((ROOT / "attnzoo" / "keras" / "converters").glob("*.py")):
+        for call in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+                continue
+            inner = call.func.value
+            if call.func.attr == "__init__" and isinstance(inner, ast.Call) and ast.unparse(inner) == "super()":
+                calls += 1
+                if call.args or call.keywords:
+                    offenders.append(f"{path.name}:{call.lineno}: {ast.unparse(call)}")
+    assert calls >= 40, "the walk finds the node classes' super().__init__ calls"
+    assert not offenders, "node classes record arguments themselves:\n" + "\n".join(offenders)
