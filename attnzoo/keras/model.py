@@ -209,7 +209,7 @@ class KerasModel(nn.Module):
 
     # -- running ----------------------------------------------------------------------------------------
     def forward(self, *inputs: Any) -> Any:
-        values = self.trace(*inputs)
+        values = self.trace(*inputs, keep=False)
         results = [values[call][index] for call, index in self.outputs]
         if self.output_structure is not None:  # Keras's dict of outputs (or nested lists), lists as tuples
             return _rebuild(self.output_structure, results)
@@ -242,10 +242,13 @@ class KerasModel(nn.Module):
             )
         return tuple(_flatten(structure, list(inputs)))
 
-    def trace(self, *inputs: Any) -> dict[str, list[Any]]:
+    def trace(self, *inputs: Any, keep: bool = True) -> dict[str, list[Any]]:
         """Every call's outputs, by call id (a layer's name for its first call), in the order they ran:
-        what ``attnzoo convert-keras --check`` compares with Keras layer by layer."""
+        what ``attnzoo convert-keras --check`` compares with Keras layer by layer. ``keep=False`` (the
+        forward) lets go of each call's outputs after the last call that reads them, so that memory is
+        reused as the graph runs, as in a hand-written forward; the model's outputs are kept."""
         inputs = self._flat_inputs(inputs)
+        last_read = None if keep else self._last_reads()
         values: dict[str, list[Any]] = {}
         # a mask belongs to a tensor object, as Keras's _keras_mask does: a layer that returns its input
         # (Dropout at inference) passes the same tensor, and keras 3's MultiHeadAttention clears it
@@ -288,7 +291,25 @@ class KerasModel(nn.Module):
             for t, m in zip(out, out_masks, strict=False):
                 if isinstance(t, Tensor):
                     mask_of[id(t)] = m
+            for done in last_read.get(call["id"], ()) if last_read is not None else ():
+                # every tensor still in `values` is alive, so an id in mask_of never names two of them
+                del values[done]
         return values
+
+    def _last_reads(self) -> dict[str, list[str]]:
+        """For each call id, the values (by call id) that no later call reads, the model's outputs apart."""
+        if getattr(self, "_freed_after", None) is None:
+            last: dict[str, str] = {}
+            for call in self.calls:
+                for source in _read_calls([call["args"], call["kwargs"]]):
+                    last[source] = call["id"]
+            outputs = {call for call, _ in self.outputs}
+            freed: dict[str, list[str]] = {}
+            for source, reader in last.items():
+                if source not in outputs:
+                    freed.setdefault(reader, []).append(source)
+            self._freed_after = freed
+        return self._freed_after
 
     def _run(self, node: nn.Module, call: dict[str, Any], args: Any, kwargs: Any, masks: Any) -> tuple[list, list]:
         try:
@@ -351,6 +372,17 @@ def _rebuild(structure: Any, flat: list[Any]) -> Any:
     if isinstance(structure, dict):
         return {key: _rebuild(value, flat) for key, value in structure.items()}
     return tuple(_rebuild(value, flat) for value in structure)
+
+
+def _read_calls(value: Any) -> list[str]:
+    """The call ids whose outputs a call's arguments (``{"ref": [call, index]}`` anywhere inside) read."""
+    if isinstance(value, dict) and "ref" in value:
+        return [value["ref"][0]]
+    if isinstance(value, dict):
+        return [c for v in value.values() for c in _read_calls(v)]
+    if isinstance(value, list):
+        return [c for v in value for c in _read_calls(v)]
+    return []
 
 
 def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:
