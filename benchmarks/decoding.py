@@ -23,10 +23,10 @@ and the same of each library it compares with.
   and its own dynamic cache, exactly ``--tokens`` new tokens (``min_new_tokens``, no end token).
 * **against one token's compute through SDPA**: the same weights decoded by a loop written directly in
   torch, with nothing but each token's arithmetic: RMSNorm, the projections, RoPE from tables computed
-  once, the new keys and values written into preallocated buffers, one
-  ``F.scaled_dot_product_attention`` over them, the MLP and the head. It generates the same tokens (the
-  script checks), so the ratio of the two per-step times is what the model's layers, checks and cache
-  bookkeeping add to the arithmetic.
+  once (x·cos + partner(x)·sin, as attnzoo computes it), the new keys and values written into
+  preallocated buffers, one ``F.scaled_dot_product_attention`` over them, the MLP and the head. It
+  generates the same tokens (the script checks), so the ratio of the two per-step times is what the
+  model's layers, checks and cache bookkeeping add to the arithmetic.
 
 Times are medians of rounds in which the implementations alternate, on one thread (a step of this model
 is too small to split between threads); writes
@@ -152,7 +152,10 @@ def sdpa_generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int)
     d = DIM // HEADS
     inv = 10000.0 ** (-torch.arange(0, d // 2, dtype=torch.float32) * 2 / d)
     angles = torch.arange(total, dtype=torch.float32)[:, None] * inv  # RoPE tables, computed once
-    cos, sin = angles.cos(), angles.sin()
+    # spread over the head (the sine signed by pair): a rotation is then x * cos + partner(x) * sin, four
+    # operations, the fewest RoPE takes (attnzoo computes it so too)
+    cos = torch.cat([angles.cos(), angles.cos()], dim=-1)
+    sin = torch.cat([-angles.sin(), angles.sin()], dim=-1)
     layers = []
     for block in model.blocks:
         attn = block.attn
@@ -162,9 +165,7 @@ def sdpa_generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int)
         layers.append((block, weights, g, keys, values))
 
     def rope(x: torch.Tensor, at: slice) -> torch.Tensor:
-        c, s = cos[at], sin[at]
-        first, second = x[..., : d // 2], x[..., d // 2 :]
-        return torch.cat([first * c - second * s, first * s + second * c], dim=-1)
+        return x * cos[at] + x.roll(d // 2, dims=-1) * sin[at]
 
     def forward(tokens: torch.Tensor, start: int) -> torch.Tensor:
         x = model.embed(tokens)
