@@ -148,6 +148,25 @@ def test_rope_is_the_complex_rotation_of_its_pairs(layout):
     torch.testing.assert_close(rotate(x, positions, 10000.0, layout), want)
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_rope_equals_the_two_halves_formula_bit_for_bit(layout):
+    """RoPE is computed as x·c + partner(x)·s (four operations): exactly x_k cos - x_k' sin and
+    x_k' cos + x_k sin, the pairs' formula written out, in float32 as in float64."""
+    from attnzoo.layers.positions import rope_tables
+
+    for dtype in (torch.float32, DOUBLE):
+        x = torch.randn(2, 3, 7, 16, dtype=dtype) * 100
+        positions = torch.arange(40, 47)
+        cos, sin = rope_tables(positions, 16, 10000.0, like=x)
+        if layout == "half":
+            first, second = x[..., :8], x[..., 8:]
+            want = torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+        else:
+            first, second = x[..., 0::2], x[..., 1::2]
+            want = torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1).flatten(-2)
+        assert torch.equal(rotate(x, positions, 10000.0, layout), want)
+
+
 def test_interleaved_rope_matches_rotary_embedding_torch():
     rotary = pytest.importorskip("rotary_embedding_torch")
     peer = rotary.RotaryEmbedding(8)
@@ -330,6 +349,26 @@ def test_cached_steps_equal_the_causal_forward(options):
     prompt = layer(x[:, :5], keep[:, :5], cache=cache)
     rest = [layer(x[:, t : t + 1], keep[:, t : t + 1], cache=cache) for t in range(5, seq)]
     torch.testing.assert_close(torch.cat([prompt, *rest], dim=1)[keep], full[keep], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_cache_given_padding_only_after_unpadded_steps_equals_the_causal_forward(grad):
+    """The cache keeps validity only from the first step given a mask (until then it builds no mask): the
+    entries before that step count as real, in the in-place buffers (which grow past 16 entries here, the
+    validity with them) and in the concatenated ones of autograd."""
+    layer = _layer(num_heads=4, causal=True, positions="rope", num_kv_heads=2)
+    seq = 20
+    keep = torch.ones(2, seq, dtype=torch.bool)
+    keep[1, 9] = keep[0, 12] = keep[1, 17] = False  # padding only from step 9 on
+    x = torch.randn(2, seq, 32, dtype=DOUBLE, requires_grad=grad)
+    full = layer(x, keep)
+    cache = layer.new_cache(2)
+    outs = [layer(x[:, :5], cache=cache)]  # an unpadded prompt, then unpadded steps
+    outs += [layer(x[:, t : t + 1], cache=cache) for t in range(5, 9)]
+    assert not cache.padded
+    outs += [layer(x[:, t : t + 1], keep[:, t : t + 1], cache=cache) for t in range(9, seq)]
+    assert cache.padded and torch.equal(cache.valid, keep)
+    torch.testing.assert_close(torch.cat(outs, dim=1)[keep], full[keep], atol=1e-10, rtol=1e-10)
 
 
 def test_cross_attention_cache_keeps_the_context_and_equals_the_full_call():

@@ -73,7 +73,7 @@ from attnzoo.layers.core import (
 from attnzoo.layers.kv_cache import KVCache
 from attnzoo.layers.lazy import LazyLayer
 from attnzoo.layers.normalizers import check_normalizer
-from attnzoo.layers.positions import POSITIONS, ROPE_LAYOUTS, rope_tables, turn
+from attnzoo.layers.positions import POSITIONS, ROPE_LAYOUTS, full_tables, rope_tables, turn, turn_full
 
 __all__ = ["Attention", "tiled_to_grouped", "LAYOUTS"]
 LAYOUTS = ("qkvo", "packed", "query_key_value")
@@ -312,26 +312,31 @@ class Attention(AttendHeads, LazyLayer):
             return x
         return F.rms_norm(x, (x.shape[-1],), self.tensor(f"{which}_norm.weight"), eps=1e-6)
 
-    def _rotated(self, x: Tensor, positions: Tensor, tables: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        """x turned by RoPE at ``positions`` (``tables``: their angles, when the caller has them already)."""
+    def _rotated(self, x: Tensor, positions: Tensor | None, tables: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """x turned by RoPE at ``positions`` (``tables``: :meth:`_rope_at`'s for them, when the caller has them)."""
         if self.positions != "rope":
             return x
-        return turn(x, tables or rope_tables(positions, x.shape[-1], self.rope_base, like=x), self.rope_layout)
+        if tables is not None:
+            return turn_full(x, tables, self.rope_layout)
+        assert positions is not None
+        return turn(x, rope_tables(positions, x.shape[-1], self.rope_base, like=x), self.rope_layout)
 
     def _rope_at(self, start: int, length: int, like: Tensor) -> tuple[Tensor, Tensor]:
-        """RoPE's tables for positions start..start+length-1 of heads like ``like``: slices of tables the
-        layer computes once per device, dtype and head size (grown by doubling), rather than every call (a
-        decoding step's arange, powers, cosines and sines). Each angle is computed alone, as rope_tables
-        computes it."""
+        """RoPE's full-width tables (:func:`full_tables`) for positions start..start+length-1 of heads like
+        ``like``: slices of tables the layer computes once per device, dtype, head size, base and layout
+        (grown by doubling), rather than every call (a decoding step's arange, powers, cosines and sines).
+        Each angle is computed alone, as rope_tables computes it."""
         d = like.shape[-1]
         if tracing():  # a graph holds no Python state: the tables of this call
-            return rope_tables(torch.arange(start, start + length, device=like.device), d, self.rope_base, like=like)
+            positions = torch.arange(start, start + length, device=like.device)
+            return full_tables(rope_tables(positions, d, self.rope_base, like=like), self.rope_layout)
         store = self.__dict__.setdefault("_rope_store", {})  # not a buffer: no state dict entry, no .to()
-        key = (like.device, like.dtype, d)
+        key = (like.device, like.dtype, d, self.rope_base, self.rope_layout)
         tables = store.get(key)
         if tables is None or tables[0].shape[0] < start + length:
             size = 1 << max(6, (start + length - 1).bit_length())
-            tables = store[key] = rope_tables(torch.arange(size, device=like.device), d, self.rope_base, like=like)
+            half = rope_tables(torch.arange(size, device=like.device), d, self.rope_base, like=like)
+            tables = store[key] = full_tables(half, self.rope_layout)
         return tables[0][start : start + length], tables[1][start : start + length]
 
     def new_cache(self, batch_size: int) -> KVCache:
@@ -354,7 +359,7 @@ class Attention(AttendHeads, LazyLayer):
         context_mask: Tensor | None = None,
         cache: KVCache | None = None,
     ):
-        like = next(iter(self.parameters()))
+        like = self.tensor(self._lazy_names[0])  # a weight: where x must be, and its dtype
         e = self.embed_dim
         hint = _TWO_D_HINT if isinstance(x, Tensor) and x.dim() == 2 else ""
         check_input(self.name, "x", x, ("batch", "seq", e or "embed_dim"), hint=hint, like=like)
@@ -399,25 +404,25 @@ class Attention(AttendHeads, LazyLayer):
             raise ValueError(f"{self.name}: with a cache, mask is [batch, steps] (which new tokens are real)")
         mask3 = check_mask(self.name, mask, batch, seq, seq, like=x)
         x = neutralise(x, attended_keys(mask3))  # keys no query attends to: padding, whatever it holds
-        positions = torch.arange(start, start + seq, device=x.device)
+        # one cached step of a softmax layer reads no positions (RoPE reads its tables; see pattern_holds below)
+        step = cache is not None and seq == 1 and self.normalizer == "softmax" and self.positions in ("none", "rope")
+        positions = None if step else torch.arange(start, start + seq, device=x.device)
         q = self._normed(self._heads(x, 0, self.num_heads), "q")
         tables = self._rope_at(start, seq, q) if self.positions == "rope" else None
         q = self._rotated(q, positions, tables)  # queries and keys turn by the same angles
         k = self._rotated(self._normed(self._heads(x, 1, self.num_kv_heads), "k"), positions, tables)
         v = self._heads(x, 2, self.num_kv_heads)
         if cache is not None:
-            valid = torch.ones(batch, seq, dtype=torch.bool, device=x.device) if mask3 is None else mask3[:, 0]
-            cache.padded = cache.padded or mask3 is not None
-            keys, values, valid_all, key_positions = cache.append(k, v, valid)
+            keys, values, valid = cache.append(k, v, None if mask3 is None else mask3[:, 0])
             # one new token: every key held is at or before it and within the window (the cache keeps no
             # more), so the pattern holds; with no padding ever given, no mask either
             result = self._attend(
                 q,
                 keys,
                 values,
-                valid_all[:, None, None, :] if cache.padded else None,
+                None if valid is None else valid[:, None, None, :],
                 positions,
-                key_positions,
+                None if step else cache.positions,
                 return_attention,
                 pattern_holds=seq == 1,
             )

@@ -1,6 +1,6 @@
-"""The KV cache of the attention core's incremental decoding: keys, values, their validity and absolute
-positions per step, written in place into buffers that grow by doubling (a window keeps its last w
-entries); a cache belongs to the layer that fills it, and a cross-attention cache to its context."""
+"""The KV cache of the attention core's incremental decoding: keys and values (and, once a step had padding,
+their validity) written in place into buffers that grow by doubling (a window keeps its last w entries);
+a cache belongs to the layer that fills it, and a cross-attention cache to its context."""
 
 from __future__ import annotations
 
@@ -21,14 +21,16 @@ class KVCache:
     """Keys, values and positions of the tokens a layer has seen, for decoding one step at a time.
 
     ``keys``/``values`` [B, g, S, d] (keys already rotated by RoPE), ``valid`` [B, S] (which of them
-    may be attended to), ``positions`` [S] (each entry's absolute position) and ``length`` (tokens
-    seen). A layer with a window keeps only the last ``limit`` = w entries: no later query can reach
-    older ones. A cross-attention layer keeps its context's keys and values (``context``), computed once.
+    may be attended to), ``positions`` [S] (each entry's absolute position: the last S of the ``length``
+    tokens seen, computed when asked) and ``length`` (tokens seen). A layer with a window keeps only the
+    last ``limit`` = w entries: no later query can reach older ones. A cross-attention layer keeps its
+    context's keys and values (``context``), computed once.
 
-    The entries live in buffers that grow by doubling, so a step writes its own keys in place instead
-    of copying everything held (a window's buffer moves its last w entries to the front when full).
-    Under autograd (keys that require grad) the entries are concatenated instead: nothing a backward
-    pass needs is overwritten.
+    The entries live in buffers that grow by doubling, so a step writes its own keys and values in place
+    (one write each) instead of copying everything held (a window's buffer moves its last w entries to
+    the front when full). Validity is stored only from the first step given a mask: until then every
+    entry is real, and attention over the cache builds no mask. Under autograd (keys that require grad)
+    the entries are concatenated instead: nothing a backward pass needs is overwritten.
 
     A cache belongs to the layer that first fills it (``layer.new_cache`` names it at once): another layer
     refuses it with a ``ConfigError``, since its keys were made by other weights. A cross-attention cache
@@ -39,75 +41,101 @@ class KVCache:
     def __init__(self, batch_size: int, limit: int | None = None) -> None:
         self.batch_size, self.limit = batch_size, limit
         self._owner: weakref.ref | None = None
-        self.padded = False  # whether any step was given a mask: until then no mask is built
         # the context and context mask the cross-attention keys were made from, each with its version
         # counter (which an in-place change bumps)
         self._sources: tuple[tuple[Tensor, int] | None, ...] = ()
-        # keys [B, g, cap, d], values [B, g, cap, d], valid [B, cap, 1], positions [cap, 1]: every buffer
-        # has its entries on the second-last axis; the held ones are [start, end)
-        self._buffers: list[Tensor] | None = None
+        # keys and values [B, g, cap, d], entries on the second-last axis; the held ones are [start, end).
+        # Validity [B, cap] exists only from the first step given padding: until then every entry is real
+        # and no mask is built. Positions are not stored: the held entries are the last ones seen.
+        self._keys: Tensor | None = None
+        self._values: Tensor | None = None
+        self._valid: Tensor | None = None
         self._start = self._end = 0
         self.length = 0
         self.context: tuple[Tensor, Tensor, Tensor | None] | None = None
 
-    def _held(self, index: int) -> Tensor | None:
-        if self._buffers is None:
-            return None
-        held = self._buffers[index][..., self._start : self._end, :]
-        return held if index < 2 else held.squeeze(-1)
+    @property
+    def padded(self) -> bool:
+        """Whether any step was given a mask (then each entry's validity is kept and attention is masked)."""
+        return self._valid is not None
 
     @property
     def keys(self) -> Tensor | None:
-        return self._held(0)
+        return None if self._keys is None else self._keys[..., self._start : self._end, :]
 
     @property
     def values(self) -> Tensor | None:
-        return self._held(1)
+        return None if self._values is None else self._values[..., self._start : self._end, :]
 
     @property
     def valid(self) -> Tensor | None:
-        return self._held(2)
+        if self._keys is None:
+            return None
+        if self._valid is None:
+            return torch.ones(self.batch_size, len(self), dtype=torch.bool, device=self._keys.device)
+        return self._valid[:, self._start : self._end]
 
     @property
     def positions(self) -> Tensor | None:
-        return self._held(3)
+        """Each held entry's absolute position: the last ``len(self)`` of the ``length`` seen."""
+        if self._keys is None:
+            return None
+        return torch.arange(self.length - len(self), self.length, device=self._keys.device)
 
     def __len__(self) -> int:
         return self._end - self._start
 
-    def _views(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        keys, values, valid, positions = (self._held(i) for i in range(4))
-        assert keys is not None and values is not None and valid is not None and positions is not None
-        return keys, values, valid, positions
-
-    def append(self, keys: Tensor, values: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Add t new tokens' ``keys``/``values`` [B, g, t, d] and ``valid`` [B, t]; returns (keys, values,
-        valid, positions) over everything held, the new tokens last. Call :meth:`trim` after attending."""
+    def append(self, keys: Tensor, values: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Add t new tokens' ``keys``/``values`` [B, g, t, d] and ``valid`` [B, t] (None: all real); returns
+        (keys, values, valid) over everything held, the new tokens last, valid None while no step had
+        padding. One in-place write per keys and values. Call :meth:`trim` after attending."""
         steps = keys.shape[-2]
-        positions = torch.arange(self.length, self.length + steps, device=keys.device)
-        new = [keys, values, valid[..., None], positions[:, None]]
+        held = self._end - self._start
+        if valid is None and self._valid is not None:
+            valid = torch.ones(keys.shape[0], steps, dtype=torch.bool, device=keys.device)
+        elif valid is not None and self._valid is None and self._keys is not None:
+            # the first padded step: every entry held until now was real
+            self._valid = torch.ones(keys.shape[0], self._keys.shape[-2], dtype=torch.bool, device=self._keys.device)
         self.length += steps
-        held = len(self)
-        if keys.requires_grad or values.requires_grad or (self._buffers is not None and self._buffers[0].requires_grad):
-            old = self._buffers
-            self._buffers = (
-                new
-                if old is None
-                else [torch.cat([b[..., self._start : self._end, :], n], dim=-2) for b, n in zip(old, new, strict=True)]
-            )
+        old_keys, old_values, old_valid = self._keys, self._values, self._valid
+        if keys.requires_grad or values.requires_grad or (old_keys is not None and old_keys.requires_grad):
+            # under autograd: concatenated, so that nothing a backward pass needs is overwritten
+            if old_keys is None or old_values is None:
+                self._keys, self._values, self._valid = keys, values, valid
+            else:
+                s, e = self._start, self._end
+                self._keys = torch.cat([old_keys[..., s:e, :], keys], dim=-2)
+                self._values = torch.cat([old_values[..., s:e, :], values], dim=-2)
+                if valid is not None and old_valid is not None:
+                    self._valid = torch.cat([old_valid[:, s:e], valid], dim=-1)
             self._start, self._end = 0, held + steps
-            return self._views()
-        if self._buffers is None or self._end + steps > self._buffers[0].shape[-2]:
+            return self._keys, self._values, self._valid
+        key_buffer, value_buffer, valid_buffer = old_keys, old_values, old_valid
+        if key_buffer is None or value_buffer is None or self._end + steps > key_buffer.shape[-2]:
             capacity = max(16, 2 * (held + steps))
-            grown = [n.new_empty((*n.shape[:-2], capacity, n.shape[-1])) for n in new]
-            if self._buffers is not None:
-                for target, source in zip(grown, self._buffers, strict=True):
-                    target[..., :held, :].copy_(source[..., self._start : self._end, :])
-            self._buffers, self._start, self._end = grown, 0, held
-        for target, source in zip(self._buffers, new, strict=True):
-            target[..., self._end : self._end + steps, :].copy_(source)
-        self._end += steps
-        return self._views()
+            key_buffer = keys.new_empty((*keys.shape[:-2], capacity, keys.shape[-1]))
+            value_buffer = values.new_empty((*values.shape[:-2], capacity, values.shape[-1]))
+            if valid is not None:
+                valid_buffer = valid.new_empty((valid.shape[0], capacity))
+            if old_keys is not None and old_values is not None:
+                s, e = self._start, self._end
+                key_buffer[..., :held, :].copy_(old_keys[..., s:e, :])
+                value_buffer[..., :held, :].copy_(old_values[..., s:e, :])
+                if old_valid is not None and valid_buffer is not None:  # a padded cache: valid is given or made
+                    valid_buffer[:, :held].copy_(old_valid[:, s:e])
+            self._keys, self._values, self._valid = key_buffer, value_buffer, valid_buffer
+            self._start, self._end = 0, held
+        start, end = self._start, self._end + steps
+        key_buffer[..., self._end : end, :] = keys
+        value_buffer[..., self._end : end, :] = values
+        if valid is not None and valid_buffer is not None:
+            valid_buffer[:, self._end : end] = valid
+        self._end = end
+        return (
+            key_buffer[..., start:end, :],
+            value_buffer[..., start:end, :],
+            None if valid_buffer is None else valid_buffer[:, start:end],
+        )
 
     def trim(self) -> None:
         """Forget all but the last ``limit`` entries (a window's)."""
