@@ -29,7 +29,16 @@ from typing import Any
 
 from torch import Tensor
 
-__all__ = ["CallMasks", "call_masks", "kwargs_for_node", "first_masks", "layer_mask", "reads_mask", "passed_on"]
+__all__ = [
+    "CallMasks",
+    "call_masks",
+    "kwargs_for_node",
+    "first_masks",
+    "layer_mask",
+    "reads_mask",
+    "passed_on",
+    "refs_in",
+]
 
 _NO_MASK = "implicit_mask"  # the keyword (False) by which a node learns that keras 3 handed its layer no mask
 
@@ -44,6 +53,11 @@ def _leaves(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [leaf for v in value for leaf in _leaves(v)]
     return [value]
+
+
+def refs_in(value: Any) -> list[dict[str, Any]]:
+    """Every ``{"ref": [call, index]}`` inside a call's data (nested lists and dicts), in order."""
+    return [leaf for leaf in _leaves(value) if _is_ref(leaf)]
 
 
 def _holds_tensors(value: Any) -> bool:

@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
 from attnzoo.keras.converters.text import string_input
-from attnzoo.keras.masks import call_masks, first_masks, kwargs_for_node
+from attnzoo.keras.masks import call_masks, first_masks, kwargs_for_node, refs_in
 from attnzoo.keras.nodes import INTEGER_DTYPES, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
@@ -92,6 +92,13 @@ class KerasModel(nn.Module):
         self.keras3 = not str(graph.get("keras_version", "3")).strip().startswith(("1", "2"))
         self.input_structure = graph.get("input_structure")
         self.output_structure = graph.get("output_structure")
+        # what the graph says once, read by every forward: each call's mask rules (keras/masks.py; the source
+        # writer follows the same plans), and the values each call is the last to read
+        self.mask_plans = {
+            call["id"]: call_masks(call, None if call["layer"] is None else self.layers[call["layer"]], self.keras3)
+            for call in self.calls
+        }
+        self.freed_after = _freed_after(self.calls, self.outputs)
 
     @property
     def input_names(self) -> list[str]:
@@ -248,7 +255,6 @@ class KerasModel(nn.Module):
         forward) lets go of each call's outputs after the last call that reads them, so that memory is
         reused as the graph runs, as in a hand-written forward; the model's outputs are kept."""
         inputs = self._flat_inputs(inputs)
-        last_read = None if keep else self._last_reads()
         values: dict[str, list[Any]] = {}
         # a mask belongs to a tensor object, as Keras's _keras_mask does: a layer that returns its input
         # (Dropout at inference) passes the same tensor, and keras 3's MultiHeadAttention clears it
@@ -276,7 +282,7 @@ class KerasModel(nn.Module):
 
         for call in self.calls:
             node = None if call["layer"] is None else self.layers[call["layer"]]
-            plan = call_masks(call, node, self.keras3)
+            plan = self.mask_plans[call["id"]]
             args, kwargs = tensor(call["args"]), tensor(call["kwargs"])
             arg_masks = first_masks(plan, mask(args), tensor)
             if node is None:  # a pass: a nested model's input (maybe given a mask) or its outputs
@@ -291,25 +297,10 @@ class KerasModel(nn.Module):
             for t, m in zip(out, out_masks, strict=False):
                 if isinstance(t, Tensor):
                     mask_of[id(t)] = m
-            for done in last_read.get(call["id"], ()) if last_read is not None else ():
+            for done in () if keep else self.freed_after.get(call["id"], ()):
                 # every tensor still in `values` is alive, so an id in mask_of never names two of them
                 del values[done]
         return values
-
-    def _last_reads(self) -> dict[str, list[str]]:
-        """For each call id, the values (by call id) that no later call reads, the model's outputs apart."""
-        if getattr(self, "_freed_after", None) is None:
-            last: dict[str, str] = {}
-            for call in self.calls:
-                for source in _read_calls([call["args"], call["kwargs"]]):
-                    last[source] = call["id"]
-            outputs = {call for call, _ in self.outputs}
-            freed: dict[str, list[str]] = {}
-            for source, reader in last.items():
-                if source not in outputs:
-                    freed.setdefault(reader, []).append(source)
-            self._freed_after = freed
-        return self._freed_after
 
     def _run(self, node: nn.Module, call: dict[str, Any], args: Any, kwargs: Any, masks: Any) -> tuple[list, list]:
         try:
@@ -374,15 +365,18 @@ def _rebuild(structure: Any, flat: list[Any]) -> Any:
     return tuple(_rebuild(value, flat) for value in structure)
 
 
-def _read_calls(value: Any) -> list[str]:
-    """The call ids whose outputs a call's arguments (``{"ref": [call, index]}`` anywhere inside) read."""
-    if isinstance(value, dict) and "ref" in value:
-        return [value["ref"][0]]
-    if isinstance(value, dict):
-        return [c for v in value.values() for c in _read_calls(v)]
-    if isinstance(value, list):
-        return [c for v in value for c in _read_calls(v)]
-    return []
+def _freed_after(calls: list[dict[str, Any]], outputs: list[tuple[str, int]]) -> dict[str, list[str]]:
+    """For each call id, the values (by call id) that no later call reads, the model's outputs apart."""
+    last: dict[str, str] = {}
+    for call in calls:
+        for ref in refs_in([call["args"], call["kwargs"]]):
+            last[ref["ref"][0]] = call["id"]
+    kept = {call for call, _ in outputs}
+    freed: dict[str, list[str]] = {}
+    for source, reader in last.items():
+        if source not in kept:
+            freed.setdefault(reader, []).append(source)
+    return freed
 
 
 def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:

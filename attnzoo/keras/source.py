@@ -33,7 +33,7 @@ from typing import Any
 
 from attnzoo.errors import ConfigError
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
-from attnzoo.keras.masks import CallMasks, call_masks, first_masks, kwargs_for_node
+from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node, refs_in
 
 __all__ = ["to_source"]
 
@@ -305,28 +305,16 @@ def _kwargs_text(e: _Emitter, kwargs: dict[str, Any]) -> str:
 def _needed_outputs(graph: dict[str, Any]) -> dict[str, int]:
     """For each call, how many of its outputs the graph reads (one more than the highest index used)."""
     counts: dict[str, int] = {}
-
-    def visit(value: Any) -> None:
-        if isinstance(value, dict) and "ref" in value:
-            call, index = value["ref"]
-            counts[call] = max(counts.get(call, 1), index + 1)
-        elif isinstance(value, dict):
-            for v in value.values():
-                visit(v)
-        elif isinstance(value, list):
-            for v in value:
-                visit(v)
-
-    for call in graph["calls"]:
-        visit(call["args"])
-        visit(call["kwargs"])
-    visit([{"ref": list(ref)} for ref in graph["outputs"]])
+    read = [[call["args"], call["kwargs"]] for call in graph["calls"]]
+    for ref in refs_in([read, [{"ref": list(ref)} for ref in graph["outputs"]]]):
+        call, index = ref["ref"]
+        counts[call] = max(counts.get(call, 1), index + 1)
     return counts
 
 
-def _emit_call(e: _Emitter, model: Any, call: dict[str, Any], keras3: bool) -> None:
+def _emit_call(e: _Emitter, model: Any, call: dict[str, Any]) -> None:
     node = None if call["layer"] is None else model.layers[call["layer"]]
-    plan = call_masks(call, node, keras3)
+    plan = model.mask_plans[call["id"]]
     kwargs = dict(call["kwargs"])
     if node is None:  # a nested model's input (maybe given a mask) or its outputs: the same tensors
         if kwargs.get("outputs"):
@@ -477,7 +465,7 @@ def to_source(model: Any, class_name: str | None = None) -> str:
         inputs.append(name)
     parameters, unpack = _parameters(graph.get("input_structure"), inputs, e.used)
     for call in graph["calls"]:
-        _emit_call(e, model, call, model.keras3)
+        _emit_call(e, model, call)
     results = [e.values[call][index] for call, index in graph["outputs"]]
     e.body = _without_unread(e.body, results, e.masks | e.unpacked)
     name = _class_name(model, class_name, e)
