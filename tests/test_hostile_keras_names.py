@@ -177,6 +177,21 @@ def _assert_port_is_data(model, tmp_path: Path, canary: Path, inputs=None, sourc
     return module
 
 
+def test_a_layer_is_an_attribute_only_where_its_name_cannot_mean_anything_else(tmp_path):
+    """``layers.dense`` for a plain name; a literal key where the name is a keyword, private, not ASCII or
+    one of nn.ModuleDict's own attributes (``layers.keys`` would be the method, not the layer)."""
+    names = {"embedding": "keys", "lstm": "for", "pool": "_private", "dense": "training", "head": "têtê"}
+    model = convert_keras_model(_plant(tmp_path / "names.keras", names=names))
+    # the model's own keys: a name of nn.ModuleDict's gets a _ (it could not be a key otherwise)
+    assert {"keys_", "for", "_private", "training_", "têtê"} <= set(model.layers)
+    assert {model.keras_names[k] for k in ("keys_", "training_")} == {"keys", "training"}
+    source = model.to_source()
+    for key in ("for", "_private", "têtê"):
+        assert f'layers["{key}"](' in source
+    assert "layers.keys_(" in source and "layers.training_(" in source and "layers.features_dense(" in source
+    _assert_port_is_data(model, tmp_path, tmp_path / "canary")
+
+
 # -- a hostile name in every slot ---------------------------------------------------------------------------
 @pytest.mark.parametrize("payload", PAYLOADS, ids=range(len(PAYLOADS)))
 def test_a_hostile_name_in_every_slot_stays_data(tmp_path, payload):

@@ -56,7 +56,7 @@ def test_a_u_net_s_per_pixel_softmax_equals_keras_s_and_its_source_too(oracle, t
     exec(compile(source, "<port>", "exec"), namespace)  # noqa: S102 - the code under test
     port = namespace[source.split("\nclass ", 1)[1].split("(", 1)[0]]()
     port.load_state_dict(model.state_dict())
-    assert ".movedim(1, -1), dim=-1)" in source  # the softmax reads the Keras layout
+    assert re.search(r"\.movedim\(1, -1\),\s*dim=-1", source)  # the softmax reads the Keras layout
     with torch.no_grad():
         torch.testing.assert_close(port.eval()(image), probabilities, rtol=0, atol=1e-6)
     reloaded = attnzoo.load(attnzoo.save(model, tmp_path / "saved")).eval()

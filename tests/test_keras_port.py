@@ -234,7 +234,7 @@ def test_the_emitted_source_is_torch_where_keras_is_plain_torch(keras_runs):
     assert 'self.layers["embedding"] = nn.Embedding(20, 6)' in source
     assert "F.dropout(batch_normalization, 0.0, self.training)" in source  # Dropout, as torch writes it
     assert 'self.layers["head"] = nn.Linear(3, 1)' in source
-    assert 'torch.sigmoid(layers["head"]' in source
+    assert "torch.sigmoid(layers.head(" in source  # a layer whose Keras name is a plain name: an attribute
     assert "import keras" not in source and "tensorflow" not in source
 
 

@@ -244,7 +244,8 @@ class _Walk:
         text = ast.unparse(node) if node is not None else ""
         # the annotations the emitter writes: tensors, a tuple of them, Keras's dict or nested lists of them
         if not re.fullmatch(
-            r"None|torch\.Tensor|tuple\[torch\.Tensor(, torch\.Tensor)*\]|tuple|list|dict|"
+            r"None|torch\.Tensor|tuple\[torch\.Tensor(, torch\.Tensor)*\]|tuple\[torch\.Tensor, \.\.\.\]|"
+            r"tuple|list|dict|"
             r"dict\[str, torch\.Tensor\]",
             text,
         ):

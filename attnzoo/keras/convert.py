@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from attnzoo.core import create
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
@@ -107,7 +108,12 @@ def _check_custom_keys(custom: Mapping[str, Any] | None, graph: KerasGraph) -> N
 
 # -- the conversion ---------------------------------------------------------------------------------------
 def _module_key(key: str, used: set[str]) -> str:
+    """The converted model's key for the layer named ``key``: the Keras name where ``nn.ModuleDict`` takes it
+    as it is, else without dots, with ``_`` after one of the dict's own attributes (``keys``, ``training``),
+    made unique."""
     safe = key.replace(".", "_") or "layer"
+    if hasattr(nn.ModuleDict(), safe):
+        safe += "_"
     candidate, n = safe, 1
     while candidate in used:
         n += 1

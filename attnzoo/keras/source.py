@@ -13,7 +13,9 @@ attnzoo's own node classes, imported by name and called as the converted model c
 is one click away, and they are what makes the emitted module equal the converted one.
 
 The emitted module imports only torch and attnzoo, and passes ``ruff check --isolated`` (import sorting
-too). Nothing from the file is spliced into it as code: the names it makes up come from
+too) and ``ruff format --check``: each statement is laid out by :mod:`attnzoo.keras.code_lines`. A layer
+whose Keras name is a plain name is an attribute, ``layers.dense(x)``; any other is a string key.
+Nothing from the file is spliced into it as code: the names it makes up come from
 :func:`~attnzoo.keras.codegen.identifier`, each value is a :func:`~attnzoo.keras.codegen.literal`, the Keras
 names and version are kept as data (``KERAS_NAMES``, ``KERAS_VERSION``), comments are Keras class names
 only, and :func:`~attnzoo.keras.codegen.check_source` parses and walks the result before it is returned.
@@ -26,12 +28,16 @@ printer with one plan whose forward is generated and run; the file is split alon
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from torch import nn
+
 from attnzoo.errors import ConfigError
+from attnzoo.keras.code_lines import WIDTH, layout
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node, refs_in
 
@@ -54,6 +60,7 @@ _ACTIVATIONS = {
     "exponential": "torch.exp({})",
 }
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a comment or a keyword argument may be as it is
+_MODULE_DICT_NAMES = frozenset(dir(nn.ModuleDict()))  # what ``layers.name`` would find before a layer
 
 
 class _Code(str):
@@ -76,6 +83,7 @@ class _Emitter:
     counts: dict[str, int] = field(default_factory=dict)  # call id -> how many of its outputs are read
     masks: set[str] = field(default_factory=set)  # the variables that hold masks
     unpacked: set[str] = field(default_factory=set)  # the variables a node call's outputs are unpacked into
+    returned: set[str] = field(default_factory=set)  # the variables holding a long node call's (outputs, masks)
 
     def expression(self, value: Any) -> str:
         """Graph data as a Python expression: ``{"ref": [call, i]}`` becomes that output's variable."""
@@ -137,7 +145,7 @@ def _embedding(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | 
     e.init.append(
         f"self.layers[{literal(key)}] = nn.Embedding({literal(spec['input_dim'])}, {literal(spec['output_dim'])})"
     )
-    e.body.append(f"{out} = layers[{literal(key)}]({x}.long())")
+    e.body.append(f"{out} = {_layer(key)}({x}.long())")
     _set_mask(e, out, f"{x} != 0" if spec.get("mask_zero") else None)
 
 
@@ -146,7 +154,7 @@ def _dense(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None
     e.init.append(
         f"self.layers[{literal(key)}] = nn.Linear({literal(spec['in_features'])}, {literal(spec['units'])}{bias})"
     )
-    _apply(e, out, f"layers[{literal(key)}]({x})", spec.get("activation", "linear"))
+    _apply(e, out, f"{_layer(key)}({x})", spec.get("activation", "linear"))
     e.mask_of[out] = mask
 
 
@@ -181,9 +189,7 @@ def _conv(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None,
     elif spec.get("padding") == "causal":
         h = f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
     # back in Keras's layout before the activation: a softmax runs over Keras's last axis
-    _apply(
-        e, out, f"layers[{literal(key)}]({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear")
-    )
+    _apply(e, out, f"{_layer(key)}({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
     e.mask_of[out] = None
 
 
@@ -272,12 +278,30 @@ def _node_call(
     e.unpacked.update(outputs)
     targets = ", ".join([*outputs, "*_"])  # outputs nothing reads (an RNN's unused states) go to _
     mask_targets = ", ".join([*mask_names, "*_"])
-    call_text = f"layers[{literal(key)}]({args}, {_kwargs_text(e, kwargs)}, {masks})"
-    e.body.append(f"({targets}), ({mask_targets}) = {call_text}")
+    callee = _layer(key)
+    call_text = f"{callee}({args}, {_kwargs_text(e, kwargs)}, {masks})"
+    if len(f"        ({targets}), ({mask_targets}) = {callee}(") <= WIDTH:
+        e.body.append(f"({targets}), ({mask_targets}) = {call_text}")
+    else:  # long names: what the call returns first, then a line per tensor, so no line is longer than ruff's
+        returned = identifier("returned", e.used)
+        e.returned.add(returned)
+        e.body.append(f"{returned} = {call_text}")
+        for i, (name, mask_name) in enumerate(zip(outputs, mask_names, strict=True)):
+            e.body += [f"{name} = {returned}[0][{i}]", f"{mask_name} = {returned}[1][{i}]"]
     for name, mask_name in zip(outputs, mask_names, strict=True):
         e.mask_of[name] = mask_name
     for cleared in plan.clears:
         e.mask_of[e.expression(cleared)] = None
+
+
+def _layer(key: str) -> str:
+    """How ``forward`` names the layer ``key``: ``layers.dense`` where the Keras name is a plain ASCII name
+    that is no keyword, no private name and no attribute of ``nn.ModuleDict`` (``keys``, ``train``);
+    otherwise a literal key, ``layers["my layer"]``."""
+    plain = isinstance(key, str) and _PLAIN_NAME.fullmatch(key) and not key.startswith("_")
+    if plain and not keyword.iskeyword(key) and key not in _MODULE_DICT_NAMES:
+        return f"layers.{key}"
+    return f"layers[{literal(key)}]"
 
 
 def _keras(spec: dict[str, Any]) -> dict[str, Any]:
@@ -377,10 +401,11 @@ def _names_in(line: str) -> list[tuple[str, int, int]]:
     return sorted(spans, key=lambda span: span[1])  # in the order they are written
 
 
-def _without_unread(body: list[str], results: list[str], names: set[str]) -> list[str]:
+def _without_unread(body: list[str], results: list[str], names: set[str], calls: set[str]) -> list[str]:
     """The lines without the ``names`` (masks, unpacked outputs) nothing reads: an assignment of one goes,
-    a place in a tuple is ``_``. Names are the names Python parses, never text inside a string (a layer key
-    may spell a variable)."""
+    a place in a tuple is ``_``; a call whose result (one of ``calls``) nothing reads is kept, assigned to
+    ``_``. Names are the names Python parses, never text inside a string (a layer key may spell a
+    variable)."""
     counts = Counter(name for line in [*body, *results] for name, _, _ in _names_in(line))
     unread = {name for name in names if counts[name] == 1}
     out = []
@@ -393,7 +418,12 @@ def _without_unread(body: list[str], results: list[str], names: set[str]) -> lis
                 if name in unread:
                     line = line[:start] + "_" + line[end:]
         out.append(line)
-    return out
+    counts = Counter(name for line in [*out, *results] for name, _, _ in _names_in(line))  # without those lines
+    kept = []
+    for line in out:
+        target = line.split(" = ")[0]
+        kept.append("_" + line[len(target) :] if target in calls and counts[target] == 1 else line)
+    return kept
 
 
 def _class_name(model: Any, class_name: Any, e: _Emitter) -> str:
@@ -418,14 +448,15 @@ def _nested(structure: Any, names: list[str]) -> str:
         return names[structure]
     if isinstance(structure, dict):
         return "{" + ", ".join(f"{literal(key)}: {_nested(value, names)}" for key, value in structure.items()) + "}"
-    return "(" + ", ".join(_nested(value, names) for value in structure) + ",)"
+    items = [_nested(value, names) for value in structure]
+    return "(" + ", ".join(items) + (",)" if len(items) == 1 else ")")  # a comma only where it makes the tuple
 
 
-def _parameters(structure: Any, inputs: list[str], used: set[str]) -> tuple[str, list[str]]:
+def _parameters(structure: Any, inputs: list[str], used: set[str]) -> tuple[list[str], list[str]]:
     """``forward``'s parameters and the lines that unpack them: one tensor per input, one dict of them
     (keyed as Keras's dict of inputs), or one parameter per entry of Keras's nested lists."""
     if structure is None:
-        return ", ".join(f"{i}: torch.Tensor" for i in inputs), []
+        return [f"{i}: torch.Tensor" for i in inputs], []
     lines: list[str] = []
 
     def unpack(shape: Any, access: str) -> None:
@@ -439,7 +470,7 @@ def _parameters(structure: Any, inputs: list[str], used: set[str]) -> tuple[str,
     if isinstance(structure, dict):
         name = identifier("inputs", used)
         unpack(structure, name)
-        return f"{name}: dict[str, torch.Tensor]", lines
+        return [f"{name}: dict[str, torch.Tensor]"], lines
     parameters = []
     for entry in structure:
         if isinstance(entry, int):
@@ -448,7 +479,7 @@ def _parameters(structure: Any, inputs: list[str], used: set[str]) -> tuple[str,
             name = identifier("inputs", used)
             parameters.append(f"{name}: {'dict' if isinstance(entry, dict) else 'list'}")
             unpack(entry, name)
-    return ", ".join(parameters), lines
+    return parameters, lines
 
 
 def to_source(model: Any, class_name: str | None = None) -> str:
@@ -467,7 +498,7 @@ def to_source(model: Any, class_name: str | None = None) -> str:
     for call in graph["calls"]:
         _emit_call(e, model, call)
     results = [e.values[call][index] for call, index in graph["outputs"]]
-    e.body = _without_unread(e.body, results, e.masks | e.unpacked)
+    e.body = _without_unread(e.body, results, e.masks | e.unpacked, e.returned)
     name = _class_name(model, class_name, e)
     version = graph.get("keras_version")
     keras_version = None if version is None else str(version)
@@ -484,15 +515,17 @@ def _module(
     results: list[str],
     keras_version: str | None,
     output_structure: Any,
-    parameters: str,
+    parameters: list[str],
     unpack: list[str],
 ) -> list[str]:
     from attnzoo.version import __version__
 
     names = Counter(name for line in e.body for name, _, _ in _names_in(line))
     kept = {name, *inputs, *results, *names}  # the made-up names the code still holds
-    returns = results[0] if len(results) == 1 else "(" + ", ".join(results) + ",)"
-    annotation = "torch.Tensor" if len(results) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(results))}]"
+    returns = results[0] if len(results) == 1 else "(" + ", ".join(results) + ")"
+    annotation = {1: "torch.Tensor", 2: "tuple[torch.Tensor, torch.Tensor]"}.get(
+        len(results), "tuple[torch.Tensor, ...]"
+    )
     if output_structure is not None:  # Keras's dict of outputs, or nested lists (as tuples)
         returns = _nested(output_structure, results)
         annotation = "dict[str, torch.Tensor]" if isinstance(output_structure, dict) else "tuple"
@@ -521,12 +554,24 @@ def _module(
         "    def __init__(self) -> None:",
         "        super().__init__()",
         "        self.layers = nn.ModuleDict()",
-        *[f"        {line}" for line in e.init],
+        *_laid_out(e.init),
         "",
-        f"    def forward(self, {parameters}) -> {annotation}:",
-        *[f"        {line}" for line in unpack],
+        *_signature(parameters, annotation),
+        *_laid_out(unpack),
         *(["        layers = self.layers"] if names["layers"] else []),
-        *[f"        {line}" for line in e.body],
-        f"        return {returns}",
+        *_laid_out(e.body),
+        *layout(f"return {returns}", "        "),
         "",
     ]
+
+
+def _laid_out(statements: list[str]) -> list[str]:
+    return [line for statement in statements for line in layout(statement, "        ")]
+
+
+def _signature(parameters: list[str], annotation: str) -> list[str]:
+    """``forward``'s ``def`` line, its parameters one a line (with ruff's trailing comma) where it is long."""
+    line = f"    def forward(self, {', '.join(parameters)}) -> {annotation}:"
+    if len(line) <= WIDTH:
+        return [line]
+    return ["    def forward(", "        self,", *[f"        {p}," for p in parameters], f"    ) -> {annotation}:"]

@@ -1,0 +1,105 @@
+"""The emitted module's lines: ruff's own formatter is the reference (``ruff format --check`` leaves them as
+they are, under its default line length and under a longer one), no line is over 100 characters, and a
+split never cuts a string or changes what the statement computes."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from attnzoo.keras import convert_keras_model
+from attnzoo.keras.code_lines import layout
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = sorted((ROOT / "tests" / "data").glob("keras*/*.keras")) + sorted(
+    (ROOT / "tests" / "data").glob("keras*/*.h5")
+)
+
+
+def _ruff(folder: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *arguments, "."], capture_output=True, text=True, cwd=folder, check=False
+    )
+
+
+def _written(folder: Path, statements: dict[str, str]) -> None:
+    folder.mkdir()
+    for name, statement in statements.items():
+        (folder / f"{name}.py").write_text("\n".join(layout(statement)) + "\n", encoding="utf-8")
+
+
+STATEMENTS = {
+    "fits": "x = layers.dense(h)",
+    "call": 'self.layers["bidirectional"] = Bidirectional(forward_layer=Recurrent(cell="lstm", units=4, '
+    'input_size=8, activation="tanh"), backward_layer=Recurrent(cell="lstm", units=4, input_size=8, '
+    'go_backwards=True), merge_mode="concat")',
+    "dict": 'self.layers["k"] = Node(config={"op": "operation", "name": "a, b) = (", "numbers": [1, 2, 3, 4, 5, 6, 7, '
+    '8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25]}, **{"not a name": 1})',
+    "trailer": "depthwise_conv2d_with_a_long_name = layers.depthwise_conv2d_with_a_long_name("
+    "separable_conv2d.movedim(-1, 1)).movedim(1, -1)",
+    "operator": "a_fairly_long_target_name_here_and_more = masking_output_values_long * "
+    "mask_values.unsqueeze(-1).to(d)",
+    "unpack": "(global_average_pooling1d, *_), (_, *_) = layers.global_average_pooling1d([bidirectional], {}, "
+    "[bidirectional_mask])",
+    "returns": "return (dense_output_one, dense_output_two, dense_output_three, dense_output_four, dense_five)",
+    "string": 'x = "' + "a long string with (brackets), commas, and [more] " * 3 + '"',
+}
+
+
+def test_layout_is_what_ruff_format_leaves_as_it_is_at_88_and_at_120(tmp_path):
+    """At ruff's default line length, every statement; at 120 too, the ones split at brackets (ruff keeps a
+    split with its trailing comma at any length, but joins a value in parentheses of its own again)."""
+    _written(tmp_path / "88", STATEMENTS)
+    _written(tmp_path / "120", {k: v for k, v in STATEMENTS.items() if k != "operator"})
+    for folder, extra in (("88", []), ("120", ["--line-length", "120"])):
+        result = _ruff(tmp_path / folder, "format", "--isolated", "--check", *extra)
+        assert result.returncode == 0, _ruff(tmp_path / folder, "format", "--isolated", "--diff", *extra).stdout
+
+
+@pytest.mark.parametrize("name", sorted(STATEMENTS))
+def test_a_split_statement_is_the_same_statement_and_its_lines_fit(name):
+    statement = STATEMENTS[name]
+    lines = layout(statement, "        ")
+    assert ast.dump(ast.parse("\n".join(line[8:] for line in lines))) == ast.dump(ast.parse(statement))
+    if name == "string":  # nothing to split at: left whole, as ruff leaves it
+        assert lines == ["        " + statement]
+    else:
+        assert all(len(line) <= 88 for line in lines), lines
+    assert (len(lines) == 1) == (name == "fits" or name == "string")
+
+
+def test_a_string_s_brackets_and_commas_never_split_it():
+    lines = layout(STATEMENTS["dict"])
+    assert '        "name": "a, b) = (",' in lines
+    assert '    **{"not a name": 1},' in lines
+
+
+def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_of_at_most_100(tmp_path):
+    """Every Keras file under tests/data that converts (Keras 2 .h5 files, Keras 3 archives of text,
+    structured data, ConvLSTM and keras-hub layers)."""
+    written = 0
+    for file in FIXTURES:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                model = convert_keras_model(file)
+            except Exception:  # noqa: BLE001 - the files the converter refuses are tested where they are made
+                continue
+        source = model.to_source()
+        long = [line for line in source.splitlines() if len(line) > 100]
+        assert not long, (file.name, long)
+        (tmp_path / f"{file.parent.name}_{file.stem}_{file.suffix[1:]}.py").write_text(source, encoding="utf-8")
+        written += 1
+    assert written >= 35
+    for arguments in (
+        ["format", "--isolated", "--check"],
+        ["format", "--isolated", "--check", "--line-length", "120"],
+        ["check", "--isolated", "--extend-select", "I"],
+    ):
+        result = _ruff(tmp_path, *arguments)
+        assert result.returncode == 0, (arguments, result.stdout[-3000:])
