@@ -10,7 +10,9 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.code_lines import layout
@@ -103,3 +105,21 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
     ):
         result = _ruff(tmp_path, *arguments)
         assert result.returncode == 0, (arguments, result.stdout[-3000:])
+
+
+def test_the_docs_show_the_review_classifier_s_module_as_written_and_it_predicts_what_keras_did(tmp_path):
+    folder = ROOT / "tests" / "data" / "keras_docs"
+    model = convert_keras_model(folder / "review_classifier.keras")
+    source = model.to_source()
+    page = (ROOT / "docs" / "keras-migration.md").read_text(encoding="utf-8")
+    shown = page.split("### A whole port, as it is written today", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert shown == source
+    namespace: dict = {}
+    exec(compile(source, "review_classifier.py", "exec"), namespace)  # noqa: S102 - the code under test
+    port = namespace["ReviewClassifier"]()
+    port.load_state_dict(model.state_dict())
+    expected = np.load(folder / "expected.npz")
+    assert (expected["ids"] == 0).any()  # a padded batch: the mask matters
+    with torch.no_grad():
+        got = port.eval()(torch.from_numpy(expected["ids"]))
+    np.testing.assert_allclose(got.numpy(), expected["predictions"], rtol=0, atol=1e-6)
