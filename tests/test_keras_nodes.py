@@ -111,3 +111,49 @@ def test_no_node_class_passes_arguments_to_super_init():
                     offenders.append(f"{path.name}:{call.lineno}: {ast.unparse(call)}")
     assert calls >= 40, "the walk finds the node classes' super().__init__ calls"
     assert not offenders, "node classes record arguments themselves:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    "shape, axis", [([2, 5, 4, 3], -1), ([2, 3, 5, 4], 1), ([2, 5, 3, 4], 2), ([6, 3], -1), ([2, 7, 3], 2)]
+)
+def test_batch_norm_at_inference_is_keras_s_formula_on_any_axis(shape, axis):
+    """y = (x - moving_mean) / sqrt(moving_variance + epsilon) * gamma + beta along ``axis``, written out in
+    float64: the channels-last and channels-first cases go through torch's kernel, other axes do not."""
+    import torch
+
+    features = shape[axis]
+    node = build_node(
+        {"op": "batch_norm", "axis": axis, "features": features, "epsilon": 1e-3, "center": True, "scale": True}
+    ).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for tensor in (node.weight, node.bias, node.running_mean):
+            tensor.copy_(torch.randn(features, generator=g))
+        node.running_var.copy_(torch.rand(features, generator=g) + 0.1)
+    x = torch.randn(*shape, generator=g)
+    view = [1] * len(shape)
+    view[axis] = -1
+    mean, var, gamma, beta = (
+        t.double().reshape(view) for t in (node.running_mean, node.running_var, node.weight, node.bias)
+    )
+    want = (x.double() - mean) / torch.sqrt(var + 1e-3) * gamma + beta
+    with torch.no_grad():
+        got = node.compute(x, None)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=1e-5)
+    assert got.dtype == torch.float32 and got.shape == x.shape
+
+
+def test_batch_norm_at_inference_of_a_bfloat16_model_computes_in_float32_and_returns_bfloat16():
+    import torch
+
+    spec = {"op": "batch_norm", "axis": -1, "features": 3, "epsilon": 1e-3, "center": True, "scale": True}
+    node = build_node(spec).eval()
+    with torch.no_grad():
+        node.running_var.copy_(torch.tensor([0.5, 2.0, 4.0]))
+        node.running_mean.copy_(torch.tensor([1.0, -1.0, 0.25]))
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(1))
+    want = (x.double() - node.running_mean.double()) / torch.sqrt(node.running_var.double() + 1e-3)
+    with torch.no_grad():
+        got = node.to(torch.bfloat16).compute(x.to(torch.bfloat16), None)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), want, rtol=0.02, atol=0.02)

@@ -31,6 +31,7 @@ inference.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -147,10 +148,8 @@ class KerasModel(nn.Module):
 
     # -- inputs ---------------------------------------------------------------------------------------
     def _reference(self) -> Tensor | None:
-        for tensor in [*self.parameters(), *self.buffers()]:
-            if tensor.is_floating_point():
-                return tensor
-        return None
+        # the first floating one: read lazily, as every forward asks (a CNN holds hundreds of tensors)
+        return next((t for t in itertools.chain(self.parameters(), self.buffers()) if t.is_floating_point()), None)
 
     def _check_inputs(self, inputs: tuple[Any, ...]) -> list[Tensor]:
         specs = self.inputs_spec

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnzoo.errors import KerasWeightsWarning
@@ -154,7 +155,15 @@ class BatchNorm(Node):
                 m = self.momentum
                 self.running_mean.mul_(m).add_(mean.detach().to(self.running_mean.dtype), alpha=1 - m)
                 self.running_var.mul_(m).add_(variance.detach().to(self.running_var.dtype), alpha=1 - m)
-        else:  # inference: y = x * factor + shift, one pass over x (torch's own eval kernel computes the same)
+        elif axis in (1, x.dim() - 1) and x.dim() > 1:  # inference, with the channels where torch's kernel reads
+            channels_first = work if axis == 1 else work.movedim(-1, 1)  # a view: NHWC is torch's channels_last
+            mean, var, weight, bias = (
+                None if t is None else t.to(work.dtype)  # no copy where the dtypes agree (a half model: float)
+                for t in (self.running_mean, self.running_var, self.weight, self.bias)
+            )
+            y = F.batch_norm(channels_first, mean, var, weight, bias, False, 0.0, self.epsilon)
+            return (y if axis == 1 else y.movedim(1, -1)).to(dtype)
+        else:  # inference on another axis: y = x * factor + shift, one pass over x
             factor = torch.rsqrt(self.running_var.to(work.dtype) + self.epsilon)
             if self.weight is not None:
                 factor = factor * self.weight.to(work.dtype)
