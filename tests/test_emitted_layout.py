@@ -81,10 +81,49 @@ def test_a_string_s_brackets_and_commas_never_split_it():
     assert '    **{"not a name": 1},' in lines
 
 
+def _random_inputs(model) -> list[torch.Tensor] | None:
+    """A batch of 2 for each input (5 on an open axis): ids below the input's vocabulary, floats, masks; None
+    for a model of strings or of Keras's dict or nested inputs."""
+    if model.input_structure is not None:
+        return None
+    g = torch.Generator().manual_seed(0)
+    inputs = []
+    for spec in model.inputs_spec:
+        shape = [2] + [5 if d is None else d for d in spec["shape"][1:]]
+        if spec["dtype"] == "string":
+            return None
+        if spec["dtype"] == "bool":
+            inputs.append(torch.rand(shape, generator=g) > 0.3)
+        elif "int" in spec["dtype"]:
+            inputs.append(torch.randint(0, int(spec.get("vocab") or 3), shape, generator=g))
+        else:
+            inputs.append(torch.randn(shape, generator=g))
+    return inputs
+
+
+def _the_module_computes_what_the_model_does(model, source: str) -> bool:
+    """The emitted module, with the model's weights, equals the model on random inputs (1e-6)."""
+    inputs = _random_inputs(model)
+    if inputs is None:
+        return False
+    namespace: dict = {}
+    exec(compile(source, "port.py", "exec"), namespace)  # noqa: S102 - the code under test
+    (name,) = [node.name for node in ast.parse(source).body if isinstance(node, ast.ClassDef)]
+    port = namespace[name]()
+    port.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        got, want = port.eval()(*inputs), model.eval()(*inputs)
+    got, want = (v if isinstance(v, (tuple, list)) else (v,) for v in (got, want))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-6, equal_nan=True)
+    return True
+
+
 def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_of_at_most_100(tmp_path):
     """Every Keras file under tests/data that converts (Keras 2 .h5 files, Keras 3 archives of text,
-    structured data, ConvLSTM and keras-hub layers)."""
-    written = 0
+    structured data, ConvLSTM and keras-hub layers); each one of tensor inputs also computes what the
+    converted model computes."""
+    written = compared = 0
     for file in FIXTURES:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -97,7 +136,8 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
         assert not long, (file.name, long)
         (tmp_path / f"{file.parent.name}_{file.stem}_{file.suffix[1:]}.py").write_text(source, encoding="utf-8")
         written += 1
-    assert written >= 35
+        compared += _the_module_computes_what_the_model_does(model, source)
+    assert written >= 35 and compared >= 25, (written, compared)
     for arguments in (
         ["format", "--isolated", "--check"],
         ["format", "--isolated", "--check", "--line-length", "120"],

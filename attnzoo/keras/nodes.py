@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-__all__ = ["Node", "NODES", "build_node", "INTEGER_DTYPES", "glorot_uniform"]
+__all__ = ["Node", "NODES", "build_node", "as_node", "INTEGER_DTYPES", "glorot_uniform"]
 
 # Keras's integer dtype names: an input of one of them holds ids
 INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -44,6 +44,8 @@ class Node(nn.Module):
 
     op: ClassVar[str] = ""
     supports_masking: ClassVar[bool] = False  # Keras's flag: the output carries the input's mask
+    # the arguments that are inner layers (a wrapper's): their data or a built node (see as_node)
+    layer_arguments: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -81,6 +83,12 @@ def glorot_uniform(weight: Tensor, fan_in: int, fan_out: int) -> None:
     """Keras's glorot_uniform, the initial value of a fresh layer (a converted one loads its weights)."""
     bound = math.sqrt(6.0 / max(fan_in + fan_out, 1))
     nn.init.uniform_(weight, -bound, bound)
+
+
+def as_node(layer: dict[str, Any] | Node) -> Node:
+    """A wrapper's inner layer (``Bidirectional``'s, ``TimeDistributed``'s): built from its data, as a saved
+    graph gives it, or a node already built, as a module ``to_source()`` wrote passes it."""
+    return layer if isinstance(layer, Node) else build_node(layer)
 
 
 def build_node(spec: dict[str, Any]) -> Node:

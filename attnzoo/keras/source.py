@@ -28,6 +28,7 @@ printer with one plan whose forward is generated and run; the file is split alon
 from __future__ import annotations
 
 import ast
+import inspect
 import keyword
 import re
 from collections import Counter
@@ -40,6 +41,7 @@ from attnzoo.errors import ConfigError
 from attnzoo.keras.code_lines import WIDTH, layout
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node, refs_in
+from attnzoo.keras.nodes import NODES
 
 __all__ = ["to_source"]
 
@@ -270,7 +272,7 @@ def _node_call(
     node = model.layers[key]
     cls = type(node)
     e.uses(cls.__module__, cls.__name__)
-    e.init.append(f"self.layers[{literal(key)}] = {cls.__name__}({_arguments(spec)})")
+    e.init.append(f"self.layers[{literal(key)}] = {cls.__name__}({_arguments(e, cls, spec)})")
     arg_masks = first_masks(plan, e.mask(call["args"]), e.expression)
     args, masks = e.expression(call["args"]), _masks_text(arg_masks)
     outputs = e.outputs(call["id"], e.counts.get(call["id"], 1), _keras(spec).get("name", key))
@@ -310,13 +312,44 @@ def _keras(spec: dict[str, Any]) -> dict[str, Any]:
     return keras if isinstance(keras, dict) else {}
 
 
-def _arguments(spec: dict[str, Any]) -> str:
-    """A node's constructor arguments, ``key=literal``; a key that is not a plain name (a hand-edited config)
-    goes in a ``**{...}`` literal, so no key of the file is ever written as code."""
-    items = [(k, v) for k, v in spec.items() if k not in ("op", "keras")]
-    plain = [f"{k}={literal(v)}" for k, v in items if isinstance(k, str) and _PLAIN_NAME.fullmatch(k)]
+def _arguments(e: _Emitter, cls: type, spec: dict[str, Any]) -> str:
+    """A node's constructor arguments, ``key=literal``; an inner layer of a wrapper (``cls.layer_arguments``)
+    as its own class's constructor; a key that is not a plain name (a hand-edited config) goes in a
+    ``**{...}`` literal, so no key of the file is ever written as code."""
+    defaults = _defaults(cls)
+    items = [(k, v) for k, v in spec.items() if k not in ("op", "keras") and not _same(defaults.get(k, _NONE), v)]
+    plain = [
+        f"{k}={_inner_layer(e, v) if k in cls.layer_arguments else literal(v)}"
+        for k, v in items
+        if isinstance(k, str) and _PLAIN_NAME.fullmatch(k)
+    ]
     other = {k: v for k, v in items if not (isinstance(k, str) and _PLAIN_NAME.fullmatch(k))}
     return ", ".join(plain + ([f"**{literal(other)}"] if other else []))
+
+
+_NONE = object()  # no default
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The constructor's keyword defaults: an argument that equals its default is not written."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def _same(default: Any, value: Any) -> bool:
+    """``value`` is the default itself: equal and of the same type (``1`` is not ``True``, nor ``1.0``)."""
+    return default is not _NONE and type(default) is type(value) and default == value
+
+
+def _inner_layer(e: _Emitter, spec: Any) -> str:
+    """A wrapper's inner layer, ``Recurrent(cell="lstm", ...)``: the class is the one its op names (never text
+    from the file), its arguments written as a node's are; data that names no node stays a literal."""
+    op = spec.get("op") if isinstance(spec, dict) else None
+    if not isinstance(op, str) or op not in NODES:
+        return literal(spec)
+    cls = NODES[op]
+    e.uses(cls.__module__, cls.__name__)
+    return f"{cls.__name__}({_arguments(e, cls, spec)})"
 
 
 def _kwargs_text(e: _Emitter, kwargs: dict[str, Any]) -> str:

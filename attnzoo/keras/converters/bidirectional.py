@@ -12,7 +12,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from attnzoo.keras.arguments import input_agrees
 from attnzoo.keras.converters.recurrent import CELLS, kept_first, keras_outputs, recurrent_spec
 from attnzoo.keras.masks import passed_on, reads_mask
-from attnzoo.keras.nodes import Node, build_node
+from attnzoo.keras.nodes import Node, as_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import tracing
 
@@ -27,13 +27,18 @@ class Bidirectional(Node):
 
     op = "bidirectional"
     supports_masking = True
+    layer_arguments = ("forward_layer", "backward_layer")
 
     def __init__(
-        self, *, forward_layer: dict[str, Any], backward_layer: dict[str, Any], merge_mode: str | None
+        self,
+        *,
+        forward_layer: dict[str, Any] | Node,
+        backward_layer: dict[str, Any] | Node,
+        merge_mode: str | None,
     ) -> None:
         super().__init__()
-        self.forward_layer = build_node(forward_layer)
-        self.backward_layer = build_node(backward_layer)
+        self.forward_layer = as_node(forward_layer)
+        self.backward_layer = as_node(backward_layer)
         self.merge_mode = merge_mode
 
     def _fusable(self, x: Any) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from attnzoo.keras.graph import LayerRecord
-from attnzoo.keras.nodes import Node, build_node
+from attnzoo.keras.nodes import Node, as_node
 from attnzoo.keras.registry import Converted, Refused, builtin, keras_layer
 
 __all__ = ["TimeDistributed"]
@@ -23,10 +25,11 @@ class TimeDistributed(Node):
 
     op = "time_distributed"
     supports_masking = True
+    layer_arguments = ("layer",)
 
-    def __init__(self, *, layer: dict) -> None:
+    def __init__(self, *, layer: dict[str, Any] | Node) -> None:
         super().__init__()
-        self.layer = build_node(layer)
+        self.layer = as_node(layer)
 
     def forward(self, args, kwargs, masks):
         x, mask = args[0], masks[0]
