@@ -81,6 +81,13 @@ def test_a_string_s_brackets_and_commas_never_split_it():
     assert '    **{"not a name": 1},' in lines
 
 
+def _config_dicts(source: str) -> list[str]:
+    """The dict literals among the layers' constructor arguments in ``__init__`` (settings as a dict)."""
+    tree = ast.parse(source)
+    (init,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    return [ast.unparse(n)[:60] for n in ast.walk(init) if isinstance(n, ast.Dict)]
+
+
 def _random_inputs(model) -> list[torch.Tensor] | None:
     """A batch of 2 for each input (5 on an open axis): ids below the input's vocabulary, floats, masks; None
     for a model of strings or of Keras's dict or nested inputs."""
@@ -121,8 +128,8 @@ def _the_module_computes_what_the_model_does(model, source: str) -> bool:
 
 def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_of_at_most_100(tmp_path):
     """Every Keras file under tests/data that converts (Keras 2 .h5 files, Keras 3 archives of text,
-    structured data, ConvLSTM and keras-hub layers); each one of tensor inputs also computes what the
-    converted model computes."""
+    structured data, ConvLSTM and keras-hub layers), with no layer's settings written as a dict; each one of
+    tensor inputs also computes what the converted model computes."""
     written = compared = 0
     for file in FIXTURES:
         with warnings.catch_warnings():
@@ -134,6 +141,7 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
         source = model.to_source()
         long = [line for line in source.splitlines() if len(line) > 100]
         assert not long, (file.name, long)
+        assert not _config_dicts(source), (file.name, _config_dicts(source))
         (tmp_path / f"{file.parent.name}_{file.stem}_{file.suffix[1:]}.py").write_text(source, encoding="utf-8")
         written += 1
         compared += _the_module_computes_what_the_model_does(model, source)

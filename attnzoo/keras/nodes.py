@@ -46,6 +46,9 @@ class Node(nn.Module):
     supports_masking: ClassVar[bool] = False  # Keras's flag: the output carries the input's mask
     # the arguments that are inner layers (a wrapper's): their data or a built node (see as_node)
     layer_arguments: ClassVar[tuple[str, ...]] = ()
+    # the argument that is a dict of settings (empty by default) the class also takes as keyword arguments,
+    # ``Operation(name="sum", axis=1)`` for ``config={"axis": 1}``: to_source() writes them so
+    options_argument: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -318,6 +318,9 @@ def _arguments(e: _Emitter, cls: type, spec: dict[str, Any]) -> str:
     ``**{...}`` literal, so no key of the file is ever written as code."""
     defaults = _defaults(cls)
     items = [(k, v) for k, v in spec.items() if k not in ("op", "keras") and not _same(defaults.get(k, _NONE), v)]
+    options = cls.options_argument
+    if options is not None and _as_keywords(cls, spec.get(options)):  # its entries as keyword arguments
+        items = [(k, v) for k, v in items if k != options] + list(spec[options].items())
     plain = [
         f"{k}={_inner_layer(e, v) if k in cls.layer_arguments else literal(v)}"
         for k, v in items
@@ -328,6 +331,18 @@ def _arguments(e: _Emitter, cls: type, spec: dict[str, Any]) -> str:
 
 
 _NONE = object()  # no default
+
+
+def _as_keywords(cls: type, options: Any) -> bool:
+    """Whether a node's dict of settings can be written as keyword arguments: plain names only, none of
+    them private, a keyword or one of the constructor's own parameters."""
+    if not isinstance(options, dict):
+        return False
+    own = set(inspect.signature(cls.__init__).parameters)
+    return all(
+        isinstance(k, str) and _PLAIN_NAME.fullmatch(k) and not k.startswith("_") and not keyword.iskeyword(k)
+        for k in options
+    ) and not (own & set(options))
 
 
 def _defaults(cls: type) -> dict[str, Any]:

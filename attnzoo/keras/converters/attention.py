@@ -41,17 +41,22 @@ def _flat(value: Any) -> list[Any]:
 
 class ZooNode(Node):
     op = "zoo"
+    options_argument = "config"
 
     def __init__(
         self,
         *,
         model: str,
-        config: dict[str, Any],
+        config: dict[str, Any] | None = None,
         call: str = "layer",
         output_mask: str = "none",
         attention_axes: list[int] | None = None,
+        **options: Any,
     ) -> None:
+        """``model``: a registered layer's name; ``config`` (or its entries as keyword arguments, ``options``):
+        the settings ``attnzoo.create`` builds it with."""
         super().__init__()
+        config = {**(config or {}), **options}
         self.attention_axes = None if attention_axes is None else [int(a) for a in attention_axes]
         from attnzoo.core.spec import parse_name
 

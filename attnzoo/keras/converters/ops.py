@@ -84,10 +84,11 @@ class Operation(Node):
     comparisons, arithmetic, reductions, casts, indexing, shape changes. Its output carries no mask."""
 
     op = "operation"
+    options_argument = "config"
 
-    def __init__(self, *, name: str, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, *, name: str, config: dict[str, Any] | None = None, **options: Any) -> None:
         super().__init__()
-        self.name_, self.config = name, dict(config or {})
+        self.name_, self.config = name, {**(config or {}), **options}
 
     def forward(self, args, kwargs, masks):
         name, config = self.name_, self.config
