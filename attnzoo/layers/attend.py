@@ -229,38 +229,64 @@ class AttendHeads:
             rows = q.shape[-2]
         outs, all_weights = [], []
         starts = [0] if tracing() else range(0, max(q.shape[-2], 1), rows)  # one (empty) chunk for no queries
+        reach = self._key_reach(q_pos, k_pos)
+        keys = k.shape[-2]
         for start in starts:
             stop = q.shape[-2] if tracing() else min(start + rows, q.shape[-2])
             q_c, q_pos_c = q[..., start:stop, :], q_pos[start:stop]
+            # the chunk's keys: only those its pattern can allow (a causal chunk's first `stop`), the rest
+            # would get exact zeros (half the scores of a causal sequence)
+            lo, hi = (
+                (0, keys) if reach is None or stop == start else (min(reach[0][start:stop]), max(reach[1][start:stop]))
+            )
+            hi = max(lo, hi)
+            k_c, v_c, k_pos_c = k[..., lo:hi, :], v[..., lo:hi, :], k_pos[lo:hi]
             allowed_c = None
             if allowed is not None:
                 allowed_c = allowed if allowed.shape[-2] == 1 else allowed[..., start:stop, :]
+                allowed_c = allowed_c if allowed_c.shape[-1] == 1 else allowed_c[..., lo:hi]
             count = q_c.shape[-2]
             stacked = (q_c * scale).reshape(q_c.shape[0], kv_heads, groups * count, d)
-            scores = torch.matmul(stacked, k.transpose(-2, -1)).view(q_c.shape[0], heads, count, k.shape[-2])
+            scores = torch.matmul(stacked, k_c.transpose(-2, -1)).view(q_c.shape[0], heads, count, hi - lo)
             if relpos:
-                reach = self.max_relative_position
-                distance = (k_pos[None, :] - q_pos_c[:, None]).clamp(-reach, reach) + reach  # [c, Lk]
+                clip = self.max_relative_position
+                distance = (k_pos_c[None, :] - q_pos_c[:, None]).clamp(-clip, clip) + clip  # [c, keys]
                 index = distance.expand(*scores.shape)
                 scores = scores + torch.matmul(q_c * scale, self.rel_key.t()).gather(-1, index)
-            bias = self._score_bias(q_pos_c, k_pos, q)
+            bias = self._score_bias(q_pos_c, k_pos_c, q)
             if bias is not None:
                 scores = scores + bias
             weights = normalize(scores, allowed_c, kind=self.normalizer)
             dropped = F.dropout(weights, dropout) if dropout else weights
-            out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, k.shape[-2]), v)
+            out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, hi - lo), v_c)
             out = out.view(q_c.shape[0], heads, count, v.shape[-1])
             if relpos:
                 by_distance = dropped.new_zeros(*dropped.shape[:-1], self.rel_value.shape[0])
                 out = out + torch.matmul(by_distance.scatter_add(-1, index, dropped), self.rel_value)
             outs.append(out)
             if return_attention:
-                all_weights.append(weights)
+                all_weights.append(weights if (lo, hi) == (0, keys) else F.pad(weights, (lo, keys - hi)))
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
         weights = None
         if return_attention:
             weights = all_weights[0] if len(all_weights) == 1 else torch.cat(all_weights, dim=-2)
         return out, weights
+
+    def _key_reach(self, q_pos: Tensor, k_pos: Tensor) -> tuple[list[int], list[int]] | None:
+        """For each query, the first and one past the last key index that the layer's pattern can allow
+        (causal: keys at or before it; window: within w), as lists [Lq]; None where the pattern limits
+        nothing, is a subclass's own, the keys' positions do not increase, or under tracing. Keys outside
+        a query's reach would get exact zeros, so the materialised form leaves them out."""
+        if tracing() or not (self.causal or self.window is not None):
+            return None
+        if type(self)._pattern is not AttendHeads._pattern:
+            return None
+        if k_pos.numel() > 1 and not bool((k_pos[1:] > k_pos[:-1]).all()):
+            return None
+        ahead = 0 if self.causal else self.window
+        hi = torch.searchsorted(k_pos, q_pos + ahead, right=True)
+        lo = torch.zeros_like(hi) if self.window is None else torch.searchsorted(k_pos, q_pos - self.window)
+        return lo.tolist(), hi.tolist()
 
     # -- the sliding window in blocks -----------------------------------------------------------------
     def _block_size(self) -> int:
