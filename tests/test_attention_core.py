@@ -284,6 +284,8 @@ def test_gqa_tiled_checkpoints_convert_to_grouped_heads():
         dict(window=4, causal=True, positions="alibi"),
         dict(window=3, positions="relpos", max_relative_position=2),
         dict(window=6, normalizer="entmax15"),
+        dict(window=40, causal=True, num_kv_heads=2),  # blocks of 20 reaching two blocks back
+        dict(window=37),  # blocks of 19, reaching 38 each way
     ],
 )
 @pytest.mark.parametrize("padding", ["none", "right", "left", "middle", "empty"])
