@@ -15,8 +15,9 @@ are the closed forms: sparsemax ``g - mean_S(g)`` on the support S; entmax15 ``s
 with ``s = sqrt(p)``. Half-precision scores are normalised in float32.
 
 No row is sorted in full: tau comes from the sorted entries above a lower bound (Newton steps toward the
-threshold of the row's chunk maxima), which hold the support; the result is the full sort's (tests/test_normalizers.py
-checks it against the entmax package). The mask is applied once, as the fill of the one copy made.
+threshold of the row's chunk maxima), which hold the support; the result is the full sort's
+(tests/test_normalizers.py checks it against the entmax package). The mask is applied once, as the fill
+of the one copy made.
 """
 
 from __future__ import annotations
