@@ -572,6 +572,27 @@ def test_window_backend_on_a_long_padded_batch_runs_in_blocks(monkeypatch, kind)
     assert torch.isfinite(got).all() and blocks == [1, 1]
 
 
+@pytest.mark.parametrize("length", [16, 13])  # read 8 entries at a time, and entry by entry
+def test_only_an_exactly_causal_padded_mask_is_read_as_key_padding(length):
+    """The check behind the block path: causal (within a model window) and key padding gives the padding;
+    one entry more or less, a window the mask does not have, or a mask edited in place gives None."""
+    core = azt._core("window", (), 4, 2, True, None, torch.device("cpu"))
+    real = torch.ones(3, length, dtype=torch.bool)
+    real[0, :5], real[1], real[2, -2:] = False, False, False
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    mask = causal & real[:, None, None, :]
+    assert torch.equal(azt._key_padding(core, mask, None), real)
+    windowed = mask & torch.ones(length, length, dtype=torch.bool).triu(-3)
+    assert torch.equal(azt._key_padding(core, windowed, 3), real)
+    assert azt._key_padding(core, windowed, None) is None and azt._key_padding(core, mask, 3) is None
+    for b, i, j in ((0, 7, 9), (2, 9, 6)):  # a later key seen; a real key hidden
+        changed = mask.clone()
+        changed[b, 0, i, j] = not changed[b, 0, i, j]
+        assert azt._key_padding(core, changed, None) is None
+    mask[0, 0, 8, 2] = True  # in place: checked again, not the answer kept for this tensor
+    assert azt._key_padding(core, mask, None) is None
+
+
 @pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15"])
 def test_sparse_backends_on_a_long_padded_batch_in_chunks(monkeypatch, normalizer):
     """Issue 47: on a padded causal batch the sparse backends take the causal pattern apart from the

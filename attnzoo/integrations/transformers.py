@@ -55,6 +55,7 @@ attnzoo normaliser takes a boolean mask.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 from attnzoo.core import create, model_info
@@ -177,22 +178,45 @@ def _gains_from_the_pattern(core: Any) -> bool:
     return getattr(core, "window", None) is not None or getattr(core, "normalizer", "softmax") != "softmax"
 
 
+# the last mask checked by _key_padding (a weak reference, its version, the window) and the answer:
+# every layer of a forward gets the same mask tensor, so it is checked once
+_last_check: tuple[Any, int, int | None, Any] | None = None
+
+
+def _words(t: Any) -> Any:
+    """A contiguous bool tensor whose last axis is a multiple of 8, read 8 entries at a time (int64)."""
+    return t.view(torch.uint8).view(torch.int64)
+
+
 def _key_padding(core: Any, allowed: Any, window: int | None) -> Any:
     """The key padding real [B, Lk] (True = a real token) if ``allowed`` [B, 1, L, L] is exactly causal
     (within the model's ``window``, a distance, where it has one) and that padding: transformers' mask of
     a padded causal batch. The causal core then applies the same pattern itself (with the card's window
-    where the model has none, as it would on the full mask). Checked in one comparison; None otherwise,
-    for a core with a pattern of its own, and under a graph (whose mask a compiled program takes as it
-    comes)."""
+    where the model has none, as it would on the full mask). None otherwise, for a core with a pattern of
+    its own, and under a graph (whose mask a compiled program takes as it comes).
+
+    One comparison with the expected mask, 8 entries at a time where the length allows (at B = 8,
+    L = 1024 on one thread, 9 ms against 48 ms entry by entry), once per mask tensor."""
+    global _last_check
     if allowed.shape[1] != 1 or torch.compiler.is_compiling() or torch.jit.is_tracing():
         return None
     if type(core)._pattern is not AttendHeads._pattern:
         return None
-    positions = torch.arange(allowed.shape[-1], device=allowed.device)
-    offset = positions[:, None] - positions[None, :]  # i - j
-    pattern = (offset >= 0) if window is None else (offset >= 0) & (offset <= window)
-    real = allowed[:, 0].diagonal(dim1=-2, dim2=-1)  # query j may see key j: the mask says whether j is real
-    return real if torch.equal(allowed, pattern & real[:, None, None, :]) else None
+    last = _last_check
+    if last is not None and last[0]() is allowed and last[1] == allowed._version and last[2] == window:
+        return last[3]
+    length = allowed.shape[-1]
+    pattern = torch.ones(length, length, dtype=torch.bool, device=allowed.device).tril()  # j <= i
+    if window is not None:
+        pattern = pattern.triu(-window)  # j >= i - window
+    real = allowed[:, 0].diagonal(dim1=-2, dim2=-1).contiguous()  # query j may see key j: is j real
+    if length % 8 == 0 and allowed.is_contiguous():
+        same = torch.equal(_words(allowed[:, 0]), _words(pattern)[None] & _words(real)[:, None, :])
+    else:
+        same = torch.equal(allowed, pattern & real[:, None, None, :])
+    answer = real if same else None
+    _last_check = (weakref.ref(allowed), allowed._version, window, answer)
+    return answer
 
 
 def _reads_positions(core: Any) -> bool:
