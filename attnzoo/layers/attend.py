@@ -284,7 +284,7 @@ class AttendHeads:
             return None
         if k_pos.numel() > 1 and not bool((k_pos[1:] > k_pos[:-1]).all()):
             return None
-        ahead = 0 if self.causal else self.window
+        ahead = 0 if self.causal or self.window is None else self.window  # not causal: a window, checked above
         hi = torch.searchsorted(k_pos, q_pos + ahead, right=True)
         lo = torch.zeros_like(hi) if self.window is None else torch.searchsorted(k_pos, q_pos - self.window)
         return lo.tolist(), hi.tolist()
