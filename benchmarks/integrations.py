@@ -16,7 +16,11 @@ state dict:
 ``--sizes`` measures the forward alone at ``--batch`` × each of ``--lengths``, unpadded (transformers
 skips the mask of an unpadded causal batch, as for sdpa) and padded (the first sequence's first quarter
 is padding: every model call gets a mask), for ``--backends`` against sdpa and eager, and writes
-benchmarks/results/integrations_sizes.json.
+benchmarks/results/integrations_sizes.json. At each size it also times the **attention call alone**: the
+query, key, value and mask of the sdpa model's first layer, as transformers hands them to its attention
+function (captured in that forward), given to each backend's registered function and to transformers'
+own ``sdpa`` function. ``attention_share`` is the sdpa model's layers × that call's time over its whole
+forward: even a free attention leaves a whole-model ratio of at least 1 - share.
 
 Ratios are paired per round against ``eager`` and ``sdpa`` (times of one round are taken seconds apart);
 ``eager (control)`` is eager timed as a second implementation, so its distance from 1 is the noise of the
@@ -163,8 +167,62 @@ def _docs(out: dict) -> str:
     )
 
 
+def _first_attention_call(model, ids, mask) -> tuple:
+    """(module, query, key, value, attention_mask, kwargs) of the first layer's attention call in one forward
+    of ``model`` (an sdpa model): recorded by a function registered beside sdpa, which then runs sdpa."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+
+    sdpa = AttentionInterface()["sdpa"]
+    calls = []
+
+    def recording(module, query, key, value, attention_mask, **kwargs):
+        calls.append((module, query, key, value, attention_mask, kwargs))
+        return sdpa(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("recording_sdpa", recording)
+    AttentionMaskInterface.register("recording_sdpa", AttentionMaskInterface()["sdpa"])
+    model.set_attn_implementation("recording_sdpa")
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+    finally:
+        model.set_attn_implementation("sdpa")
+    return calls[0]
+
+
+def attention_alone(call: tuple, backends: list[str], rounds: int) -> list[dict]:
+    """Each backend's registered function and transformers' sdpa function on one recorded call."""
+    from transformers import AttentionInterface
+
+    module, q, k, v, mask, kwargs = call
+    interface = AttentionInterface()
+
+    def step(name):
+        fn = interface[name]
+
+        def run():
+            with torch.no_grad():
+                return fn(module, q, k, v, mask, **kwargs)
+
+        return run
+
+    impls = {name: step(name) for name in ["sdpa", *backends]}
+    for run in impls.values():  # warm-up: a backend builds its attention module on its first call
+        run()
+    per_round = time_rounds(impls, rounds=rounds, min_run_time=0.0)
+    return [
+        {
+            "implementation": name,
+            "seconds": statistics.median(times),
+            "time_over_sdpa": 1 / paired_speedup(per_round["sdpa"], times),
+        }
+        for name, times in per_round.items()
+    ]
+
+
 def sizes(args, backends: list[str]) -> int:
-    """The forward at ``--batch`` × each of ``--lengths``, unpadded and padded (see the module doc)."""
+    """The forward at ``--batch`` × each of ``--lengths``, unpadded and padded, and the attention call alone
+    (see the module doc)."""
     built = models(False, backends, control=False)
     config = llama_config(False)
     gen = torch.Generator().manual_seed(1)
@@ -177,9 +235,16 @@ def sizes(args, backends: list[str]) -> int:
             rows = measure(
                 built, lambda m, ids=ids, mask=mask: _forward(m, ids, mask), args.batch * length, args.rounds, 0.0
             )
-            results.append({"length": length, "padding": name, "rows": rows})
+            alone = attention_alone(_first_attention_call(built["sdpa"], ids, mask), backends, args.rounds)
+            whole = next(r["seconds"] for r in rows if r["implementation"] == "sdpa")
+            share = config.num_hidden_layers * alone[0]["seconds"] / whole
+            results.append(
+                {"length": length, "padding": name, "rows": rows, "attention": alone, "attention_share": share}
+            )
             print(f"\nforward, batch {args.batch} × {length}, {name}:")
             print(_table(rows))
+            print(f"the attention call alone (sdpa's: {share:.0%} of sdpa's forward), time / sdpa's:")
+            print(", ".join(f"{r['implementation']} {r['time_over_sdpa']:.2f}" for r in alone[1:]))
     out = {
         "command": " ".join(["python benchmarks/integrations.py", *sys.argv[1:]]),
         "machine": machine_line() + " (a shared machine, loaded: ratios only)",

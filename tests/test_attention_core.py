@@ -284,6 +284,8 @@ def test_gqa_tiled_checkpoints_convert_to_grouped_heads():
         dict(window=4, causal=True, positions="alibi"),
         dict(window=3, positions="relpos", max_relative_position=2),
         dict(window=6, normalizer="entmax15"),
+        dict(window=40, causal=True, num_kv_heads=2),  # blocks of 20 reaching two blocks back
+        dict(window=37),  # blocks of 19, reaching 38 each way
     ],
 )
 @pytest.mark.parametrize("padding", ["none", "right", "left", "middle", "empty"])
@@ -441,6 +443,37 @@ def test_relpos_in_query_chunks_equals_one_chunk(monkeypatch):
     torch.testing.assert_close(chunked, whole)
     torch.testing.assert_close(chunked_w, whole_w)
     torch.testing.assert_close(whole[keep], _naive(layer, x, keep)[keep])
+
+
+@pytest.mark.parametrize("causal, window", [(True, None), (True, 5), (False, 5)])
+def test_chunks_leave_out_the_keys_their_pattern_hides(monkeypatch, causal, window):
+    """Issue 47: a chunk of queries under a causal or windowed pattern multiplies only the keys it can
+    see (its scores are narrower than the sequence), and the result, weights included, equals the naive
+    formula over all keys, with relative positions, a sparse normaliser and padding (an empty sample)."""
+    layer = _layer(
+        num_heads=2,
+        num_kv_heads=1,
+        positions="relpos",
+        max_relative_position=4,
+        causal=causal,
+        window=window,
+        normalizer="sparsemax",
+    )
+    x = torch.randn(2, 40, 32, dtype=DOUBLE)
+    widths = []
+    matmul = torch.matmul
+    # the scores' product: keys [.., d = 16, keys]
+    record = lambda a, b: widths.append(b.shape[-1]) if b.dim() == 4 and b.shape[-2] == 16 else None  # noqa: E731
+    monkeypatch.setattr(attend.torch, "matmul", lambda a, b: record(a, b) or matmul(a, b))
+    monkeypatch.setattr(attend, "CHUNK_ELEMENTS", 2 * 2 * 40 * 7)  # 7 queries per chunk
+    for keep in (_masks(2, 40)["left"], _masks(2, 40)["empty"]):
+        out, weights = layer(x, keep, return_attention=True)
+        torch.testing.assert_close(out[keep], _naive(layer, x, keep)[keep])
+        assert weights.shape == (2, 2, 40, 40) and torch.isfinite(out).all()
+        i, j = torch.arange(40)[:, None], torch.arange(40)[None, :]
+        hidden = (j > i) if causal else (j - i).abs() > window
+        assert (weights[..., hidden] == 0).all()
+    assert widths[0] == (7 if causal else 12)  # the first chunk: 7 queries see 7 keys (causal) or 7 + 5
 
 
 def test_causal_linear_in_chunks_equals_the_running_sums():

@@ -540,6 +540,84 @@ def test_window_backend_on_a_long_unpadded_batch_runs_in_blocks(monkeypatch):
     assert blocks == [1, 1]
 
 
+def _long_padded(length: int = 70):
+    """Llama inputs of 3 sequences: left padding, a fully padded one, right padding."""
+    batch, _ = inputs("llama", "none", length=length)
+    mask = torch.ones(3, length, dtype=torch.long)
+    mask[0, :20], mask[1], mask[2, -9:] = 0, 0, 0
+    return {"input_ids": batch["input_ids"].masked_fill(mask == 0, 0), "attention_mask": mask}, mask.bool()
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_window_backend_on_a_long_padded_batch_runs_in_blocks(monkeypatch, kind):
+    """Issue 47: transformers' 4-D mask of a padded causal batch is causal plus key padding (plus Mistral's
+    own window of 3); attnzoo_window reads the padding from it and runs in the core's blocks, equal to the
+    float64 masked formula, with left padding, right padding and a fully padded sequence."""
+    from attnzoo.layers.attention import Attention
+
+    backend, reference = ("attnzoo_window4", "ref_window4") if kind == "llama" else ("attnzoo_window", "ref_softmax")
+    azt.register("window", name="attnzoo_window4", window=4)
+    AttentionInterface.register("ref_window4", reference_attention(lambda s: torch.softmax(s, dim=-1), window=4))
+    AttentionMaskInterface.register("ref_window4", AttentionMaskInterface._global_mapping["eager"])
+    blocks = []
+    original = Attention._attend_blocks
+    monkeypatch.setattr(Attention, "_attend_blocks", lambda self, *a, **k: blocks.append(1) or original(self, *a, **k))
+    batch, real = _long_padded()
+    model = build(kind, dtype=torch.float64)
+    model.set_attn_implementation(reference)
+    expected = output(model, batch)
+    model.set_attn_implementation(backend)
+    got = output(model, batch)
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-10, atol=1e-10)
+    assert torch.isfinite(got).all() and blocks == [1, 1]
+
+
+@pytest.mark.parametrize("length", [16, 13])  # read 8 entries at a time, and entry by entry
+def test_only_an_exactly_causal_padded_mask_is_read_as_key_padding(length):
+    """The check behind the block path: causal (within a model window) and key padding gives the padding;
+    one entry more or less, a window the mask does not have, or a mask edited in place gives None."""
+    core = azt._core("window", (), 4, 2, True, None, torch.device("cpu"))
+    real = torch.ones(3, length, dtype=torch.bool)
+    real[0, :5], real[1], real[2, -2:] = False, False, False
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    mask = causal & real[:, None, None, :]
+    assert torch.equal(azt._key_padding(core, mask, None), real)
+    windowed = mask & torch.ones(length, length, dtype=torch.bool).triu(-3)
+    assert torch.equal(azt._key_padding(core, windowed, 3), real)
+    assert azt._key_padding(core, windowed, None) is None and azt._key_padding(core, mask, 3) is None
+    for b, i, j in ((0, 7, 9), (2, 9, 6)):  # a later key seen; a real key hidden
+        changed = mask.clone()
+        changed[b, 0, i, j] = not changed[b, 0, i, j]
+        assert azt._key_padding(core, changed, None) is None
+    mask[0, 0, 8, 2] = True  # in place: checked again, not the answer kept for this tensor
+    assert azt._key_padding(core, mask, None) is None
+
+
+@pytest.mark.parametrize("normalizer", ["sparsemax", "entmax15"])
+def test_sparse_backends_on_a_long_padded_batch_in_chunks(monkeypatch, normalizer):
+    """Issue 47: on a padded causal batch the sparse backends take the causal pattern apart from the
+    padding, so each chunk of queries multiplies only the keys at or before its last one; weights and
+    outputs equal the float64 reference's."""
+    import attnzoo.layers.attend as attend
+
+    monkeypatch.setattr(attend, "CHUNK_ELEMENTS", 3 * 4 * 70 * 16)  # 16 queries per chunk
+    batch, real = _long_padded()
+    model = build("llama", dtype=torch.float64)
+    model.set_attn_implementation(f"ref_{normalizer}")
+    expected = model(**batch, output_attentions=True)
+    model.set_attn_implementation(f"attnzoo_{normalizer}")
+    widths = []
+    matmul = torch.matmul
+    record = lambda a, b: widths.append(b.shape[-1]) if b.dim() == 4 and b.shape[-2] == 8 else None  # noqa: E731
+    monkeypatch.setattr(attend.torch, "matmul", lambda a, b: record(a, b) or matmul(a, b))
+    got = model(**batch, output_attentions=True)
+    torch.testing.assert_close(got.logits[real], expected.logits[real], rtol=1e-9, atol=1e-9)
+    real_rows = real[:, None, :, None]
+    for ours, theirs in zip(got.attentions, expected.attentions, strict=True):
+        torch.testing.assert_close(ours * real_rows, theirs * real_rows, rtol=1e-9, atol=1e-9)
+    assert torch.isfinite(got.logits).all() and widths[:5] == [16, 32, 48, 64, 70]  # per layer: 5 chunks
+
+
 # -- dropout, weights, dtypes, masks -----------------------------------------------------------------------------
 def test_dropout_only_in_training():
     model = build("llama")
