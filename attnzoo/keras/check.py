@@ -21,7 +21,7 @@ import torch
 
 from attnzoo.errors import WeightsError
 
-__all__ = ["CheckResult", "check_against_keras", "padded_inputs", "working_length", "open_length"]
+__all__ = ["CheckResult", "check_against_keras", "padded_inputs", "input_shape", "working_length", "open_length"]
 
 PATTERNS = ("full", "right", "left", "middle")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -44,6 +44,11 @@ _WORDS = ("the", "cat", "sat", "on", "a", "mat", "Dog!", "ran,", "far.", "zebra"
 MAX_LENGTH = 1024  # the longest open length --check tries before it gives up on finding one that runs
 
 
+def input_shape(spec: dict[str, Any], batch: int = 4, length: int = 8) -> list[int]:
+    """The shape :func:`padded_inputs` gives an input: ``batch`` rows, ``length`` on each axis Keras left open."""
+    return [batch] + [length if d is None else d for d in spec["shape"][1:]]
+
+
 def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) -> list[np.ndarray]:
     """Random inputs for a converted model, each of its input's declared dtype: ids (0 = padding),
     features (zero frames as padding) or a bool mask (False on the padding), rows padded by ``PATTERNS``
@@ -54,7 +59,7 @@ def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) ->
     # a model with a mask input has padding on its fixed time axis too, or the mask would never be False
     masked = any(spec["dtype"] == "bool" for spec in model.inputs_spec)
     for spec in model.inputs_spec:
-        shape = [batch] + [length if d is None else d for d in spec["shape"][1:]]
+        shape = input_shape(spec, batch, length)
         keep = np.ones(shape[:2], dtype=bool)
         if len(shape) >= 2 and (spec["shape"][1] is None or masked):
             cut = max(1, shape[1] // 2)

@@ -154,6 +154,8 @@ def _source_path(args: argparse.Namespace) -> Any:
 def _checked_inputs(model: Any, length: int) -> str:
     """What ``--check`` fed both models, in the words of the inputs: images (an input of rank 4 or more of
     floats) by their shape, sequences by their length (keras/check.py's ``padded_inputs`` makes them)."""
+    from attnzoo.keras.check import input_shape
+
     images = [
         spec
         for spec in model.inputs_spec
@@ -161,6 +163,6 @@ def _checked_inputs(model: Any, length: int) -> str:
     ]
     if not images:
         return f"padded inputs of length {length}"
-    shapes = ", ".join(str([4] + [length if d is None else d for d in spec["shape"][1:]]) for spec in images)
+    shapes = ", ".join(str(input_shape(spec, length=length)) for spec in images)
     padded = any(spec["shape"][1] is None for spec in images)
     return f"images of shape {shapes}" + (" (rows of zeros as padding in some of them)" if padded else "")
