@@ -31,8 +31,8 @@ def _ruff(folder: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
 
 def _written(folder: Path, statements: dict[str, str]) -> None:
     folder.mkdir()
-    for name, statement in statements.items():
-        (folder / f"{name}.py").write_text("\n".join(layout(statement)) + "\n", encoding="utf-8")
+    for name, statement in statements.items():  # a prefix: "operator.py" would shadow the standard library's
+        (folder / f"statement_{name}.py").write_text("\n".join(layout(statement)) + "\n", encoding="utf-8")
 
 
 STATEMENTS = {
