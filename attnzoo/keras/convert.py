@@ -107,12 +107,15 @@ def _check_custom_keys(custom: Mapping[str, Any] | None, graph: KerasGraph) -> N
 
 
 # -- the conversion ---------------------------------------------------------------------------------------
+_MODULE_DICT_NAMES = frozenset(dir(nn.ModuleDict()))  # the attributes a ModuleDict refuses as keys
+
+
 def _module_key(key: str, used: set[str]) -> str:
     """The converted model's key for the layer named ``key``: the Keras name where ``nn.ModuleDict`` takes it
     as it is, else without dots, with ``_`` after one of the dict's own attributes (``keys``, ``training``),
     made unique."""
     safe = key.replace(".", "_") or "layer"
-    if hasattr(nn.ModuleDict(), safe):
+    if safe in _MODULE_DICT_NAMES:
         safe += "_"
     candidate, n = safe, 1
     while candidate in used:

@@ -35,8 +35,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from torch import nn
-
 from attnzoo.errors import ConfigError
 from attnzoo.keras.code_lines import WIDTH, layout
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
@@ -62,7 +60,6 @@ _ACTIVATIONS = {
     "exponential": "torch.exp({})",
 }
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a comment or a keyword argument may be as it is
-_MODULE_DICT_NAMES = frozenset(dir(nn.ModuleDict()))  # what ``layers.name`` would find before a layer
 
 
 class _Code(str):
@@ -297,13 +294,19 @@ def _node_call(
 
 
 def _layer(key: str) -> str:
-    """How ``forward`` names the layer ``key``: ``layers.dense`` where the Keras name is a plain ASCII name
-    that is no keyword, no private name and no attribute of ``nn.ModuleDict`` (``keys``, ``train``);
-    otherwise a literal key, ``layers["my layer"]``."""
-    plain = isinstance(key, str) and _PLAIN_NAME.fullmatch(key) and not key.startswith("_")
-    if plain and not keyword.iskeyword(key) and key not in _MODULE_DICT_NAMES:
-        return f"layers.{key}"
-    return f"layers[{literal(key)}]"
+    """How ``forward`` names the layer ``key``: ``layers.dense`` where the key is a :func:`_plain_keyword`;
+    otherwise a literal key, ``layers["my layer"]``. No key of ``nn.ModuleDict`` is one of the dict's own
+    attributes (``keys``, ``training``: it refuses them, and the converter appends ``_``), so
+    ``layers.<key>`` always finds the layer."""
+    return f"layers.{key}" if _plain_keyword(key) else f"layers[{literal(key)}]"
+
+
+def _plain_keyword(text: Any) -> bool:
+    """Whether ``text`` may be written as it is as an attribute or keyword argument name: a plain ASCII
+    name, not private, not a Python keyword."""
+    if not isinstance(text, str) or text.startswith("_") or keyword.iskeyword(text):
+        return False
+    return bool(_PLAIN_NAME.fullmatch(text))
 
 
 def _keras(spec: dict[str, Any]) -> dict[str, Any]:
@@ -339,10 +342,7 @@ def _as_keywords(cls: type, options: Any) -> bool:
     if not isinstance(options, dict):
         return False
     own = set(inspect.signature(cls.__init__).parameters)
-    return all(
-        isinstance(k, str) and _PLAIN_NAME.fullmatch(k) and not k.startswith("_") and not keyword.iskeyword(k)
-        for k in options
-    ) and not (own & set(options))
+    return all(_plain_keyword(k) for k in options) and not (own & set(options))
 
 
 def _defaults(cls: type) -> dict[str, Any]:
