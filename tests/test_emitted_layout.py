@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from attnzoo.keras import convert_keras_model
+from attnzoo.keras.check import padded_inputs
 from attnzoo.keras.code_lines import layout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,23 +90,11 @@ def _config_dicts(source: str) -> list[str]:
 
 
 def _random_inputs(model) -> list[torch.Tensor] | None:
-    """A batch of 2 for each input (5 on an open axis): ids below the input's vocabulary, floats, masks; None
-    for a model of strings or of Keras's dict or nested inputs."""
-    if model.input_structure is not None:
+    """``--check``'s padded batch for the model (keras/check.py's ``padded_inputs``) as tensors; None for a
+    model of strings or of Keras's dict or nested inputs."""
+    if model.input_structure is not None or any(spec["dtype"] == "string" for spec in model.inputs_spec):
         return None
-    g = torch.Generator().manual_seed(0)
-    inputs = []
-    for spec in model.inputs_spec:
-        shape = [2] + [5 if d is None else d for d in spec["shape"][1:]]
-        if spec["dtype"] == "string":
-            return None
-        if spec["dtype"] == "bool":
-            inputs.append(torch.rand(shape, generator=g) > 0.3)
-        elif "int" in spec["dtype"]:
-            inputs.append(torch.randint(0, int(spec.get("vocab") or 3), shape, generator=g))
-        else:
-            inputs.append(torch.randn(shape, generator=g))
-    return inputs
+    return [torch.from_numpy(np.asarray(x)) for x in padded_inputs(model)]
 
 
 def _the_module_computes_what_the_model_does(model, source: str) -> bool:
