@@ -118,3 +118,23 @@ def test_a_non_last_axis(kind):
     torch.testing.assert_close(
         normalize(scores, None, dim=1, kind=kind), _reference(kind, scores.transpose(1, 2), None).transpose(1, 2)
     )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_overwrite_works_in_the_callers_scores_only_when_it_may(kind):
+    """``overwrite=True`` (the attention core's chunks, which made the scores) gives the same weights and
+    leaves the scores rewritten; without it, or where autograd records the scores, they stay as given."""
+    scores = _rows(kind, 1024)
+    keep = torch.rand(scores.shape, generator=torch.Generator().manual_seed(2)) > 0.3
+    want = _reference(kind, scores, keep)
+    given = scores.clone()
+    torch.testing.assert_close(normalize(given, keep, kind=kind), want)
+    assert torch.equal(given, scores)
+    scratch = scores.masked_fill(~keep, float("-inf"))
+    with torch.no_grad():
+        got = normalize(scratch, None, kind=kind, overwrite=True)
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(scratch.nan_to_num(), scores.masked_fill(~keep, float("-inf")).nan_to_num())
+    recorded = scores.clone().requires_grad_()
+    normalize(recorded, keep, kind=kind, overwrite=True).sum().backward()
+    assert torch.equal(recorded.detach(), scores) and recorded.grad is not None

@@ -23,6 +23,7 @@ of the one copy made.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["NORMALIZERS", "normalize", "sparsemax", "entmax15", "check_normalizer"]
@@ -110,12 +111,9 @@ def _chunk_maxima(z: Tensor) -> Tensor | None:
     length = z.shape[-1]
     if tracing() or length < 4 * CHUNK:
         return None
-    flat = z.reshape(-1, length)
-    whole = length - length % CHUNK
-    maxima = flat[:, :whole].unflatten(-1, (-1, CHUNK)).amax(-1)
-    if whole < length:
-        maxima = torch.cat([maxima, flat[:, whole:].amax(-1, keepdim=True)], dim=-1)
-    return maxima
+    # max_pool1d with ceil_mode: the last, shorter chunk included, and about half the time of amax over a
+    # [..., C, CHUNK] view (an inner reduction of 8 entries)
+    return F.max_pool1d(z.reshape(-1, 1, length), CHUNK, ceil_mode=True).squeeze(1)
 
 
 # Newton steps on the chunk maxima's threshold equation: the bound is a little below the exact one (49
@@ -139,6 +137,22 @@ def _lower_bound(kind: str, maxima: Tensor) -> Tensor:
     return t
 
 
+def _candidates(flat: Tensor, maxima: Tensor, floor: Tensor) -> tuple[Tensor, Tensor]:
+    """The entries of ``flat`` [R, L] above ``floor`` [R, 1]: their rows (ascending, each row's entries in
+    order) and values. Only the chunks whose maximum ``maxima`` [R, C] is above the floor are read, so the
+    comparison and ``nonzero`` run over those chunks' entries, not over every score."""
+    count, length = flat.shape
+    if length % CHUNK:  # a shorter last chunk: the entries themselves
+        rows, cols = (flat > floor).nonzero(as_tuple=True)
+        return rows, flat[rows, cols]
+    # flat indices and index_select: about half the time of indexing with two index tensors
+    picked = (maxima > floor).view(-1).nonzero().squeeze(1)  # row * C + chunk, ascending
+    rows = picked.div(maxima.shape[1], rounding_mode="floor")
+    entries = flat.view(-1, CHUNK).index_select(0, picked)  # [P, CHUNK]
+    kept = (entries > floor.view(-1).index_select(0, rows).unsqueeze(1)).view(-1).nonzero().squeeze(1)
+    return rows.index_select(0, kept.div(CHUNK, rounding_mode="floor")), entries.view(-1).index_select(0, kept)
+
+
 def _threshold(y: Tensor, maxima: Tensor | None, kind: str) -> tuple[Tensor, Tensor]:
     """tau and the support size [..., 1] of the rows of ``y`` [..., L] (each row's largest entry 0, masked
     entries -inf; for entmax15 y = x = z/2), as the full sort gives them, from sorted candidates only:
@@ -151,7 +165,7 @@ def _threshold(y: Tensor, maxima: Tensor | None, kind: str) -> tuple[Tensor, Ten
     bound = _lower_bound(kind, maxima)
     # a margin far above float32's rounding of the entries (all in [-1, 0] near tau), so that no entry of
     # the support is lost to the bound's own rounding
-    rows, cols = (flat > bound - 1e-4).nonzero(as_tuple=True)
+    rows, values = _candidates(flat, maxima, bound - 1e-4)
     counts = torch.bincount(rows, minlength=count)
     wide = counts > _WIDE
     if bool(wide.any()):  # near-uniform rows: the full sort
@@ -159,12 +173,12 @@ def _threshold(y: Tensor, maxima: Tensor | None, kind: str) -> tuple[Tensor, Ten
         ids = wide.nonzero().squeeze(1)
         tau[ids], size[ids] = _sorted_solve(kind, flat[ids])
         narrow = (~wide[rows]).nonzero().squeeze(1)
-        rows, cols = rows[narrow], cols[narrow]
+        rows, values = rows[narrow], values[narrow]
         ids = (~wide).nonzero().squeeze(1)
         renumber = torch.cumsum(~wide, 0) - 1
-        tau[ids], size[ids] = _sorted_solve(kind, _padded(renumber[rows], flat[rows, cols], ids.numel()))
+        tau[ids], size[ids] = _sorted_solve(kind, _padded(renumber[rows], values, ids.numel()))
     else:
-        tau, size = _sorted_solve(kind, _padded(rows, flat[rows, cols], count))
+        tau, size = _sorted_solve(kind, _padded(rows, values, count))
     return tau.view(*y.shape[:-1], 1), size.view(*y.shape[:-1], 1)
 
 
@@ -176,7 +190,7 @@ class _Sparse(torch.autograd.Function):
     s``, with s = sqrt(p) kept by the forward)."""
 
     @staticmethod
-    def forward(ctx, scores: Tensor, mask: Tensor | None, kind: str) -> Tensor:
+    def forward(ctx, scores: Tensor, mask: Tensor | None, kind: str, overwrite: bool) -> Tensor:
         z = scores if mask is None else torch.where(mask, scores, float("-inf"))
         maxima = _chunk_maxima(z)  # [R, C], and each row's largest among them
         largest = (z if maxima is None else maxima).amax(-1, keepdim=True)
@@ -185,7 +199,8 @@ class _Sparse(torch.autograd.Function):
             maxima, largest = maxima - largest, largest.view(*z.shape[:-1], 1)
         # shifted first (both normalisers are shift-invariant): tau is then O(1), where at 1e30 an
         # unshifted largest + tau would round to the largest itself
-        y = z - largest if z is scores else z.sub_(largest)  # the masked copy is this function's own
+        # the masked copy is this function's own, and so are scores the caller gave up (``overwrite``)
+        y = z - largest if z is scores and not overwrite else z.sub_(largest)
         if kind == "sparsemax":
             tau, size = _threshold(y, maxima, kind)
             p = y.sub_(tau).clamp_(min=0)
@@ -205,11 +220,11 @@ class _Sparse(torch.autograd.Function):
             p, size = ctx.saved_tensors
             support = p.sign()  # 1 on the support, 0 elsewhere (p >= 0)
             mean = torch.linalg.vecdot(grad, support).unsqueeze(-1) / size.to(grad.dtype)
-            return (grad - mean).mul_(support), None, None
+            return (grad - mean).mul_(support), None, None, None
         (s,) = ctx.saved_tensors
         g = grad * s
         shift = g.sum(-1, keepdim=True) / s.sum(-1, keepdim=True).clamp(min=1e-30)
-        return g.addcmul_(s, shift, value=-1), None, None
+        return g.addcmul_(s, shift, value=-1), None, None, None
 
 
 def sparsemax(z: Tensor, dim: int = -1) -> Tensor:
@@ -222,13 +237,17 @@ def entmax15(z: Tensor, dim: int = -1) -> Tensor:
     return normalize(z, None, dim, "entmax15")
 
 
-def normalize(scores: Tensor, mask: Tensor | None, dim: int = -1, kind: str = "softmax") -> Tensor:
+def normalize(
+    scores: Tensor, mask: Tensor | None, dim: int = -1, kind: str = "softmax", *, overwrite: bool = False
+) -> Tensor:
     """Attention weights from ``scores`` by ``kind``, where ``mask`` (bool, broadcastable, True = attend) is
     False the weight is exactly zero, and a row with nothing to attend to is all zeros.
 
-    sparsemax and entmax15 read each row's threshold from its largest scores (``torch.topk``; the rows
-    whose support is longer are sorted in full), which gives the full sort's result; no copy of the
-    scores is made beyond the masked one."""
+    sparsemax and entmax15 read each row's threshold from its entries above a lower bound (found from the
+    maxima of chunks of CHUNK entries), sorted; near-uniform rows, with many such entries, are sorted in
+    full. This gives the full sort's result; no copy of the scores is made beyond the masked one.
+    ``overwrite=True`` says the scores are the caller's scratch (a product it made and reads no more): a
+    sparse normaliser then works in them, without a copy, unless autograd records them."""
     from attnzoo.layers.core import masked_softmax
 
     if kind == "softmax":
@@ -241,6 +260,8 @@ def normalize(scores: Tensor, mask: Tensor | None, dim: int = -1, kind: str = "s
         mask = mask if mask.dim() == scores.dim() else mask.expand_as(scores)
         mask = mask if last else mask.movedim(dim, -1)
     upcast = z.dtype in (torch.float16, torch.bfloat16)
-    weights = _Sparse.apply(z.float() if upcast else z, mask, kind)
+    # an upcast copy is this function's own too; nothing autograd records is ever written in
+    overwrite = (overwrite or upcast) and not (z.requires_grad and torch.is_grad_enabled())
+    weights = _Sparse.apply(z.float() if upcast else z, mask, kind, overwrite)
     weights = weights if last else weights.movedim(-1, dim)
     return weights.to(scores.dtype)
