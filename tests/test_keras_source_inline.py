@@ -5,6 +5,9 @@ tests/test_emitted_layout.py counts, over the Keras fixtures, the layers the mod
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -164,3 +167,19 @@ def test_a_concatenate_of_masked_and_unmasked_tensors_writes_keras_s_mask(axis):
     x = torch.rand(2, 2, 3) if axis == 1 else torch.rand(2, 3, 2)
     with torch.no_grad():
         torch.testing.assert_close(_port(model, source)(ids, x), model(ids, x), rtol=0, atol=1e-6)
+
+
+def test_the_written_operations_pass_ruff_format_and_check(tmp_path):
+    """The modules of the operations above, as a user keeps them: ``ruff format --check`` and ``ruff check``
+    (isolated: ruff's own defaults) leave them as they are."""
+    for i, (name, config, rest) in enumerate(OPERATIONS):
+        args = [_ref("x")] + [_ref(a) if a in ("y", "yt") else a for a in rest]
+        layers = {"op": {"op": "operation", "name": name, "config": config}}
+        inputs = [("x", "float32"), ("y", "float32"), ("yt", "float32")]
+        model = attnzoo.create("keras_model", graph=_graph(inputs, layers, [_call("op", *args)], [["op", 0]]))
+        (tmp_path / f"port_{i}.py").write_text(model.to_source(), encoding="utf-8")
+    for arguments in (["format", "--isolated", "--check"], ["check", "--isolated", "--extend-select", "I"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *arguments, "."], capture_output=True, text=True, cwd=tmp_path, check=False
+        )
+        assert result.returncode == 0, (arguments, result.stdout[-3000:])
