@@ -290,6 +290,8 @@ def _is_ref(value: Any) -> bool:
 
 def _number(value: Any) -> bool:
     """A plain finite int or float (never a bool: ``x != True`` is not what ruff lets through)."""
+    if _of({0: value}, int):
+        return -(2**63) <= value < 2**63  # what torch holds; a larger one stays the node's (and its error)
     return _of({0: value}, float) and math.isfinite(value)
 
 
