@@ -153,7 +153,8 @@ _EXPRESSIONS = (
     ast.Compare,
     ast.Slice,
 )
-_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.USub, ast.NotEq, ast.Eq, ast.Load, ast.Store)
+_OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.USub, ast.NotEq, ast.Eq, ast.Load, ast.Store)
+_OPERATORS += (ast.Gt, ast.GtE, ast.Lt, ast.LtE)  # a recorded Keras comparison, written as torch's operator
 _COMMENT = re.compile(r"# [A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -293,7 +294,7 @@ class _Walk:
         if isinstance(node, ast.Constant):
             if isinstance(node.value, str) and not strings:
                 raise _refuse("a string constant outside an argument, key or subscript", node)
-            if not isinstance(node.value, (str, int, float, bool, type(None))):
+            if not isinstance(node.value, (str, int, float, bool, type(None), type(...))):
                 raise _refuse(f"a constant of type {type(node.value).__name__}", node)
             return
         if isinstance(node, ast.Name):

@@ -7,10 +7,14 @@ each tensor's Keras mask written out as a variable beside it (``embedding_mask =
 
 Layers whose Keras semantics are plain torch are written as torch: ``nn.Embedding``, ``nn.Linear`` and
 its activation, ``nn.Conv1d`` / ``nn.Conv2d`` with Keras's padding (``F.pad``), reshapes, ``Masking``,
-``Dropout``. The others (recurrent layers with Keras's masking on torch's packed kernel, BatchNormalization
-with Keras's statistics, masked merges and pooling, attention layers built by ``attnzoo.create``) are
-attnzoo's own node classes, imported by name and called as the converted model calls them; their source
-is one click away, and they are what makes the emitted module equal the converted one.
+``Dropout``; the stateless nodes (Keras 3's recorded operations, ``Concatenate``, global pooling, its
+masked average too) are expressions in ``forward`` with no layer declared, where the call's data and masks
+let them be written exactly (a mask a node call returns may be None, so a Concatenate or masked pooling
+reading one stays a node call). The others (recurrent layers with Keras's masking on torch's packed kernel,
+BatchNormalization with Keras's statistics, the Add/Multiply/... merges, attention layers built by
+``attnzoo.create``) are attnzoo's own node classes, imported by name and called as the converted model
+calls them; their source is one click away, and they are what makes the emitted module equal the
+converted one.
 
 The emitted module imports only torch and attnzoo, and passes ``ruff check --isolated`` (import sorting
 too) and ``ruff format --check``: each statement is laid out by :mod:`attnzoo.keras.code_lines`. A layer
@@ -30,6 +34,7 @@ from __future__ import annotations
 import ast
 import inspect
 import keyword
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,7 +44,7 @@ from attnzoo.errors import ConfigError
 from attnzoo.keras.code_lines import WIDTH, layout
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node, refs_in
-from attnzoo.keras.nodes import NODES
+from attnzoo.keras.nodes import NODES, Node
 
 __all__ = ["to_source"]
 
@@ -83,6 +88,7 @@ class _Emitter:
     masks: set[str] = field(default_factory=set)  # the variables that hold masks
     unpacked: set[str] = field(default_factory=set)  # the variables a node call's outputs are unpacked into
     returned: set[str] = field(default_factory=set)  # the variables holding a long node call's (outputs, masks)
+    unsure: set[str] = field(default_factory=set)  # the mask variables a node call sets (None where it gives none)
 
     def expression(self, value: Any) -> str:
         """Graph data as a Python expression: ``{"ref": [call, i]}`` becomes that output's variable."""
@@ -262,6 +268,221 @@ _PLAIN_OPS = {
 }
 
 
+# -- stateless nodes (operations, Concatenate, global pooling) as torch expressions ------------------------
+# Each writer returns False, having written nothing, where the call is not one it can write exactly (a
+# hand-edited config, an argument of a type the node would read otherwise): the node class is then called.
+_OPERATORS = {"not_equal": "!=", "equal": "==", "greater": ">", "greater_equal": ">=", "less": "<"}
+_OPERATORS.update({"less_equal": "<=", "add": "+", "subtract": "-", "multiply": "*"})
+_OPERATORS.update({"divide": "/", "true_divide": "/"})
+# the torch function each other operation node calls (ops.py's tables), by name: these names are code
+_BINARY = {"power": "pow", "maximum": "maximum", "minimum": "minimum", "logical_and": "logical_and"}
+_BINARY["logical_or"] = "logical_or"
+_UNARY = {"logical_not": "logical_not", "negative": "neg", "abs": "abs", "absolute": "abs", "exp": "exp"}
+_UNARY.update({"log": "log", "sqrt": "sqrt", "square": "square", "tanh": "tanh", "sigmoid": "sigmoid"})
+_UNARY.update({"relu": "relu", "sign": "sign"})
+_REDUCTIONS = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin", "any": "any", "all": "all"}
+_DTYPES = {"float16", "bfloat16", "float32", "float64", "int32", "int64", "bool", "uint8", "int8"}
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, dict) and "ref" in value
+
+
+def _number(value: Any) -> bool:
+    """A plain finite int or float (never a bool: ``x != True`` is not what ruff lets through)."""
+    if _of({0: value}, int):
+        return -(2**63) <= value < 2**63  # what torch holds; a larger one stays the node's (and its error)
+    return _of({0: value}, float) and math.isfinite(value)
+
+
+def _dims(value: Any) -> bool:
+    """An axis, or a list of them, as the node would pass it to torch."""
+    return _of({0: value}, int) or (isinstance(value, list) and bool(value) and _of(dict(enumerate(value)), int))
+
+
+def _dim_text(value: Any) -> str:
+    return literal(value) if isinstance(value, int) else "(" + ", ".join(map(literal, value)) + ")"
+
+
+def _index_text(key: Any) -> str | None:
+    """``get_item``'s index (ops.py's ``_index``) as subscript text, ``:, -1``; None where it is not one of
+    ints, None, slices of ints and Ellipsis."""
+    if key is None or _of({0: key}, int):
+        return literal(key)
+    if isinstance(key, dict) and set(key) == {"ellipsis"} and key["ellipsis"] is True:
+        return "..."
+    if isinstance(key, dict) and set(key) == {"slice"} and isinstance(key["slice"], list):
+        parts = key["slice"]
+        if not 1 <= len(parts) <= 3 or not all(p is None or _of({0: p}, int) for p in parts):
+            return None
+        start, stop, step = ([None, *parts] if len(parts) == 1 else parts) + [None] * (3 - max(len(parts), 2))
+        text = ("" if start is None else literal(start)) + ":" + ("" if stop is None else literal(stop))
+        return text + ("" if step is None else ":" + literal(step))
+    return None
+
+
+def _operation(e: _Emitter, spec: dict[str, Any], plan: CallMasks, args: list[Any], out: str) -> bool:
+    """A keras operation (``Operation``'s forward) as one expression; its output carries no mask."""
+    name, config = spec.get("name"), spec.get("config") or {}
+    value = _operation_value(e, name, config, args) if isinstance(config, dict) else None
+    if value is None:
+        return False
+    if name == "convert_to_tensor":  # the same tensor: its mask is the output's (none), as masks go by tensor
+        e.mask_of[value] = None
+    e.body.append(f"{out} = {value}")
+    e.mask_of[out] = None
+    return True
+
+
+def _operation_value(e: _Emitter, name: Any, config: dict[str, Any], args: list[Any]) -> str | None:
+    """The expression ``Operation(name, config)`` computes on ``args``, or None where it is not written."""
+    refs = [_is_ref(a) for a in args]
+    if name in _OPERATORS or name in _BINARY:
+        if len(args) != 2 or not any(refs) or not all(r or _number(a) for r, a in zip(refs, args, strict=True)):
+            return None
+        a, b = (e.expression(v) for v in args)
+        if not refs[0]:  # the node makes a number on the left a tensor on the other's device
+            a = f"torch.as_tensor({a}, device={b}.device)"
+        return f"{a} {_OPERATORS[name]} {b}" if name in _OPERATORS else f"torch.{_BINARY[name]}({a}, {b})"
+    if name in ("concatenate", "stack") and len(args) == 1 and isinstance(args[0], list) and args[0]:
+        axis = config.get("axis", 0)
+        if not all(_is_ref(a) for a in args[0]) or not _of({0: axis}, int):
+            return None
+        function = "cat" if name == "concatenate" else "stack"
+        return f"torch.{function}([{', '.join(e.expression(a) for a in args[0])}], dim={literal(axis)})"
+    if name in ("matmul", "where") and len(args) == {"matmul": 2, "where": 3}[name] and all(refs):
+        return f"torch.{name}({', '.join(e.expression(a) for a in args)})"
+    if refs[:1] != [True] or len(args) > 2:
+        return None
+    x, second = e.expression(args[0]), args[1] if len(args) > 1 else None
+    if name in _UNARY and len(args) == 1:
+        return f"torch.{_UNARY[name]}({x})"
+    if name == "convert_to_tensor" and len(args) == 1:
+        return x
+    if name == "cast" and e.mask_of.get(x) is None:  # (.to may return x itself: then it would clear x's mask)
+        dtype = config.get("dtype", "float32" if second is None else second)
+        return f"{x}.to(torch.{dtype})" if isinstance(dtype, str) and dtype in _DTYPES else None
+    if name in _REDUCTIONS:
+        axis, keepdims = config.get("axis", second), config.get("keepdims", False)
+        if axis is None or not _dims(axis) or not isinstance(keepdims, bool):
+            return None
+        return f"torch.{_REDUCTIONS[name]}({x}, dim={literal(axis)}, keepdim={keepdims})"
+    if name == "squeeze" and config.get("axis", second) is None:
+        return f"{x}.squeeze()"
+    if name in ("expand_dims", "squeeze", "softmax"):
+        axis = config.get("axis", -1 if name == "softmax" or second is None else second)
+        text = {"expand_dims": "{}.unsqueeze({})", "squeeze": "{}.squeeze({})", "softmax": "torch.softmax({}, dim={})"}
+        return text[name].format(x, literal(axis)) if _of({0: axis}, int) else None
+    if name in ("transpose", "reshape"):
+        shape = config.get("axes" if name == "transpose" else "newshape", second)
+        if not isinstance(shape, list) or not shape:
+            return None
+        if not all(_of({0: d}, int) or (d is None and name == "reshape") for d in shape):
+            return None
+        dims = ", ".join("-1" if d is None else literal(d) for d in shape)
+        return f"{x}.{'permute' if name == 'transpose' else 'reshape'}({dims})"
+    if name == "get_item" and len(args) == 2:
+        keys = second if isinstance(second, list) else [second]
+        texts = [_index_text(k) for k in keys]
+        return f"{x}[{', '.join(t for t in texts if t is not None)}]" if texts and None not in texts else None
+    return None
+
+
+def _masked_list(e: _Emitter, plan: CallMasks, args: list[Any]) -> tuple[list[str], list[str | None]] | None:
+    """A merge's tensors (its one argument, a list of them) and the masks its node gets for them (each one's,
+    or all None where the node gets no list of masks), or None where the call is not that."""
+    if len(args) != 1 or not isinstance(args[0], list) or not args[0] or not all(_is_ref(a) for a in args[0]):
+        return None
+    names = [e.expression(a) for a in args[0]]
+    masks = [e.mask_of.get(name) for name in names]
+    if plan.explicit is not None:  # the call's mask= in the list's place, resolved as the graph resolves it
+        explicit = plan.explicit
+        if not isinstance(explicit, list):
+            return names, [None] * len(names)
+        if len(explicit) != len(names) or not all(m is None or _is_ref(m) for m in explicit):
+            return None
+        masks = [None if m is None else e.expression(m) for m in explicit]
+    return names, masks
+
+
+def _concatenate(e: _Emitter, spec: dict[str, Any], plan: CallMasks, args: list[Any], out: str) -> bool:
+    """``Concatenate``: ``torch.cat``; the mask as Keras builds it (each input's mask widened to the input,
+    all True where it has none, concatenated along the axis, then any over the last axis)."""
+    axis, found = spec.get("axis", -1), _masked_list(e, plan, args)
+    if found is None or not _of({0: axis}, int):
+        return False
+    names, masks = found
+    if not all(m is None or _sure(e, m) for m in masks):
+        return False
+    e.body.append(f"{out} = torch.cat([{', '.join(names)}], dim={literal(axis)})")
+    if all(m is None for m in masks):
+        e.mask_of[out] = None
+        return True
+    wide = [
+        f"torch.ones_like({x}, dtype=torch.bool)"
+        if m is None
+        else f"{m}.reshape({m}.shape + (1,) * ({x}.dim() - {m}.dim())).expand_as({x})"
+        for x, m in zip(names, masks, strict=True)
+    ]
+    _set_mask(e, out, f"torch.cat([{', '.join(wide)}], dim={literal(axis)}).any(dim=-1)")
+    return True
+
+
+def _global_pool(e: _Emitter, spec: dict[str, Any], plan: CallMasks, args: list[Any], out: str) -> bool:
+    """``GlobalPool``: a max or mean over the steps; the 1-D average with a mask is the sum over the kept
+    steps over their count (at least 1), as the node computes it. Its output carries no mask."""
+    rank, kind = spec.get("rank"), spec.get("kind")
+    keepdims, first = spec.get("keepdims", False), spec.get("channels_first", False)
+    if rank not in (1, 2, 3) or kind not in ("average", "max") or not isinstance(rank, int):
+        return False
+    if not isinstance(keepdims, bool) or not isinstance(first, bool) or len(args) != 1 or not _is_ref(args[0]):
+        return False
+    x = e.expression(args[0])
+    mask = e.mask_of.get(x) if plan.explicit is None else plan.explicit
+    axes = list(range(2, 2 + rank)) if first else list(range(1, 1 + rank))
+    dims = f"dim={_dim_text(axes[0] if rank == 1 else axes)}" + (", keepdim=True" if keepdims else "")
+    if kind == "max":
+        e.body.append(f"{out} = {x}.amax({dims})")
+    elif mask is None or rank != 1:
+        e.body.append(f"{out} = {x}.mean({dims})")
+    else:
+        mask = e.expression(mask) if _is_ref(mask) else mask
+        if not _sure(e, mask):
+            return False
+        keep = identifier(f"{out}_keep", e.used)
+        e.body.append(f"{keep} = {mask}.unsqueeze({1 if first else 2})")
+        e.body.append(f"{out} = torch.where({keep}, {x}, torch.zeros_like({x})).sum({dims})")
+        e.body.append(f"{out} = {out} / {keep}.to({x}.dtype).sum({dims}).clamp(min=1)")
+    e.mask_of[out] = None
+    return True
+
+
+def _sure(e: _Emitter, mask: Any) -> bool:
+    """Whether ``mask`` is a variable that holds a tensor whenever the code runs: not a node call's output
+    mask, which holds None where the node gives none."""
+    return isinstance(mask, str) and mask.isidentifier() and mask not in e.unsure
+
+
+def _stateless(e: _Emitter, spec: dict[str, Any], call: dict[str, Any], plan: CallMasks, name: Any) -> bool:
+    """Write the call as torch expressions where its node is stateless and its semantics, masks included,
+    are written exactly (see the writers above); False, having written nothing, where not."""
+    op, args = spec["op"], call["args"]
+    given = {k for k, v in call["kwargs"].items() if k != "training" and not (k == "mask" and v is None)}
+    if op not in _STATELESS or not isinstance(args, list) or not args or e.counts.get(call["id"], 1) != 1:
+        return False
+    if given - {"mask"} or ("mask" in given and plan.explicit is None) or plan.keyword or plan.clears:
+        return False  # tensors or settings by keyword, a mask= of data: the node class reads them
+    (out,) = e.outputs(call["id"], 1, name)
+    done = _STATELESS[op](e, spec, plan, args, out)
+    if not done:  # the name goes back: the node call takes it
+        e.used.discard(out)
+        del e.keras_names[out], e.values[call["id"]]
+    return done
+
+
+_STATELESS: dict[str, Any] = {"operation": _operation, "concatenate": _concatenate, "global_pool": _global_pool}
+
+
 # -- the node classes, called as the converted graph calls them ----------------------------------------------
 def _node_call(
     e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: dict[str, Any], kwargs: dict, plan: CallMasks
@@ -275,6 +496,7 @@ def _node_call(
     outputs = e.outputs(call["id"], e.counts.get(call["id"], 1), _keras(spec).get("name", key))
     mask_names = [e.mask_variable(name) for name in outputs]
     e.unpacked.update(outputs)
+    e.unsure.update(mask_names)  # unless _known_mask says which it is
     targets = ", ".join([*outputs, "*_"])  # outputs nothing reads (an RNN's unused states) go to _
     mask_targets = ", ".join([*mask_names, "*_"])
     callee = _layer(key)
@@ -287,10 +509,26 @@ def _node_call(
         e.body.append(f"{returned} = {call_text}")
         for i, (name, mask_name) in enumerate(zip(outputs, mask_names, strict=True)):
             e.body += [f"{name} = {returned}[0][{i}]", f"{mask_name} = {returned}[1][{i}]"]
+    known = _known_mask(e, cls, arg_masks)
     for name, mask_name in zip(outputs, mask_names, strict=True):
-        e.mask_of[name] = mask_name
+        e.mask_of[name] = mask_name if known is _UNKNOWN else known
     for cleared in plan.clears:
         e.mask_of[e.expression(cleared)] = None
+
+
+_UNKNOWN = object()  # a node's output mask that only running it tells
+
+
+def _known_mask(e: _Emitter, cls: type, arg_masks: list[Any]) -> Any:
+    """The mask variable (or None) a node's output mask is whenever the code runs, where :class:`Node`'s own
+    ``forward`` and ``output_mask`` make it: the first argument's mask where the class supports masking and
+    that mask is a tensor, else None; ``_UNKNOWN`` for a node of its own rules or a mask only running tells."""
+    if cls.forward is not Node.forward or cls.output_mask is not Node.output_mask:
+        return _UNKNOWN
+    first = arg_masks[0] if arg_masks else None
+    if not cls.supports_masking or first is None or isinstance(first, list):  # a list is no tensor: None
+        return None
+    return first if _sure(e, first) else _UNKNOWN
 
 
 def _layer(key: str) -> str:
@@ -417,7 +655,7 @@ def _emit_call(e: _Emitter, model: Any, call: dict[str, Any]) -> None:
         mask = e.mask_of.get(x)
         (out,) = e.outputs(call["id"], 1, keras.get("name", key))
         plain(e, key, spec, x, mask, out)
-    else:
+    elif not _stateless(e, spec, call, plan, keras.get("name", key)):
         _node_call(e, model, key, spec, call, node_kwargs, plan)
 
 
