@@ -41,7 +41,9 @@ def _fill_hidden(scores: Tensor, allowed: Tensor) -> None:
     """-inf written into ``scores`` [..., Lq, Lk] where ``allowed`` (broadcastable) is False, from the first
     key some query may not see: a causal chunk's scores are rewritten only over its own last keys."""
     hidden = ~allowed
-    if tracing():  # a graph cannot hold a cut read from the data
+    if hidden.numel() == 0:  # no queries or no keys: nothing to fill
+        return
+    if tracing() or scores.device.type == "meta":  # a graph, or no data: no cut can be read from it
         scores.masked_fill_(hidden, float("-inf"))
         return
     seen_by_all = ~hidden.reshape(-1, hidden.shape[-1]).any(0)
