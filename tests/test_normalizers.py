@@ -122,8 +122,9 @@ def test_a_non_last_axis(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_overwrite_works_in_the_callers_scores_only_when_it_may(kind):
-    """``overwrite=True`` (the attention core's chunks, which made the scores) gives the same weights and
-    leaves the scores rewritten; without it, or where autograd records the scores, they stay as given."""
+    """``overwrite=True`` (the attention core's chunks, which made the scores) gives the same weights, with
+    the mask given apart or already in the scores, and leaves the scores rewritten; without it, or where
+    autograd records the scores, they stay as given."""
     scores = _rows(kind, 1024)
     keep = torch.rand(scores.shape, generator=torch.Generator().manual_seed(2)) > 0.3
     want = _reference(kind, scores, keep)
@@ -135,6 +136,8 @@ def test_overwrite_works_in_the_callers_scores_only_when_it_may(kind):
         got = normalize(scratch, None, kind=kind, overwrite=True)
     torch.testing.assert_close(got, want)
     assert not torch.equal(scratch.nan_to_num(), scores.masked_fill(~keep, float("-inf")).nan_to_num())
+    with torch.no_grad():  # the mask given beside the scratch is written into it
+        torch.testing.assert_close(normalize(scores.clone(), keep, kind=kind, overwrite=True), want)
     recorded = scores.clone().requires_grad_()
     normalize(recorded, keep, kind=kind, overwrite=True).sum().backward()
     assert torch.equal(recorded.detach(), scores) and recorded.grad is not None

@@ -37,21 +37,6 @@ def windows(t: Tensor, span: int, step: int) -> Tensor:
     return unfolded.permute(0, 2, 1, 4, 3).reshape(batch * count, heads, span, t.shape[-1])
 
 
-def _fill_hidden(scores: Tensor, allowed: Tensor) -> None:
-    """-inf written into ``scores`` [..., Lq, Lk] where ``allowed`` (broadcastable) is False, from the first
-    key some query may not see: a causal chunk's scores are rewritten only over its own last keys."""
-    hidden = ~allowed
-    if hidden.numel() == 0:  # no queries or no keys: nothing to fill
-        return
-    if tracing() or scores.device.type == "meta":  # a graph, or no data: no cut can be read from it
-        scores.masked_fill_(hidden, float("-inf"))
-        return
-    seen_by_all = ~hidden.reshape(-1, hidden.shape[-1]).any(0)
-    cut = int(seen_by_all.cumprod(0).sum())  # the leading keys every query sees
-    if cut < hidden.shape[-1]:
-        scores[..., cut:].masked_fill_(hidden[..., cut:], float("-inf"))
-
-
 def positions_range(t: Tensor, lo: int, hi: int) -> Tensor:
     """Positions [lo, hi) of t's sequence axis (keys [B, g, L, d] or a mask [B, L]), zeros (False) for
     those outside [0, L): a group's keys are copied with their padding, never the whole sequence."""
@@ -272,12 +257,8 @@ class AttendHeads:
             bias = self._score_bias(q_pos_c, k_pos_c, q)
             if bias is not None:
                 scores = scores + bias
-            if self.normalizer == "softmax":
-                weights = normalize(scores, allowed_c, kind="softmax")
-            else:  # the chunk's scores are this function's own: the mask filled in, the normaliser works in them
-                if allowed_c is not None:
-                    _fill_hidden(scores, allowed_c)
-                weights = normalize(scores, None, kind=self.normalizer, overwrite=True)
+            # the chunk's scores are this function's own: a sparse normaliser fills the mask in and works in them
+            weights = normalize(scores, allowed_c, kind=self.normalizer, overwrite=True)
             dropped = F.dropout(weights, dropout) if dropout else weights
             out = torch.matmul(dropped.reshape(q_c.shape[0], kv_heads, groups * count, hi - lo), v_c)
             out = out.view(q_c.shape[0], heads, count, v.shape[-1])

@@ -184,6 +184,23 @@ def _threshold(y: Tensor, maxima: Tensor | None, kind: str) -> tuple[Tensor, Ten
     return tau.view(*y.shape[:-1], 1), size.view(*y.shape[:-1], 1)
 
 
+def _fill_hidden(scores: Tensor, mask: Tensor) -> Tensor:
+    """``scores`` [..., Lq, Lk] with -inf written in where ``mask`` (broadcastable) is False, from the first
+    key some query may not see: a causal chunk's scores are rewritten only over its own last keys."""
+    from attnzoo.layers.core import tracing
+
+    hidden = ~mask
+    if hidden.numel() == 0:  # no queries or no keys: nothing to fill
+        return scores
+    if tracing() or scores.device.type == "meta":  # a graph, or no data: no cut can be read from it
+        return scores.masked_fill_(hidden, float("-inf"))
+    seen_by_all = ~hidden.reshape(-1, hidden.shape[-1]).any(0)
+    cut = int(seen_by_all.cumprod(0).sum())  # the leading keys every query sees
+    if cut < hidden.shape[-1]:
+        scores[..., cut:].masked_fill_(hidden[..., cut:], float("-inf"))
+    return scores
+
+
 class _Sparse(torch.autograd.Function):
     """Sparsemax or entmax15 of ``scores`` where ``mask`` allows (None: everywhere), along the last axis.
 
@@ -193,7 +210,10 @@ class _Sparse(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scores: Tensor, mask: Tensor | None, kind: str, overwrite: bool) -> Tensor:
-        z = scores if mask is None else torch.where(mask, scores, float("-inf"))
+        if mask is None:
+            z = scores
+        else:  # -inf where masked: written into scores the caller gave up (``overwrite``), else into a copy
+            z = _fill_hidden(scores, mask) if overwrite else torch.where(mask, scores, float("-inf"))
         maxima = _chunk_maxima(z)  # [R, C], and each row's largest among them
         largest = (z if maxima is None else maxima).amax(-1, keepdim=True)
         largest = torch.where(largest == float("-inf"), 0.0, largest)  # nothing allowed: y all -inf, p all 0
@@ -249,7 +269,8 @@ def normalize(
     maxima of chunks of CHUNK entries), sorted; near-uniform rows, with many such entries, are sorted in
     full. This gives the full sort's result; no copy of the scores is made beyond the masked one.
     ``overwrite=True`` says the scores are the caller's scratch (a product it made and reads no more): a
-    sparse normaliser then works in them, without a copy, unless autograd records them."""
+    sparse normaliser then writes the mask and its result in them, without a copy, unless autograd records
+    them (softmax ignores it)."""
     from attnzoo.layers.core import masked_softmax
 
     if kind == "softmax":
