@@ -43,6 +43,7 @@ from typing import Any
 from attnzoo.errors import ConfigError
 from attnzoo.keras.code_lines import WIDTH, layout
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
+from attnzoo.keras.converters.ops import DTYPES, ELEMENTWISE, REDUCE, UNARY
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node, refs_in
 from attnzoo.keras.nodes import NODES, Node
 
@@ -274,14 +275,11 @@ _PLAIN_OPS = {
 _OPERATORS = {"not_equal": "!=", "equal": "==", "greater": ">", "greater_equal": ">=", "less": "<"}
 _OPERATORS.update({"less_equal": "<=", "add": "+", "subtract": "-", "multiply": "*"})
 _OPERATORS.update({"divide": "/", "true_divide": "/"})
-# the torch function each other operation node calls (ops.py's tables), by name: these names are code
-_BINARY = {"power": "pow", "maximum": "maximum", "minimum": "minimum", "logical_and": "logical_and"}
-_BINARY["logical_or"] = "logical_or"
-_UNARY = {"logical_not": "logical_not", "negative": "neg", "abs": "abs", "absolute": "abs", "exp": "exp"}
-_UNARY.update({"log": "log", "sqrt": "sqrt", "square": "square", "tanh": "tanh", "sigmoid": "sigmoid"})
-_UNARY.update({"relu": "relu", "sign": "sign"})
-_REDUCTIONS = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin", "any": "any", "all": "all"}
-_DTYPES = {"float16", "bfloat16", "float32", "float64", "int32", "int64", "bool", "uint8", "int8"}
+# the torch function each other operation node calls, by name, read from the node's own tables (ops.py):
+# these names are code
+_BINARY = {name: function.__name__ for name, function in ELEMENTWISE.items() if name not in _OPERATORS}
+_UNARY = {name: function.__name__ for name, function in UNARY.items()}
+_REDUCTIONS = {name: function.__name__ for name, function in REDUCE.items()}
 
 
 def _is_ref(value: Any) -> bool:
@@ -361,7 +359,7 @@ def _operation_value(e: _Emitter, name: Any, config: dict[str, Any], args: list[
         return x
     if name == "cast" and e.mask_of.get(x) is None:  # (.to may return x itself: then it would clear x's mask)
         dtype = config.get("dtype", "float32" if second is None else second)
-        return f"{x}.to(torch.{dtype})" if isinstance(dtype, str) and dtype in _DTYPES else None
+        return f"{x}.to(torch.{dtype})" if isinstance(dtype, str) and dtype in DTYPES else None
     if name in _REDUCTIONS:
         axis, keepdims = config.get("axis", second), config.get("keepdims", False)
         if axis is None or not _dims(axis) or not isinstance(keepdims, bool):

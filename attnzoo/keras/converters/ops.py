@@ -14,6 +14,7 @@ from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused
 
 __all__ = ["Operation", "OPERATION_NAMES", "convert_operation", "is_operation"]
+__all__ += ["ELEMENTWISE", "UNARY", "REDUCE", "DTYPES"]  # the torch each operation is; keras/source.py writes it
 
 
 def _index(key: Any) -> Any:
@@ -26,7 +27,7 @@ def _index(key: Any) -> Any:
     return key
 
 
-_ELEMENTWISE = {
+ELEMENTWISE = {
     "not_equal": torch.ne,
     "equal": torch.eq,
     "greater": torch.gt,
@@ -44,7 +45,7 @@ _ELEMENTWISE = {
     "logical_and": torch.logical_and,
     "logical_or": torch.logical_or,
 }
-_UNARY = {
+UNARY = {
     "logical_not": torch.logical_not,
     "negative": torch.neg,
     "abs": torch.abs,
@@ -58,7 +59,7 @@ _UNARY = {
     "relu": torch.relu,
     "sign": torch.sign,
 }
-_REDUCE = {
+REDUCE = {
     "sum": torch.sum,
     "mean": torch.mean,
     "max": torch.amax,
@@ -66,7 +67,7 @@ _REDUCE = {
     "any": torch.any,
     "all": torch.all,
 }
-_DTYPES = {
+DTYPES = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
@@ -92,30 +93,30 @@ class Operation(Node):
 
     def forward(self, args, kwargs, masks):
         name, config = self.name_, self.config
-        if name in _ELEMENTWISE:
+        if name in ELEMENTWISE:
             a, b = args[0], args[1]
             if not isinstance(a, Tensor):
                 a = torch.as_tensor(a, device=b.device)
-            out = _ELEMENTWISE[name](a, b)
-        elif name in _UNARY:
-            out = _UNARY[name](args[0])
-        elif name in _REDUCE:
+            out = ELEMENTWISE[name](a, b)
+        elif name in UNARY:
+            out = UNARY[name](args[0])
+        elif name in REDUCE:
             axis = config.get("axis", kwargs.get("axis", args[1] if len(args) > 1 else None))
             keepdims = bool(config.get("keepdims", kwargs.get("keepdims", False)))
             x = args[0]
             if axis is None:
-                out = _REDUCE[name](x)
+                out = REDUCE[name](x)
                 out = out.reshape([1] * x.dim()) if keepdims else out
             else:
-                out = _REDUCE[name](x, dim=axis, keepdim=keepdims)
+                out = REDUCE[name](x, dim=axis, keepdim=keepdims)
         elif name in ("zeros_like", "ones_like"):
             dtype = config.get("dtype", kwargs.get("dtype"))
             make = torch.zeros_like if name == "zeros_like" else torch.ones_like
-            out = make(args[0], dtype=_DTYPES.get(str(dtype)) if dtype else None)
+            out = make(args[0], dtype=DTYPES.get(str(dtype)) if dtype else None)
         elif name == "convert_to_tensor":
             out = args[0]
         elif name == "cast":
-            out = args[0].to(_DTYPES[str(config.get("dtype", args[1] if len(args) > 1 else "float32"))])
+            out = args[0].to(DTYPES[str(config.get("dtype", args[1] if len(args) > 1 else "float32"))])
         elif name == "get_item":
             out = args[0][_index(args[1])]
         elif name == "expand_dims":
@@ -145,7 +146,7 @@ class Operation(Node):
 
 
 OPERATION_NAMES = frozenset(
-    [*_ELEMENTWISE, *_UNARY, *_REDUCE, "convert_to_tensor", "cast", "get_item", "expand_dims", "squeeze"]
+    [*ELEMENTWISE, *UNARY, *REDUCE, "convert_to_tensor", "cast", "get_item", "expand_dims", "squeeze"]
     + ["zeros_like", "ones_like"]
     + ["transpose", "reshape", "concatenate", "stack", "matmul", "softmax", "where"]
 )
