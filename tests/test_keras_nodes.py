@@ -15,7 +15,7 @@ import pytest
 
 import attnzoo.keras  # noqa: F401 - registers every node class (NODES)
 from attnzoo.keras import convert_keras_model
-from attnzoo.keras.nodes import NODES, build_node
+from attnzoo.keras.nodes import NODES, Node, build_node
 
 from .conftest import ROOT
 from .test_keras_models import convert_both, oracle  # noqa: F401 - the Keras subprocess fixture, shared
@@ -54,11 +54,17 @@ def _check(node, spec: dict, where: str, ops: set[str]) -> None:
 
 
 def _check_model(model, what: str) -> set[str]:
-    """Every node of the converted model, and the same spec built again by build_node, records its spec."""
+    """Every node of the converted model, and the same spec built again by build_node, records its spec. A
+    layer the emitted module declares as torch's own class (``nn.Linear`` for a Dense) is no node: the
+    model holds that class, and the node build_node makes of its spec records the spec."""
     ops: set[str] = set()
     for key, spec in model.graph["layers"].items():
-        _check(model.layers[key], spec, f"{what}: {key}", ops)
-        _check(build_node({k: v for k, v in spec.items() if k != "keras"}), spec, f"{what}: {key} (again)", set())
+        layer = model.layers[key]
+        if isinstance(layer, Node):
+            _check(layer, spec, f"{what}: {key}", ops)
+        else:
+            assert type(layer).__module__.startswith("torch.nn."), (what, key, type(layer))
+        _check(build_node({k: v for k, v in spec.items() if k != "keras"}), spec, f"{what}: {key} (again)", ops)
     return ops
 
 

@@ -12,9 +12,9 @@ name, version and config values must never become code. So:
   ``float("inf")``; anything else is refused.
 * :func:`check_source` parses the result (``ast.parse``) and walks it, allowing only what the emitter
   writes: imports, the ``KERAS_*`` literals, one ``nn.Module`` class with ``__init__`` and ``forward``
-  made of assignments and calls of the module's own names, and comments that are one class name. A
-  module that holds anything else is refused with a :class:`~attnzoo.errors.ConfigError` before it is
-  returned or written.
+  made of assignments and calls of the module's own names and ``del`` of its variables, and comments that
+  are one class name. A module that holds anything else is refused with a
+  :class:`~attnzoo.errors.ConfigError` before it is returned, written or run.
 """
 
 from __future__ import annotations
@@ -260,6 +260,11 @@ class _Walk:
             return
         if isinstance(node, ast.Return) and node.value is not None:
             self.expression(node.value, strings=False)
+            return
+        if isinstance(node, ast.Delete):  # a variable let go of after its last reader
+            for target in node.targets:
+                if not isinstance(target, ast.Name) or target.id not in self.local or target.id in RESERVED:
+                    raise _refuse(f"a del of {ast.unparse(target)!r}, not a variable of forward", node)
             return
         if not isinstance(node, ast.Assign):
             raise _refuse(f"a {type(node).__name__} statement", node)

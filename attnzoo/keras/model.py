@@ -1,4 +1,5 @@
-"""``KerasModel`` (registered as ``keras_model``): a converted Keras model, run as a graph of torch nodes.
+"""``KerasModel`` (registered as ``keras_model``): a converted Keras model, run as the PyTorch module its
+graph is written as.
 
 The whole model is its config, ``graph``, plain data that ``attnzoo.save`` writes to config.yaml and
 ``attnzoo.load`` reads back, with no Keras installed::
@@ -15,8 +16,16 @@ The whole model is its config, ``graph``, plain data that ``attnzoo.save`` write
 
 Each call's ``args`` and ``kwargs`` keep the Keras call's structure with ``{"ref": [call, index]}``
 where a tensor goes. Every tensor travels with its Keras mask (bool [batch, time], True = keep, or
-None), which the nodes make, use and pass on as Keras does (:mod:`attnzoo.keras.nodes`); an explicit
-``mask`` argument of a call (keras 3 records them) takes the place of the implicit one.
+None), which the layers make, use and pass on as Keras does (:mod:`attnzoo.keras.masks` holds the rules);
+an explicit ``mask`` argument of a call (keras 3 records them) takes the place of the implicit one.
+
+One plan, printed and run: the model writes its graph once as a PyTorch module
+(:func:`attnzoo.keras.source.emit`: torch's own layers where torch has the computation, attnzoo's node
+classes where Keras's semantics need them, straight-line ``forward``), compiles it
+(:mod:`attnzoo.keras.compiled`) and holds that module's layers. ``forward`` checks the inputs and calls the
+compiled ``forward``, so ``model.code`` (what ``to_source()`` returns) is the code that runs, and a
+traceback through the model shows its lines. The state dict is the same whichever way it is built: the
+layers sit under ``layers.<key>``, keyed as in the graph.
 
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
 tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
@@ -40,9 +49,11 @@ import torch
 from torch import Tensor, nn
 
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
+from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.text import string_input
-from attnzoo.keras.masks import call_masks, first_masks, kwargs_for_node, refs_in
-from attnzoo.keras.nodes import INTEGER_DTYPES, build_node
+from attnzoo.keras.masks import call_masks
+from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
+from attnzoo.keras.source import Emitted, emit
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
@@ -77,12 +88,7 @@ class KerasModel(nn.Module):
         super().__init__()
         self._validate(graph)
         self.graph = graph
-        self.layers = nn.ModuleDict({key: build_node(_node_spec(spec)) for key, spec in graph["layers"].items()})
-        for key, spec in graph["layers"].items():
-            if spec.get("keras", {}).get("trainable") is False:  # Keras's trainable: false stays frozen
-                node = self.layers[key]
-                node.trainable = False
-                node.requires_grad_(False)
+        nodes = {key: build_node(_node_spec(spec)) for key, spec in graph["layers"].items()}
         self.keras_names = {key: spec.get("keras", {}).get("name", key) for key, spec in graph["layers"].items()}
         self.keras_classes = {
             key: spec.get("keras", {}).get("class", spec["op"]) for key, spec in graph["layers"].items()
@@ -93,13 +99,34 @@ class KerasModel(nn.Module):
         self.keras3 = not str(graph.get("keras_version", "3")).strip().startswith(("1", "2"))
         self.input_structure = graph.get("input_structure")
         self.output_structure = graph.get("output_structure")
-        # what the graph says once, read by every forward: each call's mask rules (keras/masks.py; the source
-        # writer follows the same plans), and the values each call is the last to read
+        # each call's mask rules (keras/masks.py), read off the graph once; the emitted forward follows them
         self.mask_plans = {
-            call["id"]: call_masks(call, None if call["layer"] is None else self.layers[call["layer"]], self.keras3)
+            call["id"]: call_masks(call, None if call["layer"] is None else nodes[call["layer"]], self.keras3)
             for call in self.calls
         }
-        self.freed_after = _freed_after(self.calls, self.outputs)
+        self.emitted: Emitted = emit(graph, self.mask_plans)
+        self.layers = _adopted(self._port.cls, nodes)
+        for key, spec in graph["layers"].items():
+            if spec.get("keras", {}).get("trainable") is False:  # Keras's trainable: false stays frozen
+                layer = self.layers[key]
+                layer.trainable = False
+                layer.requires_grad_(False)
+
+    @property
+    def _port(self) -> CompiledPort:
+        return compile_port(self.emitted.source, self.emitted.class_name)
+
+    @property
+    def code(self) -> str:
+        """The PyTorch module this model is, as text: its ``forward`` is the function that runs (what
+        ``to_source()`` returns, and ``inspect.getsource(model.compiled_forward)`` shows)."""
+        return self.emitted.source
+
+    @property
+    def compiled_forward(self) -> Any:
+        """The emitted module's ``forward`` as compiled, which :meth:`forward` calls with this model as
+        ``self`` once its inputs are checked."""
+        return self._port.forward
 
     @property
     def input_names(self) -> list[str]:
@@ -215,11 +242,8 @@ class KerasModel(nn.Module):
 
     # -- running ----------------------------------------------------------------------------------------
     def forward(self, *inputs: Any) -> Any:
-        values = self.trace(*inputs, keep=False)
-        results = [values[call][index] for call, index in self.outputs]
-        if self.output_structure is not None:  # Keras's dict of outputs (or nested lists), lists as tuples
-            return _rebuild(self.output_structure, results)
-        return results[0] if len(results) == 1 else tuple(results)
+        port = self._port
+        return self._run(port.forward, port.filename, inputs)
 
     def _flat_inputs(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         """The inputs in the graph's flat order: a model of a dict of inputs takes that dict (keyed by the
@@ -248,77 +272,70 @@ class KerasModel(nn.Module):
             )
         return tuple(_flatten(structure, list(inputs)))
 
-    def trace(self, *inputs: Any, keep: bool = True) -> dict[str, list[Any]]:
-        """Every call's outputs, by call id (a layer's name for its first call), in the order they ran:
-        what ``attnzoo convert-keras --check`` compares with Keras layer by layer. ``keep=False`` (the
-        forward) lets go of each call's outputs after the last call that reads them, so that memory is
-        reused as the graph runs, as in a hand-written forward; the model's outputs are kept."""
-        inputs = self._flat_inputs(inputs)
-        values: dict[str, list[Any]] = {}
-        # a mask belongs to a tensor object, as Keras's _keras_mask does: a layer that returns its input
-        # (Dropout at inference) passes the same tensor, and keras 3's MultiHeadAttention clears it
-        mask_of: dict[int, Tensor | None] = {}
-        for spec, x in zip(self.inputs_spec, self._check_inputs(inputs), strict=True):
-            values[spec["id"]] = [x]
-            mask_of[id(x)] = None
+    def _arguments(self, inputs: tuple[Any, ...]) -> list[Any]:
+        """The emitted ``forward``'s arguments: the checked inputs, nested as its parameters are (one per
+        input; one dict for Keras's dict of inputs; one per entry of nested lists, lists as tuples)."""
+        flat = self._check_inputs(self._flat_inputs(inputs))
+        structure = self.input_structure
+        if structure is None:
+            return flat
+        if isinstance(structure, dict):
+            return [_rebuild(structure, flat)]
+        return [_rebuild(entry, flat) for entry in structure]
 
-        def tensor(value: Any) -> Any:
-            if isinstance(value, dict) and "ref" in value:
-                call, index = value["ref"]
-                return values[call][index]
-            if isinstance(value, dict):
-                return {k: tensor(v) for k, v in value.items()}
-            if isinstance(value, list):
-                return [tensor(v) for v in value]
-            return value
-
-        def mask(value: Any) -> Any:
-            if isinstance(value, Tensor):
-                return mask_of.get(id(value))
-            if isinstance(value, list):
-                return [mask(v) for v in value]
-            return None
-
-        for call in self.calls:
-            node = None if call["layer"] is None else self.layers[call["layer"]]
-            plan = self.mask_plans[call["id"]]
-            args, kwargs = tensor(call["args"]), tensor(call["kwargs"])
-            arg_masks = first_masks(plan, mask(args), tensor)
-            if node is None:  # a pass: a nested model's input (maybe given a mask) or its outputs
-                out = list(args) if kwargs.get("outputs") else [args[0]]
-                out_masks = list(arg_masks) if kwargs.get("outputs") else [arg_masks[0]]
-            else:
-                kwargs = kwargs_for_node(plan, kwargs, {k: mask(kwargs[k]) for k in plan.keyword})
-                out, out_masks = self._run(node, call, args, kwargs, arg_masks)
-                for cleared in plan.clears:
-                    mask_of[id(tensor(cleared))] = None
-            values[call["id"]] = out
-            for t, m in zip(out, out_masks, strict=False):
-                if isinstance(t, Tensor):
-                    mask_of[id(t)] = m
-            for done in () if keep else self.freed_after.get(call["id"], ()):
-                # every tensor still in `values` is alive, so an id in mask_of never names two of them
-                del values[done]
-        return values
-
-    def _run(self, node: nn.Module, call: dict[str, Any], args: Any, kwargs: Any, masks: Any) -> tuple[list, list]:
+    def _run(self, function: Any, filename: str, inputs: tuple[Any, ...]) -> Any:
+        arguments = self._arguments(inputs)
         try:
-            return node(args, kwargs, masks)
+            return function(self, *arguments)
         except (ValueError, IndexError, RuntimeError) as e:
             if isinstance(e, RuntimeError) and not _is_shape_error(e):
                 raise
-            key = call["layer"]
+            key = self._failing_layer(e, filename)
+            if key is None:
+                raise
+            layer = self.layers[key]
+            if isinstance(layer, nn.Embedding) and isinstance(e, IndexError):  # torch says "index out of range"
+                raise ValueError(
+                    f"keras_model: layer {self.keras_names.get(key, key)!r} (Embedding) expects input ids in "
+                    f"[0, {layer.num_embeddings}), got an id outside it; pass ids below the vocabulary size"
+                ) from None
             raise ValueError(
                 f"keras_model: layer {self.keras_names.get(key, key)!r} ({self.keras_classes.get(key)}): "
                 f"{' '.join(str(e).split())[:300]}"
             ) from None
 
+    def _failing_layer(self, error: BaseException, filename: str) -> str | None:
+        """The layer key of the call whose line of the emitted module raised ``error``, or None."""
+        line = None
+        trace = error.__traceback__
+        while trace is not None:
+            if trace.tb_frame.f_code.co_filename == filename:
+                line = trace.tb_lineno
+            trace = trace.tb_next
+        call = self.emitted.line_calls.get(line) if line is not None else None
+        layer = next((c["layer"] for c in self.calls if c["id"] == call), None)
+        return layer
+
+    def trace(self, *inputs: Any) -> dict[str, list[Any]]:
+        """Every call's outputs, by call id (a layer's name for its first call), in the order they ran:
+        what ``attnzoo convert-keras --check`` compares with Keras layer by layer. The emitted ``forward``
+        runs, returning its variables instead of its result; an output nothing reads is None."""
+        port = self._port
+        variables = self._run(port.every, port.filename, inputs)
+        values: dict[str, list[Any]] = {}
+        for spec in self.inputs_spec:
+            values[spec["id"]] = [variables.get(name) for name in self.emitted.outputs[spec["id"]]]
+        for call in self.calls:
+            values[call["id"]] = [variables.get(name) for name in self.emitted.outputs.get(call["id"], [])]
+        return values
+
     def to_source(self, class_name: str | None = None) -> str:
         """This model as one readable, self-contained PyTorch module (a ``class <KerasName>(nn.Module)``
-        whose ``load_state_dict`` takes this model's weights as they are): see :mod:`attnzoo.keras.source`."""
-        from attnzoo.keras.source import to_source
-
-        return to_source(self, class_name)
+        whose ``load_state_dict`` takes this model's weights as they are), the module this model runs: see
+        :mod:`attnzoo.keras.source`. Another ``class_name`` renames the class, nothing else."""
+        if class_name is None:
+            return self.emitted.source
+        return emit(self.graph, self.mask_plans, class_name).source
 
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)
@@ -364,18 +381,23 @@ def _rebuild(structure: Any, flat: list[Any]) -> Any:
     return tuple(_rebuild(value, flat) for value in structure)
 
 
-def _freed_after(calls: list[dict[str, Any]], outputs: list[tuple[str, int]]) -> dict[str, list[str]]:
-    """For each call id, the values (by call id) that no later call reads, the model's outputs apart."""
-    last: dict[str, str] = {}
-    for call in calls:
-        for ref in refs_in([call["args"], call["kwargs"]]):
-            last[ref["ref"][0]] = call["id"]
-    kept = {call for call, _ in outputs}
-    freed: dict[str, list[str]] = {}
-    for source, reader in last.items():
-        if source not in kept:
-            freed.setdefault(reader, []).append(source)
-    return freed
+def _adopted(cls: type, nodes: dict[str, Node]) -> nn.ModuleDict:
+    """The layers the emitted class ``cls`` declares, holding the built ``nodes``' tensors: a node class it
+    declares is the node itself; a torch layer (``nn.Linear`` for a Dense) takes the node's tensors, which
+    share its state-dict keys. Built on the meta device first, so no layer is initialised twice. A node
+    that no call uses stays as it is, so the state dict holds every layer of the graph."""
+    with torch.device("meta"):
+        port = cls()
+    layers = port.layers
+    for key, node in nodes.items():
+        declared = layers[key] if key in layers else None  # noqa: SIM401 - a ModuleDict has no get
+        if declared is None or type(declared) is type(node):
+            layers[key] = node
+        else:
+            declared.load_state_dict(node.state_dict(), strict=True, assign=True)
+            for name, parameter in node.named_parameters():  # assign keeps the meta layer's flags: the node's
+                declared.get_parameter(name).requires_grad_(parameter.requires_grad)
+    return layers
 
 
 def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:

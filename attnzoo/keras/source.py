@@ -24,9 +24,14 @@ Nothing from the file is spliced into it as code: the names it makes up come fro
 names and version are kept as data (``KERAS_NAMES``, ``KERAS_VERSION``), comments are Keras class names
 only, and :func:`~attnzoo.keras.codegen.check_source` parses and walks the result before it is returned.
 
+This module is what a converted model runs: :class:`~attnzoo.keras.model.KerasModel` calls :func:`emit` on
+its graph, compiles the text (:mod:`attnzoo.keras.compiled`) and holds the layers its ``__init__`` declares;
+``forward`` lets go of each variable after the block (one call's lines) that last reads it (``del``).
+:func:`emit` also says which variables hold each call's outputs and which call each line belongs to, so
+``KerasModel.trace`` and the model's errors name Keras's layers.
+
 Why one file: one job, writing the module; a writer per layer kind and the code that puts them in order
-share the emitter's state (names taken, imports, masks). Issue 46 replaces this interpreter-beside-a-
-printer with one plan whose forward is generated and run; the file is split along that plan then.
+share the emitter's state (names taken, imports, masks).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from attnzoo.keras.converters.ops import DTYPES, ELEMENTWISE, REDUCE, UNARY
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node, refs_in
 from attnzoo.keras.nodes import NODES, Node
 
-__all__ = ["to_source"]
+__all__ = ["to_source", "emit", "Emitted"]
 
 _ACTIVATIONS = {
     "linear": "{}",
@@ -90,6 +95,7 @@ class _Emitter:
     unpacked: set[str] = field(default_factory=set)  # the variables a node call's outputs are unpacked into
     returned: set[str] = field(default_factory=set)  # the variables holding a long node call's (outputs, masks)
     unsure: set[str] = field(default_factory=set)  # the mask variables a node call sets (None where it gives none)
+    owners: list[str] = field(default_factory=list)  # for each line of ``body``, the call id it was written for
 
     def expression(self, value: Any) -> str:
         """Graph data as a Python expression: ``{"ref": [call, i]}`` becomes that output's variable."""
@@ -483,10 +489,9 @@ _STATELESS: dict[str, Any] = {"operation": _operation, "concatenate": _concatena
 
 # -- the node classes, called as the converted graph calls them ----------------------------------------------
 def _node_call(
-    e: _Emitter, model: Any, key: str, spec: dict[str, Any], call: dict[str, Any], kwargs: dict, plan: CallMasks
+    e: _Emitter, key: str, spec: dict[str, Any], call: dict[str, Any], kwargs: dict, plan: CallMasks
 ) -> None:
-    node = model.layers[key]
-    cls = type(node)
+    cls = NODES[spec["op"]]
     e.uses(cls.__module__, cls.__name__)
     e.init.append(f"self.layers[{literal(key)}] = {cls.__name__}({_arguments(e, cls, spec)})")
     arg_masks = first_masks(plan, e.mask(call["args"]), e.expression)
@@ -620,11 +625,15 @@ def _needed_outputs(graph: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def _emit_call(e: _Emitter, model: Any, call: dict[str, Any]) -> None:
-    node = None if call["layer"] is None else model.layers[call["layer"]]
-    plan = model.mask_plans[call["id"]]
+def _emit_call(e: _Emitter, graph: dict[str, Any], plan: CallMasks, call: dict[str, Any]) -> None:
+    start = len(e.body)
+    _write_call(e, graph, plan, call)
+    e.owners += [call["id"]] * (len(e.body) - start)
+
+
+def _write_call(e: _Emitter, graph: dict[str, Any], plan: CallMasks, call: dict[str, Any]) -> None:
     kwargs = dict(call["kwargs"])
-    if node is None:  # a nested model's input (maybe given a mask) or its outputs: the same tensors
+    if call["layer"] is None:  # a nested model's input (maybe given a mask) or its outputs: the same tensors
         if kwargs.get("outputs"):
             e.values[call["id"]] = [e.expression(a) for a in call["args"]]
             return
@@ -634,7 +643,7 @@ def _emit_call(e: _Emitter, model: Any, call: dict[str, Any]) -> None:
             e.mask_of[name] = e.expression(plan.explicit)
         return
     key = call["layer"]
-    spec = model.graph["layers"][key]
+    spec = graph["layers"][key]
     # the nodes read train/eval from the module, as Keras overrides a recorded training= by the model's call
     given = {k: v for k, v in kwargs.items() if k not in ("mask", "training")}
     if isinstance(kwargs.get("mask"), (dict, list)):
@@ -654,7 +663,7 @@ def _emit_call(e: _Emitter, model: Any, call: dict[str, Any]) -> None:
         (out,) = e.outputs(call["id"], 1, keras.get("name", key))
         plain(e, key, spec, x, mask, out)
     elif not _stateless(e, spec, call, plan, keras.get("name", key)):
-        _node_call(e, model, key, spec, call, node_kwargs, plan)
+        _node_call(e, key, spec, call, node_kwargs, plan)
 
 
 def _imports(e: _Emitter, names: Counter[str]) -> list[str]:
@@ -685,15 +694,17 @@ def _names_in(line: str) -> list[tuple[str, int, int]]:
     return sorted(spans, key=lambda span: span[1])  # in the order they are written
 
 
-def _without_unread(body: list[str], results: list[str], names: set[str], calls: set[str]) -> list[str]:
-    """The lines without the ``names`` (masks, unpacked outputs) nothing reads: an assignment of one goes,
-    a place in a tuple is ``_``; a call whose result (one of ``calls``) nothing reads is kept, assigned to
-    ``_``. Names are the names Python parses, never text inside a string (a layer key may spell a
-    variable)."""
+def _without_unread(
+    body: list[str], owners: list[str], results: list[str], names: set[str], calls: set[str]
+) -> tuple[list[str], list[str]]:
+    """The lines (and their owners) without the ``names`` (masks, unpacked outputs) nothing reads: an
+    assignment of one goes, a place in a tuple is ``_``; a call whose result (one of ``calls``) nothing reads
+    is kept, assigned to ``_``. Names are the names Python parses, never text inside a string (a layer key
+    may spell a variable)."""
     counts = Counter(name for line in [*body, *results] for name, _, _ in _names_in(line))
     unread = {name for name in names if counts[name] == 1}
-    out = []
-    for line in body:
+    out, kept_owners = [], []
+    for line, owner in zip(body, owners, strict=True):
         found = _names_in(line)
         if found and found[0][0] in unread and found[0][1] == 0 and line.startswith(f"{found[0][0]} = "):
             continue
@@ -702,19 +713,66 @@ def _without_unread(body: list[str], results: list[str], names: set[str], calls:
                 if name in unread:
                     line = line[:start] + "_" + line[end:]
         out.append(line)
+        kept_owners.append(owner)
     counts = Counter(name for line in [*out, *results] for name, _, _ in _names_in(line))  # without those lines
     kept = []
     for line in out:
         target = line.split(" = ")[0]
         kept.append("_" + line[len(target) :] if target in calls and counts[target] == 1 else line)
-    return kept
+    return kept, kept_owners
 
 
-def _class_name(model: Any, class_name: Any, e: _Emitter) -> str:
+def _assigned(line: str) -> list[str]:
+    """The variables one line of ``forward`` assigns (none for a ``del``)."""
+    statements = ast.parse(line).body  # none for a comment
+    if not statements or not isinstance(statements[0], ast.Assign):
+        return []
+    return [n.id for target in statements[0].targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _freed(body: list[str], owners: list[str], results: list[str]) -> tuple[list[str], list[str]]:
+    """The lines with ``del`` statements after the block (the lines of one call) that last reads a variable,
+    as a hand-written forward lets go of what it no longer needs: the memory of a tensor is reused while the
+    graph runs, not held to the end (a CNN's activations would otherwise all stay alive). Never a result, an
+    input or ``layers``, and nothing after the last block, where ``forward`` returns."""
+    made = {name for line in body for name in _assigned(line)} - set(results) - {"_"}
+    last: dict[str, int] = {}
+    for i, line in enumerate(body):
+        for name, _, _ in _names_in(line):
+            if name in made:
+                last[name] = i
+    ends: dict[int, list[str]] = {}  # the index of a block's last line -> the variables freed after it
+    for name, i in last.items():
+        while i + 1 < len(body) and owners[i + 1] == owners[i]:
+            i += 1
+        if i + 1 < len(body):  # after the last block, forward returns: nothing to let go of by hand
+            ends.setdefault(i, []).append(name)
+    lines, line_owners = [], []
+    for i, (line, owner) in enumerate(zip(body, owners, strict=True)):
+        lines.append(line)
+        line_owners.append(owner)
+        for statement in _del_statements(sorted(ends.get(i, []), key=lambda n: last[n])):
+            lines.append(statement)
+            line_owners.append(owner)
+    return lines, line_owners
+
+
+def _del_statements(names: list[str]) -> list[str]:
+    """``del a, b, ...``, as many statements as keep each line within the width ruff formats to."""
+    statements: list[str] = []
+    for name in names:
+        if statements and len(statements[-1]) + len(name) + 2 <= WIDTH - 8:
+            statements[-1] += f", {name}"
+        else:
+            statements.append(f"del {name}")
+    return statements
+
+
+def _class_name(graph: dict[str, Any], class_name: Any, e: _Emitter) -> str:
     """The class's name: ``class_name`` as given, checked, or one made from the Keras model's name."""
     taken = {name for names in e.imports.values() for name in names} | e.used  # unique in the whole module
     if class_name is None:
-        keras_name = model.graph.get("name")
+        keras_name = graph.get("name")
         name = identifier(keras_name or "converted_model", set(taken), camel=True)
         e.keras_names = {name: str(keras_name or ""), **e.keras_names}
         return name
@@ -766,11 +824,28 @@ def _parameters(structure: Any, inputs: list[str], used: set[str]) -> tuple[list
     return parameters, lines
 
 
+@dataclass(frozen=True)
+class Emitted:
+    """What :func:`emit` wrote: the module's ``source``, its class's name, each call's output variables
+    (``"_"`` where nothing reads one) and, for each line of ``source`` that belongs to a call, that call's
+    id (line numbers from 1, as tracebacks give them)."""
+
+    source: str
+    class_name: str
+    outputs: dict[str, list[str]]
+    line_calls: dict[int, str]
+
+
 def to_source(model: Any, class_name: str | None = None) -> str:
     """The converted ``model`` (a :class:`~attnzoo.keras.model.KerasModel`) as Python source (see the module
     docstring). ``class_name`` defaults to the Keras model's name in CamelCase. The source is checked with
     :func:`~attnzoo.keras.codegen.check_source` before it is returned."""
-    graph = model.graph
+    return emit(model.graph, model.mask_plans, class_name).source
+
+
+def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | None = None) -> Emitted:
+    """The module of ``graph`` whose calls follow ``plans`` (each call's mask rules, :mod:`~attnzoo.keras.masks`),
+    checked with :func:`~attnzoo.keras.codegen.check_source`; see :func:`to_source`."""
     e = _Emitter(counts=_needed_outputs(graph))
     inputs = []
     for spec in graph["inputs"]:
@@ -780,16 +855,26 @@ def to_source(model: Any, class_name: str | None = None) -> str:
         inputs.append(name)
     parameters, unpack = _parameters(graph.get("input_structure"), inputs, e.used)
     for call in graph["calls"]:
-        _emit_call(e, model, call)
+        _emit_call(e, graph, plans[call["id"]], call)
     results = [e.values[call][index] for call, index in graph["outputs"]]
-    e.body = _without_unread(e.body, results, e.masks | e.unpacked, e.returned)
-    name = _class_name(model, class_name, e)
+    body, owners = _without_unread(e.body, e.owners, results, e.masks | e.unpacked, e.returned)
+    e.body, e.owners = _freed(body, owners, results)
+    name = _class_name(graph, class_name, e)
     version = graph.get("keras_version")
     keras_version = None if version is None else str(version)
     shape = graph.get("output_structure")
-    source = "\n".join(_module(e, name, inputs, results, keras_version, shape, parameters, unpack))
+    lines, body_start = _module(e, name, inputs, results, keras_version, shape, parameters, unpack)
+    source = "\n".join(lines)
     check_source(source)
-    return source
+    line_calls = {}
+    number = body_start + 1
+    for statement, owner in zip(e.body, e.owners, strict=True):
+        for _ in layout(statement, "        "):
+            line_calls[number] = owner
+            number += 1
+    written = {n for line in e.body for n, _, _ in _names_in(line)} | set(results) | set(inputs)
+    outputs = {call: [v if v in written else "_" for v in names] for call, names in e.values.items()}
+    return Emitted(source, name, outputs, line_calls)
 
 
 def _module(
@@ -801,7 +886,8 @@ def _module(
     output_structure: Any,
     parameters: list[str],
     unpack: list[str],
-) -> list[str]:
+) -> tuple[list[str], int]:
+    """The module's lines, and how many of them come before ``forward``'s body (``e.body``)."""
     from attnzoo.version import __version__
 
     names = Counter(name for line in e.body for name, _, _ in _names_in(line))
@@ -813,7 +899,7 @@ def _module(
     if output_structure is not None:  # Keras's dict of outputs, or nested lists (as tuples)
         returns = _nested(output_structure, results)
         annotation = "dict[str, torch.Tensor]" if isinstance(output_structure, dict) else "tuple"
-    return [
+    head = [
         f'"""{name}: a Keras model converted by attnzoo {__version__}.',
         "",
         f"    model = {name}()",
@@ -843,10 +929,8 @@ def _module(
         *_signature(parameters, annotation),
         *_laid_out(unpack),
         *(["        layers = self.layers"] if names["layers"] else []),
-        *_laid_out(e.body),
-        *layout(f"return {returns}", "        "),
-        "",
     ]
+    return [*head, *_laid_out(e.body), *layout(f"return {returns}", "        "), ""], len(head)
 
 
 def _laid_out(statements: list[str]) -> list[str]:
