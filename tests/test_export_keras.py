@@ -100,17 +100,16 @@ def test_inputs_given_fix_every_axis_and_the_result_says_so(tmp_path):
 
 @pytest.mark.slow
 def test_a_file_that_differs_is_refused_naming_the_first_layer_that_differs(keras_exports, tmp_path, monkeypatch):
-    """A convolution whose traced graph pads with ones (a stand-in for any exporter's mistake): the file is
+    """A convolution whose traced graph adds one (a stand-in for any exporter's mistake): the file is
     deleted and the error names the Keras layer where the graph and eager part."""
-    import torch.nn.functional as F
-
-    from attnzoo.keras.converters import conv
-
-    def wrong_when_traced(x, pads, value=0.0):
-        return F.pad(x, pads, value=value + float(torch.compiler.is_compiling()))
-
-    monkeypatch.setattr(conv, "padded", wrong_when_traced)
     model = convert_keras_model(keras_exports / "text_cnn.keras")
+    assert type(model.layers["conv1d"]) is torch.nn.Conv1d  # the port's own convolution is torch's
+    convolve = torch.nn.Conv1d._conv_forward
+
+    def wrong_when_traced(self, x, weight, bias):
+        return convolve(self, x, weight, bias) + float(torch.compiler.is_compiling())
+
+    monkeypatch.setattr(torch.nn.Conv1d, "_conv_forward", wrong_when_traced)
     with pytest.raises(
         ExportError, match=r"differs from the model by .* the first layer that differs: conv1d \(Conv1D\)"
     ):

@@ -188,13 +188,18 @@ def _conv(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None,
     rank, k, s, d = spec["rank"], spec["kernel_size"], spec["strides"], spec["dilation_rate"]
     bias = "" if spec.get("use_bias", True) else ", bias=False"
     groups = f", groups={literal(spec['groups'])}" if spec.get("groups", 1) != 1 else ""
+    # Keras's "same" at stride 1 pads (k - 1) * d in all, the extra one on the right as torch's "same" does;
+    # torch's own padding reads the border without a padded copy where the two sides are equal
+    symmetric = all((a - 1) * b % 2 == 0 for a, b in zip(k, d, strict=True))
+    inside = spec.get("padding") == "same" and all(v == 1 for v in s) and symmetric
+    padding = ', padding="same"' if inside else ""
     e.init.append(
         f"self.layers[{literal(key)}] = nn.Conv{rank}d({literal(spec['in_channels'])}, {literal(spec['filters'])}, "
-        f"kernel_size={literal(k)}, stride={literal(s)}, dilation={literal(d)}{groups}{bias})"
+        f"kernel_size={literal(k)}, stride={literal(s)}{padding}, dilation={literal(d)}{groups}{bias})"
     )
     first = spec.get("channels_first", False)
     h = x if first else f"{x}.movedim(-1, 1)"
-    if spec.get("padding") == "same":  # TensorFlow's: the extra one on the right, by the input's length
+    if spec.get("padding") == "same" and not inside:  # TensorFlow's: the extra one on the right, by the input's length
         e.uses("attnzoo.keras.converters.conv", "conv_padding")
         e.body.append(f"{out} = {h}")
         h = f'F.pad({out}, conv_padding({out}, "same", {literal(k)}, {literal(s)}, {literal(d)}))'
