@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import attnzoo
 from attnzoo.keras.nodes import NODES, build_node
@@ -245,3 +246,48 @@ def test_the_written_layers_predict_what_keras_predicts(tmp_path, monkeypatch):
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"output {i}: {m}")
+
+
+@pytest.mark.slow
+def test_every_small_transposed_convolution_and_pooling_is_written_exactly_where_torch_can_and_equals_its_node():
+    """Over windows 1-4, strides 1-3, dilations 1-2, both paddings and every output_padding Keras takes, at an
+    odd and an even length: a written transposed convolution or pooling equals its node; for a transposed
+    convolution kept as its node, no ``padding`` and ``output_padding`` torch takes gives the node's output
+    (brute force over them), so declining loses nothing."""
+    torch.manual_seed(1)
+    written = declined = 0
+    specs = []
+    grid = [(k, s, d, p) for k in range(1, 5) for s in range(1, 4) for d in (1, 2) for p in ("valid", "same")]
+    for k, s, d, padding in grid:
+        for output_padding in [None, *([[p] for p in range(s)] if d == 1 else [])]:
+            specs.append(_transpose([k], [s], padding, output_padding, d=[d]))
+        if d == 1:
+            specs += [_pool(kind, [k], [s], padding) for kind in ("max", "average")]
+    for spec in specs:
+        model = _model(spec, 3)
+        node = build_node(spec)
+        _randomised(node)
+        if isinstance(model.layers["layer"], NODES[spec["op"]]):
+            declined += 1
+            if spec["op"] == "conv_transpose":
+                _no_torch_padding_gives(node, spec)
+            continue
+        written += 1
+        model.layers["layer"].load_state_dict(node.state_dict())
+        for length in (6, 7):
+            x = torch.randn(2, length, 3)
+            with torch.no_grad():
+                got, want = model.eval()(x), node.eval()([x], {}, [None])[0][0]
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=lambda m, spec=spec: f"{spec}: {m}")
+    assert written > declined > 0, (written, declined)
+
+
+def _no_torch_padding_gives(node, spec: dict) -> None:
+    (k,), (s,), (d,) = spec["kernel_size"], spec["strides"], spec["dilation_rate"]
+    x = torch.randn(2, 7, 3)
+    with torch.no_grad():
+        want = node.eval()([x], {}, [None])[0][0].movedim(-1, 1)
+        for padding in range((k - 1) * d + 1):
+            for extra in range(max(s, d)):
+                y = F.conv_transpose1d(x.movedim(-1, 1), node.weight, node.bias, s, padding, extra, 1, d)
+                assert y.shape != want.shape or not torch.allclose(y, want, atol=1e-5), (spec, padding, extra)
