@@ -292,7 +292,9 @@ def _spatial_pad(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str 
     ``Cropping1D/2D/3D`` (every margin a cut, at most 0): the slice of what stays, as Keras itself crops."""
     first, margins = spec.get("channels_first", False), spec["margins"]
     if all(before <= 0 and after <= 0 for before, after in margins):
-        kept = [(str(-before) if before else "") + ":" + (str(after) if after else "") for before, after in margins]
+        kept = [
+            (literal(-before) if before else "") + ":" + (literal(after) if after else "") for before, after in margins
+        ]
         e.body.append(f"{out} = {x}[{':, :' if first else ':'}, {', '.join(kept)}]")
     else:
         pads = [] if first else [0, 0]  # the channels, last in Keras's layout
