@@ -169,9 +169,9 @@ def test_a_spec_torch_s_form_does_not_compute_keeps_its_node(spec, shape):
     assert type(model.layers["layer"]) is cls
 
 
-def test_a_softmax_of_a_masked_input_keeps_its_node_and_a_relu_passes_the_mask_on():
-    """Softmax reads its input's mask (masked scores are zero): the node call stays; the ReLU layer's output
-    has its input's mask, as the node's."""
+def test_a_softmax_of_a_masked_input_keeps_its_node_and_a_relu_and_a_layer_norm_pass_the_mask_on():
+    """Softmax reads its input's mask (masked scores are zero): the node call stays; the ReLU layer's and the
+    LayerNormalization's outputs have their input's mask, as their nodes'."""
     graph = {
         "format": 1,
         "keras_version": "3.15.1",
@@ -179,24 +179,30 @@ def test_a_softmax_of_a_masked_input_keeps_its_node_and_a_relu_passes_the_mask_o
         "layers": {
             "masking": {"op": "masking", "mask_value": 0.0},
             "relu": _relu(negative_slope=0.2),
+            "norm": {**_norm(), "shape": [3]},
             "softmax": {"op": "softmax", "axis": -1, "keras3": True},
         },
         "calls": [
             {"id": "masking", "layer": "masking", "args": [{"ref": ["x", 0]}], "kwargs": {}},
             {"id": "relu", "layer": "relu", "args": [{"ref": ["masking", 0]}], "kwargs": {}},
-            {"id": "softmax", "layer": "softmax", "args": [{"ref": ["relu", 0]}], "kwargs": {}},
+            {"id": "norm", "layer": "norm", "args": [{"ref": ["relu", 0]}], "kwargs": {}},
+            {"id": "softmax", "layer": "softmax", "args": [{"ref": ["norm", 0]}], "kwargs": {}},
         ],
         "outputs": [["softmax", 0]],
     }
     model = attnzoo.create("keras_model", graph=graph)
     source = model.to_source()
-    assert 'self.layers["softmax"] = Softmax(' in source and "torch.where(" in source
-    assert "layers.softmax([relu], {}, [masking_mask])" in source  # the ReLU's output mask is its input's
+    assert 'self.layers["softmax"] = Softmax(' in source and "torch.where(" in source and "nn.LayerNorm(3" in source
+    assert "layers.softmax([norm], {}, [masking_mask])" in source  # the mask the ReLU and the norm pass on
     x = torch.randn(2, 4, 3)
     x[0, 1] = 0.0  # a masked step
     with torch.no_grad():
-        # by hand: the masked step stays 0; a [batch, steps] mask is no score mask of [batch, steps, 3] scores
-        want = torch.softmax(torch.where(x >= 0, x, 0.2 * x), dim=-1)
+        # by hand: the masked step stays 0; the norm's gamma is 1, its beta 0 (a fresh layer's); a
+        # [batch, steps] mask is no score mask of [batch, steps, 3] scores
+        relu = torch.where(x >= 0, x, 0.2 * x)
+        centred = relu - relu.mean(-1, keepdim=True)
+        norm = centred / (centred.square().mean(-1, keepdim=True) + 1e-3).sqrt()
+        want = torch.softmax(norm, dim=-1)
         torch.testing.assert_close(model.eval()(x), want, rtol=0, atol=1e-6)
 
 
