@@ -174,7 +174,8 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
     structured data, ConvLSTM and keras-hub layers), with no layer's settings written as a dict; each one of
     tensor inputs also computes what the converted model computes. No recorded Keras operation is a declared
     layer, a Concatenate or global pooling only where its mask comes from a node call, and the modules
-    declare at most the 234 layers measured when the stateless nodes became expressions (253 before)."""
+    declare at most the 227 layers measured when padding, cropping, UpSampling and pooling became torch
+    expressions (232 before, 253 before the stateless nodes became expressions)."""
     written = compared = 0
     declared: Counter[str] = Counter()
     for file in FIXTURES:
@@ -194,7 +195,7 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
         declared += _declared(model, source)
     assert written >= 35 and compared >= 25, (written, compared)
     assert declared["Operation"] == 0 and declared["Concatenate"] + declared["GlobalPool"] <= 7, declared
-    assert sum(declared.values()) <= 234, declared
+    assert sum(declared.values()) <= 227, declared
     for arguments in (
         ["format", "--isolated", "--check"],
         ["format", "--isolated", "--check", "--line-length", "120"],

@@ -48,6 +48,7 @@ from typing import Any
 from attnzoo.errors import ConfigError
 from attnzoo.keras.code_lines import WIDTH, layout
 from attnzoo.keras.codegen import check_source, identifier, literal, usable
+from attnzoo.keras.converters.conv_transpose import transpose_window
 from attnzoo.keras.converters.ops import DTYPES, ELEMENTWISE, REDUCE, UNARY
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node, refs_in
 from attnzoo.keras.nodes import NODES, Node
@@ -259,6 +260,9 @@ def _plain(spec: dict[str, Any]) -> Any:
         return _dropout if _of(spec, float, "rate") and 0 <= rate < 1 else None
     if op == "embedding" and not _of(spec, int, "input_dim", "output_dim"):
         return None
+    if op in _CHECKED_OPS:  # the writers of torch's own functions and layers below, each with its check
+        writes, writer = _CHECKED_OPS[op]
+        return writer if writes(spec) else None
     return _PLAIN_OPS.get(op)
 
 
@@ -279,6 +283,201 @@ _PLAIN_OPS = {
     "repeat_vector": _reshaping,
 }
 
+
+# -- torch's own functions and layers for Keras's padding, resampling, pooling, LayerNormalization and
+# transposed convolutions: each writes a spec that its check (``_CHECKED_OPS``) passed, computing what the
+# node computes; a spec outside what torch's form computes exactly keeps the node call
+def _spatial_pad(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
+    """``ZeroPadding1D/2D/3D``: ``F.pad`` of the margins (zeros), the last axis first, as the node pads;
+    ``Cropping1D/2D/3D`` (every margin a cut, at most 0): the slice of what stays, as Keras itself crops."""
+    first, margins = spec.get("channels_first", False), spec["margins"]
+    if all(before <= 0 and after <= 0 for before, after in margins):
+        kept = [
+            (literal(-before) if before else "") + ":" + (literal(after) if after else "") for before, after in margins
+        ]
+        e.body.append(f"{out} = {x}[{':, :' if first else ':'}, {', '.join(kept)}]")
+    else:
+        pads = [] if first else [0, 0]  # the channels, last in Keras's layout
+        for before, after in reversed(margins):
+            pads += [before, after]
+        e.body.append(f"{out} = F.pad({x}, {literal(pads)})")
+    e.mask_of[out] = None
+
+
+def _upsampling(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
+    """``UpSampling1D/2D/3D``: nearest repeats each entry ``size`` times along its axis
+    (``repeat_interleave``); UpSampling2D's bilinear is ``F.interpolate`` at half-pixel centres, as the node."""
+    first = spec.get("channels_first", False)
+    if spec.get("interpolation", "nearest") == "nearest":
+        value = x
+        for axis, factor in enumerate(spec["size"]):
+            if factor != 1:
+                value = f"{value}.repeat_interleave({literal(factor)}, dim={(2 if first else 1) + axis})"
+        e.body.append(f"{out} = {value}")
+    else:
+        scale = literal(tuple(float(s) for s in spec["size"]))
+        h = x if first else f"{x}.movedim(-1, 1)"
+        value = f'F.interpolate({h}, scale_factor={scale}, mode="bilinear", align_corners=False)'
+        e.body.append(f"{out} = {value}" + ("" if first else ".movedim(1, -1)"))
+    e.mask_of[out] = None
+
+
+def _pool(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
+    """``MaxPooling`` / ``AveragePooling`` 1D/2D/3D: ``F.max_poolNd`` / ``F.avg_poolNd``. Keras's "same" at
+    stride 1 with an odd window pads ``(k - 1) / 2`` on each side: torch's own padding, which max pooling
+    never picks and average pooling leaves out of the count (``count_include_pad=False``), as Keras does;
+    other "same" max pooling pads by the input's length with -inf (TensorFlow's, the extra one on the right)."""
+    rank, k, s = spec["rank"], spec["pool_size"], spec["strides"]
+    first, average = spec.get("channels_first", False), spec["kind"] == "average"
+    h = x if first else f"{x}.movedim(-1, 1)"
+    options = ""
+    if spec.get("padding", "valid") == "same" and _centred(k, s):
+        options = f", padding={literal([(v - 1) // 2 for v in k])}" + (", count_include_pad=False" if average else "")
+    elif spec.get("padding", "valid") == "same":  # max pooling only: the check declines the average
+        e.uses("attnzoo.keras.converters.conv", "conv_padding")
+        e.body.append(f"{out} = {h}")
+        pads = f'conv_padding({out}, "same", {literal(k)}, {literal(s)}, {literal([1] * rank)})'
+        h = f'F.pad({out}, {pads}, value=-float("inf"))'
+    value = f"F.{'avg' if average else 'max'}_pool{rank}d({h}, {literal(k)}, {literal(s)}{options})"
+    e.body.append(f"{out} = {value}" + ("" if first else ".movedim(1, -1)"))
+    e.mask_of[out] = None
+
+
+def _centred(kernel: list[int], strides: list[int]) -> bool:
+    """Whether Keras's "same" pads each axis equally on both sides whatever the input's length: stride 1 and
+    an odd window (``k - 1`` in all)."""
+    return all(s == 1 and k % 2 == 1 for k, s in zip(kernel, strides, strict=True))
+
+
+def _layer_norm(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
+    """``LayerNormalization`` over the last axis: ``nn.LayerNorm`` with Keras's epsilon (``weight`` is Keras's
+    gamma, ``bias`` its beta; ``bias=False`` where Keras has no offset), ``F.layer_norm`` where it has neither
+    scale nor offset. The mask passes, as the node's."""
+    size, epsilon = literal(spec["shape"][0]), literal(spec["epsilon"])
+    if spec.get("scale", True):
+        bias = "" if spec.get("center", True) else ", bias=False"
+        e.init.append(f"self.layers[{literal(key)}] = nn.LayerNorm({size}, eps={epsilon}{bias})")
+        e.body.append(f"{out} = {_layer(key)}({x})")
+    else:
+        e.body.append(f"{out} = F.layer_norm({x}, ({size},), eps={epsilon})")
+    e.mask_of[out] = mask
+
+
+def _conv_transpose(e: _Emitter, key: str, spec: dict[str, Any], x: str, mask: str | None, out: str) -> None:
+    """``Conv1D/2D/3DTranspose``: ``nn.ConvTransposeNd`` whose symmetric ``padding`` and ``output_padding``
+    cut the full transposed convolution where Keras cuts it (see :func:`_transpose_padding`); the node's
+    ``weight`` [in, filters, *kernel] is torch's layout."""
+    rank, k, s, d = spec["rank"], spec["kernel_size"], spec["strides"], spec["dilation_rate"]
+    padding, extra = _transpose_padding(spec) or ([0] * rank, [0] * rank)
+    options = f", padding={literal(padding)}" if any(padding) else ""
+    options += f", output_padding={literal(extra)}" if any(extra) else ""
+    options += f", dilation={literal(d)}" if any(v != 1 for v in d) else ""
+    options += "" if spec.get("use_bias", True) else ", bias=False"
+    e.init.append(
+        f"self.layers[{literal(key)}] = nn.ConvTranspose{rank}d({literal(spec['in_channels'])}, "
+        f"{literal(spec['filters'])}, kernel_size={literal(k)}, stride={literal(s)}{options})"
+    )
+    first = spec.get("channels_first", False)
+    h = x if first else f"{x}.movedim(-1, 1)"
+    _apply(e, out, f"{_layer(key)}({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
+    e.mask_of[out] = None
+
+
+def _transpose_padding(spec: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """torch's ``padding`` and ``output_padding`` per axis that give Keras's window of the full transposed
+    convolution, or None where none do. torch cuts ``padding`` from each side and gives back
+    ``output_padding`` (< max(stride, dilation)) on the right; Keras cuts ``left`` and ``right``
+    (:func:`~attnzoo.keras.converters.conv_transpose.transpose_window`), so torch's form needs
+    ``0 <= left - right < max(stride, dilation)``: not "same" with an odd total, which Keras cuts more
+    from the right."""
+    padding, extra = [], []
+    output_padding = spec.get("output_padding")
+    for axis in range(spec["rank"]):
+        k, s, d = spec["kernel_size"][axis], spec["strides"][axis], spec["dilation_rate"][axis]
+        given = None if output_padding is None else output_padding[axis]
+        left, right = transpose_window(k, s, d, spec.get("padding", "valid"), given)
+        if left < 0 or not 0 <= left - right < max(s, d):
+            return None
+        padding.append(left)
+        extra.append(left - right)
+    return padding, extra
+
+
+def _sizes(value: Any, rank: Any, least: int = 1) -> bool:
+    """A list of ``rank`` plain ints, each at least ``least``."""
+    return (
+        isinstance(value, list)
+        and len(value) == rank
+        and _of(dict(enumerate(value)), int)
+        and all(v >= least for v in value)
+    )
+
+
+def _flags(spec: dict[str, Any], *keys: str) -> bool:
+    """Whether ``spec``'s values at ``keys`` are bools, where given."""
+    return all(isinstance(spec.get(k, False), bool) for k in keys)
+
+
+def _rank(spec: dict[str, Any]) -> bool:
+    return spec.get("rank") in (1, 2, 3) and _of(spec, int, "rank")
+
+
+def _writes_spatial_pad(spec: dict[str, Any]) -> bool:
+    margins = spec.get("margins")
+    if not isinstance(margins, list) or not 1 <= len(margins) <= 3 or not _flags(spec, "channels_first"):
+        return False
+    return all(_sizes(pair, 2, least=-(2**62)) for pair in margins)
+
+
+def _writes_upsampling(spec: dict[str, Any]) -> bool:
+    interpolation = spec.get("interpolation", "nearest")
+    if not _rank(spec) or not _sizes(spec.get("size"), spec["rank"]) or not _flags(spec, "channels_first"):
+        return False
+    return interpolation == "nearest" or (interpolation == "bilinear" and spec["rank"] == 2)
+
+
+def _writes_pool(spec: dict[str, Any]) -> bool:
+    if not _rank(spec) or spec.get("kind") not in ("max", "average") or not _flags(spec, "channels_first"):
+        return False
+    k, s, padding = spec.get("pool_size"), spec.get("strides"), spec.get("padding", "valid")
+    if not _sizes(k, spec["rank"]) or not _sizes(s, spec["rank"]) or padding not in ("valid", "same"):
+        return False
+    # an average over "same" padding that may be uneven counts only the real entries: no torch padding does
+    return padding == "valid" or spec["kind"] == "max" or _centred(k, s)
+
+
+def _writes_layer_norm(spec: dict[str, Any]) -> bool:
+    if spec.get("axis") != [-1] or not _sizes(spec.get("shape"), 1) or not _of(spec, float, "epsilon"):
+        return False
+    if not _flags(spec, "center", "scale", "rms_scaling") or spec.get("rms_scaling", False):
+        return False  # keras 3's rms_scaling divides by the variance: no torch layer does
+    return spec.get("scale", True) or not spec.get("center", True)  # an offset alone: no torch layer has one
+
+
+def _writes_conv_transpose(spec: dict[str, Any]) -> bool:
+    if (
+        not _rank(spec)
+        or not _of(spec, int, "in_channels", "filters")
+        or not _flags(spec, "use_bias", "channels_first")
+    ):
+        return False
+    rank, output_padding = spec["rank"], spec.get("output_padding")
+    if not all(_sizes(spec.get(k), rank) for k in ("kernel_size", "strides", "dilation_rate")):
+        return False
+    if spec.get("padding", "valid") not in ("valid", "same") or not isinstance(spec.get("activation", "linear"), str):
+        return False
+    if output_padding is not None and not _sizes(output_padding, rank, least=0):
+        return False
+    return _transpose_padding(spec) is not None
+
+
+_CHECKED_OPS = {
+    "spatial_pad": (_writes_spatial_pad, _spatial_pad),
+    "upsampling": (_writes_upsampling, _upsampling),
+    "pool": (_writes_pool, _pool),
+    "layer_norm": (_writes_layer_norm, _layer_norm),
+    "conv_transpose": (_writes_conv_transpose, _conv_transpose),
+}
 
 # -- stateless nodes (operations, Concatenate, global pooling) as torch expressions ------------------------
 # Each writer returns False, having written nothing, where the call is not one it can write exactly (a
@@ -489,7 +688,49 @@ def _stateless(e: _Emitter, spec: dict[str, Any], call: dict[str, Any], plan: Ca
     return done
 
 
+def _activation_layer(e: _Emitter, spec: dict[str, Any], plan: CallMasks, args: list[Any], out: str) -> bool:
+    """``ReLU`` (its max_value, negative_slope and threshold), ``LeakyReLU`` and ``ELU`` layers: the node's
+    formula, its mask passed on (a mask variable that may hold None is the node's output mask as it is)."""
+    kind, slope, threshold = spec.get("activation"), spec.get("negative_slope", 0.0), spec.get("threshold", 0.0)
+    top, alpha = spec.get("max_value"), spec.get("alpha", 1.0)
+    if kind not in ("relu_layer", "elu_layer") or len(args) != 1 or not _is_ref(args[0]) or plan.explicit is not None:
+        return False
+    if not all(_number(v) for v in (slope, threshold, alpha)) or not (top is None or _number(top)):
+        return False
+    x = e.expression(args[0])
+    if kind == "elu_layer":
+        value = f"torch.where({x} > 0, {x}, {literal(alpha)} * torch.expm1({x}))"
+    elif slope == 0 and threshold == 0:  # ReLU, ReLU6: one pass, as the node
+        value = f"torch.relu({x})" if top is None else f"torch.clamp({x}, 0.0, {literal(top)})"
+    else:
+        # x - 0.0 is x, bit for bit (-0.0 and NaN too): LeakyReLU is written without it
+        below = f"{literal(slope)} * " + (f"({x} - {literal(threshold)})" if threshold else x)
+        value = f"torch.where({x} >= {literal(threshold)}, {x}, {below})"
+        value = value if top is None else f"torch.clamp({value}, max={literal(top)})"
+    e.body.append(f"{out} = {value}")
+    e.mask_of[out] = e.mask_of.get(x)
+    return True
+
+
+def _softmax_layer(e: _Emitter, spec: dict[str, Any], plan: CallMasks, args: list[Any], out: str) -> bool:
+    """``Softmax(axis)`` of an input with no mask (a mask would mask the scores: the node's rules):
+    ``torch.softmax``, over several axes ``exp(x - logsumexp(x))`` as the node."""
+    axis = spec.get("axis", -1)
+    if len(args) != 1 or not _is_ref(args[0]) or plan.explicit is not None or not _dims(axis):
+        return False
+    x = e.expression(args[0])
+    if e.mask_of.get(x) is not None:
+        return False
+    if isinstance(axis, int):
+        e.body.append(f"{out} = torch.softmax({x}, dim={literal(axis)})")
+    else:
+        e.body.append(f"{out} = torch.exp({x} - torch.logsumexp({x}, dim={_dim_text(axis)}, keepdim=True))")
+    e.mask_of[out] = None
+    return True
+
+
 _STATELESS: dict[str, Any] = {"operation": _operation, "concatenate": _concatenate, "global_pool": _global_pool}
+_STATELESS.update({"activation": _activation_layer, "softmax": _softmax_layer})
 
 
 # -- the node classes, called as the converted graph calls them ----------------------------------------------

@@ -1,0 +1,299 @@
+"""The Keras layers ``to_source()`` writes as torch's own functions and layers (padding and cropping,
+UpSampling, Max/AveragePooling, LayerNormalization, transposed convolutions, the ReLU/LeakyReLU/ELU and
+Softmax layers) compute what their node classes compute: the node (``build_node`` of the same spec, called
+with the list protocol) is the reference, itself tested against Keras (tests/test_keras_layers.py); a
+converted model runs the written module, so the model and the node are compared directly. Odd sizes, each
+padding and stride case, eval and train, outputs and gradients. A spec torch's form does not compute exactly
+keeps its node call. The last test builds the layers in Keras itself (the torch backend) and compares."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import attnzoo
+from attnzoo.keras.nodes import NODES, build_node
+
+
+def _model(spec: dict, rank: int, keras_class: str = "Layer"):
+    graph = {
+        "format": 1,
+        "keras_version": "3.15.1",
+        "inputs": [{"id": "x", "name": "x", "shape": [None] * rank, "dtype": "float32"}],
+        "layers": {"layer": {**spec, "keras": {"name": "layer", "class": keras_class}}},
+        "calls": [{"id": "layer", "layer": "layer", "args": [{"ref": ["x", 0]}], "kwargs": {}}],
+        "outputs": [["layer", 0]],
+    }
+    return attnzoo.create("keras_model", graph=graph)
+
+
+def _pad(margins, first=False):
+    return {"op": "spatial_pad", "margins": margins, "channels_first": first}
+
+
+def _up(size, interpolation="nearest", first=False):
+    return {
+        "op": "upsampling",
+        "rank": len(size),
+        "size": size,
+        "interpolation": interpolation,
+        "channels_first": first,
+    }
+
+
+def _pool(kind, k, s, padding, first=False):
+    spec = {"op": "pool", "rank": len(k), "kind": kind, "pool_size": k, "strides": s, "padding": padding}
+    return {**spec, "channels_first": first}
+
+
+def _norm(center=True, scale=True, **extra):
+    spec = {"op": "layer_norm", "axis": [-1], "shape": [5], "epsilon": 1e-3, "center": center, "scale": scale}
+    return {**spec, "rms_scaling": False, **extra}
+
+
+def _transpose(k, s, padding, output_padding=None, d=None, first=False, **extra):
+    spec = {"op": "conv_transpose", "rank": len(k), "filters": 4, "in_channels": 3, "kernel_size": k, "strides": s}
+    spec.update(dilation_rate=d or [1] * len(k), padding=padding, output_padding=output_padding)
+    return {**spec, "activation": "linear", "use_bias": True, "channels_first": first, **extra}
+
+
+def _relu(**settings):
+    return {"op": "activation", "activation": "relu_layer", **settings}
+
+
+# (id, spec, input shape, text the written line holds, exact: bit for bit)
+CASES = [
+    ("zero_padding1d", _pad([[2, 1]]), [2, 5, 3], "F.pad(", True),
+    ("zero_padding2d", _pad([[1, 2], [0, 3]]), [2, 5, 7, 3], "F.pad(", True),
+    ("zero_padding2d_first", _pad([[1, 0], [2, 3]], True), [2, 3, 5, 7], "F.pad(", True),
+    ("zero_padding3d", _pad([[1, 1], [0, 2], [1, 0]]), [2, 3, 5, 3, 2], "F.pad(", True),
+    ("cropping1d", _pad([[-1, -2]]), [2, 7, 3], "[:, 1:-2]", True),
+    ("cropping2d", _pad([[-1, 0], [-2, -1]]), [2, 5, 7, 3], "[:, 1:, 2:-1]", True),
+    ("cropping2d_first", _pad([[0, -1], [-3, 0]], True), [2, 3, 5, 7], "[:, :, :-1, 3:]", True),
+    ("cropping3d", _pad([[-1, -1], [0, -1], [-2, 0]]), [2, 5, 3, 5, 2], "[:, 1:-1, :-1, 2:]", True),
+    ("upsampling1d", _up([3]), [2, 5, 3], ".repeat_interleave(3, dim=1)", True),
+    ("upsampling2d", _up([2, 3]), [2, 3, 5, 2], ".repeat_interleave(3, dim=2)", True),
+    ("upsampling2d_first", _up([3, 1], first=True), [2, 2, 3, 5], ".repeat_interleave(3, dim=2)", True),
+    ("upsampling3d", _up([1, 2, 2]), [2, 3, 3, 5, 2], ".repeat_interleave(2, dim=3)", True),
+    ("upsampling2d_bilinear", _up([2, 3], "bilinear"), [2, 3, 5, 2], 'mode="bilinear"', True),
+    ("max_valid2d", _pool("max", [2, 3], [2, 1], "valid"), [2, 7, 9, 3], "F.max_pool2d(", True),
+    ("max_valid2d_first", _pool("max", [3, 2], [1, 2], "valid", True), [2, 3, 7, 9], "F.max_pool2d(", True),
+    ("max_same1d_odd", _pool("max", [2], [2], "same"), [2, 7, 3], "conv_padding(", True),
+    ("max_same1d_even", _pool("max", [3], [2], "same"), [2, 8, 3], "conv_padding(", True),
+    ("max_same2d_strided", _pool("max", [3, 2], [2, 3], "same"), [2, 7, 8, 3], "conv_padding(", True),
+    ("max_same2d_centred", _pool("max", [3, 5], [1, 1], "same"), [2, 5, 7, 3], "padding=[1, 2]", True),
+    ("average_valid2d", _pool("average", [2, 2], [2, 2], "valid"), [2, 7, 9, 3], "F.avg_pool2d(", True),
+    ("average_same1d_centred", _pool("average", [3], [1], "same"), [2, 7, 3], "count_include_pad=False", False),
+    ("average_same2d_centred", _pool("average", [3, 5], [1, 1], "same"), [2, 5, 7, 3], "count_include_pad", False),
+    ("average_same3d_centred", _pool("average", [3, 1, 3], [1, 1, 1], "same"), [2, 3, 5, 3, 2], "avg_pool3d", False),
+    ("layer_norm", _norm(), [2, 3, 5], "nn.LayerNorm(5, eps=0.001)", False),
+    ("layer_norm_scale_only", _norm(center=False), [2, 3, 5], "nn.LayerNorm(5, eps=0.001, bias=False)", False),
+    ("layer_norm_neither", _norm(center=False, scale=False), [2, 3, 5], "F.layer_norm(", False),
+    ("transpose2d_valid_output_padding", _transpose([4, 3], [2, 3], "valid", [1, 2]), [2, 3, 5, 3], "output", False),
+    ("transpose1d_valid_wide_stride", _transpose([2], [3], "valid"), [2, 5, 3], "output_padding=[1]", False),
+    ("transpose2d_same_even", _transpose([4, 4], [2, 2], "same"), [2, 5, 7, 3], "padding=[1, 1]", False),
+    ("transpose1d_same_stride1", _transpose([3], [1], "same"), [2, 7, 3], "padding=[1]", False),
+    ("transpose2d_same_dilated", _transpose([3, 3], [1, 1], "same", d=[2, 1]), [2, 5, 7, 3], "dilation", False),
+    ("transpose1d_same_output_padding", _transpose([4], [3], "same", [2]), [2, 5, 3], "padding=[1]", False),
+    (
+        "transpose2d_first_relu",
+        _transpose([3, 2], [2, 2], "valid", first=True, activation="relu", use_bias=False),
+        [2, 3, 5, 7],
+        "bias=False",
+        False,
+    ),
+    ("relu", _relu(), [2, 5, 3], "torch.relu(", True),
+    ("relu6", _relu(max_value=6.0), [2, 5, 3], "torch.clamp(", True),
+    ("leaky_relu", _relu(negative_slope=0.3), [2, 5, 3], "torch.where(", True),
+    ("relu_threshold", _relu(negative_slope=0.1, threshold=0.5, max_value=1.5), [2, 5, 3], "max=1.5", True),
+    ("elu", {"op": "activation", "activation": "elu_layer", "alpha": 0.7}, [2, 5, 3], "torch.expm1(", True),
+    ("softmax", {"op": "softmax", "axis": 1, "keras3": True}, [2, 5, 3], "torch.softmax(", True),
+    ("softmax_axes", {"op": "softmax", "axis": [1, 2], "keras3": True}, [2, 5, 3], "torch.logsumexp(", True),
+]
+
+
+def _randomised(node) -> None:
+    """Weights off their initial values (LayerNorm starts at ones and zeros, which would hide a swap)."""
+    with torch.no_grad():
+        for parameter in node.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.5 + 0.2)
+
+
+@pytest.mark.parametrize(("spec", "shape", "text", "exact"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_written_layer_computes_what_its_node_computes(spec, shape, text, exact):
+    torch.manual_seed(0)
+    model = _model(spec, len(shape))
+    source = model.to_source()
+    forward = source.split("def forward", 1)[1]
+    assert text in source, forward
+    assert f"= {NODES[spec['op']].__name__}(" not in source  # the node class is not declared
+    node = build_node(spec)
+    _randomised(node)
+    model.layers["layer"].load_state_dict(node.state_dict())
+    tolerance = {"rtol": 0, "atol": 0} if exact else {"rtol": 1e-6, "atol": 1e-6}
+    x = torch.randn(*shape)
+    for training in (False, True):
+        model.train(training), node.train(training)
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, want = model(a), node([b], {}, [None])[0][0]
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, **tolerance)
+        weights = torch.randn_like(want)  # the gradients of a weighted sum: every entry's own
+        (got * weights).sum().backward()
+        (want * weights).sum().backward()
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+        ported = dict(model.layers["layer"].named_parameters())
+        for name, parameter in node.named_parameters():
+            torch.testing.assert_close(ported[name].grad, parameter.grad, rtol=1e-5, atol=1e-5)
+            ported[name].grad, parameter.grad = None, None
+
+
+# specs torch's form would compute otherwise: the node class stays
+DECLINED = [
+    ("average_same_strided", _pool("average", [3], [2], "same"), [2, 8, 3]),  # uneven "same" at even lengths
+    ("average_same_even_window", _pool("average", [2, 2], [1, 1], "same"), [2, 5, 7, 3]),
+    ("layer_norm_offset_only", _norm(scale=False), [2, 3, 5]),
+    ("layer_norm_rms", _norm(center=False, rms_scaling=True), [2, 3, 5]),
+    ("layer_norm_middle_axis", {**_norm(), "axis": [1]}, [2, 5, 3]),
+    ("transpose_same_odd_total", _transpose([3, 3], [2, 2], "same"), [2, 5, 7, 3]),  # Keras cuts 1 more right
+    ("upsampling3d_bilinear", _up([2, 2, 2], "bilinear"), [2, 3, 3, 3, 2]),
+]
+
+
+@pytest.mark.parametrize(("spec", "shape"), [c[1:] for c in DECLINED], ids=[c[0] for c in DECLINED])
+def test_a_spec_torch_s_form_does_not_compute_keeps_its_node(spec, shape):
+    model = _model(spec, len(shape))
+    cls = NODES[spec["op"]]
+    assert f'self.layers["layer"] = {cls.__name__}(' in model.to_source()
+    assert type(model.layers["layer"]) is cls
+
+
+def test_a_softmax_of_a_masked_input_keeps_its_node_and_a_relu_and_a_layer_norm_pass_the_mask_on():
+    """Softmax reads its input's mask (masked scores are zero): the node call stays; the ReLU layer's and the
+    LayerNormalization's outputs have their input's mask, as their nodes'."""
+    graph = {
+        "format": 1,
+        "keras_version": "3.15.1",
+        "inputs": [{"id": "x", "name": "x", "shape": [None, None, None], "dtype": "float32"}],
+        "layers": {
+            "masking": {"op": "masking", "mask_value": 0.0},
+            "relu": _relu(negative_slope=0.2),
+            "norm": {**_norm(), "shape": [3]},
+            "softmax": {"op": "softmax", "axis": -1, "keras3": True},
+        },
+        "calls": [
+            {"id": "masking", "layer": "masking", "args": [{"ref": ["x", 0]}], "kwargs": {}},
+            {"id": "relu", "layer": "relu", "args": [{"ref": ["masking", 0]}], "kwargs": {}},
+            {"id": "norm", "layer": "norm", "args": [{"ref": ["relu", 0]}], "kwargs": {}},
+            {"id": "softmax", "layer": "softmax", "args": [{"ref": ["norm", 0]}], "kwargs": {}},
+        ],
+        "outputs": [["softmax", 0]],
+    }
+    model = attnzoo.create("keras_model", graph=graph)
+    source = model.to_source()
+    assert 'self.layers["softmax"] = Softmax(' in source and "torch.where(" in source and "nn.LayerNorm(3" in source
+    assert "layers.softmax([norm], {}, [masking_mask])" in source  # the mask the ReLU and the norm pass on
+    x = torch.randn(2, 4, 3)
+    x[0, 1] = 0.0  # a masked step
+    with torch.no_grad():
+        # by hand: the masked step stays 0; the norm's gamma is 1, its beta 0 (a fresh layer's); a
+        # [batch, steps] mask is no score mask of [batch, steps, 3] scores
+        relu = torch.where(x >= 0, x, 0.2 * x)
+        centred = relu - relu.mean(-1, keepdim=True)
+        norm = centred / (centred.square().mean(-1, keepdim=True) + 1e-3).sqrt()
+        want = torch.softmax(norm, dim=-1)
+        torch.testing.assert_close(model.eval()(x), want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_written_layers_predict_what_keras_predicts(tmp_path, monkeypatch):
+    """Keras 3 (torch backend) builds each layer in one model, saved and converted: the written module's
+    outputs equal Keras's predictions, and none of these layers is a node call."""
+    monkeypatch.setenv("KERAS_BACKEND", "torch")
+    keras = pytest.importorskip("keras")
+    from attnzoo.keras import convert_keras_model
+
+    layers = keras.layers
+    image = keras.Input((7, 9, 3))
+    sequence = keras.Input((7, 5))
+    outputs = [
+        layers.MaxPooling2D((3, 2), strides=(2, 3), padding="same")(image),
+        layers.AveragePooling2D((3, 3), strides=1, padding="same")(image),
+        layers.AveragePooling1D(2, padding="valid")(sequence),
+        layers.Conv2DTranspose(4, 4, strides=2, padding="same", activation="tanh")(image),
+        layers.Conv2DTranspose(2, (3, 2), strides=(2, 3), output_padding=(1, 2))(image),
+        layers.Conv1DTranspose(3, 3, padding="same")(sequence),
+        layers.LayerNormalization(center=False, epsilon=1e-5)(sequence),
+        layers.LayerNormalization()(sequence),
+        layers.UpSampling2D((2, 3))(image),
+        layers.UpSampling1D(2)(sequence),
+        layers.ZeroPadding2D(((1, 2), (0, 3)))(image),
+        layers.Cropping2D(((1, 0), (2, 1)))(image),
+        layers.Cropping1D((2, 1))(sequence),
+        layers.ReLU(max_value=1.5, negative_slope=0.1, threshold=0.2)(sequence),
+        layers.LeakyReLU(negative_slope=0.3)(sequence),
+        layers.ELU(alpha=0.7)(sequence),
+        layers.Softmax(axis=1)(sequence),
+    ]
+    keras_model = keras.Model([image, sequence], outputs)
+    keras.utils.set_random_seed(3)
+    for weight in keras_model.weights:  # off their initial values (ones, zeros)
+        weight.assign(keras.random.normal(weight.shape, seed=int(keras.random.randint((), 0, 10**6))) * 0.5)
+    keras_model.save(tmp_path / "model.keras")
+    inputs = [torch.randn(2, 7, 9, 3), torch.randn(2, 7, 5)]
+    want = [torch.as_tensor(keras.ops.convert_to_numpy(y)) for y in keras_model([x.numpy() for x in inputs])]
+    model = convert_keras_model(tmp_path / "model.keras").eval()
+    source = model.to_source()
+    for name in ("Pool(", "ConvTranspose(", "LayerNorm(", "UpSampling(", "SpatialPad(", "Activation(", "Softmax("):
+        assert f"= {name}" not in source, name
+    with torch.no_grad():
+        got = model(*inputs)
+    assert len(got) == len(want)
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"output {i}: {m}")
+
+
+@pytest.mark.slow
+def test_every_small_transposed_convolution_and_pooling_is_written_exactly_where_torch_can_and_equals_its_node():
+    """Over windows 1-4, strides 1-3, dilations 1-2, both paddings and every output_padding Keras takes, at an
+    odd and an even length: a written transposed convolution or pooling equals its node; for a transposed
+    convolution kept as its node, no ``padding`` and ``output_padding`` torch takes gives the node's output
+    (brute force over them), so declining loses nothing."""
+    torch.manual_seed(1)
+    written = declined = 0
+    specs = []
+    grid = [(k, s, d, p) for k in range(1, 5) for s in range(1, 4) for d in (1, 2) for p in ("valid", "same")]
+    for k, s, d, padding in grid:
+        for output_padding in [None, *([[p] for p in range(s)] if d == 1 else [])]:
+            specs.append(_transpose([k], [s], padding, output_padding, d=[d]))
+        if d == 1:
+            specs += [_pool(kind, [k], [s], padding) for kind in ("max", "average")]
+    for spec in specs:
+        model = _model(spec, 3)
+        node = build_node(spec)
+        _randomised(node)
+        if isinstance(model.layers["layer"], NODES[spec["op"]]):
+            declined += 1
+            if spec["op"] == "conv_transpose":
+                _no_torch_padding_gives(node, spec)
+            continue
+        written += 1
+        model.layers["layer"].load_state_dict(node.state_dict())
+        for length in (6, 7):
+            x = torch.randn(2, length, 3)
+            with torch.no_grad():
+                got, want = model.eval()(x), node.eval()([x], {}, [None])[0][0]
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=lambda m, spec=spec: f"{spec}: {m}")
+    assert written > declined > 0, (written, declined)
+
+
+def _no_torch_padding_gives(node, spec: dict) -> None:
+    (k,), (s,), (d,) = spec["kernel_size"], spec["strides"], spec["dilation_rate"]
+    x = torch.randn(2, 7, 3)
+    with torch.no_grad():
+        want = node.eval()([x], {}, [None])[0][0].movedim(-1, 1)
+        for padding in range((k - 1) * d + 1):
+            for extra in range(max(s, d)):
+                y = F.conv_transpose1d(x.movedim(-1, 1), node.weight, node.bias, s, padding, extra, 1, d)
+                assert y.shape != want.shape or not torch.allclose(y, want, atol=1e-5), (spec, padding, extra)
