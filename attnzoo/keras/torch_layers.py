@@ -84,8 +84,8 @@ def run_rnn(
     if torch.compiler.is_compiling():  # a traced graph cannot read the lengths packing needs
         return _stepped(rnn, x, mask, return_sequences=return_sequences, zero=zero_output_for_mask)
     if mask is None:
-        out, hn = rnn(x)
-        return out if return_sequences else _last(out, hn, bidirectional)
+        out, _ = rnn(x)
+        return out if return_sequences else _last(out, bidirectional)
     kept, lengths, right_padded = kept_first(x, mask)
     packed = pack_padded_sequence(kept, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
     packed_out, hn = rnn(packed)
@@ -112,7 +112,7 @@ def one_bias(rnn: nn.LSTM | nn.GRU | nn.RNN) -> nn.LSTM | nn.GRU | nn.RNN:
     return rnn
 
 
-def _last(out: Tensor, hn: Tensor | tuple[Tensor, Tensor], bidirectional: bool) -> Tensor:
+def _last(out: Tensor, bidirectional: bool) -> Tensor:
     """The last output of an unmasked run: the forward direction's last step, the reverse one's first."""
     units = out.shape[-1] // 2
     return torch.cat([out[:, -1, :units], out[:, 0, units:]], dim=-1) if bidirectional else out[:, -1]

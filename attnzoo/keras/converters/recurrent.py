@@ -13,6 +13,11 @@ moved to the front of each sample (a stable sort of the mask), run through torch
 kept step at or before it (one gather). That is Keras's result exactly, at the cost of one call of
 torch's packed kernel (cuDNN on a GPU). Right-padded input needs no sort.
 
+A converted model's emitted module writes an LSTM or GRU that torch's cell computes as ``nn.LSTM`` /
+``nn.GRU`` run by :func:`attnzoo.keras.torch_layers.run_rnn`, which keeps the same rule; this node runs
+the others (and its pieces, :func:`~attnzoo.keras.torch_layers.kept_first`,
+:func:`~attnzoo.keras.torch_layers.keras_outputs`, the step loop and ``scan``, live there, shared).
+
 Cells torch's kernels do not compute (Keras 2's ``hard_sigmoid``, a GRU with ``reset_after=False``,
 other activations) take the exact step loop, which applies Keras's masking rule literally. A graph being
 traced (torch.export, ONNX, torch.compile) runs the same step through ``scan`` (torch's loop operator,
