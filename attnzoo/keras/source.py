@@ -10,8 +10,10 @@ its activation, ``nn.Conv1d`` / ``nn.Conv2d`` with Keras's padding (``F.pad``), 
 ``Dropout``; the stateless nodes (Keras 3's recorded operations, ``Concatenate``, global pooling, its
 masked average too) are expressions in ``forward`` with no layer declared, where the call's data and masks
 let them be written exactly (a mask a node call returns may be None, so a Concatenate or masked pooling
-reading one stays a node call). The others (recurrent layers with Keras's masking on torch's packed kernel,
-BatchNormalization with Keras's statistics, the Add/Multiply/... merges, attention layers built by
+reading one stays a node call). Keras's LSTM and GRU that torch's cell computes are ``nn.LSTM`` / ``nn.GRU``
+(a Bidirectional of two, concatenated, one bidirectional layer) run by
+:func:`~attnzoo.keras.torch_layers.run_rnn`, which writes Keras's masking. The others (the other recurrent
+layers and calls, BatchNormalization with Keras's statistics, the Add/Multiply/... merges, attention layers built by
 ``attnzoo.create``) are attnzoo's own node classes, imported by name and called as the converted model
 calls them; their source is one click away, and they are what makes the emitted module equal the
 converted one.
@@ -502,6 +504,8 @@ def _torch_rnn(spec: Any) -> bool:
     """Whether a ``recurrent`` spec is torch's own cell: LSTM, or GRU with ``reset_after``; tanh and sigmoid;
     no dropout (Keras's acts in training), one output, batch first; values of the types the node reads."""
     if not isinstance(spec, dict) or spec.get("op") != "recurrent" or spec.get("cell") not in _RNN_CLASSES:
+        return False
+    if "units" not in spec or "input_size" not in spec:  # (the node needs them too: its error, not ours)
         return False
     flags = ("use_bias", "reset_after", "return_sequences", "return_state", "go_backwards", "time_major")
     if not _of(spec, int, "units", "input_size") or not all(isinstance(spec.get(k, False), bool) for k in flags):
