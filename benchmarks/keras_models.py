@@ -180,15 +180,18 @@ class HandWritten(nn.Module):
     def like(cls, converted: nn.Module) -> HandWritten:
         """The same weights as the converted classifier (torch layouts on both sides)."""
         hand = cls()
-        layers = converted.layers
-        emb = next(m for m in layers.values() if getattr(m, "op", "") == "embedding")
-        bi = next(m for m in layers.values() if getattr(m, "op", "") == "bidirectional")
-        dense = next(m for m in layers.values() if getattr(m, "op", "") == "dense")
+        layers = list(converted.layers.values())
+        emb = next(m for m in layers if isinstance(m, nn.Embedding))
+        dense = next(m for m in layers if isinstance(m, nn.Linear))
+        lstm = next(m for m in layers if isinstance(m, nn.LSTM) or getattr(m, "op", "") == "bidirectional")
         with torch.no_grad():
             hand.embedding.weight.copy_(emb.weight)
-            for suffix, direction in (("", bi.forward_layer), ("_reverse", bi.backward_layer)):
-                for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-                    getattr(hand.lstm, f"{name}_l0{suffix}").copy_(getattr(direction.rnn, f"{name}_l0"))
+            if isinstance(lstm, nn.LSTM):  # the port declares torch's own bidirectional LSTM
+                hand.lstm.load_state_dict(lstm.state_dict())
+            else:  # an attnzoo Bidirectional node: each direction's nn.LSTM
+                for suffix, direction in (("", lstm.forward_layer), ("_reverse", lstm.backward_layer)):
+                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                        getattr(hand.lstm, f"{name}_l0{suffix}").copy_(getattr(direction.rnn, f"{name}_l0"))
             hand.out.weight.copy_(dense.weight)
             hand.out.bias.copy_(dense.bias)
         return hand.eval()

@@ -158,7 +158,9 @@ def _declared(model, source: str) -> Counter[str]:
     """The classes of the layers ``__init__`` declares; each Concatenate or GlobalPool among them checked to
     be one ``to_source`` may not write out: it reads a tensor a node of its own ``forward`` returned, whose
     mask may be None when the code runs."""
-    classes = {ast.literal_eval(k): c for k, c in re.findall(r'self\.layers\[("[^"]*")\] = ([\w.]+)\(', source)}
+    # the class each declaration builds, inside a helper that adjusts it (one_bias(nn.LSTM(...)) is an nn.LSTM)
+    found = re.findall(r'self\.layers\[("[^"]*")\] = (?:one_bias\(\s*)?([\w.]+)\(', source)
+    classes = {ast.literal_eval(k): c for k, c in found}
     for key, cls in classes.items():
         if cls in ("Concatenate", "GlobalPool"):
             (call,) = [c for c in model.graph["calls"] if c["layer"] == key]
@@ -174,8 +176,9 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
     structured data, ConvLSTM and keras-hub layers), with no layer's settings written as a dict; each one of
     tensor inputs also computes what the converted model computes. No recorded Keras operation is a declared
     layer, a Concatenate or global pooling only where its mask comes from a node call, and the modules
-    declare at most the 227 layers measured when padding, cropping, UpSampling and pooling became torch
-    expressions (232 before, 253 before the stateless nodes became expressions)."""
+    declare at most the 225 layers measured when Keras's LSTM and GRU became nn.LSTM / nn.GRU and padding,
+    cropping, UpSampling and pooling became torch expressions (234 before, when the stateless nodes became
+    expressions; 253 before that)."""
     written = compared = 0
     declared: Counter[str] = Counter()
     for file in FIXTURES:
@@ -195,7 +198,7 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
         declared += _declared(model, source)
     assert written >= 35 and compared >= 25, (written, compared)
     assert declared["Operation"] == 0 and declared["Concatenate"] + declared["GlobalPool"] <= 7, declared
-    assert sum(declared.values()) <= 227, declared
+    assert sum(declared.values()) <= 225, declared
     for arguments in (
         ["format", "--isolated", "--check"],
         ["format", "--isolated", "--check", "--line-length", "120"],

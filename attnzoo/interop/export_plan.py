@@ -88,8 +88,9 @@ def _fixed_axes(model: Any) -> tuple[str, ...]:
     axis, so a model that holds one exports with its sequence lengths fixed (the batch stays dynamic)."""
     from torch import nn
 
-    # a converted Keras RNN traces its steps through scan, which keeps the length open
-    scanned = {id(m.rnn) for m in model.modules() if getattr(m, "traces_any_length", False)}
+    # a converted Keras RNN traces its steps through scan, which keeps the length open: a Recurrent node's
+    # .rnn, or an nn.LSTM / nn.GRU a converted model's emitted forward runs through run_rnn
+    scanned = {id(getattr(m, "rnn", m)) for m in model.modules() if getattr(m, "traces_any_length", False)}
     fixed = any(isinstance(m, nn.RNNBase) and id(m) not in scanned for m in model.modules())
     return ("keys", "queries") if fixed else ()
 

@@ -389,6 +389,7 @@ def convert_keras_model(
     if logits:
         _drop_squashing(config, report)
     model = create("keras_model", graph=config)
+    model.convert_layout(state, "")  # the nodes' keys as the emitted module's torch layers name them
     missing = set(model.state_dict()) - set(state)
     unexpected = set(state) - set(model.state_dict())
     if missing or unexpected:  # a converter and its node disagree: a bug of ours, said plainly

@@ -24,8 +24,22 @@ One plan, printed and run: the model writes its graph once as a PyTorch module
 classes where Keras's semantics need them, straight-line ``forward``), compiles it
 (:mod:`attnzoo.keras.compiled`) and holds that module's layers. ``forward`` checks the inputs and calls the
 compiled ``forward``, so ``model.code`` (what ``to_source()`` returns) is the code that runs, and a
-traceback through the model shows its lines. The state dict is the same whichever way it is built: the
-layers sit under ``layers.<key>``, keyed as in the graph.
+traceback through the model shows its lines.
+
+The state dict is the emitted module's, so its ``load_state_dict`` takes a saved folder's tensors as they
+are: the layers sit under ``layers.<key>``, each keyed as the class the module declares keys it. Where
+that is a torch layer whose keys differ from its node's, one map per node class says how
+(:meth:`Node.torch_key <attnzoo.keras.nodes.Node.torch_key>`): a ``Recurrent`` (Keras's LSTM, GRU) as
+``nn.LSTM`` / ``nn.GRU``, ``rnn.weight_ih_l0`` -> ``weight_ih_l0``; a ``Bidirectional`` as one
+bidirectional ``nn.LSTM``, ``forward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0`` and
+``backward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0_reverse`` (the same for ``weight_hh``, ``bias_ih``,
+``bias_hh``); every other node's keys are its torch layer's (``nn.Linear``'s ``weight``, ``bias``). The
+model applies the map (``node_keys``, :meth:`KerasModel.convert_layout`) when it is built, and, as a
+``load_state_dict`` pre-hook and in ``attnzoo.load``, to the tensors it is given: a folder saved while the
+layer was its node (before attnzoo wrote it as torch) loads, renamed, and so does the other way round. A
+key under such a layer that neither form has is a ``WeightsError``, never dropped. An LSTM's second bias
+(``bias_hh_l0``, zero: Keras's LSTM has one) is a buffer in both forms, so training trains Keras's
+variables.
 
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
 tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
@@ -49,6 +63,7 @@ import torch
 from torch import Tensor, nn
 
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
+from attnzoo.errors import WeightsError
 from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.masks import call_masks
@@ -105,12 +120,39 @@ class KerasModel(nn.Module):
             for call in self.calls
         }
         self.emitted: Emitted = emit(graph, self.mask_plans)
-        self.layers = _adopted(self._port.cls, nodes)
+        self.layers, self.node_keys = _adopted(self._port.cls, nodes)
+        self._register_load_state_dict_pre_hook(self._layout_pre_hook)
         for key, spec in graph["layers"].items():
             if spec.get("keras", {}).get("trainable") is False:  # Keras's trainable: false stays frozen
                 layer = self.layers[key]
                 layer.trainable = False
                 layer.requires_grad_(False)
+
+    # -- state-dict keys --------------------------------------------------------------------------------
+    def convert_layout(self, state_dict: dict[str, Any], prefix: str) -> None:
+        """Rename, in place, the keys of a layer's other form to those it holds (``node_keys``, see the
+        class docstring): ``layers.lstm.rnn.weight_ih_l0`` -> ``layers.lstm.weight_ih_l0``, as a folder
+        saved before that LSTM was torch's holds them (and back, for a layer the emitted module keeps as
+        its node); ``load_state_dict`` (a pre-hook) and ``attnzoo.load`` apply it. A key under such a layer
+        that is neither of its forms, or a tensor given under both, is a ``WeightsError``: nothing is
+        dropped."""
+        for old, new in self.node_keys.items():
+            if prefix + old in state_dict:
+                if prefix + new in state_dict:
+                    raise WeightsError(f"keras_model: the weights hold both {old!r} and {new!r}, one tensor twice")
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        layers = tuple({".".join(new.split(".")[:2]) + "." for new in self.node_keys.values()})  # "layers.<key>."
+        known = [k for k in self.state_dict(keep_vars=True) if k.startswith(layers)]
+        unknown = [k for k in state_dict if k.startswith(prefix) and k[len(prefix) :].startswith(layers)]
+        unknown = [k for k in unknown if k[len(prefix) :] not in set(known)]
+        if unknown:
+            raise WeightsError(
+                f"keras_model: the weights hold {', '.join(map(repr, unknown[:4]))}, which is no key of the model's "
+                f"layers nor of their other form ({', '.join(known[:4])} ...); nothing was loaded"
+            )
+
+    def _layout_pre_hook(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        self.convert_layout(state_dict, prefix)
 
     @property
     def _port(self) -> CompiledPort:
@@ -381,23 +423,37 @@ def _rebuild(structure: Any, flat: list[Any]) -> Any:
     return tuple(_rebuild(value, flat) for value in structure)
 
 
-def _adopted(cls: type, nodes: dict[str, Node]) -> nn.ModuleDict:
-    """The layers the emitted class ``cls`` declares, holding the built ``nodes``' tensors: a node class it
-    declares is the node itself; a torch layer (``nn.Linear`` for a Dense) takes the node's tensors, which
-    share its state-dict keys. Built on the meta device first, so no layer is initialised twice. A node
-    that no call uses stays as it is, so the state dict holds every layer of the graph."""
+def _adopted(cls: type, nodes: dict[str, Node]) -> tuple[nn.ModuleDict, dict[str, str]]:
+    """The layers the emitted class ``cls`` declares, holding the built ``nodes``' tensors, and the keys of
+    the form each layer does not take (a node's, or its torch layer's: :meth:`Node.torch_key
+    <attnzoo.keras.nodes.Node.torch_key>`) -> the key it holds, from ``layers.``, where the two differ. A node
+    class it declares is the node itself; a torch layer (``nn.Linear`` for a Dense, ``nn.LSTM`` for an LSTM
+    or a Bidirectional of two) takes the node's tensors under their torch keys, and
+    trains what the node trains (a node's buffer, an LSTM's zero recurrent bias, stays untrained). Built on
+    the meta device first, so no layer is initialised twice. A node that no call uses stays as it is, so the
+    state dict holds every layer of the graph."""
     with torch.device("meta"):
         port = cls()
     layers = port.layers
+    renamed: dict[str, str] = {}
     for key, node in nodes.items():
         declared = layers[key] if key in layers else None  # noqa: SIM401 - a ModuleDict has no get
-        if declared is None or type(declared) is type(node):
+        state = {node.torch_key(name): tensor for name, tensor in node.state_dict().items()}
+        node_form = declared is None or type(declared) is type(node)
+        for name in node.state_dict():  # the form the layer does not take -> the one it takes
+            old, new = (node.torch_key(name), name) if node_form else (name, node.torch_key(name))
+            if old != new:
+                renamed[f"layers.{key}.{old}"] = f"layers.{key}.{new}"
+        if node_form:
             layers[key] = node
-        else:
-            declared.load_state_dict(node.state_dict(), strict=True, assign=True)
-            for name, parameter in node.named_parameters():  # assign keeps the meta layer's flags: the node's
-                declared.get_parameter(name).requires_grad_(parameter.requires_grad)
-    return layers
+            continue
+        declared.load_state_dict(state, strict=True, assign=True)
+        if isinstance(declared, nn.RNNBase):  # run by run_rnn, whose traced steps go through scan (export)
+            declared.traces_any_length = True
+        trains = {node.torch_key(name): p.requires_grad for name, p in node.named_parameters()}
+        for name, parameter in declared.named_parameters():  # assign keeps the meta layer's flags: the node's
+            parameter.requires_grad_(trains.get(name, False))
+    return layers, renamed
 
 
 def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -75,6 +75,14 @@ class Node(nn.Module):
     def output_mask(self, x: Any, mask: Any) -> Tensor | None:
         return mask if self.supports_masking and isinstance(mask, Tensor) else None
 
+    @classmethod
+    def torch_key(cls, key: str) -> str:
+        """The state-dict key that this node's tensor ``key`` has in the torch layer the emitted module may
+        declare in its place (:mod:`attnzoo.keras.source`): the same key, as ``nn.Linear`` takes a Dense's
+        ``weight``; a node whose torch layer names its tensors otherwise maps them (an RNN), and raises
+        ``KeyError`` for a key it does not know."""
+        return key
+
     def extra_repr(self) -> str:
         # in the constructor's order, whatever the data's (a saved config's keys come back sorted)
         order = list(inspect.signature(type(self).__init__).parameters)

@@ -10,8 +10,10 @@ its activation, ``nn.Conv1d`` / ``nn.Conv2d`` with Keras's padding (``F.pad``), 
 ``Dropout``; the stateless nodes (Keras 3's recorded operations, ``Concatenate``, global pooling, its
 masked average too) are expressions in ``forward`` with no layer declared, where the call's data and masks
 let them be written exactly (a mask a node call returns may be None, so a Concatenate or masked pooling
-reading one stays a node call). The others (recurrent layers with Keras's masking on torch's packed kernel,
-BatchNormalization with Keras's statistics, the Add/Multiply/... merges, attention layers built by
+reading one stays a node call). Keras's LSTM and GRU that torch's cell computes are ``nn.LSTM`` / ``nn.GRU``
+(a Bidirectional of two, concatenated, one bidirectional layer) run by
+:func:`~attnzoo.keras.torch_layers.run_rnn`, which writes Keras's masking. The others (the other recurrent
+layers and calls, BatchNormalization with Keras's statistics, the Add/Multiply/... merges, attention layers built by
 ``attnzoo.create``) are attnzoo's own node classes, imported by name and called as the converted model
 calls them; their source is one click away, and they are what makes the emitted module equal the
 converted one.
@@ -660,7 +662,12 @@ def _global_pool(e: _Emitter, spec: dict[str, Any], plan: CallMasks, args: list[
         keep = identifier(f"{out}_keep", e.used)
         e.body.append(f"{keep} = {mask}.unsqueeze({1 if first else 2})")
         e.body.append(f"{out} = torch.where({keep}, {x}, torch.zeros_like({x})).sum({dims})")
-        e.body.append(f"{out} = {out} / {keep}.to({x}.dtype).sum({dims}).clamp(min=1)")
+        divided = f"{out} = {out} / {keep}.to({x}.dtype).sum({dims}).clamp(min=1)"
+        if len(divided) + 8 <= WIDTH:
+            e.body.append(divided)
+        else:  # long names: the count on a line of its own, so each statement splits as ruff splits it
+            count = identifier(f"{out}_count", e.used)
+            e.body += [f"{count} = {keep}.sum({dims})", f"{out} = torch.div({out}, {count}.clamp(min=1))"]
     e.mask_of[out] = None
     return True
 
@@ -731,6 +738,92 @@ def _softmax_layer(e: _Emitter, spec: dict[str, Any], plan: CallMasks, args: lis
 
 _STATELESS: dict[str, Any] = {"operation": _operation, "concatenate": _concatenate, "global_pool": _global_pool}
 _STATELESS.update({"activation": _activation_layer, "softmax": _softmax_layer})
+
+
+# -- recurrent layers as torch's nn.LSTM / nn.GRU, Keras's masking by run_rnn (keras/torch_layers.py) --------
+# A layer outside what torch's cell computes (SimpleRNN, GRU reset_after=False, other activations, dropout,
+# return_state, initial_state, time_major, a merge other than concat) stays its node call: declined per call.
+_RNN_CLASSES = {"lstm": "nn.LSTM", "gru": "nn.GRU"}
+
+
+def _torch_rnn(spec: Any) -> bool:
+    """Whether a ``recurrent`` spec is torch's own cell: LSTM, or GRU with ``reset_after``; tanh and sigmoid;
+    no dropout (Keras's acts in training), one output, batch first; values of the types the node reads."""
+    if not isinstance(spec, dict) or spec.get("op") != "recurrent" or spec.get("cell") not in _RNN_CLASSES:
+        return False
+    if "units" not in spec or "input_size" not in spec:  # (the node needs them too: its error, not ours)
+        return False
+    flags = ("use_bias", "reset_after", "return_sequences", "return_state", "go_backwards", "time_major")
+    if not _of(spec, int, "units", "input_size") or not all(isinstance(spec.get(k, False), bool) for k in flags):
+        return False
+    if not isinstance(spec.get("zero_output_for_mask", False), bool) or not _of(spec, float, "dropout"):
+        return False
+    return (
+        spec.get("activation", "tanh") == "tanh"
+        and spec.get("recurrent_activation", "sigmoid") == "sigmoid"
+        and spec.get("reset_after", True)
+        and not spec.get("return_state", False)
+        and not spec.get("time_major", False)
+        and spec.get("dropout", 0.0) == 0
+        and spec.get("recurrent_dropout", 0.0) == 0
+    )
+
+
+def _torch_bidirectional(spec: dict[str, Any]) -> bool:
+    """Whether a ``Bidirectional`` is one bidirectional ``nn.LSTM`` / ``nn.GRU``: concat of a forward layer and
+    its ``go_backwards`` twin of the same kind and size, each zeroing masked outputs exactly when it returns
+    sequences (as Keras's wrapper sets them)."""
+    f, b = spec.get("forward_layer"), spec.get("backward_layer")
+    if spec.get("merge_mode") != "concat" or not (_torch_rnn(f) and _torch_rnn(b)):
+        return False
+    same = ("cell", "units", "input_size", "use_bias", "return_sequences")
+    sequences = f.get("return_sequences", False)
+    return (
+        all(f.get(k) == b.get(k) for k in same)
+        and not f.get("go_backwards", False)
+        and b.get("go_backwards", False)
+        and f.get("zero_output_for_mask", False) == sequences == b.get("zero_output_for_mask", False)
+    )
+
+
+def _rnn_call(e: _Emitter, key: str, spec: dict[str, Any], call: dict[str, Any], plan: CallMasks, name: Any) -> bool:
+    """A Keras ``LSTM`` / ``GRU`` (``nn.LSTM(input_size, units, batch_first=True)``) or a ``Bidirectional`` of
+    two (one ``nn.LSTM(..., bidirectional=True)``), run by :func:`~attnzoo.keras.torch_layers.run_rnn` with
+    the mask it reads; False, having written nothing, where the call or the layer is not one of those."""
+    op, args = spec["op"], call["args"]
+    if not (_torch_rnn(spec) if op == "recurrent" else op == "bidirectional" and _torch_bidirectional(spec)):
+        return False
+    given = {k for k, v in call["kwargs"].items() if k != "training" and not (k == "mask" and v is None)}
+    if given - {"mask"} or ("mask" in given and plan.explicit is None) or plan.keyword or plan.clears:
+        return False  # initial_state, a mask= of data: the node reads them
+    if not plan.implicit or e.counts.get(call["id"], 1) != 1 or len(args) != 1 or not _is_ref(args[0]):
+        return False
+    if plan.explicit is not None and not _is_ref(plan.explicit):
+        return False
+    layer = spec if op == "recurrent" else spec["forward_layer"]
+    x = e.expression(args[0])
+    mask = e.expression(plan.explicit) if plan.explicit is not None else e.mask_of.get(x)
+    (out,) = e.outputs(call["id"], 1, name)
+    options = "" if layer.get("use_bias", True) else ", bias=False"
+    options += ", bidirectional=True" if op == "bidirectional" else ""
+    declared = (
+        f"{_RNN_CLASSES[layer['cell']]}({literal(layer['input_size'])}, {literal(layer['units'])}, "
+        f"batch_first=True{options})"
+    )
+    if layer["cell"] == "lstm" and layer.get("use_bias", True):  # Keras's LSTM has one bias, torch's two
+        e.uses("attnzoo.keras.torch_layers", "one_bias")
+        declared = f"one_bias({declared})"
+    declaration = f"self.layers[{literal(key)}] = {declared}"
+    if declaration not in e.init:  # a shared layer, called more than once, is declared once
+        e.init.append(declaration)
+    e.uses("attnzoo.keras.torch_layers", "run_rnn")
+    keywords = [
+        f"{k}=True" for k in ("go_backwards", "return_sequences", "zero_output_for_mask") if layer.get(k, False)
+    ]
+    arguments = ", ".join([_layer(key), x, *([mask] if mask is not None else []), *keywords])
+    e.body.append(f"{out} = run_rnn({arguments})")
+    e.mask_of[out] = mask if layer.get("return_sequences", False) else None
+    return True
 
 
 # -- the node classes, called as the converted graph calls them ----------------------------------------------
@@ -908,7 +1001,9 @@ def _write_call(e: _Emitter, graph: dict[str, Any], plan: CallMasks, call: dict[
         mask = e.mask_of.get(x)
         (out,) = e.outputs(call["id"], 1, keras.get("name", key))
         plain(e, key, spec, x, mask, out)
-    elif not _stateless(e, spec, call, plan, keras.get("name", key)):
+    elif not _stateless(e, spec, call, plan, keras.get("name", key)) and not _rnn_call(
+        e, key, spec, call, plan, keras.get("name", key)
+    ):
         _node_call(e, key, spec, call, node_kwargs, plan)
 
 

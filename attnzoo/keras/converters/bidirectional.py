@@ -10,10 +10,11 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from attnzoo.keras.arguments import input_agrees
-from attnzoo.keras.converters.recurrent import CELLS, kept_first, keras_outputs, recurrent_spec
+from attnzoo.keras.converters.recurrent import CELLS, Recurrent, recurrent_spec
 from attnzoo.keras.masks import passed_on, reads_mask
 from attnzoo.keras.nodes import Node, as_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.keras.torch_layers import kept_first, keras_outputs
 from attnzoo.layers.core import tracing
 
 __all__ = ["Bidirectional"]
@@ -40,6 +41,17 @@ class Bidirectional(Node):
         self.forward_layer = as_node(forward_layer)
         self.backward_layer = as_node(backward_layer)
         self.merge_mode = merge_mode
+
+    @classmethod
+    def torch_key(cls, key: str) -> str:
+        """``forward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0``, ``backward_layer.rnn.weight_ih_l0`` ->
+        ``weight_ih_l0_reverse``: the keys of the one bidirectional ``nn.LSTM`` / ``nn.GRU`` the emitted module
+        declares (see :meth:`Node.torch_key <attnzoo.keras.nodes.Node.torch_key>`)."""
+        direction, _, inner = key.partition(".")
+        if direction not in ("forward_layer", "backward_layer"):
+            raise KeyError(f"{key!r} is not a key of a Bidirectional (forward_layer.*, backward_layer.*)")
+        name = Recurrent.torch_key(inner)
+        return name if direction == "forward_layer" else f"{name}_reverse"
 
     def _fusable(self, x: Any) -> bool:
         """Both directions in one bidirectional torch call: the same kind of cell that torch computes,

@@ -13,6 +13,11 @@ moved to the front of each sample (a stable sort of the mask), run through torch
 kept step at or before it (one gather). That is Keras's result exactly, at the cost of one call of
 torch's packed kernel (cuDNN on a GPU). Right-padded input needs no sort.
 
+A converted model's emitted module writes an LSTM or GRU that torch's cell computes as ``nn.LSTM`` /
+``nn.GRU`` run by :func:`attnzoo.keras.torch_layers.run_rnn`, which keeps the same rule; this node runs
+the others (and its pieces, :func:`~attnzoo.keras.torch_layers.kept_first`,
+:func:`~attnzoo.keras.torch_layers.keras_outputs`, the step loop and ``scan``, live there, shared).
+
 Cells torch's kernels do not compute (Keras 2's ``hard_sigmoid``, a GRU with ``reset_after=False``,
 other activations) take the exact step loop, which applies Keras's masking rule literally. A graph being
 traced (torch.export, ONNX, torch.compile) runs the same step through ``scan`` (torch's loop operator,
@@ -46,11 +51,13 @@ from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_var
 from attnzoo.keras.masks import layer_mask
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Context, Converted, Refused, keras_layer
+from attnzoo.keras.torch_layers import cell_step, kept_first, keras_outputs, one_bias, step_through
 from attnzoo.layers.core import tracing
 
-__all__ = ["Recurrent", "GATES", "CELLS", "kept_first", "keras_outputs", "recurrent_spec", "dropout_rates"]
+__all__ = ["Recurrent", "GATES", "RNN_TENSORS", "CELLS", "recurrent_spec", "dropout_rates"]
 
 GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
+RNN_TENSORS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")  # a one-layer torch RNN's state
 _TORCH = {"lstm": nn.LSTM, "gru": nn.GRU, "simple_rnn": nn.RNN}
 
 
@@ -93,7 +100,7 @@ class Recurrent(Node):
         )
         self.rnn = _TORCH[cell](input_size, units, bias=use_bias, batch_first=True, **extra)
         if use_bias and (cell != "gru" or not reset_after):
-            _zero_recurrent_bias(self.rnn)
+            one_bias(self.rnn)
         self.act = activation_fn(activation)
         self.recurrent_act = activation_fn(recurrent_activation)
         if cell == "simple_rnn":
@@ -102,6 +109,15 @@ class Recurrent(Node):
             self.fast = activation == "tanh" and recurrent_activation == "sigmoid"
         else:
             self.fast = activation == "tanh" and recurrent_activation == "sigmoid" and reset_after
+
+    @classmethod
+    def torch_key(cls, key: str) -> str:
+        """``rnn.weight_ih_l0`` -> ``weight_ih_l0``: the node's keys in the ``nn.LSTM`` / ``nn.GRU`` the emitted
+        module declares (see :meth:`Node.torch_key <attnzoo.keras.nodes.Node.torch_key>`)."""
+        name = key.removeprefix("rnn.")
+        if name == key or name not in RNN_TENSORS:
+            raise KeyError(f"{key!r} is not a key of a recurrent layer (rnn.{', rnn.'.join(RNN_TENSORS)})")
+        return name
 
     @property
     def num_states(self) -> int:
@@ -179,30 +195,20 @@ class Recurrent(Node):
     def _step(self, xp: Tensor, states: list[Tensor], masks: list[Tensor] | None) -> tuple[Tensor, list[Tensor]]:
         """One step of the cell; ``xp`` is the input's projection (x W_ih + b_ih) at this step, ``masks``
         the recurrent dropout masks per gate (training only)."""
-        h = states[0]
-        if self.cell == "lstm":
-            z = xp + self._recurrent(h, masks)
-            i, f, g, o = z.chunk(4, dim=-1)
-            c = self.recurrent_act(f) * states[1] + self.recurrent_act(i) * self.act(g)
-            h = self.recurrent_act(o) * self.act(c)
-            return h, [h, c]
-        if self.cell == "gru":
+        if self.cell == "gru" and not self.reset_after:
+            w_r, w_z, w_n = self.rnn.weight_hh_l0.chunk(3, dim=0)
+            h = states[0]
+            h_r, h_z, h_n = [h] * 3 if masks is None else [h * m for m in masks]
             x_r, x_z, x_n = xp.chunk(3, dim=-1)
-            if self.reset_after:
-                h_r, h_z, h_n = self._recurrent(h, masks).chunk(3, dim=-1)
-                r = self.recurrent_act(x_r + h_r)
-                z = self.recurrent_act(x_z + h_z)
-                n = self.act(x_n + r * h_n)
-            else:
-                w_r, w_z, w_n = self.rnn.weight_hh_l0.chunk(3, dim=0)
-                h_r, h_z, h_n = [h] * 3 if masks is None else [h * m for m in masks]
-                r = self.recurrent_act(x_r + F.linear(h_r, w_r))
-                z = self.recurrent_act(x_z + F.linear(h_z, w_z))
-                n = self.act(x_n + F.linear(r * h_n, w_n))
+            r = self.recurrent_act(x_r + F.linear(h_r, w_r))
+            z = self.recurrent_act(x_z + F.linear(h_z, w_z))
+            n = self.act(x_n + F.linear(r * h_n, w_n))
             h = z * h + (1 - z) * n
             return h, [h]
-        h = self.act(xp + self._recurrent(h, masks))
-        return h, [h]
+        new = cell_step(
+            self.cell, xp, self._recurrent(states[0], masks), states, act=self.act, recurrent_act=self.recurrent_act
+        )
+        return new[0], new
 
     def _loop(
         self,
@@ -221,39 +227,21 @@ class Recurrent(Node):
             biases = [None] * gates if b_ih is None else b_ih.chunk(gates)
             parts = zip(input_masks, w_ih.chunk(gates), biases, strict=True)
             projected = torch.cat([F.linear(x * m.unsqueeze(1), w, b) for m, w, b in parts], dim=-1)
-        outputs: list[Tensor] = []
-        previous = x.new_zeros(x.shape[0], self.units)
-        for t in range(x.shape[1]):
-            out, new = self._step(projected[:, t], states, recurrent_masks)
-            if mask is not None:
-                keep = mask[:, t : t + 1]
-                out = torch.where(keep, out, torch.zeros_like(out) if self.zero_output_for_mask else previous)
-                new = [torch.where(keep, n, s) for n, s in zip(new, states, strict=True)]
-            outputs.append(out)
-            previous, states = out, new
-        seq = torch.stack(outputs, dim=1) if outputs else x.new_zeros(x.shape[0], 0, self.units)
-        return seq, states
+
+        def step(xp: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+            return self._step(xp, states, recurrent_masks)
+
+        return step_through(step, states, projected, mask, zero=self.zero_output_for_mask)
 
     def _scanned(self, x: Tensor, mask: Tensor | None, initial: list[Tensor] | None) -> tuple[Tensor, list[Tensor]]:
-        """:meth:`_loop` (no dropout) as one ``scan`` over time: the carry is the states and the previous
-        output, each step reads its projected input [B, G·units] and its mask column [B, 1]."""
-        from torch._higher_order_ops.scan import scan
-
-        states = [s.clone() for s in self.initial_states(x, initial)]  # scan's carries alias nothing
+        """:meth:`_loop` (no dropout) as one ``scan`` over time (:func:`~attnzoo.keras.torch_layers.step_through`)."""
         w_ih, b_ih = self.rnn.weight_ih_l0, getattr(self.rnn, "bias_ih_l0", None)
-        projected = F.linear(x, w_ih, b_ih).transpose(0, 1)
-        keep = (torch.ones_like(x[..., 0], dtype=torch.bool) if mask is None else mask).transpose(0, 1).unsqueeze(-1)
-        zero = self.zero_output_for_mask
 
-        def step(carry: list[Tensor], xs: list[Tensor]) -> tuple[list[Tensor], Tensor]:
-            (xp, k), old, previous = xs, carry[:-1], carry[-1]
-            out, new = self._step(xp, old, None)
-            out = torch.where(k, out, torch.zeros_like(out) if zero else previous)
-            new = [torch.where(k, n, o) for n, o in zip(new, old, strict=True)]
-            return [*new, out], out.clone()  # scan wants outputs that alias no carry
+        def step(xp: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
+            return self._step(xp, states, None)
 
-        carry, seq = scan(step, [*states, x.new_zeros(x.shape[0], self.units)], [projected, keep])
-        return seq.transpose(0, 1), list(carry[:-1])
+        states = self.initial_states(x, initial)
+        return step_through(step, states, F.linear(x, w_ih, b_ih), mask, zero=self.zero_output_for_mask, scan=True)
 
     # -- the Keras call -----------------------------------------------------------------------------
     def forward(self, args, kwargs, masks):
@@ -285,39 +273,6 @@ class Recurrent(Node):
         if self.return_state:
             return [out, *states], [out_mask, *[None] * len(states)]
         return [out], [out_mask]
-
-
-def _zero_recurrent_bias(rnn: nn.RNNBase) -> None:
-    """Keras's LSTM, SimpleRNN and GRU(reset_after=False) have one bias, torch's kernels two: the second
-    (``bias_hh_l0``) becomes a zero buffer, so it is neither trained nor counted as a parameter (fine-tuning
-    trains exactly Keras's variables) and the state dict keeps its keys."""
-    zeros = torch.zeros_like(rnn.bias_hh_l0, requires_grad=False)
-    del rnn.bias_hh_l0
-    rnn.register_buffer("bias_hh_l0", zeros)
-    setattr(rnn, "bias_hh_l0", zeros)  # noqa: B010 - through RNNBase.__setattr__, which updates the kernels' list
-
-
-def kept_first(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, bool]:
-    """``x`` [B, T, F] with each sample's kept steps moved to the front, in order (a stable sort of the
-    mask; nothing moves when every sample is right-padded), the kept counts [B], and whether it was."""
-    lengths = mask.sum(1)
-    positions = torch.arange(mask.shape[1], device=mask.device)
-    right_padded = bool((mask == (positions < lengths[:, None])).all())
-    if right_padded:
-        return x, lengths, True
-    order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)
-    return x.gather(1, order.unsqueeze(-1).expand_as(x)), lengths, False
-
-
-def keras_outputs(out: Tensor, mask: Tensor, right_padded: bool, *, zero: bool) -> Tensor:
-    """Keras's per-step outputs in time order from the outputs over the kept steps (``out`` [B, T, H],
-    kept steps first): each position takes the output of the last kept step at or before it (zeros
-    before the first), or zeros at masked positions when ``zero`` (``zero_output_for_mask``)."""
-    if right_padded and zero and bool(mask[:, :1].all()):
-        return out  # a packed output is zero past each length already (a sample of no step ran one: not here)
-    counts = mask.cumsum(1)  # kept steps up to and including each position
-    index = (counts - 1).clamp(min=0).unsqueeze(-1).expand(-1, -1, out.shape[-1])
-    return torch.where((mask if zero else counts > 0).unsqueeze(-1), out.gather(1, index), 0.0)
 
 
 def _states(hn: Any) -> list[Tensor]:
