@@ -392,6 +392,7 @@ def test_a_config_value_json_cannot_hold_is_named_when_saving(tmp_path):
     assert not (tmp_path / "saved").exists()
 
 
+@pytest.mark.slow  # a CLI subprocess of 10-13 s: the README's test command stays within its 10 minutes
 def test_an_override_the_recipe_has_no_key_for_is_a_usage_error(tmp_path):
     for override, message in (
         ("=5", "expected section.key=value"),

@@ -65,6 +65,7 @@ def test_a_shared_key_one_variant_lacks_says_how_to_set_it_for_one():
     assert proc.returncode == 2 and "'nosuch', which is no registered variant" in proc.stderr
 
 
+@pytest.mark.slow  # a CLI subprocess of 10-13 s: the README's test command stays within its 10 minutes
 def test_check_builds_a_variant_with_its_own_settings():
     # 4 query heads cannot share 3 key/value heads: the setting must reach the build to fail it
     refused = run_cli("check", "gqa", "mha", "gqa:num_kv_heads=3", "--property", "shapes", "--json", "--in-process")

@@ -81,7 +81,8 @@ def run_rnn(
         mask = None if mask is None else mask.flip(1)
     if mask is not None:
         mask = mask.bool()
-    if torch.compiler.is_compiling():  # a traced graph cannot read the lengths packing needs
+    # a traced graph cannot read the lengths packing needs, nor can a meta tensor (shapes only): steps
+    if torch.compiler.is_compiling() or x.device.type == "meta":
         return _stepped(rnn, x, mask, return_sequences=return_sequences, zero=zero_output_for_mask)
     if mask is None:
         out, _ = rnn(x)
