@@ -6,17 +6,18 @@ converted model's, under the same names, so ``load_state_dict`` takes the conver
 each tensor's Keras mask written out as a variable beside it (``embedding_mask = ids != 0``).
 
 Layers whose Keras semantics are plain torch are written as torch: ``nn.Embedding``, ``nn.Linear`` and
-its activation, ``nn.Conv1d`` / ``nn.Conv2d`` with Keras's padding (``F.pad``), reshapes, ``Masking``,
-``Dropout``; the stateless nodes (Keras 3's recorded operations, ``Concatenate``, global pooling, its
-masked average too) are expressions in ``forward`` with no layer declared, where the call's data and masks
-let them be written exactly (a mask a node call returns may be None, so a Concatenate or masked pooling
-reading one stays a node call). Keras's LSTM and GRU that torch's cell computes are ``nn.LSTM`` / ``nn.GRU``
-(a Bidirectional of two, concatenated, one bidirectional layer) run by
-:func:`~attnzoo.keras.torch_layers.run_rnn`, which writes Keras's masking. The others (the other recurrent
-layers and calls, BatchNormalization with Keras's statistics, the Add/Multiply/... merges, attention layers built by
-``attnzoo.create``) are attnzoo's own node classes, imported by name and called as the converted model
-calls them; their source is one click away, and they are what makes the emitted module equal the
-converted one.
+its activation, ``nn.Conv1d/2d/3d`` with Keras's padding (``padding="same"`` where it is centred, else
+``F.pad``), ``nn.ConvTranspose1d/2d`` where torch's padding gives Keras's window, ``nn.LayerNorm`` over the
+last axis, reshapes, ``Masking``, ``Dropout``. Stateless layers are expressions in ``forward`` with no layer
+declared, where the call's data and masks let them be written exactly: Keras 3's recorded operations,
+``Concatenate``, global pooling (its masked average too), ZeroPadding and Cropping, UpSampling, Max- and
+AveragePooling, the ReLU/LeakyReLU/ELU layers and an unmasked Softmax (a mask a node call returns may be
+None, so a Concatenate or masked pooling reading one stays a node call). Keras's LSTM and GRU that torch's
+cell computes are ``nn.LSTM`` / ``nn.GRU`` (a Bidirectional of two, concatenated, one bidirectional layer)
+run by :func:`~attnzoo.keras.torch_layers.run_rnn`, which writes Keras's masking. The others (the other
+recurrent layers and calls, BatchNormalization with Keras's statistics, the Add/Multiply/... merges,
+attention layers built by ``attnzoo.create``, preprocessing) are attnzoo's own node classes, imported by
+name and called with the node protocol; their source is one click away.
 
 The emitted module imports only torch and attnzoo, and passes ``ruff check --isolated`` (import sorting
 too) and ``ruff format --check``: each statement is laid out by :mod:`attnzoo.keras.code_lines`. A layer
