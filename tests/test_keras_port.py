@@ -54,7 +54,9 @@ def test_train_mode_is_keras_training_true_and_moves_the_statistics_as_keras_doe
     with torch.no_grad():
         torch.testing.assert_close(model(x).numpy(), io["eval"], rtol=1e-5, atol=1e-6)
         model.train()
-        torch.testing.assert_close(model(x).numpy(), io["train"], rtol=1e-5, atol=1e-6)
+        # batch statistics divide by a batch's own spread, which magnifies the last bits torch's packed LSTM
+        # and Keras's step loop sum in their own orders: issue 46's 1e-5
+        torch.testing.assert_close(model(x).numpy(), io["train"], rtol=1e-5, atol=1e-5)
     stepped = convert_keras_model(keras_runs / f"{name}.stepped.keras").state_dict()
     moved = [k for k in stepped if "running_" in k]
     assert moved, "the model has BatchNormalization statistics"
