@@ -136,6 +136,8 @@ class KerasModel(nn.Module):
         its node); ``load_state_dict`` (a pre-hook) and ``attnzoo.load`` apply it. A key under such a layer
         that is neither of its forms, or a tensor given under both, is a ``WeightsError``: nothing is
         dropped."""
+        if not self.node_keys:  # every layer holds its node's keys: nothing to rename or to tell apart
+            return
         for old, new in self.node_keys.items():
             if prefix + old in state_dict:
                 if prefix + new in state_dict:
@@ -438,15 +440,16 @@ def _adopted(cls: type, nodes: dict[str, Node]) -> tuple[nn.ModuleDict, dict[str
     renamed: dict[str, str] = {}
     for key, node in nodes.items():
         declared = layers[key] if key in layers else None  # noqa: SIM401 - a ModuleDict has no get
-        state = {node.torch_key(name): tensor for name, tensor in node.state_dict().items()}
+        node_state = node.state_dict()  # read once: a CNN holds hundreds of nodes
         node_form = declared is None or type(declared) is type(node)
-        for name in node.state_dict():  # the form the layer does not take -> the one it takes
+        for name in node_state:  # the form the layer does not take -> the one it takes
             old, new = (node.torch_key(name), name) if node_form else (name, node.torch_key(name))
             if old != new:
                 renamed[f"layers.{key}.{old}"] = f"layers.{key}.{new}"
         if node_form:
             layers[key] = node
             continue
+        state = {node.torch_key(name): tensor for name, tensor in node_state.items()}
         declared.load_state_dict(state, strict=True, assign=True)
         if isinstance(declared, nn.RNNBase):  # run by run_rnn, whose traced steps go through scan (export)
             declared.traces_any_length = True
