@@ -149,6 +149,237 @@ def test_the_written_layer_computes_what_its_node_computes(spec, shape, text, ex
             ported[name].grad, parameter.grad = None, None
 
 
+# -- every node class with a torch form (its ``write``), in a graph of its own ----------------------------
+class In:
+    """A call argument that is the graph's input ``index`` (the other arguments are constants)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def _rnn(cell="lstm", **settings):
+    spec = {"op": "recurrent", "cell": cell, "units": 4, "input_size": 3, "return_sequences": True}
+    return {**spec, **settings}
+
+
+def _conv(k, s, padding, d=None, first=False, **extra):
+    spec = {"op": "conv", "rank": len(k), "filters": 4, "in_channels": 2, "kernel_size": k, "strides": s}
+    return {**spec, "dilation_rate": d or [1] * len(k), "padding": padding, "channels_first": first, **extra}
+
+
+def _operation(name, **config):
+    return {"op": "operation", "name": name, "config": config}
+
+
+# (id, spec, input shapes, call arguments, settings): ``masked`` runs a Masking layer on input 0 first, so
+# the layer gets a mask; ``ids`` makes the inputs integer ids in [0, ids); ``random``: a dropout, whose
+# training draws are torch's own (checked against Keras's formula, not against the node's draws)
+WRITTEN = [
+    (
+        "embedding_mask_zero",
+        {"op": "embedding", "input_dim": 7, "output_dim": 4, "mask_zero": True},
+        [[2, 6]],
+        None,
+        {"ids": 7},
+    ),
+    ("masking", {"op": "masking", "mask_value": 0.0}, [[2, 6, 3]], None, {"masked": True}),
+    (
+        "dense_masked",
+        {"op": "dense", "units": 4, "in_features": 3, "activation": "softplus"},
+        [[2, 6, 3]],
+        None,
+        {"masked": True},
+    ),
+    (
+        "dense_no_bias_softmax",
+        {"op": "dense", "units": 4, "in_features": 3, "activation": "softmax", "use_bias": False},
+        [[2, 3]],
+        None,
+        {},
+    ),
+    ("activation_gelu", {"op": "activation", "activation": "gelu"}, [[2, 6, 3]], None, {"masked": True}),
+    ("conv1d_same_inside", _conv([3], [1], "same"), [[2, 7, 2]], None, {}),
+    ("conv1d_causal_dilated", _conv([3], [1], "causal", d=[2]), [[2, 7, 2]], None, {}),
+    ("conv2d_same_strided", _conv([3, 2], [2, 2], "same", activation="relu"), [[2, 7, 6, 2]], None, {}),
+    ("conv2d_first_groups", _conv([2, 2], [1, 1], "valid", first=True, groups=2, filters=4), [[2, 2, 5, 6]], None, {}),
+    ("conv3d_valid", _conv([2, 1, 2], [1, 2, 1], "valid", use_bias=False), [[2, 4, 5, 3, 2]], None, {}),
+    ("flatten_first", {"op": "flatten", "channels_first": True}, [[2, 3, 4, 2]], None, {}),
+    ("reshape", {"op": "reshape", "target_shape": [3, 4]}, [[2, 6, 2]], None, {}),
+    ("permute", {"op": "permute", "dims": [2, 1]}, [[2, 5, 3]], None, {}),
+    ("repeat_vector", {"op": "repeat_vector", "n": 3}, [[2, 4]], None, {}),
+    ("dropout", {"op": "noise", "kind": "dropout", "rate": 0.4}, [[2, 6, 3]], None, {"masked": True, "random": 0.4}),
+    (
+        "global_average1d_masked",
+        {"op": "global_pool", "rank": 1, "kind": "average"},
+        [[2, 6, 3]],
+        None,
+        {"masked": True},
+    ),
+    (
+        "global_max2d_keepdims",
+        {"op": "global_pool", "rank": 2, "kind": "max", "keepdims": True},
+        [[2, 4, 5, 3]],
+        None,
+        {},
+    ),
+    (
+        "global_average2d_first",
+        {"op": "global_pool", "rank": 2, "kind": "average", "channels_first": True},
+        [[2, 3, 4, 5]],
+        None,
+        {},
+    ),
+    ("operation_add_number", _operation("add"), [[2, 5, 3]], [2.5, In(0)], {}),
+    ("operation_multiply", _operation("multiply"), [[2, 5, 3], [2, 5, 3]], [In(0), In(1)], {}),
+    ("operation_matmul", _operation("matmul"), [[2, 5, 3], [2, 3, 4]], [In(0), In(1)], {}),
+    ("operation_sum_axis", _operation("sum", axis=1, keepdims=True), [[2, 5, 3]], None, {}),
+    ("operation_get_item", _operation("get_item"), [[2, 5, 3]], [In(0), [{"slice": [None, None, None]}, -1]], {}),
+    ("operation_transpose", _operation("transpose", axes=[0, 2, 1]), [[2, 5, 3]], None, {}),
+    ("operation_concatenate", _operation("concatenate", axis=1), [[2, 5, 3], [2, 2, 3]], [[In(0), In(1)]], {}),
+    (
+        "concatenate_masked",
+        {"op": "concatenate", "axis": -1},
+        [[2, 6, 3], [2, 6, 2]],
+        [[In(0), In(1)]],
+        {"masked": True},
+    ),
+    ("lstm_masked", _rnn(), [[2, 6, 3]], None, {"masked": True}),
+    ("lstm_last_no_bias", _rnn(return_sequences=False, use_bias=False), [[2, 6, 3]], None, {"masked": True}),
+    ("gru_backwards", _rnn("gru", go_backwards=True, zero_output_for_mask=True), [[2, 6, 3]], None, {"masked": True}),
+    (
+        "bidirectional_gru",
+        {
+            "op": "bidirectional",
+            "merge_mode": "concat",
+            "forward_layer": _rnn("gru", zero_output_for_mask=True),
+            "backward_layer": _rnn("gru", zero_output_for_mask=True, go_backwards=True),
+        },
+        [[2, 6, 3]],
+        None,
+        {"masked": True},
+    ),
+    *[(f"case_{c[0]}", c[1], [c[2]], None, {}) for c in CASES],
+]
+
+
+def _written_graph(spec: dict, shapes: list, args: list, settings: dict) -> dict:
+    """One input per shape; Masking on input 0 first where ``masked``; the layer; a masked average over the
+    steps of a 3-D output (its mask, read by a second output: the layer's output mask is checked too)."""
+    dtype = "int32" if settings.get("ids") else "float32"
+    inputs = [{"id": f"x{i}", "name": f"x{i}", "shape": [None] * len(s), "dtype": dtype} for i, s in enumerate(shapes)]
+    calls = []
+    if settings.get("masked"):
+        calls.append({"id": "masking", "layer": "masking", "args": [{"ref": ["x0", 0]}], "kwargs": {}})
+
+    def ref(value):
+        if isinstance(value, In):
+            return {"ref": ["masking" if value.index == 0 and settings.get("masked") else f"x{value.index}", 0]}
+        return [ref(v) for v in value] if isinstance(value, list) else value
+
+    layers = {"layer": {**spec, "keras": {"name": "layer", "class": "Layer"}}, "masking": {"op": "masking"}}
+    layers["probe"] = {"op": "global_pool", "rank": 1, "kind": "average"}
+    calls.append({"id": "layer", "layer": "layer", "args": ref(args), "kwargs": {}})
+    calls.append({"id": "probe", "layer": "probe", "args": [{"ref": ["layer", 0]}], "kwargs": {}})
+    graph = {"format": 1, "keras_version": "3.15.1", "inputs": inputs, "layers": layers, "calls": calls}
+    return {**graph, "outputs": [["layer", 0], ["probe", 0]]}
+
+
+def _masked_mean(y, mask):
+    """Keras's masked GlobalAveragePooling1D, written naively: the kept steps' sum over their count."""
+    if mask is None:
+        return y.mean(dim=1)
+    keep = mask.to(y.dtype).unsqueeze(-1)
+    return (y * keep).sum(dim=1) / keep.sum(dim=1)
+
+
+def _written_inputs(shapes, settings):
+    if settings.get("ids"):
+        xs = [torch.randint(1, settings["ids"], s) for s in shapes]
+        xs[0][0, -2:] = 0  # padding ids: masked steps
+        return xs
+    xs = [torch.randn(*s) for s in shapes]
+    if settings.get("masked"):
+        xs[0][0, -2:] = 0.0  # right padding in sample 0, a hole in sample 1
+        xs[0][1, 2] = 0.0
+    return xs
+
+
+WRITERS = sorted({cls.__name__ for cls in NODES.values() if cls.write is not None})
+
+
+def test_every_node_with_a_torch_form_is_checked_against_its_node_here():
+    """The torch forms are the registry's (``attnzoo.keras.nodes.writes``): one without a case fails here."""
+    checked = {NODES[spec["op"]].__name__ for _, spec, *_ in WRITTEN}
+    assert WRITERS and not set(WRITERS) - checked, f"add a case to WRITTEN for {sorted(set(WRITERS) - checked)}"
+
+
+@pytest.mark.parametrize(("spec", "shapes", "args", "settings"), [c[1:] for c in WRITTEN], ids=[c[0] for c in WRITTEN])
+def test_each_torch_form_computes_what_its_node_computes(spec, shapes, args, settings):
+    """The written module (the converted model runs it) against the node called with the list protocol: the
+    output, the output's mask (through a masked average of a 3-D output), eval and train, the gradients of
+    the inputs and of every weight."""
+    torch.manual_seed(0)
+    args = args if args is not None else [In(0)]
+    model = _written_graph_model(spec, shapes, args, settings)
+    node = build_node(spec)
+    _randomised(node)
+    model.load_state_dict({f"layers.layer.{k}": v for k, v in node.state_dict().items()})
+    xs = _written_inputs(shapes, settings)
+    for training in (False, True):
+        model.train(training), node.train(training and not settings.get("random"))
+        ours = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
+        theirs = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
+        got, probe = model(*ours)
+        want, want_mask = _node_run(node, theirs, args, settings)
+        if training and settings.get("random"):  # torch's own draws: each entry dropped, or scaled as Keras's
+            kept = got != 0
+            assert 0 < kept.sum() < kept.numel()
+            want = torch.where(kept, want / (1 - settings["random"]), torch.zeros_like(want))
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        if got.dim() == 3:
+            torch.testing.assert_close(probe, _masked_mean(want, want_mask), rtol=1e-5, atol=1e-6)
+        weights = torch.randn_like(want)
+        (got * weights).sum().backward()
+        (want * weights).sum().backward()
+        for a, b in zip(ours, theirs, strict=True):
+            if a.requires_grad:
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+        _same_weight_gradients(model, node)
+
+
+def _written_graph_model(spec, shapes, args, settings):
+    model = attnzoo.create("keras_model", graph=_written_graph(spec, shapes, args, settings))
+    assert f"= {NODES[spec['op']].__name__}(" not in model.to_source(), "the layer kept its node call"
+    return model
+
+
+def _node_run(node, xs, args, settings):
+    """The node on the inputs as the graph passes them (Masking by Keras's rule, written naively, first)."""
+    masks = [None] * len(xs)
+    if settings.get("masked"):
+        keep = (xs[0] != 0).any(dim=-1)
+        xs = [xs[0] * keep.unsqueeze(-1).to(xs[0].dtype), *xs[1:]]
+        masks[0] = keep
+
+    def tensors(value, structure):
+        if isinstance(value, In):
+            return structure[value.index]
+        return [tensors(v, structure) for v in value] if isinstance(value, list) else value if structure is xs else None
+
+    outputs, output_masks = node(tensors(args, xs), {}, tensors(args, masks))
+    return outputs[0], output_masks[0]
+
+
+def _same_weight_gradients(model, node):
+    ported = dict(model.named_parameters())
+    for name, parameter in node.named_parameters():
+        key = model.node_keys.get(f"layers.layer.{name}", f"layers.layer.{name}")
+        if key in ported:  # an LSTM's second bias is a zero buffer in torch's form: Keras has one
+            torch.testing.assert_close(ported[key].grad, parameter.grad, rtol=1e-5, atol=1e-5)
+            ported[key].grad, parameter.grad = None, None
+        parameter.grad = None
+
+
 # specs torch's form would compute otherwise: the node class stays
 DECLINED = [
     ("average_same_strided", _pool("average", [3], [2], "same"), [2, 8, 3]),  # uneven "same" at even lengths

@@ -1,4 +1,4 @@
-"""The only doors from a file's text into emitted Python source (:mod:`attnzoo.keras.source` writes through them).
+"""The only doors from a file's text into emitted Python source (:mod:`attnzoo.keras.emit` writes through them).
 
 A Keras file, and a converted folder shared without it, is data from a stranger: its layer names, model
 name, version and config values must never become code. So:
@@ -357,7 +357,7 @@ def _names(targets: list[ast.expr]) -> set[str]:
 
 def check_source(source: str) -> None:
     """Refuse (:class:`~attnzoo.errors.ConfigError`) a module that does not parse, or that holds anything
-    but what :mod:`attnzoo.keras.source` writes (the module docstring says what that is)."""
+    but what :mod:`attnzoo.keras.emit` writes (its docstring says what that is)."""
     try:
         tree = ast.parse(source)
         comments = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]

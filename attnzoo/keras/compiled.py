@@ -1,6 +1,6 @@
 """The emitted module, compiled: a converted Keras model runs the very ``forward`` ``to_source()`` prints.
 
-:func:`attnzoo.keras.source.emit` writes a graph's module once; :func:`compile_port` compiles that text
+:func:`attnzoo.keras.emit.emit` writes a graph's module once; :func:`compile_port` compiles that text
 (after :func:`~attnzoo.keras.codegen.check_source` walked it: only torch, attnzoo's classes, literals and
 the module's own names) and keeps, per text:
 
@@ -57,7 +57,7 @@ class _EveryVariable(ast.NodeTransformer):
 
 @functools.lru_cache(maxsize=64)
 def compile_port(source: str, class_name: str) -> CompiledPort:
-    """``source`` (a module :func:`attnzoo.keras.source.emit` wrote, holding ``class class_name``) compiled,
+    """``source`` (a module :func:`attnzoo.keras.emit.emit` wrote, holding ``class class_name``) compiled,
     checked first."""
     check_source(source)
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]

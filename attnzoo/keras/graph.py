@@ -18,20 +18,18 @@ Keras 3 records inbound nodes as ``{"args": [...], "kwargs": {...}}`` with tenso
 ``{"class_name": "__keras_tensor__", "config": {"keras_history": [layer, node, index]}}``; Keras 2 as
 lists of ``[layer, node, index, kwargs]`` per input tensor. Both end up the same here.
 
-Why one file: one job, reading a config into calls. Most of it is one walk (``_Builder``) that takes
-both formats at once and inlines nested models as it goes; split by format, the walk would be written
-twice.
+One walk (``_Builder``) takes both formats at once and inlines nested models as it goes; split by
+format, the walk would be written twice. The order of the calls is :mod:`attnzoo.keras.order`'s.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.files import LayerPath
-from attnzoo.keras.order import Block, keras3_order
+from attnzoo.keras.order import Block, keras3_order, needed_in_order
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
 
@@ -465,45 +463,12 @@ def _flat_refs(value: Any) -> list[Ref]:
 
 
 def _needed(graph: KerasGraph) -> KerasGraph:
-    """Calls in an order where every input exists before use, without the calls no output needs."""
-    by_id = {call.id: call for call in graph.calls}
-    needed: set[str] = set()
-    stack = [ref.call for ref in graph.outputs]
-    while stack:
-        call_id = stack.pop()
-        if call_id in needed or call_id not in by_id:
-            continue
-        needed.add(call_id)
-        stack.extend(ref.call for ref in by_id[call_id].refs())
-    # a stable topological sort: the given order wherever it already puts inputs first (keras's own is)
-    pending = [call for call in graph.calls if call.id in needed]
-    position = {call.id: i for i, call in enumerate(pending)}
+    """Calls in an order where every input exists before use, without the calls no output needs (and the
+    layers no call uses)."""
     made = {ref.call for _, ref in graph.inputs}
-    waiting: dict[str, set[str]] = {}
-    users: dict[str, list[str]] = {}
-    heap: list[tuple[int, str]] = []
-    for call in pending:
-        deps = {ref.call for ref in call.refs()} - made
-        waiting[call.id] = deps
-        for dep in deps:
-            users.setdefault(dep, []).append(call.id)
-        if not deps:
-            heapq.heappush(heap, (position[call.id], call.id))
-    by_pending = {call.id: call for call in pending}
-    ordered: list[Call] = []
-    while heap:
-        _, call_id = heapq.heappop(heap)
-        ordered.append(by_pending[call_id])
-        for user in users.get(call_id, []):
-            waiting[user].discard(call_id)
-            if not waiting[user]:
-                heapq.heappush(heap, (position[user], user))
-    if len(ordered) != len(pending):
-        missing = sorted({d for deps in waiting.values() for d in deps} - set(position))
-        raise WeightsError(f"the model graph uses tensors nothing makes: {', '.join(missing[:5]) or 'a cycle'}")
-    used = {call.layer for call in ordered}
+    graph.calls = needed_in_order(graph.calls, made, [ref.call for ref in graph.outputs])
+    used = {call.layer for call in graph.calls}
     graph.layers = {k: v for k, v in graph.layers.items() if k in used}
-    graph.calls = ordered
     return graph
 
 

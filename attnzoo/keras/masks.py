@@ -17,7 +17,7 @@ anything runs, as a :class:`CallMasks`:
   ``clears_input_masks`` attribute).
 
 Both ways of running a converted graph apply this plan: :meth:`attnzoo.keras.model.KerasModel.trace` on
-tensors, :mod:`attnzoo.keras.source` on the names of the emitted code. A node reads what it was given
+tensors, :mod:`attnzoo.keras.emit` on the names of the emitted code. A node reads what it was given
 through :func:`layer_mask` and passes it on to inner layers through :func:`passed_on`.
 """
 

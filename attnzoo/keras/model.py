@@ -20,7 +20,7 @@ None), which the layers make, use and pass on as Keras does (:mod:`attnzoo.keras
 an explicit ``mask`` argument of a call (keras 3 records them) takes the place of the implicit one.
 
 One plan, printed and run: the model writes its graph once as a PyTorch module
-(:func:`attnzoo.keras.source.emit`: torch's own layers where torch has the computation, attnzoo's node
+(:func:`attnzoo.keras.emit.emit`: torch's own layers where torch has the computation, attnzoo's node
 classes where Keras's semantics need them, straight-line ``forward``), compiles it
 (:mod:`attnzoo.keras.compiled`) and holds that module's layers. ``forward`` checks the inputs and calls the
 compiled ``forward``, so ``model.code`` (what ``to_source()`` returns) is the code that runs, and a
@@ -66,9 +66,9 @@ import attnzoo.keras.converters  # noqa: F401 - defines every node class
 from attnzoo.errors import WeightsError
 from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.text import string_input
+from attnzoo.keras.emit import Emitted, emit
 from attnzoo.keras.masks import call_masks
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
-from attnzoo.keras.source import Emitted, emit
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
@@ -376,7 +376,7 @@ class KerasModel(nn.Module):
     def to_source(self, class_name: str | None = None) -> str:
         """This model as one readable, self-contained PyTorch module (a ``class <KerasName>(nn.Module)``
         whose ``load_state_dict`` takes this model's weights as they are), the module this model runs: see
-        :mod:`attnzoo.keras.source`. Another ``class_name`` renames the class, nothing else."""
+        :mod:`attnzoo.keras.emit`. Another ``class_name`` renames the class, nothing else."""
         if class_name is None:
             return self.emitted.source
         return emit(self.graph, self.mask_plans, class_name).source

@@ -27,11 +27,12 @@ from __future__ import annotations
 import copy
 import inspect
 import math
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor, nn
 
-__all__ = ["Node", "NODES", "build_node", "as_node", "INTEGER_DTYPES", "glorot_uniform"]
+__all__ = ["Node", "NODES", "build_node", "as_node", "writes", "INTEGER_DTYPES", "glorot_uniform"]
 
 # Keras's integer dtype names: an input of one of them holds ids
 INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -49,9 +50,13 @@ class Node(nn.Module):
     # the argument that is a dict of settings (empty by default) the class also takes as keyword arguments,
     # ``Operation(name="sum", axis=1)`` for ``config={"axis": 1}``: to_source() writes them so
     options_argument: ClassVar[str | None] = None
+    # the layer's torch form, ``write(writer, spec) -> bool`` (see :func:`writes`); None: the node is called
+    write: ClassVar[Callable[..., bool] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "write" not in vars(cls):
+            cls.write = None  # a subclass computes otherwise: it has no torch form until it registers one
         if cls.op:
             if cls.op in NODES and NODES[cls.op].__qualname__ != cls.__qualname__:
                 raise RuntimeError(f"two node classes for op {cls.op!r}: {NODES[cls.op]} and {cls}")
@@ -78,7 +83,7 @@ class Node(nn.Module):
     @classmethod
     def torch_key(cls, key: str) -> str:
         """The state-dict key that this node's tensor ``key`` has in the torch layer the emitted module may
-        declare in its place (:mod:`attnzoo.keras.source`): the same key, as ``nn.Linear`` takes a Dense's
+        declare in its place (its ``write``): the same key, as ``nn.Linear`` takes a Dense's
         ``weight``; a node whose torch layer names its tensors otherwise maps them (an RNN), and raises
         ``KeyError`` for a key it does not know."""
         return key
@@ -88,6 +93,25 @@ class Node(nn.Module):
         order = list(inspect.signature(type(self).__init__).parameters)
         ranked = sorted(self.args.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
         return ", ".join(f"{k}={v!r}" for k, v in ranked if not isinstance(v, (dict, list)) or len(v) < 6)
+
+
+_Write = TypeVar("_Write", bound=Callable[..., bool])
+
+
+def writes(*classes: type[Node]) -> Callable[[_Write], _Write]:
+    """Register the decorated ``write(writer, spec) -> bool`` as the torch form of the node ``classes``: how
+    the emitted module (:mod:`attnzoo.keras.emit`) declares and calls a layer of that class as torch, through
+    its :class:`~attnzoo.keras.emit.writer.Writer`; False, where a call or a spec is not one it computes
+    exactly, keeps the node call. It lives in the family's file, beside the node and its converter."""
+
+    def register(write: _Write) -> _Write:
+        for cls in classes:
+            if vars(cls).get("write") is not None:
+                raise RuntimeError(f"two torch forms for {cls.__name__}: {cls.write} and {write}")
+            cls.write = staticmethod(write)  # type: ignore[assignment]
+        return write
+
+    return register
 
 
 def glorot_uniform(weight: Tensor, fan_in: int, fan_out: int) -> None:

@@ -8,6 +8,7 @@ whether it ran first.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from attnzoo.errors import WeightsError
 if TYPE_CHECKING:
     from attnzoo.keras.graph import Call, Ref
 
-__all__ = ["Block", "keras3_order"]
+__all__ = ["Block", "keras3_order", "needed_in_order"]
 
 
 @dataclass
@@ -85,4 +86,44 @@ def keras3_order(calls: list[Call], offset: int, blocks: list[Block], outputs: l
                     placed.add(index - offset)
     # calls no output needs keep their place at the end (they are dropped later)
     ordered += [call for i, call in enumerate(calls) if i not in placed]
+    return ordered
+
+
+def needed_in_order(calls: list[Call], made: set[str], outputs: list[str]) -> list[Call]:
+    """The ``calls`` the ``outputs`` (call ids) need, in an order where every input exists before use: a
+    stable topological sort, the given order wherever it already puts inputs first (keras's own is);
+    ``made``: the ids of the inputs, which no call makes."""
+    by_id = {call.id: call for call in calls}
+    needed: set[str] = set()
+    stack = list(outputs)
+    while stack:
+        call_id = stack.pop()
+        if call_id in needed or call_id not in by_id:
+            continue
+        needed.add(call_id)
+        stack.extend(ref.call for ref in by_id[call_id].refs())
+    pending = [call for call in calls if call.id in needed]
+    position = {call.id: i for i, call in enumerate(pending)}
+    waiting: dict[str, set[str]] = {}
+    users: dict[str, list[str]] = {}
+    heap: list[tuple[int, str]] = []
+    for call in pending:
+        deps = {ref.call for ref in call.refs()} - made
+        waiting[call.id] = deps
+        for dep in deps:
+            users.setdefault(dep, []).append(call.id)
+        if not deps:
+            heapq.heappush(heap, (position[call.id], call.id))
+    by_pending = {call.id: call for call in pending}
+    ordered: list[Call] = []
+    while heap:
+        _, call_id = heapq.heappop(heap)
+        ordered.append(by_pending[call_id])
+        for user in users.get(call_id, []):
+            waiting[user].discard(call_id)
+            if not waiting[user]:
+                heapq.heappush(heap, (position[user], user))
+    if len(ordered) != len(pending):
+        missing = sorted({d for deps in waiting.values() for d in deps} - set(position))
+        raise WeightsError(f"the model graph uses tensors nothing makes: {', '.join(missing[:5]) or 'a cycle'}")
     return ordered

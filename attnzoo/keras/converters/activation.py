@@ -7,10 +7,13 @@ from torch import Tensor, nn
 
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import dim_text, dims, number
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, keras_layer
 
-__all__ = ["Activation", "PReLU", "Softmax", "keras_softmax"]
+__all__ = ["Activation", "PReLU", "Softmax", "keras_softmax", "ACTIVATION_SOURCE", "written_activation", "activated"]
 
 
 class Activation(Node):
@@ -139,3 +142,84 @@ def keras_softmax(x: Tensor, mask: Tensor | None, axis: int | list[int], *, zero
 def convert_softmax(record, arrays, ctx):
     expect_variables(arrays, 0, "Softmax")
     return Converted({"op": "softmax", "axis": record.config.get("axis", -1), "keras3": ctx.major >= 3}, {})
+
+
+# -- the torch forms ------------------------------------------------------------------------------------
+# each activation the emitted module writes as torch, as an expression of its argument ({}), over Keras's
+# last axis; a layer with another activation keeps its node call
+ACTIVATION_SOURCE = {
+    "linear": "{}",
+    "relu": "torch.relu({})",
+    "sigmoid": "torch.sigmoid({})",
+    "tanh": "torch.tanh({})",
+    "softmax": "torch.softmax({}, dim=-1)",
+    "log_softmax": "torch.log_softmax({}, dim=-1)",
+    "softplus": "torch.logaddexp({0}, torch.zeros_like({0}))",
+    "silu": "F.silu({})",
+    "swish": "F.silu({})",
+    "selu": "F.selu({})",
+    "elu": "F.elu({})",
+    "gelu": "F.gelu({})",
+    "relu6": "F.relu6({})",
+    "exponential": "torch.exp({})",
+}
+
+
+def written_activation(spec: dict) -> bool:
+    """Whether a layer's ``activation`` (linear where absent) is one :data:`ACTIVATION_SOURCE` writes."""
+    activation = spec.get("activation", "linear")
+    return isinstance(activation, str) and activation in ACTIVATION_SOURCE
+
+
+def activated(w: Writer, value: str, activation: str) -> None:
+    """``out = activation(value)``, the value computed once (some activations read their argument twice)."""
+    template = ACTIVATION_SOURCE[activation]
+    if template.count("{") > 1:
+        w.assign(value)
+        value = w.out
+    w.assign(template.format(value))
+
+
+@writes(Activation)
+def write_activation(w: Writer, spec: dict) -> bool:
+    """``Activation(name)``: the activation's expression. ``ReLU`` (its max_value, negative_slope and
+    threshold), ``LeakyReLU`` and ``ELU`` layers: the node's formula. The mask passes on, as the node's."""
+    x = w.tensor()
+    if x is None:
+        return False
+    kind = spec.get("activation")
+    if isinstance(kind, str) and kind in ACTIVATION_SOURCE:
+        activated(w, x, kind)
+        return True
+    slope, threshold = spec.get("negative_slope", 0.0), spec.get("threshold", 0.0)
+    top, alpha = spec.get("max_value"), spec.get("alpha", 1.0)
+    if kind not in ("relu_layer", "elu_layer") or w.explicit is not None:
+        return False
+    if not all(number(v) for v in (slope, threshold, alpha)) or not (top is None or number(top)):
+        return False
+    if kind == "elu_layer":
+        value = f"torch.where({x} > 0, {x}, {literal(alpha)} * torch.expm1({x}))"
+    elif slope == 0 and threshold == 0:  # ReLU, ReLU6: one pass, as the node
+        value = f"torch.relu({x})" if top is None else f"torch.clamp({x}, 0.0, {literal(top)})"
+    else:
+        # x - 0.0 is x, bit for bit (-0.0 and NaN too): LeakyReLU is written without it
+        below = f"{literal(slope)} * " + (f"({x} - {literal(threshold)})" if threshold else x)
+        value = f"torch.where({x} >= {literal(threshold)}, {x}, {below})"
+        value = value if top is None else f"torch.clamp({value}, max={literal(top)})"
+    w.assign(value)
+    return True
+
+
+@writes(Softmax)
+def write_softmax(w: Writer, spec: dict) -> bool:
+    """``Softmax(axis)`` of an input with no mask (a mask would mask the scores: the node's rules):
+    ``torch.softmax``, over several axes ``exp(x - logsumexp(x))`` as the node. No mask comes out."""
+    axis, x = spec.get("axis", -1), w.tensor()
+    if x is None or w.explicit is not None or not dims(axis) or w.mask_of(x) is not None:
+        return False
+    if isinstance(axis, int):
+        w.assign(f"torch.softmax({x}, dim={literal(axis)})")
+    else:
+        w.assign(f"torch.exp({x} - torch.logsumexp({x}, dim={dim_text(axis)}, keepdim=True))")
+    w.mask_is(None)
+    return True

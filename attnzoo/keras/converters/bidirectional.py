@@ -10,9 +10,10 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from attnzoo.keras.arguments import input_agrees
-from attnzoo.keras.converters.recurrent import CELLS, Recurrent, recurrent_spec
+from attnzoo.keras.converters.recurrent import CELLS, Recurrent, recurrent_spec, torch_cell, write_torch_rnn
+from attnzoo.keras.emit import Writer
 from attnzoo.keras.masks import passed_on, reads_mask
-from attnzoo.keras.nodes import Node, as_node
+from attnzoo.keras.nodes import Node, as_node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.torch_layers import kept_first, keras_outputs
 from attnzoo.layers.core import tracing
@@ -198,3 +199,24 @@ def convert_bidirectional(record, arrays, ctx):
     state.update({f"backward_layer.{k}": v for k, v in b_state.items()})
     spec = {"op": "bidirectional", "forward_layer": forward, "backward_layer": backward, "merge_mode": merge}
     return Converted(spec, state, notes)
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(Bidirectional)
+def write_bidirectional(w: Writer, spec: dict[str, Any]) -> bool:
+    """A concat of a forward layer and its ``go_backwards`` twin of the same kind and size that torch's cell
+    computes, each zeroing masked outputs exactly when it returns sequences (as Keras's wrapper sets them):
+    one bidirectional ``nn.LSTM`` / ``nn.GRU`` (:func:`~attnzoo.keras.converters.recurrent.write_torch_rnn`)."""
+    f, b = spec.get("forward_layer"), spec.get("backward_layer")
+    if spec.get("merge_mode") != "concat" or not (torch_cell(f) and torch_cell(b)):
+        return False
+    same = ("cell", "units", "input_size", "use_bias", "return_sequences")
+    sequences = f.get("return_sequences", False)
+    if not (
+        all(f.get(k) == b.get(k) for k in same)
+        and not f.get("go_backwards", False)
+        and b.get("go_backwards", False)
+        and f.get("zero_output_for_mask", False) == sequences == b.get("zero_output_for_mask", False)
+    ):
+        return False
+    return write_torch_rnn(w, f, bidirectional=True)

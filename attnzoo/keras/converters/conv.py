@@ -24,7 +24,11 @@ from attnzoo.keras.arguments import (
     kernel_size_agrees,
     rank_of,
 )
-from attnzoo.keras.nodes import Node, glorot_uniform
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.converters.activation import activated, written_activation
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.nodes import Node, glorot_uniform, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["Conv", "same_padding", "conv_padding", "padded", "CONV", "conv_options", "to_keras_layout"]
@@ -212,3 +216,40 @@ def _convert_conv(record, arrays, ctx, rank: int):
 def convert_conv(record, arrays, ctx):
     """Conv1D/2D/3D, the rank from the class's name."""
     return _convert_conv(record, arrays, ctx, rank_of(record.class_name))
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(Conv)
+def write_conv(w: Writer, spec: dict[str, Any]) -> bool:
+    """``nn.Conv1d/2d/3d`` on the channels-first view, with Keras's padding: torch's ``padding="same"`` where
+    it is centred, else ``F.pad`` by :func:`conv_padding`; ``causal`` pads the left. Back in Keras's layout
+    before the activation (a softmax runs over Keras's last axis). No mask comes out, as the node's."""
+    x, rank = w.tensor(), spec.get("rank")
+    if x is None or rank not in (1, 2, 3) or not plain(spec, int, "in_channels", "filters", "groups"):
+        return False
+    k, s, d = spec.get("kernel_size"), spec.get("strides"), spec.get("dilation_rate")
+    if not all(isinstance(v, (list, tuple)) and len(v) == rank and plain(dict(enumerate(v)), int) for v in (k, s, d)):
+        return False
+    if not written_activation(spec):
+        return False
+    bias = "" if spec.get("use_bias", True) else ", bias=False"
+    groups = f", groups={literal(spec['groups'])}" if spec.get("groups", 1) != 1 else ""
+    # Keras's "same" at stride 1 pads (k - 1) * d in all, the extra one on the right as torch's "same" does;
+    # torch's own padding reads the border without a padded copy where the two sides are equal
+    symmetric = all((a - 1) * b % 2 == 0 for a, b in zip(k, d, strict=True))
+    inside = spec.get("padding") == "same" and all(v == 1 for v in s) and symmetric
+    padding = ', padding="same"' if inside else ""
+    layer = w.declare(
+        f"nn.Conv{rank}d({literal(spec['in_channels'])}, {literal(spec['filters'])}, "
+        f"kernel_size={literal(k)}, stride={literal(s)}{padding}, dilation={literal(d)}{groups}{bias})"
+    )
+    first = spec.get("channels_first", False)
+    h = x if first else f"{x}.movedim(-1, 1)"
+    if spec.get("padding") == "same" and not inside:  # TensorFlow's: the extra one on the right, by the input's length
+        pads = w.imports("attnzoo.keras.converters.conv", "conv_padding")
+        w.assign(h)
+        h = f'F.pad({w.out}, {pads}({w.out}, "same", {literal(k)}, {literal(s)}, {literal(d)}))'
+    elif spec.get("padding") == "causal":
+        h = f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
+    activated(w, f"{layer}({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
+    return True

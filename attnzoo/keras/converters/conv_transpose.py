@@ -13,6 +13,7 @@ pads) each side itself.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,8 +32,12 @@ from attnzoo.keras.arguments import (
     kernel_size_agrees,
     rank_of,
 )
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.converters.activation import activated, written_activation
 from attnzoo.keras.converters.conv import conv_options, to_keras_layout
-from attnzoo.keras.nodes import Node, glorot_uniform
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import flags, plain, rank, sizes
+from attnzoo.keras.nodes import Node, glorot_uniform, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["ConvTranspose", "transpose_window"]
@@ -159,3 +164,66 @@ def _convert(record, arrays, ctx, rank: int) -> Converted:
 def convert_conv_transpose(record, arrays, ctx):
     """Conv1D/2D/3DTranspose, the rank from the class's name."""
     return _convert(record, arrays, ctx, rank_of(record.class_name))
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(ConvTranspose)
+def write_conv_transpose(w: Writer, spec: dict[str, Any]) -> bool:
+    """``Conv1D/2D/3DTranspose``: ``nn.ConvTransposeNd`` whose symmetric ``padding`` and ``output_padding``
+    cut the full transposed convolution where Keras cuts it (see :func:`_transpose_padding`); the node's
+    ``weight`` [in, filters, *kernel] is torch's layout. No mask comes out, as the node's."""
+    x = w.tensor()
+    if x is None or not _writable(spec):
+        return False
+    n, k, s, d = spec["rank"], spec["kernel_size"], spec["strides"], spec["dilation_rate"]
+    padding, extra = _transpose_padding(spec) or ([0] * n, [0] * n)
+    options = f", padding={literal(padding)}" if any(padding) else ""
+    options += f", output_padding={literal(extra)}" if any(extra) else ""
+    options += f", dilation={literal(d)}" if any(v != 1 for v in d) else ""
+    options += "" if spec.get("use_bias", True) else ", bias=False"
+    layer = w.declare(
+        f"nn.ConvTranspose{n}d({literal(spec['in_channels'])}, "
+        f"{literal(spec['filters'])}, kernel_size={literal(k)}, stride={literal(s)}{options})"
+    )
+    first = spec.get("channels_first", False)
+    h = x if first else f"{x}.movedim(-1, 1)"
+    activated(w, f"{layer}({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
+    return True
+
+
+def _writable(spec: dict[str, Any]) -> bool:
+    """Whether the spec's values are of the types torch's form computes with, and torch's padding gives
+    Keras's window."""
+    if (
+        not rank(spec)
+        or not plain(spec, int, "in_channels", "filters")
+        or not flags(spec, "use_bias", "channels_first")
+    ):
+        return False
+    n, output_padding = spec["rank"], spec.get("output_padding")
+    if not all(sizes(spec.get(k), n) for k in ("kernel_size", "strides", "dilation_rate")):
+        return False
+    if spec.get("padding", "valid") not in ("valid", "same") or not written_activation(spec):
+        return False
+    if output_padding is not None and not sizes(output_padding, n, least=0):
+        return False
+    return _transpose_padding(spec) is not None
+
+
+def _transpose_padding(spec: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """torch's ``padding`` and ``output_padding`` per axis that give Keras's window of the full transposed
+    convolution, or None where none do. torch cuts ``padding`` from each side and gives back
+    ``output_padding`` (< max(stride, dilation)) on the right; Keras cuts ``left`` and ``right``
+    (:func:`transpose_window`), so torch's form needs ``0 <= left - right < max(stride, dilation)``: not
+    "same" with an odd total, which Keras cuts more from the right."""
+    padding, extra = [], []
+    output_padding = spec.get("output_padding")
+    for axis in range(spec["rank"]):
+        k, s, d = spec["kernel_size"][axis], spec["strides"][axis], spec["dilation_rate"][axis]
+        given = None if output_padding is None else output_padding[axis]
+        left, right = transpose_window(k, s, d, spec.get("padding", "valid"), given)
+        if left < 0 or not 0 <= left - right < max(s, d):
+            return None
+        padding.append(left)
+        extra.append(left - right)
+    return padding, extra

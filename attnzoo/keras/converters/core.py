@@ -3,13 +3,19 @@ ActivityRegularization, a nested model's inputs and outputs)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables, input_agrees, refuse_options
-from attnzoo.keras.nodes import Node, glorot_uniform
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.converters.activation import activated, written_activation
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.nodes import Node, glorot_uniform, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import check_tokens
 
@@ -138,3 +144,42 @@ def convert_dense(record, arrays, ctx):
     if use_bias:
         state["bias"] = as_tensor(arrays[1])
     return Converted(spec, state)
+
+
+# -- the torch forms ------------------------------------------------------------------------------------
+@writes(Embedding)
+def write_embedding(w: Writer, spec: dict[str, Any]) -> bool:
+    """``nn.Embedding(input_dim, output_dim)`` of the ids as longs; with ``mask_zero`` the mask ``ids != 0``."""
+    x = w.tensor()
+    if x is None or not plain(spec, int, "input_dim", "output_dim"):
+        return False
+    layer = w.declare(f"nn.Embedding({literal(spec['input_dim'])}, {literal(spec['output_dim'])})")
+    w.assign(f"{layer}({x}.long())")
+    if spec.get("mask_zero"):
+        w.mask_from(f"{x} != 0")
+    else:
+        w.mask_is(None)
+    return True
+
+
+@writes(Masking)
+def write_masking(w: Writer, spec: dict[str, Any]) -> bool:
+    """The mask (a step with any feature other than ``mask_value``), then the input with masked steps zeroed."""
+    x = w.tensor()
+    if x is None:
+        return False
+    keep = w.mask_from(f"({x} != {literal(spec.get('mask_value', 0.0))}).any(dim=-1)")
+    w.assign(f"{x} * {keep}.unsqueeze(-1).to({x}.dtype)")
+    return True
+
+
+@writes(Dense)
+def write_dense(w: Writer, spec: dict[str, Any]) -> bool:
+    """``nn.Linear(in_features, units)`` and its activation; the mask passes on, as the node's."""
+    x = w.tensor()
+    if x is None or not plain(spec, int, "in_features", "units") or not written_activation(spec):
+        return False
+    bias = "" if spec.get("use_bias", True) else ", bias=False"
+    layer = w.declare(f"nn.Linear({literal(spec['in_features'])}, {literal(spec['units'])}{bias})")
+    activated(w, f"{layer}({x})", spec.get("activation", "linear"))
+    return True

@@ -4,13 +4,18 @@ masks Keras gives them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attnzoo.keras.arguments import expect_variables
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.emit.draft import is_ref
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, keras_layer
 
 __all__ = ["Merge", "Concatenate", "Dot"]
@@ -168,3 +173,47 @@ def convert_dot(record, arrays, ctx):
     axes = record.config.get("axes", -1)
     axes = [axes, axes] if isinstance(axes, int) else list(axes)
     return Converted({"op": "dot", "axes": axes, "normalize": bool(record.config.get("normalize", False))}, {})
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(Concatenate)
+def write_concatenate(w: Writer, spec: dict[str, Any]) -> bool:
+    """``torch.cat``; the mask as Keras builds it (each input's mask widened to the input, all True where it
+    has none, concatenated along the axis, then any over the last axis), where every mask surely holds a
+    tensor (a node call's output mask may be None: the node stays)."""
+    axis, found = spec.get("axis", -1), _masked_list(w)
+    if found is None or not plain({0: axis}, int):
+        return False
+    names, masks = found
+    if not all(m is None or w.sure(m) for m in masks):
+        return False
+    w.assign(f"torch.cat([{', '.join(names)}], dim={literal(axis)})")
+    if all(m is None for m in masks):
+        w.mask_is(None)
+        return True
+    wide = [
+        f"torch.ones_like({x}, dtype=torch.bool)"
+        if m is None
+        else f"{m}.reshape({m}.shape + (1,) * ({x}.dim() - {m}.dim())).expand_as({x})"
+        for x, m in zip(names, masks, strict=True)
+    ]
+    w.mask_from(f"torch.cat([{', '.join(wide)}], dim={literal(axis)}).any(dim=-1)")
+    return True
+
+
+def _masked_list(w: Writer) -> tuple[list[str], list[str | None]] | None:
+    """The tensors (the call's one argument, a list of them) and the masks the node gets for them (each
+    one's, or all None where the node gets no list of masks), or None where the call is not that."""
+    args = w.args
+    if len(args) != 1 or not isinstance(args[0], list) or not args[0] or not all(is_ref(a) for a in args[0]):
+        return None
+    names = [w.value(a) for a in args[0]]
+    masks = [w.mask_of(name) for name in names]
+    if w.explicit is not None:  # the call's mask= in the list's place, resolved as the graph resolves it
+        explicit = w.explicit
+        if not isinstance(explicit, list):
+            return names, [None] * len(names)
+        if len(explicit) != len(names) or not all(m is None or is_ref(m) for m in explicit):
+            return None
+        masks = [None if m is None else w.value(m) for m in explicit]
+    return names, masks

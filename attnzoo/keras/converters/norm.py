@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,7 +13,10 @@ from torch import Tensor, nn
 
 from attnzoo.errors import KerasWeightsWarning
 from attnzoo.keras.arguments import as_tensor, expect_shape, expect_variables
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import flags, plain, sizes
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["LayerNorm", "BatchNorm"]
@@ -222,3 +226,27 @@ def convert_batch_norm(record, arrays, ctx):
     state["running_mean"], state["running_var"] = as_tensor(arrays[at]), as_tensor(arrays[at + 1])
     notes = ["eval(): the moving statistics; train(): batch statistics (biased variance), moving ones updated"]
     return Converted(spec, state, notes)
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(LayerNorm)
+def write_layer_norm(w: Writer, spec: dict[str, Any]) -> bool:
+    """``LayerNormalization`` over the last axis: ``nn.LayerNorm`` with Keras's epsilon (``weight`` is Keras's
+    gamma, ``bias`` its beta; ``bias=False`` where Keras has no offset), ``F.layer_norm`` where it has neither
+    scale nor offset. The mask passes, as the node's. keras 3's ``rms_scaling`` (a division by the variance)
+    and an offset alone have no torch layer: the node stays."""
+    x = w.tensor()
+    if x is None or spec.get("axis") != [-1] or not sizes(spec.get("shape"), 1) or not plain(spec, float, "epsilon"):
+        return False
+    if not flags(spec, "center", "scale", "rms_scaling") or spec.get("rms_scaling", False):
+        return False
+    if not spec.get("scale", True) and spec.get("center", True):
+        return False
+    size, epsilon = literal(spec["shape"][0]), literal(spec["epsilon"])
+    if spec.get("scale", True):
+        bias = "" if spec.get("center", True) else ", bias=False"
+        layer = w.declare(f"nn.LayerNorm({size}, eps={epsilon}{bias})")
+        w.assign(f"{layer}({x})")
+    else:
+        w.assign(f"F.layer_norm({x}, ({size},), eps={epsilon})")
+    return True

@@ -8,13 +8,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import dims, number, plain
+from attnzoo.keras.emit.draft import is_ref
 from attnzoo.keras.files import snake_case
 from attnzoo.keras.graph import LayerRecord
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused
 
 __all__ = ["Operation", "OPERATION_NAMES", "convert_operation", "is_operation"]
-__all__ += ["ELEMENTWISE", "UNARY", "REDUCE", "DTYPES"]  # the torch each operation is; keras/source.py writes it
+__all__ += ["ELEMENTWISE", "UNARY", "REDUCE", "DTYPES"]  # the torch each operation is; write_operation writes it
 
 
 def _index(key: Any) -> Any:
@@ -168,3 +172,103 @@ def is_operation(record: LayerRecord) -> bool:
         return record.is_operation
     # every layer config carries "trainable"; an operation's holds its own arguments only
     return snake_case(record.class_name) in OPERATION_NAMES and "trainable" not in record.config
+
+
+# -- the torch form: an operation as one expression; its output carries no mask --------------------------
+_OPERATORS = {"not_equal": "!=", "equal": "==", "greater": ">", "greater_equal": ">=", "less": "<"}
+_OPERATORS.update({"less_equal": "<=", "add": "+", "subtract": "-", "multiply": "*"})
+_OPERATORS.update({"divide": "/", "true_divide": "/"})
+# the torch function each other operation calls, by name, read from the tables above: these names are code
+_BINARY = {name: function.__name__ for name, function in ELEMENTWISE.items() if name not in _OPERATORS}
+_UNARY = {name: function.__name__ for name, function in UNARY.items()}
+_REDUCTIONS = {name: function.__name__ for name, function in REDUCE.items()}
+
+
+@writes(Operation)
+def write_operation(w: Writer, spec: dict[str, Any]) -> bool:
+    """A keras operation (``Operation``'s forward) as one expression, where its arguments are of the types
+    the node would read that way."""
+    name, config = spec.get("name"), spec.get("config") or {}
+    value = _operation_value(w, name, config, w.args) if isinstance(config, dict) else None
+    if value is None:
+        return False
+    if name == "convert_to_tensor":  # the same tensor: its mask is the output's (none), as masks go by tensor
+        w.forget_mask(value)
+    w.assign(value)
+    w.mask_is(None)
+    return True
+
+
+def _operation_value(w: Writer, name: Any, config: dict[str, Any], args: list[Any]) -> str | None:
+    """The expression ``Operation(name, config)`` computes on ``args``, or None where it is not written."""
+    refs = [is_ref(a) for a in args]
+    if name in _OPERATORS or name in _BINARY:
+        if len(args) != 2 or not any(refs) or not all(r or number(a) for r, a in zip(refs, args, strict=True)):
+            return None
+        a, b = (w.value(v) for v in args)
+        if not refs[0]:  # the node makes a number on the left a tensor on the other's device
+            a = f"torch.as_tensor({a}, device={b}.device)"
+        return f"{a} {_OPERATORS[name]} {b}" if name in _OPERATORS else f"torch.{_BINARY[name]}({a}, {b})"
+    if name in ("concatenate", "stack") and len(args) == 1 and isinstance(args[0], list) and args[0]:
+        axis = config.get("axis", 0)
+        if not all(is_ref(a) for a in args[0]) or not plain({0: axis}, int):
+            return None
+        function = "cat" if name == "concatenate" else "stack"
+        return f"torch.{function}([{', '.join(w.value(a) for a in args[0])}], dim={literal(axis)})"
+    if name in ("matmul", "where") and len(args) == {"matmul": 2, "where": 3}[name] and all(refs):
+        return f"torch.{name}({', '.join(w.value(a) for a in args)})"
+    if refs[:1] != [True] or len(args) > 2:
+        return None
+    return _unary_value(w, name, config, w.value(args[0]), args[1] if len(args) > 1 else None, len(args))
+
+
+def _unary_value(w: Writer, name: Any, config: dict[str, Any], x: str, second: Any, count: int) -> str | None:
+    """The expression of an operation of one tensor ``x`` (and ``second``, its constant argument, if any)."""
+    if name in _UNARY and count == 1:
+        return f"torch.{_UNARY[name]}({x})"
+    if name == "convert_to_tensor" and count == 1:
+        return x
+    if name == "cast" and w.mask_of(x) is None:  # (.to may return x itself: then it would clear x's mask)
+        dtype = config.get("dtype", "float32" if second is None else second)
+        return f"{x}.to(torch.{dtype})" if isinstance(dtype, str) and dtype in DTYPES else None
+    if name in _REDUCTIONS:
+        axis, keepdims = config.get("axis", second), config.get("keepdims", False)
+        if axis is None or not dims(axis) or not isinstance(keepdims, bool):
+            return None
+        return f"torch.{_REDUCTIONS[name]}({x}, dim={literal(axis)}, keepdim={keepdims})"
+    if name == "squeeze" and config.get("axis", second) is None:
+        return f"{x}.squeeze()"
+    if name in ("expand_dims", "squeeze", "softmax"):
+        axis = config.get("axis", -1 if name == "softmax" or second is None else second)
+        text = {"expand_dims": "{}.unsqueeze({})", "squeeze": "{}.squeeze({})", "softmax": "torch.softmax({}, dim={})"}
+        return text[name].format(x, literal(axis)) if plain({0: axis}, int) else None
+    if name in ("transpose", "reshape"):
+        shape = config.get("axes" if name == "transpose" else "newshape", second)
+        if not isinstance(shape, list) or not shape:
+            return None
+        if not all(plain({0: d}, int) or (d is None and name == "reshape") for d in shape):
+            return None
+        sizes = ", ".join("-1" if d is None else literal(d) for d in shape)
+        return f"{x}.{'permute' if name == 'transpose' else 'reshape'}({sizes})"
+    if name == "get_item" and count == 2:
+        keys = second if isinstance(second, list) else [second]
+        texts = [_index_text(k) for k in keys]
+        return f"{x}[{', '.join(t for t in texts if t is not None)}]" if texts and None not in texts else None
+    return None
+
+
+def _index_text(key: Any) -> str | None:
+    """``get_item``'s index (:func:`_index`) as subscript text, ``:, -1``; None where it is not one of ints,
+    None, slices of ints and Ellipsis."""
+    if key is None or plain({0: key}, int):
+        return literal(key)
+    if isinstance(key, dict) and set(key) == {"ellipsis"} and key["ellipsis"] is True:
+        return "..."
+    if isinstance(key, dict) and set(key) == {"slice"} and isinstance(key["slice"], list):
+        parts = key["slice"]
+        if not 1 <= len(parts) <= 3 or not all(p is None or plain({0: p}, int) for p in parts):
+            return None
+        start, stop, step = ([None, *parts] if len(parts) == 1 else parts) + [None] * (3 - max(len(parts), 2))
+        text = ("" if start is None else literal(start)) + ":" + ("" if stop is None else literal(stop))
+        return text + ("" if step is None else ":" + literal(step))
+    return None

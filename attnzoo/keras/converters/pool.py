@@ -3,12 +3,19 @@ masked)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from attnzoo.keras.arguments import channels_first, expect_variables, ints
+from attnzoo.keras.code_lines import WIDTH
+from attnzoo.keras.codegen import literal
 from attnzoo.keras.converters.conv import padded, same_padding
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import dim_text, flags, rank, sizes
+from attnzoo.keras.emit.draft import is_ref
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["Pool", "GlobalPool"]
@@ -135,3 +142,72 @@ def convert_global_pool(record, arrays, ctx):
     spec["channels_first"] = channels_first(c)
     notes = ["a sample with every step masked gives 0 here, NaN (0 / 0) in Keras"] if kind == "average" else []
     return Converted(spec, {}, notes)
+
+
+# -- the torch forms (no mask comes out, as the nodes') -------------------------------------------------
+@writes(Pool)
+def write_pool(w: Writer, spec: dict[str, Any]) -> bool:
+    """``MaxPooling`` / ``AveragePooling`` 1D/2D/3D: ``F.max_poolNd`` / ``F.avg_poolNd``. Keras's "same" at
+    stride 1 with an odd window pads ``(k - 1) / 2`` on each side: torch's own padding, which max pooling
+    never picks and average pooling leaves out of the count (``count_include_pad=False``), as Keras does;
+    other "same" max pooling pads by the input's length with -inf (TensorFlow's, the extra one on the right).
+    An average over "same" padding that may be uneven counts only the real entries: no torch padding does."""
+    x = w.tensor()
+    if x is None or not rank(spec) or spec.get("kind") not in ("max", "average") or not flags(spec, "channels_first"):
+        return False
+    n, k, s, padding = spec["rank"], spec.get("pool_size"), spec.get("strides"), spec.get("padding", "valid")
+    if not sizes(k, n) or not sizes(s, n) or padding not in ("valid", "same"):
+        return False
+    first, average = spec.get("channels_first", False), spec["kind"] == "average"
+    if padding == "same" and average and not _centred(k, s):
+        return False
+    h = x if first else f"{x}.movedim(-1, 1)"
+    options = ""
+    if padding == "same" and _centred(k, s):
+        options = f", padding={literal([(v - 1) // 2 for v in k])}" + (", count_include_pad=False" if average else "")
+    elif padding == "same":  # max pooling only
+        pads = w.imports("attnzoo.keras.converters.conv", "conv_padding")
+        w.assign(h)
+        margins = f'{pads}({w.out}, "same", {literal(k)}, {literal(s)}, {literal([1] * n)})'
+        h = f'F.pad({w.out}, {margins}, value=-float("inf"))'
+    value = f"F.{'avg' if average else 'max'}_pool{n}d({h}, {literal(k)}, {literal(s)}{options})"
+    w.assign(value + ("" if first else ".movedim(1, -1)"))
+    return True
+
+
+def _centred(kernel: list[int], strides: list[int]) -> bool:
+    """Whether Keras's "same" pads each axis equally on both sides whatever the input's length: stride 1 and
+    an odd window (``k - 1`` in all)."""
+    return all(s == 1 and k % 2 == 1 for k, s in zip(kernel, strides, strict=True))
+
+
+@writes(GlobalPool)
+def write_global_pool(w: Writer, spec: dict[str, Any]) -> bool:
+    """``GlobalPool``: a max or mean over the steps; the 1-D average with a mask is the sum over the kept
+    steps over their count (at least 1), as the node computes it."""
+    n, kind, x = spec.get("rank"), spec.get("kind"), w.tensor()
+    keepdims, first = spec.get("keepdims", False), spec.get("channels_first", False)
+    if n not in (1, 2, 3) or kind not in ("average", "max") or not isinstance(n, int) or x is None:
+        return False
+    if not isinstance(keepdims, bool) or not isinstance(first, bool):
+        return False
+    axes = list(range(2, 2 + n)) if first else list(range(1, 1 + n))
+    dims = f"dim={dim_text(axes[0] if n == 1 else axes)}" + (", keepdim=True" if keepdims else "")
+    masked = kind == "average" and n == 1 and (w.mask is not None or w.explicit is not None)
+    if kind == "max":
+        w.assign(f"{x}.amax({dims})")
+    elif not masked:
+        w.assign(f"{x}.mean({dims})")
+    else:
+        mask = w.mask
+        if not (is_ref(w.explicit) or w.explicit is None) or not w.sure(mask):
+            return False
+        keep = w.let("keep", f"{mask}.unsqueeze({1 if first else 2})")
+        w.assign(f"torch.where({keep}, {x}, torch.zeros_like({x})).sum({dims})")
+        divided = f"{w.out} / {keep}.to({x}.dtype).sum({dims}).clamp(min=1)"
+        if len(f"        {w.out} = {divided}") <= WIDTH:
+            w.assign(divided)
+        else:  # long names: the count on a line of its own, so each statement splits as ruff splits it
+            count = w.let("count", f"{keep}.sum({dims})")
+            w.assign(f"torch.div({w.out}, {count}.clamp(min=1))")
+    return True

@@ -48,13 +48,18 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, agrees, as_tensor, expect_variables, input_agrees
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.emit.draft import is_ref
 from attnzoo.keras.masks import layer_mask
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Context, Converted, Refused, keras_layer
 from attnzoo.keras.torch_layers import cell_step, kept_first, keras_outputs, one_bias, step_through
 from attnzoo.layers.core import tracing
 
 __all__ = ["Recurrent", "GATES", "RNN_TENSORS", "CELLS", "recurrent_spec", "dropout_rates"]
+__all__ += ["torch_cell", "write_torch_rnn"]
 
 GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
 RNN_TENSORS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")  # a one-layer torch RNN's state
@@ -374,3 +379,65 @@ def convert_rnn(record, arrays, ctx):
     spec, state, notes = recurrent_spec(record.config, arrays, cell, ctx)
     input_agrees(record, arrays[0].shape[0])
     return Converted(spec, state, notes)
+
+
+# -- the torch form: nn.LSTM / nn.GRU, Keras's masking by run_rnn (keras/torch_layers.py) ------------------
+# A layer outside what torch's cell computes (SimpleRNN, GRU reset_after=False, other activations, dropout,
+# return_state, initial_state, time_major) stays its node call: declined per call.
+_TORCH_CLASSES = {"lstm": "nn.LSTM", "gru": "nn.GRU"}
+
+
+def torch_cell(spec: Any) -> bool:
+    """Whether a ``recurrent`` spec is torch's own cell: LSTM, or GRU with ``reset_after``; tanh and sigmoid;
+    no dropout (Keras's acts in training), one output, batch first; values of the types the node reads."""
+    if not isinstance(spec, dict) or spec.get("op") != "recurrent" or spec.get("cell") not in _TORCH_CLASSES:
+        return False
+    if "units" not in spec or "input_size" not in spec:  # (the node needs them too: its error, not ours)
+        return False
+    flags = ("use_bias", "reset_after", "return_sequences", "return_state", "go_backwards", "time_major")
+    if not plain(spec, int, "units", "input_size") or not all(isinstance(spec.get(k, False), bool) for k in flags):
+        return False
+    if not isinstance(spec.get("zero_output_for_mask", False), bool) or not plain(spec, float, "dropout"):
+        return False
+    return (
+        spec.get("activation", "tanh") == "tanh"
+        and spec.get("recurrent_activation", "sigmoid") == "sigmoid"
+        and spec.get("reset_after", True)
+        and not spec.get("return_state", False)
+        and not spec.get("time_major", False)
+        and spec.get("dropout", 0.0) == 0
+        and spec.get("recurrent_dropout", 0.0) == 0
+    )
+
+
+@writes(Recurrent)
+def write_recurrent(w: Writer, spec: dict[str, Any]) -> bool:
+    """A Keras ``LSTM`` / ``GRU`` that torch's cell computes: ``nn.LSTM(input_size, units, batch_first=True)``
+    run by :func:`~attnzoo.keras.torch_layers.run_rnn` (see :func:`write_torch_rnn`)."""
+    return torch_cell(spec) and write_torch_rnn(w, spec, bidirectional=False)
+
+
+def write_torch_rnn(w: Writer, layer: dict[str, Any], *, bidirectional: bool) -> bool:
+    """``layer`` (one direction's spec) as ``nn.LSTM`` / ``nn.GRU`` (``bidirectional=True``: both directions
+    in one), run by :func:`~attnzoo.keras.torch_layers.run_rnn` with the mask it reads; the output carries
+    that mask where it returns sequences. False where keras 3 hands the layer no mask, or the call's mask is
+    not one tensor."""
+    x, mask = w.tensor(), w.mask
+    if not w.implicit or x is None or not (w.explicit is None or is_ref(w.explicit)):
+        return False
+    options = "" if layer.get("use_bias", True) else ", bias=False"
+    options += ", bidirectional=True" if bidirectional else ""
+    declared = (
+        f"{_TORCH_CLASSES[layer['cell']]}({literal(layer['input_size'])}, {literal(layer['units'])}, "
+        f"batch_first=True{options})"
+    )
+    if layer["cell"] == "lstm" and layer.get("use_bias", True):  # Keras's LSTM has one bias, torch's two
+        declared = f"{w.imports('attnzoo.keras.torch_layers', 'one_bias')}({declared})"
+    rnn = w.declare(declared)
+    keywords = [
+        f"{k}=True" for k in ("go_backwards", "return_sequences", "zero_output_for_mask") if layer.get(k, False)
+    ]
+    arguments = ", ".join([rnn, x, *([mask] if mask is not None else []), *keywords])
+    w.assign(f"{w.imports('attnzoo.keras.torch_layers', 'run_rnn')}({arguments})")
+    w.mask_is(mask if layer.get("return_sequences", False) else None)
+    return True

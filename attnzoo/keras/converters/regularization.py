@@ -18,12 +18,16 @@ The random numbers are torch's (``torch.manual_seed`` makes them repeatable), no
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from attnzoo.keras.arguments import channels_first, expect_variables
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["Noise", "NOISE_KINDS"]
@@ -114,3 +118,17 @@ def convert_gaussian_noise(record, arrays, ctx):
     expect_variables(arrays, 0, "GaussianNoise")
     spec = {"op": "noise", "kind": "gaussian_noise", "rate": _rate(record, "stddev")}
     return Converted(spec, {}, [_TRAINING])
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(Noise)
+def write_noise(w: Writer, spec: dict[str, Any]) -> bool:
+    """``Dropout`` with no shared axes: ``F.dropout(x, rate, self.training)``, torch's own dropout (the
+    mask passes on, as the node's). The other noise layers keep their node call."""
+    x, rate = w.tensor(), spec.get("rate")
+    if x is None or spec.get("kind") != "dropout" or spec.get("shared_axes"):
+        return False
+    if not plain({0: rate}, float) or not 0 <= rate < 1:
+        return False
+    w.assign(f"F.dropout({x}, {literal(rate)}, self.training)")
+    return True

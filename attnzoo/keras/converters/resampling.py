@@ -10,7 +10,10 @@ from typing import Any
 import torch.nn.functional as F
 
 from attnzoo.keras.arguments import channels_first, expect_variables, ints
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import flags, rank, sizes
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["UpSampling", "SpatialPad", "margins"]
@@ -117,3 +120,49 @@ def convert_padding_and_cropping(record, arrays, ctx):
     else:
         amounts = [[-a, -b] for a, b in margins(c.get("cropping", 1), _CROPPING[record.class_name], "cropping")]
     return Converted({"op": "spatial_pad", "margins": amounts, "channels_first": channels_first(c)}, {})
+
+
+# -- the torch forms (no mask comes out, as the nodes') -------------------------------------------------
+@writes(SpatialPad)
+def write_spatial_pad(w: Writer, spec: dict[str, Any]) -> bool:
+    """``ZeroPadding1D/2D/3D``: ``F.pad`` of the margins (zeros), the last axis first, as the node pads;
+    ``Cropping1D/2D/3D`` (every margin a cut, at most 0): the slice of what stays, as Keras itself crops."""
+    x, first, margins = w.tensor(), spec.get("channels_first", False), spec.get("margins")
+    if x is None or not isinstance(margins, list) or not 1 <= len(margins) <= 3 or not flags(spec, "channels_first"):
+        return False
+    if not all(sizes(pair, 2, least=-(2**62)) for pair in margins):
+        return False
+    if all(before <= 0 and after <= 0 for before, after in margins):
+        kept = [
+            (literal(-before) if before else "") + ":" + (literal(after) if after else "") for before, after in margins
+        ]
+        w.assign(f"{x}[{':, :' if first else ':'}, {', '.join(kept)}]")
+    else:
+        pads = [] if first else [0, 0]  # the channels, last in Keras's layout
+        for before, after in reversed(margins):
+            pads += [before, after]
+        w.assign(f"F.pad({x}, {literal(pads)})")
+    return True
+
+
+@writes(UpSampling)
+def write_upsampling(w: Writer, spec: dict[str, Any]) -> bool:
+    """``UpSampling1D/2D/3D``: nearest repeats each entry ``size`` times along its axis
+    (``repeat_interleave``); UpSampling2D's bilinear is ``F.interpolate`` at half-pixel centres, as the node."""
+    x, first, interpolation = w.tensor(), spec.get("channels_first", False), spec.get("interpolation", "nearest")
+    if x is None or not rank(spec) or not sizes(spec.get("size"), spec["rank"]) or not flags(spec, "channels_first"):
+        return False
+    if interpolation == "nearest":
+        value = x
+        for axis, factor in enumerate(spec["size"]):
+            if factor != 1:
+                value = f"{value}.repeat_interleave({literal(factor)}, dim={(2 if first else 1) + axis})"
+        w.assign(value)
+    elif interpolation == "bilinear" and spec["rank"] == 2:
+        scale = literal(tuple(float(s) for s in spec["size"]))
+        h = x if first else f"{x}.movedim(-1, 1)"
+        value = f'F.interpolate({h}, scale_factor={scale}, mode="bilinear", align_corners=False)'
+        w.assign(value + ("" if first else ".movedim(1, -1)"))
+    else:
+        return False
+    return True

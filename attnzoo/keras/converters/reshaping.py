@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from attnzoo.keras.arguments import channels_first, expect_variables
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["Flatten", "Reshape", "Permute", "RepeatVector"]
@@ -91,3 +95,23 @@ def convert_repeat_vector(record, arrays, ctx):
     if not isinstance(n, int) or n < 1:
         raise Refused(f"n {n!r} is not a positive int")
     return Converted({"op": "repeat_vector", "n": n}, {})
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(Flatten, Reshape, Permute, RepeatVector)
+def write_reshaping(w: Writer, spec: dict[str, Any]) -> bool:
+    """``reshape`` of each sample (Flatten of channels-first data in Keras's channels-last order), ``permute``
+    of the non-batch axes, RepeatVector's ``unsqueeze(1).expand``. No mask comes out, as the nodes'."""
+    x, op = w.tensor(), spec["op"]
+    if x is None:
+        return False
+    if op == "flatten":
+        h = f"{x}.movedim(1, -1)" if spec.get("channels_first") else x
+        w.assign(f"{h}.reshape({x}.shape[0], -1)")
+    elif op == "reshape":
+        w.assign(f"{x}.reshape({x}.shape[0], {', '.join(map(literal, spec['target_shape']))})")
+    elif op == "permute":
+        w.assign(f"{x}.permute(0, {', '.join(map(literal, spec['dims']))})")
+    else:  # repeat_vector
+        w.assign(f"{x}.unsqueeze(1).expand(-1, {literal(spec['n'])}, -1)")
+    return True

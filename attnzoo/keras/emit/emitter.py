@@ -1,0 +1,135 @@
+"""The emitter: a converted graph's calls, in order, as ``forward``'s statements, and the module around
+them (:mod:`attnzoo.keras.emit.module`). Each call of a layer whose node class has a torch form
+(``write``, :mod:`attnzoo.keras.emit.writer`) is written by it; any other call, or one its ``write``
+declines, is the node call (:mod:`attnzoo.keras.emit.node_call`). It knows no layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attnzoo.keras.code_lines import layout
+from attnzoo.keras.codegen import check_source
+from attnzoo.keras.emit.draft import PLAIN_NAME, Draft
+from attnzoo.keras.emit.freeing import freed, names_in, without_unread
+from attnzoo.keras.emit.module import class_name_of, module_lines, parameters_of
+from attnzoo.keras.emit.node_call import UNKNOWN, keras_of, node_call, rule_mask
+from attnzoo.keras.emit.writer import Writer
+from attnzoo.keras.masks import CallMasks, refs_in
+from attnzoo.keras.nodes import NODES
+
+__all__ = ["to_source", "emit", "Emitted"]
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """What :func:`emit` wrote: the module's ``source``, its class's name, each call's output variables
+    (``"_"`` where nothing reads one) and, for each line of ``source`` that belongs to a call, that call's
+    id (line numbers from 1, as tracebacks give them)."""
+
+    source: str
+    class_name: str
+    outputs: dict[str, list[str]]
+    line_calls: dict[int, str]
+
+
+def to_source(model: Any, class_name: str | None = None) -> str:
+    """The converted ``model`` (a :class:`~attnzoo.keras.model.KerasModel`) as Python source (see the module
+    docstring). ``class_name`` defaults to the Keras model's name in CamelCase. The source is checked with
+    :func:`~attnzoo.keras.codegen.check_source` before it is returned."""
+    return emit(model.graph, model.mask_plans, class_name).source
+
+
+def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | None = None) -> Emitted:
+    """The module of ``graph`` whose calls follow ``plans`` (each call's mask rules, :mod:`~attnzoo.keras.masks`),
+    checked with :func:`~attnzoo.keras.codegen.check_source`; see :func:`to_source`."""
+    e = Draft(counts=_needed_outputs(graph))
+    inputs = []
+    for spec in graph["inputs"]:
+        name = e.name(spec.get("name", spec["id"]), spec.get("name", spec["id"]))
+        e.values[spec["id"]] = [name]
+        e.mask_of[name] = None
+        inputs.append(name)
+    parameters, unpack = parameters_of(graph.get("input_structure"), inputs, e.used)
+    for call in graph["calls"]:
+        _emit_call(e, graph, plans[call["id"]], call)
+    results = [e.values[call][index] for call, index in graph["outputs"]]
+    body, owners = without_unread(e.body, e.owners, results, e.masks | e.unpacked, e.returned)
+    e.body, e.owners = freed(body, owners, results)
+    name = class_name_of(graph, class_name, e)
+    version = graph.get("keras_version")
+    keras_version = None if version is None else str(version)
+    shape = graph.get("output_structure")
+    lines, body_start = module_lines(e, name, inputs, results, keras_version, shape, parameters, unpack)
+    source = "\n".join(lines)
+    check_source(source)
+    line_calls = {}
+    number = body_start + 1
+    for statement, owner in zip(e.body, e.owners, strict=True):
+        for _ in layout(statement, "        "):
+            line_calls[number] = owner
+            number += 1
+    written = {n for line in e.body for n, _, _ in names_in(line)} | set(results) | set(inputs)
+    outputs = {call: [v if v in written else "_" for v in names] for call, names in e.values.items()}
+    return Emitted(source, name, outputs, line_calls)
+
+
+def _needed_outputs(graph: dict[str, Any]) -> dict[str, int]:
+    """For each call, how many of its outputs the graph reads (one more than the highest index used)."""
+    counts: dict[str, int] = {}
+    read = [[call["args"], call["kwargs"]] for call in graph["calls"]]
+    for ref in refs_in([read, [{"ref": list(ref)} for ref in graph["outputs"]]]):
+        call, index = ref["ref"]
+        counts[call] = max(counts.get(call, 1), index + 1)
+    return counts
+
+
+def _emit_call(e: Draft, graph: dict[str, Any], plan: CallMasks, call: dict[str, Any]) -> None:
+    start = len(e.body)
+    _write_call(e, graph, plan, call)
+    e.owners += [call["id"]] * (len(e.body) - start)
+
+
+def _write_call(e: Draft, graph: dict[str, Any], plan: CallMasks, call: dict[str, Any]) -> None:
+    if call["layer"] is None:  # a nested model's input (maybe given a mask) or its outputs: the same tensors
+        if call["kwargs"].get("outputs"):
+            e.values[call["id"]] = [e.expression(a) for a in call["args"]]
+            return
+        name = e.expression(call["args"][0])
+        e.values[call["id"]] = [name]
+        if plan.explicit is not None:
+            e.mask_of[name] = e.expression(plan.explicit)
+        return
+    key = call["layer"]
+    spec = graph["layers"][key]
+    keras = keras_of(spec)
+    kind = keras.get("class", spec["op"])  # the Keras class as a comment, where it is a plain name
+    if isinstance(kind, str) and PLAIN_NAME.fullmatch(kind):
+        e.body.append(f"# {kind}")
+    if not _written(e, key, spec, call, plan):
+        node_call(e, key, spec, call, plan)
+
+
+def _written(e: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], plan: CallMasks) -> bool:
+    """Whether the layer's torch form (its node class's ``write``) wrote ``call``: only a call with one
+    output read and no settings or tensors by keyword (a ``mask=`` tensor aside) is offered to it, and a
+    ``write`` that declines leaves the module as it was. The output's mask is the node's rule unless the
+    writer said it."""
+    cls, args = NODES[spec["op"]], call["args"]
+    given = {k for k, v in call["kwargs"].items() if k != "training" and not (k == "mask" and v is None)}
+    if cls.write is None or not isinstance(args, list) or not args or e.counts.get(call["id"], 1) != 1:
+        return False
+    if given - {"mask"} or ("mask" in given and plan.explicit is None) or plan.keyword or plan.clears:
+        return False  # tensors or settings by keyword, a mask= of data: the node class reads them
+    saved = e.checkpoint()
+    (out,) = e.outputs(call["id"], 1, keras_of(spec).get("name", key))
+    writer = Writer(e, key, call, plan, out)
+    if not cls.write(writer, spec):
+        e.rollback(saved)
+        return False
+    if not writer.said_mask:
+        mask = rule_mask(cls, writer.mask)
+        if mask is UNKNOWN:
+            raise RuntimeError(f"{cls.__name__}.write must say its output's mask: the node has rules of its own")
+        e.mask_of[out] = mask
+    return True

@@ -1,0 +1,150 @@
+"""The node call: a layer with no torch form (or a call its ``write`` declines) is its attnzoo node class,
+imported by name, declared with its arguments as literals and called with the node protocol
+(:mod:`attnzoo.keras.nodes`): ``(outputs), (masks) = layers.x([args], {kwargs}, [masks])``."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from attnzoo.keras.code_lines import WIDTH
+from attnzoo.keras.codegen import identifier, literal
+from attnzoo.keras.emit.draft import PLAIN_NAME, Draft, layer_reference, plain_keyword
+from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node
+from attnzoo.keras.nodes import NODES, Node
+
+__all__ = ["node_call", "rule_mask", "keras_of", "UNKNOWN"]
+
+UNKNOWN = object()  # a node's output mask that only running it tells
+
+
+class _Code(str):
+    """Text this module wrote as code (the masks of keyword tensors), as opposed to the graph's data, which
+    is only ever written as a literal: a file's kwarg of the same name stays data."""
+
+
+def rule_mask(cls: type, mask: Any) -> Any:
+    """The output mask :class:`Node`'s own ``forward`` and ``output_mask`` give where the first argument's
+    mask is ``mask`` (a variable, None, or a list): ``mask`` where the class supports masking and it is a
+    variable, else None; :data:`UNKNOWN` for a class of its own rules."""
+    if cls.forward is not Node.forward or cls.output_mask is not Node.output_mask:
+        return UNKNOWN
+    return mask if cls.supports_masking and isinstance(mask, str) else None
+
+
+def _masks_text(masks: Any) -> str:
+    if isinstance(masks, list):
+        return "[" + ", ".join(_masks_text(m) for m in masks) + "]"
+    return "None" if masks is None else str(masks)
+
+
+def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], plan: CallMasks) -> None:
+    """Write ``call`` as a call of the node class of ``spec`` (declared as ``layers[key]``)."""
+    kwargs = call["kwargs"]
+    # the nodes read train/eval from the module, as Keras overrides a recorded training= by the model's call
+    given = {k: v for k, v in kwargs.items() if k not in ("mask", "training")}
+    if isinstance(kwargs.get("mask"), (dict, list)):
+        given["mask"] = kwargs["mask"]
+    keyword_masks = {k: d.mask_of.get(d.expression(kwargs[k])) for k in plan.keyword}
+    masks_text = _Code("{" + ", ".join(f"{literal(k)}: {v}" for k, v in keyword_masks.items()) + "}")
+    node_kwargs = kwargs_for_node(plan, given, masks_text if keyword_masks else {})
+    cls = NODES[spec["op"]]
+    d.uses(cls.__module__, cls.__name__)
+    declaration = f"self.layers[{literal(key)}] = {cls.__name__}({_arguments(d, cls, spec)})"
+    if declaration not in d.init:  # a shared layer, called more than once, is declared once
+        d.init.append(declaration)
+    arg_masks = first_masks(plan, d.mask(call["args"]), d.expression)
+    args, masks = d.expression(call["args"]), _masks_text(arg_masks)
+    outputs = d.outputs(call["id"], d.counts.get(call["id"], 1), keras_of(spec).get("name", key))
+    mask_names = [d.mask_variable(name) for name in outputs]
+    d.unpacked.update(outputs)
+    d.unsure.update(mask_names)  # unless _known_mask says which it is
+    targets = ", ".join([*outputs, "*_"])  # outputs nothing reads (an RNN's unused states) go to _
+    mask_targets = ", ".join([*mask_names, "*_"])
+    callee = layer_reference(key)
+    call_text = f"{callee}({args}, {_kwargs_text(d, node_kwargs)}, {masks})"
+    if len(f"        ({targets}), ({mask_targets}) = {callee}(") <= WIDTH:
+        d.body.append(f"({targets}), ({mask_targets}) = {call_text}")
+    else:  # long names: what the call returns first, then a line per tensor, so no line is longer than ruff's
+        returned = identifier("returned", d.used)
+        d.returned.add(returned)
+        d.body.append(f"{returned} = {call_text}")
+        for i, (name, mask_name) in enumerate(zip(outputs, mask_names, strict=True)):
+            d.body += [f"{name} = {returned}[0][{i}]", f"{mask_name} = {returned}[1][{i}]"]
+    known = _known_mask(d, cls, arg_masks)
+    for name, mask_name in zip(outputs, mask_names, strict=True):
+        d.mask_of[name] = mask_name if known is UNKNOWN else known
+    for cleared in plan.clears:
+        d.mask_of[d.expression(cleared)] = None
+
+
+def _known_mask(d: Draft, cls: type, arg_masks: list[Any]) -> Any:
+    """The mask variable (or None) a node's output mask is whenever the code runs (:func:`rule_mask`), where
+    that is sure: a mask variable a node call set may hold None (:data:`UNKNOWN`: the call's own output)."""
+    known = rule_mask(cls, arg_masks[0] if arg_masks else None)
+    return known if known is None or known is UNKNOWN or d.sure(known) else UNKNOWN
+
+
+def keras_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """What the graph keeps of the Keras layer (its name and class), or nothing where it is not a mapping."""
+    keras = spec.get("keras")
+    return keras if isinstance(keras, dict) else {}
+
+
+def _arguments(d: Draft, cls: type, spec: dict[str, Any]) -> str:
+    """A node's constructor arguments, ``key=literal``; an inner layer of a wrapper (``cls.layer_arguments``)
+    as its own class's constructor; a key that is not a plain name (a hand-edited config) goes in a
+    ``**{...}`` literal, so no key of the file is ever written as code."""
+    defaults = _defaults(cls)
+    items = [(k, v) for k, v in spec.items() if k not in ("op", "keras") and not _same(defaults.get(k, _NONE), v)]
+    options = cls.options_argument
+    if options is not None and _as_keywords(cls, spec.get(options)):  # its entries as keyword arguments
+        items = [(k, v) for k, v in items if k != options] + list(spec[options].items())
+    written = [
+        f"{k}={_inner_layer(d, v) if k in cls.layer_arguments else literal(v)}"
+        for k, v in items
+        if isinstance(k, str) and PLAIN_NAME.fullmatch(k)
+    ]
+    other = {k: v for k, v in items if not (isinstance(k, str) and PLAIN_NAME.fullmatch(k))}
+    return ", ".join(written + ([f"**{literal(other)}"] if other else []))
+
+
+_NONE = object()  # no default
+
+
+def _as_keywords(cls: type, options: Any) -> bool:
+    """Whether a node's dict of settings can be written as keyword arguments: plain names only, none of
+    them private, a keyword or one of the constructor's own parameters."""
+    if not isinstance(options, dict):
+        return False
+    own = set(inspect.signature(cls.__init__).parameters)
+    return all(plain_keyword(k) for k in options) and not (own & set(options))
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The constructor's keyword defaults: an argument that equals its default is not written."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def _same(default: Any, value: Any) -> bool:
+    """``value`` is the default itself: equal and of the same type (``1`` is not ``True``, nor ``1.0``)."""
+    return default is not _NONE and type(default) is type(value) and default == value
+
+
+def _inner_layer(d: Draft, spec: Any) -> str:
+    """A wrapper's inner layer, ``Recurrent(cell="lstm", ...)``: the class is the one its op names (never text
+    from the file), its arguments written as a node's are; data that names no node stays a literal."""
+    op = spec.get("op") if isinstance(spec, dict) else None
+    if not isinstance(op, str) or op not in NODES:
+        return literal(spec)
+    cls = NODES[op]
+    d.uses(cls.__module__, cls.__name__)
+    return f"{cls.__name__}({_arguments(d, cls, spec)})"
+
+
+def _kwargs_text(d: Draft, kwargs: dict[str, Any]) -> str:
+    parts = []
+    for k, v in kwargs.items():
+        parts.append(f"{literal(k)}: {v if isinstance(v, _Code) else d.expression(v)}")
+    return "{" + ", ".join(parts) + "}"
