@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from attnzoo.cli.common import UsageError, emit_json, positive_int
+from attnzoo.cli.common import UsageError, emit_json, positive_int, say
 
 HELP = "train a recipe, or a model on your own data file"
 DESCRIPTION = (
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         rows = [(name, recipe_summary(path)) for name, path in builtin_recipes().items()]
         width = max(len(name) for name, _ in rows)
         for name, summary in rows:
-            print(f"{name:<{width}}  {summary}")
+            say(f"{name:<{width}}  {summary}")
         return 0
     flags = {
         k: getattr(args, k)
