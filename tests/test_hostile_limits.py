@@ -4,7 +4,13 @@ at load naming the layer, the key and the value, and every name a file brings is
 
 from __future__ import annotations
 
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from attnzoo.errors import ConfigError
 from attnzoo.train.predict import Label, Prediction
+from attnzoo.train.recipe import load_recipe, resolved_recipe
 
 HOSTILE_LABEL = "\x1b]0;PWNED\x07\x1b[2J"
 
@@ -24,3 +30,30 @@ def test_every_verb_prints_names_from_files_escaped(capsys):
     say(f"note: layer {HOSTILE_LABEL!s} fixed\nsecond line")
     out = capsys.readouterr().out
     assert out == "note: layer \\x1b]0;PWNED\\x07\\x1b[2J fixed\nsecond line\n"
+
+
+@pytest.mark.parametrize("tag", ["../../../escape", "a/b", "a\\b", "..", "", "x\x1b[2J", "/abs", 3])
+def test_a_recipe_tag_that_is_no_name_is_refused_naming_it(tmp_path, tag):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"model": "tiny", "tag": tag, "data": {"train": "t.csv"}}))
+    with pytest.raises(ConfigError, match=r"recipe r\.yaml: tag .* is not a name; a tag holds letters") as e:
+        load_recipe(recipe)
+    assert repr(tag) in str(e.value)
+
+
+def test_a_recipe_tag_is_never_an_interpolation(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNZOO_TEST_SECRET", "hunter2")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: tiny\ntag: ${oc.env:ATTNZOO_TEST_SECRET}\ndata: {train: t.csv}\n")
+    with pytest.raises(ConfigError, match=r"recipe r\.yaml: tag '\$\{oc.env:ATTNZOO_TEST_SECRET\}' is an interp") as e:
+        load_recipe(recipe)
+    assert "hunter2" not in str(e.value)
+    # the command line's recipe (flags and overrides) goes through the same door
+    with pytest.raises(ConfigError, match="is an interpolation"):
+        resolved_recipe(OmegaConf.create({"model": "tiny", "tag": "${oc.env:ATTNZOO_TEST_SECRET}"}), "here")
+
+
+def test_a_recipe_tag_that_is_a_name_names_the_run_folder(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({"model": "tiny", "tag": "v1.2_final-3", "data": {"train": "t.csv"}}))
+    assert load_recipe(recipe)["tag"] == "v1.2_final-3"

@@ -35,7 +35,7 @@ from attnzoo.errors import ConfigError
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.publish import finish, threshold_setting, weights_name
-from attnzoo.train.recipe import checked_numbers
+from attnzoo.train.recipe import check_tag, checked_numbers
 from attnzoo.train.tasks import build_task
 
 __all__ = ["train", "Run", "model_sizes", "check_label_memory"]
@@ -314,7 +314,7 @@ def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, over
     torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
-    folder = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{recipe['tag']}")
+    folder = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{check_tag(recipe['tag'], 'recipe')}")
     if rank == 0:
         _check_run_folder(folder, resume, overwrite)
     verbose = rank == 0 and not quiet

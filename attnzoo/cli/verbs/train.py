@@ -51,7 +51,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.train.recipe import builtin_recipes, check_overrides, complete_recipe, load_recipe, recipe_summary
+    from attnzoo.train.recipe import (
+        builtin_recipes,
+        check_overrides,
+        complete_recipe,
+        load_recipe,
+        recipe_summary,
+        resolved_recipe,
+    )
     from attnzoo.train.trainer import train
 
     if args.list:
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         def merged() -> dict:
             check_overrides(list(args.overrides))
             both = OmegaConf.merge(OmegaConf.create(recipe), OmegaConf.from_dotlist(list(args.overrides)))
-            return complete_recipe(OmegaConf.to_container(both, resolve=True), where="the command line")
+            return complete_recipe(resolved_recipe(both, "the command line"), where="the command line")
 
         recipe = _with_overrides(lambda: None, merged)
     import contextlib
