@@ -4,11 +4,23 @@ at load naming the layer, the key and the value, and every name a file brings is
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import threading
+import time
+from pathlib import Path
+
 import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from attnzoo.errors import ConfigError
+from attnzoo.core.cards import read_card
+from attnzoo.core.config import user_config
+from attnzoo.core.spec import WeightsSpec, parse_name
+from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.io.folders import parse_folder_records, read_folder
+from attnzoo.io.limits import LIMITS, limit, load_json, load_yaml
+from attnzoo.io.weights import decode_metadata
 from attnzoo.train.predict import Label, Prediction
 from attnzoo.train.recipe import load_recipe, resolved_recipe
 
@@ -57,3 +69,165 @@ def test_a_recipe_tag_that_is_a_name_names_the_run_folder(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump({"model": "tiny", "tag": "v1.2_final-3", "data": {"train": "t.csv"}}))
     assert load_recipe(recipe)["tag"] == "v1.2_final-3"
+
+
+def test_a_whole_value_pattern_takes_no_trailing_newline():
+    digest = "a" * 64
+    with pytest.raises(ValueError, match="must be 64 lower-case hex digits"):
+        WeightsSpec(tag="hub", hf_hub="org/repo", sha256=digest + "\n")
+    assert parse_name("laat\n") is None and parse_name("laat") is not None
+    with pytest.raises(WeightsError, match=r"where: sha256 'a{64}\\n' is not 64 lower-case hex digits"):
+        parse_folder_records(f"name: x\nfactory: a:b\nconfig: {{}}\nsha256: '{digest}\n\n'\n", "where")
+
+
+# -- sizes, depths and numbers in the files attnzoo reads ----------------------------------------------------
+def _folder(tmp_path, text: str) -> Path:
+    folder = tmp_path / "folder"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.yaml").write_text(text)
+    return folder
+
+
+def test_a_config_yaml_one_byte_past_the_limit_is_refused_naming_size_and_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNZOO_MAX_CONFIG_BYTES", "1000")
+    record = "name: x\nfactory: a:b\nconfig: {}\nsha256: " + "a" * 64 + "\n"
+    folder = _folder(tmp_path, record + "#" * (1000 - len(record)))  # exactly at the limit: read
+    assert read_folder(folder)["name"] == "x"
+    (folder / "config.yaml").write_text(record + "#" * (1001 - len(record)))  # a comment one byte past it
+    with pytest.raises(WeightsError, match=r"config\.yaml is over 1,000 bytes, over the limit of 1,000 bytes "):
+        read_folder(folder)
+    with pytest.raises(WeightsError, match=r"\(ATTNZOO_MAX_CONFIG_BYTES\).*raise the limit \(ATTNZOO_MAX_CONF"):
+        read_folder(folder)
+
+
+def test_a_limit_variable_that_is_no_number_is_named(monkeypatch):
+    monkeypatch.setenv("ATTNZOO_MAX_DEPTH", "lots")
+    with pytest.raises(ConfigError, match="ATTNZOO_MAX_DEPTH must be a whole number above 0, got 'lots'"):
+        limit("ATTNZOO_MAX_DEPTH")
+
+
+@pytest.mark.parametrize("depth", [3_000, 200_000])
+def test_yaml_nested_deep_ends_at_once_naming_the_limit(tmp_path, depth):
+    started = time.perf_counter()
+    text = "name: x\nfactory: a:b\nsha256: " + "a" * 64 + "\nconfig: {v: " + "[" * depth + "]" * depth + "}\n"
+    with pytest.raises(WeightsError, match=r"config\.yaml nests deeper than 100 levels \(at line 4\), over the limit"):
+        read_folder(_folder(tmp_path, text))
+    # a block document (indentation, no brackets) is counted the same way
+    block = "".join(f"{' ' * i}k:\n" for i in range(500)) + " " * 500 + "v\n"
+    with pytest.raises(WeightsError, match="nests deeper than 100 levels"):
+        load_yaml(block, "block.yaml")
+    assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("reader", ["config", "recipe", "card"])
+def test_a_config_recipe_or_card_nested_200_000_deep_is_a_config_error(tmp_path, reader):
+    path = tmp_path / "deep.yaml"
+    path.write_text("model: tiny\ntag: t\ntask: {name: x}\nv: " + "[" * 200_000 + "]" * 200_000 + "\n")
+    call = {"config": lambda: user_config(path), "recipe": lambda: load_recipe(path), "card": lambda: read_card(path)}
+    with pytest.raises(ConfigError, match=r"deep\.yaml nests deeper than 100 levels \(at line 4\).*ATTNZOO_MAX_DEPTH"):
+        call[reader]()
+
+
+def test_a_100_000_digit_int_in_config_yaml_is_named_with_its_line(tmp_path):
+    text = "name: x\nfactory: a:b\nsha256: " + "a" * 64 + "\nconfig: {units: " + "9" * 100_000 + "}\n"
+    with pytest.raises(WeightsError, match=r"config\.yaml: line 4: Exceeds the limit \(4300 digits\)"):
+        read_folder(_folder(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: &x [1]\nb: *x\n", r"f\.yaml: line 2: uses YAML aliases"),
+        ("a: !!python/object/apply:os.system [echo]\n", r"line 1: the tag 'tag:yaml.org,2002:python/object/apply:"),
+        ("? [1]\n: 2\n", "line 1: a mapping key is a collection"),
+        ("a\n---\nb\n", "holds 2 YAML documents"),
+        ("<<: {a: 1}\n", "line 1: the tag 'tag:yaml.org,2002:merge'"),
+    ],
+)
+def test_yaml_that_save_never_writes_is_refused_naming_the_line(text, message):
+    with pytest.raises(WeightsError, match=message):
+        load_yaml(text, "f.yaml")
+
+
+def test_load_yaml_reads_what_safe_load_reads():
+    text = "a: 1\nb: [1.5, null, true, '3', 0x10, 1e-3, 2026-01-01, .nan]\nc: {d: ~, 2: [[], {}]}\ne: !!str 4\n"
+    reference = yaml.safe_load(text)
+    got = load_yaml(text, "f")
+    assert str(got) == str(reference) and got["c"] == reference["c"]
+
+
+def test_metadata_json_nested_100_000_deep_is_a_weights_error_naming_the_key(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(WeightsError, match=r"w: metadata 'attnzoo.config' nests 100,000 levels deep, over the lim"):
+        decode_metadata({"attnzoo.config": deep}, where="w")
+    with pytest.raises(WeightsError, match=r"metadata 'attnzoo.meta.x' is not valid JSON \(Exceeds the limit"):
+        decode_metadata({"attnzoo.meta.x": "9" * 100_000}, where="w")
+    # brackets inside strings are text, not nesting
+    assert load_json('{"a": "[[[[{{{{", "b": [["]"]]}', "w") == {"a": "[[[[{{{{", "b": [["]"]]}
+
+
+# -- downloads and Hub files past their bounds, against a real server on 127.0.0.1 ---------------------------
+class _Endless(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.0 bodies without Content-Length (they end when the connection closes): ``/endless`` sends
+    64 KiB blocks for up to 10 s; any other path serves ``files[path]``."""
+
+    files: dict[str, bytes] = {}
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):  # noqa: N802 - the http.server name
+        self.send_response(200)
+        self.end_headers()
+        if self.path != "/endless":
+            self.wfile.write(self.files.get(self.path, b""))
+            return
+        deadline = time.monotonic() + 10
+        with contextlib.suppress(OSError):  # the client hung up, as it should
+            while time.monotonic() < deadline:
+                self.wfile.write(b"x" * (1 << 16))
+
+
+@pytest.fixture
+def endless():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("size", [300_000, None])
+def test_a_stream_without_content_length_stops_at_its_bound_and_leaves_no_file(endless, tmp_path, monkeypatch, size):
+    from attnzoo.io.sources import _download
+
+    monkeypatch.setenv("ATTNZOO_DOWNLOAD_RETRIES", "0")
+    monkeypatch.setenv("ATTNZOO_MAX_DOWNLOAD_BYTES", "500000")
+    part = tmp_path / "w.part"
+    started = time.monotonic()
+    bound = r"the card's file_size \(300,000 bytes\)" if size else r"500,000 bytes \(ATTNZOO_MAX_DOWNLOAD_BYTES"
+    with pytest.raises(WeightsError, match=rf"/endless: the body runs past {bound}.*download was stopped and its part"):
+        _download(f"{endless}/endless", {}, part, "w", size=size)
+    assert not part.exists() and time.monotonic() - started < 5
+
+
+def test_a_hub_config_yaml_past_the_limit_is_refused_before_it_is_parsed(endless, tmp_path, monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    import attnzoo
+
+    monkeypatch.setenv("ATTNZOO_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_ENDPOINT", endless)
+    monkeypatch.setenv("ATTNZOO_MAX_CONFIG_BYTES", "2000")
+    for name in ("ATTNZOO_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(_Endless, "files", {"/org/repo/resolve/main/config.yaml": b"name: x\n#" + b"#" * 5000})
+    with pytest.raises(WeightsError, match=r"hf-hub:org/repo \(http.*config\.yaml\) is over 2,000 bytes, over the"):
+        attnzoo.create("hf-hub:org/repo")
+
+
+def test_the_documented_limits_are_the_code_s():
+    text = " ".join((Path(__file__).parent.parent / "docs" / "weights.md").read_text().split())
+    for variable, (default, _) in LIMITS.items():
+        assert f"`{variable}`" in text and f"{default:,}" in text, variable

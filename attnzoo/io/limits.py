@@ -86,6 +86,16 @@ def _loader(text: str) -> Any:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
 
 
+def _yaml_error(e: Exception, where: Any, error: type[AttnzooError]) -> AttnzooError:
+    """The parser's own error; libyaml's nesting bound (1,000 brackets, met while it scans ahead) as ours."""
+    if "maximum nesting depth" in str(e):
+        mark = getattr(e, "problem_mark", None)
+        at = f" (at line {mark.line + 1})" if mark is not None else ""
+        bound = limit("ATTNZOO_MAX_DEPTH")
+        return over_limit("ATTNZOO_MAX_DEPTH", f"nests deeper than {bound} levels{at}", where, error)
+    return error(f"{where}: not valid YAML ({' '.join(str(e).split())[:200]})")
+
+
 def check_yaml_depth(text: str, where: Any, error: type[AttnzooError] = WeightsError) -> None:
     """Refuse a YAML document nested deeper than ``ATTNZOO_MAX_DEPTH``, counted on the parser's events
     before anything recursive (a composer, omegaconf) sees it."""
@@ -105,7 +115,7 @@ def check_yaml_depth(text: str, where: Any, error: type[AttnzooError] = WeightsE
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except yaml.YAMLError as e:
-        raise error(f"{where}: not valid YAML ({' '.join(str(e).split())[:200]})") from None
+        raise _yaml_error(e, where, error) from None
     finally:
         loader.dispose()
 
@@ -148,7 +158,7 @@ def load_yaml(text: str, where: Any, error: type[AttnzooError] = WeightsError) -
                     f"expand them (restore the file)"
                 )
     except yaml.YAMLError as e:
-        raise error(f"{where}: not valid YAML ({' '.join(str(e).split())[:200]})") from None
+        raise _yaml_error(e, where, error) from None
     finally:
         loader.dispose()
     if len(documents) > 1:
