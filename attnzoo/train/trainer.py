@@ -38,12 +38,31 @@ from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
 from attnzoo.train.tasks import build_task
 
-__all__ = ["train", "Run", "model_sizes", "check_label_memory"]
+__all__ = ["train", "Run", "model_sizes", "check_label_memory", "torchrun_int"]
 
 
 # -- distributed -------------------------------------------------------------------------------------------
+def torchrun_int(name: str, default: int, *, lowest: int = 0, below: int | None = None) -> int:
+    """torchrun's variable ``name`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) as a whole number, ``default``
+    when unset; anything else (``RANK=abc``, a negative rank, a rank not below the world size) is a
+    ``ConfigError`` naming the variable and its value."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    value = int(raw) if raw.isascii() and raw.lstrip("-").isdigit() and len(raw) < 19 else None
+    if value is None or value < lowest or (below is not None and value >= below):
+        span = f">= {lowest}" + (f" and < {below}" if below is not None else "")
+        raise ConfigError(
+            f"{name}={raw!r:.40} is not a whole number {span}; torchrun sets it (unset it to train in one process)"
+        )
+    return value
+
+
 def _distributed() -> tuple[int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = torchrun_int("WORLD_SIZE", 1, lowest=1)
+    if world > 1:  # read here, so that torch's own reader (init_process_group) never meets a bad one
+        torchrun_int("RANK", 0, below=world)
+        torchrun_int("LOCAL_RANK", 0, below=world)
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo")
     rank = torch.distributed.get_rank() if world > 1 else 0
