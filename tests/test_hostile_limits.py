@@ -159,10 +159,12 @@ def test_load_yaml_reads_what_safe_load_reads():
 
 def test_metadata_json_nested_100_000_deep_is_a_weights_error_naming_the_key(tmp_path):
     deep = "[" * 100_000 + "]" * 100_000
-    with pytest.raises(WeightsError, match=r"w: metadata 'attnzoo.config' nests 100,000 levels deep, over the lim"):
+    with pytest.raises(WeightsError, match=r"w: metadata 'attnzoo.config' nests more than 1,000 levels deep, over the"):
         decode_metadata({"attnzoo.config": deep}, where="w")
     with pytest.raises(WeightsError, match=r"metadata 'attnzoo.meta.x' is not valid JSON \(Exceeds the limit"):
         decode_metadata({"attnzoo.meta.x": "9" * 100_000}, where="w")
+    with pytest.raises(WeightsError, match=r"w: metadata 'attnzoo.config' nests deeper than 100 levels, over the"):
+        decode_metadata({"attnzoo.config": '{"a": ' + "[" * 150 + "]" * 150 + "}"}, where="w")
     # brackets inside strings are text, not nesting
     assert load_json('{"a": "[[[[{{{{", "b": [["]"]]}', "w") == {"a": "[[[[{{{{", "b": [["]"]]}
 

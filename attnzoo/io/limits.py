@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,7 @@ def load_yaml(text: str, where: Any, error: type[AttnzooError] = WeightsError) -
 
 
 _NO_KEY = object()
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")  # a plain decimal int (YAML 1.1 reads 012 as octal)
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "timestamp", "binary")}
 
 
@@ -176,6 +178,10 @@ def _scalar(loader: Any, event: Any, node_class: type, where: Any, error: type[A
         tag = loader.resolve(node_class, event.value, event.implicit)
     if tag == "tag:yaml.org,2002:str":
         return event.value
+    if tag == "tag:yaml.org,2002:int" and _DECIMAL.fullmatch(event.value):  # the common case, without a node
+        return int(event.value)
+    if tag == "tag:yaml.org,2002:null":
+        return None
     if tag not in _PLAIN_TAGS:
         raise error(f"{where}: {_line(event)}: the tag {tag!r} is no plain YAML value")
     node = node_class(tag, event.value, event.start_mark, event.end_mark, event.style)
@@ -205,34 +211,40 @@ def _add(stack: list[list[Any]], documents: list[Any], value: Any, event: Any, w
 
 
 def load_json(text: str | bytes, where: Any, what: str = "JSON", error: type[AttnzooError] = WeightsError) -> Any:
-    """JSON from a file, its nesting checked on its brackets (outside strings) against ``ATTNZOO_MAX_DEPTH``
-    before ``json.loads`` recurses; invalid JSON or a number Python refuses is an ``error`` naming ``what``."""
+    """JSON from a file, nested no deeper than ``ATTNZOO_MAX_DEPTH``: ``json.loads`` stops a document nested
+    past Python's recursion limit at once (a ``RecursionError``, reported here as the depth limit), and a
+    value that parsed is measured with an explicit stack. Invalid JSON or a number Python refuses (a
+    100,000-digit int) is an ``error`` naming ``what``."""
     import json
 
-    raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-    deepest = _json_depth(raw)
     bound = limit("ATTNZOO_MAX_DEPTH")
-    if deepest > bound:
-        raise over_limit("ATTNZOO_MAX_DEPTH", f"nests {deepest:,} levels deep", f"{where}: {what}", error)
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as e:
+        value = json.loads(text)
+    except RecursionError:
+        found = f"nests more than {sys.getrecursionlimit():,} levels deep"
+        raise over_limit("ATTNZOO_MAX_DEPTH", found, f"{where}: {what}", error) from None
+    except ValueError as e:
         raise error(f"{where}: {what} is not valid JSON ({' '.join(str(e).split())[:160]})") from None
+    opening = text.count(b"[" if isinstance(text, bytes) else "[") + text.count(
+        b"{" if isinstance(text, bytes) else "{"
+    )
+    if opening > bound:  # fewer brackets than the limit cannot nest past it
+        deepest = _depth(value, bound)
+        if deepest > bound:
+            raise over_limit("ATTNZOO_MAX_DEPTH", f"nests deeper than {bound} levels", f"{where}: {what}", error)
+    return value
 
 
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]')
-
-
-def _json_depth(text: str) -> int:
-    """The deepest nesting of ``[`` / ``{`` outside strings (strings are skipped whole by the pattern)."""
-    if "[" not in text and "{" not in text:
+def _depth(value: Any, bound: int) -> int:
+    """How deep ``value``'s lists and dicts nest, counted up to ``bound + 1`` with an explicit stack."""
+    if not isinstance(value, (dict, list)):
         return 0
-    depth = deepest = 0
-    for match in _JSON_TOKENS.finditer(text):
-        token = match.group()
-        if token == "[" or token == "{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif token == "]" or token == "}":
-            depth -= 1
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > bound:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item
+        stack += [(v, depth + 1) for v in children if isinstance(v, (dict, list))]
     return deepest
