@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from omegaconf import OmegaConf
 
@@ -257,3 +258,113 @@ def test_torchrun_variables_that_are_no_numbers_are_named(monkeypatch, env, mess
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=re.escape(message)):
         trainer._distributed()
+
+
+# -- every value of a converted folder's spec, checked at load -----------------------------------------------
+def _graph(layers: dict, calls: list | None = None, outputs: list | None = None) -> dict:
+    keys = list(layers)
+    return {
+        "format": 1,
+        "keras_version": "3.15.1",
+        "inputs": [{"id": "x", "name": "x", "shape": [None, 6, 4], "dtype": "float32"}],
+        "layers": layers,
+        "calls": calls
+        if calls is not None
+        else [
+            {"id": f"c{i}", "layer": k, "args": [{"ref": [f"c{i - 1}" if i else "x", 0]}], "kwargs": {}}
+            for i, k in enumerate(keys)
+        ],
+        "outputs": outputs or [[f"c{len(keys) - 1}", 0]],
+    }
+
+
+def _keras_model(graph):
+    from attnzoo.core import create
+
+    return create("keras_model", graph=graph)
+
+
+DENSE = {"op": "dense", "units": 3, "in_features": 4, "activation": "linear", "use_bias": True}
+CONV = {
+    "op": "conv",
+    "rank": 1,
+    "filters": 2,
+    "in_channels": 4,
+    "kernel_size": [3],
+    "strides": [1],
+    "dilation_rate": [1],
+}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"op": "activation", "activation": "pwned"}, r"activation 'pwned' is no activation attnzoo knows \(celu, "),
+        ({**DENSE, "units": "four"}, r"\(dense\): units 'four' is not int"),
+        ({**DENSE, "units": 0}, r"\(dense\): units 0 must be at least 1 \(a size\)"),
+        ({**DENSE, "activation": "rm -rf"}, r"\(dense\): activation 'rm -rf' is no activation"),
+        ({**DENSE, "units": 10**100_000}, r"units <a number too long to show> holds an integer of 332,193 bits, past"),
+        ({**DENSE, "bias": 1}, r"\(dense\): takes no argument 'bias' \(it takes activation, in_features, units"),
+        ({"op": "dense", "units": 3}, r"\(dense\): missing in_features"),
+        ({**CONV, "strides": [1.5]}, r"\(conv\): strides \[1\.5\] is not list\[int\]"),
+        ({"op": "nope"}, r": unknown op 'nope'; known: activation, "),
+        ({"op": "operation", "name": "cast", "config": {"dtype": "complex512"}}, r"dtype 'complex512' is no dtype"),
+        ({"op": "operation", "name": "__import__"}, r"name '__import__' is no operation attnzoo runs"),
+        ({**CONV, "groups": 0}, r"\(conv\): groups 0 must be at least 1 \(a size\)"),
+    ],
+)
+def test_a_hand_edited_layer_value_is_refused_at_load_naming_layer_key_and_value(spec, message):
+    graph = _graph({"the_layer": {**spec, "keras": {"name": "the_layer", "class": "X"}}})
+    with pytest.raises(ConfigError, match=r"keras_model: layer 'the_layer'.*" + message):
+        _keras_model(graph)
+
+
+def test_a_layernorm_epsilon_written_as_text_is_refused():
+    norm = {"op": "layer_norm", "axis": [-1], "shape": [4], "epsilon": "1e-3", "center": True, "scale": True}
+    with pytest.raises(ConfigError, match=r"layer 'norm' \(layer_norm\): epsilon '1e-3' is not float"):
+        _keras_model(_graph({"norm": {**norm, "keras": {"name": "norm"}}}))
+    with pytest.raises(ConfigError, match=r"epsilon -1\.0 must be a finite number >= 0"):
+        _keras_model(_graph({"norm": {**norm, "epsilon": -1.0}}))
+
+
+def test_a_ref_past_a_calls_outputs_is_refused_naming_the_call():
+    relu = {"op": "activation", "activation": "relu"}
+    with pytest.raises(ConfigError, match=r"call 'a' reads output 1 of 'x', which has 1 output$"):
+        _keras_model(_graph({"a": relu}, calls=[{"id": "a", "layer": "a", "args": [{"ref": ["x", 1]}], "kwargs": {}}]))
+    with pytest.raises(ConfigError, match=r"the outputs reads output -1 of 'c0'"):
+        _keras_model(_graph({"a": relu}, outputs=[["c0", -1]]))
+    passed = [{"id": "p", "layer": None, "args": [{"ref": ["x", 0]}], "kwargs": {}}]  # a nested model's input
+    with pytest.raises(ConfigError, match=r"reads output 3 of 'p', which has 1 output"):
+        _keras_model(
+            _graph({"a": relu}, calls=[*passed, {"id": "a", "layer": "a", "args": [{"ref": ["p", 3]}], "kwargs": {}}])
+        )
+
+
+def test_a_graph_past_the_node_limit_is_refused_naming_its_size_and_the_variable(monkeypatch):
+    monkeypatch.setenv("ATTNZOO_MAX_GRAPH_NODES", "10")
+    layers = {f"a{i}": {"op": "activation", "activation": "relu"} for i in range(6)}
+    with pytest.raises(ConfigError, match=r"the graph holds 12 layers and calls, over the limit of 10 .*GRAPH_NODES"):
+        _keras_model(_graph(layers))
+
+
+def test_a_zoo_node_holding_a_keras_model_is_refused():
+    inner = _graph({"a": {"op": "activation", "activation": "relu"}})
+    zoo = {"op": "zoo", "model": "keras_model", "config": {"graph": inner}}
+    with pytest.raises(ConfigError, match="a zoo node holds another keras_model"):
+        _keras_model(_graph({"z": zoo}))
+
+
+@pytest.mark.parametrize("key", ["training", "forward", "keys", "__init__", "_modules", "", "a.b", 7])
+def test_layer_names_keras_allows_and_module_dict_refuses_convert_and_load(tmp_path, key):
+    import attnzoo
+
+    graph = _graph({key: {**DENSE}, "other": {"op": "activation", "activation": "tanh"}})
+    model = _keras_model(graph)
+    x = torch.randn(2, 6, 4)
+    dense = next(m for m in model.layers.values() if isinstance(m, torch.nn.Linear))
+    expected = torch.tanh(x @ dense.weight.T + dense.bias)  # Dense then tanh, written out
+    torch.testing.assert_close(model(x), expected)
+    assert str(key) in [str(v) for v in model.keras_names.values()]  # the report keeps the Keras name
+    if isinstance(key, str):  # a folder's config is JSON in the weights' metadata too: its keys are strings
+        attnzoo.save(model, tmp_path / "saved")
+        torch.testing.assert_close(attnzoo.load(tmp_path / "saved")(x), expected)

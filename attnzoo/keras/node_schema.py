@@ -28,7 +28,7 @@ SIZES = frozenset(
     ["units", "filters", "in_features", "in_channels", "input_dim", "output_dim", "num_heads", "input_size"]
     + ["kernel_size", "strides", "dilation_rate", "pool_size", "depth_multiplier", "groups", "size"]
 )
-FRACTIONS = frozenset(["rate", "dropout", "recurrent_dropout", "momentum"])  # in [0, 1]
+FRACTIONS = frozenset(["dropout", "recurrent_dropout", "momentum"])  # in [0, 1] (a noise's rate may be a stddev)
 NON_NEGATIVE = frozenset(["epsilon", "layer_norm_epsilon"])  # finite and >= 0
 ACTIVATION_ARGUMENTS = frozenset(["activation", "recurrent_activation"])
 MAX_INT = 1 << 40  # no size, axis or count of a layer comes near it; a larger int is no layer's value
@@ -114,7 +114,11 @@ def check_arguments(cls: type, arguments: dict[str, Any], where: str) -> None:
     op = getattr(cls, "op", cls.__name__)
 
     def refuse(key: str, value: Any, problem: str) -> ConfigError:
-        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        try:
+            shown = repr(value)
+        except ValueError:  # an int past Python's 4,300 digits has no repr
+            shown = "<a number too long to show>"
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
         return ConfigError(f"keras_model: {where} ({op}): {key} {shown} {problem}")
 
     missing = sorted(required - set(arguments))
