@@ -368,3 +368,25 @@ def test_layer_names_keras_allows_and_module_dict_refuses_convert_and_load(tmp_p
     if isinstance(key, str):  # a folder's config is JSON in the weights' metadata too: its keys are strings
         attnzoo.save(model, tmp_path / "saved")
         torch.testing.assert_close(attnzoo.load(tmp_path / "saved")(x), expected)
+
+
+# -- sizes checked before they are allocated -------------------------------------------------------------------
+def test_a_converted_layer_too_large_for_the_machine_is_refused_naming_it(monkeypatch):
+    from attnzoo.core import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1 << 20)  # a machine of 1 MiB
+    big = {**DENSE, "units": 1000, "in_features": 1000, "keras": {"name": "big"}}  # 4 MB of float32
+    with pytest.raises(ConfigError, match=r"keras_model needs 3\.8 MiB for its parameters, .*layers\.big\.weight"):
+        _keras_model(_graph({"big": big}))
+
+
+def test_export_at_a_batch_whose_activations_cannot_fit_is_refused_naming_the_layer(tmp_path, monkeypatch):
+    from attnzoo.core import memory
+    from attnzoo.interop.export import export
+
+    wide = {**DENSE, "units": 64, "keras": {"name": "wide"}}
+    model = _keras_model(_graph({"wide": wide, "out": {**DENSE, "in_features": 64, "keras": {"name": "out"}}}))
+    monkeypatch.setattr(memory, "available_bytes", lambda: 8 << 30)
+    # one row: 6 x 64 float32 = 1,536 bytes at "wide"; at 10^9 rows, 1,430 GiB
+    with pytest.raises(ConfigError, match=r"export at batch 1,000,000,000: .*the largest is layer 'wide' with 1,430"):
+        export(model, tmp_path / "m.pt2", batch=1_000_000_000)
