@@ -32,7 +32,7 @@ from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
 from attnzoo.keras.converters.ops import convert_operation, is_operation
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
-from attnzoo.keras.model import module_key as model_key
+from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.nodes import INTEGER_DTYPES
 from attnzoo.keras.registry import (
     Context,

@@ -67,11 +67,12 @@ from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.limits import limit, over_limit
 from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.text import string_input
+from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.source import Emitted, emit
 
-__all__ = ["KerasModel", "GRAPH_FORMAT", "module_key", "module_keys", "MODULE_DICT_NAMES"]
+__all__ = ["KerasModel", "GRAPH_FORMAT"]
 
 GRAPH_FORMAT = 1
 MAX_OUTPUTS = 1024  # outputs one call may have (an RNN's states, a split): an index past it reads nothing
@@ -86,13 +87,7 @@ def _check_refs(value: Any, known: dict[str, int | None], where: str) -> None:
     outputs it has, None where its node decides) and one of its outputs."""
     if isinstance(value, dict) and "ref" in value:
         ref = value["ref"]
-        if not (
-            isinstance(ref, list)
-            and len(ref) == 2
-            and isinstance(ref[0], str)
-            and isinstance(ref[1], int)
-            and not isinstance(ref[1], bool)
-        ):
+        if not (isinstance(ref, list) and len(ref) == 2 and isinstance(ref[0], str) and type(ref[1]) is int):
             raise _graph_error(f"{where}: a ref must be [call id, index], got {str(ref)[:60]}")
         if ref[0] not in known:
             raise _graph_error(f"{where} uses {ref[0]!r}, which no earlier call or input makes")
@@ -483,45 +478,6 @@ def _adopted(cls: type, nodes: dict[str, Node]) -> tuple[nn.ModuleDict, dict[str
         for name, parameter in declared.named_parameters():  # assign keeps the meta layer's flags: the node's
             parameter.requires_grad_(trains.get(name, False))
     return layers, renamed
-
-
-MODULE_DICT_NAMES = frozenset(dir(nn.ModuleDict()))  # the attributes a ModuleDict refuses as keys
-
-
-def module_key(key: Any, used: set[str]) -> str:
-    """The converted model's key for the layer named ``key``: the Keras name where ``nn.ModuleDict`` takes it
-    as it is, else without dots, with ``_`` after one of the dict's own attributes (``keys``, ``training``),
-    made unique (and added to ``used``)."""
-    safe = str(key).replace(".", "_") or "layer"
-    if safe in MODULE_DICT_NAMES:
-        safe += "_"
-    candidate, n = safe, 1
-    while candidate in used:
-        n += 1
-        candidate = f"{safe}_{n}"
-    used.add(candidate)
-    return candidate
-
-
-def module_keys(graph: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``graph`` with every layer key ``nn.ModuleDict`` takes (a hand-made folder may hold ``training``,
-    ``keys``, ``''``, ``a.b`` or an int, which Keras allows as names), and new key -> the key it had, for
-    the renamed ones; the Keras name stays the original for the report. The same graph is renamed the same
-    way on every load, so its weights' keys always match."""
-    layers = graph["layers"]
-    fine = {k for k in layers if isinstance(k, str) and k and "." not in k and k not in MODULE_DICT_NAMES}
-    if len(fine) == len(layers):
-        return graph, {}
-    used, renamed = set(fine), {}
-    for key in layers:
-        if key not in fine:
-            renamed[key] = module_key(key, used)
-    calls = [
-        {**call, "layer": renamed.get(call["layer"], call["layer"])} if call.get("layer") in renamed else call
-        for call in graph["calls"]
-    ]
-    new_layers = {renamed.get(k, k): spec for k, spec in layers.items()}
-    return {**graph, "layers": new_layers, "calls": calls}, {new: old for old, new in renamed.items()}
 
 
 def _keras(spec: dict[str, Any]) -> dict[str, Any]:
