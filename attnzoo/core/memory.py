@@ -43,7 +43,7 @@ def check_memory(model: Any, name: str, kwargs: Mapping[str, Any], dtype: Any) -
     available = available_bytes()
     if available is not None and need > available:
         sizes = ", ".join(f"{k}={v}" for k, v in kwargs.items() if isinstance(v, int) and not isinstance(v, bool))
-        largest = max(sized, key=sized.get)  # the tensor (and so the layer) that asks the most
+        largest = max(sized, key=lambda k: sized[k])  # the tensor (and so the layer) that asks the most
         raise ConfigError(
             f"{name}{f' with {sizes}' if sizes else ''} needs {_gib(need)} for its parameters, more than the "
             f"{_gib(available)} this machine has available (the largest, {largest[:120]}, "

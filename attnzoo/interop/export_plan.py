@@ -390,7 +390,7 @@ def _check_keras_size(model: Any, batch: int, sizes: dict, in_band: bool) -> Non
     need = {key: size * batch for key, size in per_row.items()}
     total = math.fsum(need.values())
     if available is not None and total > available // 2:
-        key = max(need, key=need.get)
+        key = max(need, key=lambda k: need[k])
         name = model.keras_names.get(key, key) if key in model.keras_names else key
         raise ConfigError(
             f"export at batch {batch:,}: the forward needs about {total / 2**30:,.1f} GiB for its activations "

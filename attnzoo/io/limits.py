@@ -225,9 +225,8 @@ def load_json(text: str | bytes, where: Any, what: str = "JSON", error: type[Att
         raise over_limit("ATTNZOO_MAX_DEPTH", found, f"{where}: {what}", error) from None
     except ValueError as e:
         raise error(f"{where}: {what} is not valid JSON ({' '.join(str(e).split())[:160]})") from None
-    opening = text.count(b"[" if isinstance(text, bytes) else "[") + text.count(
-        b"{" if isinstance(text, bytes) else "{"
-    )
+    raw = text.decode("latin-1") if isinstance(text, bytes) else text  # only brackets are counted
+    opening = raw.count("[") + raw.count("{")
     if opening > bound:  # fewer brackets than the limit cannot nest past it
         deepest = _depth(value, bound)
         if deepest > bound:
