@@ -10,7 +10,7 @@ variable                       default         what it bounds
 =============================  ==============  ==========================================================
 ``ATTNZOO_MAX_CONFIG_BYTES``   33,554,432      bytes of a config.yaml, card, config or recipe (32 MiB)
 ``ATTNZOO_MAX_DEPTH``          100             levels a YAML or JSON value nests (attnzoo writes < 20)
-``ATTNZOO_MAX_GRAPH_NODES``    8,000           layers plus calls of a converted Keras graph (loads in seconds)
+``ATTNZOO_MAX_GRAPH_NODES``    6,000           layers plus calls of a converted Keras graph (loads in seconds)
 ``ATTNZOO_MAX_DOWNLOAD_BYTES`` 17,179,869,184  bytes of a download whose card states no ``file_size``
 =============================  ==============  ==========================================================
 
@@ -36,7 +36,7 @@ __all__ = ["LIMITS", "limit", "over_limit", "read_bounded", "load_yaml", "check_
 LIMITS: dict[str, tuple[int, str]] = {
     "ATTNZOO_MAX_CONFIG_BYTES": (32 << 20, "bytes"),
     "ATTNZOO_MAX_DEPTH": (100, "levels of nesting"),
-    "ATTNZOO_MAX_GRAPH_NODES": (8_000, "layers and calls"),
+    "ATTNZOO_MAX_GRAPH_NODES": (6_000, "layers and calls"),
     "ATTNZOO_MAX_DOWNLOAD_BYTES": (16 << 30, "bytes"),
 }
 
