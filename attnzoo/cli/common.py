@@ -39,6 +39,13 @@ def print_fields(fields: Sequence[tuple[str, Any]], *, indent: int = 2) -> None:
         print(" " * indent + line)
 
 
+def say(text: object, **print_args: Any) -> None:
+    """Print ``text`` line by line through :func:`~attnzoo.io.text.printable`: what a verb prints that holds
+    a name from a file (a label, a layer, a checkpoint's key, a model's repr) is shown, never sent, whatever
+    terminal escapes it carries; its line breaks stay line breaks."""
+    print("\n".join(printable(line) for line in str(text).split("\n")), **print_args)
+
+
 def emit_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")

@@ -15,6 +15,7 @@ import yaml
 
 from attnzoo.core.spec import CARD_FIELDS, WEIGHTS_FIELDS, ModelSpec, WeightsSpec
 from attnzoo.errors import ConfigError, close_matches
+from attnzoo.io.limits import check_yaml_depth, read_bounded
 
 __all__ = ["read_card", "spec_from_card", "CARD_KEYS", "WEIGHTS_KEYS"]
 
@@ -28,8 +29,9 @@ def read_card(path: str | Path) -> dict[str, Any]:
     """The raw mapping of one card file; a ``ConfigError`` naming the file if it is not a YAML mapping."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.load(f, Loader=_Loader)
+        text = read_bounded(path, f"model card {path}", ConfigError)
+        check_yaml_depth(text, f"model card {path.name}", ConfigError)  # the C composer recurses
+        data = yaml.load(text, Loader=_Loader)
     except OSError as e:
         raise ConfigError(f"model card {path}: cannot read it ({e.strerror or e})") from None
     except yaml.YAMLError as e:

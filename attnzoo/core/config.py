@@ -46,16 +46,17 @@ def _section(loaded: Any) -> Any:
 
 
 def check_yaml_file(path: Path, where: str) -> None:
-    """Refuse, before omegaconf builds it, a YAML file too large for a config or whose aliases expand
-    past ``MAX_YAML_NODES`` (omegaconf before 2.4 expands them all: a "billion laughs" never ends)."""
-    from attnzoo.io.folders import MAX_CONFIG_YAML, MAX_YAML_NODES, expanded_yaml_nodes
+    """Refuse, before omegaconf builds it, a YAML file past the limits of :mod:`attnzoo.io.limits` (its
+    size, its nesting: omegaconf's parser recurses) or whose aliases expand past ``MAX_YAML_NODES``
+    (omegaconf before 2.4 expands them all: a "billion laughs" never ends)."""
+    from attnzoo.io.folders import MAX_YAML_NODES, expanded_yaml_nodes
+    from attnzoo.io.limits import check_yaml_depth, read_bounded
 
-    if path.stat().st_size > MAX_CONFIG_YAML:
-        raise ConfigError(f"{where}: {path.stat().st_size >> 20} MiB; a config is kilobytes")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError):
+        text = read_bounded(path, where, ConfigError)
+    except OSError:
         return  # the YAML reader says what is wrong with it
+    check_yaml_depth(text, where, ConfigError)
     if expanded_yaml_nodes(text) > MAX_YAML_NODES:
         raise ConfigError(
             f"{where}: its aliases (*name) expand into more than {MAX_YAML_NODES:,} values; refusing to build "

@@ -15,6 +15,7 @@ from attnzoo.errors import ConfigError, StaleCacheWarning, WeightsError
 from attnzoo.io import folders as folders_io
 from attnzoo.io import weights as weights_io
 from attnzoo.io.atomic import atomic_write_text
+from attnzoo.io.limits import limit, over_limit
 
 __all__ = ["HUB_PREFIX", "hub_folder"]
 
@@ -37,19 +38,27 @@ def hub_folder(repo: str) -> Path:
         raise ConfigError(f"{HUB_PREFIX}{repo}: expected {HUB_PREFIX}org/repo or {HUB_PREFIX}org/repo@revision")
     folder = cache_home() / "hub" / repo.replace("/", "--")
     config = folder / folders_io.CONFIG_FILE
-    pinned = bool(re.search(r"@[0-9a-f]{40}$", repo))
+    pinned = bool(re.search(r"@[0-9a-f]{40}\Z", repo))
     if not is_offline() and not (pinned and config.is_file()):
         url, headers = hub_url(repo, folders_io.CONFIG_FILE)
+        bound = limit("ATTNZOO_MAX_CONFIG_BYTES")
         try:
-            text = read_small(url, headers, folders_io.MAX_CONFIG_YAML).decode("utf-8")
-        except (OSError, UnicodeDecodeError, http.client.HTTPException, WeightsError) as e:
+            data = read_small(url, headers, bound + 1)  # one byte past the limit, so that it can fire
+        except (OSError, http.client.HTTPException, WeightsError) as e:
             if not config.is_file():
                 raise WeightsError(
                     f"{HUB_PREFIX}{repo}: cannot fetch {folders_io.CONFIG_FILE} from {url} ({e})"
                 ) from None
         else:
+            where = f"{HUB_PREFIX}{repo} ({url})"
             try:  # checked before it replaces anything: a captive portal's HTML page is no config
-                folders_io.parse_folder_records(text, f"{HUB_PREFIX}{repo} ({url})")
+                if len(data) > bound:
+                    raise over_limit("ATTNZOO_MAX_CONFIG_BYTES", f"is over {bound:,} bytes", where)
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise WeightsError(f"{where}: not UTF-8 text ({e.reason})") from None
+                folders_io.parse_folder_records(text, where)
             except WeightsError as e:
                 if not config.is_file():
                     raise

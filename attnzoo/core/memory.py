@@ -34,12 +34,18 @@ def check_memory(model: Any, name: str, kwargs: Mapping[str, Any], dtype: Any) -
     """Refuse, before anything is allocated, a model whose parameters cannot fit in this machine's memory."""
     from torch.nn.parameter import is_lazy
 
-    tensors = [*getattr(model, "parameters", lambda: [])(), *getattr(model, "buffers", lambda: [])()]
-    need = sum(t.numel() * (dtype or t.dtype).itemsize for t in tensors if not is_lazy(t))
+    named = [
+        *getattr(model, "named_parameters", lambda: [])(),
+        *getattr(model, "named_buffers", lambda: [])(),
+    ]
+    sized = {key: t.numel() * (dtype or t.dtype).itemsize for key, t in named if not is_lazy(t)}
+    need = sum(sized.values())
     available = available_bytes()
     if available is not None and need > available:
         sizes = ", ".join(f"{k}={v}" for k, v in kwargs.items() if isinstance(v, int) and not isinstance(v, bool))
+        largest = max(sized, key=lambda k: sized[k])  # the tensor (and so the layer) that asks the most
         raise ConfigError(
-            f"{name} with {sizes} needs {_gib(need)} for its parameters, more than the "
-            f"{_gib(available)} this machine has available; choose smaller sizes"
+            f"{name}{f' with {sizes}' if sizes else ''} needs {_gib(need)} for its parameters, more than the "
+            f"{_gib(available)} this machine has available (the largest, {largest[:120]}, "
+            f"{_gib(sized[largest])}); choose smaller sizes"
         )

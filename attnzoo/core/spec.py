@@ -36,9 +36,9 @@ LOCAL_PROVIDER = "local"  # in-process attnzoo.register() calls
 
 _ARCH = r"[a-z][a-z0-9_]*"
 _PROVIDER = r"[a-z][a-z0-9_\-]*"
-_NAME_RE = re.compile(rf"^(?:(?P<provider>{_PROVIDER}):)?(?P<arch>{_ARCH})(?:\.(?P<tag>{_ARCH}))?$")
-_ARCH_RE = re.compile(rf"^{_ARCH}$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_NAME_RE = re.compile(rf"(?:(?P<provider>{_PROVIDER}):)?(?P<arch>{_ARCH})(?:\.(?P<tag>{_ARCH}))?")
+_ARCH_RE = re.compile(_ARCH)
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")  # each whole value: fullmatch ("$" takes a trailing "\n")
 
 
 class ParsedName(NamedTuple):
@@ -51,14 +51,14 @@ def parse_name(name: str) -> ParsedName | None:
     """Split ``[provider:]arch[.tag]`` into its parts, or return None when ``name`` breaks the grammar."""
     if not isinstance(name, str):
         return None
-    match = _NAME_RE.match(name)
+    match = _NAME_RE.fullmatch(name)
     if match is None:
         return None
     return ParsedName(match["provider"], match["arch"], match["tag"])
 
 
 def is_valid_arch(name: str) -> bool:
-    return isinstance(name, str) and _ARCH_RE.match(name) is not None
+    return isinstance(name, str) and _ARCH_RE.fullmatch(name) is not None
 
 
 def freeze(value: Any) -> Any:
@@ -113,7 +113,7 @@ class WeightsSpec:
     def __post_init__(self) -> None:
         if not is_valid_arch(self.tag):
             raise ValueError(f"invalid pretrained tag {self.tag!r}: expected [a-z][a-z0-9_]*")
-        if not isinstance(self.sha256, str) or not _SHA256_RE.match(self.sha256):
+        if not isinstance(self.sha256, str) or not _SHA256_RE.fullmatch(self.sha256):
             raise ValueError(f"sha256 of tag {self.tag!r} must be 64 lower-case hex digits, got {self.sha256!r}")
         sources = [k for k in ("file", "url", "hf_hub") if getattr(self, k)]
         if len(sources) != 1:
@@ -121,9 +121,9 @@ class WeightsSpec:
                 f"tag {self.tag!r} needs exactly one source of its bytes (file, url or hf_hub), "
                 f"got {', '.join(sources) or 'none'}"
             )
-        if self.url and not re.match(r"^(https?|file)://", self.url):
+        if self.url and not re.match(r"(https?|file)://", self.url):
             raise ValueError(f"url of tag {self.tag!r} must be an http, https or file URL, got {self.url!r}")
-        if self.hf_hub and not re.match(r"^[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?$", self.hf_hub):
+        if self.hf_hub and not re.fullmatch(r"[\w.\-]+/[\w.\-]+(@[\w.\-/]+)?", self.hf_hub):
             raise ValueError(f"hf_hub of tag {self.tag!r} must be org/repo or org/repo@revision, got {self.hf_hub!r}")
         if self.filename and not self.hf_hub:
             raise ValueError(f"tag {self.tag!r}: filename goes with hf_hub (a url names its own file)")
@@ -201,7 +201,7 @@ class ModelSpec:
         if self.kind not in ("layer", "model"):
             raise ValueError(f"kind must be 'layer' or 'model', got {self.kind!r}")
         if isinstance(self.factory, str):
-            if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$", self.factory):
+            if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", self.factory):
                 raise ValueError(f"factory must be 'package.module:attr', got {self.factory!r}")
         elif not callable(self.factory):
             raise ValueError(f"factory must be a 'module:attr' string or a callable, got {self.factory!r}")

@@ -257,6 +257,7 @@ def _keras_plan(model, suffix, dynamic, batch, seq, shape) -> Plan:
     in_band = get_convention("keras_inputs").for_config(model_config(model)).in_band
     # with no size given, the default sizes; where the model refuses them (a position embedding of 8
     # steps, valid convolutions that need more), smaller or larger ones, as the model takes
+    _check_keras_size(model, batch, keras_axes(model, shape=shape, seq=seq).sizes, in_band)
     for scale in (1.0,) if shape is not None or seq is not None else (1.0, 0.5, 0.25, 2.0, 4.0, 8.0):
         axes = keras_axes(model, shape=shape, seq=seq, scale=scale)
         args = keras_inputs(model, batch, axes.sizes, in_band=in_band)
@@ -351,4 +352,49 @@ def _check_trace_size(model: Any, convention: Any, batch: int, seq: int) -> None
             f"than this machine can spare ({available / 2**30:,.1f} GiB available); the traced sizes only "
             f"shape an example (the batch stays dynamic), so trace with small ones (--batch 2, --seq the length "
             f"your inputs are padded to)"
+        )
+
+
+def _check_keras_size(model: Any, batch: int, sizes: dict, in_band: bool) -> None:
+    """Refuse, before the traced inputs are allocated, a batch whose activations this machine cannot hold:
+    each layer's outputs are measured at batch 1 (one small forward, hooks on the layers) and scaled to
+    ``batch`` (a layer's activations grow with the batch); the error names the largest layer and its size."""
+    import math
+
+    import torch
+
+    from attnzoo.core.memory import available_bytes
+    from attnzoo.interop.keras_axes import keras_inputs
+
+    available = available_bytes()
+    one = keras_inputs(model, 1, sizes, in_band=False)
+    per_row = {"the inputs": sum(x.numel() * 8 for x in one)}  # drawn in float64
+
+    def record(key: str) -> Any:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            tensors = output if isinstance(output, (list, tuple)) else [output]
+            flat = [t for item in tensors for t in (item if isinstance(item, (list, tuple)) else [item])]
+            per_row[key] = sum(t.numel() * t.element_size() for t in flat if isinstance(t, torch.Tensor))
+
+        return hook
+
+    handles = [layer.register_forward_hook(record(key)) for key, layer in model.layers.items()]
+    try:
+        with torch.no_grad():
+            eager(model, one, {})
+    except (RuntimeError, ValueError):
+        return  # the sizes do not fit the model: export says so in its own words
+    finally:
+        for handle in handles:
+            handle.remove()
+    need = {key: size * batch for key, size in per_row.items()}
+    total = math.fsum(need.values())
+    if available is not None and total > available // 2:
+        key = max(need, key=lambda k: need[k])
+        name = model.keras_names.get(key, key) if key in model.keras_names else key
+        raise ConfigError(
+            f"export at batch {batch:,}: the forward needs about {total / 2**30:,.1f} GiB for its activations "
+            f"(estimated from one row), more than this machine can spare ({available / 2**30:,.1f} GiB "
+            f"available); the largest is layer {str(name)[:80]!r} with {need[key] / 2**30:,.1f} GiB. The "
+            f"batch stays dynamic in the exported file: trace with a small one (--batch 2)"
         )

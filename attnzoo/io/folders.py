@@ -16,6 +16,7 @@ from typing import Any
 
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.atomic import TEMP_PREFIX, atomic_write, commit, discard, fsync_dir, locked, stage, try_flock
+from attnzoo.io.limits import LIMITS, limit, load_yaml, over_limit, read_bounded
 from attnzoo.io.weights import (
     WEIGHTS_FILE,
     as_digests,
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 CONFIG_FILE = "config.yaml"
-MAX_CONFIG_YAML = 64 << 20  # a saved model's config.yaml is kilobytes (a converted Keras graph: hundreds)
+MAX_CONFIG_YAML = LIMITS["ATTNZOO_MAX_CONFIG_BYTES"][0]  # the default; the limit itself is read at call time
 MAX_YAML_NODES = 100_000  # nodes a hand-written config or recipe may expand into; theirs are dozens
 
 
@@ -90,23 +91,14 @@ def as_path(value: Any, what: str) -> Path:
 
 def parse_folder_records(text: str, where: Any) -> list[dict[str, Any]]:
     """The records of a saved folder's ``config.yaml`` text (see :func:`folder_records`); anything that is
-    not one (not YAML, YAML aliases, an HTML page a captive portal served) is a ``WeightsError``."""
-    import yaml
+    not one (not YAML, YAML aliases, an HTML page a captive portal served, a file past the limits of
+    :mod:`attnzoo.io.limits`) is a ``WeightsError``. Parsed once, by PyYAML's C parser."""
+    import re
 
-    if len(text) > MAX_CONFIG_YAML:
-        raise WeightsError(f"{where}: {len(text) >> 20} MiB; a saved model's config.yaml is kilobytes")
-    try:
-        # save() writes no anchors; a file with aliases was made by hand, and a few hundred bytes of them
-        # can expand into billions of nodes (a YAML "billion laughs")
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
-            raise WeightsError(
-                f"{where}: uses YAML aliases (*name), which attnzoo.save never writes; refusing to "
-                f"expand it (restore the file, or load the weights alone with sha256=...)"
-            )
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        reason = " ".join(str(e).split())[:200]
-        raise WeightsError(f"{where}: not valid YAML ({reason})") from None
+    bound = limit("ATTNZOO_MAX_CONFIG_BYTES")
+    if len(text) > bound // 4 and len(text.encode("utf-8")) > bound:  # 4 bytes at most per character
+        raise over_limit("ATTNZOO_MAX_CONFIG_BYTES", f"is {len(text.encode('utf-8')):,} bytes", where)
+    data = load_yaml(text, where)
     records = [data, *([data["previous"]] if isinstance(data, dict) and "previous" in data else [])]
     for record in records:
         if (
@@ -116,6 +108,11 @@ def parse_folder_records(text: str, where: Any) -> list[dict[str, Any]]:
             or not isinstance(record.get("sha256"), str)
         ):
             raise WeightsError(f"{where}: expected a mapping with name, factory, config and sha256")
+        if not re.fullmatch(r"[0-9a-f]{64}", record["sha256"]):  # fullmatch: "$" would take a trailing newline
+            raise WeightsError(
+                f"{where}: sha256 {record['sha256']!r:.80} is not 64 lower-case hex digits (as sha256sum prints "
+                f"them); the file was edited by hand: restore it"
+            )
     return [{k: v for k, v in r.items() if k != "previous"} for r in records]
 
 
@@ -127,11 +124,7 @@ def folder_records(directory: str | Path) -> list[dict[str, Any]]:
     if not config_path.is_file():
         raise WeightsError(f"{directory} is not a saved attnzoo model: {CONFIG_FILE} not found in it")
     try:
-        text = config_path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise WeightsError(f"{config_path}: not UTF-8 text ({e.reason})") from None
-    try:
-        return parse_folder_records(text, config_path)
+        return parse_folder_records(read_bounded(config_path, config_path), config_path)
     except WeightsError as e:
         raise WeightsError(
             f"{e}; restore it, or load the weights alone with attnzoo.load({str(directory / WEIGHTS_FILE)!r}, "

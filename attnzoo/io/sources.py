@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.io.limits import LIMITS
+from attnzoo.io.limits import limit as max_bytes
 
 __all__ = [
     "cache_home",
@@ -216,7 +218,7 @@ def read_small(url: str, headers: dict[str, str], limit: int) -> bytes:
     return b"".join(chunks)
 
 
-MAX_DOWNLOAD = 64 << 30  # bytes a download may reach when its card states no file_size
+MAX_DOWNLOAD = LIMITS["ATTNZOO_MAX_DOWNLOAD_BYTES"][0]  # the default; limit() reads the variable at call time
 MIN_RATE = 16 << 10  # bytes per second, averaged over an attempt, below which a transfer has stalled
 
 
@@ -272,12 +274,20 @@ def _download(url: str, headers: dict[str, str], part: Path, label: str, *, size
     """Append the rest of ``url`` to ``part`` (resuming from its size), retrying with back-off.
 
     Bounded three ways: each read by ATTNZOO_DOWNLOAD_TIMEOUT, the whole body by ``size`` (the card's
-    file_size; else MAX_DOWNLOAD), and the transfer by a minimum average rate (a server that drips a byte
-    at a time is a stalled one)."""
+    file_size; else ATTNZOO_MAX_DOWNLOAD_BYTES, 16 GiB: a Hub folder's weights, whose size no card states),
+    whether or not the server declares a Content-Length, and the transfer by a minimum average rate (a
+    server that drips a byte at a time is a stalled one). A body past its bound is stopped there and the
+    partial file removed."""
     import http.client
 
     timeout, retries = _settings()
-    limit = size if size is not None else MAX_DOWNLOAD
+    limit = size if size is not None else max_bytes("ATTNZOO_MAX_DOWNLOAD_BYTES")
+    bound = (
+        f"the card's file_size ({size:,} bytes)"
+        if size is not None
+        else f"{limit:,} bytes (ATTNZOO_MAX_DOWNLOAD_BYTES, for a file whose size no card states; raise it if "
+        f"you trust the source)"
+    )
     opener = _opener()
     for attempt in range(retries + 1):
         start = part.stat().st_size if part.exists() and not part.is_symlink() else 0
@@ -294,7 +304,7 @@ def _download(url: str, headers: dict[str, str], part: Path, label: str, *, size
                 if total is not None and total > limit:
                     raise WeightsError(
                         f"cannot download {url}: it declares {total:,} bytes, "
-                        + (f"but the card says the file has {size:,}" if size is not None else f"over {limit:,}")
+                        + (f"but the card says the file has {size:,}" if size is not None else f"over {bound}")
                         + "; nothing more was written"
                     )
                 began, written = time.monotonic(), start
@@ -307,9 +317,8 @@ def _download(url: str, headers: dict[str, str], part: Path, label: str, *, size
                         written += len(block)
                         if written > limit:
                             raise WeightsError(
-                                f"cannot download {url}: the body runs past "
-                                + (f"the card's file_size ({size:,} bytes)" if size is not None else f"{limit:,} bytes")
-                                + "; the download was stopped"
+                                f"cannot download {url}: the body runs past {bound}; the download was stopped "
+                                f"and its partial file removed"
                             )
                         out.write(block)
                         if bar is not None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.atomic import atomic_write, commit, discard, locked, stage
+from attnzoo.io.limits import load_json
 
 __all__ = [
     "sha256_file",
@@ -39,7 +40,7 @@ __all__ = [
 
 WEIGHTS_FILE = "model.safetensors"
 _META_PREFIX = "attnzoo.meta."
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")  # fullmatch: "$" would take a trailing newline
 
 
 def sha256_file(path: str | Path) -> str:
@@ -90,13 +91,11 @@ def decode_metadata(meta: Mapping[str, str], *, where: Any = "weights file") -> 
     """The inverse of :func:`encode_metadata`: ``{"name", "factory", "config", "extra"}``, as plain JSON
     data (never interpreted: ``${...}`` in a value stays a string)."""
 
-    def parse(key: str) -> Any:
+    def parse(key: str) -> Any:  # nesting and numbers bounded (attnzoo.io.limits): a file from a stranger
         try:
-            return json.loads(meta[key])
-        except ValueError as e:
-            raise WeightsError(
-                f"{where}: metadata {key!r} is not valid JSON ({e}); the file was not written by attnzoo or was edited"
-            ) from None
+            return load_json(meta[key], where, f"metadata {key!r}")
+        except WeightsError as e:
+            raise WeightsError(f"{e}; the file was not written by attnzoo or was edited") from None
 
     config = parse("attnzoo.config") if "attnzoo.config" in meta else None
     if config is not None and not isinstance(config, dict):
@@ -124,7 +123,7 @@ def _header_metadata(data: bytes, path: Path) -> dict[str, str]:
         meta = header.get("__metadata__") or {}
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise ValueError("__metadata__ is not a mapping of strings")
-    except (struct.error, ValueError, UnicodeDecodeError) as e:
+    except (struct.error, ValueError, UnicodeDecodeError, RecursionError) as e:
         raise WeightsError(f"{path}: not a safetensors file ({e}); attnzoo reads only .safetensors weights") from None
     return dict(meta)
 
@@ -149,7 +148,7 @@ def expected_digest(path: Path) -> tuple[str, ...]:
     sidecar = path.with_name(path.name + ".sha256")
     if sidecar.is_file():
         lines = [line.split() for line in sidecar.read_text(errors="replace").splitlines()]
-        return tuple(parts[0].lower() for parts in lines if parts and _SHA256.match(parts[0].lower()))
+        return tuple(parts[0].lower() for parts in lines if parts and _SHA256.fullmatch(parts[0].lower()))
     return ()
 
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from attnzoo.core import create
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
@@ -33,6 +32,7 @@ from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
 from attnzoo.keras.converters.ops import convert_operation, is_operation
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
+from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.nodes import INTEGER_DTYPES
 from attnzoo.keras.registry import (
     Context,
@@ -107,24 +107,6 @@ def _check_custom_keys(custom: Mapping[str, Any] | None, graph: KerasGraph) -> N
 
 
 # -- the conversion ---------------------------------------------------------------------------------------
-_MODULE_DICT_NAMES = frozenset(dir(nn.ModuleDict()))  # the attributes a ModuleDict refuses as keys
-
-
-def _module_key(key: str, used: set[str]) -> str:
-    """The converted model's key for the layer named ``key``: the Keras name where ``nn.ModuleDict`` takes it
-    as it is, else without dots, with ``_`` after one of the dict's own attributes (``keys``, ``training``),
-    made unique."""
-    safe = key.replace(".", "_") or "layer"
-    if safe in _MODULE_DICT_NAMES:
-        safe += "_"
-    candidate, n = safe, 1
-    while candidate in used:
-        n += 1
-        candidate = f"{safe}_{n}"
-    used.add(candidate)
-    return candidate
-
-
 def _encode(value: Any) -> Any:
     """Call arguments as graph data: tensors become ``{"ref": [call, index]}``."""
     if isinstance(value, Ref):
@@ -210,7 +192,7 @@ def build_graph(
             problems.append({**problem, "reasons": reasons or [_no_converter(record, own)]})
             continue
         _warn_non_finite(record, arrays)
-        module_key = _module_key(record_key, used)
+        module_key = model_key(record_key, used)
         keys[record_key] = module_key
         keras = {"name": record.key, "class": record.class_name, "trainable": _trainable(graph, record)}
         layers[module_key] = {**converted.spec, "keras": keras}

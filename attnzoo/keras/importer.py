@@ -121,8 +121,8 @@ def _require_layer_of_class(path: str | Path, keras_class: str, ours: str) -> No
     if not keras_class:
         return
     names, classes = layer_names(path)
-    pattern = re.compile(rf"^{re.escape(snake_case(keras_class))}(_\d+)?$")
-    if keras_class in classes or any(pattern.match(n) for n in names):
+    pattern = re.compile(rf"{re.escape(snake_case(keras_class))}(_\d+)?")
+    if keras_class in classes or any(pattern.fullmatch(n) for n in names):
         return
     shown = ", ".join(sorted(names)[:12]) or "none"
     raise WeightsError(

@@ -63,29 +63,38 @@ import torch
 from torch import Tensor, nn
 
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
-from attnzoo.errors import WeightsError
+from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.io.limits import limit, over_limit
 from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.emit import Emitted, emit
+from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
 GRAPH_FORMAT = 1
+MAX_OUTPUTS = 1024  # outputs one call may have (an RNN's states, a split): an index past it reads nothing
 
 
-def _graph_error(message: str) -> ValueError:
-    return ValueError(f"keras_model: the graph config is not valid: {message}")
+def _graph_error(message: str) -> ConfigError:
+    return ConfigError(f"keras_model: the graph config is not valid: {message}")
 
 
-def _check_refs(value: Any, known: set[str], where: str) -> None:
+def _check_refs(value: Any, known: dict[str, int | None], where: str) -> None:
+    """Every ``{"ref": [id, index]}`` in ``value`` names an earlier input or call (``known``: id -> how many
+    outputs it has, None where its node decides) and one of its outputs."""
     if isinstance(value, dict) and "ref" in value:
         ref = value["ref"]
-        if not (isinstance(ref, list) and len(ref) == 2 and isinstance(ref[0], str) and isinstance(ref[1], int)):
-            raise _graph_error(f"{where}: a ref must be [call id, index], got {ref!r}")
+        if not (isinstance(ref, list) and len(ref) == 2 and isinstance(ref[0], str) and type(ref[1]) is int):
+            raise _graph_error(f"{where}: a ref must be [call id, index], got {str(ref)[:60]}")
         if ref[0] not in known:
             raise _graph_error(f"{where} uses {ref[0]!r}, which no earlier call or input makes")
+        count = known[ref[0]]
+        if ref[1] < 0 or (count is not None and ref[1] >= count) or ref[1] > MAX_OUTPUTS:
+            has = f"has {count} output{'s' if count != 1 else ''}" if count is not None else "has no such output"
+            raise _graph_error(f"{where} reads output {ref[1]} of {ref[0]!r}, which {has}")
     elif isinstance(value, dict):
         for v in value.values():
             _check_refs(v, known, where)
@@ -103,10 +112,14 @@ class KerasModel(nn.Module):
         super().__init__()
         self._validate(graph)
         self.graph = graph
-        nodes = {key: build_node(_node_spec(spec)) for key, spec in graph["layers"].items()}
-        self.keras_names = {key: spec.get("keras", {}).get("name", key) for key, spec in graph["layers"].items()}
-        self.keras_classes = {
-            key: spec.get("keras", {}).get("class", spec["op"]) for key, spec in graph["layers"].items()
+        graph, original = module_keys(graph)
+        self.keras_names = {
+            key: _keras(spec).get("name", original.get(key, key)) for key, spec in graph["layers"].items()
+        }
+        self.keras_classes = {key: _keras(spec).get("class", spec["op"]) for key, spec in graph["layers"].items()}
+        nodes = {
+            key: build_node(_node_spec(spec), f"layer {str(self.keras_names[key])[:80]!r}")
+            for key, spec in graph["layers"].items()
         }
         self.inputs_spec = [dict(i) for i in graph["inputs"]]
         self.calls = [dict(c) for c in graph["calls"]]
@@ -123,7 +136,7 @@ class KerasModel(nn.Module):
         self.layers, self.node_keys = _adopted(self._port.cls, nodes)
         self._register_load_state_dict_pre_hook(self._layout_pre_hook)
         for key, spec in graph["layers"].items():
-            if spec.get("keras", {}).get("trainable") is False:  # Keras's trainable: false stays frozen
+            if _keras(spec).get("trainable") is False:  # Keras's trainable: false stays frozen
                 layer = self.layers[key]
                 layer.trainable = False
                 layer.requires_grad_(False)
@@ -188,29 +201,37 @@ class KerasModel(nn.Module):
                 raise _graph_error(f"{key!r} must be a {kind.__name__}")
         if not graph["inputs"] or not graph["outputs"]:
             raise _graph_error("a model needs at least one input and one output")
-        known = set()
+        size = len(graph["layers"]) + len(graph["calls"])
+        if size > limit("ATTNZOO_MAX_GRAPH_NODES"):
+            found = f"holds {size:,} layers and calls"
+            raise over_limit("ATTNZOO_MAX_GRAPH_NODES", found, "keras_model: the graph", ConfigError)
+        known: dict[str, int | None] = {}  # id -> how many outputs it has (None: its node says, when it runs)
         for entry in graph["inputs"]:
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-                raise _graph_error(f"input {entry!r} has no id")
+                raise _graph_error(f"input {str(entry)[:60]} has no id")
             if not isinstance(entry.get("shape"), list) or not entry["shape"]:
                 raise _graph_error(f"input {entry['id']!r} has no shape")
-            known.add(entry["id"])
+            known[entry["id"]] = 1
         for key, spec in graph["layers"].items():
             if not isinstance(spec, dict) or not isinstance(spec.get("op"), str):
                 raise _graph_error(f"layer {key!r} has no op")
         for call in graph["calls"]:
             if not isinstance(call, dict) or not isinstance(call.get("id"), str):
                 raise _graph_error(f"a call {str(call)[:60]} has no id")
-            if call.get("layer") is not None and call["layer"] not in graph["layers"]:
+            if call.get("layer") is not None and (
+                not isinstance(call["layer"], (str, int)) or call["layer"] not in graph["layers"]
+            ):
                 raise _graph_error(f"call {call['id']!r} uses layer {call['layer']!r}, which is not in 'layers'")
             if not isinstance(call.get("args"), list) or not isinstance(call.get("kwargs"), dict):
                 raise _graph_error(f"call {call['id']!r} needs 'args' (a list) and 'kwargs' (a mapping)")
             _check_refs(call["args"], known, f"call {call['id']!r}")
             _check_refs(call["kwargs"], known, f"call {call['id']!r}")
-            known.add(call["id"])
+            passed = len(call["args"]) if call["kwargs"].get("outputs") else 1  # a nested model's ins and outs
+            known[call["id"]] = passed if call.get("layer") is None else None
         for out in graph["outputs"]:
             if not (isinstance(out, list) and len(out) == 2 and out[0] in known and isinstance(out[1], int)):
-                raise _graph_error(f"output {out!r} is not [call id, index] of a call")
+                raise _graph_error(f"output {str(out)[:60]} is not [call id, index] of a call")
+            _check_refs({"ref": out}, known, "the outputs")
         for key in ("input", "output"):
             if graph.get(f"{key}_structure") is not None:
                 leaves = _leaves(graph[f"{key}_structure"])
@@ -457,6 +478,12 @@ def _adopted(cls: type, nodes: dict[str, Node]) -> tuple[nn.ModuleDict, dict[str
         for name, parameter in declared.named_parameters():  # assign keeps the meta layer's flags: the node's
             parameter.requires_grad_(trains.get(name, False))
     return layers, renamed
+
+
+def _keras(spec: dict[str, Any]) -> dict[str, Any]:
+    """A layer's Keras name and class as the graph records them (a hand-edited one may hold anything)."""
+    keras = spec.get("keras")
+    return keras if isinstance(keras, dict) else {}
 
 
 def _node_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,8 @@ from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor, nn
 
+from attnzoo.errors import ConfigError
+
 __all__ = ["Node", "NODES", "build_node", "as_node", "writes", "INTEGER_DTYPES", "glorot_uniform"]
 
 # Keras's integer dtype names: an input of one of them holds ids
@@ -88,6 +90,12 @@ class Node(nn.Module):
         ``KeyError`` for a key it does not know."""
         return key
 
+    @classmethod
+    def check_values(cls, arguments: dict[str, Any]) -> str | None:
+        """What is wrong with ``arguments`` beyond their types and the rules every layer shares (a name only
+        this class knows, such as an operation's), as "key value is not ..."; None when nothing is."""
+        return None
+
     def extra_repr(self) -> str:
         # in the constructor's order, whatever the data's (a saved config's keys come back sorted)
         order = list(inspect.signature(type(self).__init__).parameters)
@@ -126,13 +134,18 @@ def as_node(layer: dict[str, Any] | Node) -> Node:
     return layer if isinstance(layer, Node) else build_node(layer)
 
 
-def build_node(spec: dict[str, Any]) -> Node:
+def build_node(spec: dict[str, Any], where: str = "a layer") -> Node:
     """A node from its data (``{"op": ..., **arguments}``): ``NODES[op](**arguments)``, with ``args`` a
-    copy of ``arguments`` (the node's repr shows them; a later change to ``spec`` does not reach them)."""
+    copy of ``arguments`` (the node's repr shows them; a later change to ``spec`` does not reach them).
+    The arguments are checked first against what the class takes (:func:`attnzoo.keras.node_schema.check_arguments`),
+    so a hand-edited value is a ``ConfigError`` naming ``where`` (the layer), the key and the value."""
+    from attnzoo.keras.node_schema import check_arguments
+
     arguments = dict(spec)
     op = arguments.pop("op")
     if op not in NODES:
-        raise ValueError(f"unknown node op {op!r}; known: {', '.join(sorted(NODES))}")
+        raise ConfigError(f"keras_model: {where}: unknown op {str(op)[:60]!r}; known: {', '.join(sorted(NODES))}")
+    check_arguments(NODES[op], arguments, where)
     node = NODES[op](**arguments)
     node.args = copy.deepcopy(arguments)
     return node

@@ -14,7 +14,7 @@ from attnzoo.train.sources import locate
 
 __all__ = ["read_pronunciations"]
 
-_WORD = re.compile(r"^[a-z][a-z']*$")
+_WORD = re.compile(r"[a-z][a-z']*")
 
 
 @cache
@@ -28,6 +28,6 @@ def read_pronunciations() -> dict[str, tuple[tuple[str, ...], ...]]:
                 continue
             word, *phonemes = line.split()
             word = re.sub(r"\(\d+\)$", "", word.lower())
-            if _WORD.match(word) and phonemes:
+            if _WORD.fullmatch(word) and phonemes:
                 entries.setdefault(word, []).append(tuple(phonemes))
     return {w: tuple(p) for w, p in entries.items()}

@@ -28,7 +28,7 @@ import torch
 from attnzoo.core import create, load
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, UnknownTokensWarning
-from attnzoo.io.text import Vocabulary, pad_batch, tokenize
+from attnzoo.io.text import Vocabulary, pad_batch, printable, tokenize
 from attnzoo.layers.modes import kept_modes
 
 __all__ = [
@@ -87,7 +87,9 @@ class Prediction:
         return out
 
     def render(self) -> str:
-        """Plain text: the phonemes, or one line per label (``*`` marks those above the threshold)."""
+        """Plain text: the phonemes, or one line per label (``*`` marks those above the threshold). Label
+        names and descriptions come from the run's files (a CSV's label column): every line goes through
+        :func:`~attnzoo.io.text.printable`, so a name holding terminal escapes is shown, never sent."""
         if self.output == "g2p":
             lines = [" ".join(self.phonemes)]
         else:
@@ -99,7 +101,7 @@ class Prediction:
             ]
             if self.output == "multilabel":
                 lines.append(f"(* = at or above the threshold {self.threshold:.2f})")
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+        return "\n".join(printable(line) for line in lines + [f"warning: {w}" for w in self.warnings])
 
 
 def label_info(metadata: RunRecord | dict[str, Any]) -> list[dict[str, str]]:

@@ -23,6 +23,8 @@ __all__ = [
     "check_overrides",
     "load_recipe",
     "complete_recipe",
+    "resolved_recipe",
+    "check_tag",
     "check_recipe_keys",
     "checked_numbers",
     "TRAIN_DEFAULTS",
@@ -81,12 +83,40 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> dict[st
         raise ConfigError(f"recipe {path.name}: expected a mapping of sections (model, data or task, config, train)")
     try:
         recipe = OmegaConf.merge(loaded, OmegaConf.from_dotlist(list(overrides or [])))
-        container = OmegaConf.to_container(recipe, resolve=True)
-    except Exception as e:  # noqa: BLE001 - omegaconf's own errors (an interpolation, a type clash)
+    except Exception as e:  # noqa: BLE001 - omegaconf's own errors (a type clash)
         raise ConfigError(f"recipe {path.name}: {' '.join(str(e).split())[:300]}") from None
-    data = complete_recipe(container, where=f"recipe {path.name}")
+    data = complete_recipe(resolved_recipe(recipe, f"recipe {path.name}"), where=f"recipe {path.name}")
     data["recipe_file"] = path.name
     return data
+
+
+def resolved_recipe(recipe: Any, where: str) -> Any:
+    """An omegaconf recipe as plain data, its interpolations resolved, except in ``tag``: the tag names the
+    run folder, and ``tag: ${oc.env:SECRET}`` would copy an environment variable into a folder's name."""
+    from omegaconf import OmegaConf
+
+    try:
+        if "tag" in recipe and OmegaConf.is_interpolation(recipe, "tag"):
+            raw = OmegaConf.to_container(recipe, resolve=False).get("tag")  # type: ignore[union-attr]
+            raise ConfigError(f"{where}: tag {raw!r} is an interpolation; a tag is a name ({TAG_RULE}), written out")
+        return OmegaConf.to_container(recipe, resolve=True)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - omegaconf's own errors (an interpolation, a type clash)
+        raise ConfigError(f"{where}: {' '.join(str(e).split())[:300]}") from None
+
+
+TAG_RULE = "letters, digits, '_', '.' and '-', no '..'"
+
+
+def check_tag(tag: Any, where: str) -> str:
+    """A recipe's ``tag``: a name, never a path (the run folder is ``runs/<model>-<tag>``, and a tag
+    ``../../x`` would put it outside ``runs/``); a ``ConfigError`` naming the tag otherwise."""
+    import re
+
+    if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", tag) or ".." in tag:
+        raise ConfigError(f"{where}: tag {tag!r} is not a name; a tag holds {TAG_RULE} (it names the run folder)")
+    return tag
 
 
 def complete_recipe(data: Any, where: str = "recipe") -> dict[str, Any]:
@@ -107,6 +137,7 @@ def complete_recipe(data: Any, where: str = "recipe") -> dict[str, Any]:
         if key not in data:
             raise ConfigError(f"{where}: missing section {key!r}" + (" (or data)" if key == "task" else ""))
     check_recipe_keys(data, where)
+    check_tag(data["tag"], where)
     data["train"] = {**TRAIN_DEFAULTS, **data["train"]}
     return data
 

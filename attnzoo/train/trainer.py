@@ -35,15 +35,34 @@ from attnzoo.errors import ConfigError
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.publish import finish, threshold_setting, weights_name
-from attnzoo.train.recipe import checked_numbers
+from attnzoo.train.recipe import check_tag, checked_numbers
 from attnzoo.train.tasks import build_task
 
-__all__ = ["train", "Run", "model_sizes", "check_label_memory"]
+__all__ = ["train", "Run", "model_sizes", "check_label_memory", "torchrun_int"]
 
 
 # -- distributed -------------------------------------------------------------------------------------------
+def torchrun_int(name: str, default: int, *, lowest: int = 0, below: int | None = None) -> int:
+    """torchrun's variable ``name`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) as a whole number, ``default``
+    when unset; anything else (``RANK=abc``, a negative rank, a rank not below the world size) is a
+    ``ConfigError`` naming the variable and its value."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    value = int(raw) if raw.isascii() and raw.lstrip("-").isdigit() and len(raw) < 19 else None
+    if value is None or value < lowest or (below is not None and value >= below):
+        span = f">= {lowest}" + (f" and < {below}" if below is not None else "")
+        raise ConfigError(
+            f"{name}={raw!r:.40} is not a whole number {span}; torchrun sets it (unset it to train in one process)"
+        )
+    return value
+
+
 def _distributed() -> tuple[int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = torchrun_int("WORLD_SIZE", 1, lowest=1)
+    if world > 1:  # read here, so that torch's own reader (init_process_group) never meets a bad one
+        torchrun_int("RANK", 0, below=world)
+        torchrun_int("LOCAL_RANK", 0, below=world)
     if world > 1 and not torch.distributed.is_initialized():
         torch.distributed.init_process_group("gloo")
     rank = torch.distributed.get_rank() if world > 1 else 0
@@ -314,7 +333,7 @@ def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, over
     torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
-    folder = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{recipe['tag']}")
+    folder = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{check_tag(recipe['tag'], 'recipe')}")
     if rank == 0:
         _check_run_folder(folder, resume, overwrite)
     verbose = rank == 0 and not quiet

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnzoo.cli.common import config_overrides
+from attnzoo.cli.common import config_overrides, say
 
 HELP = "convert a CAML, LAAT, PLM-ICD or medical-coding checkpoint into safetensors"
 
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         args.file, args.source, args.model, config=overrides, output=args.output, overwrite=args.overwrite
     )
     sizes = ", ".join(f"{k}={v}" for k, v in converted.config.items())
-    print(f"wrote {args.output} ({args.model}: {sizes}); attnzoo.load({str(args.output)!r}) rebuilds it")
+    say(f"wrote {args.output} ({args.model}: {sizes}); attnzoo.load({str(args.output)!r}) rebuilds it")
     for key, why in sorted(converted.dropped.items()):
-        print(f"  left out {key}: {why}")
+        say(f"  left out {key}: {why}")  # keys from the checkpoint file
     return 0

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from attnzoo.cli.common import UsageError, config_overrides, positive_int
+from attnzoo.cli.common import UsageError, config_overrides, positive_int, say
 from attnzoo.core import create
 from attnzoo.errors import AttnzooError
 from attnzoo.io.folders import save
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         {"source": f"Keras weights {Path(args.file).name}" + (f", layer {args.layer}" if args.layer else "")},
     )
     digest = write_weights(model.state_dict(), args.output, metadata=metadata, overwrite=args.overwrite)
-    print(f"wrote {args.output} ({info['name']}, sha256 {digest}); attnzoo.load({str(args.output)!r}) rebuilds it")
+    say(f"wrote {args.output} ({info['name']}, sha256 {digest}); attnzoo.load({str(args.output)!r}) rebuilds it")
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from attnzoo.cli.common import config_overrides
+from attnzoo.cli.common import config_overrides, say
 from attnzoo.core import create, model_info
 
 HELP = "build a model and run a dummy forward"
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         shown = [*inputs, *kwargs.values()]
         shapes = (", ".join(_describe_output(t) for t in shown), _describe_output(output))
 
-    print(model)
+    say(model)  # a converted folder's repr holds its input names
     params = list(model.parameters())
     count = sum(p.numel() for p in params if not is_lazy(p))
     lazy = sum(1 for p in params if is_lazy(p))

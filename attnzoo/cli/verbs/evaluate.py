@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnzoo.cli.common import emit_json, probability
+from attnzoo.cli.common import emit_json, probability, say
 
 HELP = "score a trained model on a data file"
 
@@ -29,5 +29,5 @@ def run(args: argparse.Namespace) -> int:
         emit_json(scores)
     else:
         for key, value in scores.items():
-            print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
+            say(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")  # label names
     return 0

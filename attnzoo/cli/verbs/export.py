@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnzoo.cli.common import UsageError, config_overrides, emit_json, positive_int
+from attnzoo.cli.common import UsageError, config_overrides, emit_json, positive_int, say
 from attnzoo.core import create, load, model_info
 from attnzoo.interop.export import export
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         f"difference {result.max_abs_diff:.3g}{fixed}"
     )
     if result.metadata:
-        print(f"the file carries: {', '.join(sorted(result.metadata))}")
+        say(f"the file carries: {', '.join(sorted(result.metadata))}")
     for note in result.notes:
-        print(f"note: {note}")
+        say(f"note: {note}")  # notes name the layers of a converted folder
     return 0

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_dict())
     else:
-        print(result.render())
+        print(result.render())  # printable: render() escapes the labels
     if args.attention:
         path = plot_attention(result, args.attention, title=f"{args.name}: {text}")
         print(f"attention map: {path}", file=sys.stderr)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from attnzoo.cli.common import UsageError, emit_json, positive_int
+from attnzoo.cli.common import UsageError, emit_json, positive_int, say
 
 HELP = "train a recipe, or a model on your own data file"
 DESCRIPTION = (
@@ -51,14 +51,21 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnzoo.train.recipe import builtin_recipes, check_overrides, complete_recipe, load_recipe, recipe_summary
+    from attnzoo.train.recipe import (
+        builtin_recipes,
+        check_overrides,
+        complete_recipe,
+        load_recipe,
+        recipe_summary,
+        resolved_recipe,
+    )
     from attnzoo.train.trainer import train
 
     if args.list:
         rows = [(name, recipe_summary(path)) for name, path in builtin_recipes().items()]
         width = max(len(name) for name, _ in rows)
         for name, summary in rows:
-            print(f"{name:<{width}}  {summary}")
+            say(f"{name:<{width}}  {summary}")
         return 0
     flags = {
         k: getattr(args, k)
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         def merged() -> dict:
             check_overrides(list(args.overrides))
             both = OmegaConf.merge(OmegaConf.create(recipe), OmegaConf.from_dotlist(list(args.overrides)))
-            return complete_recipe(OmegaConf.to_container(both, resolve=True), where="the command line")
+            return complete_recipe(resolved_recipe(both, "the command line"), where="the command line")
 
         recipe = _with_overrides(lambda: None, merged)
     import contextlib

@@ -64,6 +64,11 @@ class ZooNode(Node):
         parsed = parse_name(model)
         if parsed is None or parsed.tag is not None:
             raise ValueError(f"keras_model: a zoo node names {model!r}; it must be a registered layer's name, no tag")
+        if parsed.arch == "keras_model":  # the converter writes a nested model inline, never as a zoo node
+            raise ConfigError(
+                "keras_model: a zoo node holds another keras_model; a converted graph holds its nested models "
+                "inline (convert the Keras file again)"
+            )
         self.call, self.mask_rule = call, output_mask
         self.layer = create(model, config=dict(config))
         try:

@@ -95,6 +95,17 @@ class Operation(Node):
         super().__init__()
         self.name_, self.config = name, {**(config or {}), **options}
 
+    @classmethod
+    def check_values(cls, arguments: dict[str, Any]) -> str | None:
+        name = arguments.get("name")
+        if name not in OPERATION_NAMES:
+            return f"name {str(name)[:60]!r} is no operation attnzoo runs ({', '.join(sorted(OPERATION_NAMES))})"
+        options = {**(arguments.get("config") or {}), **arguments}
+        dtype = options.get("dtype")
+        if name == "cast" and dtype is not None and str(dtype) not in DTYPES:  # cast reads it; zeros_like may not
+            return f"dtype {str(dtype)[:60]!r} is no dtype attnzoo casts to ({', '.join(DTYPES)})"
+        return None
+
     def forward(self, args, kwargs, masks):
         name, config = self.name_, self.config
         if name in ELEMENTWISE:
