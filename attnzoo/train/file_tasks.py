@@ -37,6 +37,7 @@ class FromFiles:
     shares_rows = True  # _read keeps this rank's rows as it reads them
     rank: int
     world: int
+    held_out: float | None  # the validation share of train, when there is no validation file
 
     limit_of: Callable[[str], int]  # Task's
 
@@ -82,8 +83,7 @@ class FromFiles:
                 raise DataError(f"{path}: no rows")
             described.append(f"{split} {path} ({count} rows)")
         self.dataset = "files: " + "; ".join(described)
-        if held_out is not None:
-            self._check_held_out(held_out)
+        self.held_out = held_out
         return rows
 
     def _checked_text(self, row: Any) -> str:
@@ -116,6 +116,8 @@ class FromFiles:
             )
 
     def make_splits(self):
+        if self.held_out is not None:  # after load(): the rows' own errors are said first
+            self._check_held_out(self.held_out)
         splits: dict[str, list[int]] = {"train": [], "val": [], "test": []}
         for i, split in enumerate(self.split_of):
             splits[split].append(i)
