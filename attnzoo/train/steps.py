@@ -3,9 +3,11 @@
 ``train.precision``:
 
 * ``fp32``: as the weights are;
-* ``bf16``: the forward pass (and the loss) under ``torch.autocast`` in bfloat16, on CUDA and on the CPU;
+* ``bf16``: the forward pass (and the loss) under ``torch.autocast`` in bfloat16, on CUDA and on the CPU
+  (refused on a GPU without bfloat16: before Ampere);
 * ``fp16``: autocast in float16, the loss scaled by torch's ``GradScaler`` (float16 gradients underflow
-  without it; a step whose gradients overflow is skipped and the scale lowered).
+  without it; a step whose gradients overflow is skipped and the scale lowered); CUDA only (the CPU's
+  autocast has no float16 LSTM).
 
 The weights and the optimizer's state stay float32 in every precision (autocast casts copies per
 operation), and the checkpoint and the run folder are written in float32.
@@ -38,6 +40,11 @@ def check_precision(precision: Any, device: torch.device) -> str:
         return precision
     if not torch.amp.autocast_mode.is_autocast_available(device.type):
         raise ConfigError(f"train.precision={precision}: torch has no autocast on {device.type}; use fp32 there")
+    if device.type == "cpu" and precision == "fp16":
+        raise ConfigError(
+            "train.precision=fp16 is for CUDA: on the CPU torch computes few operations in float16 (its LSTM none); "
+            "use bf16 there (bfloat16 autocast), or fp32"
+        )
     if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
         name = torch.cuda.get_device_name(device)
         raise ConfigError(
