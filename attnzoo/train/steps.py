@@ -96,7 +96,8 @@ class Stepper:
         for k, (batch, weight) in enumerate(passes):
             last = k == len(passes) - 1
             # DDP reduces the gradients at the backward of the last pass only
-            sync = contextlib.nullcontext() if last or self.ddp is self.model else self.ddp.no_sync()
+            no_sync = getattr(self.ddp, "no_sync", None)
+            sync = contextlib.nullcontext() if last or no_sync is None else no_sync()
             with sync:
                 with self.autocast():
                     loss = self.task.loss(self.ddp, _on(batch, self.device), label_smoothing=self.smoothing)
