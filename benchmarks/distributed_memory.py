@@ -1,10 +1,11 @@
 """Peak memory of a training run on one process and on each of two (torchrun, gloo), on one training file.
 
-    python benchmarks/distributed_memory.py [--rows 20000] [--words 3000] [--json PATH]
+    python benchmarks/distributed_memory.py [--rows 20000] [--words 1500] [--batch-size 32] [--accumulate 1]
 
 It writes a CSV of ``--rows`` training rows (seeded words from a 5,000-word list, ``--words`` a row on
 average, 1 to 4 of 50 labels) and a validation file of a tenth of that, then trains ``conv_caml`` on them
-for one epoch (``data.max_len=2500``, the length of an ICD document), once as one process and once under
+for one epoch (``data.max_len=2500``, the length of an ICD document; ``train.batch_size`` and
+``train.accumulate`` from the flags), once as one process and once under
 ``torchrun --nproc_per_node 2``. Each process records its VmHWM (the peak resident size, from
 /proc/self/status) as it exits; the table gives it and the part above the VmHWM of a process that only
 imports the trainer (what every process pays before it reads a row). Linux only (/proc).
@@ -64,11 +65,11 @@ def baseline_mib() -> float:
     return float(out.stdout.strip())
 
 
-def measure(folder: Path, processes: int, train: Path, validation: Path) -> dict:
+def measure(folder: Path, processes: int, train: Path, validation: Path, steps: list[str]) -> dict:
     record = folder / f"np{processes}"
     record.mkdir()
     args = ["train", "--model", "conv_caml", "--train", str(train), "--validation", str(validation), "--epochs", "1"]
-    args += ["--batch-size", "32", "--no-baseline", "--quiet", "--output", str(folder / f"run{processes}")]
+    args += [*steps, "--no-baseline", "--quiet", "--output", str(folder / f"run{processes}")]
     args += ["data.max_len=2500", "config.embed_dim=16", "config.hidden=16", "train.threads=1"]
     script = [str(Path(__file__).resolve()), "--child", str(record), "--"]
     if processes == 1:
@@ -86,7 +87,9 @@ def measure(folder: Path, processes: int, train: Path, validation: Path) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20000)
-    parser.add_argument("--words", type=int, default=3000)
+    parser.add_argument("--words", type=int, default=1500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--json", type=Path, default=HERE / "results" / "distributed_memory.json")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -100,8 +103,9 @@ def main() -> None:
         write_rows(folder / "validation.csv", args.rows // 10, args.words, seed=2)
         size = (folder / "train.csv").stat().st_size / 2**20
         base = baseline_mib()
-        one, two = measure(folder, 1, folder / "train.csv", folder / "validation.csv"), None
-        two = measure(folder, 2, folder / "train.csv", folder / "validation.csv")
+        steps = ["--batch-size", str(args.batch_size), f"train.accumulate={args.accumulate}"]
+        one = measure(folder, 1, folder / "train.csv", folder / "validation.csv", steps)
+        two = measure(folder, 2, folder / "train.csv", folder / "validation.csv", steps)
     single = one["vm_hwm_mib"][0]
     rows = [("1 process", single, single - base, 1.0, one["seconds"])]
     for rank, peak in enumerate(two["vm_hwm_mib"]):
@@ -114,6 +118,8 @@ def main() -> None:
     result = {
         "rows": args.rows,
         "words": args.words,
+        "batch_size": args.batch_size,
+        "accumulate": args.accumulate,
         "file_mib": size,
         "import_mib": base,
         "one_process": one,
