@@ -50,7 +50,21 @@ class Vocabulary:
         max_size: int | None = None,
         specials: Sequence[str] = ("<pad>", "<unk>"),
     ) -> Vocabulary:
-        counts = Counter(t for seq in sequences for t in seq)
+        return cls.from_counts(
+            Counter(t for seq in sequences for t in seq), min_freq=min_freq, max_size=max_size, specials=specials
+        )
+
+    @classmethod
+    def from_counts(
+        cls,
+        counts: Mapping[str, int],
+        *,
+        min_freq: int = 1,
+        max_size: int | None = None,
+        specials: Sequence[str] = ("<pad>", "<unk>"),
+    ) -> Vocabulary:
+        """The tokens counted at least ``min_freq`` times, the most frequent first (ties in token order),
+        at most ``max_size`` with the specials."""
         ranked = sorted((t for t, c in counts.items() if c >= min_freq), key=lambda t: (-counts[t], t))
         if max_size is not None:
             ranked = ranked[: max_size - len(specials)]

@@ -4,10 +4,13 @@ TSV, JSON lines or Parquet, read and split by train/files.py and splits.py, for 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from attnzoo.io.text import Vocabulary
+from attnzoo.train.distributed import all_gather_objects
+from attnzoo.train.shares import owns
 from attnzoo.train.splits import assign_split
 from attnzoo.train.task_kinds import MultiLabelTask, Seq2SeqTask, SingleLabelTask
 
@@ -31,8 +34,17 @@ class FromFiles:
     texts: list[str]
     dataset: str
 
+    shares_rows = True  # _read keeps this rank's rows as it reads them
+    rank: int
+    world: int
+    held_out: float | None  # the validation share of train, when there is no validation file
+
+    limit_of: Callable[[str], int]  # Task's
+
     def _read(self, metadata: dict[str, Any] | None, target_column: str) -> list[tuple[str, Any, Any]]:
-        from attnzoo.train.files import DataError, read_table
+        """This rank's rows (text, target, row) of every file, each with its split in ``split_of``. Every
+        rank reads every row's text (to check it and to find its split) but keeps only its own."""
+        from attnzoo.train.files import DataError, iter_table
 
         cfg = self.config
         self.text_column = cfg.get("text", "text")
@@ -44,55 +56,71 @@ class FromFiles:
         )
         if not only and not sources["train"]:
             raise DataError("the data section needs a train file (data.train or --train)")
+        held_out = None if only or cfg.get("validation") else float(cfg.get("validation_fraction", 0.1))
+        seed, limit = int(cfg.get("split_seed", 13)), cfg.get("limit")
         rows: list[tuple[str, Any, Any]] = []
         self.split_of: list[str] = []
         self.notes: list[str] = []
+        self.split_counts: Counter[str] = Counter()  # every rank's rows of each split
         described: list[str] = []
         for split, path in sources.items():
             if not path:
                 continue
-            table = read_table(path, [self.text_column, target_column])
-            if not table:
-                raise DataError(f"{path}: no rows")
-            described.append(f"{split} {path} ({len(table)} rows)")
-            for row in table:
-                text = row.values[self.text_column]
-                if text is not None and not isinstance(text, str):
-                    raise DataError(
-                        f"{row.where(self.text_column)}: the text is a {type(text).__name__} ({text!r:.40}), not a "
-                        f"string; write it as a JSON string"
-                    )
-                if not text or not text.strip():
-                    raise DataError(f"{row.where(self.text_column)}: empty text; every row needs one")
+            count = 0
+            for row in iter_table(path, [self.text_column, target_column]):
+                count += 1
+                text = self._checked_text(row)
+                side = split
+                if held_out is not None and split == "train":
+                    side = "train" if assign_split(text, seed, (1 - held_out, held_out, 0)) == "train" else "val"
+                position = self.split_counts[side]
+                self.split_counts[side] += 1
+                if (limit and position >= self.limit_of(side)) or not owns(position, self.rank, self.world):
+                    continue
                 rows.append((text, row.values[target_column], row))
-                self.split_of.append(split)
+                self.split_of.append(side)
+            if not count:
+                raise DataError(f"{path}: no rows")
+            described.append(f"{split} {path} ({count} rows)")
         self.dataset = "files: " + "; ".join(described)
+        self.held_out = held_out
         return rows
 
+    def _checked_text(self, row: Any) -> str:
+        from attnzoo.train.files import DataError
+
+        text = row.values[self.text_column]
+        if text is not None and not isinstance(text, str):
+            raise DataError(
+                f"{row.where(self.text_column)}: the text is a {type(text).__name__} ({text!r:.40}), not a "
+                f"string; write it as a JSON string"
+            )
+        if not text or not text.strip():
+            raise DataError(f"{row.where(self.text_column)}: empty text; every row needs one")
+        return text
+
+    def _check_held_out(self, fraction: float) -> None:
+        """The validation share of train: said, and refused when it leaves either side empty."""
+        train, val = self.split_counts["train"], self.split_counts["val"]
+        self.notes.append(
+            f"validation: {val} of the {train + val} training rows (seeded, validation_fraction {fraction})"
+        )
+        if not (train and val):
+            from attnzoo.train.files import DataError
+
+            empty = "validation" if not val else "training"
+            raise DataError(
+                f"{self.config.get('train')}: holding out validation_fraction {fraction} of its {train + val} "
+                f"rows leaves the {empty} split empty ({train} train, {val} validation); give a validation "
+                f"file, more rows, or another validation_fraction"
+            )
+
     def make_splits(self):
+        if self.held_out is not None:  # after load(): the rows' own errors are said first
+            self._check_held_out(self.held_out)
         splits: dict[str, list[int]] = {"train": [], "val": [], "test": []}
         for i, split in enumerate(self.split_of):
             splits[split].append(i)
-        if not self.config.get("validation") and not self.config.get("evaluate_file"):
-            fraction = float(self.config.get("validation_fraction", 0.1))
-            seed = int(self.config.get("split_seed", 13))
-            train = splits["train"]
-            side = {i: assign_split(self.texts[i], seed, (1 - fraction, fraction, 0)) for i in train}
-            splits["train"] = [i for i in train if side[i] == "train"]
-            splits["val"] = [i for i in train if side[i] != "train"]
-            self.notes.append(
-                f"validation: {len(splits['val'])} of the {len(train)} training rows (seeded, "
-                f"validation_fraction {fraction})"
-            )
-            if train and not (splits["train"] and splits["val"]):
-                from attnzoo.train.files import DataError
-
-                empty = "validation" if not splits["val"] else "training"
-                raise DataError(
-                    f"{self.config.get('train')}: holding out validation_fraction {fraction} of its {len(train)} "
-                    f"rows leaves the {empty} split empty ({len(splits['train'])} train, {len(splits['val'])} "
-                    f"validation); give a validation file, more rows, or another validation_fraction"
-                )
         return splits
 
     def _label_names(self, metadata, found: list[tuple[list[str], Any]]) -> list[str]:
@@ -111,7 +139,8 @@ class FromFiles:
             if twice:
                 raise DataError(f"{path}: labels listed twice: {', '.join(twice[:5])}")
             return names
-        return sorted({label for labels, split in found if split == "train" for label in labels})
+        seen = {label for labels, split in found if split == "train" for label in labels}
+        return sorted(set().union(*all_gather_objects(seen)))  # every rank's training rows
 
     def _index_labels(self, rows, parsed: list[list[str]], names: list[str]) -> list[list[int]]:
         from attnzoo.train.files import DataError
@@ -131,15 +160,14 @@ class FromFiles:
         return out
 
     def describe_data(self) -> str:
-        import hashlib
-
+        from attnzoo.io.weights import sha256_file
         from attnzoo.train.files import files_of
 
         parts = []
         for key in ("train", "validation", "test", "evaluate_file", "labels_file"):
             if self.config.get(key):
                 for file in files_of(self.config[key]) if key != "labels_file" else [Path(self.config[key])]:
-                    parts.append(f"{key} {file.name} sha256 {hashlib.sha256(file.read_bytes()).hexdigest()}")
+                    parts.append(f"{key} {file.name} sha256 {sha256_file(file)}")  # read in blocks
         return "; ".join(parts)
 
 
@@ -218,15 +246,9 @@ class FileSeq2Seq(FromFiles, Seq2SeqTask):
             self.texts.append(text)
             self.references.append([symbols])
         if metadata is None:
-            symbols = sorted(
-                {
-                    p
-                    for i, refs in enumerate(self.references)
-                    if self.split_of[i] == "train"
-                    for ref in refs
-                    for p in ref
-                }
-            )
+            train = [refs for refs, split in zip(self.references, self.split_of, strict=True) if split == "train"]
+            seen = {p for refs in train for ref in refs for p in ref}
+            symbols = sorted(set().union(*all_gather_objects(seen)))  # every rank's training rows
             self.phonemes = Vocabulary(symbols, specials=("<pad>", "<s>", "</s>"))
         else:
             self.phonemes = Vocabulary.from_json(metadata["phonemes"])

@@ -17,7 +17,6 @@ would bring a cache folder, network calls and a dependency tree for what is a lo
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -27,7 +26,7 @@ from typing import Any
 
 from attnzoo.errors import DataError
 
-__all__ = ["Row", "read_table", "SUFFIXES", "DataError"]
+__all__ = ["Row", "read_table", "iter_table", "SUFFIXES", "DataError"]
 
 SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 
@@ -59,14 +58,18 @@ def files_of(path: str | Path) -> list[Path]:
 
 def read_table(path: str | Path, columns: Sequence[str]) -> list[Row]:
     """Every row of the file(s) at ``path``; each must have ``columns`` (others are ignored)."""
-    rows: list[Row] = []
+    return list(iter_table(path, columns))
+
+
+def iter_table(path: str | Path, columns: Sequence[str]) -> Iterator[Row]:
+    """The rows of :func:`read_table` one at a time, the file read as a stream: a reader that keeps some
+    rows holds those, not the file (each process of a distributed run keeps its share)."""
     for file in files_of(path):
         reader = {".csv": _read_delimited, ".tsv": _read_delimited, ".jsonl": _read_jsonl, ".parquet": _read_parquet}[
             file.suffix.lower()
         ]
         for values, line in reader(file, columns):
-            rows.append(Row(values, file, line))
-    return rows
+            yield Row(values, file, line)
 
 
 def _missing(file: Path, present: Sequence[str], columns: Sequence[str], line: int | None = None) -> None:
@@ -97,28 +100,29 @@ _FIELD_LIMIT = 2**31 - 1
 
 
 def _read_delimited(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
-    text = _text_of(file)
-    # a file object with newline="" lets csv find the rows itself: only \r and \n end one (str.splitlines
-    # would also split at a form feed or U+2028 inside an unquoted field)
-    # strict: a quote that is never closed is an error, not the rest of the file read as one field
-    reader = csv.DictReader(
-        io.StringIO(text, newline=""), delimiter="\t" if file.suffix.lower() == ".tsv" else ",", strict=True
-    )
-    limit = csv.field_size_limit()
-    csv.field_size_limit(max(limit, _FIELD_LIMIT))
-    try:
-        yield from _delimited_rows(file, reader, columns, lines=text.count("\n") + (not text.endswith("\n")))
-    finally:
-        csv.field_size_limit(limit)  # the limit is csv's global state: give it back
+    # read as a stream; a byte that is not UTF-8 is then reported by _text_of, which reads the whole file
+    # to say where (on that error only)
+    with open(file, encoding="utf-8-sig", newline="") as handle:
+        # newline="" lets csv find the rows itself: only \r and \n end one (str.splitlines would also split
+        # at a form feed or U+2028 inside an unquoted field)
+        # strict: a quote that is never closed is an error, not the rest of the file read as one field
+        reader = csv.DictReader(handle, delimiter="\t" if file.suffix.lower() == ".tsv" else ",", strict=True)
+        limit = csv.field_size_limit()
+        csv.field_size_limit(max(limit, _FIELD_LIMIT))
+        try:
+            yield from _delimited_rows(file, reader, columns)
+        except UnicodeDecodeError:
+            _text_of(file)
+            raise
+        finally:
+            csv.field_size_limit(limit)  # the limit is csv's global state: give it back
 
 
-def _delimited_rows(
-    file: Path, reader: csv.DictReader, columns: Sequence[str], *, lines: int
-) -> Iterator[tuple[dict, int]]:
+def _delimited_rows(file: Path, reader: csv.DictReader, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
     try:
         names = reader.fieldnames or []
     except csv.Error as e:
-        raise _quoting_error(file, 1, lines, e) from None
+        raise _quoting_error(file, 1, e) from None
     twice = sorted({n for n, count in Counter(names).items() if count > 1})
     if twice:
         raise DataError(f"{file}, line 1: the header names the column {twice[0]!r} twice; rename one")
@@ -131,7 +135,7 @@ def _delimited_rows(
         except StopIteration:
             return
         except csv.Error as e:
-            raise _quoting_error(file, starts, lines, e) from None
+            raise _quoting_error(file, starts, e) from None
         if None in record:  # more fields than the header names
             raise DataError(
                 f"{file}, line {reader.line_num}: {len(record) - 1 + len(record[None])} fields where the "
@@ -140,10 +144,12 @@ def _delimited_rows(
         yield record, reader.line_num
 
 
-def _quoting_error(file: Path, starts: int, lines: int, error: csv.Error) -> DataError:
+def _quoting_error(file: Path, starts: int, error: csv.Error) -> DataError:
     """What csv refused, by line: a quote opened and never closed (which would swallow every line after
     it into one field), or text after a closing quote."""
     if "unexpected end of data" in str(error):
+        text = _text_of(file)  # the lines after the quote, counted on this error only
+        lines = text.count("\n") + (not text.endswith("\n"))
         return DataError(
             f'{file}, line {starts}: a field opens a quote (") that is never closed, so the '
             f"{lines - starts} line(s) after it would be read as part of that one field; close the quote, or "
@@ -156,19 +162,32 @@ def _quoting_error(file: Path, starts: int, lines: int, error: csv.Error) -> Dat
 
 
 def _read_jsonl(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
-    # lines end at \n only: JSON strings may hold U+2028 or a form feed, which str.splitlines splits at
-    for number, line in enumerate(_text_of(file).split("\n"), start=1):
-        line = line.removesuffix("\r")
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{file}, line {number}: not a JSON object ({e.msg})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{file}, line {number}: expected a JSON object per line, got {type(record).__name__}")
-        _missing(file, list(record), columns, number)
-        yield record, number
+    # lines end at \n only (a binary file's lines): JSON strings may hold U+2028 or a form feed, which
+    # str.splitlines splits at; read as a stream, a line at a time
+    with open(file, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                _text_of(file)  # says where
+                raise
+            record = _json_record(file, number, line.removesuffix("\n").removesuffix("\r"), columns)
+            if record is not None:
+                yield record, number
+
+
+def _json_record(file: Path, number: int, line: str, columns: Sequence[str]) -> dict | None:
+    """One JSON Lines line as an object with ``columns`` (None for a blank line)."""
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{file}, line {number}: not a JSON object ({e.msg})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{file}, line {number}: expected a JSON object per line, got {type(record).__name__}")
+    _missing(file, list(record), columns, number)
+    return record
 
 
 def _read_parquet(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
@@ -176,7 +195,10 @@ def _read_parquet(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, in
         import pyarrow.parquet as pq
     except ImportError:
         raise DataError(f"{file}: reading Parquet needs pyarrow: pip install 'attnzoo[parquet]'") from None
-    table = pq.read_table(file)
-    _missing(file, table.column_names, columns)
-    for number, record in enumerate(table.select(list(columns)).to_pylist(), start=1):
-        yield record, number
+    parquet = pq.ParquetFile(file)
+    _missing(file, parquet.schema_arrow.names, columns)
+    number = 0
+    for batch in parquet.iter_batches(batch_size=1024, columns=list(columns)):  # a stream, not the table
+        for record in batch.to_pylist():
+            number += 1
+            yield record, number

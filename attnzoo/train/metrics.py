@@ -1,5 +1,9 @@
 """Metrics, written out plainly: micro/macro F1 for multi-label and single-label classification,
-accuracy, and word accuracy / phoneme error rate for grapheme-to-phoneme."""
+accuracy, and word accuracy / phoneme error rate for grapheme-to-phoneme.
+
+Each is a function of counts (``*_counts``: true and false positives per label, words right, edits), so
+that processes scoring their own rows add their counts (``all_sum``) and get the scores of all rows.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,11 @@ import torch
 
 __all__ = [
     "multilabel_f1",
+    "multilabel_counts",
+    "f1_from_counts",
+    "precision_sum",
+    "g2p_counts",
+    "g2p_from_counts",
     "precision_at_k",
     "accuracy",
     "macro_f1_single",
@@ -19,28 +28,45 @@ __all__ = [
 ]
 
 
-def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
-    """predicted, target: bool [N, L]. Micro-F1 pools every decision; macro-F1 averages labels that
-    occur in the target or the predictions (an absent, never-predicted label is not counted)."""
+def multilabel_counts(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """predicted, target: bool [N, L] -> float64 [3, L]: true positives, false positives and false
+    negatives of each label."""
     predicted, target = predicted.bool(), target.bool()
-    tp = (predicted & target).sum(0).double()
-    fp = (predicted & ~target).sum(0).double()
-    fn = (~predicted & target).sum(0).double()
-    micro = (2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum())).item() if tp.sum() + fp.sum() + fn.sum() else 0.0
+    return torch.stack(
+        [(predicted & target).sum(0), (predicted & ~target).sum(0), (~predicted & target).sum(0)]
+    ).double()
+
+
+def f1_from_counts(counts: torch.Tensor) -> dict[str, float]:
+    """Micro-F1 pools every decision, 2·TP / (2·TP + FP + FN); macro-F1 averages the labels that occur in
+    the target or the predictions (an absent, never-predicted label is not counted). counts: [3, L]."""
+    tp, fp, fn = counts
+    pooled = tp.sum() + fp.sum() + fn.sum()
+    micro = (2 * tp.sum() / (2 * tp.sum() + fp.sum() + fn.sum())).item() if pooled else 0.0
     present = (tp + fp + fn) > 0
     per_label = torch.where(present, 2 * tp / (2 * tp + fp + fn).clamp(min=1), torch.zeros_like(tp))
     macro = per_label[present].mean().item() if present.any() else 0.0
     return {"micro_f1": micro, "macro_f1": macro}
 
 
-def precision_at_k(scores: torch.Tensor, target: torch.Tensor, k: int) -> float:
-    """scores [N, L], target bool [N, L]: the mean over texts of (true labels among the k best scored) / k.
-    A text without a gold label counts 0 (docs/training.md, "Metrics")."""
+def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    """predicted, target: bool [N, L]: :func:`f1_from_counts` of their counts."""
+    return f1_from_counts(multilabel_counts(predicted, target))
+
+
+def precision_sum(scores: torch.Tensor, target: torch.Tensor, k: int) -> float:
+    """scores [N, L], target bool [N, L]: the sum over texts of (true labels among the k best scored) / k."""
     k = min(k, scores.shape[1])
     if scores.shape[0] == 0 or k == 0:
         return 0.0
     best = scores.topk(k, dim=1).indices
-    return target.gather(1, best).double().sum(1).div(k).mean().item()
+    return target.gather(1, best).double().sum(1).div(k).sum().item()
+
+
+def precision_at_k(scores: torch.Tensor, target: torch.Tensor, k: int) -> float:
+    """scores [N, L], target bool [N, L]: the mean over texts of (true labels among the k best scored) / k.
+    A text without a gold label counts 0 (docs/training.md, "Metrics")."""
+    return precision_sum(scores, target, k) / scores.shape[0] if scores.shape[0] else 0.0
 
 
 def accuracy(predicted: torch.Tensor, target: torch.Tensor) -> float:
@@ -62,9 +88,9 @@ def edit_distance(a: Sequence, b: Sequence) -> int:
     return row[-1]
 
 
-def g2p_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> dict[str, float]:
-    """Word accuracy (the prediction equals one of the word's pronunciations) and phoneme error rate
-    (edit distance to the closest pronunciation over that pronunciation's length, pooled)."""
+def g2p_counts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> torch.Tensor:
+    """float64 [4]: words right (the prediction equals one of the word's pronunciations), edits to the
+    closest pronunciation, that pronunciation's length, words."""
     correct, errors, length = 0, 0, 0
     for pred, refs in zip(predictions, references, strict=True):
         best = min(refs, key=lambda r: edit_distance(pred, r))
@@ -72,8 +98,19 @@ def g2p_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequen
         correct += distance == 0
         errors += distance
         length += len(best)
-    n = max(len(predictions), 1)
-    return {"word_accuracy": correct / n, "phoneme_error_rate": errors / max(length, 1)}
+    return torch.tensor([correct, errors, length, len(predictions)], dtype=torch.float64)
+
+
+def g2p_from_counts(counts: torch.Tensor) -> dict[str, float]:
+    """Word accuracy and phoneme error rate (edits over the closest pronunciations' length, pooled)."""
+    correct, errors, length, words = counts.tolist()
+    return {"word_accuracy": correct / max(words, 1), "phoneme_error_rate": errors / max(length, 1)}
+
+
+def g2p_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]) -> dict[str, float]:
+    """Word accuracy (the prediction equals one of the word's pronunciations) and phoneme error rate
+    (edit distance to the closest pronunciation over that pronunciation's length, pooled)."""
+    return g2p_from_counts(g2p_counts(predictions, references))
 
 
 def without_stress(phonemes: Sequence[str]) -> list[str]:

@@ -34,20 +34,26 @@ def weights_name(recipe: dict[str, Any]) -> str:
 
 def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any]:
     """The shipped model (best epoch or average, in float16, threshold tuned on validation), scored on the
-    test split and subset; the weights file, the run folder and report.json written."""
+    test split and subset; the weights file, the run folder and report.json written. Every rank scores
+    its rows (the counts are added); rank 0 writes and returns the report, the others {}."""
     from attnzoo.io.weights import read_weights
 
     task, model, recipe = run.task, run.model, run.recipe
-    if run.average is not None:
-        _judge_average(task, model, run.average, run.state, run.best_path, run.verbose)
-    model.load_state_dict(read_weights(run.best_path, sha256=None)[0])
+    if run.average is not None and _judge_average(task, model, run.average, run.state, run.verbose):
+        run.best_state = run.average
+        if run.rank == 0:
+            write_weights(run.average, run.best_path, overwrite=True, sidecar=True)
+    best = run.best_state if run.best_state is not None else read_weights(run.best_path, sha256=None)[0]
+    model.load_state_dict(best)
     # the weights ship in float16: tune and measure the model as it will be loaded
     half = float16_state(model)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in half.items()})
     notes = _decision_threshold(run)
     subset_size = int(recipe.get("check_subset", 2000))
     test, subset, metrics = card_metrics(task, model, subset_size)
-    report = _report(run, test, subset, len(task.subset(subset_size)), baseline)
+    if run.rank != 0:
+        return {}
+    report = _report(run, test, subset, min(subset_size, run.split_sizes["test"]), baseline)
     report["warnings"] = notes
     extra = {
         **task.metadata(),
@@ -102,11 +108,10 @@ def _decision_threshold(run: Run) -> list[str]:
         task.threshold = fixed
         return []
     val = task.splits["val"]
-    problem = task.threshold_problem(val)
-    if not val:
+    if not run.split_sizes["val"]:
         task.threshold = 0.5
         note = f"there is no validation split to tune the decision threshold on: it stays at 0.5 (set {key})"
-    elif problem is not None:
+    elif (problem := task.threshold_problem(val)) is not None:
         task.tune_threshold(model, val)  # on validation only
         note = (
             f"{problem}: the tuned threshold {task.threshold:.2f} may not carry over to new data. To decide at "
@@ -117,7 +122,8 @@ def _decision_threshold(run: Run) -> list[str]:
         task.tune_threshold(model, val)
         return []
     # said once, as a warning: the command line prints it as "attnzoo: warning: ...", Python as warnings do
-    warnings.warn(note, ThresholdWarning, stacklevel=4)
+    if run.rank == 0:
+        warnings.warn(note, ThresholdWarning, stacklevel=4)
     return [note]
 
 
@@ -128,7 +134,7 @@ def _report(run: Run, test: dict, subset: dict, subset_size: int, baseline: bool
         "tag": run.recipe["tag"],
         "task": task.name,
         "world_size": run.world,
-        "split_sizes": task.split_sizes(),
+        "split_sizes": run.split_sizes,
         "epochs": run.epochs,
         "best_epoch": state["best_epoch"],
         "stopped_early": state.get("stopped_early"),
@@ -177,7 +183,7 @@ def _card_entry(run: Run, report: dict[str, Any], metrics: dict[str, Any], targe
             "seed": run.seed,
             "data": report["data"],
             "train_time": _describe_time(report["train_time_s"], run.epochs, run.device),
-            "splits": task.split_sizes(),
+            "splits": run.split_sizes,
             "baseline": {
                 "model": "TF-IDF word 1-2 grams + linear SVM",
                 **{k: round(v, 4) for k, v in (report["baseline"] or {}).items()},
@@ -194,8 +200,8 @@ def float16_state(model) -> dict[str, torch.Tensor]:
 def card_metrics(task, model, subset_size: int) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
     """Score a finished model for its card: (the test split's metrics with the task's extras, the fixed
     subset's that the tests re-evaluate, both rounded to 4 places with the subset's as ``subset_*``).
-    All empty when the task has no test split."""
-    if not task.splits["test"]:
+    All empty when the task has no test split (on any rank)."""
+    if not task.split_sizes()["test"]:
         return {}, {}, {}
     test = {**task.evaluate(model, task.splits["test"]), **task.extra_metrics(model, task.splits["test"])}
     subset = task.evaluate(model, task.subset(subset_size))
@@ -203,18 +209,14 @@ def card_metrics(task, model, subset_size: int) -> tuple[dict[str, float], dict[
     return test, subset, metrics
 
 
-def _judge_average(
-    task, model, average: dict[str, torch.Tensor], state: dict[str, Any], best_path: Path, verbose: bool
-) -> None:
-    """Checkpoint averaging: validate the mean weights of the last epochs, and keep them as the model when
-    they score at least as well as the best single epoch (recorded in ``state["average"]``)."""
+def _judge_average(task, model, average: dict[str, torch.Tensor], state: dict[str, Any], verbose: bool) -> bool:
+    """Checkpoint averaging: validate the mean weights of the last epochs; whether to keep them as the model
+    (they score at least as well as the best single epoch; recorded in ``state["average"]``)."""
     model.load_state_dict(average)
     scores = task.validate(model, task.splits["val"])
     kept = state["best"] is None or scores[task.main_metric] >= state["best"]
     last = state["epoch"]
     state["average"] = {"epochs": [last - state["averaged_epochs"] + 1, last], "val": scores, "kept": kept}
-    if kept:
-        write_weights(average, best_path, overwrite=True, sidecar=True)
     if verbose:
         first = state["average"]["epochs"][0]
         best = "none" if state["best"] is None else f"{state['best']:.4f} (epoch {state['best_epoch']})"
@@ -223,6 +225,7 @@ def _judge_average(
             f"single epoch {best}: " + ("the average is kept" if kept else "the best epoch is kept"),
             flush=True,
         )
+    return kept
 
 
 def _describe_time(seconds: float, epochs: int, device: torch.device) -> str:

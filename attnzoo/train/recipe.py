@@ -148,6 +148,7 @@ RECIPE_KEYS = frozenset(["model", "tag", "seed", "task", "config", "train", "che
 TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 32, "lr": 0.002}  # what `attnzoo train --model ...` uses too
 TRAIN_KEYS = frozenset(["epochs", "batch_size", "lr", "weight_decay", "clip", "warmup_steps", "threads", "device"])
 TRAIN_KEYS |= frozenset(["time_budget_min", "patience", "average_last", "label_smoothing"])
+TRAIN_KEYS |= frozenset(["precision", "accumulate"])  # fp32 | bf16 | fp16 (steps.py); passes per optimizer step
 TASK_KEYS = frozenset(["name", "max_len", "limit", "split_seed", "fractions", "vocab", "num_labels"])
 TASK_KEYS |= frozenset(["beam_size", "length_penalty", "threshold"])
 DATA_KEYS = frozenset(["name", "task", "train", "validation", "test", "text", "labels", "target", "label_separator"])
@@ -196,6 +197,7 @@ _NUMBERS: dict[str, tuple[type, float, bool, bool, float]] = {
     "patience": (int, 1, True, True, math.inf),
     "average_last": (int, 0, True, True, math.inf),  # 0 or null: off
     "label_smoothing": (float, 0.0, True, True, 1.0),  # 0 or null: off
+    "accumulate": (int, 1, True, True, math.inf),  # null: 1
 }
 
 

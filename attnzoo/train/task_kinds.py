@@ -11,6 +11,7 @@ The bundled data sets (tasks.py) and the user's files (file_tasks.py) are subcla
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,16 @@ import torch
 import torch.nn.functional as F
 
 from attnzoo.io.text import Vocabulary, pad_batch, tokenize
-from attnzoo.train.metrics import accuracy, g2p_scores, g2p_scores_both, macro_f1_single, multilabel_f1, precision_at_k
+from attnzoo.train.distributed import all_gather_objects, all_sum
+from attnzoo.train.metrics import (
+    f1_from_counts,
+    g2p_counts,
+    g2p_from_counts,
+    multilabel_counts,
+    precision_sum,
+    without_stress,
+)
+from attnzoo.train.shares import owns, passes, step_rows
 from attnzoo.train.sources import SOURCES
 from attnzoo.train.splits import split_indices
 
@@ -35,38 +45,6 @@ __all__ = [
 # the least validation data the multi-label decision threshold is tuned on without a warning
 MIN_TUNING_ROWS = 100
 MIN_TUNING_POSITIVES = 5  # positive labels per label, on average
-
-
-def _batches_of(
-    indices: list[int],
-    lengths: list[int],
-    batch_size: int,
-    generator: torch.Generator | None,
-    rank: int = 0,
-    world: int = 1,
-) -> Iterator[list[int]]:
-    """Batches of similar length (less padding): shuffle, sort within pools of 50 batches, shuffle batches.
-
-    With ``world`` > 1 every batch is cut into ``world`` equal parts and each rank takes its part, so
-    that DistributedDataParallel, which averages the ranks' gradients, takes the very steps one process
-    takes on the whole batches (a batch too small to cut evenly is dropped)."""
-    if generator is not None:
-        order = [indices[i] for i in torch.randperm(len(indices), generator=generator).tolist()]
-    else:
-        order = list(indices)
-    pool = batch_size * 50
-    batches = []
-    for start in range(0, len(order), pool):
-        chunk = sorted(order[start : start + pool], key=lambda i: lengths[i])
-        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
-    if generator is not None:
-        batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-    for batch in batches:
-        if world == 1:
-            yield batch
-        elif len(batch) % world == 0:
-            part = len(batch) // world
-            yield batch[rank * part : (rank + 1) * part]
 
 
 def _device_of(model) -> torch.device:
@@ -86,19 +64,44 @@ class Task:
     # whether loss() takes train.label_smoothing (a softmax cross-entropy over classes does)
     takes_label_smoothing = False
 
-    def __init__(self, config: dict[str, Any], metadata: dict[str, Any] | None = None) -> None:
+    # the per-row lists a task keeps (each subclass adds its targets): a rank keeps its share of each
+    row_fields: tuple[str, ...] = ("texts",)
+    shares_rows = False  # load() itself kept this rank's share (files: read as a stream)
+
+    def __init__(
+        self, config: dict[str, Any], metadata: dict[str, Any] | None = None, *, rank: int = 0, world: int = 1
+    ) -> None:
         self.config = config
+        self.rank, self.world = rank, world
         self.max_len = int(config.get("max_len", 64))
         self.load(metadata)
         self.splits = self.make_splits()
-        limit = config.get("limit")
-        if limit:  # tiny recipes for tests: the first examples of each split
-            self.splits = {k: v[: max(1, int(limit * (0.8 if k == "train" else 0.1)))] for k, v in self.splits.items()}
+        if not self.shares_rows:
+            limit = config.get("limit")
+            if limit:  # tiny recipes for tests: the first examples of each split
+                self.splits = {k: v[: self.limit_of(k)] for k, v in self.splits.items()}
+            if world > 1:
+                self._keep_share()
         if metadata is None:
             self.vocab = self.build_vocab([self.texts[i] for i in self.splits["train"]])
         else:
             self.vocab = Vocabulary.from_json(metadata["vocab"])
         self.encoded = [self.encode(t) for t in self.texts]
+        self._lengths: list[int] | None = None
+
+    def limit_of(self, split: str) -> int:
+        """How many rows of ``split`` a recipe's ``limit`` keeps (the first ones)."""
+        return max(1, int(self.config["limit"] * (0.8 if split == "train" else 0.1)))
+
+    def _keep_share(self) -> None:
+        """Keep only this rank's rows (:func:`~attnzoo.train.shares.owns`) of every split, renumbered."""
+        kept = {k: [i for p, i in enumerate(v) if owns(p, self.rank, self.world)] for k, v in self.splits.items()}
+        rows = sorted(i for v in kept.values() for i in v)
+        new = {old: n for n, old in enumerate(rows)}
+        for name in self.row_fields:
+            values = getattr(self, name)
+            setattr(self, name, [values[i] for i in rows])
+        self.splits = {k: [new[i] for i in v] for k, v in kept.items()}
 
     # -- to implement ------------------------------------------------------------------------------
     def load(self, metadata: dict[str, Any] | None) -> None:
@@ -145,10 +148,13 @@ class Task:
         )
 
     def build_vocab(self, texts: list[str]) -> Vocabulary:
+        """The vocabulary of the training rows: each rank counts the words of its own, the counts are
+        added, and every rank builds the same vocabulary from them."""
         vocab = self.config.get("vocab", {})
-        return Vocabulary.build(
-            (tokenize(t) for t in texts), min_freq=int(vocab.get("min_freq", 2)), max_size=vocab.get("max_size")
-        )
+        counts: Counter[str] = Counter()
+        for share in all_gather_objects(Counter(word for text in texts for word in tokenize(text))):
+            counts.update(share)
+        return Vocabulary.from_counts(counts, min_freq=int(vocab.get("min_freq", 2)), max_size=vocab.get("max_size"))
 
     def encode(self, text: str) -> list[int]:
         return self.vocab.encode(tokenize(text))[: self.max_len]
@@ -156,15 +162,31 @@ class Task:
     def batch(self, indices: list[int]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def batches(self, split: str, batch_size: int, *, generator=None, rank=0, world=1) -> Iterator[dict]:
-        indices = self.splits[split]
-        lengths = [len(self.encoded[i]) for i in range(len(self.encoded))]
-        for chunk in _batches_of(indices, lengths, batch_size, generator, rank, world):
-            yield self.batch(chunk)
+    def train_lengths(self) -> list[int]:
+        """The length of every training row, by its position in the split (every rank's rows)."""
+        if self._lengths is None:
+            mine = [len(self.encoded[i]) for i in self.splits["train"]]
+            shares = all_gather_objects(mine)
+            count = sum(map(len, shares))
+            self._lengths = [shares[p % self.world][p // self.world] for p in range(count)]
+        return self._lengths
+
+    def steps(self, batch_size: int, *, accumulate: int = 1, generator=None) -> Iterator[list[tuple[dict, float]]]:
+        """An epoch's optimizer steps of ``batch_size * accumulate`` rows: for each, this rank's
+        ``accumulate`` passes as (batch, weight) (see shares.py)."""
+        train = self.splits["train"]
+        for step in step_rows(self.train_lengths(), batch_size * accumulate, generator):
+            out = []
+            for positions, weight in passes(step, self.rank, self.world, accumulate):
+                # a pass this rank holds no row of runs on its first row, weighted 0
+                rows = [train[p // self.world] for p in positions] or train[:1]
+                out.append((self.batch(rows), weight))
+            yield out
 
     def subset(self, size: int) -> list[int]:
-        """The fixed test subset that shipped weights are re-evaluated on: the first ``size`` test items."""
-        return self.splits["test"][:size]
+        """The fixed test subset that shipped weights are re-evaluated on: the first ``size`` test items (of
+        them, the ones this rank holds)."""
+        return self.splits["test"][: len(range(self.rank, size, self.world))]
 
     def describe_data(self) -> str:
         """Where the data came from, pinned (package versions and file digests)."""
@@ -179,7 +201,10 @@ class Task:
         }
 
     def split_sizes(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self.splits.items()}
+        """Rows per split, over every rank."""
+        names = list(self.splits)
+        counts = all_sum(torch.tensor([len(self.splits[k]) for k in names], dtype=torch.float64))
+        return {k: int(c) for k, c in zip(names, counts.tolist(), strict=True)}
 
 
 class TextTask(Task):
@@ -195,7 +220,8 @@ class TextTask(Task):
             for start in range(0, len(indices), batch_size):
                 tokens = self.batch(indices[start : start + batch_size])["tokens"].to(device)
                 outs.append(model(tokens).float().cpu())
-        return torch.cat(outs)
+        # a rank may hold none of a split's rows: no logits, of the model's width
+        return torch.cat(outs) if outs else torch.zeros(0, len(self.output_names))
 
     def baseline(self) -> dict[str, float]:
         """TF-IDF (words 1-2 grams) + linear SVM on the same train split, scored on the test split."""
@@ -217,6 +243,11 @@ class MultiLabelTask(TextTask):
     main_metric = "micro_f1"
     labels: list[list[int]]  # per text, the indices of its labels; load() fills it
     label_names: list[str]
+    row_fields = ("texts", "labels")
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.label_names
 
     def model_config(self):
         return {"vocab_size": len(self.vocab), "num_labels": len(self.label_names)}
@@ -261,12 +292,12 @@ class MultiLabelTask(TextTask):
         positives per label on average: the threshold is one number for all labels, tuned on their pooled
         micro-F1)."""
         labels = len(self.label_names)
-        positives = sum(len(self.labels[i]) for i in indices)
+        rows, positives = all_sum(torch.tensor([len(indices), sum(len(self.labels[i]) for i in indices)])).tolist()
         per_label = positives / labels if labels else 0.0
-        if len(indices) >= MIN_TUNING_ROWS and per_label >= MIN_TUNING_POSITIVES:
+        if rows >= MIN_TUNING_ROWS and per_label >= MIN_TUNING_POSITIVES:
             return None
         return (
-            f"the validation split has {len(indices)} rows and {positives} positive labels over {labels} labels "
+            f"the validation split has {rows} rows and {positives} positive labels over {labels} labels "
             f"({per_label:.1f} per label); tuning the decision threshold wants at least {MIN_TUNING_ROWS} rows and "
             f"{MIN_TUNING_POSITIVES} positives per label"
         )
@@ -276,18 +307,21 @@ class MultiLabelTask(TextTask):
         probs = torch.sigmoid(self._logits(model, indices, 512))
         target = self._targets(indices).bool()
         grid = [i / 100 for i in range(10, 91, 2)]
-        scores = [multilabel_f1(probs >= t, target)["micro_f1"] for t in grid]
+        # every threshold's pooled TP, FP, FN, over every rank's rows
+        pooled = all_sum(torch.stack([multilabel_counts(probs >= t, target).sum(1) for t in grid]))
+        scores = [f1_from_counts(counts[:, None])["micro_f1"] for counts in pooled]
         self.threshold = grid[max(range(len(grid)), key=scores.__getitem__)]
         return self.threshold
 
     def evaluate(self, model, indices, batch_size=512):
         probs = torch.sigmoid(self._logits(model, indices, batch_size))
         target = self._targets(indices).bool()
-        return {
-            **multilabel_f1(probs >= self.threshold, target),
-            # precision@k with k >= the number of labels is the labels' mean frequency whatever the model
-            **{f"precision_at_{k}": precision_at_k(probs, target, k) for k in (1, 5) if k < probs.shape[-1]},
-        }
+        scores = f1_from_counts(all_sum(multilabel_counts(probs >= self.threshold, target)))
+        # precision@k with k >= the number of labels is the labels' mean frequency whatever the model
+        ks = [k for k in (1, 5) if k < probs.shape[-1]]
+        local = [len(indices)] + [precision_sum(probs, target, k) for k in ks]
+        rows, *sums = all_sum(torch.tensor(local, dtype=torch.float64)).tolist()
+        return {**scores, **{f"precision_at_{k}": s / rows if rows else 0.0 for k, s in zip(ks, sums, strict=True)}}
 
     def _fit_baseline(self, train, test):
         from sklearn.multiclass import OneVsRestClassifier
@@ -298,7 +332,7 @@ class MultiLabelTask(TextTask):
         y_train = binarizer.fit_transform([self.labels[i] for i in self.splits["train"]])
         classifier = OneVsRestClassifier(LinearSVC(C=1.0), n_jobs=1).fit(train, y_train)
         predicted = torch.from_numpy(classifier.predict(test)).bool()
-        return multilabel_f1(predicted, self._targets(self.splits["test"]).bool())
+        return f1_from_counts(multilabel_counts(predicted, self._targets(self.splits["test"]).bool()))
 
     def metadata(self):
         return {**super().metadata(), "labels": self.label_names, "threshold": self.threshold, "output": "multilabel"}
@@ -309,6 +343,13 @@ class SingleLabelTask(TextTask):
     macro-F1."""
 
     main_metric = "accuracy"
+    row_fields = ("texts", "classes")
+    classes: list[int]
+    class_names: list[str]
+
+    @property
+    def output_names(self) -> list[str]:
+        return self.class_names
 
     def model_config(self):
         return {"vocab_size": len(self.vocab), "num_classes": len(self.class_names)}
@@ -342,22 +383,23 @@ class SingleLabelTask(TextTask):
 
     def evaluate(self, model, indices, batch_size=512):
         predicted = self._logits(model, indices, batch_size).argmax(-1)
-        target = torch.tensor([self.classes[i] for i in indices])
-        return {
-            "accuracy": accuracy(predicted, target),
-            "macro_f1": macro_f1_single(predicted, target, len(self.class_names)),
-        }
+        return self._scores(predicted, torch.tensor([self.classes[i] for i in indices], dtype=torch.long))
+
+    def _scores(self, predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+        """Accuracy and macro-F1 over every rank's rows, from their counts."""
+        classes = len(self.class_names)
+        one_hot = [F.one_hot(t, classes).bool() for t in (predicted, target)]
+        counts = all_sum(multilabel_counts(*one_hot))
+        right = all_sum(torch.tensor([(predicted == target).sum().item(), len(target)], dtype=torch.float64))
+        accuracy = (right[0] / right[1]).item() if right[1] else 0.0
+        return {"accuracy": accuracy, "macro_f1": f1_from_counts(counts)["macro_f1"]}
 
     def _fit_baseline(self, train, test):
         from sklearn.svm import LinearSVC
 
         classifier = LinearSVC(C=1.0).fit(train, [self.classes[i] for i in self.splits["train"]])
-        predicted = torch.from_numpy(classifier.predict(test))
-        target = torch.tensor([self.classes[i] for i in self.splits["test"]])
-        return {
-            "accuracy": accuracy(predicted, target),
-            "macro_f1": macro_f1_single(predicted, target, len(self.class_names)),
-        }
+        predicted = torch.from_numpy(classifier.predict(test)).long()
+        return self._scores(predicted, torch.tensor([self.classes[i] for i in self.splits["test"]], dtype=torch.long))
 
     def metadata(self):
         return {**super().metadata(), "labels": self.class_names, "output": "multiclass"}
@@ -371,10 +413,12 @@ class Seq2SeqTask(Task):
     stress_metrics = False  # ARPAbet data sets also score without stress digits
     main_metric = "word_accuracy"
     phonemes: Vocabulary  # the output symbols; load() fills it
+    row_fields = ("texts", "references")
     references: list[list[list[str]]]  # per text, its accepted outputs; load() fills it
 
     def build_vocab(self, texts):
-        return Vocabulary(sorted({c for t in texts for c in t}), specials=("<pad>", "<unk>"))
+        letters = set().union(*all_gather_objects({c for t in texts for c in t}))  # every rank's rows
+        return Vocabulary(sorted(letters), specials=("<pad>", "<unk>"))
 
     def encode(self, text):
         return self.vocab.encode(list(text))[: self.max_len]
@@ -423,8 +467,16 @@ class Seq2SeqTask(Task):
                 letters, beam_size=beam, length_penalty=float(self.config.get("length_penalty", 1.0))
             )
             predictions += self.decode(ids.cpu())
-        score = g2p_scores_both if self.stress_metrics else g2p_scores
-        return score(predictions, [self.references[i] for i in indices])
+        references = [self.references[i] for i in indices]
+        counts = [g2p_counts(predictions, references)]
+        if self.stress_metrics:
+            plain = [[without_stress(r) for r in refs] for refs in references]
+            counts.append(g2p_counts([without_stress(p) for p in predictions], plain))
+        pooled = all_sum(torch.cat(counts))  # every rank's words
+        scores = g2p_from_counts(pooled[:4])
+        if self.stress_metrics:
+            scores.update({f"stress_free_{k}": v for k, v in g2p_from_counts(pooled[4:]).items()})
+        return scores
 
     def validate(self, model, indices):
         return self.evaluate(model, indices, beam_size=1)  # greedy: fast, and ranks epochs the same way

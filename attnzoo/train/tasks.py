@@ -96,9 +96,12 @@ def task_of(record: RunRecord, *, source: Any = "the model") -> Task:
     return task
 
 
-def build_task(config: dict[str, Any], metadata: dict[str, Any] | None = None) -> Task:
+def build_task(
+    config: dict[str, Any], metadata: dict[str, Any] | None = None, *, rank: int = 0, world: int = 1
+) -> Task:
     """The task a recipe's ``task`` section names (a bundled data set), or ``name: files`` with the
-    ``data`` section's keys and ``task``: multi_label, single_label or seq2seq."""
+    ``data`` section's keys and ``task``: multi_label, single_label or seq2seq. ``rank`` of ``world``
+    processes keeps its share of the rows (shares.py)."""
     from attnzoo.errors import ConfigError
 
     name = config.get("name")
@@ -106,7 +109,7 @@ def build_task(config: dict[str, Any], metadata: dict[str, Any] | None = None) -
         kind = config.get("task", "multi_label")
         if kind not in FILE_TASKS:
             raise ConfigError(f"data.task must be one of {', '.join(FILE_TASKS)}, got {kind!r}")
-        return FILE_TASKS[kind](config, metadata)
+        return FILE_TASKS[kind](config, metadata, rank=rank, world=world)
     if name not in TASKS:
         raise ConfigError(f"unknown task {name!r}; tasks: {', '.join(TASKS)}, or a data section (files)")
-    return TASKS[name](config, metadata)
+    return TASKS[name](config, metadata, rank=rank, world=world)

@@ -5,12 +5,15 @@ progress bar on a terminal (a line per epoch otherwise), evaluates on the valida
 keeps the best epoch, and writes a resumable checkpoint after each epoch (``--resume`` continues from
 it: same data order, same random state). At the end publish.py scores and writes the model that ships.
 
-Under ``torchrun --nproc_per_node=N`` it trains with DistributedDataParallel (gloo on the CPU): every
-batch is cut into N equal parts, one per rank, and DDP averages their gradients, so the optimisation
-is the same as one process with ``batch_size`` (up to summation order); rank 0 evaluates and writes.
+Under ``torchrun --nproc_per_node=N`` it trains with DistributedDataParallel (distributed.py: each
+process on its own GPU with NCCL, or on the CPU with gloo): each rank reads its share of the rows, trains
+on the ones of each step it holds, and DDP combines their gradients, so the optimisation is the same as
+one process with ``batch_size`` (up to summation order; shares.py); validation and test are scored by
+every rank on its rows and their counts added; rank 0 writes. ``train.precision`` and
+``train.accumulate`` are steps.py's.
 
-``train.device`` (``auto``: CUDA when there is one, else the CPU) places the model and its batches;
-the weights are always written from CPU tensors. ``train.time_budget_min`` fits the number of epochs
+``train.device`` (``auto``: this process's GPU when there is one, else the CPU) places the model and its
+batches; the weights are always written from CPU tensors. ``train.time_budget_min`` fits the number of epochs
 to a time budget: 20 training steps are timed first, and ``epochs`` becomes the most that fit (never
 more than the recipe's); the report and the card say how many ran.
 
@@ -34,44 +37,13 @@ from attnzoo.core import create, model_info
 from attnzoo.errors import ConfigError
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
+from attnzoo.train.distributed import all_gather_objects, all_sum, barrier, setup
 from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
+from attnzoo.train.steps import Stepper, check_precision
 from attnzoo.train.tasks import build_task
 
-__all__ = ["train", "Run", "model_sizes", "check_label_memory", "torchrun_int"]
-
-
-# -- distributed -------------------------------------------------------------------------------------------
-def torchrun_int(name: str, default: int, *, lowest: int = 0, below: int | None = None) -> int:
-    """torchrun's variable ``name`` (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) as a whole number, ``default``
-    when unset; anything else (``RANK=abc``, a negative rank, a rank not below the world size) is a
-    ``ConfigError`` naming the variable and its value."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    value = int(raw) if raw.isascii() and raw.lstrip("-").isdigit() and len(raw) < 19 else None
-    if value is None or value < lowest or (below is not None and value >= below):
-        span = f">= {lowest}" + (f" and < {below}" if below is not None else "")
-        raise ConfigError(
-            f"{name}={raw!r:.40} is not a whole number {span}; torchrun sets it (unset it to train in one process)"
-        )
-    return value
-
-
-def _distributed() -> tuple[int, int]:
-    world = torchrun_int("WORLD_SIZE", 1, lowest=1)
-    if world > 1:  # read here, so that torch's own reader (init_process_group) never meets a bad one
-        torchrun_int("RANK", 0, below=world)
-        torchrun_int("LOCAL_RANK", 0, below=world)
-    if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("gloo")
-    rank = torch.distributed.get_rank() if world > 1 else 0
-    return rank, world
-
-
-def _barrier(world: int) -> None:
-    if world > 1:
-        torch.distributed.barrier()
+__all__ = ["train", "Run", "model_sizes", "check_label_memory"]
 
 
 def _restore_schedule(scheduler, step: int) -> None:
@@ -116,22 +88,11 @@ def _progress(total: int, enabled: bool, description: str):
     )
 
 
-def _device(setting: str | None) -> torch.device:
-    if setting in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(setting)
-    except RuntimeError:
-        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {setting!r}") from None
-
-
-def _on(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def _epochs_within(budget_min: float, task, model, optimizer, batch_size: int, epochs: int, device) -> int:
+def _epochs_within(budget_min: float, run: Run, epochs: int) -> int:
     """How many epochs fit in ``budget_min`` minutes, from 20 timed training steps (after 3 warm-up steps);
-    the weights and optimizer state are restored afterwards, so the measurement leaves no trace."""
+    the weights and optimizer state are restored afterwards, so the measurement leaves no trace. Rank 0's
+    measure decides for every rank."""
+    model, optimizer, device = run.model, run.optimizer, run.device
     saved_model = {k: v.clone() for k, v in model.state_dict().items()}
     saved_opt = optimizer.state_dict()
     saved_opt = {
@@ -142,26 +103,24 @@ def _epochs_within(budget_min: float, task, model, optimizer, batch_size: int, e
         "param_groups": saved_opt["param_groups"],
     }
     generator = torch.Generator().manual_seed(12345)
-    batches = task.batches("train", batch_size, generator=generator)
+    accumulate = run.settings.get("accumulate") or 1
+    steps = run.task.steps(run.settings["batch_size"], accumulate=accumulate, generator=generator)
+    stepper = Stepper(run.task, model, optimizer, device=device, precision=run.settings.get("precision") or "fp32")
     model.train()
     elapsed = 0.0
-    for n, batch in zip(range(23), batches, strict=False):
+    for n, passes in zip(range(23), steps, strict=False):
         if n == 3:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-        loss = task.loss(model, _on(batch, device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        stepper.step(passes)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elapsed = (time.perf_counter() - start) / 20
     model.load_state_dict(saved_model)
     optimizer.load_state_dict(saved_opt)
-    steps = max(1, len(task.splits["train"]) // batch_size)
-    per_epoch = elapsed * steps * 1.25 + 5  # evaluation and checkpoint each epoch
-    return max(1, min(epochs, int(budget_min * 60 // per_epoch)))
+    per_epoch = elapsed * run.steps_per_epoch * 1.25 + 5  # evaluation and checkpoint each epoch
+    return all_gather_objects(max(1, min(epochs, int(budget_min * 60 // per_epoch))))[0]
 
 
 def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
@@ -193,14 +152,9 @@ def _have_sklearn(verbose: bool) -> bool:
     return False
 
 
-def _stop_early(state: dict[str, Any], patience: int, epochs: int, rank: int, world: int) -> bool:
-    """Rank 0 decides (it holds the validation scores); every rank learns the decision."""
-    stop = rank == 0 and state["epoch"] < epochs and state["epoch"] - (state["best_epoch"] or 0) >= patience
-    if world > 1:
-        flag = torch.tensor([int(stop)])
-        torch.distributed.broadcast(flag, 0)
-        stop = bool(flag.item())
-    return stop
+def _stop_early(state: dict[str, Any], patience: int, epochs: int) -> bool:
+    """Every rank decides alike: the validation scores are every rank's counts added."""
+    return state["epoch"] < epochs and state["epoch"] - (state["best_epoch"] or 0) >= patience
 
 
 def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
@@ -246,11 +200,14 @@ class Run:
     optimizer: Any = None
     scheduler: Any = None
     device: Any = None
+    stepper: Any = None  # steps.Stepper: precision and accumulation
     sizes: dict[str, int] = field(default_factory=dict)
+    split_sizes: dict[str, int] = field(default_factory=dict)  # rows per split, over every rank
     epochs: int = 0
     steps_per_epoch: int = 1
     state: dict[str, Any] = field(default_factory=dict)
     average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
+    best_state: dict[str, torch.Tensor] | None = None  # the best epoch's weights (every rank holds them)
     smoothing: float = 0.0  # train.label_smoothing, given to the task's loss
 
     @property
@@ -286,12 +243,18 @@ def train(
     """
     _check_export(recipe, export)
     run = _start(recipe, output, resume, overwrite, quiet)
-    run.task = build_task(recipe["task"])
+    run.task = build_task(recipe["task"], rank=run.rank, world=run.world)
+    run.split_sizes = run.task.split_sizes()
+    if not run.split_sizes["train"] or len(run.task.splits["train"]) == 0:
+        raise ConfigError(f"{run.world} processes for {run.split_sizes['train']} training rows: each needs one")
     baseline = baseline and _have_sklearn(run.verbose)  # said at the start, not after the last epoch
+    if baseline and run.world > 1:
+        run.say("baseline skipped: the TF-IDF baseline fits every training row in one process; run it alone")
+        baseline = False
     for note in getattr(run.task, "notes", []):
         run.say(note)
     key, fixed = threshold_setting(run.task)  # a bad data.threshold fails now, not after training
-    if fixed is None and hasattr(run.task, "threshold_problem") and run.task.splits["val"]:
+    if fixed is None and hasattr(run.task, "threshold_problem") and run.split_sizes["val"]:
         problem = run.task.threshold_problem(run.task.splits["val"])
         if problem:  # said now too, so that a run can be stopped and given more validation data
             run.say(f"note: {problem}; {key}=0.5 decides at a fixed 0.5 instead")
@@ -303,12 +266,10 @@ def train(
         _resume(run, data)
     run.state["data"] = data
     last = _run_epochs(run, stop_after)
-    if run.rank != 0:
-        return {}
     if last < run.epochs:
         run.say(f"stopped after epoch {last} of {run.epochs}; continue with --resume")
-        return {"stopped_after": last, "history": run.state["history"]}
-    return finish(run, export, baseline)
+        return {"stopped_after": last, "history": run.state["history"]} if run.rank == 0 else {}
+    return finish(run, export, baseline)  # every rank scores; rank 0 writes and reports
 
 
 def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
@@ -327,17 +288,22 @@ def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
 
 
 def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, overwrite: bool, quiet: bool) -> Run:
-    """Threads, seed and the run folder (checked before any work)."""
-    rank, world = _distributed()
+    """The process's place (distributed.py), threads, seed, precision and the run folder (checked before
+    any work)."""
     settings = checked_numbers(recipe["train"])
+    where = setup(settings.get("device", "auto"), batch_size=settings["batch_size"])
+    settings["precision"] = check_precision(settings.get("precision") or "fp32", where.device)
+    world = where.world_size
     torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
     folder = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{check_tag(recipe['tag'], 'recipe')}")
-    if rank == 0:
+    if where.rank == 0:
         _check_run_folder(folder, resume, overwrite)
-    verbose = rank == 0 and not quiet
-    return Run(recipe, settings, folder, rank, world, verbose, seed, time.perf_counter())
+    verbose = where.rank == 0 and not quiet
+    run = Run(recipe, settings, folder, where.rank, world, verbose, seed, time.perf_counter())
+    run.device = where.device
+    return run
 
 
 def check_label_memory(task: Any, batch_size: int) -> None:
@@ -365,7 +331,6 @@ def _build_model(run: Run) -> None:
     """The model sized for the task, on its device, and its optimizer; label smoothing checked."""
 
     settings, task = run.settings, run.task
-    run.device = _device(settings.get("device", "auto"))
     run.sizes = model_sizes(run.recipe["model"], task.model_config())
     config = {**run.sizes, **run.recipe.get("config", {})}
     run.model = create(run.recipe["model"], config=config, device=run.device)
@@ -379,23 +344,36 @@ def _build_model(run: Run) -> None:
             f"{task.name} trains with a per-label sigmoid: remove it"
         )
     run.smoothing = smoothing
+    # several processes: DDP wraps the model, with this process's GPU (None on the CPU)
+    ids = [run.device.index] if run.device.type == "cuda" else None
+    ddp = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids) if run.world > 1 else None
+    run.stepper = Stepper(
+        task,
+        run.model,
+        run.optimizer,
+        device=run.device,
+        precision=settings["precision"],
+        clip=settings.get("clip"),
+        smoothing=smoothing,
+        ddp=ddp,
+        world=run.world,
+    )
 
 
 def _schedule(run: Run, resume: bool) -> None:
     """How many epochs (the recipe's, what fits a time budget, or the checkpoint's), and the learning rate:
     linear warm-up, then cosine to 10 % of ``lr``."""
     settings = run.settings
-    epochs, batch_size = settings["epochs"], settings["batch_size"]
-    if batch_size % run.world:
-        raise ConfigError(f"batch_size {batch_size} must divide by the number of processes {run.world}")
+    epochs = settings["epochs"]
+    step_rows = settings["batch_size"] * (settings.get("accumulate") or 1)  # rows an optimizer step takes
+    run.steps_per_epoch = steps_per_epoch = max(1, run.split_sizes["train"] // step_rows)
     if settings.get("time_budget_min") and not resume:
         budget = settings["time_budget_min"]
-        epochs = _epochs_within(budget, run.task, run.model, run.optimizer, batch_size, epochs, run.device)
+        epochs = _epochs_within(budget, run, epochs)
         run.say(f"{epochs} epochs fit in the time budget of {budget} min")
     elif resume and run.checkpoint.is_dir():
         epochs = read_record(run.checkpoint)[0]["epochs"]
     run.epochs = epochs
-    run.steps_per_epoch = steps_per_epoch = max(1, len(run.task.splits["train"]) // batch_size)
     warmup = settings.get("warmup_steps") or 0
 
     def lr_factor(step: int) -> float:
@@ -413,8 +391,16 @@ def _resume(run: Run, data: str) -> None:
     if not run.checkpoint.is_dir():
         raise ConfigError(f"--resume: no checkpoint in {run.checkpoint}")
     run.state, saved = load_checkpoint(run.checkpoint, run.model, run.optimizer, data=data)
-    run.average = saved.get("average")
-    if "best" in saved:  # the best weights as of the checkpoint, whatever a killed run left in best_path
+    run.average, run.best_state = saved.get("average"), saved.get("best")
+    written = run.state.get("world_size", 1)
+    if written != run.world:
+        run.say(
+            f"resuming a run of {written} process(es) on {run.world}: the same steps (the order of the rows "
+            f"does not depend on the number of processes), up to summation order"
+        )
+    if run.state.get("scaler"):
+        run.stepper.scaler.load_state_dict(run.state["scaler"])
+    if "best" in saved and run.rank == 0:  # the best weights as of the checkpoint, whatever a killed run left
         write_weights(saved["best"], run.best_path, overwrite=True, sidecar=True)
     # the scheduler's own step count (an epoch's batches are ceil(n / batch), not steps_per_epoch)
     _restore_schedule(run.scheduler, int(run.state.get("step", run.state["epoch"] * run.steps_per_epoch)))
@@ -426,13 +412,11 @@ def _run_epochs(run: Run, stop_after: int | None) -> int:
     recipe's last one when it stopped early)."""
     last = run.epochs if stop_after is None else min(run.epochs, run.state["epoch"] + stop_after)
     patience = run.settings.get("patience")  # early stopping: epochs without a better validation score
-    ddp = torch.nn.parallel.DistributedDataParallel(run.model) if run.world > 1 else run.model
     for epoch in range(run.state["epoch"], last):
-        loss = _train_epoch(run, ddp, epoch)
-        if run.rank == 0:
-            _end_epoch(run, epoch, loss)
-        _barrier(run.world)
-        if patience is not None and _stop_early(run.state, patience, run.epochs, run.rank, run.world):
+        loss = _train_epoch(run, epoch)
+        _end_epoch(run, epoch, loss)
+        barrier()
+        if patience is not None and _stop_early(run.state, patience, run.epochs):
             run.say(
                 f"early stop: no better validation {run.task.main_metric} for {patience} epochs; the best is "
                 f"epoch {run.state['best_epoch']}"
@@ -442,33 +426,29 @@ def _run_epochs(run: Run, stop_after: int | None) -> int:
     return last
 
 
-def _train_epoch(run: Run, ddp, epoch: int) -> float:
-    """One pass over this rank's share of the training split, in the epoch's seeded order; the mean loss."""
+def _train_epoch(run: Run, epoch: int) -> float:
+    """One pass over the training split, in the epoch's seeded order (this rank: the rows it holds of
+    each step); the mean loss of the steps, over every rank."""
     run.model.train()
     settings = run.settings
     generator = torch.Generator().manual_seed(run.seed * 1000 + epoch)
     bar = _progress(run.steps_per_epoch, run.verbose, f"epoch {epoch + 1}/{run.epochs}")
     total, count = 0.0, 0
-    batches = run.task.batches("train", settings["batch_size"], generator=generator, rank=run.rank, world=run.world)
-    for batch in batches:
-        loss = run.task.loss(ddp, _on(batch, run.device), label_smoothing=run.smoothing)
-        run.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if settings.get("clip"):
-            torch.nn.utils.clip_grad_norm_(run.model.parameters(), settings["clip"])
-        run.optimizer.step()
+    accumulate = settings.get("accumulate") or 1
+    for passes in run.task.steps(settings["batch_size"], accumulate=accumulate, generator=generator):
+        total, count = total + run.stepper.step(passes), count + 1
         run.scheduler.step()
-        total, count = total + loss.item(), count + 1
         if bar is not None:
             bar.update(1)
             bar.set_postfix(loss=f"{total / count:.4f}", refresh=False)
     if bar is not None:
         bar.close()
-    return total / max(count, 1)
+    return all_sum(torch.tensor(total, dtype=torch.float64)).item() / max(count, 1)
 
 
 def _end_epoch(run: Run, epoch: int, loss: float) -> None:
-    """Rank 0 after an epoch: the running average, validation, the checkpoint, the best weights."""
+    """After an epoch, on every rank: the running average and validation (every rank's rows); rank 0
+    writes the checkpoint and the best weights."""
     state, model = run.state, run.model
     average_last = run.settings.get("average_last") or 0
     if average_last and epoch + 1 > run.epochs - average_last:
@@ -481,12 +461,17 @@ def _end_epoch(run: Run, epoch: int, loss: float) -> None:
     improved = state["best"] is None or main > state["best"]
     if improved:
         state["best"], state["best_epoch"] = main, epoch + 1
+        run.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     state["epoch"], state["step"] = epoch + 1, run.scheduler.last_epoch
     state["elapsed"] = time.perf_counter() - run.started
-    best = model.state_dict() if improved else None
-    save_checkpoint(run.checkpoint, model, run.optimizer, state, best=best, average=run.average)
-    if best is not None:  # after the checkpoint: a resume restores best_path from it
-        write_weights(best, run.best_path, overwrite=True, sidecar=True)
+    state["world_size"] = run.world
+    if run.stepper.scaler.is_enabled():
+        state["scaler"] = run.stepper.scaler.state_dict()
+    if run.rank == 0:
+        best = run.best_state if improved else None
+        save_checkpoint(run.checkpoint, model, run.optimizer, state, best=best, average=run.average)
+        if best is not None:  # after the checkpoint: a resume restores best_path from it
+            write_weights(best, run.best_path, overwrite=True, sidecar=True)
     run.say(
         f"epoch {epoch + 1}/{run.epochs}: train loss {loss:.4f}, val "
         + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())

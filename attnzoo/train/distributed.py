@@ -1,0 +1,151 @@
+"""One setup for a run on several processes, and the few collective calls the trainer and the tasks make.
+
+    where = setup("auto")   # under torchrun: RANK, WORLD_SIZE, LOCAL_RANK from its environment
+    where.rank, where.world_size, where.local_rank, where.device, where.backend
+
+The device: ``auto`` is ``cuda:LOCAL_RANK`` where CUDA is there, else the CPU; ``cuda`` is
+``cuda:LOCAL_RANK`` too (each process on its own GPU: torchrun starts one process a GPU, numbered by
+LOCAL_RANK on each machine); ``cuda:N`` and ``cpu`` are taken as given. The backend follows the device:
+NCCL for CUDA tensors, gloo for the CPU's. The process group is initialised when the world size is over 1
+(torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` say where the ranks meet).
+
+Without a process group (one process) every collective here is the identity, so a task's evaluation and
+the trainer's bookkeeping call them unconditionally.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from attnzoo.errors import ConfigError
+
+__all__ = ["Setup", "setup", "active", "all_sum", "all_gather_objects", "barrier"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where this process trains: its rank among ``world_size`` processes, its rank on its own machine
+    (``local_rank``), its device and the process group's backend (``nccl`` or ``gloo``)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+
+def _environment_int(name: str, default: int, lowest: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = lowest - 1
+    if number < lowest:
+        raise ConfigError(
+            f"the environment variable {name}={value!r} is not a whole number >= {lowest}; torchrun sets it "
+            f"(torchrun --nproc_per_node N -m attnzoo train ...): unset it, or set it to a number"
+        )
+    return number
+
+
+def _device(setting: str | None, local_rank: int) -> torch.device:
+    """The device a setting names, with this process's GPU for ``auto`` and ``cuda``; a device that is not
+    there is a ConfigError, not torch's error at the first tensor placed on it."""
+    setting = "auto" if setting is None else str(setting).strip()
+    cuda = torch.cuda.is_available()
+    if setting == "auto":
+        setting = "cuda" if cuda else "cpu"
+    try:
+        device = torch.device(setting)
+    except RuntimeError:
+        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {setting!r}") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {setting!r}")
+    if not cuda:
+        raise ConfigError(
+            f"train.device is {setting!r}, but torch sees no CUDA device here (torch.cuda.is_available() is "
+            f"False); train with train.device=cpu (or auto), or on a machine with a GPU and a CUDA build of torch"
+        )
+    count = torch.cuda.device_count()
+    index = local_rank if device.index is None else device.index
+    if index >= count:
+        what = f"LOCAL_RANK={local_rank}" if device.index is None else f"train.device={setting!r}"
+        raise ConfigError(
+            f"{what} names GPU {index}, but this machine shows {count} (cuda:0 to cuda:{count - 1}); start at "
+            f"most {count} processes a machine (torchrun --nproc_per_node {count}), or check CUDA_VISIBLE_DEVICES"
+        )
+    return torch.device("cuda", index)
+
+
+def setup(device: str | None = "auto", *, batch_size: int | None = None) -> Setup:
+    """This process's place in the run, from torchrun's ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` (one
+    process: 0, 1, 0); on CUDA it makes this process's GPU the current one, and over one process it
+    initialises the process group (NCCL on CUDA, gloo on the CPU) unless one is already there.
+
+    ``device``: ``train.device`` (auto, cpu, cuda, cuda:N). ``batch_size``: checked to divide by the world
+    size, before any process group is made."""
+    world = _environment_int("WORLD_SIZE", 1, 1)
+    rank = _environment_int("RANK", 0, 0)
+    local_rank = _environment_int("LOCAL_RANK", 0, 0)
+    if rank >= world:
+        raise ConfigError(f"RANK={rank} is not below WORLD_SIZE={world}; torchrun sets both, leave them to it")
+    if batch_size is not None and batch_size % world:
+        raise ConfigError(
+            f"train.batch_size {batch_size} must divide by the number of processes {world} (WORLD_SIZE): "
+            f"every process takes an equal part of each batch"
+        )
+    where = _device(device, local_rank)
+    backend = "nccl" if where.type == "cuda" else "gloo"
+    if where.type == "cuda":
+        torch.cuda.set_device(where)
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend)
+    return Setup(rank, world, local_rank, where, backend)
+
+
+def active() -> bool:
+    """Whether a process group of more than one process is running."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and _world() > 1
+
+
+def _world() -> int:
+    return torch.distributed.get_world_size()
+
+
+def _collective_device() -> torch.device:
+    """Where a tensor must be for the group's backend: NCCL reduces CUDA tensors only."""
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of ``tensor`` over every process (``tensor`` itself with one process), on the CPU. Counts
+    are summed in the tensor's own dtype: give float64 for sums that must not round."""
+    if not active():
+        return tensor
+    moved = tensor.detach().to(_collective_device()).clone()
+    torch.distributed.all_reduce(moved, op=torch.distributed.ReduceOp.SUM)
+    return moved.cpu()
+
+
+def all_gather_objects(value: Any) -> list[Any]:
+    """Every process's ``value`` (picklable), by rank; ``[value]`` with one process."""
+    if not active():
+        return [value]
+    out: list[Any] = [None] * _world()
+    torch.distributed.all_gather_object(out, value)
+    return out
+
+
+def barrier() -> None:
+    if active():
+        torch.distributed.barrier()
