@@ -49,11 +49,62 @@ def run_python(code: str, *, env: dict | None = None, cwd: Path | None = None) -
     )
 
 
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "attnzoo", *args], capture_output=True, text=True, env=full_env, cwd=ROOT, timeout=600
-    )
+def run_cli(*args: str, env: dict | None = None, fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run ``attnzoo ARGS`` and return what it printed and its exit status, as a completed process.
+
+    By default the command runs in this interpreter (``attnzoo.cli.main`` with its own stdout, stderr,
+    environment and registry), which is what ``python -m attnzoo`` runs after its imports: a test of a
+    verb's output and status does not pay for a fresh interpreter's torch import. ``fresh=True`` starts
+    one, for what only a new process shows (what is imported, the console script, process-wide state);
+    so does an ``env`` that sets ``PYTHONPATH``, which only a new interpreter reads.
+    """
+    if fresh or "PYTHONPATH" in (env or {}):
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "attnzoo", *args],
+            capture_output=True,
+            text=True,
+            env=full_env,
+            cwd=ROOT,
+            timeout=600,
+        )
+    return _run_cli_here(list(args), env or {})
+
+
+def _run_cli_here(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    import contextlib
+    import io
+    import traceback
+    import warnings
+
+    from attnzoo.cli import main
+    from attnzoo.core.registry import REGISTRY
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.update(env)
+    REGISTRY.reset()  # the plugin switches are read from the environment as the command sees it
+    try:
+        os.chdir(ROOT)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            # the command's warnings as a fresh process shows them (Python's default filters), not as
+            # pytest's capture would take them
+            warnings.resetwarnings()
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            try:
+                code = main(args)
+            except SystemExit as exit_:  # argparse's --help and --version
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            except Exception:  # noqa: BLE001 - what `--debug` lets out: Python prints it and exits 1
+                traceback.print_exc(file=err)
+                code = 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        REGISTRY.reset()
+    return subprocess.CompletedProcess([sys.executable, "-m", "attnzoo", *args], code, out.getvalue(), err.getvalue())
 
 
 def require_data(available: bool, what: str) -> None:
@@ -63,3 +114,16 @@ def require_data(available: bool, what: str) -> None:
     if os.environ.get("ATTNZOO_REQUIRE_DATA") == "1":
         pytest.fail(f"{what} is not installed but ATTNZOO_REQUIRE_DATA=1; see .ci/run")
     pytest.skip(f"{what} is not installed")
+
+
+# Files whose cases are independent of each other and share no costly module fixture: their cases are
+# spread over the workers one by one. Every other file stays whole on one worker (its module fixtures,
+# a Keras training run among them, are built once), as ``--dist loadfile`` kept them; the conformance
+# kit's thousand cases on one worker were the suite's longest single queue.
+SPREAD_FILES = {"test_conformance.py", "test_fuzz.py", "test_attention_core.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name not in SPREAD_FILES:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
