@@ -186,3 +186,13 @@ def test_the_kit_exports_a_converted_recurrent_model_without_an_exemption(keras_
     folder = attnzoo.save(convert_keras_model(keras_exports / "masked_bilstm.keras"), tmp_path / "saved")
     report = check_model(folder, only=["export", "onnx"], slow=True)
     assert (report["export"].status, report["onnx"].status) == ("passed", "passed"), list(report)
+
+
+def test_nested_outputs_are_named_by_their_keys_in_torch_export_s_order():
+    from attnzoo.interop.export_plan import flat_tensors, output_paths
+
+    t = [torch.full((1,), float(i)) for i in range(4)]
+    out = {"a": {"b": t[0]}, "c": (t[1], t[2]), "d": t[3]}
+    assert output_paths(out) == ["a.b", "c.0", "c.1", "d"]
+    assert [float(x) for x in flat_tensors(out)] == [0.0, 1.0, 2.0, 3.0]
+    assert output_paths((t[0], t[1])) is None  # a plain tuple keeps the model's own names
