@@ -62,8 +62,17 @@ def gru_seq2seq():
     return keras.Model([source, target], layers.Dense(20)(y))
 
 
+def two_heads():
+    """A dict of two outputs: a label per text and a tag per token."""
+    inp = keras.Input((None,), dtype="int32", name="ids")
+    x = layers.Embedding(40, 8)(inp)
+    pooled = layers.GlobalMaxPooling1D()(layers.Conv1D(8, 3, strides=2, padding="same", activation="relu")(x))
+    return keras.Model(inp, {"topic": layers.Dense(3, name="topic_head")(pooled), "tags": layers.Dense(2)(x)})
+
+
 SIZES = {"text_cnn": (9, 16, 31), "image_cnn": ((5, 7), (9, 9), (32, 17)), "masked_bilstm": (5, 9, 17)}
 SIZES["gru_seq2seq"] = ((5, 3), (9, 12), (17, 6))
+SIZES["two_heads"] = (9, 16, 31)
 
 
 def inputs(name, size, rng):
@@ -104,6 +113,7 @@ def main(out):
         ("image_cnn", image_cnn),
         ("masked_bilstm", masked_bilstm),
         ("gru_seq2seq", gru_seq2seq),
+        ("two_heads", two_heads),
     ):
         model = build()
         for w in model.weights:  # off their initial values (zero biases would hide a misplaced bias)
@@ -115,7 +125,10 @@ def main(out):
             for i, x in enumerate(xs):
                 arrays[f"x{k}" + (f"_{i}" if i else "")] = x
             y = model(xs if len(xs) > 1 else xs[0], training=False)  # the random layers' default is True
-            arrays[f"y{k}"] = keras.ops.convert_to_numpy(y)
+            if isinstance(y, dict):  # y<k>.<key>
+                arrays.update({f"y{k}.{key}": keras.ops.convert_to_numpy(v) for key, v in y.items()})
+            else:
+                arrays[f"y{k}"] = keras.ops.convert_to_numpy(y)
         np.savez(f"{out}/{name}.npz", **arrays)
     flips(out)
 

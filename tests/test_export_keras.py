@@ -63,6 +63,37 @@ def test_one_onnx_export_matches_keras_at_three_sizes(keras_exports, tmp_path, n
 
 
 @pytest.mark.slow
+def test_a_dict_of_two_outputs_exports_under_the_keras_names_and_matches_keras(keras_exports, tmp_path):
+    """A model returning {"topic": ..., "tags": ...}: the ONNX file's outputs are named topic and tags,
+    its input ids with axes batch and length; the .pt2 takes ids and returns the dict; both within 1e-5 of
+    Keras at three lengths, right-padded rows included."""
+    import onnx
+
+    io = dict(np.load(keras_exports / "two_heads.npz"))
+    model = convert_keras_model(keras_exports / "two_heads.keras")
+    onnx_result = attnzoo.export(model, tmp_path / "two.onnx")
+    attnzoo.export(model, tmp_path / "two.pt2")
+    graph = onnx.load(tmp_path / "two.onnx").graph
+    assert [(i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]) for i in graph.input] == [
+        ("ids", ["batch", "length"])
+    ]
+    assert sorted(o.name for o in graph.output) == ["tags", "topic"]
+    assert len(onnx_result.checked_shapes) >= 4
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(tmp_path / "two.onnx"), providers=["CPUExecutionProvider"])
+    program = torch.export.load(tmp_path / "two.pt2")
+    assert program.graph_signature.user_inputs == ("ids",)
+    for k in range(3):
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"ids": io[f"x{k}"]}), strict=True))
+        with torch.no_grad():
+            pt2 = program.module()(torch.from_numpy(io[f"x{k}"]))
+        for key in ("topic", "tags"):
+            np.testing.assert_allclose(got[key], io[f"y{k}.{key}"], atol=1e-5)
+            np.testing.assert_allclose(pt2[key].numpy(), io[f"y{k}.{key}"], atol=1e-5)
+
+
+@pytest.mark.slow
 def test_an_image_export_keeps_both_axes_open_and_says_which_are_fixed(keras_exports, tmp_path):
     model = convert_keras_model(keras_exports / "image_cnn.keras")
     out = tmp_path / "image.pt2"
@@ -155,3 +186,13 @@ def test_the_kit_exports_a_converted_recurrent_model_without_an_exemption(keras_
     folder = attnzoo.save(convert_keras_model(keras_exports / "masked_bilstm.keras"), tmp_path / "saved")
     report = check_model(folder, only=["export", "onnx"], slow=True)
     assert (report["export"].status, report["onnx"].status) == ("passed", "passed"), list(report)
+
+
+def test_nested_outputs_are_named_by_their_keys_in_torch_export_s_order():
+    from attnzoo.interop.export_plan import flat_tensors, output_paths
+
+    t = [torch.full((1,), float(i)) for i in range(4)]
+    out = {"a": {"b": t[0]}, "c": (t[1], t[2]), "d": t[3]}
+    assert output_paths(out) == ["a.b", "c.0", "c.1", "d"]
+    assert [float(x) for x in flat_tensors(out)] == [0.0, 1.0, 2.0, 3.0]
+    assert output_paths((t[0], t[1])) is None  # a plain tuple keeps the model's own names

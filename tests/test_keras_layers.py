@@ -65,14 +65,20 @@ def test_the_rows_convert_to_their_own_nodes(oracle, tmp_path):  # noqa: F811
     assert "the adapted mean and variance" in report
 
 
-def test_random_augmentations_are_the_identity_at_inference_and_an_error_in_training(oracle, tmp_path):  # noqa: F811
+def test_random_augmentations_are_the_identity_at_inference_and_augment_in_training(oracle, tmp_path):  # noqa: F811
     folder = convert_both(oracle, tmp_path, name="augmented", seed=3, batches=[[2, 1]])
     model = convert_keras_model(folder / "model.keras")
     assert_matches_keras(model, folder, "augmented, eval")  # Keras's predict is its inference
     images = torch.from_numpy(np.load(folder / "io.npz")["in/0/0"])
-    model.train()
-    with pytest.raises(ValueError, match="RandomRotation augments its input in training.*model.eval"):
-        model(images)
+    with torch.no_grad():
+        inference = model(images)
+        model.train()
+        torch.manual_seed(0)
+        augmented = model(images)  # tests/test_keras_augmentation.py checks each transformation against Keras
+        assert [y.shape for y in augmented] == [y.shape for y in inference]
+        assert not torch.equal(augmented[0], inference[0])
+        for got, want in zip(model.augmentation(False)(images), inference, strict=True):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_a_keras_layer_without_a_converter_is_named_as_keras_s_not_a_custom_layer(oracle, tmp_path):  # noqa: F811

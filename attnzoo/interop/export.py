@@ -32,7 +32,14 @@ from typing import Any
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, ExportError, without_colour
 from attnzoo.interop.export_check import check_file, onnx_runner, pt2_runner
-from attnzoo.interop.export_plan import convention_of, eager, input_names, make_plan, var_positional
+from attnzoo.interop.export_plan import (
+    convention_of,
+    flat_tensors,
+    input_names,
+    make_plan,
+    output_paths,
+    var_positional,
+)
 
 __all__ = [
     "export",
@@ -96,6 +103,33 @@ def _output_names(convention, count: int, return_attention: bool) -> list[str] |
         return None
     first = "logits" if convention.name.endswith("_labels") or convention.name == "tokens_to_tokens" else "output"
     return [first, "attention"][:count]
+
+
+def _names_of_outputs(model, convention, raw, count: int, return_attention: bool) -> list[str] | None:
+    """The ONNX output names: a converted Keras model's (its output layers, or its dict's keys), a dict's
+    keys, or the convention's ``logits`` / ``output`` (and ``attention``); None where none fits."""
+    if hasattr(model, "inputs_spec") and hasattr(model, "output_structure"):
+        from attnzoo.interop.keras_axes import keras_output_names
+
+        names = keras_output_names(model)
+    else:
+        names = output_paths(raw) or (
+            None if convention is None else _output_names(convention, count, return_attention)
+        )
+    if names is None or len(names) != count or len(set(names)) != count:
+        return None
+    return names
+
+
+def _axes_by_input(model, plan) -> dict[str, dict[int, str]]:
+    """The plan's named open axes (a converted Keras model's), by the name of the input that has them."""
+    if not plan.axis_names:
+        return {}
+    names = input_names(model, len(plan.args))
+    out: dict[str, dict[int, str]] = {}
+    for (i, j), name in plan.axis_names.items():
+        out.setdefault(names[i], {})[j] = name
+    return out
 
 
 def _write(tmp: str, path: Path, write) -> None:
@@ -178,6 +212,32 @@ def _program(model, args, kwargs, dynamic_shapes):
     return next(iter(_programs(model, args, kwargs, dynamic_shapes)))
 
 
+def _name_inputs(program, names: list[str]) -> None:
+    """The traced program's user inputs renamed after the model's (a converted Keras model's ``ids``, not
+    ``inputs_0``), so the .pt2's input spec says them; a name that is not a Python identifier, or that
+    another node of the graph has, keeps torch's."""
+    import keyword
+
+    from torch.export.graph_signature import InputKind
+
+    user = [spec for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
+    taken = {node.name for node in program.graph.nodes}
+    rename = {}
+    for spec, name in zip(user, names, strict=False):
+        old = getattr(spec.arg, "name", None)
+        if old and name != old and name.isidentifier() and not keyword.iskeyword(name) and name not in taken:
+            rename[old] = name
+            taken.add(name)
+    if not rename:
+        return
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in rename:
+            node.name = node.target = rename[node.name]
+    for spec in user:
+        spec.arg.name = rename.get(spec.arg.name, spec.arg.name)
+    program.graph_module.recompile()
+
+
 def _write_pt2(program, metadata, tmp: str, path: Path) -> None:
     """The traced program into ``tmp`` with the metadata as extra files."""
     import torch
@@ -211,17 +271,47 @@ def _onnx_program(model, program, args, output_names):
         raise ExportError(f"the ONNX exporter could not convert the model: {torch_reason(e)}") from None
 
 
-def _write_onnx(onnx_program, metadata, tmp: str, path: Path) -> None:
-    """The ONNX program into ``tmp``, the metadata as ``metadata_props``."""
+def _write_onnx(onnx_program, metadata, tmp: str, path: Path, axes: dict[str, dict[int, str]]) -> None:
+    """The ONNX program into ``tmp``, the metadata as ``metadata_props``, the open axes named by ``axes``
+    (input name -> {axis: name}) instead of torch's symbols."""
     _write(tmp, path, lambda: onnx_program.save(tmp))
-    if metadata:
+    if metadata or axes:
         import onnx
 
         graph = onnx.load(tmp)
         for key, value in metadata.items():
             entry = graph.metadata_props.add()
             entry.key, entry.value = key, value
+        _name_axes(graph.graph, axes)
         _write(tmp, path, lambda: onnx.save(graph, tmp))
+
+
+def _name_axes(graph, axes: dict[str, dict[int, str]]) -> None:
+    """Each symbol torch gave an open axis of an input (``s21``) renamed to the axis's name (``batch``,
+    ``length``) wherever a shape in the graph uses it (``((s21 + 1)//2)`` becomes ``((length + 1)//2)``)."""
+    import re
+
+    rename: dict[str, str] = {}
+    for value in graph.input:
+        dims = value.type.tensor_type.shape.dim
+        for j, name in axes.get(value.name, {}).items():
+            if j < len(dims) and dims[j].dim_param and not dims[j].dim_param.isdigit():
+                rename.setdefault(dims[j].dim_param, name)
+    if not rename:
+        return
+    symbol = re.compile(r"\b(" + "|".join(map(re.escape, sorted(rename, key=len, reverse=True))) + r")\b")
+
+    def walk(g) -> None:
+        for value in (*g.input, *g.output, *g.value_info):
+            for dim in value.type.tensor_type.shape.dim:
+                if dim.dim_param:
+                    dim.dim_param = symbol.sub(lambda m: rename[m.group(1)], dim.dim_param)
+        for node in g.node:
+            for attribute in node.attribute:
+                for inner in (*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs):
+                    walk(inner)
+
+    walk(graph)
 
 
 def export(
@@ -295,7 +385,9 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
     plan = make_plan(model, convention, inputs, path.suffix, dynamic, return_attention, batch, seq, shape)
     args, kwargs = plan.args, plan.kwargs
     try:
-        traced_outputs = eager(model, args, kwargs)  # lazy sizes are fixed by one eager call
+        with torch.no_grad():
+            raw = model(*args, **kwargs)  # lazy sizes are fixed by one eager call
+        traced_outputs = flat_tensors(raw)
     except (RuntimeError, MemoryError, ValueError, TypeError) as e:
         shapes = ", ".join(f"{list(a.shape)}" for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
         raise _allocation_error(e) or ExportError(
@@ -303,7 +395,7 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
             f"{' '.join(str(e).split())[:300]}; pass inputs=(args, kwargs) that it takes"
         ) from None
     metadata = deployment_metadata(model, plan.length)
-    output_names = None if convention is None else _output_names(convention, len(traced_outputs), return_attention)
+    output_names = _names_of_outputs(model, convention, raw, len(traced_outputs), return_attention)
     lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
     if lazy:
         raise ExportError(f"{', '.join(lazy[:3])} still have no size; run the model once or give its sizes")
@@ -312,12 +404,15 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
     try:
         refusal = None
         for program in _programs(model, args, kwargs, plan.dynamic_shapes):
+            if var_positional(model) is not None:  # forward(*inputs): torch names them inputs_0, ...
+                _name_inputs(program, input_names(model, len(args)))
             try:
                 if path.suffix == ".pt2":
                     _write_pt2(program, metadata, tmp, path)
                     run = pt2_runner(Path(tmp))
                 else:
-                    _write_onnx(_onnx_program(model, program, args, output_names), metadata, tmp, path)
+                    onnx_program = _onnx_program(model, program, args, output_names)
+                    _write_onnx(onnx_program, metadata, tmp, path, _axes_by_input(model, plan))
                     run = onnx_runner(Path(tmp), model)
                 worst, checked = check_file(model, plan, run, path.suffix, tolerance, _program)
                 break

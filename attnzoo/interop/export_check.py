@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from attnzoo.errors import ExportError
-from attnzoo.interop.export_plan import Plan, eager, input_names
+from attnzoo.interop.export_plan import Plan, eager, flat_tensors, input_names
 
 __all__ = ["check_file", "largest_difference", "pt2_runner", "onnx_runner"]
 
@@ -39,7 +39,7 @@ def pt2_runner(path: Path):
     def run(args: tuple, kwargs: dict) -> list:
         with torch.no_grad():
             out = module(*args, **kwargs)
-        return [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+        return flat_tensors(out)
 
     return run
 

@@ -23,7 +23,17 @@ from attnzoo.core import model_info
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError
 
-__all__ = ["Plan", "make_plan", "fixed_length", "convention_of", "input_names", "var_positional", "eager"]
+__all__ = [
+    "Plan",
+    "make_plan",
+    "fixed_length",
+    "convention_of",
+    "input_names",
+    "var_positional",
+    "eager",
+    "flat_tensors",
+    "output_paths",
+]
 
 
 def _run_max_len(model: Any) -> int | None:
@@ -146,12 +156,44 @@ def _tensors_positional(model: Any, args: tuple, kwargs: dict) -> tuple[tuple, d
     return args, kwargs
 
 
+def flat_tensors(out: Any) -> list:
+    """The tensors of a model's output in torch.export's (pytree's) order: a tensor, or the leaves of
+    nested tuples, lists and dicts (a dict in its own key order), other values left out."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        return [t for value in out.values() for t in flat_tensors(value)]
+    if isinstance(out, (tuple, list)):
+        return [t for value in out for t in flat_tensors(value)]
+    return []
+
+
+def output_paths(out: Any) -> list[str] | None:
+    """The name of each of :func:`flat_tensors`' tensors where the output holds a dict: its keys, joined by
+    ``.`` through nested dicts (a list's place by its index); None for a tensor or a plain tuple."""
+    import torch
+
+    def walk(value: Any, prefix: str) -> list[str]:
+        if isinstance(value, torch.Tensor):
+            return [prefix or "output"]
+        if isinstance(value, Mapping):
+            return [n for k, v in value.items() for n in walk(v, f"{prefix}.{k}" if prefix else str(k))]
+        if isinstance(value, (tuple, list)):
+            return [n for i, v in enumerate(value) for n in walk(v, f"{prefix}.{i}" if prefix else str(i))]
+        return []
+
+    has_dict = isinstance(out, Mapping) or (isinstance(out, (tuple, list)) and any(isinstance(v, Mapping) for v in out))
+    return walk(out, "") if has_dict else None
+
+
 def eager(model: Any, args: tuple, kwargs: dict) -> list:
     import torch
 
     with torch.no_grad():
         out = model(*args, **kwargs)
-    return [o for o in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(o, torch.Tensor)]
+    return flat_tensors(out)
 
 
 @dataclass
@@ -168,6 +210,7 @@ class Plan:
     length: int | None
     open_axes: tuple[str, ...]
     static_axes: tuple[str, ...]
+    axis_names: dict[tuple[int, int], str] | None = None  # (input, axis) -> the open axis's name in the file
 
 
 def make_plan(
@@ -299,7 +342,8 @@ def _keras_plan(model, suffix, dynamic, batch, seq, shape) -> Plan:
         notes.append("fixed: " + ", ".join(fixed))
     rest = var_positional(model) or "inputs"
     opened, static = ("batch", *axes.open.values()), tuple(axes.fixed.values())
-    return Plan(args, {}, checks, {rest: tuple(per_input)}, notes, None, opened, static)
+    names = {**{(i, 0): "batch" for i in range(len(args))}, **axes.open}
+    return Plan(args, {}, checks, {rest: tuple(per_input)}, notes, None, opened, static, names)
 
 
 def _sizes_text(sizes: dict, axes: Any) -> list[str]:

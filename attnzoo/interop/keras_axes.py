@@ -20,7 +20,7 @@ import torch
 
 from attnzoo.errors import ConfigError
 
-__all__ = ["KerasAxes", "keras_axes", "check_shapes", "keras_inputs"]
+__all__ = ["KerasAxes", "keras_axes", "check_shapes", "keras_inputs", "keras_output_names"]
 
 _SPATIAL = {1: ("length",), 2: ("height", "width"), 3: ("depth", "height", "width")}
 
@@ -162,3 +162,30 @@ def keras_inputs(
             x[-1, shape[1] // 2 + 1 :] = 0
         tensors.append(x.to(device))
     return tuple(tensors)
+
+
+def keras_output_names(model: Any) -> list[str]:
+    """The name of each output tensor of a converted Keras model, in the order its returned structure
+    flattens: the Keras layer that makes it (``dense``; ``lstm_1`` for its second output where it makes
+    several) or, for a dict of outputs, its key (``topic``; ``a.b`` nested, ``a.0`` for a list's first)."""
+    ids = [str(call) for call, _ in model.outputs]
+    names = [
+        f"{call}_{index}" if ids.count(call) > 1 else call
+        for call, index in zip(ids, (i for _, i in model.outputs), strict=True)
+    ]
+
+    def walk(shape: Any, prefix: str) -> list[tuple[int, str]]:
+        if isinstance(shape, int):
+            return [(shape, prefix or names[shape])]
+        items = shape.items() if isinstance(shape, dict) else enumerate(shape)
+        named = isinstance(shape, dict) or bool(prefix)  # a plain list of outputs keeps the layers' names
+        return [
+            leaf
+            for key, inner in items
+            for leaf in walk(inner, (f"{prefix}.{key}" if prefix else str(key)) if named else "")
+        ]
+
+    structure = model.output_structure
+    if structure is None:
+        return names
+    return [name for _, name in walk(structure, "")]

@@ -66,6 +66,7 @@ import attnzoo.keras.converters  # noqa: F401 - defines every node class
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.limits import limit, over_limit
 from attnzoo.keras.compiled import CompiledPort, compile_port
+from attnzoo.keras.converters.augmentation import RandomAugmentation
 from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.emit import Emitted, emit
 from attnzoo.keras.layer_keys import module_keys
@@ -184,6 +185,16 @@ class KerasModel(nn.Module):
         """The emitted module's ``forward`` as compiled, which :meth:`forward` calls with this model as
         ``self`` once its inputs are checked."""
         return self._port.forward
+
+    def augmentation(self, enabled: bool = True) -> KerasModel:
+        """Whether ``train()`` applies the model's Keras random augmentation layers (RandomFlip,
+        RandomRotation, RandomZoom, ...; on after conversion, as in Keras's ``fit``). ``False`` makes them the
+        identity in training too, for data augmented before the model; ``eval()`` never augments. A setting
+        of this model object, like ``train()``: not saved. Returns the model."""
+        for module in self.modules():
+            if isinstance(module, RandomAugmentation):
+                module.augment = bool(enabled)
+        return self
 
     @property
     def input_names(self) -> list[str]:

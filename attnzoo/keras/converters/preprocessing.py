@@ -1,5 +1,5 @@
-"""Keras's numeric preprocessing layers inside a model: Rescaling, Normalization, CenterCrop, Resizing, and
-the random augmentation layers, which are the identity at inference.
+"""Keras's numeric preprocessing layers inside a model: Rescaling, Normalization, CenterCrop, Resizing (the
+random augmentation layers are in :mod:`attnzoo.keras.converters.augmentation`).
 
 Their constants travel as the node's buffers: Rescaling's scale and offset (from the config),
 Normalization's mean and variance (adapted ones are the layer's variables; given ones are in the config).
@@ -19,7 +19,7 @@ from attnzoo.keras.arguments import as_tensor, expect_variables
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["Rescaling", "Normalization", "CenterCrop", "Resizing", "Augmentation", "config_array", "aspect_window"]
+__all__ = ["Rescaling", "Normalization", "CenterCrop", "Resizing", "config_array", "aspect_window"]
 
 KERAS_EPSILON = 1e-7  # keras.backend.epsilon(), Normalization's floor on the standard deviation
 
@@ -224,88 +224,3 @@ def convert_resizing(record, arrays, ctx):
     spec["crop_to_aspect_ratio"] = bool(c.get("crop_to_aspect_ratio", False))
     spec["channels_first"] = c.get("data_format", "channels_last") == "channels_first"
     return Converted(spec, {})
-
-
-# Keras's random augmentations: the identity at inference, a random transformation in training
-AUGMENTATIONS = (
-    "RandomRotation",
-    "RandomZoom",
-    "RandomTranslation",
-    "RandomContrast",
-    "RandomBrightness",
-)
-
-
-class Augmentation(Node):
-    """A random augmentation layer (``RandomFlip``, ``RandomRotation``, ...): at inference Keras returns the
-    images (integer images as floats); in training it draws a random transformation, which attnzoo does
-    not convert, so ``model.train()`` makes it an error rather than a silently skipped augmentation."""
-
-    op = "augmentation"
-
-    def __init__(self, *, keras_class: str) -> None:
-        super().__init__()
-        self.keras_class = keras_class
-
-    def compute(self, x, mask):
-        if self.training:
-            raise ValueError(
-                f"{self.keras_class} augments its input in training, which attnzoo converts for inference only "
-                f"(model.eval()); augment the data before the model to train it"
-            )
-        return x if x.is_floating_point() else x.to(torch.get_default_dtype())
-
-
-@keras_layer(*AUGMENTATIONS)
-def convert_augmentation(record, arrays, ctx):
-    expect_variables(arrays, 0, record.class_name)
-    notes = ["the identity at inference; an error in training (model.train())"]
-    return Converted({"op": "augmentation", "keras_class": record.class_name}, {}, notes)
-
-
-_FLIPS = {"horizontal": (True, False), "vertical": (False, True), "horizontal_and_vertical": (True, True)}
-
-
-class RandomFlip(Node):
-    """``RandomFlip``: the identity at inference (integer images as floats); in training each image of the
-    batch is flipped with probability 1/2, left-right (``horizontal``: the width axis) and/or up-down
-    (``vertical``: the height axis). keras 3 draws one coin per image for both axes (``horizontal_and_vertical``
-    turns an image by 180 degrees or leaves it); Keras 2 draws one coin per axis. Images [B, H, W, C]
-    (channels first: [B, C, H, W]) or one image without its batch axis."""
-
-    op = "random_flip"
-
-    def __init__(self, *, mode: str, channels_first: bool = False, coin_per_axis: bool = False) -> None:
-        super().__init__()
-        if mode not in _FLIPS:
-            raise ValueError(f"RandomFlip mode {mode!r}; one of {', '.join(_FLIPS)}")
-        self.mode, self.channels_first, self.coin_per_axis = mode, channels_first, coin_per_axis
-
-    def compute(self, x, mask):
-        x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
-        if not self.training:
-            return x
-        single = x.dim() == 3
-        y = x.unsqueeze(0) if single else x
-        width, height = (-1, -2) if self.channels_first else (-2, -3)
-        coin = torch.rand(y.shape[0], 1, 1, 1, device=y.device) <= 0.5
-        horizontal, vertical = _FLIPS[self.mode]
-        if horizontal:
-            y = torch.where(coin, y.flip(width), y)
-        if vertical:
-            if self.coin_per_axis:
-                coin = torch.rand(y.shape[0], 1, 1, 1, device=y.device) <= 0.5
-            y = torch.where(coin, y.flip(height), y)
-        return y.squeeze(0) if single else y
-
-
-@keras_layer("RandomFlip")
-def convert_random_flip(record, arrays, ctx):
-    expect_variables(arrays, 0, record.class_name)
-    mode = str(record.config.get("mode", "horizontal_and_vertical"))
-    if mode not in _FLIPS:
-        raise Refused(f"mode {mode!r} is not one of {', '.join(_FLIPS)}")
-    spec = {"op": "random_flip", "mode": mode, "coin_per_axis": ctx.major < 3}
-    spec["channels_first"] = record.config.get("data_format", "channels_last") == "channels_first"
-    notes = ["the identity at inference; in training each image flipped with probability 1/2, as Keras does"]
-    return Converted(spec, {}, notes)
