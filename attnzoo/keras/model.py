@@ -63,45 +63,17 @@ import torch
 from torch import Tensor, nn
 
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
-from attnzoo.errors import ConfigError, WeightsError
-from attnzoo.io.limits import limit, over_limit
+from attnzoo.errors import WeightsError
 from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.augmentation import RandomAugmentation
 from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.emit import Emitted, emit
+from attnzoo.keras.graph_check import GRAPH_FORMAT, validate_graph
 from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
-
-GRAPH_FORMAT = 1
-MAX_OUTPUTS = 1024  # outputs one call may have (an RNN's states, a split): an index past it reads nothing
-
-
-def _graph_error(message: str) -> ConfigError:
-    return ConfigError(f"keras_model: the graph config is not valid: {message}")
-
-
-def _check_refs(value: Any, known: dict[str, int | None], where: str) -> None:
-    """Every ``{"ref": [id, index]}`` in ``value`` names an earlier input or call (``known``: id -> how many
-    outputs it has, None where its node decides) and one of its outputs."""
-    if isinstance(value, dict) and "ref" in value:
-        ref = value["ref"]
-        if not (isinstance(ref, list) and len(ref) == 2 and isinstance(ref[0], str) and type(ref[1]) is int):
-            raise _graph_error(f"{where}: a ref must be [call id, index], got {str(ref)[:60]}")
-        if ref[0] not in known:
-            raise _graph_error(f"{where} uses {ref[0]!r}, which no earlier call or input makes")
-        count = known[ref[0]]
-        if ref[1] < 0 or (count is not None and ref[1] >= count) or ref[1] > MAX_OUTPUTS:
-            has = f"has {count} output{'s' if count != 1 else ''}" if count is not None else "has no such output"
-            raise _graph_error(f"{where} reads output {ref[1]} of {ref[0]!r}, which {has}")
-    elif isinstance(value, dict):
-        for v in value.values():
-            _check_refs(v, known, where)
-    elif isinstance(value, list):
-        for v in value:
-            _check_refs(v, known, where)
 
 
 class KerasModel(nn.Module):
@@ -111,7 +83,7 @@ class KerasModel(nn.Module):
 
     def __init__(self, graph: dict[str, Any]) -> None:
         super().__init__()
-        self._validate(graph)
+        validate_graph(graph)
         self.graph = graph
         graph, original = module_keys(graph)
         self.keras_names = {
@@ -200,54 +172,6 @@ class KerasModel(nn.Module):
     def input_names(self) -> list[str]:
         """The Keras model's input names, in its order (exports name their inputs so)."""
         return [str(spec["name"]) for spec in self.inputs_spec]
-
-    @staticmethod
-    def _validate(graph: Any) -> None:
-        if not isinstance(graph, dict):
-            raise _graph_error(f"expected a mapping, got {type(graph).__name__}")
-        if graph.get("format") != GRAPH_FORMAT:
-            raise _graph_error(f"format {graph.get('format')!r}; this attnzoo reads format {GRAPH_FORMAT}")
-        for key, kind in (("inputs", list), ("layers", dict), ("calls", list), ("outputs", list)):
-            if not isinstance(graph.get(key), kind):
-                raise _graph_error(f"{key!r} must be a {kind.__name__}")
-        if not graph["inputs"] or not graph["outputs"]:
-            raise _graph_error("a model needs at least one input and one output")
-        size = len(graph["layers"]) + len(graph["calls"])
-        if size > limit("ATTNZOO_MAX_GRAPH_NODES"):
-            found = f"holds {size:,} layers and calls"
-            raise over_limit("ATTNZOO_MAX_GRAPH_NODES", found, "keras_model: the graph", ConfigError)
-        known: dict[str, int | None] = {}  # id -> how many outputs it has (None: its node says, when it runs)
-        for entry in graph["inputs"]:
-            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-                raise _graph_error(f"input {str(entry)[:60]} has no id")
-            if not isinstance(entry.get("shape"), list) or not entry["shape"]:
-                raise _graph_error(f"input {entry['id']!r} has no shape")
-            known[entry["id"]] = 1
-        for key, spec in graph["layers"].items():
-            if not isinstance(spec, dict) or not isinstance(spec.get("op"), str):
-                raise _graph_error(f"layer {key!r} has no op")
-        for call in graph["calls"]:
-            if not isinstance(call, dict) or not isinstance(call.get("id"), str):
-                raise _graph_error(f"a call {str(call)[:60]} has no id")
-            if call.get("layer") is not None and (
-                not isinstance(call["layer"], (str, int)) or call["layer"] not in graph["layers"]
-            ):
-                raise _graph_error(f"call {call['id']!r} uses layer {call['layer']!r}, which is not in 'layers'")
-            if not isinstance(call.get("args"), list) or not isinstance(call.get("kwargs"), dict):
-                raise _graph_error(f"call {call['id']!r} needs 'args' (a list) and 'kwargs' (a mapping)")
-            _check_refs(call["args"], known, f"call {call['id']!r}")
-            _check_refs(call["kwargs"], known, f"call {call['id']!r}")
-            passed = len(call["args"]) if call["kwargs"].get("outputs") else 1  # a nested model's ins and outs
-            known[call["id"]] = passed if call.get("layer") is None else None
-        for out in graph["outputs"]:
-            if not (isinstance(out, list) and len(out) == 2 and out[0] in known and isinstance(out[1], int)):
-                raise _graph_error(f"output {str(out)[:60]} is not [call id, index] of a call")
-            _check_refs({"ref": out}, known, "the outputs")
-        for key in ("input", "output"):
-            if graph.get(f"{key}_structure") is not None:
-                leaves = _leaves(graph[f"{key}_structure"])
-                if sorted(leaves) != list(range(len(graph[f"{key}s"]))):
-                    raise _graph_error(f"{key}_structure must hold each {key}'s position once, got {leaves}")
 
     # -- inputs ---------------------------------------------------------------------------------------
     def _reference(self) -> Tensor | None:
@@ -416,14 +340,6 @@ class KerasModel(nn.Module):
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)
         return f"inputs=({inputs}), keras_version={self.graph.get('keras_version')!r}"
-
-
-def _leaves(structure: Any) -> list[Any]:
-    if isinstance(structure, dict):
-        return [leaf for value in structure.values() for leaf in _leaves(value)]
-    if isinstance(structure, list):
-        return [leaf for value in structure for leaf in _leaves(value)]
-    return [structure]
 
 
 def _flatten(structure: Any, given: Any) -> list[Any]:

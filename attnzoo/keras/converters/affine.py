@@ -75,8 +75,8 @@ def affine_sample(
 class _Affine(RandomAugmentation):
     """A geometric augmentation: ``matrix(batch, height, width, like)`` [B, 6] for ``affine_sample``."""
 
-    def __init__(self, *, interpolation: str, fill_mode: str, fill_value: float, channels_first: bool) -> None:
-        super().__init__()
+    def _sampled(self, interpolation: str, fill_mode: str, fill_value: float, channels_first: bool) -> None:
+        """How the moved image is read back (the settings every geometric augmentation shares)."""
         if interpolation not in ("bilinear", "nearest") or fill_mode not in FILL_MODES:
             raise ValueError(f"interpolation {interpolation!r}, fill_mode {fill_mode!r}: not Keras's")
         self.interpolation, self.fill_mode, self.fill_value = interpolation, fill_mode, float(fill_value)
@@ -97,8 +97,11 @@ class RandomRotation(_Affine):
 
     op = "random_rotation"
 
-    def __init__(self, *, factor: list[float], **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(
+        self, *, factor: list[float], interpolation: str, fill_mode: str, fill_value: float, channels_first: bool
+    ) -> None:
+        super().__init__()
+        self._sampled(interpolation, fill_mode, fill_value, channels_first)
         self.factor = (float(factor[0]), float(factor[1]))
 
     def matrix(self, batch, height, width, like):
@@ -118,8 +121,18 @@ class RandomZoom(_Affine):
 
     op = "random_zoom"
 
-    def __init__(self, *, height_factor: list[float], width_factor: list[float] | None, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(
+        self,
+        *,
+        height_factor: list[float],
+        width_factor: list[float] | None,
+        interpolation: str,
+        fill_mode: str,
+        fill_value: float,
+        channels_first: bool,
+    ) -> None:
+        super().__init__()
+        self._sampled(interpolation, fill_mode, fill_value, channels_first)
         self.height_factor = (float(height_factor[0]), float(height_factor[1]))
         self.width_factor = None if width_factor is None else (float(width_factor[0]), float(width_factor[1]))
 
@@ -141,8 +154,18 @@ class RandomTranslation(_Affine):
 
     op = "random_translation"
 
-    def __init__(self, *, height_factor: list[float], width_factor: list[float], **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(
+        self,
+        *,
+        height_factor: list[float],
+        width_factor: list[float],
+        interpolation: str,
+        fill_mode: str,
+        fill_value: float,
+        channels_first: bool,
+    ) -> None:
+        super().__init__()
+        self._sampled(interpolation, fill_mode, fill_value, channels_first)
         self.height_factor = (float(height_factor[0]), float(height_factor[1]))
         self.width_factor = (float(width_factor[0]), float(width_factor[1]))
 
