@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from attnzoo.core import create, model_info
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, extra_import_message
 
 if TYPE_CHECKING:
     from attnzoo.conventions import Convention, Sample
@@ -61,8 +61,8 @@ def pyplot():
     """matplotlib's pyplot on the Agg backend (no display needed), or a ConfigError saying how to get it."""
     try:
         import matplotlib
-    except ImportError:
-        raise ConfigError("drawing needs matplotlib: pip install 'attnzoo[train]'") from None
+    except Exception as e:
+        raise ConfigError(extra_import_message("drawing needs matplotlib", "train", e, "matplotlib")) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

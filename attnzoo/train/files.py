@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnzoo.errors import DataError
+from attnzoo.errors import DataError, extra_import_message
 
 __all__ = ["Row", "read_table", "SUFFIXES", "DataError"]
 
@@ -174,8 +174,10 @@ def _read_jsonl(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]
 def _read_parquet(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
     try:
         import pyarrow.parquet as pq
-    except ImportError:
-        raise DataError(f"{file}: reading Parquet needs pyarrow: pip install 'attnzoo[parquet]'") from None
+    except Exception as e:
+        raise DataError(
+            extra_import_message(f"{file}: reading Parquet needs pyarrow", "parquet", e, "pyarrow")
+        ) from None
     table = pq.read_table(file)
     _missing(file, table.column_names, columns)
     for number, record in enumerate(table.select(list(columns)).to_pylist(), start=1):
