@@ -56,7 +56,7 @@ def _serve(monkeypatch, sources: dict[str, str | None], forget: tuple[str, ...] 
 
 
 def _pyplot():
-    from attnzoo.tools.plots import pyplot
+    from attnzoo.io.figures import pyplot
 
     pyplot()
 

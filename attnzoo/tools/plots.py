@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from attnzoo.core import create, model_info
-from attnzoo.errors import ConfigError, extra_import_message
+from attnzoo.errors import ConfigError
+from attnzoo.io.figures import pyplot
 
 if TYPE_CHECKING:
     from attnzoo.conventions import Convention, Sample
@@ -55,18 +56,6 @@ DISTANCE_SEQ = 16
 MAX_HEADS = 4  # weight panels drawn
 POSITION_SCHEMES = ("alibi", "rope", "relpos")
 ALLOWED, HIDDEN = "#1f4e79", "#eeeeee"
-
-
-def pyplot():
-    """matplotlib's pyplot on the Agg backend (no display needed), or a ConfigError saying how to get it."""
-    try:
-        import matplotlib
-    except Exception as e:
-        raise ConfigError(extra_import_message("drawing needs matplotlib", "train", e, "matplotlib")) from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 @dataclass
