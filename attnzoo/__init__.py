@@ -35,7 +35,7 @@ def __getattr__(name: str):
 
         return plot_pattern
     if name == "plot_attention":
-        from attnzoo.tools.attention_map import plot_attention
+        from attnzoo.train.attention_map import plot_attention
 
         return plot_attention
     if name in _SUBPACKAGES:

@@ -34,6 +34,7 @@ __all__ = [
     "KerasWeightsWarning",
     "close_matches",
     "without_colour",
+    "extra_import_message",
 ]
 
 
@@ -143,3 +144,48 @@ def without_colour(text: str) -> str:
     """``text`` without terminal colour codes (torch colours parts of some of its messages): for a message
     that goes to a log, a pipe or a file."""
     return _COLOUR_CODES.sub("", text)
+
+
+def extra_import_message(what: str, extra: str, error: BaseException, *packages: str) -> str:
+    """The message for an optional import that failed: ``what`` the caller needed, then why.
+
+    Where one of ``packages`` is absent (or too old to have a name imported from it), the fix is the
+    extra's pip command: ``"{what}: pip install 'attnzoo[{extra}]'"``. Where it is there but its import
+    raised for another reason (a torchvision built for another torch, a dependency of its own missing),
+    the pip command fixes nothing, so the message carries the underlying exception's type and first line
+    and the module whose import raised it, found at the end of the chain of causes (transformers' lazy
+    module wraps the real error in one of its own).
+    """
+    root = error
+    while root.__cause__ is not None:  # explicit causes only: a __context__ may be the caller's own
+        root = root.__cause__
+    top = {p.partition(".")[0] for p in packages}
+    name = (getattr(root, "name", None) or "").partition(".")[0]
+    if isinstance(root, ImportError) and name in top:
+        if isinstance(root, ModuleNotFoundError):
+            return f"{what}: pip install 'attnzoo[{extra}]'"
+        return f"{what} ({_first_line(root)}): pip install 'attnzoo[{extra}]'"
+    raiser = _importing(root)
+    return (
+        f"{what}, which is installed but failed to import: {type(root).__name__}: {_first_line(root)} "
+        f'(raised while importing {raiser}); `python -c "import {raiser.partition(".")[0]}"` shows the '
+        f"whole error (pip install 'attnzoo[{extra}]' does not fix it)"
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0].strip() if lines else "(no message)"
+
+
+def _importing(error: BaseException) -> str:
+    """The module whose top-level code was running when ``error`` was raised: the innermost ``<module>``
+    frame of its traceback (else the innermost frame's module)."""
+    tb, found, last = error.__traceback__, "", ""
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        last = module or last
+        if tb.tb_frame.f_code.co_name == "<module>" and module:
+            found = module
+        tb = tb.tb_next
+    return found or last or type(error).__module__

@@ -315,7 +315,7 @@ def main() -> int:
         print(f"{'met' if met else 'NOT met'}: {goal}")
     write_json(HERE / "results" / "keras_models.json", {"machine": machine_line(), "results": results, "goals": goals})
     if args.write_docs:
-        update_doc_section(ROOT / "docs" / "keras-migration.md", "keras-models", f"{machine_line()}\n\n{table}")
+        update_doc_section(ROOT / "docs" / "keras-deploy.md", "keras-models", f"{machine_line()}\n\n{table}")
     return 0
 
 

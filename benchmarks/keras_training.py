@@ -141,7 +141,7 @@ def main() -> int:
         HERE / "results" / "keras_training.json", {"machine": machine_line(), "results": results, "goals": goals}
     )
     if args.write_docs:
-        update_doc_section(ROOT / "docs" / "keras-migration.md", "keras-training", f"{machine_line()}\n\n{table}")
+        update_doc_section(ROOT / "docs" / "keras-deploy.md", "keras-training", f"{machine_line()}\n\n{table}")
     return 0
 
 

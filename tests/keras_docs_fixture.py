@@ -1,4 +1,4 @@
-"""Make the model docs/keras-migration.md shows ported in full (run once; the files are committed):
+"""Make the model docs/keras-source.md shows ported in full (run once; the files are committed):
 
     KERAS_BACKEND=torch python tests/keras_docs_fixture.py tests/data/keras_docs
 

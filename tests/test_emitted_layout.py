@@ -216,8 +216,8 @@ def test_the_docs_show_the_review_classifier_s_module_as_written_and_it_predicts
     folder = ROOT / "tests" / "data" / "keras_docs"
     model = convert_keras_model(folder / "review_classifier.keras")
     source = model.to_source()
-    page = (ROOT / "docs" / "keras-migration.md").read_text(encoding="utf-8")
-    shown = page.split("### A whole port, as it is written today", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    page = (ROOT / "docs" / "keras-source.md").read_text(encoding="utf-8")
+    shown = page.split("## A whole port, as it is written today", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert shown == source
     namespace: dict = {}
     exec(compile(source, "review_classifier.py", "exec"), namespace)  # noqa: S102 - the code under test

@@ -403,7 +403,7 @@ def test_convert_keras_writes_a_module_that_runs_nothing_and_prints_control_char
 
 
 def test_the_emitted_modules_pass_ruff_check_isolated(tmp_path):
-    """docs/keras-migration.md says the module passes ``ruff check``: with ruff's own defaults and its import
+    """docs/keras-source.md says the module passes ``ruff check``: with ruff's own defaults and its import
     sorting, for hostile names and for every Keras 2 fixture."""
     for i, payload in enumerate(PAYLOADS[:10:2]):
         text = _payload(payload, tmp_path / "canary")

@@ -142,9 +142,41 @@ def test_plot_attention_draws_from_python_what_the_cli_draws(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = attnzoo.predict(name, text, return_attention=True)
     attnzoo.plot_attention(result, tmp_path / "python.png", title=f"{name}: {text}")
-    cli, python = (matplotlib.image.imread(tmp_path / f) for f in ("cli.png", "python.png"))
+    # the door on the result, where a Python user looks after predict
+    assert result.plot_attention(tmp_path / "method.png", title=f"{name}: {text}") == tmp_path / "method.png"
+    cli, python, method = (matplotlib.image.imread(tmp_path / f) for f in ("cli.png", "python.png", "method.png"))
     assert cli.shape == python.shape and cli.shape[0] > 100
     np.testing.assert_array_equal(cli, python)
+    np.testing.assert_array_equal(cli, method)
+
+
+def test_the_result_s_picture_draws_texts_as_written(tmp_path, monkeypatch):
+    """``result.plot_attention`` labels its rows and columns as the CLI does: the label names with their
+    probabilities, the tokens, each ``$`` escaped so that matplotlib draws it rather than reading mathtext."""
+    import matplotlib.image
+
+    import attnzoo.train.attention_map as attention_map
+    from attnzoo.train.predict import Label, Prediction
+
+    labels = [Label("a", "cost $5", 0.9, True), Label("b", "dog $7", 0.2, False)]
+    attention = torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.5, 0.5]])
+    tokens = ["$5", "and", "$7"]
+    result = Prediction("x", "multilabel", tokens, labels=labels, threshold=0.5, attention=attention, rows=["a", "b"])
+    figures = []
+    drawing = attention_map.attention_figure
+
+    def kept(*args, **kwargs):
+        figures.append(drawing(*args, **kwargs))
+        return figures[-1]
+
+    monkeypatch.setattr(attention_map, "attention_figure", kept)
+    path = result.plot_attention(tmp_path / "labels.png", title="price $x$")
+    ax = figures[0].axes[0]
+    # written out by hand: each name, two spaces, its probability; every $ escaped
+    assert [t.get_text() for t in ax.get_yticklabels()] == [r"cost \$5  0.90", r"dog \$7  0.20"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [r"\$5", "and", r"\$7"]
+    assert ax.get_title() == r"price \$x\$"
+    assert matplotlib.image.imread(path).shape[0] > 100
 
 
 def test_the_picture_functions_are_public_and_import_attnzoo_stays_light():

@@ -12,7 +12,7 @@ import torch
 import attnzoo
 from attnzoo.errors import ConfigError
 from attnzoo.io.text import Vocabulary, tokenize
-from attnzoo.tools.attention_map import attention_figure
+from attnzoo.train.attention_map import attention_figure
 from attnzoo.train.predict import UnknownTokensWarning
 
 from .conftest import run_cli

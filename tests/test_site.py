@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -39,6 +40,17 @@ sys.modules[_spec.name] = site  # dataclasses look their module up while the fil
 _spec.loader.exec_module(site)
 
 ARTIFACTS = ROOT / ".ci" / "artifacts"
+
+
+def _mkdocs_yml() -> dict:
+    """mkdocs.yml as data, its one Python tag (the line that quiets the theme's notice) read as null, not run."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+    return yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)  # noqa: S506 - a SafeLoader
 
 
 def test_every_citation_of_a_built_in_card_has_its_bibtex_entry():
@@ -210,9 +222,7 @@ def test_card_text_renders_as_exactly_that_text_in_markdown():
     """Through the site's own Markdown extensions (tables, attr_list, snippets...), each hostile text of a card
     is the page's text and makes no element, attribute or link; a `|` keeps the row's cells."""
     markdown = pytest.importorskip("markdown")
-    import yaml
-
-    extensions = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["markdown_extensions"]
+    extensions = _mkdocs_yml()["markdown_extensions"]
     names = [e if isinstance(e, str) else next(iter(e)) for e in extensions]
     configs = {next(iter(e)): next(iter(e.values())) for e in extensions if isinstance(e, dict)}
     configs["pymdownx.snippets"] = {**configs["pymdownx.snippets"], "base_path": [str(ROOT / "docs")]}
@@ -323,7 +333,7 @@ def hostile_site(tmp_path_factory):
     summaries = {"evil": " ".join(HOSTILE[:2] + HOSTILE[6:]), "evil_include": '--8<-- "secret.txt"'}
     for name, summary in summaries.items():
         (top / "registry" / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "summary": summary, **card}))
-    real = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    real = _mkdocs_yml()
     config = {key: real[key] for key in ("site_name", "theme", "markdown_extensions", "use_directory_urls")}
     config |= {"strict": True, "hooks": [str(ROOT / "docs" / "hooks" / "site.py")], "plugins": ["search"]}
     config["nav"] = [{"Home": "index.md"}, {"Variants": "variants/index.md"}]
@@ -373,7 +383,7 @@ def built_site(tmp_path_factory):
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
-        env={**env, "NO_MKDOCS_2_WARNING": "1"},
+        env={k: v for k, v in env.items() if k != "NO_MKDOCS_2_WARNING"},  # mkdocs.yml quiets the theme itself
         capture_output=True,
         text=True,
         timeout=900,
@@ -386,11 +396,14 @@ def built_site(tmp_path_factory):
 
 @pytest.mark.slow
 def test_the_strict_build_prints_no_notice_and_no_warning(built_site):
-    """Built as .ci/run and docs/index.md build it: no end-of-life notice of the theme, no warning, and the
-    API's signatures formatted (ruff, of the docs extra, is there)."""
+    """Built as .ci/run and docs/index.md build it, with no NO_MKDOCS_2_WARNING in the environment: no
+    end-of-life notice of the theme, no warning, and the API's signatures formatted (ruff, of the docs extra,
+    is there). Every line is one of the build's own (mkdocs's levels, or the variant pages' timing)."""
     log = (built_site.parent / "build.log").read_text()
-    for unwanted in ("end of life", "Zensical", "Formatting signatures requires", "WARNING"):
+    for unwanted in ("end of life", "Zensical", "NO_MKDOCS_2_WARNING", "Formatting signatures requires", "WARNING"):
         assert unwanted not in log, log[-3000:]
+    strays = [line for line in log.splitlines() if line.strip() and not line.startswith(("INFO", "DEBUG"))]
+    assert not strays, strays[:10]
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
@@ -528,14 +541,20 @@ def test_the_site_opens_from_disk(built_site):
             base = home.rsplit("/", 1)[0] + "/"
             nav = _nav_pages(page, home, base)
             assert len(nav) >= len(attnzoo.list_models()) + 10, nav[:5]
-            lost = []
+            lost, folders = [], set()
             for url in nav:
                 page.goto(url, wait_until="load")
                 if not url.endswith(".html") or not page.query_selector("article h1"):
                     lost.append(f"{url}: {page.title()!r}")
                 else:  # and read as when served: pictures, formulas, tables
                     lost += _pictures_problems(page, url) + _readable(page, url)
+                # every link of the page (the theme's logo and home link included) lands on a file
+                for link in page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)"):
+                    target = urllib.parse.urldefrag(link)[0]
+                    if target.startswith("file://") and not Path(urllib.request.url2pathname(target[7:])).is_file():
+                        folders.add(f"{url} -> {link}")
             assert not lost, "from disk:\n" + "\n".join(lost[:20])
+            assert not folders, "links that land on no file from disk:\n" + "\n".join(sorted(folders)[:20])
         finally:
             browser.close()
 

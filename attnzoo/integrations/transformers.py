@@ -59,7 +59,7 @@ import weakref
 from typing import Any
 
 from attnzoo.core import create, model_info
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, extra_import_message
 from attnzoo.integrations import backend_name, backend_variants
 from attnzoo.layers.attend import AttendHeads
 
@@ -68,9 +68,11 @@ try:
     import transformers
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
-except ImportError as e:  # pragma: no cover - the extra is missing
+except Exception as e:  # the extra is missing, too old, or there but failing to import (said apart)
     raise ImportError(
-        f"attnzoo.integrations.transformers needs transformers>=5 ({e}): pip install 'attnzoo[transformers]'"
+        extra_import_message(
+            "attnzoo.integrations.transformers needs transformers>=5", "transformers", e, "transformers", "torch"
+        )
     ) from e
 
 if int(transformers.__version__.split(".")[0]) < 5:  # pragma: no cover - an old transformers

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from attnzoo.core.record import RunRecord
-from attnzoo.errors import ConfigError, ExportError, without_colour
+from attnzoo.errors import ConfigError, ExportError, extra_import_message, without_colour
 from attnzoo.interop.export_check import check_file, onnx_runner, pt2_runner
 from attnzoo.interop.export_plan import (
     convention_of,
@@ -256,8 +256,10 @@ def _onnx_program(model, program, args, output_names):
     try:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401
-    except ImportError:
-        raise ExportError("ONNX export needs onnx and onnxscript: pip install 'attnzoo[export]'") from None
+    except Exception as e:
+        raise ExportError(
+            extra_import_message("ONNX export needs onnx and onnxscript", "export", e, "onnx", "onnxscript")
+        ) from None
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.filterwarnings("ignore", message=".*axis name.*")  # the exporter's naming notes

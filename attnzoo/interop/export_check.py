@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnzoo.errors import ExportError
+from attnzoo.errors import ExportError, extra_import_message
 from attnzoo.interop.export_plan import Plan, eager, flat_tensors, input_names
 
 __all__ = ["check_file", "largest_difference", "pt2_runner", "onnx_runner"]
@@ -50,8 +50,10 @@ def onnx_runner(path: Path, model: Any):
 
     try:
         import onnxruntime
-    except ImportError:
-        raise ExportError("checking an ONNX file needs onnxruntime: pip install 'attnzoo[export]'") from None
+    except Exception as e:
+        raise ExportError(
+            extra_import_message("checking an ONNX file needs onnxruntime", "export", e, "onnxruntime")
+        ) from None
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
     def run(args: tuple, kwargs: dict) -> list:

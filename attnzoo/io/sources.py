@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.errors import ConfigError, WeightsError, extra_import_message
 from attnzoo.io.limits import LIMITS
 from attnzoo.io.limits import limit as max_bytes
 
@@ -96,9 +96,9 @@ def hub_url(repo: str, filename: str) -> tuple[str, dict[str, str]]:
     """The download URL and headers of a file on the Hub (``org/repo[@revision]``), through huggingface_hub."""
     try:
         import huggingface_hub
-    except ImportError:
+    except Exception as e:
         raise ConfigError(
-            "weights from the Hugging Face Hub need huggingface_hub: pip install 'attnzoo[hub]'"
+            extra_import_message("weights from the Hugging Face Hub need huggingface_hub", "hub", e, "huggingface_hub")
         ) from None
     repo_id, _, revision = repo.partition("@")
     try:  # HF_ENDPOINT (a mirror) is read now, not when huggingface_hub was imported

@@ -33,6 +33,7 @@ import torch
 
 from attnzoo.core import create, model_info
 from attnzoo.errors import ConfigError
+from attnzoo.io.figures import pyplot
 
 if TYPE_CHECKING:
     from attnzoo.conventions import Convention, Sample
@@ -55,18 +56,6 @@ DISTANCE_SEQ = 16
 MAX_HEADS = 4  # weight panels drawn
 POSITION_SCHEMES = ("alibi", "rope", "relpos")
 ALLOWED, HIDDEN = "#1f4e79", "#eeeeee"
-
-
-def pyplot():
-    """matplotlib's pyplot on the Agg backend (no display needed), or a ConfigError saying how to get it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ConfigError("drawing needs matplotlib: pip install 'attnzoo[train]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 @dataclass

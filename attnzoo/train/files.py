@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnzoo.errors import DataError
+from attnzoo.errors import DataError, extra_import_message
 
 __all__ = ["Row", "read_table", "iter_table", "SUFFIXES", "DataError"]
 
@@ -193,8 +193,10 @@ def _json_record(file: Path, number: int, line: str, columns: Sequence[str]) -> 
 def _read_parquet(file: Path, columns: Sequence[str]) -> Iterator[tuple[dict, int]]:
     try:
         import pyarrow.parquet as pq
-    except ImportError:
-        raise DataError(f"{file}: reading Parquet needs pyarrow: pip install 'attnzoo[parquet]'") from None
+    except Exception as e:
+        raise DataError(
+            extra_import_message(f"{file}: reading Parquet needs pyarrow", "parquet", e, "pyarrow")
+        ) from None
     parquet = pq.ParquetFile(file)
     _missing(file, parquet.schema_arrow.names, columns)
     number = 0

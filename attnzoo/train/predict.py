@@ -9,9 +9,9 @@ names and descriptions where the data set has them), the decision threshold (mul
 phoneme inventory (G2P). The model is a pretrained name (``bilstm_labelwise.wordnet``), a run folder or
 weights file written by ``attnzoo train`` or ``attnzoo.save``, or a module that carries such metadata.
 
-``attnzoo.plot_attention(result, path)`` (:mod:`attnzoo.tools.attention_map`) draws the weights the model put on
-each token: one row per label with its probability (threshold marked), or the phoneme-to-letter
-alignment for G2P, with a colour bar.
+``result.plot_attention(path)`` (or ``attnzoo.plot_attention(result, path)``; :mod:`attnzoo.train.attention_map`)
+draws the weights the model put on each token: one row per label with its probability (threshold marked),
+or the phoneme-to-letter alignment for G2P, with a colour bar.
 """
 
 from __future__ import annotations
@@ -66,6 +66,14 @@ class Prediction:
     attention: torch.Tensor | None = None  # [rows, tokens], with return_attention
     rows: list[str] = field(default_factory=list)  # what each attention row is
     warnings: list[str] = field(default_factory=list)
+
+    def plot_attention(self, path: str | Path, title: str = "") -> Path:
+        """Draw this prediction's attention into ``path`` (.png, .pdf, .svg): the picture ``attnzoo predict
+        --attention`` draws, labels (with their probabilities and the threshold) or phonemes down, tokens
+        across, texts drawn as written. Needs ``predict(..., return_attention=True)`` and matplotlib."""
+        from attnzoo.train.attention_map import plot_attention
+
+        return plot_attention(self, path, title)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the fields that mean something for this output kind."""

@@ -693,7 +693,7 @@ def _licence(text: str) -> str:
 
 def _example(name: str) -> tuple[list[str], dict[str, bytes]]:
     """The attention of the pretrained model on a real input, drawn as ``attnzoo predict --attention``."""
-    from attnzoo.tools.attention_map import attention_figure
+    from attnzoo.train.attention_map import attention_figure
 
     model = create(name, pretrained=True)
     kind = (getattr(model, "attnzoo_metadata", None) or {}).get("output")

@@ -38,7 +38,6 @@ def run(args: argparse.Namespace) -> int:
     import warnings
 
     from attnzoo.errors import UnknownTokensWarning
-    from attnzoo.tools.attention_map import plot_attention
     from attnzoo.train.predict import predict
 
     if args.attention:
@@ -79,6 +78,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result.render())  # printable: render() escapes the labels
     if args.attention:
-        path = plot_attention(result, args.attention, title=f"{args.name}: {text}")
+        path = result.plot_attention(args.attention, title=f"{args.name}: {text}")
         print(f"attention map: {path}", file=sys.stderr)
     return 0

@@ -1,5 +1,6 @@
 """A prediction's attention drawn as a heat map (``attnzoo predict --attention out.png``,
-``attnzoo.plot_attention(result, path)``): rows are labels or phonemes, columns the tokens or letters."""
+``result.plot_attention(path)``, ``attnzoo.plot_attention(result, path)``: one code path for the three):
+rows are labels or phonemes, columns the tokens or letters."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from attnzoo.errors import ConfigError
+from attnzoo.io.figures import pyplot
 
 if TYPE_CHECKING:
     from attnzoo.train.predict import Prediction
-
-from attnzoo.tools.plots import pyplot
 
 __all__ = ["attention_figure", "plot_attention", "as_written"]
 
