@@ -118,12 +118,23 @@ def require_data(available: bool, what: str) -> None:
 
 # Files whose cases are independent of each other and share no costly module fixture: their cases are
 # spread over the workers one by one. Every other file stays whole on one worker (its module fixtures,
-# a Keras training run among them, are built once), as ``--dist loadfile`` kept them; the conformance
-# kit's thousand cases on one worker were the suite's longest single queue.
+# a Keras training run among them, are built once), as ``--dist loadfile`` keeps them; the conformance
+# kit's thousand cases on one worker were the suite's longest single queue. (A scheduler of our own:
+# ``--dist loadgroup`` reads groups from node ids that pytest 9 no longer lets xdist rewrite.)
 SPREAD_FILES = {"test_conformance.py", "test_fuzz.py", "test_attention_core.py"}
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name not in SPREAD_FILES:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from pathlib import PurePosixPath
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrCaseScheduling(LoadScopeScheduling):
+        """A file is one unit of work, but for SPREAD_FILES, whose every case is one."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if PurePosixPath(path).name in SPREAD_FILES else path
+
+    return FileOrCaseScheduling(config, log)
