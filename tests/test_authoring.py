@@ -56,6 +56,7 @@ def _attnzoo(site, *args):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
 
 
+@pytest.mark.slow
 def test_the_plugin_guides_editable_install_picks_up_an_edit_without_reinstalling(tmp_path):
     pytest.importorskip("editables", reason="hatchling's editable installs need the editables package")
     project = tmp_path / "my-plugin"

@@ -56,6 +56,7 @@ def test_bench_shows_progress_on_a_terminal_and_nothing_elsewhere():
     assert "MEDIAN ms" in proc.stdout.decode()
 
 
+@pytest.mark.slow
 def test_bench_json_is_one_record_per_case():
     proc = run_cli(
         "bench",

@@ -172,6 +172,7 @@ def straight(data, tmp_path_factory):
     return train(_recipe(data), output=out, baseline=False, quiet=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["atomic_write_text", "_remove_all_but"])
 def test_a_run_killed_in_a_save_resumes_to_the_uninterrupted_result(data, straight, tmp_path, monkeypatch, where):
     """Killed in epoch 2's save, before its pointer is written or just after: --resume trains on from the last

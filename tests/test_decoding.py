@@ -35,6 +35,7 @@ def trained(page):
     return namespace["model"]
 
 
+@pytest.mark.slow
 def test_the_page_trains_a_model_that_counts(trained):
     prompt = torch.tensor([[5, 6, 7, 8]])
     assert trained.generate(prompt, 24)[0].tolist() == [(5 + i) % 32 for i in range(28)]

@@ -173,6 +173,7 @@ def _declared(model, source: str) -> Counter[str]:
     return Counter(classes.values())
 
 
+@pytest.mark.slow
 def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_of_at_most_100(tmp_path):
     """Every Keras file under tests/data that converts (Keras 2 .h5 files, Keras 3 archives of text,
     structured data, ConvLSTM and keras-hub layers), with no layer's settings written as a dict; each one of

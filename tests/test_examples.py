@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_tour_runs_end_to_end():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "tour.py")], capture_output=True, text=True, timeout=600, cwd=ROOT

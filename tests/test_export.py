@@ -51,6 +51,7 @@ def test_the_mask_is_an_input_of_the_exported_graph(tmp_path):
         assert not torch.allclose(program(x, mask), program(x, torch.ones_like(mask)))
 
 
+@pytest.mark.slow
 def test_a_pt2_program_takes_tensors_positionally_and_flags_and_context_by_name(tmp_path):
     """As the layer is called: ``program(x, mask)``; ``return_attention`` and the keyword-only context of a
     cross-attention card stay keywords."""

@@ -506,6 +506,7 @@ def _card_folder(tmp_path, name: str, module: str, source: str, factory: str, co
     }
 
 
+@pytest.mark.slow
 def test_an_untraceable_models_export_error_keeps_torchs_reason_and_no_colour_codes(tmp_path):
     env = _card_folder(tmp_path, "untraceable", "untraceable_layer", UNTRACEABLE, "Untraceable", "sequence_to_sequence")
     for suffix in (".onnx",):  # the ONNX exporter's error: torch.export's, wrapped in coloured advice

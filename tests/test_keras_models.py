@@ -280,6 +280,7 @@ def test_an_unsupported_model_lists_every_layer_it_cannot_convert(oracle, tmp_pa
         assert [p["layer"].split("_")[0] for p in caught.value.layers] == ["lambda", "mystery"]
 
 
+@pytest.mark.slow
 def test_a_converted_model_saves_and_loads_without_keras_installed(oracle, tmp_path):
     folder = convert_both(oracle, tmp_path / "k", name="transformer", seed=3, batches=[[5, 6]])
     code = f"""
@@ -342,6 +343,7 @@ def test_keras2_fixtures_cover_the_version_specific_semantics():
     assert '"time_major"' in json.dumps(config)  # the key keras 3 cannot load, read here
 
 
+@pytest.mark.slow
 def test_seed004_converts_through_an_installed_plugin_hook(oracle, tmp_path):
     """The example plugin, pip-installed, registers its Keras layer through attnzoo_register_keras_layers."""
     from .test_plugins import EXAMPLE, _pip_install

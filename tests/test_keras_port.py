@@ -103,6 +103,7 @@ def test_the_port_trains_exactly_the_variables_keras_trains(keras_runs):
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable)
 
 
+@pytest.mark.slow
 def test_dropout_in_recurrent_layers_is_keras_s_in_distribution(keras_runs):
     """Keras's LSTM with dropout and recurrent_dropout (a mask per gate, kept for the whole sequence) and
     GRU with dropout: the mean and variance of each output over 400 training calls, ours against Keras's."""
@@ -167,6 +168,7 @@ def test_the_dropout_family_acts_in_train_mode_with_keras_s_formulas():
             assert model.eval()(x) is not None and torch.equal(model(x), x)  # the identity at inference
 
 
+@pytest.mark.slow
 def test_logits_drops_only_a_final_squashing_and_says_so(keras_runs):
     io = _io(keras_runs, "masked_text")
     probabilities = convert_keras_model(keras_runs / "masked_text.keras")
@@ -184,12 +186,14 @@ def test_logits_drops_only_a_final_squashing_and_says_so(keras_runs):
         convert_keras_model(keras_runs / "masked_text.keras", logits="yes")
 
 
+@pytest.mark.slow
 def test_an_output_without_a_squashing_is_left_as_it_is(keras_runs):
     model = convert_keras_model(keras_runs / "rnn_dropout.keras", logits=True)
     assert all("no sigmoid or softmax; left as it is" in line for line in model.keras_report.outputs)
     assert len(model.keras_report.outputs) == 2
 
 
+@pytest.mark.slow
 def test_the_emitted_source_loads_the_folder_s_weights_and_predicts_the_same_without_keras(keras_runs, tmp_path):
     for name in ("masked_text", "conv_classes", "rnn_dropout"):
         model = convert_keras_model(keras_runs / f"{name}.keras")
@@ -230,6 +234,7 @@ for name, cls in (("masked_text", "MaskedText"), ("conv_classes", "ConvClasses")
             np.testing.assert_allclose(got[f"arr_{k}"], w.numpy(), rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_emitted_source_is_torch_where_keras_is_plain_torch(keras_runs):
     source = convert_keras_model(keras_runs / "masked_text.keras").to_source()
     assert "class MaskedText(nn.Module):" in source
@@ -260,6 +265,7 @@ def test_the_cli_writes_logits_and_the_source_and_the_kit_checks_the_folder(kera
     assert statuses["padding"] == "passed" and statuses["fully_masked"] == "passed"
 
 
+@pytest.mark.slow
 def test_the_kit_finds_a_port_whose_padding_leaks(keras_runs, tmp_path):
     """The same folder with the LSTM told to ignore its mask: the padding property fails."""
     import yaml
@@ -279,6 +285,7 @@ def test_the_kit_finds_a_port_whose_padding_leaks(keras_runs, tmp_path):
     assert report["padding"].status == "failed"
 
 
+@pytest.mark.slow
 def test_numpy_inputs_are_taken_as_keras_takes_them(keras_runs):
     io = _io(keras_runs, "masked_text")
     model = convert_keras_model(keras_runs / "masked_text.keras")

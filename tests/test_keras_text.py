@@ -97,6 +97,7 @@ def test_texts_come_as_a_list_an_array_or_one_per_row():
         model("one text, not a list")
 
 
+@pytest.mark.slow
 def test_a_string_model_saves_and_loads_and_runs_without_tensorflow_or_keras(tmp_path):
     code = f"""
 import sys

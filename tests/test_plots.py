@@ -134,6 +134,7 @@ def test_what_cannot_be_drawn_is_a_clear_error(tmp_path):
         attnzoo.plot_pattern("local_self", tmp_path / "x.png", window=0)
 
 
+@pytest.mark.slow
 def test_plot_attention_draws_from_python_what_the_cli_draws(tmp_path):
     import matplotlib.image
 

@@ -181,6 +181,7 @@ def test_example_plugin_lists_with_its_provider(sites):
     assert info["models"] == ["example:gated_pool"] and info["version"] == "0.1.0"
 
 
+@pytest.mark.slow
 def test_example_plugin_creates_and_its_device_reaches_its_hook(sites):
     proc = run(
         sites["healthy"],
@@ -201,6 +202,7 @@ def test_example_plugin_creates_and_its_device_reaches_its_hook(sites):
     assert proc.returncode == 0 and "dummy forward" in proc.stdout, proc.stderr
 
 
+@pytest.mark.slow
 def test_an_unknown_device_that_nobody_places_is_a_config_error(sites):
     proc = run(
         sites["healthy"],
@@ -229,6 +231,7 @@ def test_listing_with_plugins_does_not_import_torch(sites):
     assert proc.stdout.strip() == "False", proc.stderr
 
 
+@pytest.mark.slow
 def test_the_example_plugin_adds_a_verb_through_the_commands_hook(sites):
     proc = cli(sites["healthy"], "example-devices", "--count", "2", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -291,6 +294,7 @@ def verb_site(tmp_path_factory):
     return root / "site"
 
 
+@pytest.mark.slow
 def test_a_plugin_verb_cannot_take_a_built_in_one_and_a_raising_hook_is_recorded(verb_site):
     proc = cli(verb_site, "hello", "world")
     assert proc.returncode == 0 and proc.stdout.strip() == "hello world", proc.stderr
@@ -328,6 +332,7 @@ def test_broken_plugins_are_reported_and_everything_else_works(sites):
     assert infos["example"]["status"] == "loaded" and not infos["example"]["problems"]
 
 
+@pytest.mark.slow
 def test_each_problem_is_reported_once_naming_its_plugin(sites):
     proc = run(
         sites["crowded"],
@@ -345,6 +350,7 @@ def test_each_problem_is_reported_once_naming_its_plugin(sites):
         assert sum(f"plugin '{plugin}'" in line for line in lines) == 1, (plugin, lines)
 
 
+@pytest.mark.slow
 def test_builtins_and_healthy_plugins_still_create(sites):
     proc = run(
         sites["crowded"],
@@ -396,6 +402,7 @@ def test_strict_mode_raises_at_the_first_problem(sites):
     assert proc.returncode == 1 and "plugin 'broken'" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_strict_mode_covers_hook_calls_after_loading(sites):
     proc = run(
         sites["crowded"],
@@ -445,6 +452,7 @@ def test_switches_are_read_at_call_time(sites):
     assert proc.stdout.split() == ["True", "False"], proc.stderr
 
 
+@pytest.mark.slow
 def test_a_plugin_may_override_on_purpose(tmp_path):
     project = _project(
         tmp_path / "src",
@@ -745,6 +753,7 @@ def test_a_variant_that_exits_or_hangs_fails_the_check_and_the_others_are_still_
     assert reports["square"]["ok"], failed["square"]
 
 
+@pytest.mark.slow
 def test_a_variant_that_changes_global_state_leaves_the_next_one_unharmed(broken_site):
     code = """
         import torch

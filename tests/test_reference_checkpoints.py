@@ -150,6 +150,7 @@ def _save_like_laat(model, path):
     )
 
 
+@pytest.mark.slow
 def test_laat_checkpoint_converts_and_predicts_what_laat_predicts(tmp_path):
     reference = LaatReference(vocab=30, labels=[6]).eval()
     path = tmp_path / "checkpoint.pkl"

@@ -79,6 +79,7 @@ def _debris(folder: Path) -> list[str]:
     return inside + beside
 
 
+@pytest.mark.slow
 def test_overwrite_killed_at_every_step_leaves_the_old_or_the_new_model(tmp_path):
     old, new = _model(0), _model(1)
     want_old, want_new = old.state_dict(), new.state_dict()
@@ -99,6 +100,7 @@ def test_overwrite_killed_at_every_step_leaves_the_old_or_the_new_model(tmp_path
     assert seen == {"old", "new"} and k > 5  # the kills landed before and after the switch
 
 
+@pytest.mark.slow
 def test_a_new_folder_killed_at_every_step_is_whole_or_absent_and_a_plain_retry_works(tmp_path):
     model = _model(2)
     want = model.state_dict()

@@ -128,6 +128,7 @@ def test_a_csv_recipe_learns_keyword_labels_and_its_run_folder_loads_predicts_an
     assert names == {"food", "travel"}, shown.stdout
 
 
+@pytest.mark.slow
 def test_a_run_folder_is_not_trained_over_without_being_asked(trained):
     folder, _ = trained
     recipe = complete_recipe(
@@ -143,6 +144,7 @@ def test_a_run_folder_is_not_trained_over_without_being_asked(trained):
     assert (folder / "run" / "config.yaml").read_bytes() == before
 
 
+@pytest.mark.slow
 def test_flags_jsonl_single_label_and_early_stopping(tmp_path):
     rows = [(text, labels[0] if labels else "none") for text, labels in _synthetic(500, 5) if len(labels) <= 1]
     with open(tmp_path / "train.jsonl", "w", encoding="utf-8") as f:
@@ -265,6 +267,7 @@ def test_the_wordnet_preset_through_csv_files_scores_what_the_preset_scores(tmp_
     assert scored["micro_f1"] == pytest.approx(got, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_train_without_the_train_extra_says_so_before_any_work(tmp_path):
     """sklearn (the baseline) and tqdm are the train extra; a missing one is named at once, exit 2."""
     from .conftest import run_python

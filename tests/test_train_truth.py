@@ -122,6 +122,7 @@ def test_the_ensemble_joiner_prints_the_subset_it_really_scored(tmp_path, monkey
     assert f"subset[{test_rows}]" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_command_line_piped_into_a_log_says_each_warning_once_and_draws_no_progress_bar(tmp_path):
     """``attnzoo train ... 2>&1 | tee log``: the small-validation warning once, one plain line per epoch, no
     carriage returns (a bar redrawn in place is for terminals), and no precision@5 for a 4-label task
