@@ -175,7 +175,7 @@ def check_against_keras(
         probes.append((layer.name, list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]))
     if probes:
         flat = [t for _, outs in probes for t in outs]
-        every = _keras_predict(keras.Model(original.input, flat), feed, length)
+        every = _keras_predict(keras.Model(_keras_inputs(original), flat), feed, length)
         at = 0
         diffs = {}
         for name, outs in probes:
@@ -191,6 +191,16 @@ def check_against_keras(
                 result.layers.append((call["id"], diffs[call["id"]]))
         result.first_divergence = next(((n, d) for n, d in result.layers if d > tolerance), None)
     return result
+
+
+def _keras_inputs(original: Any) -> Any:
+    """The Keras model's symbolic inputs, nested as it takes them. A Sequential has ``inputs`` (from its
+    ``keras.Input`` or its first call) but no ``input``."""
+    try:
+        return original.input
+    except AttributeError:
+        inputs = list(original.inputs)
+        return inputs if len(inputs) > 1 else inputs[0]
 
 
 def _keras_predict(model: Any, feed: Any, length: int) -> list[Any]:

@@ -366,6 +366,8 @@ class KerasModel(nn.Module):
         runs, returning its variables instead of its result; an output nothing reads is None."""
         port = self._port
         variables = self._run(port.every, port.filename, inputs)
+        # an output nothing reads is unpacked into ``_``, which every such output shares: None, not its value
+        variables.pop("_", None)
         values: dict[str, list[Any]] = {}
         for spec in self.inputs_spec:
             values[spec["id"]] = [variables.get(name) for name in self.emitted.outputs[spec["id"]]]
