@@ -152,6 +152,8 @@ def _convert_layer(
     record: LayerRecord, file: KerasFile, calls: list[Call], table: ConverterTable, ctx: Context
 ) -> tuple[Converted | None, list[np.ndarray], list[str]]:
     """One layer's node and state (or None), its variables, and why each converter tried refused it."""
+    if record.refused is not None:  # reading the graph refused it already (a TF operation it cannot state)
+        return None, [], [record.refused]
     if is_operation(record):
         try:
             return convert_operation(record, [], ctx), [], []
@@ -290,7 +292,8 @@ def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, An
                 bound = layer.get("input_dim", layer.get("num_tokens"))
                 entry["vocab"] = min(entry.get("vocab", bound), bound)
                 if layer["op"] == "embedding" and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
-                    entry["dtype"] = "int32"
+                    # ids then; floats as the file declared them are taken too, cast as Keras casts them
+                    entry["dtype"], entry["keras_dtype"] = "int32", entry["dtype"]
         out.append(entry)
     return out
 
