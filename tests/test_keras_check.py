@@ -16,6 +16,8 @@ import torch
 import attnzoo
 from attnzoo.cli import main
 
+from .conftest import ROOT
+
 
 def _keras(monkeypatch):
     monkeypatch.setenv("KERAS_BACKEND", "torch")
@@ -89,3 +91,33 @@ def test_check_passes_on_keras_io_models(build, tmp_path, monkeypatch, capsys):
     with torch.no_grad():
         got = converted(*[torch.from_numpy(x) for x in inputs])
     np.testing.assert_allclose(got.numpy(), np.asarray(want), atol=1e-5, rtol=1e-5)
+
+
+# -- --reference: the predictions of the Keras that wrote the file, where keras 3 cannot load it ---------------
+KERAS2 = ROOT / "tests" / "data" / "keras2"
+
+
+def _reference(tmp_path, shift: float = 0.0):
+    """tf_keras's stored predictions of hard_sigmoid_lstm.h5 (which keras 3 cannot load), as a user saves them."""
+    stored = np.load(KERAS2 / "expected.npz")
+    path = tmp_path / f"reference_{shift}.npz"
+    x, y = stored["hard_sigmoid_lstm/0/in/0"], stored["hard_sigmoid_lstm/0/out/0"]
+    np.savez(path, **{"in/0": x, "out/0": y + shift})
+    return path
+
+
+@pytest.mark.slow  # the process's first conversion: some seconds of imports
+def test_check_compares_with_the_predictions_passed(tmp_path, capsys):
+    out, file = tmp_path / "out", str(KERAS2 / "hard_sigmoid_lstm.h5")
+    argv = ["convert-keras", file, "--check", "--json", "-o", str(out), "--reference", str(_reference(tmp_path))]
+    assert main(argv) == 0
+    check = json.loads(capsys.readouterr().out)["check"]
+    assert check["ran"] and check["against"] == "reference" and max(check["outputs"]) < 1e-5, check
+    assert (out / "config.yaml").exists()
+    wrong = str(_reference(tmp_path, 1e-3))
+    assert main(["convert-keras", file, "--check", "-o", str(tmp_path / "no"), "--reference", wrong]) == 1
+    err = capsys.readouterr().err
+    assert "differs from the predictions of --reference by 0.001" in err and "nothing was written" in err
+    assert not (tmp_path / "no").exists()
+    assert main(["convert-keras", file, "-o", str(tmp_path / "u"), "--reference", wrong]) == 2
+    assert "add --check" in capsys.readouterr().err
