@@ -164,6 +164,8 @@ def _convert_layer(
     arrays = file.weights.arrays(record.path, order) or []
     reasons: list[str] = []
     for entry in candidates:
+        for call in calls if entry.positional else []:  # keyword forms of positional arguments, in their places
+            call.args, call.kwargs = entry.positional_call(call.args, call.kwargs)
         extra = sorted({arg for call in calls for arg in entry.allows(call.kwargs)})
         if extra:
             reasons.append(f"{_who(entry)}: call argument(s) {', '.join(extra)} are not supported")
@@ -280,18 +282,31 @@ def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
     return [list(a.shape) for a in arrays]
 
 
+# layers that look their input up as ids, which Keras casts to int32 whatever the input's dtype (keras-io's
+# translator feeds keras.Input's default float32 to a TokenAndPositionEmbedding)
+_ID_TABLES = ("embedding", "keras_hub_token_and_position_embedding")
+
+
 def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for spec, ref in graph.inputs:
         entry: dict[str, Any] = {"id": ref.call, "name": spec.name, "shape": spec.shape, "dtype": spec.dtype}
+        same = [[ref.call, 0]]  # the input, and the passes of it into nested models
         for call in calls:  # an integer input read by Embeddings (CategoryEncodings): the smallest bounds the ids
             first = call["args"][0] if call["args"] else None
+            if (
+                call["layer"] is None
+                and len(call["args"]) == 1
+                and isinstance(first, dict)
+                and first.get("ref") in same
+            ):
+                same.append([call["id"], 0])
             layer = layers.get(call["layer"] or "")
-            reads_ids = layer and layer["op"] in ("embedding", "category_encoding")
-            if isinstance(first, dict) and first.get("ref") == [ref.call, 0] and reads_ids:
+            reads_ids = layer and layer["op"] in (*_ID_TABLES, "category_encoding")
+            if isinstance(first, dict) and first.get("ref") in same and reads_ids:
                 bound = layer.get("input_dim", layer.get("num_tokens"))
                 entry["vocab"] = min(entry.get("vocab", bound), bound)
-                if layer["op"] == "embedding" and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
+                if layer["op"] in _ID_TABLES and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
                     # ids then; floats as the file declared them are taken too, cast as Keras casts them
                     entry["dtype"], entry["keras_dtype"] = "int32", entry["dtype"]
         out.append(entry)
