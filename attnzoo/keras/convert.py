@@ -319,7 +319,14 @@ def _no_converter(record: LayerRecord, own: bool) -> str:
         return "a Lambda layer's function is Python code, which attnzoo does not run; make it a layer"
     if own:
         return f"no converter for Keras's {record.class_name}"
-    return f"a custom layer; no converter is registered as {' or '.join(map(repr, record_keys(record)))}"
+    keys = " or ".join(map(repr, record_keys(record)))
+    if (record.module or "").startswith("keras_hub") or (record.registered_name or "").startswith("keras_hub>"):
+        return (
+            f"keras-hub's {record.class_name}, which attnzoo does not convert (it converts keras-hub's "
+            f"TransformerEncoder, TransformerDecoder, TokenAndPositionEmbedding, PositionEmbedding and "
+            f"SinePositionEncoding); a converter registered as {keys} converts it"
+        )
+    return f"a custom layer; no converter is registered as {keys}"
 
 
 def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> UnsupportedKerasLayerError:

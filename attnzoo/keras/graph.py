@@ -539,13 +539,36 @@ def _needed(graph: KerasGraph) -> KerasGraph:
     return graph
 
 
+_CUSTOM_LAYERS = "attnzoo_register_keras_layers (docs/keras-migration.md, 'Custom layers: a converter from a plugin')"
+
+
+def _not_a_graph(config: dict[str, Any]) -> str:
+    """Why a saved model that is neither Sequential nor functional is not converted, and what to do."""
+    name = str(config.get("class_name"))[:80]
+    registered = config.get("registered_name") if isinstance(config.get("registered_name"), str) else None
+    module = config.get("module") if isinstance(config.get("module"), str) else ""
+    if module.startswith("keras_hub") or (registered or "").startswith("keras_hub>"):
+        return (
+            f"the file holds keras-hub's {name}, a keras-hub model, which attnzoo does not convert yet (keras-hub's "
+            f"layers TransformerEncoder, TransformerDecoder, TokenAndPositionEmbedding, PositionEmbedding and "
+            f"SinePositionEncoding convert). To go on: save it as a plain functional model, "
+            f"keras.Model(model.input, model.output).save('plain.keras'), and convert that: each layer attnzoo "
+            f"does not convert is then named, and converts through a converter registered with {_CUSTOM_LAYERS}"
+        )
+    key = registered or name
+    return (
+        f"the file holds {name!r} ({key}), a subclassed Keras model: its call() is Python code, which the file "
+        f"does not hold, so it has no graph to read. Rebuild it as a functional model (keras.Model(inputs, "
+        f"outputs) over the same layers) and save that; or call it inside one (inputs = keras.Input(...); "
+        f"keras.Model(inputs, model(inputs))) and register a converter for {key!r} with {_CUSTOM_LAYERS}"
+    )
+
+
 def parse_model(config: dict[str, Any], where: str, *, keras3: bool = True) -> KerasGraph:
     """The flat graph of a Keras model config (the ``{"class_name", "config"}`` record of the model);
     ``keras3``: order the calls as keras 3 runs them (Keras 2 has no order-dependent behaviour)."""
     if config.get("class_name") not in MODEL_CLASSES:
-        raise WeightsError(
-            f"{where}: the file holds a {config.get('class_name')!r}, not a Keras model (Sequential or functional)"
-        )
+        raise WeightsError(f"{where}: {_not_a_graph(config)}")
     builder = _Builder(where, keras3)
     inputs, outputs = builder.model(config, LayerPath((), (), ()), "", None, "", 0)
     if not inputs:
