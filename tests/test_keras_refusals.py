@@ -1,9 +1,10 @@
-"""Every refusal of a Keras file names what it refuses and says what to do.
+"""Every refusal of a Keras file names what it refuses and says what to do; what a file sets that the
+converted model does not do by itself (a mixed-precision policy, training=True calls) is said once.
 
 The files are tests/data/keras_hub/translator.keras (keras-io's translator: keras-hub layers and a Dense,
 made once with keras 3 and keras-hub) with its config.json edited in tmp_path into what a user's file holds:
 a keras-hub model class, a subclassed model, a keras-hub layer attnzoo does not convert, a Dense with a
-registered custom activation. No Keras is needed.
+registered custom activation, a mixed_float16 policy, a call with training=True. No Keras is needed.
 """
 
 from __future__ import annotations
@@ -88,3 +89,29 @@ def test_a_custom_activation_says_how_to_convert_the_layers_that_use_it(tmp_path
     line = next(line for line in str(info.value).splitlines() if line.startswith("  dense_1"))
     assert "'my_pkg>my_act' is not a built-in Keras activation" in line
     assert "'keras>ClassName'" in line and HOOK in line and "custom_layers=" in line and DOCS in line
+
+
+# -- what a file sets that the converted model does not do by itself: said once ------------------------------
+def test_a_mixed_precision_policy_and_training_calls_are_said_once(tmp_path, capsys):
+    from attnzoo.cli import main
+
+    def mixed_and_mc_dropout(_, layers):
+        policy = {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "mixed_float16"}}
+        for layer in layers.values():
+            if layer["class_name"] != "InputLayer":
+                layer["config"]["dtype"] = {**policy, "registered_name": None}
+        layers["transformer_encoder_2"]["inbound_nodes"][0]["kwargs"]["training"] = True
+
+    file = _edited(tmp_path, mixed_and_mc_dropout)
+    report = convert_keras_model(file).keras_report
+    (policy, training) = report.notes
+    assert "mixed_float16" in policy and "computes in float32" in policy and "float16 rounding" in policy
+    assert "training=True" in training and "transformer_encoder_2" in training and "model.train()" in training
+    row = next(row for row in report.rows if row["layer"] == "transformer_encoder_2")
+    assert any("training=True" in note for note in row["notes"])
+    assert main(["convert-keras", str(file), "--json", "-o", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == report.notes
+    assert main(["convert-keras", str(file), "-o", str(tmp_path / "out2")]) == 0
+    assert capsys.readouterr().out.count("mixed_float16") == 1
+    plain = convert_keras_model(TRANSLATOR).keras_report
+    assert plain.notes == []

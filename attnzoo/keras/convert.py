@@ -59,17 +59,20 @@ class ConversionReport:
     keras_version: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about the whole model: a dtype policy, training=True calls
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "keras_version": self.keras_version,
+            "notes": self.notes,
             "layers": self.rows,
             "outputs": self.outputs,
         }
 
     def to_text(self) -> str:
         lines = [f"{self.source} (Keras {self.keras_version}): {len(self.rows)} layers"]
+        lines += [f"  note: {note}" for note in self.notes]
         for row in self.rows:
             variables = ", ".join(row["variables"]) or "no variables"
             lines.append(f"  {row['layer']} ({row['class']}) -> {row['node']}: {variables}")
@@ -226,6 +229,7 @@ def build_graph(
         report.rows[-1]["notes"] = converted.notes + ([] if keras["trainable"] else ["frozen (trainable: false)"])
     if problems:
         raise _unsupported(file, problems)
+    _policy_notes(graph, calls_of, report)
     calls = [
         {"id": c.id, "layer": keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
         for c in graph.calls
@@ -245,6 +249,38 @@ def build_graph(
     if graph.output_structure is not None:
         config["output_structure"] = graph.output_structure
     return config, state, report
+
+
+def _policy(record: LayerRecord) -> str | None:
+    """The name of a layer's dtype policy (``mixed_float16``), Keras 2's ``Policy`` or keras 3's
+    ``DTypePolicy`` record; None for a plain dtype."""
+    dtype = record.config.get("dtype")
+    if isinstance(dtype, dict) and isinstance(dtype.get("config"), dict):
+        name = dtype["config"].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _policy_notes(graph: KerasGraph, calls_of: dict[str, list[Call]], report: ConversionReport) -> None:
+    """What the file sets that the converted model does not do by itself, said once: a mixed-precision
+    policy (computed in float32 here), calls with ``training=True`` in the graph (Monte Carlo dropout)."""
+    mixed = sorted({p for r in graph.layers.values() if (p := _policy(r)) and p.startswith("mixed_")})
+    if mixed:
+        report.notes.append(
+            f"the file's dtype policy {', '.join(mixed)}: Keras computes in {mixed[0].split('_', 1)[1]} with "
+            f"float32 variables; the converted model computes in float32 (the variables as saved), so it "
+            f"differs from Keras's predictions by {mixed[0].split('_', 1)[1]} rounding"
+        )
+    training = [key for key, calls in calls_of.items() if any(c.kwargs.get("training") is True for c in calls)]
+    if training:
+        names = ", ".join(training)
+        report.notes.append(
+            f"called with training=True in the graph (Monte Carlo dropout): {names}; Keras runs those calls in "
+            f"training mode at inference too, the converted model only under model.train() (the whole model)"
+        )
+        for row in report.rows:
+            if row["layer"] in training:
+                row["notes"].append("called with training=True: in training mode only under model.train()")
 
 
 def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:
