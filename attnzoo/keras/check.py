@@ -225,8 +225,9 @@ def check_against_keras(
     result = CheckResult([_max_diff(o.numpy(), np.asarray(t)) for o, t in zip(ours, theirs, strict=True)])
     result.tolerance, result.length = tolerance, length
     probes = []
+    graph = _graph_nodes(original)
     for layer in original.layers:
-        nodes = getattr(layer, "_inbound_nodes", [])
+        nodes = [n for n in getattr(layer, "_inbound_nodes", []) if graph is None or id(n) in graph]
         if len(nodes) != 1 or layer.name not in traced or type(layer).__name__ == "InputLayer":
             continue
         outputs = nodes[0].outputs if hasattr(nodes[0], "outputs") else nodes[0].output_tensors
@@ -249,6 +250,16 @@ def check_against_keras(
                 result.layers.append((call["id"], diffs[call["id"]]))
         result.first_divergence = next(((n, d) for n, d in result.layers if d > tolerance), None)
     return result
+
+
+def _graph_nodes(original: Any) -> set[int] | None:
+    """The ids of the Keras nodes of the model's own graph (a loaded Sequential's layers also keep the nodes
+    of its earlier builds); None where Keras does not say."""
+    functional = getattr(original, "_functional", None) or original
+    by_depth = getattr(functional, "_nodes_by_depth", None)
+    if not isinstance(by_depth, dict):
+        return None
+    return {id(node) for nodes in by_depth.values() for node in nodes}
 
 
 def _keras_inputs(original: Any) -> Any:
