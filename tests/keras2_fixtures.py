@@ -7,8 +7,9 @@ Each case is a small model saved with Keras 2's ``model.save("x.h5")``, weights 
 values, and ``expected.npz`` holds the inputs and Keras 2's outputs (``<case>/<batch>/in/<i>``,
 ``<case>/<batch>/out/<k>``). The cases are the ones whose semantics differ between Keras 2 and 3:
 hard_sigmoid, GRU with reset_after=False, a masked Bidirectional (its config carries time_major),
-MultiHeadAttention over fully masked rows, 'same' average pooling, nested and shared models, and keras-io's
-lstm_seq2seq (``initial_state`` recorded as extra tensors of one inbound node).
+MultiHeadAttention over fully masked rows, 'same' average pooling, nested and shared models, keras-io's
+lstm_seq2seq (``initial_state`` recorded as extra tensors of one inbound node), the ``TFOpLambda`` /
+``SlicingOpLambda`` layers tensor code writes, float ids into an Embedding, and CuDNNLSTM / CuDNNGRU.
 """
 
 from __future__ import annotations
@@ -153,6 +154,63 @@ def keras_io_rows():
     yield "keras_io_sequences", keras.Model([features, words], [y, sentences]), [inputs]
 
 
+def tf_op_rows():
+    """What tf.keras 2 writes for tensor code between layers: ``x + y``, ``tf.*`` calls and slices become
+    ``TFOpLambda`` / ``SlicingOpLambda`` layers named by their TF function; float ids into an Embedding (a
+    Keras 2 ``Input(shape=(T,))`` is float32), which Keras 2 casts to int32 (truncation toward zero)."""
+    import tensorflow as tf
+
+    frames = keras.Input((6, 4))
+    dense = layers.Dense(4)(frames)
+    x = dense + frames  # a residual: tf.__operators__.add
+    scaled = tf.math.multiply(x, 2.0)
+    shifted = 1.0 - tf.nn.relu(x)  # a number on the left of a difference
+    flat = tf.reshape(scaled, (-1, 24))
+    sliced = [x[:, 1:4, ::2], x[:, -1], x[..., 0], x[:, None, 1:3]]
+    joined = tf.concat([tf.expand_dims(x, 1), tf.expand_dims(-dense, 1)], axis=1)
+    third = tf.nn.relu(x) / 3
+    pooled = tf.reduce_mean(tf.transpose(tf.math.square(x), perm=[0, 2, 1]), axis=-1, keepdims=True)
+    gate = tf.nn.softmax(tf.matmul(x, tf.transpose(dense, perm=[0, 2, 1])), axis=-1)
+    leaky = tf.where(x > 0.0, x, 0.5 * x)  # a number on the left of a product
+    outputs = [x, shifted, third, flat, *sliced, joined, pooled, gate, leaky, tf.cast(x > 0.0, "float32")]
+    batch = rng.standard_normal((4, 6, 4)).astype("float32")
+    batch[1, 3:] = 0.0  # padded frames: on the right, on the left, fully
+    batch[2, :2] = 0.0
+    batch[3] = 0.0
+    yield "tf_op_lambda", keras.Model(frames, outputs), [[batch]]
+    ids_in = keras.Input((6,))  # float32, as Keras 2 declares it
+    embedded = layers.Embedding(20, 5, mask_zero=True)(ids_in)
+    plain = layers.Embedding(20, 3)(ids_in)
+    model = keras.Model(ids_in, [layers.LSTM(4)(embedded), layers.Flatten()(plain)])
+    float_ids = ids(5, 6).astype("float32")
+    float_ids[0, :2] = [2.9, 7.2]  # Keras 2 truncates: rows 2 and 7
+    yield "float_id_embedding", model, [[float_ids]]
+
+
+def cudnn_rows():
+    """``CuDNNLSTM`` and ``CuDNNGRU`` (tf.keras 2's GPU-only layers, saved here without running them) and
+    the expected outputs from their CPU equivalents in tf_keras: an LSTM whose bias is the sum of the
+    CuDNN layer's input and recurrent biases, a GRU(reset_after=True, recurrent_activation="sigmoid")
+    whose [2, 3u] bias is the CuDNN one's two halves."""
+    from tf_keras.src.layers.rnn.cudnn_gru import CuDNNGRU
+    from tf_keras.src.layers.rnn.cudnn_lstm import CuDNNLSTM
+
+    def build(lstm, gru, **gru_options):
+        seq = keras.Input((None, 3))
+        return keras.Model(seq, [lstm(4, return_sequences=True)(seq), gru(5, go_backwards=True, **gru_options)(seq)])
+
+    cudnn = build(CuDNNLSTM, CuDNNGRU)
+    cpu = build(layers.LSTM, layers.GRU, reset_after=True, recurrent_activation="sigmoid")
+    for layer in cudnn.layers[1:]:
+        layer.set_weights([_moved(w, v.name) for w, v in zip(layer.get_weights(), layer.weights, strict=True)])
+    lstm, gru = cudnn.layers[1].get_weights(), cudnn.layers[2].get_weights()
+    cpu.layers[1].set_weights([lstm[0], lstm[1], lstm[2][:16] + lstm[2][16:]])
+    cpu.layers[2].set_weights([gru[0], gru[1], gru[2].reshape(2, 15)])
+    seq = rng.standard_normal((3, 7, 3)).astype("float32")
+    seq[1, 4:] = 0.0  # zero frames at the end (CuDNN layers take no mask)
+    return cudnn, cpu, [[seq]]
+
+
 def _moved(value: np.ndarray, name: str) -> np.ndarray:
     """A weight off its initial value (a variance kept positive, an integer count left alone)."""
     if value.dtype.kind != "f":
@@ -166,16 +224,20 @@ def main(out: str, only: list[str] | None = None) -> None:
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "expected.npz")
     expected = dict(np.load(path)) if only and os.path.exists(path) else {}
-    for name, model, batches in [*cases(), *seq2seq_cases(), *keras_io_rows()]:
+    cudnn, cpu, cudnn_batches = cudnn_rows()
+    rows = [*cases(), *seq2seq_cases(), *keras_io_rows(), *tf_op_rows(), ("cudnn_rnn", cudnn, cudnn_batches)]
+    for name, model, batches in rows:
         if only and name not in only:
             continue
-        for layer in model.layers:
-            weights = layer.get_weights()
-            if weights:
-                layer.set_weights([_moved(w, v.name) for w, v in zip(weights, layer.weights, strict=True)])
+        if model is not cudnn:  # its weights are moved already, and copied into its CPU equivalent
+            for layer in model.layers:
+                weights = layer.get_weights()
+                if weights:
+                    layer.set_weights([_moved(w, v.name) for w, v in zip(weights, layer.weights, strict=True)])
         model.save(os.path.join(out, f"{name}.h5"))
+        runs = cpu if model is cudnn else model  # CuDNN kernels need a GPU: their CPU equivalent predicts
         for b, inputs in enumerate(batches):
-            outputs = model.predict(inputs if len(inputs) > 1 else inputs[0], verbose=0)
+            outputs = runs.predict(inputs if len(inputs) > 1 else inputs[0], verbose=0)
             outputs = outputs if isinstance(outputs, list) else [outputs]
             for i, x in enumerate(inputs):
                 expected[f"{name}/{b}/in/{i}"] = x

@@ -179,9 +179,11 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
     structured data, ConvLSTM and keras-hub layers), with no layer's settings written as a dict; each one of
     tensor inputs also computes what the converted model computes. No recorded Keras operation is a declared
     layer, a Concatenate or global pooling only where its mask comes from a node call, and the modules
-    declare at most the 225 layers measured when Keras's LSTM and GRU became nn.LSTM / nn.GRU and padding,
-    cropping, UpSampling and pooling became torch expressions (234 before, when the stateless nodes became
-    expressions; 253 before that)."""
+    declare at most the 241 layers measured when the fixtures of issue 55 came (the tf.keras 2 files' Dense,
+    two Embeddings, LSTM, CuDNNLSTM and CuDNNGRU: 6 layers, their TF operations expressions; keras-io's
+    keyword translator's two embeddings, encoder, decoder and Dense in .keras and .h5: 10); 225 when
+    Keras's LSTM and GRU became nn.LSTM / nn.GRU and padding, cropping, UpSampling and pooling became torch
+    expressions (234 before, when the stateless nodes became expressions; 253 before that)."""
     written = compared = 0
     declared: Counter[str] = Counter()
     for file in FIXTURES:
@@ -203,7 +205,7 @@ def test_every_fixture_s_emitted_module_passes_ruff_format_and_check_with_lines_
             declared += counted
     assert written >= 35 and compared >= 25, (written, compared)
     assert declared["Operation"] == 0 and declared["Concatenate"] + declared["GlobalPool"] <= 7, declared
-    assert sum(declared.values()) <= 225, declared
+    assert sum(declared.values()) <= 241, declared
     for arguments in (
         ["format", "--isolated", "--check"],
         ["format", "--isolated", "--check", "--line-length", "120"],

@@ -176,8 +176,8 @@ def test_a_legacy_h5_whose_model_config_nests_deep_is_a_weights_error(tmp_path):
 
 
 def test_the_documented_limits_are_the_code_s():
-    """docs/keras-migration.md states the archive's limits; they are these constants."""
-    text = " ".join((ROOT / "docs" / "keras-migration.md").read_text().split())
+    """docs/keras-source.md states the archive's limits; they are these constants."""
+    text = " ".join((ROOT / "docs" / "keras-source.md").read_text().split())
     assert keras_archive.MAX_CONFIG_BYTES == 64 << 20 and "`config.json` up to 64 MiB" in text
     assert keras_archive.MAX_METADATA_BYTES == 1 << 20 and "`metadata.json` up to 1 MiB" in text
     assert keras_archive.MAX_ASSETS_BYTES == 1 << 30 and "the assets up to 1 GiB together" in text

@@ -39,7 +39,9 @@ SHORTHANDS = {
     "SeparableConv1D/2D": ["SeparableConv1D", "SeparableConv2D"],
     "DepthwiseConv1D/2D": ["DepthwiseConv1D", "DepthwiseConv2D"],
 }
-GRAPH_CLASSES = {"InputLayer"}  # read by the graph itself (the model's inputs), not by a converter
+# read by the graph itself, not by a converter: the model's inputs, and tf.keras 2's tensor code between layers
+# (attnzoo/keras/tf_ops.py reads each as the keras 3 operation it is)
+GRAPH_CLASSES = {"InputLayer", "TFOpLambda", "SlicingOpLambda"}
 TRAINING = re.compile(r"\btrain(ing|\(\))?\b")
 
 

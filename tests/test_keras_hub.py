@@ -146,3 +146,27 @@ def test_the_emitted_source_of_keras_hub_and_text_models_predicts_the_same(file)
         want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,), strict=True
     ):
         assert torch.equal(w, g)
+
+
+def test_keras_io_s_keyword_call_forms_are_what_the_fixture_holds():
+    """keras-io's translator calls ``TransformerEncoder(...)(inputs=x)`` and ``TransformerDecoder(...)(
+    decoder_sequence=x, encoder_sequence=y)`` (no positional argument at all) on keras.Input's float32 ids;
+    it converts (test above) and takes those float ids as Keras does."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(HUB / "keyword_translator.keras") as archive:
+        text = archive.read("config.json").decode()
+    nodes = {
+        layer["class_name"]: layer["inbound_nodes"][0]
+        for model in [
+            json.loads(text)["config"],
+            *[layer["config"] for layer in json.loads(text)["config"]["layers"] if layer["class_name"] == "Functional"],
+        ]
+        for layer in model["layers"]
+        if layer["class_name"] in ("TransformerEncoder", "TransformerDecoder")
+    }
+    assert nodes["TransformerEncoder"]["args"] == [] and "inputs" in nodes["TransformerEncoder"]["kwargs"]
+    assert nodes["TransformerDecoder"]["args"] == []
+    assert {"decoder_sequence", "encoder_sequence"} <= set(nodes["TransformerDecoder"]["kwargs"])
+    assert EXPECTED["keyword_translator/0/in/0"].dtype == np.float32

@@ -494,11 +494,15 @@ def test_a_saved_graph_cannot_make_loading_reach_the_network(oracle, tmp_path):
 @pytest.mark.slow
 def test_cli_check_says_when_keras_itself_cannot_load_a_keras2_file(tmp_path):
     """keras 3 refuses Keras 2 .h5 files with an LSTM ("time_major"); attnzoo converts them, and --check says
-    there is no Keras to compare with rather than passing silently."""
+    there is no Keras to compare with rather than passing silently: the folder is written, the check marked
+    as not run, in the report and in --json."""
     from .conftest import run_cli
 
     file = str(KERAS2 / "hard_sigmoid_lstm.h5")
     proc = run_cli("convert-keras", file, "-o", str(tmp_path / "checked"), "--check")
-    assert proc.returncode == 1 and "cannot load" in proc.stderr and "time_major" in proc.stderr, proc.stderr
-    assert not (tmp_path / "checked").exists()
-    assert run_cli("convert-keras", file, "-o", str(tmp_path / "plain")).returncode == 0
+    assert proc.returncode == 0, proc.stderr
+    assert "not checked: Keras" in proc.stdout and "cannot load" in proc.stdout and "time_major" in proc.stdout
+    assert "--reference FILE.npz" in proc.stdout and (tmp_path / "checked" / "config.yaml").exists()
+    proc = run_cli("convert-keras", file, "-o", str(tmp_path / "json"), "--check", "--json")
+    check = json.loads(proc.stdout)["check"]
+    assert check["ran"] is False and "time_major" in check["reason"] and "outputs" not in check

@@ -46,7 +46,13 @@ def activation_of(config: Mapping[str, Any], key: str, ctx: Context, default: st
     value = config.get(key, default)
     name = canonical_activation(value, ctx.major)
     if name is None:
-        raise Refused(f"{key} {value!r} is not a built-in Keras activation")
+        shown = value.get("config") if isinstance(value, dict) and isinstance(value.get("config"), str) else value
+        raise Refused(
+            f"{key} {shown!r} is not a built-in Keras activation: a custom activation's code is not in the file. "
+            f"Convert the layers that use it with a converter of your own, registered for the layer's class "
+            f"('keras>ClassName') through the attnzoo_register_keras_layers hook or convert_keras_model(..., "
+            f"custom_layers=...) (docs/keras-migration.md, 'Custom layers'): it is asked before attnzoo's own"
+        )
     return name
 
 

@@ -5,8 +5,10 @@ on the left and in the middle, of a length the model takes (``--length N``, by d
 16, 32, ... that the converted model runs: strided convolutions and pools need longer inputs); every
 top-level layer's output is compared with the converted graph's, in the order the graph runs, and the
 first layer whose output differs by more than the tolerance is named with the difference. A failure of
-Keras itself is a ``WeightsError`` carrying Keras's reason, its ANSI codes removed. Keras is imported
-here and nowhere else, and only when asked.
+Keras itself is a ``WeightsError`` carrying Keras's reason, its ANSI codes removed. A file Keras cannot load
+(keras 3 and a Keras 2 LSTM's ``time_major``) is not compared: the result says so and why. A user's own
+predictions (``--reference FILE.npz``: the inputs and Keras's outputs) are compared instead of running
+Keras. Keras is imported here and nowhere else, and only when asked.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import torch
 
 from attnzoo.errors import WeightsError
 
-__all__ = ["CheckResult", "check_against_keras", "padded_inputs", "input_shape", "working_length", "open_length"]
+__all__ = ["CheckResult", "check_against_keras", "check_against_reference", "padded_inputs", "input_shape"]
+__all__ += ["working_length", "open_length"]
 
 PATTERNS = ("full", "right", "left", "middle")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -34,10 +37,23 @@ class CheckResult:
     first_divergence: tuple[str, float] | None = None
     tolerance: float = 1e-5
     length: int = 8  # the inputs' length on open axes
+    against: str = "keras"  # what the outputs were compared with: "keras", "reference" (a user's .npz), "nothing"
+    reason: str | None = None  # why nothing was compared (Keras cannot load the file)
+
+    @property
+    def ran(self) -> bool:
+        return self.against != "nothing"
 
     @property
     def ok(self) -> bool:
         return all(d <= self.tolerance for d in self.outputs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``--json`` prints: ``ran`` false with the reason where nothing was compared."""
+        if not self.ran:
+            return {"ran": False, "reason": self.reason}
+        record = {"ran": True, "against": self.against, "outputs": self.outputs, "layers": self.layers}
+        return {**record, "tolerance": self.tolerance, "length": self.length}
 
 
 _WORDS = ("the", "cat", "sat", "on", "a", "mat", "Dog!", "ran,", "far.", "zebra", "qux", "É")
@@ -129,13 +145,53 @@ def _max_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(ours[finite] - theirs[finite]).max()) if finite.any() else 0.0
 
 
+def check_against_reference(reference: str | Path, model: Any, *, tolerance: float = 1e-5) -> CheckResult:
+    """Run ``model`` on the inputs of ``reference``, an ``.npz`` of the model's inputs (``in/0``, ``in/1``,
+    ... in its input order) and the predictions to match (``out/0``, ... in its output order), as a user
+    saves them from the Keras that reads the file: ``np.savez(f, **{"in/0": x, "out/0": model.predict(x)})``."""
+    try:
+        with np.load(reference, allow_pickle=False) as stored:
+            arrays = {key: stored[key] for key in stored.files}
+    except (OSError, ValueError) as e:
+        raise WeightsError(f"--reference {reference}: not an .npz of arrays ({e})") from None
+    inputs = [arrays[f"in/{i}"] for i in range(len(arrays)) if f"in/{i}" in arrays]
+    wanted = [arrays[f"out/{k}"] for k in range(len(arrays)) if f"out/{k}" in arrays]
+    if len(inputs) != len(model.inputs_spec) or not wanted:
+        raise WeightsError(
+            f"--reference {reference}: holds {len(inputs)} input(s) and {len(wanted)} output(s) as in/0, in/1, ... "
+            f"and out/0, ...; the model takes {len(model.inputs_spec)} input(s)"
+        )
+    try:
+        with torch.no_grad():
+            ours = _flat(model(*[_as_model_input(x) for x in inputs]))
+    except ValueError as e:
+        raise WeightsError(f"--reference {reference}: the converted model cannot run its inputs: {e}") from None
+    if len(ours) != len(wanted):
+        raise WeightsError(f"--reference {reference}: holds {len(wanted)} output(s); the model returns {len(ours)}")
+    result = CheckResult([_max_diff(o.numpy(), w) for o, w in zip(ours, wanted, strict=True)], tolerance=tolerance)
+    shape = inputs[0].shape
+    result.against, result.length = "reference", int(shape[1]) if len(shape) > 1 else 1
+    return result
+
+
 def check_against_keras(
-    path: str | Path, model: Any, *, tolerance: float = 1e-5, seed: int = 0, length: int | None = None
+    path: str | Path,
+    model: Any,
+    *,
+    tolerance: float = 1e-5,
+    seed: int = 0,
+    length: int | None = None,
+    reference: str | Path | None = None,
 ) -> CheckResult:
     """Run ``model`` (converted from ``path``) and Keras's own load of ``path`` on the same padded inputs,
-    of ``length`` steps along every open axis (default: :func:`working_length`)."""
+    of ``length`` steps along every open axis (default: :func:`working_length`). With ``reference``, compare
+    with the predictions it holds instead (:func:`check_against_reference`). Where Keras cannot load the
+    file, nothing is compared: the result says so (``ran`` is False) and why."""
     import importlib.util
     import os
+
+    if reference is not None:
+        return check_against_reference(reference, model, tolerance=tolerance)
 
     if importlib.util.find_spec("keras") is None:
         raise WeightsError(
@@ -150,10 +206,12 @@ def check_against_keras(
     try:
         original = keras.saving.load_model(str(path), compile=False)
     except Exception as e:  # noqa: BLE001 - Keras's own refusal, reported as such
-        raise WeightsError(
-            f"Keras {keras.__version__} cannot load {path} itself ({type(e).__name__}: "
-            f"{' '.join(str(e).split())[:300]}), so there is nothing to compare with"
-        ) from None
+        reason = (
+            f"Keras {keras.__version__} cannot load {Path(path).name} itself ({type(e).__name__}: "
+            f"{' '.join(_ANSI.sub('', str(e)).split())[:300]}), so there is nothing to run beside the converted "
+            f"model; pass --reference FILE.npz with the predictions of the Keras that wrote it to compare with"
+        )
+        return CheckResult([], tolerance=tolerance, against="nothing", reason=reason)
     length = working_length(model, seed) if length is None else length
     inputs = padded_inputs(model, length=length, seed=seed)
     feed = _keras_feed(model, inputs)
@@ -167,15 +225,16 @@ def check_against_keras(
     result = CheckResult([_max_diff(o.numpy(), np.asarray(t)) for o, t in zip(ours, theirs, strict=True)])
     result.tolerance, result.length = tolerance, length
     probes = []
+    graph = _graph_nodes(original)
     for layer in original.layers:
-        nodes = getattr(layer, "_inbound_nodes", [])
+        nodes = [n for n in getattr(layer, "_inbound_nodes", []) if graph is None or id(n) in graph]
         if len(nodes) != 1 or layer.name not in traced or type(layer).__name__ == "InputLayer":
             continue
         outputs = nodes[0].outputs if hasattr(nodes[0], "outputs") else nodes[0].output_tensors
         probes.append((layer.name, list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]))
     if probes:
         flat = [t for _, outs in probes for t in outs]
-        every = _keras_predict(keras.Model(original.input, flat), feed, length)
+        every = _keras_predict(keras.Model(_keras_inputs(original), flat), feed, length)
         at = 0
         diffs = {}
         for name, outs in probes:
@@ -191,6 +250,26 @@ def check_against_keras(
                 result.layers.append((call["id"], diffs[call["id"]]))
         result.first_divergence = next(((n, d) for n, d in result.layers if d > tolerance), None)
     return result
+
+
+def _graph_nodes(original: Any) -> set[int] | None:
+    """The ids of the Keras nodes of the model's own graph (a loaded Sequential's layers also keep the nodes
+    of its earlier builds); None where Keras does not say."""
+    functional = getattr(original, "_functional", None) or original
+    by_depth = getattr(functional, "_nodes_by_depth", None)
+    if not isinstance(by_depth, dict):
+        return None
+    return {id(node) for nodes in by_depth.values() for node in nodes}
+
+
+def _keras_inputs(original: Any) -> Any:
+    """The Keras model's symbolic inputs, nested as it takes them. A Sequential has ``inputs`` (from its
+    ``keras.Input`` or its first call) but no ``input``."""
+    try:
+        return original.input
+    except AttributeError:
+        inputs = list(original.inputs)
+        return inputs if len(inputs) > 1 else inputs[0]
 
 
 def _keras_predict(model: Any, feed: Any, length: int) -> list[Any]:

@@ -59,17 +59,20 @@ class ConversionReport:
     keras_version: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # about the whole model: a dtype policy, training=True calls
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "keras_version": self.keras_version,
+            "notes": self.notes,
             "layers": self.rows,
             "outputs": self.outputs,
         }
 
     def to_text(self) -> str:
         lines = [f"{self.source} (Keras {self.keras_version}): {len(self.rows)} layers"]
+        lines += [f"  note: {note}" for note in self.notes]
         for row in self.rows:
             variables = ", ".join(row["variables"]) or "no variables"
             lines.append(f"  {row['layer']} ({row['class']}) -> {row['node']}: {variables}")
@@ -134,6 +137,8 @@ def _convert_layer(
     record: LayerRecord, file: KerasFile, calls: list[Call], table: ConverterTable, ctx: Context
 ) -> tuple[Converted | None, list[np.ndarray], list[str]]:
     """One layer's node and state (or None), its variables, and why each converter tried refused it."""
+    if record.refused is not None:  # reading the graph refused it already (a TF operation it cannot state)
+        return None, [], [record.refused]
     if is_operation(record):
         try:
             return convert_operation(record, [], ctx), [], []
@@ -144,6 +149,8 @@ def _convert_layer(
     arrays = file.weights.arrays(record.path, order) or []
     reasons: list[str] = []
     for entry in candidates:
+        for call in calls if entry.positional else []:  # keyword forms of positional arguments, in their places
+            call.args, call.kwargs = entry.positional_call(call.args, call.kwargs)
         extra = sorted({arg for call in calls for arg in entry.allows(call.kwargs)})
         if extra:
             reasons.append(f"{_who(entry)}: call argument(s) {', '.join(extra)} are not supported")
@@ -204,6 +211,7 @@ def build_graph(
         report.rows[-1]["notes"] = converted.notes + ([] if keras["trainable"] else ["frozen (trainable: false)"])
     if problems:
         raise _unsupported(file, problems)
+    _policy_notes(graph, calls_of, report)
     calls = [
         {"id": c.id, "layer": keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
         for c in graph.calls
@@ -223,6 +231,38 @@ def build_graph(
     if graph.output_structure is not None:
         config["output_structure"] = graph.output_structure
     return config, state, report
+
+
+def _policy(record: LayerRecord) -> str | None:
+    """The name of a layer's dtype policy (``mixed_float16``), Keras 2's ``Policy`` or keras 3's
+    ``DTypePolicy`` record; None for a plain dtype."""
+    dtype = record.config.get("dtype")
+    if isinstance(dtype, dict) and isinstance(dtype.get("config"), dict):
+        name = dtype["config"].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _policy_notes(graph: KerasGraph, calls_of: dict[str, list[Call]], report: ConversionReport) -> None:
+    """What the file sets that the converted model does not do by itself, said once: a mixed-precision
+    policy (computed in float32 here), calls with ``training=True`` in the graph (Monte Carlo dropout)."""
+    mixed = sorted({p for r in graph.layers.values() if (p := _policy(r)) and p.startswith("mixed_")})
+    if mixed:
+        report.notes.append(
+            f"the file's dtype policy {', '.join(mixed)}: Keras computes in {mixed[0].split('_', 1)[1]} with "
+            f"float32 variables; the converted model computes in float32 (the variables as saved), so it "
+            f"differs from Keras's predictions by {mixed[0].split('_', 1)[1]} rounding"
+        )
+    training = [key for key, calls in calls_of.items() if any(c.kwargs.get("training") is True for c in calls)]
+    if training:
+        names = ", ".join(training)
+        report.notes.append(
+            f"called with training=True in the graph (Monte Carlo dropout): {names}; Keras runs those calls in "
+            f"training mode at inference too, the converted model only under model.train() (the whole model)"
+        )
+        for row in report.rows:
+            if row["layer"] in training:
+                row["notes"].append("called with training=True: in training mode only under model.train()")
 
 
 def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:
@@ -260,19 +300,33 @@ def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
     return [list(a.shape) for a in arrays]
 
 
+# layers that look their input up as ids, which Keras casts to int32 whatever the input's dtype (keras-io's
+# translator feeds keras.Input's default float32 to a TokenAndPositionEmbedding)
+_ID_TABLES = ("embedding", "keras_hub_token_and_position_embedding")
+
+
 def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for spec, ref in graph.inputs:
         entry: dict[str, Any] = {"id": ref.call, "name": spec.name, "shape": spec.shape, "dtype": spec.dtype}
+        same = [[ref.call, 0]]  # the input, and the passes of it into nested models
         for call in calls:  # an integer input read by Embeddings (CategoryEncodings): the smallest bounds the ids
             first = call["args"][0] if call["args"] else None
+            if (
+                call["layer"] is None
+                and len(call["args"]) == 1
+                and isinstance(first, dict)
+                and first.get("ref") in same
+            ):
+                same.append([call["id"], 0])
             layer = layers.get(call["layer"] or "")
-            reads_ids = layer and layer["op"] in ("embedding", "category_encoding")
-            if isinstance(first, dict) and first.get("ref") == [ref.call, 0] and reads_ids:
+            reads_ids = layer and layer["op"] in (*_ID_TABLES, "category_encoding")
+            if isinstance(first, dict) and first.get("ref") in same and reads_ids:
                 bound = layer.get("input_dim", layer.get("num_tokens"))
                 entry["vocab"] = min(entry.get("vocab", bound), bound)
-                if layer["op"] == "embedding" and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
-                    entry["dtype"] = "int32"
+                if layer["op"] in _ID_TABLES and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
+                    # ids then; floats as the file declared them are taken too, cast as Keras casts them
+                    entry["dtype"], entry["keras_dtype"] = "int32", entry["dtype"]
         out.append(entry)
     return out
 
@@ -283,7 +337,14 @@ def _no_converter(record: LayerRecord, own: bool) -> str:
         return "a Lambda layer's function is Python code, which attnzoo does not run; make it a layer"
     if own:
         return f"no converter for Keras's {record.class_name}"
-    return f"a custom layer; no converter is registered as {' or '.join(map(repr, record_keys(record)))}"
+    keys = " or ".join(map(repr, record_keys(record)))
+    if (record.module or "").startswith("keras_hub") or (record.registered_name or "").startswith("keras_hub>"):
+        return (
+            f"keras-hub's {record.class_name}, which attnzoo does not convert (it converts keras-hub's "
+            f"TransformerEncoder, TransformerDecoder, TokenAndPositionEmbedding, PositionEmbedding and "
+            f"SinePositionEncoding); a converter registered as {keys} converts it"
+        )
+    return f"a custom layer; no converter is registered as {keys}"
 
 
 def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> UnsupportedKerasLayerError:

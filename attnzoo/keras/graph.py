@@ -24,12 +24,14 @@ format, the walk would be written twice. The order of the calls is :mod:`attnzoo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.files import LayerPath
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
+from attnzoo.keras.tf_ops import TF_OP_CLASSES, operation_class, refusal, tf_operation
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
 
@@ -69,6 +71,7 @@ class LayerRecord:
     module: str | None
     config: dict[str, Any]
     build_shape: list[Any] | None = None  # keras 3's build_config input_shape, where the file records one
+    refused: str | None = None  # why reading refused the layer (a TF operation it cannot state); reported
 
     @property
     def is_operation(self) -> bool:
@@ -137,6 +140,7 @@ class _Builder:
         self.where = where
         self.keras3 = keras3
         self.graph = KerasGraph()
+        self.tf_origins: dict[str, LayerRecord] = {}  # tf.keras 2's operation layers as read, by key
 
     def fail(self, message: str) -> WeightsError:
         return WeightsError(f"{self.where}: {message}")
@@ -151,7 +155,8 @@ class _Builder:
             raise self.fail(f"a {entry['class_name']} layer has no name")
         key = f"{prefix}{name}"
         if key in self.graph.layers:
-            if self.graph.layers[key].config is config:  # a nested model called again: the same layer
+            origin = self.tf_origins.get(key, self.graph.layers[key])
+            if origin.config is config:  # a nested model called again: the same layer
                 return self.graph.layers[key]
             raise self.fail(f"two layers are named {key!r}; Keras layer names are unique within a model")
         record = LayerRecord(
@@ -299,6 +304,8 @@ class _Builder:
                 call_id = f"{call_prefix}{record.key}" + (f"#{index}" if index else "")
                 nodes[(record.name, index + offset)] = call_id
                 args, kwargs = self.node_arguments(node, record, nodes)
+                if record.class_name in TF_OP_CLASSES or record.key in self.tf_origins:
+                    record, args, kwargs = self.tf_operation(record, args, kwargs)
                 at = len(self.graph.calls)
                 self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
                 parents = Call(call_id, record.key, args, kwargs).keras_tensors()
@@ -327,6 +334,24 @@ class _Builder:
             self.graph.calls[start:] = keras3_order(self.graph.calls[start:], start, blocks, outputs)
         return ordered_inputs if bound is None else [], outputs
 
+    def tf_operation(
+        self, record: LayerRecord, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[LayerRecord, list[Any], dict[str, Any]]:
+        """A tf.keras 2 ``TFOpLambda`` / ``SlicingOpLambda`` call read as the Keras 3 operation it is
+        (:mod:`attnzoo.keras.tf_ops`); one it cannot state stays, refused with its reason."""
+        origin = self.tf_origins.setdefault(record.key, record)
+        found = tf_operation(origin.config.get("function"), args, kwargs, lambda value: isinstance(value, Ref))
+        if isinstance(found, str):
+            read = dataclasses.replace(origin, refused=refusal(found))
+        else:  # the operation's record, as keras 3 writes one; the report still names the TF layer's class
+            config = {"name": origin.name, **found.config}
+            read = dataclasses.replace(
+                origin, class_name=operation_class(found.name), module="keras.src.ops", config=config
+            )
+            read.registered_name, args, kwargs = origin.class_name, found.args, {}
+        self.graph.layers[record.key] = read
+        return read, args, kwargs
+
     def _node_offset(self, record: LayerRecord) -> int:
         """Keras 2 numbers the calls of a nested model with an input layer from 1: its node 0 is the one
         linking its own inputs to its outputs, which the config leaves out (``_should_skip_first_node``)."""
@@ -354,16 +379,23 @@ class _Builder:
         if isinstance(node, dict):  # keras 3
             return _tensors_k3(node.get("args", []), resolve), _tensors_k3(node.get("kwargs", {}), resolve)
         if isinstance(node, list):  # keras 2: one [name, node, index, kwargs] per input tensor
+            # a TF operation layer keeps its first argument's structure: one item for one tensor (or a
+            # number, ["_CONSTANT_VALUE", -1, value]), a list of items for a list of tensors
+            tf_op = record.class_name in TF_OP_CLASSES
+            single = tf_op and bool(node) and isinstance(node[0], str)
             refs, kwargs = [], {}
-            for item in node:
+            for item in [node] if single else node:
                 if not isinstance(item, list) or len(item) < 3:
                     raise self.fail(f"layer {record.key!r} has an inbound node {str(item)[:80]}")
-                refs.append(resolve(item))
+                constant = tf_op and item[:2] == ["_CONSTANT_VALUE", -1]
+                refs.append(item[2] if constant else resolve(item))
                 if len(item) > 3 and isinstance(item[3], dict) and not kwargs:
                     kwargs = _tensors_k2(item[3], resolve)
             if len(refs) > 1 and record.class_name in KERAS2_RNN_CLASSES and "initial_state" not in kwargs:
                 # Keras 2's RNN.__call__ records `initial_state=[h, c]` as more tensors of the one node
                 return [refs[0]], {**kwargs, "initial_state": refs[1:]}
+            if tf_op:
+                return ([refs[0]] if single else [refs]), kwargs
             return ([refs[0]] if len(refs) == 1 else [refs]), kwargs
         raise self.fail(f"layer {record.key!r} has an inbound node of an unknown form: {str(node)[:80]}")
 
@@ -472,13 +504,36 @@ def _needed(graph: KerasGraph) -> KerasGraph:
     return graph
 
 
+_CUSTOM_LAYERS = "attnzoo_register_keras_layers (docs/keras-migration.md, 'Custom layers: a converter from a plugin')"
+
+
+def _not_a_graph(config: dict[str, Any]) -> str:
+    """Why a saved model that is neither Sequential nor functional is not converted, and what to do."""
+    name = str(config.get("class_name"))[:80]
+    registered = config.get("registered_name") if isinstance(config.get("registered_name"), str) else None
+    module = config.get("module") if isinstance(config.get("module"), str) else ""
+    if module.startswith("keras_hub") or (registered or "").startswith("keras_hub>"):
+        return (
+            f"the file holds keras-hub's {name}, a keras-hub model, which attnzoo does not convert yet (keras-hub's "
+            f"layers TransformerEncoder, TransformerDecoder, TokenAndPositionEmbedding, PositionEmbedding and "
+            f"SinePositionEncoding convert). To go on: save it as a plain functional model, "
+            f"keras.Model(model.input, model.output).save('plain.keras'), and convert that: each layer attnzoo "
+            f"does not convert is then named, and converts through a converter registered with {_CUSTOM_LAYERS}"
+        )
+    key = registered or name
+    return (
+        f"the file holds {name!r} ({key}), a subclassed Keras model: its call() is Python code, which the file "
+        f"does not hold, so it has no graph to read. Rebuild it as a functional model (keras.Model(inputs, "
+        f"outputs) over the same layers) and save that; or call it inside one (inputs = keras.Input(...); "
+        f"keras.Model(inputs, model(inputs))) and register a converter for {key!r} with {_CUSTOM_LAYERS}"
+    )
+
+
 def parse_model(config: dict[str, Any], where: str, *, keras3: bool = True) -> KerasGraph:
     """The flat graph of a Keras model config (the ``{"class_name", "config"}`` record of the model);
     ``keras3``: order the calls as keras 3 runs them (Keras 2 has no order-dependent behaviour)."""
     if config.get("class_name") not in MODEL_CLASSES:
-        raise WeightsError(
-            f"{where}: the file holds a {config.get('class_name')!r}, not a Keras model (Sequential or functional)"
-        )
+        raise WeightsError(f"{where}: {_not_a_graph(config)}")
     builder = _Builder(where, keras3)
     inputs, outputs = builder.model(config, LayerPath((), (), ()), "", None, "", 0)
     if not inputs:

@@ -216,6 +216,10 @@ class KerasModel(nn.Module):
                     raise ValueError(
                         f"keras_model expects input {name!r} as a bool tensor (True = keep), got {x.dtype}"
                     )
+            elif integer and x.is_floating_point() and spec.get("keras_dtype") not in (None, *INTEGER_DTYPES):
+                # float ids into an Embedding, as the file declared them (a Keras 2 ``Input(shape=(T,))``):
+                # Keras casts them to int32, truncating toward zero, as ``.to`` does
+                x = x.to(torch.int64)
             elif integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
                 raise ValueError(
                     f"keras_model expects input {name!r} as integer ids ({spec['dtype']}), got {x.dtype}; "
@@ -322,6 +326,8 @@ class KerasModel(nn.Module):
         runs, returning its variables instead of its result; an output nothing reads is None."""
         port = self._port
         variables = self._run(port.every, port.filename, inputs)
+        # an output nothing reads is unpacked into ``_``, which every such output shares: None, not its value
+        variables.pop("_", None)
         values: dict[str, list[Any]] = {}
         for spec in self.inputs_spec:
             values[spec["id"]] = [variables.get(name) for name in self.emitted.outputs[spec["id"]]]

@@ -108,7 +108,9 @@ class KerasConverter:
     ``key``: ``keras>Class`` for Keras's own classes, ``package>Class`` or a bare ``Class`` for custom ones;
     ``call_arguments``: the call's keyword arguments it converts besides ``training`` and ``mask`` (any other
     is refused rather than ignored); ``child_order``: the sub-layers whose variables make up the layer's
-    ``weights``, in that order, where a keras 3 file saves them in another.
+    ``weights``, in that order, where a keras 3 file saves them in another; ``positional``: the names of the
+    call's leading parameters, in order, which a call may pass by keyword (keras-io's
+    ``TransformerDecoder(...)(decoder_sequence=x, encoder_sequence=y)``): such a call is read as positional.
     """
 
     key: str
@@ -116,10 +118,18 @@ class KerasConverter:
     call_arguments: frozenset[str] = frozenset()
     child_order: tuple[str, ...] = ()
     provider: str = "attnzoo"
+    positional: tuple[str, ...] = ()
 
     def allows(self, arguments: Iterable[str]) -> list[str]:
         """The call arguments this converter does not take, sorted."""
         return sorted(set(arguments) - COMMON_CALL_ARGUMENTS - self.call_arguments)
+
+    def positional_call(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """A call's arguments with its leading parameters passed by keyword moved into their places."""
+        args, kwargs = list(args), dict(kwargs)
+        while len(args) < len(self.positional) and self.positional[len(args)] in kwargs:
+            args.append(kwargs.pop(self.positional[len(args)]))
+        return args, kwargs
 
 
 _BUILTIN: dict[str, KerasConverter] = {}
@@ -207,13 +217,18 @@ def native(
     provider: str,
     call_arguments: Collection[str] = (),
     child_order: Iterable[str] = (),
+    positional: Iterable[str] = (),
 ) -> KerasConverter:
     """A converter of the one protocol registered through the hook (``protocol="node"``)."""
     if not isinstance(keras_name, str) or not keras_name or not callable(convert):
         raise ConfigError(f"register({keras_name!r}, convert, protocol='node'): a non-empty name and a callable")
-    if isinstance(call_arguments, str) or isinstance(child_order, str):
-        raise ConfigError(f"register({keras_name!r}, ...): call_arguments and child_order are lists of names")
-    return KerasConverter(keras_name, convert, frozenset(call_arguments), tuple(child_order), provider)
+    if any(isinstance(names, str) for names in (call_arguments, child_order, positional)):
+        raise ConfigError(
+            f"register({keras_name!r}, ...): call_arguments, child_order and positional are lists of names"
+        )
+    return KerasConverter(
+        keras_name, convert, frozenset(call_arguments), tuple(child_order), provider, tuple(positional)
+    )
 
 
 def module_node(module: Any, *, call: str, mask: bool, output_mask: str, source: str) -> Converted:

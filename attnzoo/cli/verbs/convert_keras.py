@@ -24,6 +24,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", help="the weights file of a config.json (default: the .weights.h5 beside it)")
     p.add_argument("--check", action="store_true", help="run Keras beside the result on padded inputs first")
     p.add_argument(
+        "--reference",
+        metavar="FILE.npz",
+        help="with --check: compare with these predictions instead of running Keras (in/0, ... and out/0, ...)",
+    )
+    p.add_argument(
         "--length",
         type=positive_int,
         metavar="N",
@@ -50,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    if args.check or args.weights or args.logits or args.emit_py or args.length:
+    if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference:
         raise UsageError(
-            "--check, --length, --weights, --logits and --emit-py belong to a whole-model conversion (without --model)"
+            "--check, --length, --reference, --weights, --logits and --emit-py belong to a whole-model conversion "
+            "(without --model)"
         )
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
@@ -89,20 +95,23 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         raise UsageError(f"-o {output}: exists and is not a folder; a converted model is saved as a folder")
     if args.length is not None and not args.check:
         raise UsageError("--length N sets the length of --check's inputs; add --check")
+    if args.reference is not None and not args.check:
+        raise UsageError("--reference FILE.npz is what --check compares with; add --check")
     source = _source_path(args)
     model = convert_keras_model(args.file, weights=args.weights)
     check = None
     if args.check:
         from attnzoo.keras.check import check_against_keras
 
-        check = check_against_keras(args.file, model, length=args.length)
+        check = check_against_keras(args.file, model, length=args.length, reference=args.reference)
         if not check.ok:
             where = ""
             if check.first_divergence:
                 layer, difference = check.first_divergence
                 where = f"; first layer that differs: {layer} (max difference {difference:.3g})"
+            against = "the predictions of --reference" if check.against == "reference" else "Keras"
             raise AttnzooError(
-                f"{args.file}: the converted model differs from Keras by "
+                f"{args.file}: the converted model differs from {against} by "
                 f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
             )
     if args.logits:  # checked against Keras as Keras computes it; saved without the final squashing
@@ -116,18 +125,17 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     if args.json:
         payload: dict[str, Any] = {"output": str(output), **report.to_dict()}
         if check is not None:
-            payload["check"] = {
-                "outputs": check.outputs,
-                "layers": check.layers,
-                "tolerance": check.tolerance,
-                "length": check.length,
-            }
+            payload["check"] = check.to_dict()
         print(json.dumps(payload, indent=2))
         return 0
     print(report.to_text())
-    if check is not None:
+    if check is not None and not check.ran:
+        print(f"not checked: {check.reason}")
+    elif check is not None:
         shown = ", ".join(f"{d:.2g}" for d in check.outputs)
-        print(f"checked against Keras on {_checked_inputs(model, check.length)}: max difference per output {shown}")
+        against = f"the predictions of {args.reference}" if check.against == "reference" else "Keras"
+        inputs = "its inputs" if check.against == "reference" else _checked_inputs(model, check.length)
+        print(f"checked against {against} on {inputs}: max difference per output {shown}")
     print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
     if emitted is not None:
         name = emitted.split("\nclass ", 1)[1].split("(", 1)[0]

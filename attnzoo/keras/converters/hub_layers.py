@@ -400,12 +400,14 @@ def register_keras_hub_layers(register: Any) -> None:
         protocol="node",
         call_arguments=("padding_mask", "attention_mask"),
         child_order=(*_mha_order("_self_attention_layer"), *_NORMS, *_FEEDFORWARD),
+        positional=("inputs",),  # keras-io's TransformerEncoder(...)(inputs=x)
     )
     register(
         "keras_hub>TransformerDecoder",
         convert_transformer_decoder,
         protocol="node",
         call_arguments=_DECODER_ARGUMENTS,
+        positional=("decoder_sequence", "encoder_sequence"),  # keras-io's (decoder_sequence=x, encoder_sequence=y)
         child_order=(
             *_mha_order("_self_attention_layer"),
             "_self_attention_layer_norm",
@@ -421,13 +423,19 @@ def register_keras_hub_layers(register: Any) -> None:
         protocol="node",
         call_arguments=("start_index",),
         child_order=("token_embedding", "position_embedding"),
+        positional=("inputs",),
     )
     register(
-        "keras_hub>PositionEmbedding", convert_position_embedding, protocol="node", call_arguments=("start_index",)
+        "keras_hub>PositionEmbedding",
+        convert_position_embedding,
+        protocol="node",
+        call_arguments=("start_index",),
+        positional=("inputs",),
     )
     register(
         "keras_hub>SinePositionEncoding",
         convert_sine_position_encoding,
         protocol="node",
         call_arguments=("start_index",),
+        positional=("inputs",),
     )

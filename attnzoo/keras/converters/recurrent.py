@@ -441,3 +441,27 @@ def write_torch_rnn(w: Writer, layer: dict[str, Any], *, bidirectional: bool) ->
     w.assign(f"{w.imports('attnzoo.keras.torch_layers', 'run_rnn')}({arguments})")
     w.mask_is(mask if layer.get("return_sequences", False) else None)
     return True
+
+
+@keras_layer("CuDNNLSTM", "CuDNNGRU")
+def convert_cudnn_rnn(record, arrays, ctx):
+    """tf.keras 2's GPU-only ``CuDNNLSTM`` / ``CuDNNGRU``: cuDNN's formulas, which Keras's LSTM and GRU
+    state with fixed activations (tanh, a true sigmoid). CuDNNLSTM adds an input and a recurrent bias
+    (``bias`` [8u] = the two [4u] halves): torch's LSTM has the same two, taken as they are. CuDNNGRU is
+    GRU(reset_after=True): ``bias`` [6u] is the [2, 3u] of Keras's GRU, input half first. Neither masks."""
+    cell = "lstm" if record.class_name == "CuDNNLSTM" else "gru"
+    gates = 4 if cell == "lstm" else 3
+    expect_variables(arrays, 3, record.class_name)
+    units = arrays[1].shape[0]
+    bias = arrays[2]
+    if bias.shape != (2 * gates * units,):
+        raise Refused(f"bias {list(bias.shape)} is not [{2 * gates * units}] (an input and a recurrent bias)")
+    halves = bias.reshape(2, gates * units)
+    config = {**record.config, "activation": "tanh", "recurrent_activation": "sigmoid", "use_bias": True}
+    config["reset_after"] = True
+    kept = [arrays[0], arrays[1], halves.sum(axis=0) if cell == "lstm" else halves]
+    spec, state, notes = recurrent_spec(config, kept, cell, ctx)
+    if cell == "lstm":  # the two biases as cuDNN adds them, each where torch's LSTM adds it
+        state["rnn.bias_ih_l0"], state["rnn.bias_hh_l0"] = as_tensor(halves[0]), as_tensor(halves[1])
+    input_agrees(record, arrays[0].shape[0])
+    return Converted(spec, state, [f"{record.class_name}: cuDNN's {cell.upper()} (tanh, sigmoid)", *notes])
