@@ -29,6 +29,7 @@ from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.files import LayerPath
+from attnzoo.keras.hub_models import unwrap
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
@@ -143,6 +144,7 @@ class _Builder:
 
     # -- layers -----------------------------------------------------------------------------------------
     def record(self, entry: Any, parent: LayerPath, prefix: str, position: int) -> LayerRecord:
+        entry = unwrap(entry, self.where)  # a keras-hub model inside: its functional graph
         if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
             raise self.fail(f"a layer entry of the config is not a Keras layer record: {str(entry)[:120]}")
         config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
@@ -475,6 +477,7 @@ def _needed(graph: KerasGraph) -> KerasGraph:
 def parse_model(config: dict[str, Any], where: str, *, keras3: bool = True) -> KerasGraph:
     """The flat graph of a Keras model config (the ``{"class_name", "config"}`` record of the model);
     ``keras3``: order the calls as keras 3 runs them (Keras 2 has no order-dependent behaviour)."""
+    config = unwrap(config, where)  # a keras-hub Backbone keeps its constructor's arguments, not its graph
     if config.get("class_name") not in MODEL_CLASSES:
         raise WeightsError(
             f"{where}: the file holds a {config.get('class_name')!r}, not a Keras model (Sequential or functional)"
