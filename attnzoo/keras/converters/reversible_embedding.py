@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from attnzoo.keras.arguments import agrees, as_tensor, expect_variables
 from attnzoo.keras.codegen import literal
