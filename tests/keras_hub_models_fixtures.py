@@ -7,7 +7,8 @@ keras-hub (run once; the files are committed, keras-hub is no test dependency):
 Each case is a tiny keras-hub Backbone (2 layers, hidden 32, 2 heads, vocabulary 100, 16 positions), every
 weight moved off its initial value, saved as ``model.save("<case>.keras")`` (whose config keeps only the
 constructor's arguments) and as the folder ``backbone.save_to_preset("<case>_preset")`` writes
-(config.json, model.weights.h5, metadata.json). ``expected.npz`` holds the inputs, token ids padded on the
+(config.json, model.weights.h5, metadata.json); ``bert_classifier``, a ``BertTextClassifier`` of 3 classes
+over such a BERT, as ``.keras`` only. ``expected.npz`` holds the inputs, token ids padded on the
 right with ``padding_mask`` 0 there (one sample unpadded, one with one real token), and Keras's outputs:
 ``<case>/in/<name>``, ``<case>/out/<name>``.
 """
@@ -42,6 +43,10 @@ CASES = {
     "bert": (lambda: keras_hub.models.BertBackbone(**SIZES), True),
     "distil_bert": (lambda: keras_hub.models.DistilBertBackbone(**SIZES), False),
     "roberta": (lambda: keras_hub.models.RobertaBackbone(**SIZES), False),
+    "bert_classifier": (
+        lambda: keras_hub.models.BertTextClassifier(keras_hub.models.BertBackbone(**SIZES), 3, preprocessor=None),
+        True,
+    ),
 }
 
 
@@ -54,10 +59,12 @@ def main(out: str) -> None:
             value = np.asarray(weight.numpy())
             weight.assign(rng.standard_normal(value.shape).astype("float32") * 0.3 + value * 0.5)
         model.save(os.path.join(out, f"{name}.keras"))
-        model.save_to_preset(os.path.join(out, f"{name}_preset"))
+        if isinstance(model, keras_hub.models.Backbone):  # a task's preset folder holds its backbone's config
+            model.save_to_preset(os.path.join(out, f"{name}_preset"))
         given = inputs(segments)
         outputs = model.predict(given, verbose=0)
-        outputs = outputs if isinstance(outputs, dict) else {"sequence_output": outputs}
+        if not isinstance(outputs, dict):
+            outputs = {"logits" if "classifier" in name else "sequence_output": outputs}
         for key, value in given.items():
             expected[f"{name}/in/{key}"] = value
         for key, value in outputs.items():

@@ -1,9 +1,11 @@
-"""keras-hub Backbones (BertBackbone, DistilBertBackbone, RobertaBackbone) convert without keras-hub.
+"""keras-hub Backbones (BertBackbone, DistilBertBackbone, RobertaBackbone) and a BertTextClassifier convert
+without keras-hub.
 
 A Backbone's file keeps only its constructor's arguments, not its graph; attnzoo rebuilds the graph from
 them (attnzoo/keras/hub_models.py). The tiny backbones were made once with keras 3 (torch backend) and
 keras-hub (tests/keras_hub_models_fixtures.py), every weight moved off its initial value, and saved both
-with ``model.save`` (.keras) and with ``save_to_preset`` (a folder). Keras's own outputs on right-padded
+with ``model.save`` (.keras) and with ``save_to_preset`` (a folder); the classifier (a task model holding
+its backbone as a nested model) as .keras. Keras's own outputs on right-padded
 batches (``padding_mask`` 0 at the padding) are in expected.npz; the converted backbone must agree within
 1e-5 at every position (the padded ones too: keras-hub's encoders mask the keys, not the output).
 """
@@ -27,7 +29,8 @@ from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_models"
 EXPECTED = dict(np.load(DATA / "expected.npz"))
-CASES = ("bert", "distil_bert", "roberta")
+BACKBONES = ("bert", "distil_bert", "roberta")
+FILES = [f"{case}{form}" for case in BACKBONES for form in (".keras", "_preset")] + ["bert_classifier.keras"]
 
 
 def inputs_of(case: str) -> list[torch.Tensor]:
@@ -39,7 +42,7 @@ def inputs_of(case: str) -> list[torch.Tensor]:
 def assert_matches(model, case: str) -> None:
     with torch.no_grad():
         got = model(*inputs_of(case))
-    got = got if isinstance(got, dict) else {"sequence_output": got}
+    got = got if isinstance(got, dict) else {"logits" if "classifier" in case else "sequence_output": got}
     wanted = sorted(key.split("/")[-1] for key in EXPECTED if key.startswith(f"{case}/out/"))
     assert sorted(got) == wanted
     for name in wanted:
@@ -48,10 +51,9 @@ def assert_matches(model, case: str) -> None:
         np.testing.assert_allclose(got[name].numpy(), want, atol=1e-5, rtol=0, err_msg=f"{case} {name}")
 
 
-@pytest.mark.parametrize("form", [".keras", "_preset"])
-@pytest.mark.parametrize("case", CASES)
-def test_keras_hub_backbones_predict_what_keras_predicts(case, form):
-    assert_matches(convert_keras_model(DATA / f"{case}{form}"), case)
+@pytest.mark.parametrize("file", FILES)
+def test_keras_hub_models_predict_what_keras_predicts(file):
+    assert_matches(convert_keras_model(DATA / file), file.split(".")[0].removesuffix("_preset"))
 
 
 def test_the_fixtures_hold_padding_and_keep_only_constructor_arguments():

@@ -16,6 +16,8 @@ through their families (``ReversibleEmbedding``, ``keras_hub>TransformerEncoder`
   ``ReversibleEmbedding``) + ``position_embedding`` + ``segment_embedding`` -> layer norm (eps 1e-12) ->
   ``num_layers`` post-norm ``TransformerEncoder`` (gelu_approximate, masked by ``padding_mask``) ->
   ``sequence_output`` [B, T, D] and ``pooled_output = tanh(dense(sequence_output[:, 0, :]))`` [B, D].
+* ``BertTextClassifier``: its ``BertBackbone`` (a nested model) -> ``pooled_output`` -> dropout ->
+  ``Dense(num_classes)`` ``logits`` [B, num_classes].
 * ``DistilBertBackbone`` / ``RobertaBackbone``: token ids, padding mask -> ``TokenAndPositionEmbedding`` ->
   layer norm (1e-12 / 1e-5) -> post-norm encoders (exact gelu) -> [B, T, D].
 """
@@ -66,6 +68,13 @@ class _Graph:
             "inbound_nodes": [{"args": args, "kwargs": kwargs or {}}],
         }
         self.layers.append(record)
+        return name
+
+    def nested(self, entry: Any, name: str, args: list[Any]) -> str:
+        """A nested model's record (a keras-hub one is unwrapped where the graph reads it), called on ``args``."""
+        if not isinstance(entry, dict):
+            raise WeightsError(f"the nested model {name!r} is not a config record: {str(entry)[:80]}")
+        self.layers.append({**entry, "name": name, "inbound_nodes": [{"args": args, "kwargs": {}}]})
         return name
 
     def functional(self, name: str, inputs: dict[str, str], outputs: Any) -> dict[str, Any]:
@@ -152,6 +161,26 @@ def _bert(config: dict[str, Any], where: str) -> dict[str, Any]:
     return g.functional(str(config.get("name", "bert_backbone")), inputs, outputs)
 
 
+def _bert_classifier(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``BertTextClassifier``: the backbone's inputs -> its ``pooled_output`` -> dropout -> ``Dense(num_classes,
+    activation)`` named ``logits``. Its ``preprocessor`` (the tokenizer) is no part of the graph."""
+    g = _Graph(config.get("dtype"))
+    backbone = config.get("backbone")
+    inner = backbone.get("config") if isinstance(backbone, dict) else None
+    if not isinstance(inner, dict) or not isinstance(inner.get("name"), str):
+        raise WeightsError(f"{where}: its config holds no backbone record")
+    inputs = {name: g.input(name) for name in ("padding_mask", "segment_ids", "token_ids")}
+    call = {name: _tensor(name) for name in ("token_ids", "segment_ids", "padding_mask")}
+    nested = g.nested(backbone, inner["name"], [call])
+    pooled = {"class_name": "__keras_tensor__", "config": {"keras_history": [nested, 0, 0]}}  # by sorted key
+    rate = float(config.get("dropout", 0.0) or 0.0)
+    x = g.layer("Dropout", "classifier_dropout", {"rate": rate}, [pooled])
+    units = _positive(config, "num_classes", where)
+    activation = config.get("activation") or "linear"
+    x = g.layer("Dense", "logits", {"units": units, "activation": activation}, [_tensor(x)])
+    return g.functional(str(config.get("name", "bert_text_classifier")), inputs, x)
+
+
 def _token_and_position(embedding_name: str, epsilon: float) -> Callable[[dict[str, Any], str], dict[str, Any]]:
     """DistilBERT's and RoBERTa's backbone: one ``TokenAndPositionEmbedding``, then as BERT's encoders."""
 
@@ -183,6 +212,7 @@ def _token_and_position(embedding_name: str, epsilon: float) -> Callable[[dict[s
 # keras-hub's registered name -> the builder of its functional config from its constructor arguments
 BUILDERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "keras_hub>BertBackbone": _bert,
+    "keras_hub>BertTextClassifier": _bert_classifier,
     "keras_hub>DistilBertBackbone": _token_and_position("token_and_position_embedding", 1e-12),
     "keras_hub>RobertaBackbone": _token_and_position("embeddings", 1e-5),
 }
