@@ -125,3 +125,27 @@ def test_a_backbone_config_out_of_range_is_refused_by_its_argument(tmp_path):
     path = _backbone_file(tmp_path, "BertBackbone", {**config, "num_layers": "2"})
     with pytest.raises(WeightsError, match="num_layers is '2'"):
         convert_keras_model(path)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_reverse_call_is_logits_through_the_table_with_keras_s_soft_cap(tied):
+    """ReversibleEmbedding(x, reverse=True): x @ E^T (tied) or x @ R (untied), then tanh(l / c) * c."""
+    from attnzoo.keras.nodes import build_node
+
+    spec = {"op": "reversible_embedding", "input_dim": 7, "output_dim": 4, "tie_weights": tied, "logit_soft_cap": 2.0}
+    node = build_node(spec)
+    table, reverse = torch.randn(7, 4), torch.randn(4, 7)
+    node.load_state_dict({"weight": table} | ({} if tied else {"reverse_weight": reverse}))
+    x = torch.randn(2, 3, 4)
+    (logits,), (mask,) = node([x], {"reverse": True}, [None])
+    kernel = table.T if tied else reverse
+    naive = torch.tensor(
+        [
+            [[sum(float(x[b, t, d]) * float(kernel[d, v]) for d in range(4)) for v in range(7)] for t in range(3)]
+            for b in range(2)
+        ]
+    )
+    torch.testing.assert_close(logits, torch.tanh(naive / 2.0) * 2.0, rtol=1e-5, atol=1e-5)
+    assert mask is None
+    (looked_up,), _ = node([torch.tensor([[0, 6]])], {}, [None])
+    torch.testing.assert_close(looked_up[0], table[[0, 6]])
