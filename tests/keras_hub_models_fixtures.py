@@ -8,9 +8,9 @@ Each case is a tiny keras-hub Backbone (2 layers, hidden 32, 2 heads, vocabulary
 weight moved off its initial value, saved as ``model.save("<case>.keras")`` (whose config keeps only the
 constructor's arguments) and as the folder ``backbone.save_to_preset("<case>_preset")`` writes
 (config.json, model.weights.h5, metadata.json); ``bert_classifier``, a ``BertTextClassifier`` of 3 classes
-over such a BERT, as ``.keras`` only. ``expected.npz`` holds the inputs, token ids padded on the
-right with ``padding_mask`` 0 there (one sample unpadded, one with one real token), and Keras's outputs:
-``<case>/in/<name>``, ``<case>/out/<name>``.
+over such a BERT, and ``user_model``, a functional model calling a DistilBertBackbone, as ``.keras`` only.
+``expected.npz`` holds the inputs, token ids padded on the right with ``padding_mask`` 0 there (one sample
+unpadded, one with one real token), and Keras's outputs: ``<case>/in/<name>``, ``<case>/out/<name>``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,16 @@ def inputs(segments: bool) -> dict[str, np.ndarray]:
     return found
 
 
+def user_model():
+    """keras-io's fine-tuning form: a functional model of the user's calling a backbone on its own inputs."""
+    backbone = keras_hub.models.DistilBertBackbone(**SIZES)
+    ids = keras.Input((None,), dtype="int32", name="token_ids")
+    padding = keras.Input((None,), dtype="int32", name="padding_mask")
+    sequence = backbone({"token_ids": ids, "padding_mask": padding})
+    pooled = keras.layers.Dense(3, activation="softmax")(sequence[:, 0, :])
+    return keras.Model([ids, padding], {"sequence_output": sequence, "pooled_output": pooled})
+
+
 CASES = {
     "bert": (lambda: keras_hub.models.BertBackbone(**SIZES), True),
     "distil_bert": (lambda: keras_hub.models.DistilBertBackbone(**SIZES), False),
@@ -47,6 +57,7 @@ CASES = {
         lambda: keras_hub.models.BertTextClassifier(keras_hub.models.BertBackbone(**SIZES), 3, preprocessor=None),
         True,
     ),
+    "user_model": (user_model, False),
 }
 
 

@@ -5,9 +5,9 @@ A Backbone's file keeps only its constructor's arguments, not its graph; attnzoo
 them (attnzoo/keras/hub_models.py). The tiny backbones were made once with keras 3 (torch backend) and
 keras-hub (tests/keras_hub_models_fixtures.py), every weight moved off its initial value, and saved both
 with ``model.save`` (.keras) and with ``save_to_preset`` (a folder); the classifier (a task model holding
-its backbone as a nested model) as .keras. Keras's own outputs on right-padded
-batches (``padding_mask`` 0 at the padding) are in expected.npz; the converted backbone must agree within
-1e-5 at every position (the padded ones too: keras-hub's encoders mask the keys, not the output).
+its backbone as a nested model) and a user's functional model calling a backbone as .keras. Keras's own
+outputs on right-padded batches (``padding_mask`` 0 at the padding) are in expected.npz; the converted
+model must agree within 1e-5 at every position (the padded ones too: keras-hub's encoders mask the keys).
 """
 
 from __future__ import annotations
@@ -30,18 +30,16 @@ from .conftest import ROOT
 DATA = ROOT / "tests" / "data" / "keras_hub_models"
 EXPECTED = dict(np.load(DATA / "expected.npz"))
 BACKBONES = ("bert", "distil_bert", "roberta")
-FILES = [f"{case}{form}" for case in BACKBONES for form in (".keras", "_preset")] + ["bert_classifier.keras"]
-
-
-def inputs_of(case: str) -> list[torch.Tensor]:
-    """The inputs in the converted model's order: Keras's flat order of the input dict (by sorted key)."""
-    names = sorted(key.split("/")[-1] for key in EXPECTED if key.startswith(f"{case}/in/"))
-    return [torch.from_numpy(EXPECTED[f"{case}/in/{name}"]) for name in names]
+FILES = [f"{case}{form}" for case in BACKBONES for form in (".keras", "_preset")]
+FILES += ["bert_classifier.keras", "user_model.keras"]
 
 
 def assert_matches(model, case: str) -> None:
+    """The inputs go in the converted model's order (Keras's flat order: a dict's by sorted key)."""
+    given = sorted(key.split("/")[-1] for key in EXPECTED if key.startswith(f"{case}/in/"))
+    assert sorted(model.input_names) == given
     with torch.no_grad():
-        got = model(*inputs_of(case))
+        got = model(*[torch.from_numpy(EXPECTED[f"{case}/in/{name}"]) for name in model.input_names])
     got = got if isinstance(got, dict) else {"logits" if "classifier" in case else "sequence_output": got}
     wanted = sorted(key.split("/")[-1] for key in EXPECTED if key.startswith(f"{case}/out/"))
     assert sorted(got) == wanted
