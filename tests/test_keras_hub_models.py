@@ -147,3 +147,14 @@ def test_a_reverse_call_is_logits_through_the_table_with_keras_s_soft_cap(tied):
     assert mask is None
     (looked_up,), _ = node([torch.tensor([[0, 6]])], {}, [None])
     torch.testing.assert_close(looked_up[0], table[[0, 6]])
+
+
+@pytest.mark.parametrize("file", ["bert_classifier.keras", "distil_bert.keras", "user_model.keras"])
+def test_the_ids_each_input_takes_are_bounded_through_nested_models_and_keras_hub_embeddings(file):
+    """``--check`` draws ids below each input's ``vocab``: the backbones' vocabulary_size 100 and num_segments
+    2 (the fixtures' constructor arguments), found through a task's nested backbone, a ReversibleEmbedding and
+    a TokenAndPositionEmbedding; the padding mask is no id input."""
+    specs = {spec["name"]: spec for spec in convert_keras_model(DATA / file).inputs_spec}
+    assert specs["token_ids"]["vocab"] == 100 and "vocab" not in specs["padding_mask"]
+    if "segment_ids" in specs:
+        assert specs["segment_ids"]["vocab"] == 2

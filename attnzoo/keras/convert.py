@@ -260,15 +260,22 @@ def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
     return [list(a.shape) for a in arrays]
 
 
+# the nodes whose first argument is ids below their input_dim (num_tokens)
+_READS_IDS = ("embedding", "category_encoding", "reversible_embedding", "keras_hub_token_and_position_embedding")
+
+
 def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for spec, ref in graph.inputs:
         entry: dict[str, Any] = {"id": ref.call, "name": spec.name, "shape": spec.shape, "dtype": spec.dtype}
+        same = [[ref.call, 0]]  # the input, and a nested model's input it is passed on as
         for call in calls:  # an integer input read by Embeddings (CategoryEncodings): the smallest bounds the ids
             first = call["args"][0] if call["args"] else None
+            if call["layer"] is None and isinstance(first, dict) and first.get("ref") in same:
+                same.append([call["id"], 0])
             layer = layers.get(call["layer"] or "")
-            reads_ids = layer and layer["op"] in ("embedding", "category_encoding")
-            if isinstance(first, dict) and first.get("ref") == [ref.call, 0] and reads_ids:
+            reads_ids = layer and layer["op"] in _READS_IDS
+            if isinstance(first, dict) and first.get("ref") in same and reads_ids:
                 bound = layer.get("input_dim", layer.get("num_tokens"))
                 entry["vocab"] = min(entry.get("vocab", bound), bound)
                 if layer["op"] == "embedding" and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
