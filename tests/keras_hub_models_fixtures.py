@@ -53,6 +53,7 @@ CASES = {
     "bert": (lambda: keras_hub.models.BertBackbone(**SIZES), True),
     "distil_bert": (lambda: keras_hub.models.DistilBertBackbone(**SIZES), False),
     "roberta": (lambda: keras_hub.models.RobertaBackbone(**SIZES), False),
+    "gpt2": (lambda: keras_hub.models.GPT2Backbone(**SIZES), False),
     "bert_classifier": (
         lambda: keras_hub.models.BertTextClassifier(keras_hub.models.BertBackbone(**SIZES), 3, preprocessor=None),
         True,

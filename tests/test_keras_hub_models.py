@@ -1,5 +1,5 @@
-"""keras-hub Backbones (BertBackbone, DistilBertBackbone, RobertaBackbone) and a BertTextClassifier convert
-without keras-hub.
+"""keras-hub Backbones (BertBackbone, DistilBertBackbone, RobertaBackbone, GPT2Backbone) and a
+BertTextClassifier convert without keras-hub.
 
 A Backbone's file keeps only its constructor's arguments, not its graph; attnzoo rebuilds the graph from
 them (attnzoo/keras/hub_models.py). The tiny backbones were made once with keras 3 (torch backend) and
@@ -29,7 +29,7 @@ from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_models"
 EXPECTED = dict(np.load(DATA / "expected.npz"))
-BACKBONES = ("bert", "distil_bert", "roberta")
+BACKBONES = ("bert", "distil_bert", "roberta", "gpt2")
 FILES = [f"{case}{form}" for case in BACKBONES for form in (".keras", "_preset")]
 FILES += ["bert_classifier.keras", "user_model.keras"]
 

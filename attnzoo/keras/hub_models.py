@@ -20,6 +20,9 @@ through their families (``ReversibleEmbedding``, ``keras_hub>TransformerEncoder`
   ``Dense(num_classes)`` ``logits`` [B, num_classes].
 * ``DistilBertBackbone`` / ``RobertaBackbone``: token ids, padding mask -> ``TokenAndPositionEmbedding`` ->
   layer norm (1e-12 / 1e-5) -> post-norm encoders (exact gelu) -> [B, T, D].
+* ``GPT2Backbone``: token ids, padding mask -> ``token_embedding`` + ``position_embedding`` -> pre-norm
+  causal ``TransformerDecoder`` layers (gelu_approximate, eps 1e-5, ``decoder_padding_mask``) -> final
+  ``layer_norm`` -> [B, T, D].
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from typing import Any
 from attnzoo.errors import WeightsError
 
 __all__ = ["unwrap", "BUILDERS", "is_keras_hub_model"]
+
+
+_GELU_TANH = {"module": "builtins", "class_name": "function", "config": "keras_hub>gelu_approximate"}
 
 
 def _tensor(layer: str) -> dict[str, Any]:
@@ -92,9 +98,12 @@ def _positive(config: dict[str, Any], key: str, where: str, default: int | None 
     return value
 
 
-def _encoders(g: _Graph, x: str, config: dict[str, Any], where: str, activation: Any, epsilon: float) -> str:
-    """``num_layers`` post-norm ``TransformerEncoder`` layers named ``transformer_layer_<i>``, each masked by
-    the ``padding_mask`` input."""
+def _blocks(
+    g: _Graph, x: str, config: dict[str, Any], where: str, activation: Any, epsilon: float, decoder: bool = False
+) -> str:
+    """``num_layers`` ``TransformerEncoder`` layers (post-norm, masked by the ``padding_mask`` input), or with
+    ``decoder`` GPT-2's pre-norm ``TransformerDecoder`` layers without cross-attention (causal, and masked by
+    ``padding_mask`` as ``decoder_padding_mask``), named ``transformer_layer_<i>``."""
     hidden, heads = _positive(config, "hidden_dim", where), _positive(config, "num_heads", where)
     if hidden % heads:
         raise WeightsError(f"{where}: hidden_dim {hidden} is not a multiple of num_heads {heads}")
@@ -104,17 +113,19 @@ def _encoders(g: _Graph, x: str, config: dict[str, Any], where: str, activation:
         "activation": activation,
         "dropout": float(config.get("dropout", 0.0) or 0.0),
         "layer_norm_epsilon": epsilon,
-        "normalize_first": False,
+        "normalize_first": decoder,
     }
+    kind = "TransformerDecoder" if decoder else "TransformerEncoder"
+    mask = "decoder_padding_mask" if decoder else "padding_mask"
     for i in range(_positive(config, "num_layers", where)):
         x = g.layer(
-            "TransformerEncoder",
+            kind,
             f"transformer_layer_{i}",
             settings,
             [_tensor(x)],
-            {"padding_mask": _tensor("padding_mask")},
-            registered="keras_hub>TransformerEncoder",
-            module="keras_hub.src.layers.modeling.transformer_encoder",
+            {mask: _tensor("padding_mask")},
+            registered=f"keras_hub>{kind}",
+            module=f"keras_hub.src.layers.modeling.{'transformer_decoder' if decoder else 'transformer_encoder'}",
         )
     return x
 
@@ -144,8 +155,7 @@ def _bert(config: dict[str, Any], where: str) -> dict[str, Any]:
     s = g.layer("Embedding", "segment_embedding", segment, [_tensor(segments)])
     x = g.layer("Add", "embeddings_add", {}, [[_tensor(t), _tensor(p), _tensor(s)]])
     x = _norm_and_dropout(g, x, 1e-12, config)
-    gelu = {"module": "builtins", "class_name": "function", "config": "keras_hub>gelu_approximate"}
-    sequence = _encoders(g, x, config, where, gelu, 1e-12)
+    sequence = _blocks(g, x, config, where, _GELU_TANH, 1e-12)
     slice_all = {"class_name": "__slice__", "config": {"start": None, "stop": None, "step": None}}
     first = g.layer(
         "GetItem",
@@ -159,6 +169,28 @@ def _bert(config: dict[str, Any], where: str) -> dict[str, Any]:
     inputs = {"token_ids": tokens, "segment_ids": segments, "padding_mask": padding}
     outputs = {"sequence_output": sequence, "pooled_output": pooled}
     return g.functional(str(config.get("name", "bert_backbone")), inputs, outputs)
+
+
+def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:
+    g = _Graph(config.get("dtype"))
+    hidden = _positive(config, "hidden_dim", where)
+    tokens, padding = g.input("token_ids"), g.input("padding_mask")
+    embedding = {"input_dim": _positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": True}
+    t = g.layer("ReversibleEmbedding", "token_embedding", embedding, [_tensor(tokens)])
+    length = _positive(config, "max_sequence_length", where, 1024)
+    p = g.layer(
+        "PositionEmbedding",
+        "position_embedding",
+        {"sequence_length": length},
+        [_tensor(t)],
+        registered="keras_hub>PositionEmbedding",
+        module="keras_hub.src.layers.modeling.position_embedding",
+    )
+    x = g.layer("Add", "embeddings_add", {}, [[_tensor(t), _tensor(p)]])
+    x = g.layer("Dropout", "embeddings_dropout", {"rate": float(config.get("dropout", 0.0) or 0.0)}, [_tensor(x)])
+    x = _blocks(g, x, config, where, _GELU_TANH, 1e-5, decoder=True)
+    x = g.layer("LayerNormalization", "layer_norm", {"axis": [-1], "epsilon": 1e-5}, [_tensor(x)])
+    return g.functional(str(config.get("name", "gpt2_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
 
 
 def _bert_classifier(config: dict[str, Any], where: str) -> dict[str, Any]:
@@ -203,7 +235,7 @@ def _token_and_position(embedding_name: str, epsilon: float) -> Callable[[dict[s
             module="keras_hub.src.layers.modeling.token_and_position_embedding",
         )
         x = _norm_and_dropout(g, x, epsilon, config)
-        x = _encoders(g, x, config, where, "gelu", epsilon)
+        x = _blocks(g, x, config, where, "gelu", epsilon)
         return g.functional(str(config.get("name", "backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
 
     return build
@@ -215,6 +247,7 @@ BUILDERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "keras_hub>BertTextClassifier": _bert_classifier,
     "keras_hub>DistilBertBackbone": _token_and_position("token_and_position_embedding", 1e-12),
     "keras_hub>RobertaBackbone": _token_and_position("embeddings", 1e-5),
+    "keras_hub>GPT2Backbone": _gpt2,
 }
 
 
