@@ -7,8 +7,9 @@ keras-hub (run once; the files are committed, keras-hub is no test dependency):
 Each case is a tiny keras-hub Backbone (2 layers, hidden 32, 2 heads, vocabulary 100, 16 positions), every
 weight moved off its initial value, saved as ``model.save("<case>.keras")`` (whose config keeps only the
 constructor's arguments) and as the folder ``backbone.save_to_preset("<case>_preset")`` writes
-(config.json, model.weights.h5, metadata.json); ``bert_classifier``, a ``BertTextClassifier`` of 3 classes
-over such a BERT, and ``user_model``, a functional model calling a DistilBertBackbone, as ``.keras`` only.
+(config.json, model.weights.h5, metadata.json); ``bert_classifier``, a ``BertTextClassifier`` of 3
+classes over such a BERT (and DistilBERT's, with softmax, and RoBERTa's, with hidden_dim 24), and
+``user_model``, a functional model calling a DistilBertBackbone, as ``.keras`` only.
 ``expected.npz`` holds the inputs, token ids padded on the right with ``padding_mask`` 0 there (one sample
 unpadded, one with one real token), and Keras's outputs: ``<case>/in/<name>``, ``<case>/out/<name>``.
 """
@@ -57,6 +58,18 @@ CASES = {
     "bert_classifier": (
         lambda: keras_hub.models.BertTextClassifier(keras_hub.models.BertBackbone(**SIZES), 3, preprocessor=None),
         True,
+    ),
+    "distil_bert_classifier": (
+        lambda: keras_hub.models.DistilBertTextClassifier(
+            keras_hub.models.DistilBertBackbone(**SIZES), 3, preprocessor=None, activation="softmax"
+        ),
+        False,
+    ),
+    "roberta_classifier": (
+        lambda: keras_hub.models.RobertaTextClassifier(
+            keras_hub.models.RobertaBackbone(**SIZES), 3, preprocessor=None, hidden_dim=24
+        ),
+        False,
     ),
     "user_model": (user_model, False),
 }

@@ -31,7 +31,7 @@ DATA = ROOT / "tests" / "data" / "keras_hub_models"
 EXPECTED = dict(np.load(DATA / "expected.npz"))
 BACKBONES = ("bert", "distil_bert", "roberta", "gpt2")
 FILES = [f"{case}{form}" for case in BACKBONES for form in (".keras", "_preset")]
-FILES += ["bert_classifier.keras", "user_model.keras"]
+FILES += [f"{case}_classifier.keras" for case in ("bert", "distil_bert", "roberta")] + ["user_model.keras"]
 
 
 def assert_matches(model, case: str) -> None:

@@ -18,6 +18,8 @@ through their families (``ReversibleEmbedding``, ``keras_hub>TransformerEncoder`
   ``sequence_output`` [B, T, D] and ``pooled_output = tanh(dense(sequence_output[:, 0, :]))`` [B, D].
 * ``BertTextClassifier``: its ``BertBackbone`` (a nested model) -> ``pooled_output`` -> dropout ->
   ``Dense(num_classes)`` ``logits`` [B, num_classes].
+* ``DistilBertTextClassifier`` / ``RobertaTextClassifier``: the backbone's state at the first token ->
+  ``pooled_dense`` (relu / tanh, RoBERTa's after a dropout) -> dropout -> ``logits``.
 * ``DistilBertBackbone`` / ``RobertaBackbone``: token ids, padding mask -> ``TokenAndPositionEmbedding`` ->
   layer norm (1e-12 / 1e-5) -> post-norm encoders (exact gelu) -> [B, T, D].
 * ``GPT2Backbone``: token ids, padding mask -> ``token_embedding`` + ``position_embedding`` -> pre-norm
@@ -136,6 +138,19 @@ def _norm_and_dropout(g: _Graph, x: str, epsilon: float, config: dict[str, Any])
     return g.layer("Dropout", "embeddings_dropout", {"rate": rate}, [_tensor(x)])
 
 
+def _first_token(g: _Graph, sequence: str) -> str:
+    """``sequence[:, 0, :]``, as keras 3 records the operation (the [CLS] / <s> token's state)."""
+    every = {"class_name": "__slice__", "config": {"start": None, "stop": None, "step": None}}
+    return g.layer(
+        "GetItem",
+        "get_item",
+        {},
+        [_tensor(sequence), [every, 0, every]],
+        registered="GetItem",
+        module="keras.src.ops.numpy",
+    )
+
+
 def _bert(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = _Graph(config.get("dtype"))
     vocabulary, hidden = _positive(config, "vocabulary_size", where), _positive(config, "hidden_dim", where)
@@ -156,15 +171,7 @@ def _bert(config: dict[str, Any], where: str) -> dict[str, Any]:
     x = g.layer("Add", "embeddings_add", {}, [[_tensor(t), _tensor(p), _tensor(s)]])
     x = _norm_and_dropout(g, x, 1e-12, config)
     sequence = _blocks(g, x, config, where, _GELU_TANH, 1e-12)
-    slice_all = {"class_name": "__slice__", "config": {"start": None, "stop": None, "step": None}}
-    first = g.layer(
-        "GetItem",
-        "get_item",
-        {},
-        [_tensor(sequence), [slice_all, 0, slice_all]],
-        registered="GetItem",
-        module="keras.src.ops.numpy",
-    )
+    first = _first_token(g, sequence)
     pooled = g.layer("Dense", "pooled_dense", {"units": hidden, "activation": "tanh"}, [_tensor(first)])
     inputs = {"token_ids": tokens, "segment_ids": segments, "padding_mask": padding}
     outputs = {"sequence_output": sequence, "pooled_output": pooled}
@@ -193,24 +200,53 @@ def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:
     return g.functional(str(config.get("name", "gpt2_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
 
 
-def _bert_classifier(config: dict[str, Any], where: str) -> dict[str, Any]:
-    """``BertTextClassifier``: the backbone's inputs -> its ``pooled_output`` -> dropout -> ``Dense(num_classes,
-    activation)`` named ``logits``. Its ``preprocessor`` (the tokenizer) is no part of the graph."""
-    g = _Graph(config.get("dtype"))
+def _task_backbone(g: _Graph, config: dict[str, Any], where: str, names: tuple[str, ...]) -> str:
+    """A task model's inputs (``names``, the backbone's) and its backbone, a nested model called on them."""
     backbone = config.get("backbone")
     inner = backbone.get("config") if isinstance(backbone, dict) else None
     if not isinstance(inner, dict) or not isinstance(inner.get("name"), str):
         raise WeightsError(f"{where}: its config holds no backbone record")
-    inputs = {name: g.input(name) for name in ("padding_mask", "segment_ids", "token_ids")}
-    call = {name: _tensor(name) for name in ("token_ids", "segment_ids", "padding_mask")}
-    nested = g.nested(backbone, inner["name"], [call])
-    pooled = {"class_name": "__keras_tensor__", "config": {"keras_history": [nested, 0, 0]}}  # by sorted key
-    rate = float(config.get("dropout", 0.0) or 0.0)
-    x = g.layer("Dropout", "classifier_dropout", {"rate": rate}, [pooled])
-    units = _positive(config, "num_classes", where)
-    activation = config.get("activation") or "linear"
-    x = g.layer("Dense", "logits", {"units": units, "activation": activation}, [_tensor(x)])
-    return g.functional(str(config.get("name", "bert_text_classifier")), inputs, x)
+    for name in sorted(names):
+        g.input(name)
+    return g.nested(backbone, inner["name"], [{name: _tensor(name) for name in names}])
+
+
+def _head(g: _Graph, x: str, config: dict[str, Any], where: str, dropout: str) -> dict[str, Any]:
+    """The task's ``dropout`` layer, then ``Dense(num_classes, activation)`` named ``logits``."""
+    x = g.layer("Dropout", dropout, {"rate": float(config.get("dropout", 0.0) or 0.0)}, [_tensor(x)])
+    settings = {"units": _positive(config, "num_classes", where), "activation": config.get("activation") or "linear"}
+    x = g.layer("Dense", "logits", settings, [_tensor(x)])
+    inputs = {layer["name"]: layer["name"] for layer in g.layers if layer["class_name"] == "InputLayer"}
+    return g.functional(str(config.get("name", "text_classifier")), inputs, x)
+
+
+def _bert_classifier(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``BertTextClassifier``: the backbone's inputs -> its ``pooled_output`` (the first of its outputs by
+    sorted key) -> dropout -> ``Dense(num_classes, activation)`` named ``logits``. Its ``preprocessor`` (the
+    tokenizer) is no part of the graph."""
+    g = _Graph(config.get("dtype"))
+    backbone = _task_backbone(g, config, where, ("token_ids", "segment_ids", "padding_mask"))
+    return _head(g, backbone, config, where, "classifier_dropout")
+
+
+def _first_token_classifier(pooled_dropout: bool, activation: str) -> Callable[[dict[str, Any], str], dict[str, Any]]:
+    """DistilBERT's (``pooled_dropout`` False, relu) and RoBERTa's (True, tanh) text classifiers: the backbone's
+    sequence at the first token -> [``pooled_dropout``] -> ``pooled_dense`` (``hidden_dim``, else the
+    backbone's) -> ``output_dropout`` -> ``logits``."""
+
+    def build(config: dict[str, Any], where: str) -> dict[str, Any]:
+        g = _Graph(config.get("dtype"))
+        x = _first_token(g, _task_backbone(g, config, where, ("token_ids", "padding_mask")))
+        if pooled_dropout:
+            x = g.layer("Dropout", "pooled_dropout", {"rate": float(config.get("dropout", 0.0) or 0.0)}, [_tensor(x)])
+        backbone = config["backbone"]["config"]
+        hidden = config.get("hidden_dim") or _positive(backbone, "hidden_dim", where)
+        if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
+            raise WeightsError(f"{where}: its config's hidden_dim is {hidden!r}; a positive int or None")
+        x = g.layer("Dense", "pooled_dense", {"units": hidden, "activation": activation}, [_tensor(x)])
+        return _head(g, x, config, where, "output_dropout")
+
+    return build
 
 
 def _token_and_position(embedding_name: str, epsilon: float) -> Callable[[dict[str, Any], str], dict[str, Any]]:
@@ -245,6 +281,8 @@ def _token_and_position(embedding_name: str, epsilon: float) -> Callable[[dict[s
 BUILDERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "keras_hub>BertBackbone": _bert,
     "keras_hub>BertTextClassifier": _bert_classifier,
+    "keras_hub>DistilBertTextClassifier": _first_token_classifier(False, "relu"),
+    "keras_hub>RobertaTextClassifier": _first_token_classifier(True, "tanh"),
     "keras_hub>DistilBertBackbone": _token_and_position("token_and_position_embedding", 1e-12),
     "keras_hub>RobertaBackbone": _token_and_position("embeddings", 1e-5),
     "keras_hub>GPT2Backbone": _gpt2,
