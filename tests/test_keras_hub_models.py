@@ -158,3 +158,14 @@ def test_the_ids_each_input_takes_are_bounded_through_nested_models_and_keras_hu
     assert specs["token_ids"]["vocab"] == 100 and "vocab" not in specs["padding_mask"]
     if "segment_ids" in specs:
         assert specs["segment_ids"]["vocab"] == 2
+
+
+def test_keras_hub_s_layers_and_preprocessing_are_not_taken_for_models():
+    """Only a Backbone or task model is unwrapped; a tokenizer or a modelling layer stays a layer."""
+    from attnzoo.keras.hub_models import is_keras_hub_model
+
+    assert is_keras_hub_model({"module": "keras_hub.src.models.gpt2.gpt2_backbone", "class_name": "GPT2Backbone"})
+    assert is_keras_hub_model({"registered_name": "keras_hub>BertBackbone", "class_name": "BertBackbone"})
+    assert not is_keras_hub_model({"module": "keras_hub.src.models.bert.bert_tokenizer", "class_name": "BertTokenizer"})
+    layer = {"module": "keras_hub.src.layers.modeling.transformer_encoder", "class_name": "TransformerEncoder"}
+    assert not is_keras_hub_model({**layer, "registered_name": "keras_hub>TransformerEncoder"})

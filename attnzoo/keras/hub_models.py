@@ -290,13 +290,18 @@ BUILDERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
 
 
 def is_keras_hub_model(entry: Any) -> bool:
-    """Whether a config record is of a keras-hub model class (``keras_hub>...``, module ``keras_hub.src.models``)."""
-    if not isinstance(entry, dict):
+    """Whether a config record is of a keras-hub model class (a Backbone or task model: module under
+    ``keras_hub.src.models``, or registered as ``keras_hub>...`` outside its layers), not of its tokenizers,
+    preprocessors and converters, which are layers."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
         return False
-    module, registered = entry.get("module"), entry.get("registered_name")
-    return (isinstance(module, str) and module.startswith("keras_hub.src.models")) or (
-        isinstance(registered, str) and registered.startswith("keras_hub>") and "layers" not in str(module)
-    )
+    module, registered = str(entry.get("module") or ""), entry.get("registered_name")
+    if entry["class_name"].endswith(_NOT_MODELS) or module.startswith("keras_hub.src.layers"):
+        return False
+    return module.startswith("keras_hub.src.models") or (isinstance(registered, str) and registered in BUILDERS)
+
+
+_NOT_MODELS = ("Tokenizer", "Preprocessor", "Converter")
 
 
 def unwrap(entry: Any, where: str) -> Any:
