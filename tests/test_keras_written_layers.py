@@ -182,6 +182,13 @@ WRITTEN = [
         None,
         {"ids": 7},
     ),
+    (
+        "reversible_embedding_mask_zero",
+        {"op": "reversible_embedding", "input_dim": 7, "output_dim": 4, "mask_zero": True},
+        [[2, 6]],
+        None,
+        {"ids": 7},
+    ),
     ("masking", {"op": "masking", "mask_value": 0.0}, [[2, 6, 3]], None, {"masked": True}),
     (
         "dense_masked",
@@ -198,6 +205,7 @@ WRITTEN = [
         {},
     ),
     ("activation_gelu", {"op": "activation", "activation": "gelu"}, [[2, 6, 3]], None, {"masked": True}),
+    ("activation_gelu_tanh", {"op": "activation", "activation": "gelu_approximate"}, [[2, 6, 3]], None, {}),
     ("conv1d_same_inside", _conv([3], [1], "same"), [[2, 7, 2]], None, {}),
     ("conv1d_causal_dilated", _conv([3], [1], "causal", d=[2]), [[2, 7, 2]], None, {}),
     ("conv2d_same_strided", _conv([3, 2], [2, 2], "same", activation="relu"), [[2, 7, 6, 2]], None, {}),

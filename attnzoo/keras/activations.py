@@ -65,6 +65,11 @@ def _gelu(x: Tensor) -> Tensor:
     return F.gelu(x)
 
 
+def _gelu_tanh(x: Tensor) -> Tensor:
+    # keras-hub's gelu_approximate: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    return F.gelu(x, approximate="tanh")
+
+
 def _celu(x: Tensor) -> Tensor:
     return F.celu(x, 1.0)
 
@@ -132,6 +137,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "elu": _elu,
     "celu": _celu,
     "gelu": _gelu,
+    "gelu_approximate": _gelu_tanh,
     "silu": _silu,
     "swish": _silu,
     "exponential": _exponential,
@@ -153,6 +159,8 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 # names that mean something else in Keras 2 than in Keras 3
 _KERAS2 = {"hard_sigmoid": "hard_sigmoid_keras2", "leaky_relu": "leaky_relu_keras2"}
+# activations keras-hub registers, by their registered names
+_KERAS_HUB = {"keras_hub>gelu_approximate": "gelu_approximate"}
 
 
 def canonical_activation(value: object, major: int) -> str | None:
@@ -165,7 +173,7 @@ def canonical_activation(value: object, major: int) -> str | None:
         value = inner if isinstance(inner, str) else value.get("class_name")
     if not isinstance(value, str):
         return None
-    name = value.lower()
+    name = _KERAS_HUB.get(value, value.lower())
     if major < 3 and name in _KERAS2:
         name = _KERAS2[name]
     return name if name in ACTIVATIONS else None

@@ -302,25 +302,22 @@ def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
 
 # layers that look their input up as ids, which Keras casts to int32 whatever the input's dtype (keras-io's
 # translator feeds keras.Input's default float32 to a TokenAndPositionEmbedding)
-_ID_TABLES = ("embedding", "keras_hub_token_and_position_embedding")
+_ID_TABLES = ("embedding", "reversible_embedding", "keras_hub_token_and_position_embedding")
+# the nodes whose first argument is ids below their input_dim (num_tokens)
+_READS_IDS = (*_ID_TABLES, "category_encoding")
 
 
 def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for spec, ref in graph.inputs:
         entry: dict[str, Any] = {"id": ref.call, "name": spec.name, "shape": spec.shape, "dtype": spec.dtype}
-        same = [[ref.call, 0]]  # the input, and the passes of it into nested models
+        same = [[ref.call, 0]]  # the input, and a nested model's input it is passed on as
         for call in calls:  # an integer input read by Embeddings (CategoryEncodings): the smallest bounds the ids
             first = call["args"][0] if call["args"] else None
-            if (
-                call["layer"] is None
-                and len(call["args"]) == 1
-                and isinstance(first, dict)
-                and first.get("ref") in same
-            ):
+            if call["layer"] is None and isinstance(first, dict) and first.get("ref") in same:
                 same.append([call["id"], 0])
             layer = layers.get(call["layer"] or "")
-            reads_ids = layer and layer["op"] in (*_ID_TABLES, "category_encoding")
+            reads_ids = layer and layer["op"] in _READS_IDS
             if isinstance(first, dict) and first.get("ref") in same and reads_ids:
                 bound = layer.get("input_dim", layer.get("num_tokens"))
                 entry["vocab"] = min(entry.get("vocab", bound), bound)

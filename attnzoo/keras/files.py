@@ -389,12 +389,15 @@ def _read_json(path: Path, weights: Path | None) -> KerasFile:
 
 
 def read_keras_model(path: str | Path, *, weights: str | Path | None = None) -> KerasFile:
-    """Open a whole Keras model (``.keras``, legacy ``.h5``, or ``config.json`` with its weights).
+    """Open a whole Keras model (``.keras``, legacy ``.h5``, or ``config.json`` with its weights, or a folder
+    holding those two, as keras-hub's ``save_to_preset`` writes).
 
     The returned :class:`KerasFile` keeps the weights file open until ``close()`` (it is a context
     manager). A file that is none of these is a ``WeightsError`` saying what was expected.
     """
     path = Path(path)
+    if path.is_dir() and (path / "config.json").is_file():  # a folder keras-hub's save_to_preset wrote
+        path = path / "config.json"
     if not path.is_file():
         raise WeightsError(f"Keras model file not found: looked for {path.resolve()}")
     with open(path, "rb") as f:

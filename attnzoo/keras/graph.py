@@ -30,7 +30,10 @@ from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.files import LayerPath
+from attnzoo.keras.hub_models import unwrap
+from attnzoo.keras.not_a_graph import not_a_graph
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
+from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, layer_structure
 from attnzoo.keras.tf_ops import TF_OP_CLASSES, operation_class, refusal, tf_operation
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
@@ -39,7 +42,6 @@ MODEL_CLASSES = ("Functional", "Model", "Sequential")
 # Keras 2 layers whose call takes `initial_state` among its input tensors (RNN.__call__, Bidirectional)
 KERAS2_RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN", "RNN", "CuDNNLSTM", "CuDNNGRU", "Bidirectional")
 MAX_CALLS = 100_000  # a model with more calls than this is not a model a person built
-MAX_NESTING = 32
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class _Builder:
 
     # -- layers -----------------------------------------------------------------------------------------
     def record(self, entry: Any, parent: LayerPath, prefix: str, position: int) -> LayerRecord:
+        entry = unwrap(entry, self.where)  # a keras-hub model inside: its functional graph
         if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
             raise self.fail(f"a layer entry of the config is not a Keras layer record: {str(entry)[:120]}")
         config = entry.get("config") if isinstance(entry.get("config"), dict) else {}
@@ -276,7 +279,7 @@ class _Builder:
         records = [
             self.record(entry, path, prefix, position) for entry, position in zip(layers, positions, strict=True)
         ]
-        input_refs, input_structure = _structure(config.get("input_layers"), "input", self.fail)
+        input_refs, input_structure = layer_structure(config.get("input_layers"), "input", self.fail)
         input_names = [ref[0] for ref in input_refs]
         if bound is not None and len(bound) != len(input_names):
             raise self.fail(f"model {path} is called on {len(bound)} tensors; it has {len(input_names)} inputs")
@@ -319,7 +322,7 @@ class _Builder:
                 ordered_inputs.append(next((s, r) for s, r in inputs if s.name == name))
         outputs = []
         functional = {r.name for r in records if r.class_name in MODEL_CLASSES and r.class_name != "Sequential"}
-        output_refs, output_structure = _structure(config.get("output_layers"), "output", self.fail)
+        output_refs, output_structure = layer_structure(config.get("output_layers"), "output", self.fail)
         if bound is None:
             self.graph.input_structure, self.graph.output_structure = input_structure, output_structure
         for name, node, index in output_refs:
@@ -377,7 +380,7 @@ class _Builder:
             return Ref(nodes[(name, node_index)], int(tensor_index))
 
         if isinstance(node, dict):  # keras 3
-            return _tensors_k3(node.get("args", []), resolve), _tensors_k3(node.get("kwargs", {}), resolve)
+            return keras3_tensors(node.get("args", []), resolve), keras3_tensors(node.get("kwargs", {}), resolve)
         if isinstance(node, list):  # keras 2: one [name, node, index, kwargs] per input tensor
             # a TF operation layer keeps its first argument's structure: one item for one tensor (or a
             # number, ["_CONSTANT_VALUE", -1, value]), a list of items for a list of tensors
@@ -390,7 +393,7 @@ class _Builder:
                 constant = tf_op and item[:2] == ["_CONSTANT_VALUE", -1]
                 refs.append(item[2] if constant else resolve(item))
                 if len(item) > 3 and isinstance(item[3], dict) and not kwargs:
-                    kwargs = _tensors_k2(item[3], resolve)
+                    kwargs = keras2_tensors(item[3], resolve)
             if len(refs) > 1 and record.class_name in KERAS2_RNN_CLASSES and "initial_state" not in kwargs:
                 # Keras 2's RNN.__call__ records `initial_state=[h, c]` as more tensors of the one node
                 return [refs[0]], {**kwargs, "initial_state": refs[1:]}
@@ -425,64 +428,6 @@ class _Builder:
         return Ref(call_id)
 
 
-def _tensors_k3(value: Any, resolve: Any) -> Any:
-    if isinstance(value, dict):
-        if value.get("class_name") == "__keras_tensor__":
-            return resolve(value.get("config", {}).get("keras_history"))
-        if value.get("class_name") == "__slice__":
-            c = value.get("config", {})
-            return {"slice": [c.get("start"), c.get("stop"), c.get("step")]}
-        if value.get("class_name") == "__ellipsis__":
-            return {"ellipsis": True}
-        return {k: _tensors_k3(v, resolve) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_tensors_k3(v, resolve) for v in value]
-    return value
-
-
-def _tensors_k2(value: Any, resolve: Any) -> Any:
-    # keras 2 writes a tensor passed by keyword as [layer, node, index]
-    if isinstance(value, list) and len(value) in (3, 4) and isinstance(value[0], str) and isinstance(value[1], int):
-        return resolve(value)
-    if isinstance(value, dict):
-        return {k: _tensors_k2(v, resolve) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_tensors_k2(v, resolve) for v in value]
-    return value
-
-
-def _is_ref(value: Any) -> bool:
-    return isinstance(value, list) and len(value) >= 3 and isinstance(value[0], str) and isinstance(value[1], int)
-
-
-def _structure(value: Any, what: str, fail: Any) -> tuple[list[tuple[str, int, int]], Any]:
-    """``input_layers`` / ``output_layers``: one ``[name, node, index]``, a list of them, or (keras 3) a
-    dict of them or nested lists. Returns the references in Keras's flat order (a dict's entries by
-    sorted key, as ``keras.tree.flatten`` orders them and ``model.inputs`` lists them) and the structure
-    with each leaf the position in that order; the structure is None for one reference or a flat list."""
-    if _is_ref(value):
-        value = [value]
-    if not isinstance(value, (list, dict)) or not value:
-        raise fail(f"the model config lists no {what} layers ({what}_layers is {str(value)[:80]})")
-    flat: list[tuple[str, int, int]] = []
-
-    def walk(item: Any, depth: int) -> Any:
-        if depth > MAX_NESTING:
-            raise fail(f"the model's {what}s are nested deeper than {MAX_NESTING} levels")
-        if _is_ref(item):
-            flat.append((item[0], int(item[1]), int(item[2])))
-            return len(flat) - 1
-        if isinstance(item, dict) and item and all(isinstance(k, str) for k in item):
-            return {key: walk(item[key], depth + 1) for key in sorted(item)}
-        if isinstance(item, list) and item:
-            return [walk(v, depth + 1) for v in item]
-        raise fail(f"an {what} layer reference {str(item)[:80]} is not [layer, node, index], a dict or a list")
-
-    structure = walk(value, 0)
-    nested = isinstance(structure, dict) or any(not isinstance(leaf, int) for leaf in structure)
-    return flat, structure if nested else None
-
-
 def _flat_refs(value: Any) -> list[Ref]:
     """The tensors of a call's argument in Keras's flat order (a dict's by sorted key)."""
     if isinstance(value, Ref):
@@ -504,36 +449,12 @@ def _needed(graph: KerasGraph) -> KerasGraph:
     return graph
 
 
-_CUSTOM_LAYERS = "attnzoo_register_keras_layers (docs/keras-migration.md, 'Custom layers: a converter from a plugin')"
-
-
-def _not_a_graph(config: dict[str, Any]) -> str:
-    """Why a saved model that is neither Sequential nor functional is not converted, and what to do."""
-    name = str(config.get("class_name"))[:80]
-    registered = config.get("registered_name") if isinstance(config.get("registered_name"), str) else None
-    module = config.get("module") if isinstance(config.get("module"), str) else ""
-    if module.startswith("keras_hub") or (registered or "").startswith("keras_hub>"):
-        return (
-            f"the file holds keras-hub's {name}, a keras-hub model, which attnzoo does not convert yet (keras-hub's "
-            f"layers TransformerEncoder, TransformerDecoder, TokenAndPositionEmbedding, PositionEmbedding and "
-            f"SinePositionEncoding convert). To go on: save it as a plain functional model, "
-            f"keras.Model(model.input, model.output).save('plain.keras'), and convert that: each layer attnzoo "
-            f"does not convert is then named, and converts through a converter registered with {_CUSTOM_LAYERS}"
-        )
-    key = registered or name
-    return (
-        f"the file holds {name!r} ({key}), a subclassed Keras model: its call() is Python code, which the file "
-        f"does not hold, so it has no graph to read. Rebuild it as a functional model (keras.Model(inputs, "
-        f"outputs) over the same layers) and save that; or call it inside one (inputs = keras.Input(...); "
-        f"keras.Model(inputs, model(inputs))) and register a converter for {key!r} with {_CUSTOM_LAYERS}"
-    )
-
-
 def parse_model(config: dict[str, Any], where: str, *, keras3: bool = True) -> KerasGraph:
     """The flat graph of a Keras model config (the ``{"class_name", "config"}`` record of the model);
     ``keras3``: order the calls as keras 3 runs them (Keras 2 has no order-dependent behaviour)."""
+    config = unwrap(config, where)  # a keras-hub Backbone keeps its constructor's arguments, not its graph
     if config.get("class_name") not in MODEL_CLASSES:
-        raise WeightsError(f"{where}: {_not_a_graph(config)}")
+        raise WeightsError(f"{where}: {not_a_graph(config)}")
     builder = _Builder(where, keras3)
     inputs, outputs = builder.model(config, LayerPath((), (), ()), "", None, "", 0)
     if not inputs:

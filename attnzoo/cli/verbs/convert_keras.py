@@ -15,7 +15,11 @@ HELP = "convert a whole Keras model, or one layer's weights, to attnzoo"
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="a .keras, a legacy .h5 or a config.json (whole model); a .weights.h5 with --model")
+    p.add_argument(
+        "file",
+        help="a .keras, a legacy .h5, a config.json or a keras-hub save_to_preset folder (whole model); "
+        "a .weights.h5 with --model",
+    )
     p.add_argument(
         "--model", help="one attention layer's weights into this attnzoo layer (keras_dot, keras_mha, lwan, ...)"
     )

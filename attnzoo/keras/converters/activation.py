@@ -160,6 +160,7 @@ ACTIVATION_SOURCE = {
     "selu": "F.selu({})",
     "elu": "F.elu({})",
     "gelu": "F.gelu({})",
+    "gelu_approximate": 'F.gelu({}, approximate="tanh")',
     "relu6": "F.relu6({})",
     "exponential": "torch.exp({})",
 }
