@@ -264,3 +264,23 @@ def test_a_failed_export_names_the_layer_and_keeps_torch_s_error_as_its_cause(ke
         attnzoo.export(model, tmp_path / "m.onnx")
     assert caught.value.__cause__ is not None
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_a_position_embedding_bounds_the_length_and_export_says_the_sizes_and_the_layer(tmp_path):
+    """keras-hub's PositionEmbedding (a table of 12 positions; the model adds 2 tokens) once made torch
+    refuse the open length: the length stays open within what the table holds, the notes say the
+    sizes and the layer, the .pt2 matches eager at the longest length and refuses one more."""
+    model = convert_keras_model(ROOT / "tests" / "data" / "keras_hub" / "positions.keras")
+    result = attnzoo.export(model, tmp_path / "m.pt2")
+    assert result.open_axes == ("batch", "length")
+    note = next(n for n in result.notes if n.startswith("length takes sizes"))
+    assert note.startswith("length takes sizes from 2 to 10") and "(PositionEmbedding)" in note
+    program = torch.export.load(tmp_path / "m.pt2").module()
+    ids = torch.randint(1, 20, (2, 10), dtype=torch.int32)
+    with torch.no_grad():
+        torch.testing.assert_close(program(ids), model(ids), atol=1e-5, rtol=0)
+        with pytest.raises(Exception):  # noqa: B017 - any refusal: a position past the table
+            model(torch.randint(1, 20, (2, 11), dtype=torch.int32))  # eager refuses it too
+        with pytest.raises(Exception):  # noqa: B017
+            program(torch.randint(1, 20, (2, 11), dtype=torch.int32))

@@ -5,7 +5,7 @@ torch refuses that ("Constraints violated (height, width)": a strided ``same`` c
 transposed one makes torch guard an intermediate size, ``ceil(ceil(h/2)/2) > 1``), it is traced again
 with those axes ``Dim.AUTO``: torch derives each axis's range from its own guards, keeps it open where it
 can and fixes it where it cannot. :func:`settle` then reads the traced program: an axis torch fixed
-becomes a static axis at its traced size, an axis torch limited says its least size, and each names the
+becomes a static axis at its traced size, an axis torch limited says the sizes it takes, and each names the
 Keras layer that was running when torch added the guard (:class:`GuardLog`), with the guard in words.
 
     with GuardLog(model) as log:
@@ -117,9 +117,9 @@ class GuardLog(logging.Handler):
         logger.setLevel(self._level)
         logger.propagate = self._propagate
 
-    def blame(self, symbol: str, what: str, low: int = 0) -> tuple[str | None, str]:
+    def blame(self, symbol: str, what: str, bounds: str = "") -> tuple[str | None, str]:
         """The layer whose guard on ``symbol`` decided it (``fix``: set it to one size; ``range``: raised its
-        least size to ``low``) and that guard, as torch wrote it."""
+        range to ``bounds``, torch's ``VR[2, 10]``) and that guard, as torch wrote it."""
         pattern = re.compile(rf"\b{re.escape(symbol)}\b")
         last: tuple[str | None, str] = (None, "")
         for message, layer in self.events:
@@ -131,7 +131,7 @@ class GuardLog(logging.Handler):
                     return last
             elif what == "fix" and message.startswith("set_replacement"):
                 return last if last[0] else (layer, _guard_words(message))
-            elif what == "range" and message.startswith(f"_update_var_to_range {symbol} = VR[{low},"):
+            elif what == "range" and message.startswith(f"_update_var_to_range {symbol} = {bounds}"):
                 return last if last[1] else (layer, "")
         return last
 
@@ -168,7 +168,7 @@ def _guard_words(message: str) -> str:
 
 def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
     """``plan`` as torch traced ``program``: an open axis torch fixed moves to ``static_axes`` at its traced
-    size, one torch gave a least size says it; each in the notes with the Keras layer and torch's guard.
+    size, one torch limited says the sizes it takes; each in the notes with the Keras layer and torch's guard.
     The checks keep only the shapes the file declares it takes."""
     from torch.export.graph_signature import InputKind
 
@@ -179,7 +179,7 @@ def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
     ranges = {str(k): v for k, v in program.range_constraints.items()}
     opened, static, notes = list(plan.open_axes), list(plan.static_axes), list(plan.notes)
     fixed: dict[tuple[int, int], int] = {}
-    least: dict[tuple[int, int], int] = {}
+    least: dict[tuple[int, int], tuple[int, int]] = {}  # the sizes an axis takes: (least, most)
     for (i, j), name in plan.axis_names.items():
         if i >= len(user) or j == 0:  # the batch keeps its named Dim
             continue
@@ -200,18 +200,21 @@ def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
                 f"{_where(layer, guard)}; give the size your inputs have with --shape"
             )
             continue
-        low = getattr(ranges.get(symbol), "lower", 1)
-        if getattr(low, "is_integer", False) and int(low) > 1:
-            least[(i, j)] = low = int(low)
-            layer, guard = log.blame(symbol, "range", low) if log else (None, "")
+        bounds = ranges.get(symbol)
+        low, high = getattr(bounds, "lower", 1), getattr(bounds, "upper", None)
+        low, high = _whole(low) or 1, _whole(high)
+        if low > 1 or high is not None:
+            least[(i, j)] = (low, high or sys.maxsize)
+            layer, guard = log.blame(symbol, "range", f"VR[{low}, {high or 'int_oo'}]") if log else (None, "")
             guard = _named(guard, log.symbols if log else {}, plan.axis_names)
-            notes.append(f"{name} takes sizes of {low} and more: {_where(layer, guard)}")
+            sizes = f"from {low} to {high}" if high is not None else f"of {low} and more"
+            notes.append(f"{name} takes sizes {sizes}: {_where(layer, guard)}")
     if not fixed and not least:
         return plan
 
     def takes(args: tuple) -> bool:
         return all(args[i].shape[j] == n for (i, j), n in fixed.items()) and all(
-            args[i].shape[j] >= n for (i, j), n in least.items()
+            low <= args[i].shape[j] <= high for (i, j), (low, high) in least.items()
         )
 
     checks = [c for c in plan.checks if takes(c[0])]
@@ -220,6 +223,12 @@ def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
     names = {k: v for k, v in plan.axis_names.items() if k not in fixed}
     opened_axes, static_axes = tuple(opened), tuple(static)
     return replace(plan, checks=checks, notes=notes, open_axes=opened_axes, static_axes=static_axes, axis_names=names)
+
+
+def _whole(bound: Any) -> int | None:
+    """A range's bound as an int; None for torch's infinity (``int_oo``) or anything else."""
+    text = str(bound)
+    return int(text) if text.lstrip("-").isdigit() else None
 
 
 def _named(guard: str, symbols: dict, axis_names: dict) -> str:
