@@ -7,7 +7,8 @@ The models: every whole-model file under tests/data (Keras 2 .h5, keras-hub and 
 Keras is installed, the ones tests/keras_export_oracle.py and tests/keras_oracle_rows.py build (saved
 into a temporary folder). For each model and format the row says: ``written`` (and whether the file,
 run again here at three sizes per open axis that export did not use, matches eager within 1e-4),
-``refused`` (export's reason, which should name the layer or input), or ``not converted``. Prints a table
+``refused`` (export's reason, which should name the layer or input), or ``not converted``, and how long
+``attnzoo.export`` took (trace, write and its own checks; ``export_seconds``). Prints a table
 and writes benchmarks/results/export.json; the summary counts files written that differ (the promise: 0).
 """
 
@@ -117,6 +118,7 @@ def one(path: Path, work: Path) -> list[dict]:
         except AttnzooError as e:
             row.update(status="refused", reason=str(e)[:400])
         else:
+            row["export_seconds"] = round(time.perf_counter() - start, 1)  # trace, write and export's checks
             worst, count = run_again(target, model)
             row.update(
                 status="written",
@@ -152,9 +154,12 @@ def main() -> None:
             if time.perf_counter() - start > args.budget:
                 rows.append({"model": path.name, "format": "-", "status": "not run (time budget)"})
                 continue
-            rows.extend(one(path, work))
-            r = rows[-1]
-            print(f"{r['model']:<50} {r['format']:<5} {r['status']:<14} {r.get('reason', '')[:90]}", flush=True)
+            new = one(path, work)
+            rows.extend(new)
+            for r in new:
+                took = f"{r['export_seconds']:6.1f} s" if "export_seconds" in r else " " * 8
+                reason = r.get("reason", "")[:90]
+                print(f"{r['model']:<44} {r['format']:<5} {r['status']:<13} {took} {reason}", flush=True)
     written = [r for r in rows if r["status"] == "written"]
     summary = {
         "models": len({r["model"] for r in rows}),
@@ -163,14 +168,17 @@ def main() -> None:
         "refused": sum(r["status"] == "refused" for r in rows),
         "not_converted": sum(r["status"] == "not converted" for r in rows),
         "not_run": sum(r["status"].startswith("not run") for r in rows),
+        "export_seconds_total": round(sum(r.get("export_seconds", 0.0) for r in rows), 1),
+        "export_seconds_max": max((r.get("export_seconds", 0.0) for r in rows), default=0.0),
         "torch": torch.__version__,
     }
-    print("\n| model | format | status | open | detail |\n|---|---|---|---|---|")
+    print("\n| model | format | status | export (s) | open | detail |\n|---|---|---|---|---|---|")
     for r in rows:
         detail = (
             f"rerun at {r['rerun_shapes']} shapes: {r['rerun_max_abs_diff']:.2g}" if r["status"] == "written" else ""
         ) or r.get("reason", "")[:120]
-        print(f"| {r['model']} | {r['format']} | {r['status']} | {', '.join(r.get('open', []))} | {detail} |")
+        took = r.get("export_seconds", "")
+        print(f"| {r['model']} | {r['format']} | {r['status']} | {took} | {', '.join(r.get('open', []))} | {detail} |")
     print(json.dumps(summary))
     Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 

@@ -6,7 +6,9 @@ size Keras left open, saved with Keras's own outputs at three sizes each.
 writes ``<name>.keras`` and ``<name>.npz`` (``x<k>`` / ``y<k>`` for k = 0, 1, 2; a second input is
 ``x<k>_1``) for: a text CNN with two strided ``same`` Conv1D, an image CNN with an open (None, None, 3)
 input, a RandomFlip and strided ``same`` Conv2D and pooling, a masked BiLSTM, and a GRU seq2seq (encoder state into
-the decoder, two open lengths). Integer rows are right-padded (ids 0) in the last row. It also writes
+the decoder, two open lengths), and three image models at open height and width checked at six sizes
+(a transposed convolution after strided ``same`` ones, a residual ``add`` of strided ``same`` branches, a
+1x1 convolution's spatial output). Integer rows are right-padded (ids 0) in the last row. It also writes
 ``flip.keras`` (RandomFlip in each mode) and ``flip.npz``: for each mode, which transformation Keras's
 ``training=True`` applied to each of 400 images (0 none, 1 left-right, 2 up-down, 3 both). Nothing here
 uses attnzoo.
@@ -70,13 +72,43 @@ def two_heads():
     return keras.Model(inp, {"topic": layers.Dense(3, name="topic_head")(pooled), "tags": layers.Dense(2)(x)})
 
 
+def transposed():
+    """A decoder's upsampling: strided ``same`` convolution, pooling, separable, transposed convolution."""
+    inp = keras.Input((None, None, 3), name="image")
+    x = layers.Conv2D(4, 3, strides=2, padding="same")(inp)
+    x = layers.MaxPooling2D(3, 2, padding="same")(x)
+    x = layers.SeparableConv2D(4, 3, padding="same")(x)
+    x = layers.Conv2DTranspose(4, 3, strides=2, padding="same")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, layers.Dense(2)(x))
+
+
+def residual():
+    """keras-io's residual block: a strided ``same`` pooling added to a strided 1x1 convolution."""
+    inp = keras.Input((None, None, 3), name="image")
+    x = layers.Conv2D(4, 3, padding="same", activation="relu")(inp)
+    pooled = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = layers.add([pooled, layers.Conv2D(4, 1, strides=2, padding="same")(x)])
+    x = layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inp, layers.Dense(2)(x))
+
+
+def spatial_out():
+    """A spatial output: a strided ``same`` convolution, then a 1x1 one (a map per pixel)."""
+    inp = keras.Input((None, None, 3), name="image")
+    return keras.Model(inp, layers.Conv2D(1, 1)(layers.Conv2D(4, 3, strides=2, padding="same")(inp)))
+
+
+IMAGES = ("image_cnn", "transposed", "residual", "spatial_out")
 SIZES = {"text_cnn": (9, 16, 31), "image_cnn": ((5, 7), (9, 9), (32, 17)), "masked_bilstm": (5, 9, 17)}
 SIZES["gru_seq2seq"] = ((5, 3), (9, 12), (17, 6))
 SIZES["two_heads"] = (9, 16, 31)
+for _name in IMAGES[1:]:  # three odd sizes and three even ones on each axis
+    SIZES[_name] = ((17, 19), (31, 33), (97, 131), (16, 20), (64, 48), (40, 130))
 
 
 def inputs(name, size, rng):
-    if name == "image_cnn":
+    if name in IMAGES:
         return [rng.standard_normal((2, *size, 3)).astype("float32")]
     sizes = size if isinstance(size, tuple) else (size,)
     out = []
@@ -114,6 +146,9 @@ def main(out):
         ("masked_bilstm", masked_bilstm),
         ("gru_seq2seq", gru_seq2seq),
         ("two_heads", two_heads),
+        ("transposed", transposed),
+        ("residual", residual),
+        ("spatial_out", spatial_out),
     ):
         model = build()
         for w in model.weights:  # off their initial values (zero biases would hide a misplaced bias)

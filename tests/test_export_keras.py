@@ -196,3 +196,91 @@ def test_nested_outputs_are_named_by_their_keys_in_torch_export_s_order():
     assert output_paths(out) == ["a.b", "c.0", "c.1", "d"]
     assert [float(x) for x in flat_tensors(out)] == [0.0, 1.0, 2.0, 3.0]
     assert output_paths((t[0], t[1])) is None  # a plain tuple keeps the model's own names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["transposed", "residual", "spatial_out"])
+def test_strided_same_transposed_and_residual_models_keep_height_and_width_open(keras_exports, tmp_path, name):
+    """Models torch refuses with open named axes ("Constraints violated (height, width)"): exported with
+    height and width open to ONNX and .pt2, each file within 1e-5 of Keras at six sizes (three odd, three
+    even on each axis) that export never traced; the least size torch's guards allow is in the notes."""
+    io = dict(np.load(keras_exports / f"{name}.npz"))
+    model = convert_keras_model(keras_exports / f"{name}.keras")
+    onnx_result = attnzoo.export(model, tmp_path / f"{name}.onnx")
+    pt2_result = attnzoo.export(model, tmp_path / f"{name}.pt2")
+    program = torch.export.load(tmp_path / f"{name}.pt2").module()
+    for result in (onnx_result, pt2_result):
+        assert result.open_axes == ("batch", "height", "width") and result.static_axes == ("channels",)
+        assert result.max_abs_diff <= 1e-5
+    sizes = {io[f"x{k}"].shape[1:3] for k in range(6)}
+    assert {h % 2 for h, _ in sizes} == {0, 1} and {w % 2 for _, w in sizes} == {0, 1}
+    for k in range(6):
+        np.testing.assert_allclose(_run_onnx(tmp_path / f"{name}.onnx", [io[f"x{k}"]]), io[f"y{k}"], atol=1e-5)
+        with torch.no_grad():
+            got = program(torch.from_numpy(io[f"x{k}"])).numpy()
+        np.testing.assert_allclose(got, io[f"y{k}"], atol=1e-5)
+
+
+def _first_conv(model):
+    return next(key for key, kind in model.keras_classes.items() if kind == "Conv2D")
+
+
+@pytest.mark.slow
+def test_an_axis_torch_must_fix_is_fixed_alone_and_the_layer_that_fixed_it_is_named(keras_exports, tmp_path):
+    """A layer whose code compares the width with one number (torch.export can only specialise it): the
+    width is fixed at its traced size, the height stays open; static_axes, the notes and the .pt2 say so."""
+    model = convert_keras_model(keras_exports / "spatial_out.keras")
+    key = _first_conv(model)
+    layer = model.layers[key]
+    inner = layer.forward
+
+    def compares_the_width(x):  # x: NCHW after 'same' padding, the width 32 + 1 at the traced size
+        return inner(x) * 2.0 if x.shape[-1] == 33 else inner(x) * 2.0  # same value, a guard on the width
+
+    layer.forward = compares_the_width
+    result = attnzoo.export(model, tmp_path / "m.pt2", shape=(24, 32))
+    assert result.open_axes == ("batch", "height") and result.static_axes == ("channels", "width")
+    assert result.notes[0].startswith("open: batch, height (")
+    note = next(n for n in result.notes if n.startswith("fixed: width = 32"))
+    assert f"in layer {model.keras_names[key]} (Conv2D)" in note and "width" in note.split(":", 2)[2]
+    program = torch.export.load(tmp_path / "m.pt2").module()
+    x = torch.randn(3, 41, 32, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(program(x), model(x), atol=1e-5, rtol=0)  # another height: open
+    with pytest.raises(Exception, match="width|32"):
+        program(torch.randn(3, 41, 33, 3))  # another width: the file refuses it
+
+
+@pytest.mark.slow
+def test_a_failed_export_names_the_layer_and_keeps_torch_s_error_as_its_cause(keras_exports, tmp_path):
+    """A layer that branches on its values (no size can be traced): the error names the Keras layer, and
+    torch's own error is its cause (what --debug prints), nothing is written."""
+    model = convert_keras_model(keras_exports / "spatial_out.keras")
+    key = _first_conv(model)
+    layer = model.layers[key]
+    inner = layer.forward
+    layer.forward = lambda x: inner(x) if float(x.sum()) > -1e30 else -inner(x)  # reads a value on the host
+    with pytest.raises(ExportError, match=rf"in layer {model.keras_names[key]} \(Conv2D\)") as caught:
+        attnzoo.export(model, tmp_path / "m.onnx")
+    assert caught.value.__cause__ is not None
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_a_position_embedding_bounds_the_length_and_export_says_the_sizes_and_the_layer(tmp_path):
+    """keras-hub's PositionEmbedding (a table of 12 positions; the model adds 2 tokens) once made torch
+    refuse the open length: the length stays open within what the table holds, the notes say the
+    sizes and the layer, the .pt2 matches eager at the longest length and refuses one more."""
+    model = convert_keras_model(ROOT / "tests" / "data" / "keras_hub" / "positions.keras")
+    result = attnzoo.export(model, tmp_path / "m.pt2")
+    assert result.open_axes == ("batch", "length")
+    note = next(n for n in result.notes if n.startswith("length takes sizes"))
+    assert note.startswith("length takes sizes from 2 to 10") and "(PositionEmbedding)" in note
+    program = torch.export.load(tmp_path / "m.pt2").module()
+    ids = torch.randint(1, 20, (2, 10), dtype=torch.int32)
+    with torch.no_grad():
+        torch.testing.assert_close(program(ids), model(ids), atol=1e-5, rtol=0)
+        with pytest.raises(Exception):  # noqa: B017 - any refusal: a position past the table
+            model(torch.randint(1, 20, (2, 11), dtype=torch.int32))  # eager refuses it too
+        with pytest.raises(Exception):  # noqa: B017
+            program(torch.randint(1, 20, (2, 11), dtype=torch.int32))

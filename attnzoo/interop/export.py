@@ -25,12 +25,13 @@ import os
 import tempfile
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from attnzoo.core.record import RunRecord
 from attnzoo.errors import ConfigError, ExportError, extra_import_message, without_colour
+from attnzoo.interop.export_axes import settle
 from attnzoo.interop.export_check import check_file, onnx_runner, pt2_runner
 from attnzoo.interop.export_plan import (
     convention_of,
@@ -177,16 +178,24 @@ def torch_reason(error: BaseException, limit: int = 300) -> str:
 
 
 def _programs(model, args, kwargs, dynamic_shapes):
-    """The ways of tracing the model with ``torch.export``, in the order to try them. Open axes are first
-    traced with sizes treated as never 1 (``backed_size_oblivious``): a plain trace fixes every size-1
-    test of an intermediate length (a strided convolution's output) to its traced answer and refuses the
-    open axis. That trace may assume a size is not 1 (the .pt2 file then asserts it, an ONNX file cannot),
-    so where its file fails the checks the plain trace is tried; either must pass every check."""
+    """The ways of tracing the model with ``torch.export``, in the order to try them, each as ``(program,
+    the dynamic_shapes it was traced with, its GuardLog or None)``. Open axes are first traced with sizes
+    treated as never 1 (``backed_size_oblivious``): a plain trace fixes every size-1 test of an
+    intermediate length (a strided convolution's output) to its traced answer and refuses the open axis.
+    That trace may assume a size is not 1 (the .pt2 file then asserts it, an ONNX file cannot), so where
+    its file fails the checks the plain trace is tried; where torch refuses named open axes, they are
+    traced again as ``Dim.AUTO`` (torch derives their ranges; :mod:`attnzoo.interop.export_axes` says
+    what it fixed and why). Every file must pass every check."""
     import torch
 
-    attempts = [True, False] if dynamic_shapes is not None else [False]
+    from attnzoo.interop.export_axes import GuardLog, auto_shapes, fix_axes
+
+    attempts = [(True, False), (False, False)] if dynamic_shapes is not None else [(False, False)]
+    if dynamic_shapes is not None and getattr(model, "layers", None) is not None and hasattr(model, "keras_names"):
+        attempts += [(False, True), (True, True)]
     reason, traced = None, False
-    for oblivious in attempts:
+    for oblivious, auto in attempts:
+        shapes = auto_shapes(dynamic_shapes) if auto else dynamic_shapes
         # dynamo's caches from earlier traces in this process (a scan step traced by other exports) can
         # make it fix an open length; export starts from a clean slate (compiled functions recompile)
         torch._dynamo.reset()
@@ -196,20 +205,45 @@ def _programs(model, args, kwargs, dynamic_shapes):
             with (
                 torch.fx.experimental._config.patch(backed_size_oblivious=oblivious),
                 torch._dynamo.config.patch(recompile_limit=1 << 20, accumulated_recompile_limit=1 << 20),
+                GuardLog(model) if auto else contextlib.nullcontext() as log,
             ):
-                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=shapes)
+                if auto and (fix := log.must_fix()):  # an axis tied to one size: traced at it, the rest open
+                    shapes = fix_axes(shapes, fix)
+                    torch._dynamo.reset()
+                    first, log = log, GuardLog(model)
+                    with log:
+                        program = torch.export.export(model, args, kwargs, dynamic_shapes=shapes)
+                    log.fixed_by, log.first_symbols = fix, first.symbols
         except Exception as e:  # noqa: BLE001 - torch's reasons are many; one line says which
             reason = reason or e
             continue
         traced = True
-        yield program
+        yield program, shapes, log
     if not traced:
-        raise ExportError(f"torch.export could not trace the model: {torch_reason(reason)}") from None
+        raise ExportError(f"torch.export could not trace the model: {_reason_words(model, reason)}") from reason
+
+
+def _reason_words(model, error) -> str:
+    """torch's reason in one line, the Keras layer where it was raised, and the guards a refused open axis
+    broke (torch's "Not all values of height ... satisfy the generated guard 3 <= ...")."""
+    from attnzoo.interop.export_axes import layer_of_error
+
+    text = torch_reason(error)
+    layer = layer_of_error(model, error)
+    guards = [
+        " ".join(line.split())
+        for line in without_colour(str(error)).splitlines()
+        if "Not all values of" in line or "must be specialized" in line
+    ]
+    if guards:
+        text += "; torch's guards: " + "; ".join(g[:240] for g in guards[:4])
+    return text + (f" (in layer {layer})" if layer else "")
 
 
 def _program(model, args, kwargs, dynamic_shapes):
     """The first program :func:`_programs` traces (for naming a differing layer)."""
-    return next(iter(_programs(model, args, kwargs, dynamic_shapes)))
+    return next(iter(_programs(model, args, kwargs, dynamic_shapes)))[0]
 
 
 def _name_inputs(program, names: list[str]) -> None:
@@ -270,7 +304,7 @@ def _onnx_program(model, program, args, output_names):
                 named["output_names"] = output_names
             return torch.onnx.export(program, (), dynamo=True, verbose=False, **named)
     except Exception as e:  # noqa: BLE001
-        raise ExportError(f"the ONNX exporter could not convert the model: {torch_reason(e)}") from None
+        raise ExportError(f"the ONNX exporter could not convert the model: {torch_reason(e)}") from e
 
 
 def _write_onnx(onnx_program, metadata, tmp: str, path: Path, axes: dict[str, dict[int, str]]) -> None:
@@ -405,7 +439,8 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
     os.close(fd)
     try:
         refusal = None
-        for program in _programs(model, args, kwargs, plan.dynamic_shapes):
+        for program, shapes, log in _programs(model, args, kwargs, plan.dynamic_shapes):
+            traced = settle(replace(plan, dynamic_shapes=shapes), program, model, log) if log else plan
             if var_positional(model) is not None:  # forward(*inputs): torch names them inputs_0, ...
                 _name_inputs(program, input_names(model, len(args)))
             try:
@@ -414,9 +449,10 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
                     run = pt2_runner(Path(tmp))
                 else:
                     onnx_program = _onnx_program(model, program, args, output_names)
-                    _write_onnx(onnx_program, metadata, tmp, path, _axes_by_input(model, plan))
+                    _write_onnx(onnx_program, metadata, tmp, path, _axes_by_input(model, traced))
                     run = onnx_runner(Path(tmp), model)
-                worst, checked = check_file(model, plan, run, path.suffix, tolerance, _program)
+                worst, checked = check_file(model, traced, run, path.suffix, tolerance, _program)
+                plan = traced
                 break
             except ExportError as e:  # the next way of tracing may keep the axes open and be right
                 refusal = refusal or e
