@@ -81,7 +81,12 @@ class Draft:
 
     def name(self, text: Any, keras_name: Any) -> str:
         """A fresh variable made from ``text`` (see :func:`~attnzoo.keras.codegen.identifier`), which
-        ``KERAS_NAMES`` maps back to ``keras_name``."""
+        ``KERAS_NAMES`` maps back to ``keras_name``. A long path of nested models
+        (``bert_backbone_1/bert_backbone_1/embeddings_add``) names its variable by its last part: the
+        path stays in ``KERAS_NAMES``, and a statement short enough to split where ruff splits it."""
+        text = str(text)
+        if len(text) > 32 and "/" in text:
+            text = text.rsplit("/", 1)[1]
         variable = identifier(text, self.used)
         self.keras_names[variable] = str(keras_name)
         return variable

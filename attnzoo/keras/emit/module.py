@@ -4,6 +4,7 @@ per input, a dict, or Keras's nested lists) and its return (Keras's nesting of t
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from typing import Any
 
@@ -145,7 +146,22 @@ def module_lines(
 
 
 def laid_out(statements: list[str]) -> list[str]:
-    return [line for statement in statements for line in layout(statement, "        ")]
+    """``__init__``'s statements as lines. A declaration whose key is so long that ruff would split the key's
+    own brackets (where ruff's 88 and 120 columns disagree) is written in two: ``layer = Constructor(...)``,
+    then ``self.layers[key] = layer``."""
+    lines = []
+    for statement in statements:
+        laid = layout(statement, "        ")
+        if any(len(line) > WIDTH for line in laid):
+            node = ast.parse(statement).body[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = (
+                    ast.get_source_segment(statement, node.targets[0]),
+                    ast.get_source_segment(statement, node.value),
+                )
+                laid = [*layout(f"layer = {value}", "        "), *layout(f"{target} = layer", "        ")]
+        lines.extend(laid)
+    return lines
 
 
 def _signature(parameters: list[str], annotation: str) -> list[str]:
