@@ -58,6 +58,11 @@ def _transpose(k, s, padding, output_padding=None, d=None, first=False, **extra)
     return {**spec, "activation": "linear", "use_bias": True, "channels_first": first, **extra}
 
 
+def _batch_norm(axis=-1, **settings):
+    spec = {"op": "batch_norm", "axis": axis, "features": 3, "epsilon": 1e-3, "center": True, "scale": True}
+    return {**spec, "momentum": 0.99, **settings}
+
+
 def _relu(**settings):
     return {"op": "activation", "activation": "relu_layer", **settings}
 
@@ -258,6 +263,10 @@ WRITTEN = [
         None,
         {"masked": True},
     ),
+    ("batch_norm", _batch_norm(), [[2, 6, 3]], None, {}),
+    ("batch_norm_masked", _batch_norm(momentum=0.8), [[2, 6, 3]], None, {"masked": True}),
+    ("batch_norm_image", _batch_norm(epsilon=1e-2), [[3, 4, 5, 3]], None, {}),
+    ("batch_norm_first_plain", _batch_norm(axis=1, center=False, scale=False), [[3, 3, 5, 4]], None, {}),
     *[(f"case_{c[0]}", c[1], [c[2]], None, {}) for c in CASES],
 ]
 
@@ -528,3 +537,25 @@ def _no_torch_padding_gives(node, spec: dict) -> None:
             for extra in range(max(s, d)):
                 y = F.conv_transpose1d(x.movedim(-1, 1), node.weight, node.bias, s, padding, extra, 1, d)
                 assert y.shape != want.shape or not torch.allclose(y, want, atol=1e-5), (spec, padding, extra)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_written_batch_norm_moves_keras_s_statistics(masked):
+    """Keras moves its moving variance towards the batch's biased variance (torch's BatchNorm: the unbiased),
+    over the kept steps of a masked input; Keras's rule written naively: moving = moving * m + batch * (1 - m).
+    The state dict holds Keras's four variables, no num_batches_tracked."""
+    torch.manual_seed(2)
+    model = _written_graph_model(_batch_norm(momentum=0.8), [[2, 6, 3]], [In(0)], {"masked": masked})
+    assert sorted(k for k in model.state_dict() if k.startswith("layers.layer.")) == [
+        f"layers.layer.{k}" for k in ("bias", "running_mean", "running_var", "weight")
+    ]
+    x = _written_inputs([[2, 6, 3]], {"masked": masked})[0]
+    x = torch.where(x != 0, x * 3.0 + 1.0, 0.0)  # padding stays 0, 3 of 12 steps where masked
+    keep = (x != 0).any(dim=-1) if masked else torch.ones(2, 6, dtype=torch.bool)
+    assert int(keep.sum()) == (9 if masked else 12)
+    kept = x[keep]  # [kept steps, 3]
+    mean, variance = kept.mean(0), ((kept - kept.mean(0)) ** 2).mean(0)
+    model.train()(x)
+    layer = model.layers["layer"]
+    torch.testing.assert_close(layer.running_mean, 0.2 * mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(layer.running_var, 0.8 + 0.2 * variance, rtol=1e-5, atol=1e-6)
