@@ -58,6 +58,10 @@ def _transpose(k, s, padding, output_padding=None, d=None, first=False, **extra)
     return {**spec, "activation": "linear", "use_bias": True, "channels_first": first, **extra}
 
 
+def _merge(mode, keras3=True):
+    return {"op": "merge", "mode": mode, "keras3": keras3, "same_rank": True}
+
+
 def _batch_norm(axis=-1, **settings):
     spec = {"op": "batch_norm", "axis": axis, "features": 3, "epsilon": 1e-3, "center": True, "scale": True}
     return {**spec, "momentum": 0.99, **settings}
@@ -263,6 +267,14 @@ WRITTEN = [
         None,
         {"masked": True},
     ),
+    ("add", _merge("add"), [[2, 5, 3], [2, 5, 3]], [[In(0), In(1)]], {}),
+    ("add_masked", _merge("add"), [[2, 6, 3], [2, 6, 3]], [[In(0), In(1)]], {"masked": True}),
+    ("add_masked_twice", _merge("add"), [[2, 6, 3]], [[In(0), In(0)]], {"masked": True}),
+    ("subtract_broadcast", _merge("subtract"), [[2, 5, 3], [2, 1, 3]], [[In(0), In(1)]], {}),
+    ("multiply_keras2_masked", _merge("multiply", False), [[2, 6, 3], [2, 6, 3]], [[In(0), In(1)]], {"masked": True}),
+    ("average_three", _merge("average"), [[2, 5, 3]] * 3, [[In(0), In(1), In(2)]], {}),
+    ("maximum", _merge("maximum"), [[2, 5, 3], [2, 5, 3]], [[In(0), In(1)]], {}),
+    ("minimum_three", _merge("minimum"), [[2, 5, 3]] * 3, [[In(0), In(1), In(2)]], {}),
     ("batch_norm", _batch_norm(), [[2, 6, 3]], None, {}),
     ("batch_norm_masked", _batch_norm(momentum=0.8), [[2, 6, 3]], None, {"masked": True}),
     ("batch_norm_image", _batch_norm(epsilon=1e-2), [[3, 4, 5, 3]], None, {}),
@@ -559,3 +571,14 @@ def test_the_written_batch_norm_moves_keras_s_statistics(masked):
     layer = model.layers["layer"]
     torch.testing.assert_close(layer.running_mean, 0.2 * mean, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(layer.running_var, 0.8 + 0.2 * variance, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("spec", "masked"),
+    [({"op": "merge", "mode": "add"}, False), (_merge("multiply"), True), (_merge("maximum"), True)],
+    ids=["ranks_unknown", "keras3_multiply_masked", "keras3_maximum_masked"],
+)
+def test_a_merge_of_unknown_ranks_or_one_that_reads_masks_keeps_its_node(spec, masked):
+    graph = _written_graph(spec, [[2, 6, 3], [2, 6, 3]], [[In(0), In(1)]], {"masked": masked})
+    model = attnzoo.create("keras_model", graph=graph)
+    assert 'self.layers["layer"] = Merge(' in model.to_source()
