@@ -62,6 +62,12 @@ def _merge(mode, keras3=True):
     return {"op": "merge", "mode": mode, "keras3": keras3, "same_rank": True}
 
 
+def _separable(k, s, padding, d=None, **settings):
+    spec = {"op": "separable_conv", "rank": len(k), "filters": 4, "in_channels": 3, "depth_multiplier": 2}
+    spec.update(kernel_size=k, strides=s, dilation_rate=d or [1] * len(k), padding=padding)
+    return {**spec, "activation": "linear", "use_bias": True, "channels_first": False, **settings}
+
+
 def _batch_norm(axis=-1, **settings):
     spec = {"op": "batch_norm", "axis": axis, "features": 3, "epsilon": 1e-3, "center": True, "scale": True}
     return {**spec, "momentum": 0.99, **settings}
@@ -275,6 +281,17 @@ WRITTEN = [
     ("average_three", _merge("average"), [[2, 5, 3]] * 3, [[In(0), In(1), In(2)]], {}),
     ("maximum", _merge("maximum"), [[2, 5, 3], [2, 5, 3]], [[In(0), In(1)]], {}),
     ("minimum_three", _merge("minimum"), [[2, 5, 3]] * 3, [[In(0), In(1), In(2)]], {}),
+    ("separable1d_same", _separable([3], [1], "same"), [[2, 7, 3]], None, {}),
+    ("separable1d_causal_tanh", _separable([3], [1], "causal", activation="tanh"), [[2, 7, 3]], None, {}),
+    ("separable2d_same_strided", _separable([3, 2], [2, 2], "same"), [[2, 7, 8, 3]], None, {}),
+    ("separable2d_valid_dilated", _separable([3, 3], [1, 1], "valid", d=[2, 1]), [[2, 9, 7, 3]], None, {}),
+    (
+        "separable2d_first_no_bias",
+        _separable([2, 3], [1, 2], "valid", channels_first=True, use_bias=False, depth_multiplier=1),
+        [[2, 3, 6, 7]],
+        None,
+        {},
+    ),
     ("batch_norm", _batch_norm(), [[2, 6, 3]], None, {}),
     ("batch_norm_masked", _batch_norm(momentum=0.8), [[2, 6, 3]], None, {"masked": True}),
     ("batch_norm_image", _batch_norm(epsilon=1e-2), [[3, 4, 5, 3]], None, {}),
