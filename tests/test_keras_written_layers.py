@@ -224,6 +224,14 @@ WRITTEN = [
     ("repeat_vector", {"op": "repeat_vector", "n": 3}, [[2, 4]], None, {}),
     ("dropout", {"op": "noise", "kind": "dropout", "rate": 0.4}, [[2, 6, 3]], None, {"masked": True, "random": 0.4}),
     (
+        "spatial_dropout1d",
+        {"op": "noise", "kind": "dropout", "rate": 0.5, "shared_axes": [1]},
+        [[4, 6, 5]],
+        None,
+        {"masked": True, "random": 0.5},
+    ),
+    ("gaussian_noise_rate_0", {"op": "noise", "kind": "gaussian_noise", "rate": 0.0}, [[2, 6, 3]], None, {}),
+    (
         "global_average1d_masked",
         {"op": "global_pool", "rank": 1, "kind": "average"},
         [[2, 6, 3]],
@@ -599,3 +607,16 @@ def test_a_merge_of_unknown_ranks_or_one_that_reads_masks_keeps_its_node(spec, m
     graph = _written_graph(spec, [[2, 6, 3], [2, 6, 3]], [[In(0), In(1)]], {"masked": masked})
     model = attnzoo.create("keras_model", graph=graph)
     assert 'self.layers["layer"] = Merge(' in model.to_source()
+
+
+def test_the_written_spatial_dropout_drops_whole_channels():
+    """SpatialDropout1D: one draw per sample and channel, shared along the steps (Keras's noise_shape
+    [batch, 1, channels]); what is kept is scaled by 1 / (1 - rate)."""
+    torch.manual_seed(3)
+    spec = {"op": "noise", "kind": "dropout", "rate": 0.5, "shared_axes": [1]}
+    model = _written_graph_model(spec, [[8, 6, 5]], [In(0)], {}).train()
+    x = torch.rand(8, 6, 5) + 1.0
+    got = model(x)[0]
+    kept = got != 0
+    assert (kept == kept[:, :1]).all() and 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(got[kept], (x * 2.0)[kept])

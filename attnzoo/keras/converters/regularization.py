@@ -123,12 +123,23 @@ def convert_gaussian_noise(record, arrays, ctx):
 # -- the torch form -------------------------------------------------------------------------------------
 @writes(Noise)
 def write_noise(w: Writer, spec: dict[str, Any]) -> bool:
-    """``Dropout`` with no shared axes: ``F.dropout(x, rate, self.training)``, torch's own dropout (the
-    mask passes on, as the node's). The other noise layers keep their node call."""
+    """Any noise layer of rate 0: the input as it is. ``Dropout`` with no shared axes: ``F.dropout(x, rate,
+    self.training)``, torch's own dropout; shared along axis 1 (``SpatialDropout1D`` of a channels-last
+    [B, T, C]: whole channels drop): ``F.dropout1d`` on the channels-first view, which takes 3-D inputs only
+    (another rank is torch's error, never another noise). The mask passes on, as the node's. The other noise
+    layers keep their node call."""
     x, rate = w.tensor(), spec.get("rate")
-    if x is None or spec.get("kind") != "dropout" or spec.get("shared_axes"):
+    if x is None or not plain({0: rate}, float):
         return False
-    if not plain({0: rate}, float) or not 0 <= rate < 1:
+    if rate == 0:
+        w.assign(x)
+        return True
+    if spec.get("kind") != "dropout" or not 0 < rate < 1:
         return False
-    w.assign(f"F.dropout({x}, {literal(rate)}, self.training)")
+    if not spec.get("shared_axes"):
+        w.assign(f"F.dropout({x}, {literal(rate)}, self.training)")
+    elif spec.get("shared_axes") == [1]:
+        w.assign(f"F.dropout1d({x}.movedim(-1, 1), {literal(rate)}, self.training).movedim(1, -1)")
+    else:
+        return False
     return True
