@@ -512,17 +512,28 @@ def test_the_written_layers_predict_what_keras_predicts(tmp_path, monkeypatch):
         layers.LeakyReLU(negative_slope=0.3)(sequence),
         layers.ELU(alpha=0.7)(sequence),
         layers.Softmax(axis=1)(sequence),
+        layers.BatchNormalization(momentum=0.9, epsilon=1e-2)(image),
+        layers.BatchNormalization()(sequence),
+        layers.SeparableConv2D(4, (3, 2), strides=2, padding="same", depth_multiplier=2)(image),
+        layers.SeparableConv1D(3, 3, dilation_rate=2, activation="relu")(sequence),
+        layers.Add()([sequence, layers.Dense(5)(sequence)]),
+        layers.Maximum()([sequence, layers.Dense(5)(sequence)]),
     ]
     keras_model = keras.Model([image, sequence], outputs)
     keras.utils.set_random_seed(3)
     for weight in keras_model.weights:  # off their initial values (ones, zeros)
-        weight.assign(keras.random.normal(weight.shape, seed=int(keras.random.randint((), 0, 10**6))) * 0.5)
+        value = keras.random.normal(weight.shape, seed=int(keras.random.randint((), 0, 10**6))) * 0.5
+        weight.assign(keras.ops.abs(value) + 0.1 if "variance" in weight.path else value)  # a variance is > 0
     keras_model.save(tmp_path / "model.keras")
     inputs = [torch.randn(2, 7, 9, 3), torch.randn(2, 7, 5)]
     want = [torch.as_tensor(keras.ops.convert_to_numpy(y)) for y in keras_model([x.numpy() for x in inputs])]
     model = convert_keras_model(tmp_path / "model.keras").eval()
     source = model.to_source()
-    for name in ("Pool(", "ConvTranspose(", "LayerNorm(", "UpSampling(", "SpatialPad(", "Activation(", "Softmax("):
+    for name in ("Pool(", "ConvTranspose(", "LayerNorm(", "UpSampling(", "SpatialPad(", "Activation(", "Softmax(") + (
+        "BatchNorm(",
+        "SeparableConv(",
+        "Merge(",
+    ):
         assert f"= {name}" not in source, name
     with torch.no_grad():
         got = model(*inputs)
