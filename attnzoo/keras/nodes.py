@@ -70,11 +70,17 @@ class Node(nn.Module):
         self.args: dict[str, Any] = {}
 
     def forward(
-        self, args: list[Any], kwargs: dict[str, Any], masks: list[Any]
-    ) -> tuple[list[Tensor], list[Tensor | None]]:
+        self, args: Any, kwargs: dict[str, Any] | None = None, masks: list[Any] | None = None, *, mask: Any = None
+    ) -> Any:
+        """The node protocol, ``node(args, kwargs, masks) -> (outputs, output_masks)``, or, for a class that
+        keeps this ``forward``, the typed call the emitted module writes: ``node(x)`` or ``node(x, mask=m)``
+        (``x`` a tensor, ``m`` its Keras mask) -> the output tensor (its mask is :meth:`output_mask`'s)."""
+        if isinstance(args, Tensor):
+            return self.compute(args, mask)
         x = args[0]
-        y = self.compute(x, masks[0])
-        return [y], [self.output_mask(x, masks[0])]
+        first = masks[0] if masks else None
+        y = self.compute(x, first)
+        return [y], [self.output_mask(x, first)]
 
     def compute(self, x: Tensor, mask: Tensor | None) -> Tensor:
         raise NotImplementedError

@@ -276,6 +276,6 @@ def write_batch_norm(w: Writer, spec: dict[str, Any]) -> bool:
         f"{norm}({literal(spec['features'])}, eps={literal(spec['epsilon'])}, "
         f"momentum={literal(round(1.0 - float(momentum), 12))}{affine})"
     )
-    masked = "" if mask is None else f", {mask}"
+    masked = "" if mask is None else f", mask={mask}"
     w.assign(f"{layer}({x}{masked})" if axis == 1 else f"{layer}({x}.movedim(-1, 1){masked}).movedim(1, -1)")
     return True
