@@ -631,3 +631,21 @@ def test_the_written_spatial_dropout_drops_whole_channels():
     kept = got != 0
     assert (kept == kept[:, :1]).all() and 0 < kept.sum() < kept.numel()
     torch.testing.assert_close(got[kept], (x * 2.0)[kept])
+
+
+def test_a_node_of_the_default_forward_is_called_with_its_tensor_and_mask_not_lists():
+    """Rescaling has no torch form: its node is called as a torch layer is, ``layers.layer(masking,
+    mask=masking_mask)``, and its output (x * scale + offset, by hand) carries the input's mask on to the
+    masked average (Keras's, written naively)."""
+    spec = {"op": "rescaling", "scale": 0.5, "offset": -1.0}
+    model = attnzoo.create("keras_model", graph=_written_graph(spec, [[2, 6, 3]], [In(0)], {"masked": True}))
+    source = model.to_source()
+    assert "layer = layers.layer(masking, mask=masking_mask)" in source, source
+    assert "], {}, [" not in source  # no call with the list protocol
+    x = _written_inputs([[2, 6, 3]], {"masked": True})[0]
+    keep = (x != 0).any(dim=-1)
+    with torch.no_grad():
+        got, probe = model.eval()(x)
+    want = x * keep.unsqueeze(-1) * 0.5 - 1.0
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(probe, _masked_mean(want, keep))
