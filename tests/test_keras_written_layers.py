@@ -649,3 +649,20 @@ def test_a_node_of_the_default_forward_is_called_with_its_tensor_and_mask_not_li
     want = x * keep.unsqueeze(-1) * 0.5 - 1.0
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(probe, _masked_mean(want, keep))
+
+
+def test_a_frozen_written_batch_norm_runs_as_at_inference_in_train_mode():
+    """Keras runs a BatchNormalization it froze (``trainable=False``) in inference mode even when training:
+    the moving statistics normalise (by hand: (x - mean) / sqrt(var + eps) * gamma + beta), and stay."""
+    graph = _written_graph(_batch_norm(), [[2, 6, 3]], [In(0)], {})
+    graph["layers"]["layer"]["keras"]["trainable"] = False
+    model = attnzoo.create("keras_model", graph=graph)
+    assert "KerasBatchNorm(" in model.to_source()
+    layer = model.layers["layer"]
+    with torch.no_grad():
+        for name, value in (("weight", 1.5), ("bias", 0.25), ("running_mean", -0.5), ("running_var", 2.0)):
+            getattr(layer, name).fill_(value)
+    x = torch.randn(2, 6, 3)
+    got = model.train()(x)[0]
+    torch.testing.assert_close(got, (x + 0.5) / (2.0 + 1e-3) ** 0.5 * 1.5 + 0.25)
+    assert (layer.running_mean == -0.5).all() and (layer.running_var == 2.0).all()
