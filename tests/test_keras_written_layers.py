@@ -634,13 +634,13 @@ def test_the_written_spatial_dropout_drops_whole_channels():
 
 
 def test_a_node_of_the_default_forward_is_called_with_its_tensor_and_mask_not_lists():
-    """Rescaling has no torch form: its node is called as a torch layer is, ``layers.layer(masking,
-    mask=masking_mask)``, and its output (x * scale + offset, by hand) carries the input's mask on to the
-    masked average (Keras's, written naively)."""
+    """Rescaling has no torch form: its node is called as a torch layer is, ``layers.layer(masking)`` (its
+    compute reads no mask, so none is passed), and its output (x * scale + offset, by hand) carries the
+    input's mask on to the masked average (Keras's, written naively)."""
     spec = {"op": "rescaling", "scale": 0.5, "offset": -1.0}
     model = attnzoo.create("keras_model", graph=_written_graph(spec, [[2, 6, 3]], [In(0)], {"masked": True}))
     source = model.to_source()
-    assert "layer = layers.layer(masking, mask=masking_mask)" in source, source
+    assert "layer = layers.layer(masking)" in source, source
     assert "], {}, [" not in source  # no call with the list protocol
     x = _written_inputs([[2, 6, 3]], {"masked": True})[0]
     keep = (x != 0).any(dim=-1)

@@ -47,6 +47,8 @@ class Node(nn.Module):
 
     op: ClassVar[str] = ""
     supports_masking: ClassVar[bool] = False  # Keras's flag: the output carries the input's mask
+    # whether ``compute`` reads its mask (False: the emitted module's typed call passes it none)
+    reads_mask: ClassVar[bool] = True
     # the arguments that are inner layers (a wrapper's): their data or a built node (see as_node)
     layer_arguments: ClassVar[tuple[str, ...]] = ()
     # the argument that is a dict of settings (empty by default) the class also takes as keyword arguments,

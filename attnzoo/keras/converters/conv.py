@@ -129,6 +129,7 @@ class Conv(Node):
     extra on the right) and, for 1-D, ``causal`` (all on the left)."""
 
     op = "conv"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,

@@ -100,6 +100,7 @@ class SeparableConv(Node):
     filters]."""
 
     op = "separable_conv"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,

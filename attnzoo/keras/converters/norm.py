@@ -35,6 +35,7 @@ class LayerNorm(Node):
     """``LayerNormalization(axis, epsilon, center, scale, rms_scaling)``, computed in float32 at least."""
 
     op = "layer_norm"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(

@@ -43,6 +43,7 @@ class Noise(Node):
     ``shared_axes`` (axes of the input along which one noise value is shared, Keras's noise_shape of 1)."""
 
     op = "noise"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(self, *, kind: str, rate: float, shared_axes: list[int] | None = None) -> None:

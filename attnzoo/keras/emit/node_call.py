@@ -83,10 +83,10 @@ def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pl
 
 
 def _typed_call(d: Draft, key: str, spec: dict[str, Any], cls: type, call: dict[str, Any], masks: list[Any]) -> bool:
-    """``y = layers.x(x)``, or ``layers.x(x, mask=x_mask)`` where the tensor has a mask, for a node class that
-    keeps :class:`Node`'s ``forward`` and ``output_mask`` called with one tensor and no other argument (its
-    typed call, the output alone); the output's mask is the class's rule (:func:`rule_mask`). False: the call
-    is not that, and is written with the node protocol."""
+    """``y = layers.x(x)``, or ``layers.x(x, mask=x_mask)`` where the tensor has a mask the class reads
+    (``reads_mask``), for a node class that keeps :class:`Node`'s ``forward`` and ``output_mask`` called with
+    one tensor and no other argument (its typed call, the output alone); the output's mask is the class's
+    rule (:func:`rule_mask`). False: the call is not that, and is written with the node protocol."""
     if cls.forward is not Node.forward or cls.output_mask is not Node.output_mask:
         return False
     args, kwargs = call["args"], call["kwargs"]
@@ -99,7 +99,8 @@ def _typed_call(d: Draft, key: str, spec: dict[str, Any], cls: type, call: dict[
         return False
     x = d.expression(args[0])
     (out,) = d.outputs(call["id"], 1, keras_of(spec).get("name", key))
-    d.body.append(f"{out} = {layer_reference(key)}({x}{'' if mask is None else f', mask={mask}'})")
+    given = "" if mask is None or not cls.reads_mask else f", mask={mask}"  # no mask where compute reads none
+    d.body.append(f"{out} = {layer_reference(key)}({x}{given})")
     d.mask_of[out] = rule_mask(cls, mask)
     return True
 
