@@ -210,3 +210,34 @@ def test_the_committed_cases_are_what_the_installed_keras_gives(tmp_path):
     assert sorted(fresh.files) == sorted(committed.files)
     for key in committed.files:
         np.testing.assert_allclose(fresh[key], committed[key], rtol=0, atol=1e-6, err_msg=key)
+
+
+def test_a_folder_saved_with_a_separable_conv_node_s_keys_loads_and_predicts_what_keras_did(tmp_path):
+    """SeparableConv2D is written as nn.Sequential of two convolutions (``0.weight``, ``1.weight``,
+    ``1.bias``); a folder saved while it was attnzoo's node (``depthwise``, ``pointwise``, ``bias``) loads."""
+    import hashlib
+
+    import safetensors.torch
+    from safetensors import safe_open
+
+    file, old = ROOT / "tests" / "data" / "keras2" / "keras_io_vision.h5", "layers.separable_conv2d."
+    folder = attnzoo.save(convert_keras_model(file), tmp_path / "saved")
+    path = folder / "model.safetensors"
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    names = {"0.weight": "depthwise", "1.weight": "pointwise", "1.bias": "bias"}
+    tensors = safetensors.torch.load_file(str(path))
+    renamed = {(old + names[k[len(old) :]] if k.startswith(old) else k): v for k, v in tensors.items()}
+    assert f"{old}depthwise" in renamed and f"{old}0.weight" not in renamed
+    safetensors.torch.save_file(renamed, str(path), metadata=metadata)
+    config = folder / "config.yaml"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    lines = [f"sha256: {digest}" if line.startswith("sha256: ") else line for line in config.read_text().splitlines()]
+    config.write_text("\n".join(lines) + "\n")
+    model = attnzoo.load(folder)
+    assert isinstance(model.layers["separable_conv2d"], nn.Sequential)
+    expected = np.load(ROOT / "tests" / "data" / "keras2" / "expected.npz")
+    with torch.no_grad():
+        got = model(torch.from_numpy(expected["keras_io_vision/0/in/0"]))
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g.numpy(), expected[f"keras_io_vision/0/out/{i}"], rtol=1e-5, atol=1e-5)

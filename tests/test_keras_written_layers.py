@@ -58,6 +58,21 @@ def _transpose(k, s, padding, output_padding=None, d=None, first=False, **extra)
     return {**spec, "activation": "linear", "use_bias": True, "channels_first": first, **extra}
 
 
+def _merge(mode, keras3=True):
+    return {"op": "merge", "mode": mode, "keras3": keras3, "same_rank": True}
+
+
+def _separable(k, s, padding, d=None, **settings):
+    spec = {"op": "separable_conv", "rank": len(k), "filters": 4, "in_channels": 3, "depth_multiplier": 2}
+    spec.update(kernel_size=k, strides=s, dilation_rate=d or [1] * len(k), padding=padding)
+    return {**spec, "activation": "linear", "use_bias": True, "channels_first": False, **settings}
+
+
+def _batch_norm(axis=-1, **settings):
+    spec = {"op": "batch_norm", "axis": axis, "features": 3, "epsilon": 1e-3, "center": True, "scale": True}
+    return {**spec, "momentum": 0.99, **settings}
+
+
 def _relu(**settings):
     return {"op": "activation", "activation": "relu_layer", **settings}
 
@@ -217,6 +232,14 @@ WRITTEN = [
     ("repeat_vector", {"op": "repeat_vector", "n": 3}, [[2, 4]], None, {}),
     ("dropout", {"op": "noise", "kind": "dropout", "rate": 0.4}, [[2, 6, 3]], None, {"masked": True, "random": 0.4}),
     (
+        "spatial_dropout1d",
+        {"op": "noise", "kind": "dropout", "rate": 0.5, "shared_axes": [1]},
+        [[4, 6, 5]],
+        None,
+        {"masked": True, "random": 0.5},
+    ),
+    ("gaussian_noise_rate_0", {"op": "noise", "kind": "gaussian_noise", "rate": 0.0}, [[2, 6, 3]], None, {}),
+    (
         "global_average1d_masked",
         {"op": "global_pool", "rank": 1, "kind": "average"},
         [[2, 6, 3]],
@@ -266,6 +289,29 @@ WRITTEN = [
         None,
         {"masked": True},
     ),
+    ("add", _merge("add"), [[2, 5, 3], [2, 5, 3]], [[In(0), In(1)]], {}),
+    ("add_masked", _merge("add"), [[2, 6, 3], [2, 6, 3]], [[In(0), In(1)]], {"masked": True}),
+    ("add_masked_twice", _merge("add"), [[2, 6, 3]], [[In(0), In(0)]], {"masked": True}),
+    ("subtract_broadcast", _merge("subtract"), [[2, 5, 3], [2, 1, 3]], [[In(0), In(1)]], {}),
+    ("multiply_keras2_masked", _merge("multiply", False), [[2, 6, 3], [2, 6, 3]], [[In(0), In(1)]], {"masked": True}),
+    ("average_three", _merge("average"), [[2, 5, 3]] * 3, [[In(0), In(1), In(2)]], {}),
+    ("maximum", _merge("maximum"), [[2, 5, 3], [2, 5, 3]], [[In(0), In(1)]], {}),
+    ("minimum_three", _merge("minimum"), [[2, 5, 3]] * 3, [[In(0), In(1), In(2)]], {}),
+    ("separable1d_same", _separable([3], [1], "same"), [[2, 7, 3]], None, {}),
+    ("separable1d_causal_tanh", _separable([3], [1], "causal", activation="tanh"), [[2, 7, 3]], None, {}),
+    ("separable2d_same_strided", _separable([3, 2], [2, 2], "same"), [[2, 7, 8, 3]], None, {}),
+    ("separable2d_valid_dilated", _separable([3, 3], [1, 1], "valid", d=[2, 1]), [[2, 9, 7, 3]], None, {}),
+    (
+        "separable2d_first_no_bias",
+        _separable([2, 3], [1, 2], "valid", channels_first=True, use_bias=False, depth_multiplier=1),
+        [[2, 3, 6, 7]],
+        None,
+        {},
+    ),
+    ("batch_norm", _batch_norm(), [[2, 6, 3]], None, {}),
+    ("batch_norm_masked", _batch_norm(momentum=0.8), [[2, 6, 3]], None, {"masked": True}),
+    ("batch_norm_image", _batch_norm(epsilon=1e-2), [[3, 4, 5, 3]], None, {}),
+    ("batch_norm_first_plain", _batch_norm(axis=1, center=False, scale=False), [[3, 3, 5, 4]], None, {}),
     *[(f"case_{c[0]}", c[1], [c[2]], None, {}) for c in CASES],
 ]
 
@@ -474,17 +520,28 @@ def test_the_written_layers_predict_what_keras_predicts(tmp_path, monkeypatch):
         layers.LeakyReLU(negative_slope=0.3)(sequence),
         layers.ELU(alpha=0.7)(sequence),
         layers.Softmax(axis=1)(sequence),
+        layers.BatchNormalization(momentum=0.9, epsilon=1e-2)(image),
+        layers.BatchNormalization()(sequence),
+        layers.SeparableConv2D(4, (3, 2), strides=2, padding="same", depth_multiplier=2)(image),
+        layers.SeparableConv1D(3, 3, dilation_rate=2, activation="relu")(sequence),
+        layers.Add()([sequence, layers.Dense(5)(sequence)]),
+        layers.Maximum()([sequence, layers.Dense(5)(sequence)]),
     ]
     keras_model = keras.Model([image, sequence], outputs)
     keras.utils.set_random_seed(3)
     for weight in keras_model.weights:  # off their initial values (ones, zeros)
-        weight.assign(keras.random.normal(weight.shape, seed=int(keras.random.randint((), 0, 10**6))) * 0.5)
+        value = keras.random.normal(weight.shape, seed=int(keras.random.randint((), 0, 10**6))) * 0.5
+        weight.assign(keras.ops.abs(value) + 0.1 if "variance" in weight.path else value)  # a variance is > 0
     keras_model.save(tmp_path / "model.keras")
     inputs = [torch.randn(2, 7, 9, 3), torch.randn(2, 7, 5)]
     want = [torch.as_tensor(keras.ops.convert_to_numpy(y)) for y in keras_model([x.numpy() for x in inputs])]
     model = convert_keras_model(tmp_path / "model.keras").eval()
     source = model.to_source()
-    for name in ("Pool(", "ConvTranspose(", "LayerNorm(", "UpSampling(", "SpatialPad(", "Activation(", "Softmax("):
+    for name in ("Pool(", "ConvTranspose(", "LayerNorm(", "UpSampling(", "SpatialPad(", "Activation(", "Softmax(") + (
+        "BatchNorm(",
+        "SeparableConv(",
+        "Merge(",
+    ):
         assert f"= {name}" not in source, name
     with torch.no_grad():
         got = model(*inputs)
@@ -536,3 +593,84 @@ def _no_torch_padding_gives(node, spec: dict) -> None:
             for extra in range(max(s, d)):
                 y = F.conv_transpose1d(x.movedim(-1, 1), node.weight, node.bias, s, padding, extra, 1, d)
                 assert y.shape != want.shape or not torch.allclose(y, want, atol=1e-5), (spec, padding, extra)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_written_batch_norm_moves_keras_s_statistics(masked):
+    """Keras moves its moving variance towards the batch's biased variance (torch's BatchNorm: the unbiased),
+    over the kept steps of a masked input; Keras's rule written naively: moving = moving * m + batch * (1 - m).
+    The state dict holds Keras's four variables, no num_batches_tracked."""
+    torch.manual_seed(2)
+    model = _written_graph_model(_batch_norm(momentum=0.8), [[2, 6, 3]], [In(0)], {"masked": masked})
+    assert sorted(k for k in model.state_dict() if k.startswith("layers.layer.")) == [
+        f"layers.layer.{k}" for k in ("bias", "running_mean", "running_var", "weight")
+    ]
+    x = _written_inputs([[2, 6, 3]], {"masked": masked})[0]
+    x = torch.where(x != 0, x * 3.0 + 1.0, 0.0)  # padding stays 0, 3 of 12 steps where masked
+    keep = (x != 0).any(dim=-1) if masked else torch.ones(2, 6, dtype=torch.bool)
+    assert int(keep.sum()) == (9 if masked else 12)
+    kept = x[keep]  # [kept steps, 3]
+    mean, variance = kept.mean(0), ((kept - kept.mean(0)) ** 2).mean(0)
+    model.train()(x)
+    layer = model.layers["layer"]
+    torch.testing.assert_close(layer.running_mean, 0.2 * mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(layer.running_var, 0.8 + 0.2 * variance, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("spec", "masked"),
+    [({"op": "merge", "mode": "add"}, False), (_merge("multiply"), True), (_merge("maximum"), True)],
+    ids=["ranks_unknown", "keras3_multiply_masked", "keras3_maximum_masked"],
+)
+def test_a_merge_of_unknown_ranks_or_one_that_reads_masks_keeps_its_node(spec, masked):
+    graph = _written_graph(spec, [[2, 6, 3], [2, 6, 3]], [[In(0), In(1)]], {"masked": masked})
+    model = attnzoo.create("keras_model", graph=graph)
+    assert 'self.layers["layer"] = Merge(' in model.to_source()
+
+
+def test_the_written_spatial_dropout_drops_whole_channels():
+    """SpatialDropout1D: one draw per sample and channel, shared along the steps (Keras's noise_shape
+    [batch, 1, channels]); what is kept is scaled by 1 / (1 - rate)."""
+    torch.manual_seed(3)
+    spec = {"op": "noise", "kind": "dropout", "rate": 0.5, "shared_axes": [1]}
+    model = _written_graph_model(spec, [[8, 6, 5]], [In(0)], {}).train()
+    x = torch.rand(8, 6, 5) + 1.0
+    got = model(x)[0]
+    kept = got != 0
+    assert (kept == kept[:, :1]).all() and 0 < kept.sum() < kept.numel()
+    torch.testing.assert_close(got[kept], (x * 2.0)[kept])
+
+
+def test_a_node_of_the_default_forward_is_called_with_its_tensor_and_mask_not_lists():
+    """Rescaling has no torch form: its node is called as a torch layer is, ``layers.layer(masking)`` (its
+    compute reads no mask, so none is passed), and its output (x * scale + offset, by hand) carries the
+    input's mask on to the masked average (Keras's, written naively)."""
+    spec = {"op": "rescaling", "scale": 0.5, "offset": -1.0}
+    model = attnzoo.create("keras_model", graph=_written_graph(spec, [[2, 6, 3]], [In(0)], {"masked": True}))
+    source = model.to_source()
+    assert "layer = layers.layer(masking)" in source, source
+    assert "], {}, [" not in source  # no call with the list protocol
+    x = _written_inputs([[2, 6, 3]], {"masked": True})[0]
+    keep = (x != 0).any(dim=-1)
+    with torch.no_grad():
+        got, probe = model.eval()(x)
+    want = x * keep.unsqueeze(-1) * 0.5 - 1.0
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(probe, _masked_mean(want, keep))
+
+
+def test_a_frozen_written_batch_norm_runs_as_at_inference_in_train_mode():
+    """Keras runs a BatchNormalization it froze (``trainable=False``) in inference mode even when training:
+    the moving statistics normalise (by hand: (x - mean) / sqrt(var + eps) * gamma + beta), and stay."""
+    graph = _written_graph(_batch_norm(), [[2, 6, 3]], [In(0)], {})
+    graph["layers"]["layer"]["keras"]["trainable"] = False
+    model = attnzoo.create("keras_model", graph=graph)
+    assert "KerasBatchNorm(" in model.to_source()
+    layer = model.layers["layer"]
+    with torch.no_grad():
+        for name, value in (("weight", 1.5), ("bias", 0.25), ("running_mean", -0.5), ("running_var", 2.0)):
+            getattr(layer, name).fill_(value)
+    x = torch.randn(2, 6, 3)
+    got = model.train()(x)[0]
+    torch.testing.assert_close(got, (x + 0.5) / (2.0 + 1e-3) ** 0.5 * 1.5 + 0.25)
+    assert (layer.running_mean == -0.5).all() and (layer.running_var == 2.0).all()

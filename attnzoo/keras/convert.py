@@ -8,14 +8,17 @@ then the plugins' ``attnzoo_register_keras_layers`` hook, then attnzoo's own con
 
 Everything is checked before anything is built: every layer without a converter (or whose converter
 refuses it) is listed in one ``UnsupportedKerasLayerError`` with its name, class and variable shapes.
-The result is a :class:`~attnzoo.keras.model.KerasModel` made by ``attnzoo.create("keras_model",
-graph=...)``: its config is the graph as data, so ``attnzoo.save`` / ``attnzoo.load`` rebuild it. It comes
+The result is a :class:`~attnzoo.keras.model.KerasModel` built once from the graph (``attnzoo.create``
+would build it twice, on ``meta`` first to size it; here the tensors are in memory already), with the
+``attnzoo_config`` ``attnzoo.create("keras_model", graph=...)`` gives: its config is the graph as data, so
+``attnzoo.save`` / ``attnzoo.load`` rebuild it. It comes
 back in eval mode (Keras's inference), as ``from_pretrained`` models do; ``model.train()`` is Keras's
 ``training=True``.
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnzoo.core import create
+from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
 from attnzoo.io.text import printable
 from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
@@ -33,6 +36,7 @@ from attnzoo.keras.converters.ops import convert_operation, is_operation
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
 from attnzoo.keras.layer_keys import module_key as model_key
+from attnzoo.keras.model import KerasModel
 from attnzoo.keras.nodes import INTEGER_DTYPES
 from attnzoo.keras.registry import (
     Context,
@@ -403,6 +407,33 @@ def _squashing_of(spec: dict[str, Any] | None) -> str | None:
     return None
 
 
+def _built(graph: dict[str, Any]) -> KerasModel:
+    """The ``keras_model`` of ``graph``, built once (every node, the masks' plan, the emitted module), with the
+    ``attnzoo_config`` ``attnzoo.create`` gives a model (the registry's name and factory, the graph as its
+    config), so ``attnzoo.save`` writes it and ``attnzoo.load`` rebuilds it."""
+    spec, _ = REGISTRY.resolve(KerasModel.name)
+    model = KerasModel(graph)
+    name, factory = REGISTRY.display_name(spec), spec.factory_name
+    model.attnzoo_config = {"name": name, "factory": factory, "config": {"graph": graph}}
+    model.attnzoo_metadata = {}
+    return model
+
+
+def logits_model(model: KerasModel) -> KerasModel:
+    """A model ``convert_keras_model`` returned, without each output's final sigmoid / softmax, as
+    ``logits=True`` converts it: its graph with the squashings dropped, built once and given ``model``'s
+    tensors (no file is read again); ``keras_report`` says what was dropped, output by output."""
+    config = copy.deepcopy(model.graph)
+    report = copy.deepcopy(model.keras_report)
+    report.outputs.clear()
+    _drop_squashing(config, report)
+    logits = _built(config)
+    logits.load_state_dict(model.state_dict(), strict=True)
+    logits.attnzoo_metadata = {**model.attnzoo_metadata, "keras": report.to_dict()}
+    logits.keras_report = report
+    return logits.train(model.training)
+
+
 def convert_keras_model(
     path: str | Path,
     *,
@@ -428,7 +459,7 @@ def convert_keras_model(
         config, state, report = build_graph(file, graph, custom_layers)
     if logits:
         _drop_squashing(config, report)
-    model = create("keras_model", graph=config)
+    model = _built(config)
     model.convert_layout(state, "")  # the nodes' keys as the emitted module's torch layers name them
     missing = set(model.state_dict()) - set(state)
     unexpected = set(state) - set(model.state_dict())

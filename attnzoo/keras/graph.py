@@ -64,6 +64,14 @@ def _build_shape(build_config: Any) -> list[Any] | None:
     return None
 
 
+def _build_ranks(build_config: Any) -> list[int] | None:
+    """The ranks of the input shapes keras 3 built a layer of several inputs for (a list of shapes)."""
+    shapes = build_config.get("input_shape") if isinstance(build_config, dict) else None
+    if isinstance(shapes, list) and shapes and all(isinstance(shape, list) for shape in shapes):
+        return [len(shape) for shape in shapes]
+    return None
+
+
 @dataclass
 class LayerRecord:
     key: str  # unique within the model: the nested names joined by "/"
@@ -74,6 +82,7 @@ class LayerRecord:
     config: dict[str, Any]
     build_shape: list[Any] | None = None  # keras 3's build_config input_shape, where the file records one
     refused: str | None = None  # why reading refused the layer (a TF operation it cannot state); reported
+    build_ranks: list[int] | None = None  # the ranks of a layer of several inputs keras 3 built (a merge's)
 
     @property
     def is_operation(self) -> bool:
@@ -170,6 +179,7 @@ class _Builder:
             module=entry.get("module") if isinstance(entry.get("module"), str) else None,
             config=config,
             build_shape=_build_shape(entry.get("build_config")),
+            build_ranks=_build_ranks(entry.get("build_config")),
         )
         self.graph.layers[key] = record
         return record

@@ -47,6 +47,8 @@ class Node(nn.Module):
 
     op: ClassVar[str] = ""
     supports_masking: ClassVar[bool] = False  # Keras's flag: the output carries the input's mask
+    # whether ``compute`` reads its mask (False: the emitted module's typed call passes it none)
+    reads_mask: ClassVar[bool] = True
     # the arguments that are inner layers (a wrapper's): their data or a built node (see as_node)
     layer_arguments: ClassVar[tuple[str, ...]] = ()
     # the argument that is a dict of settings (empty by default) the class also takes as keyword arguments,
@@ -70,11 +72,17 @@ class Node(nn.Module):
         self.args: dict[str, Any] = {}
 
     def forward(
-        self, args: list[Any], kwargs: dict[str, Any], masks: list[Any]
-    ) -> tuple[list[Tensor], list[Tensor | None]]:
+        self, args: Any, kwargs: dict[str, Any] | None = None, masks: list[Any] | None = None, *, mask: Any = None
+    ) -> Any:
+        """The node protocol, ``node(args, kwargs, masks) -> (outputs, output_masks)``, or, for a class that
+        keeps this ``forward``, the typed call the emitted module writes: ``node(x)`` or ``node(x, mask=m)``
+        (``x`` a tensor, ``m`` its Keras mask) -> the output tensor (its mask is :meth:`output_mask`'s)."""
+        if isinstance(args, Tensor):
+            return self.compute(args, mask)
         x = args[0]
-        y = self.compute(x, masks[0])
-        return [y], [self.output_mask(x, masks[0])]
+        first = masks[0] if masks else None
+        y = self.compute(x, first)
+        return [y], [self.output_mask(x, first)]
 
     def compute(self, x: Tensor, mask: Tensor | None) -> Tensor:
         raise NotImplementedError

@@ -102,7 +102,8 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     if args.reference is not None and not args.check:
         raise UsageError("--reference FILE.npz is what --check compares with; add --check")
     source = _source_path(args)
-    model = convert_keras_model(args.file, weights=args.weights)
+    # converted once: with --check, as Keras computes it (checked), then --logits drops the final squashing
+    model = convert_keras_model(args.file, weights=args.weights, logits=args.logits and not args.check)
     check = None
     if args.check:
         from attnzoo.keras.check import check_against_keras
@@ -118,8 +119,10 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
                 f"{args.file}: the converted model differs from {against} by "
                 f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
             )
-    if args.logits:  # checked against Keras as Keras computes it; saved without the final squashing
-        model = convert_keras_model(args.file, weights=args.weights, logits=True)
+    if args.logits and args.check:  # checked against Keras as Keras computes it; saved without the squashing
+        from attnzoo.keras.convert import logits_model
+
+        model = logits_model(model)
     # the source first: a model whose names or values it refuses to write leaves no folder behind
     emitted = model.to_source() if source is not None else None
     save(model, output, overwrite=args.overwrite)

@@ -20,6 +20,7 @@ class Activation(Node):
     """``Activation(name)`` and the activation layers ``ReLU``, ``LeakyReLU``, ``ELU``."""
 
     op = "activation"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(
@@ -87,6 +88,7 @@ class PReLU(Node):
     """``PReLU``: ``max(x, 0) + alpha * min(x, 0)``, ``alpha`` of the input's feature shape (shared axes 1)."""
 
     op = "prelu"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(self, *, alpha_shape: list[int]) -> None:

@@ -31,6 +31,7 @@ class LayerScale(Node):
     """ConvNeXt's ``LayerScale``: [..., C] * ``gamma`` [C]."""
 
     op = "layer_scale"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, projection_dim: int) -> None:
         super().__init__()
@@ -54,6 +55,7 @@ class StochasticDepth(Node):
     whole input is dropped with probability ``rate`` and the kept ones scaled by 1 / (1 - rate)."""
 
     op = "stochastic_depth"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, rate: float) -> None:
         super().__init__()

@@ -64,6 +64,7 @@ class RandomAugmentation(Node):
     ``KerasModel.augmentation``'s switch."""
 
     channels_first: bool = False
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self) -> None:
         super().__init__()

@@ -127,6 +127,7 @@ class CategoryEncoding(Node):
     :func:`encode` (``one_hot``, ``multi_hot`` or ``count``)."""
 
     op = "category_encoding"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, num_tokens: int, output_mode: str = "multi_hot") -> None:
         super().__init__()
@@ -158,6 +159,7 @@ class Discretization(Node):
     compares), then :func:`encode` over ``len(boundaries) + 1`` bins."""
 
     op = "discretization"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, bin_boundaries: list[float], output_mode: str = "int") -> None:
         super().__init__()

@@ -31,7 +31,17 @@ from attnzoo.keras.emit.checks import plain
 from attnzoo.keras.nodes import Node, glorot_uniform, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["Conv", "same_padding", "conv_padding", "padded", "CONV", "conv_options", "to_keras_layout"]
+__all__ = [
+    "Conv",
+    "conv_window",
+    "torch_padding",
+    "same_padding",
+    "conv_padding",
+    "padded",
+    "CONV",
+    "conv_options",
+    "to_keras_layout",
+]
 
 CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
@@ -119,6 +129,7 @@ class Conv(Node):
     extra on the right) and, for 1-D, ``causal`` (all on the left)."""
 
     op = "conv"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,
@@ -219,37 +230,49 @@ def convert_conv(record, arrays, ctx):
 
 
 # -- the torch form -------------------------------------------------------------------------------------
+def conv_window(spec: dict[str, Any], rank: Any) -> bool:
+    """Whether a convolution spec's ``kernel_size``, ``strides`` and ``dilation_rate`` are ``rank`` plain ints."""
+    windows = (spec.get("kernel_size"), spec.get("strides"), spec.get("dilation_rate"))
+    return all(isinstance(v, (list, tuple)) and len(v) == rank and plain(dict(enumerate(v)), int) for v in windows)
+
+
+def torch_padding(w: Writer, spec: dict[str, Any], h: str) -> tuple[str, str]:
+    """Keras's padding of the convolution ``spec`` for torch's ``nn.Conv*d`` on the channels-first ``h``:
+    the constructor's ``padding`` text (torch's ``"same"`` where it is centred: Keras's "same" at stride 1
+    pads (k - 1) * d in all, the extra one on the right as torch's does, and torch reads the border without
+    a padded copy where the two sides are equal) and the input as the layer is called with it (``F.pad`` by
+    :func:`conv_padding`, TensorFlow's extra one on the right by the input's length; ``causal`` pads the
+    left)."""
+    k, s, d = spec["kernel_size"], spec["strides"], spec["dilation_rate"]
+    symmetric = all((a - 1) * b % 2 == 0 for a, b in zip(k, d, strict=True))
+    inside = spec.get("padding") == "same" and all(v == 1 for v in s) and symmetric
+    if spec.get("padding") == "same" and not inside:
+        pads = w.imports("attnzoo.keras.converters.conv", "conv_padding")
+        w.assign(h)
+        return "", f'F.pad({w.out}, {pads}({w.out}, "same", {literal(k)}, {literal(s)}, {literal(d)}))'
+    if spec.get("padding") == "causal":
+        return "", f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
+    return (', padding="same"' if inside else ""), h
+
+
 @writes(Conv)
 def write_conv(w: Writer, spec: dict[str, Any]) -> bool:
-    """``nn.Conv1d/2d/3d`` on the channels-first view, with Keras's padding: torch's ``padding="same"`` where
-    it is centred, else ``F.pad`` by :func:`conv_padding`; ``causal`` pads the left. Back in Keras's layout
-    before the activation (a softmax runs over Keras's last axis). No mask comes out, as the node's."""
+    """``nn.Conv1d/2d/3d`` on the channels-first view, with Keras's padding (:func:`torch_padding`). Back in
+    Keras's layout before the activation (a softmax runs over Keras's last axis). No mask comes out, as the
+    node's."""
     x, rank = w.tensor(), spec.get("rank")
     if x is None or rank not in (1, 2, 3) or not plain(spec, int, "in_channels", "filters", "groups"):
         return False
-    k, s, d = spec.get("kernel_size"), spec.get("strides"), spec.get("dilation_rate")
-    if not all(isinstance(v, (list, tuple)) and len(v) == rank and plain(dict(enumerate(v)), int) for v in (k, s, d)):
+    if not conv_window(spec, rank) or not written_activation(spec):
         return False
-    if not written_activation(spec):
-        return False
+    k, s, d = spec["kernel_size"], spec["strides"], spec["dilation_rate"]
     bias = "" if spec.get("use_bias", True) else ", bias=False"
     groups = f", groups={literal(spec['groups'])}" if spec.get("groups", 1) != 1 else ""
-    # Keras's "same" at stride 1 pads (k - 1) * d in all, the extra one on the right as torch's "same" does;
-    # torch's own padding reads the border without a padded copy where the two sides are equal
-    symmetric = all((a - 1) * b % 2 == 0 for a, b in zip(k, d, strict=True))
-    inside = spec.get("padding") == "same" and all(v == 1 for v in s) and symmetric
-    padding = ', padding="same"' if inside else ""
+    first = spec.get("channels_first", False)
+    padding, h = torch_padding(w, spec, x if first else f"{x}.movedim(-1, 1)")
     layer = w.declare(
         f"nn.Conv{rank}d({literal(spec['in_channels'])}, {literal(spec['filters'])}, "
         f"kernel_size={literal(k)}, stride={literal(s)}{padding}, dilation={literal(d)}{groups}{bias})"
     )
-    first = spec.get("channels_first", False)
-    h = x if first else f"{x}.movedim(-1, 1)"
-    if spec.get("padding") == "same" and not inside:  # TensorFlow's: the extra one on the right, by the input's length
-        pads = w.imports("attnzoo.keras.converters.conv", "conv_padding")
-        w.assign(h)
-        h = f'F.pad({w.out}, {pads}({w.out}, "same", {literal(k)}, {literal(s)}, {literal(d)}))'
-    elif spec.get("padding") == "causal":
-        h = f"F.pad({h}, [{(k[0] - 1) * d[0]}, 0])"
     activated(w, f"{layer}({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
     return True

@@ -67,6 +67,7 @@ class ConvTranspose(Node):
     *kernel] (torch's layout; Keras stores [*kernel, filters, in]), ``bias`` [filters]."""
 
     op = "conv_transpose"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,

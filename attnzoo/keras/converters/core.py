@@ -109,6 +109,7 @@ class Dense(Node):
     """``Dense(units, activation, use_bias)`` on the last axis of any rank: ``weight`` [units, in]."""
 
     op = "dense"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(self, *, units: int, in_features: int, activation: str = "linear", use_bias: bool = True) -> None:

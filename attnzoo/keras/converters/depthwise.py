@@ -10,6 +10,7 @@ depthwise one (with the strides, padding and dilation) followed by a 1x1 ``point
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,8 +27,12 @@ from attnzoo.keras.arguments import (
     kernel_size_agrees,
     rank_of,
 )
-from attnzoo.keras.converters.conv import CONV, conv_options, convolve, pointwise
-from attnzoo.keras.nodes import Node, glorot_uniform
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.converters.activation import activated, written_activation
+from attnzoo.keras.converters.conv import CONV, conv_options, conv_window, convolve, pointwise, torch_padding
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.nodes import Node, glorot_uniform, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["SeparableConv"]
@@ -86,12 +91,16 @@ def convert_depthwise_conv(record, arrays, ctx):
     return _convert_depthwise(record, arrays, ctx, rank_of(record.class_name))
 
 
+_SEPARABLE_KEYS = {"depthwise": "0.weight", "pointwise": "1.weight", "bias": "1.bias"}
+
+
 class SeparableConv(Node):
     """``SeparableConv1D/2D``: [B, *spatial, in] -> depthwise (``depthwise`` [in·m, 1, *kernel], groups =
     in) -> pointwise (``pointwise`` [filters, in·m, 1...]) + ``bias`` -> activation -> [B, *spatial',
     filters]."""
 
     op = "separable_conv"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,
@@ -122,6 +131,12 @@ class SeparableConv(Node):
             nn.init.zeros_(self.bias)
         self.activation = activation
         self.act = activation_fn(activation)
+
+    @classmethod
+    def torch_key(cls, key: str) -> str:
+        """Keys as the torch form's ``nn.Sequential`` of two convolutions holds them: ``depthwise`` ->
+        ``0.weight``, ``pointwise`` -> ``1.weight``, ``bias`` -> ``1.bias``."""
+        return _SEPARABLE_KEYS[key]
 
     def compute(self, x, mask):
         if not self.channels_first:
@@ -184,3 +199,29 @@ def _convert_separable(record, arrays, ctx, rank: int) -> Converted:
 def convert_separable_conv(record, arrays, ctx):
     """SeparableConv1D/2D, the rank from the class's name."""
     return _convert_separable(record, arrays, ctx, rank_of(record.class_name))
+
+
+# -- the torch form -------------------------------------------------------------------------------------
+@writes(SeparableConv)
+def write_separable_conv(w: Writer, spec: dict[str, Any]) -> bool:
+    """``nn.Sequential`` of the depthwise ``nn.Conv1d/2d`` (``groups`` = the input channels, no bias; Keras's
+    strides, dilation and padding, :func:`~attnzoo.keras.converters.conv.torch_padding`) and the pointwise
+    1x1 ``nn.Conv1d/2d`` (with the bias), on the channels-first view; back in Keras's layout before the
+    activation. No mask comes out, as the node's."""
+    x, rank = w.tensor(), spec.get("rank")
+    if x is None or rank not in (1, 2) or not plain(spec, int, "in_channels", "filters", "depth_multiplier"):
+        return False
+    if not conv_window(spec, rank) or not written_activation(spec):
+        return False
+    channels, middle = spec["in_channels"], spec["in_channels"] * spec["depth_multiplier"]
+    first = spec.get("channels_first", False)
+    padding, h = torch_padding(w, spec, x if first else f"{x}.movedim(-1, 1)")
+    k, s, d = (literal(spec[key]) for key in ("kernel_size", "strides", "dilation_rate"))
+    bias = "" if spec.get("use_bias", True) else ", bias=False"
+    layer = w.declare(
+        f"nn.Sequential(nn.Conv{rank}d({literal(channels)}, {literal(middle)}, kernel_size={k}, stride={s}{padding}, "
+        f"dilation={d}, groups={literal(channels)}, bias=False), "
+        f"nn.Conv{rank}d({literal(middle)}, {literal(spec['filters'])}, kernel_size=1{bias}))"
+    )
+    activated(w, f"{layer}({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
+    return True

@@ -37,14 +37,15 @@ class Merge(Node):
     of the input masks (None unless every input has one). Keras 3 (``keras3``) also masks the values of
     Multiply, Maximum and Minimum: a masked step of one input is the identity of the operation (1 for
     Multiply, the other input for Maximum / Minimum), and Multiply's output is 0 where every input is
-    masked. Keras 2 computes them plainly."""
+    masked. Keras 2 computes them plainly. ``same_rank``: Keras built the layer for inputs of one rank (keras
+    3's build_config says so), so no axes are inserted and the torch form is plain broadcasting."""
 
     op = "merge"
     supports_masking = True
 
-    def __init__(self, *, mode: str, keras3: bool = True) -> None:
+    def __init__(self, *, mode: str, keras3: bool = True, same_rank: bool = False) -> None:
         super().__init__()
-        self.mode, self.keras3 = mode, keras3
+        self.mode, self.keras3, self.same_rank = mode, keras3, same_rank
 
     def forward(self, args, kwargs, masks):
         xs = _ranked(list(args[0]))
@@ -103,7 +104,10 @@ _MERGES.update({"Maximum": "maximum", "Minimum": "minimum"})
 @keras_layer(*_MERGES)
 def convert_merge(record, arrays, ctx):
     expect_variables(arrays, 0, record.class_name)
-    return Converted({"op": "merge", "mode": _MERGES[record.class_name], "keras3": ctx.major >= 3}, {})
+    spec = {"op": "merge", "mode": _MERGES[record.class_name], "keras3": ctx.major >= 3}
+    if record.build_ranks is not None and len(set(record.build_ranks)) == 1:
+        spec["same_rank"] = True
+    return Converted(spec, {})
 
 
 class Concatenate(Node):
@@ -176,6 +180,44 @@ def convert_dot(record, arrays, ctx):
 
 
 # -- the torch form -------------------------------------------------------------------------------------
+_INFIX = {"add": " + ", "subtract": " - ", "multiply": " * ", "average": " + "}
+
+
+@writes(Merge)
+def write_merge(w: Writer, spec: dict[str, Any]) -> bool:
+    """``a + b``, ``a - b``, ``a * b``, ``(a + b) / 2``, ``torch.maximum(a, b)``, ``torch.minimum(a, b)`` where
+    Keras built the layer for inputs of one rank (``same_rank``: torch's broadcasting is Keras's; at lower
+    ranks the node inserts axes, and stays); the output mask is the OR of the inputs' masks, None unless each
+    has one, as the node's. keras 3's Multiply, Maximum and Minimum of a masked input read the mask (the node
+    stays), and so does a merge of a mask that may hold None when the code runs."""
+    mode, found = spec.get("mode"), _masked_list(w)
+    if found is None or spec.get("same_rank") is not True or mode not in (*_INFIX, "maximum", "minimum"):
+        return False
+    names, masks = found
+    if len(names) < 2 or not all(m is None or w.sure(m) for m in masks):
+        return False
+    if any(m is not None for m in masks) and spec.get("keras3", True) and mode in ("multiply", "maximum", "minimum"):
+        return False
+    if mode in _INFIX:
+        expression = _INFIX[mode].join(names)
+        if mode == "average":
+            expression = f"({expression}) / {literal(len(names))}"
+    else:
+        expression = names[0]
+        for name in names[1:]:
+            expression = f"torch.{mode}({expression}, {name})"
+    w.assign(expression)
+    kept = [m for m in masks if m is not None]
+    if len(kept) < len(masks):
+        w.mask_is(None)
+        return True
+    either = kept[0]
+    for mask in kept[1:]:
+        either = f"torch.logical_or({either}, {mask})"
+    w.mask_from(either)
+    return True
+
+
 @writes(Concatenate)
 def write_concatenate(w: Writer, spec: dict[str, Any]) -> bool:
     """``torch.cat``; the mask as Keras builds it (each input's mask widened to the input, all True where it

@@ -35,6 +35,7 @@ class LayerNorm(Node):
     """``LayerNormalization(axis, epsilon, center, scale, rms_scaling)``, computed in float32 at least."""
 
     op = "layer_norm"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(
@@ -249,4 +250,33 @@ def write_layer_norm(w: Writer, spec: dict[str, Any]) -> bool:
         w.assign(f"{layer}({x})")
     else:
         w.assign(f"F.layer_norm({x}, ({size},), eps={epsilon})")
+    return True
+
+
+@writes(BatchNorm)
+def write_batch_norm(w: Writer, spec: dict[str, Any]) -> bool:
+    """``BatchNormalization`` over the channels (Keras's last axis, or axis 1): torch's batch norm on the
+    channels-first view, :class:`~attnzoo.keras.torch_layers.KerasBatchNorm` (``nn.BatchNorm*d`` with Keras's
+    moving variance and masked moments in training), ``eps`` Keras's epsilon, ``momentum`` 1 - Keras's; the
+    input's mask goes in (Keras's moments over the kept steps) and passes on, as the node's. A scale without
+    an offset, or the other way round, has no torch layer: the node stays."""
+    x, axis = w.tensor(), spec.get("axis")
+    if x is None or axis not in (-1, 1) or not plain(spec, int, "features") or not plain(spec, float, "epsilon"):
+        return False
+    if not flags(spec, "center", "scale") or spec.get("center", True) != spec.get("scale", True):
+        return False
+    momentum = spec.get("momentum", 0.99)
+    if not plain({"momentum": momentum}, float) or (w.explicit is not None and w.mask is None):
+        return False
+    mask = w.mask
+    if axis == 1 and mask is not None:  # Keras's masked moments read the mask along the last axis
+        return False
+    norm = w.imports("attnzoo.keras.torch_layers", "KerasBatchNorm")
+    affine = "" if spec.get("scale", True) else ", affine=False"
+    layer = w.declare(
+        f"{norm}({literal(spec['features'])}, eps={literal(spec['epsilon'])}, "
+        f"momentum={literal(round(1.0 - float(momentum), 12))}{affine})"
+    )
+    masked = "" if mask is None else f", mask={mask}"
+    w.assign(f"{layer}({x}{masked})" if axis == 1 else f"{layer}({x}.movedim(-1, 1){masked}).movedim(1, -1)")
     return True

@@ -30,6 +30,7 @@ class Pool(Node):
     padding, average divides by the real elements of each window."""
 
     op = "pool"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,

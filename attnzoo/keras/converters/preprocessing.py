@@ -43,6 +43,7 @@ class Rescaling(Node):
     scale or offset given per channel broadcasts over the last axis. The mask passes."""
 
     op = "rescaling"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(self, *, scale: Any = 1.0, offset: Any = 0.0) -> None:
@@ -70,6 +71,7 @@ class Normalization(Node):
     along the kept ``axis`` (Keras's broadcast); the mask passes."""
 
     op = "normalization"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(self, *, axis: list[int], stats_shape: list[int], invert: bool = False) -> None:
@@ -124,6 +126,7 @@ class CenterCrop(Node):
     bilinearly, half-pixel)."""
 
     op = "center_crop"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, height: int, width: int, channels_first: bool = False) -> None:
         super().__init__()
@@ -173,6 +176,7 @@ class Resizing(Node):
     rounded and clipped, as Keras does."""
 
     op = "resizing"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ class Noise(Node):
     ``shared_axes`` (axes of the input along which one noise value is shared, Keras's noise_shape of 1)."""
 
     op = "noise"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
     def __init__(self, *, kind: str, rate: float, shared_axes: list[int] | None = None) -> None:
@@ -123,12 +124,20 @@ def convert_gaussian_noise(record, arrays, ctx):
 # -- the torch form -------------------------------------------------------------------------------------
 @writes(Noise)
 def write_noise(w: Writer, spec: dict[str, Any]) -> bool:
-    """``Dropout`` with no shared axes: ``F.dropout(x, rate, self.training)``, torch's own dropout (the
-    mask passes on, as the node's). The other noise layers keep their node call."""
-    x, rate = w.tensor(), spec.get("rate")
-    if x is None or spec.get("kind") != "dropout" or spec.get("shared_axes"):
+    """``Dropout`` with no shared axes: ``F.dropout(x, rate, self.training)``, torch's own dropout; shared
+    along axis 1 (``SpatialDropout1D`` of a channels-last [B, T, C]: whole channels drop): ``F.dropout1d`` on
+    the channels-first view, which takes 3-D inputs only (another rank is torch's error, never another
+    noise); any other noise layer of rate 0: the input as it is. The mask passes on, as the node's. The
+    other noise layers keep their node call."""
+    x, rate, shared = w.tensor(), spec.get("rate"), spec.get("shared_axes")
+    if x is None or not plain({0: rate}, float) or rate < 0:
         return False
-    if not plain({0: rate}, float) or not 0 <= rate < 1:
+    if spec.get("kind") == "dropout" and rate < 1 and not shared:
+        w.assign(f"F.dropout({x}, {literal(rate)}, self.training)")
+    elif spec.get("kind") == "dropout" and rate < 1 and shared == [1]:
+        w.assign(f"F.dropout1d({x}.movedim(-1, 1), {literal(rate)}, self.training).movedim(1, -1)")
+    elif rate == 0:
+        w.assign(x)
+    else:
         return False
-    w.assign(f"F.dropout({x}, {literal(rate)}, self.training)")
     return True

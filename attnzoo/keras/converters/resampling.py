@@ -25,6 +25,7 @@ class UpSampling(Node):
     (TensorFlow's ``tf.image.resize``, torch's ``align_corners=False``)."""
 
     op = "upsampling"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self, *, rank: int, size: list[int], interpolation: str = "nearest", channels_first: bool = False
@@ -70,6 +71,7 @@ class SpatialPad(Node):
     positive for zeros added, negative for elements cut ([B, *spatial, C] -> [B, *spatial', C])."""
 
     op = "spatial_pad"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, margins: list[list[int]], channels_first: bool = False) -> None:
         super().__init__()

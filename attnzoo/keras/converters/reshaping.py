@@ -17,6 +17,7 @@ class Flatten(Node):
     """``Flatten``: [B, ...] -> [B, prod(...)] (channels_first inputs move their channels last first)."""
 
     op = "flatten"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, channels_first: bool = False) -> None:
         super().__init__()
@@ -38,6 +39,7 @@ class Reshape(Node):
     """``Reshape(target_shape)``: [B, ...] -> [B, *target_shape] (one entry may be -1)."""
 
     op = "reshape"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, target_shape: list[int]) -> None:
         super().__init__()
@@ -59,6 +61,7 @@ class Permute(Node):
     """``Permute(dims)``: the non-batch axes in the order ``dims`` (1-based, as Keras counts them)."""
 
     op = "permute"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, dims: list[int]) -> None:
         super().__init__()
@@ -80,6 +83,7 @@ class RepeatVector(Node):
     """``RepeatVector(n)``: [B, F] -> [B, n, F]."""
 
     op = "repeat_vector"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, n: int) -> None:
         super().__init__()

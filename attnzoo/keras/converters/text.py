@@ -286,6 +286,7 @@ class IntegerLookup(Node):
     then their encoding in the other output modes (as :class:`StringLookup`)."""
 
     op = "integer_lookup"
+    reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(
         self,

@@ -11,7 +11,9 @@ torch through :class:`~attnzoo.keras.emit.writer.Writer`. Written so today: ``nn
 and its activation, ``nn.Conv1d/2d/3d`` with Keras's padding, ``nn.ConvTranspose1d/2d/3d`` where torch's
 padding gives Keras's window, ``nn.LayerNorm`` over the last axis, reshapes, ``Masking``, ``Dropout``,
 Keras 3's recorded operations, ``Concatenate``, global pooling (its masked average too), ZeroPadding and
-Cropping, UpSampling, Max- and AveragePooling, the ReLU/LeakyReLU/ELU layers, an unmasked Softmax, and
+Cropping, UpSampling, Max- and AveragePooling, the ReLU/LeakyReLU/ELU layers, an unmasked Softmax,
+BatchNormalization (:class:`~attnzoo.keras.torch_layers.KerasBatchNorm`), SeparableConv1D/2D (a depthwise and
+a pointwise ``nn.Conv1d/2d``), the merges of inputs of one rank (``a + b``), SpatialDropout1D, and
 Keras's LSTM and GRU that torch's cell computes as ``nn.LSTM`` / ``nn.GRU`` (a Bidirectional of two, one
 bidirectional layer) run by :func:`~attnzoo.keras.torch_layers.run_rnn`. A layer with no torch form, or a
 call its ``write`` declines, is attnzoo's own node class, imported by name and called with the node

@@ -1,6 +1,8 @@
 """The node call: a layer with no torch form (or a call its ``write`` declines) is its attnzoo node class,
-imported by name, declared with its arguments as literals and called with the node protocol
-(:mod:`attnzoo.keras.nodes`): ``(outputs), (masks) = layers.x([args], {kwargs}, [masks])``."""
+imported by name and declared with its arguments as literals. A class that keeps the node's own ``forward``,
+called with one tensor, is called as a torch layer is: ``y = layers.x(x)`` (``mask=x_mask`` where the tensor
+has one); any other with the node protocol (:mod:`attnzoo.keras.nodes`):
+``(outputs), (masks) = layers.x([args], {kwargs}, [masks])``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Any
 
 from attnzoo.keras.code_lines import WIDTH
 from attnzoo.keras.codegen import identifier, literal
-from attnzoo.keras.emit.draft import PLAIN_NAME, Draft, layer_reference, plain_keyword
+from attnzoo.keras.emit.draft import PLAIN_NAME, Draft, is_ref, layer_reference, plain_keyword
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node
 from attnzoo.keras.nodes import NODES, Node
 
@@ -54,6 +56,8 @@ def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pl
     if declaration not in d.init:  # a shared layer, called more than once, is declared once
         d.init.append(declaration)
     arg_masks = first_masks(plan, d.mask(call["args"]), d.expression)
+    if _typed_call(d, key, spec, cls, call, arg_masks):
+        return
     args, masks = d.expression(call["args"]), _masks_text(arg_masks)
     outputs = d.outputs(call["id"], d.counts.get(call["id"], 1), keras_of(spec).get("name", key))
     mask_names = [d.mask_variable(name) for name in outputs]
@@ -76,6 +80,29 @@ def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pl
         d.mask_of[name] = mask_name if known is UNKNOWN else known
     for cleared in plan.clears:
         d.mask_of[d.expression(cleared)] = None
+
+
+def _typed_call(d: Draft, key: str, spec: dict[str, Any], cls: type, call: dict[str, Any], masks: list[Any]) -> bool:
+    """``y = layers.x(x)``, or ``layers.x(x, mask=x_mask)`` where the tensor has a mask the class reads
+    (``reads_mask``), for a node class that keeps :class:`Node`'s ``forward`` and ``output_mask`` called with
+    one tensor and no other argument (its typed call, the output alone); the output's mask is the class's
+    rule (:func:`rule_mask`). False: the call is not that, and is written with the node protocol."""
+    if cls.forward is not Node.forward or cls.output_mask is not Node.output_mask:
+        return False
+    args, kwargs = call["args"], call["kwargs"]
+    if len(args) != 1 or not is_ref(args[0]) or d.counts.get(call["id"], 1) != 1:
+        return False
+    if set(kwargs) - {"mask", "training"} or not (kwargs.get("mask") is None or is_ref(kwargs["mask"])):
+        return False
+    mask = masks[0] if masks else None
+    if mask is not None and not isinstance(mask, str):
+        return False
+    x = d.expression(args[0])
+    (out,) = d.outputs(call["id"], 1, keras_of(spec).get("name", key))
+    given = "" if mask is None or not cls.reads_mask else f", mask={mask}"  # no mask where compute reads none
+    d.body.append(f"{out} = {layer_reference(key)}({x}{given})")
+    d.mask_of[out] = rule_mask(cls, mask)
+    return True
 
 
 def _known_mask(d: Draft, cls: type, arg_masks: list[Any]) -> Any:
