@@ -19,9 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnzoo.keras.arguments import agrees, as_tensor, expect_variables
-from attnzoo.keras.codegen import literal
+from attnzoo.keras.converters.core import write_embedding
 from attnzoo.keras.emit import Writer
-from attnzoo.keras.emit.checks import plain
 from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import check_tokens
@@ -97,14 +96,6 @@ def convert_reversible_embedding(record, arrays, ctx):
 @writes(ReversibleEmbedding)
 def write_reversible_embedding(w: Writer, spec: dict[str, Any]) -> bool:
     """The lookup call (the only one written; a ``reverse=True`` call keeps its node): ``nn.Embedding`` of
-    the ids as longs, whose ``weight`` is the one table; with ``mask_zero`` the mask ``ids != 0``."""
-    x = w.tensor()
-    if x is None or not plain(spec, int, "input_dim", "output_dim"):
-        return False
-    layer = w.declare(f"nn.Embedding({literal(spec['input_dim'])}, {literal(spec['output_dim'])})")
-    w.assign(f"{layer}({x}.long())")
-    if spec.get("mask_zero"):
-        w.mask_from(f"{x} != 0")
-    else:
-        w.mask_is(None)
-    return True
+    the ids as longs, whose ``weight`` is the one table; with ``mask_zero`` the mask ``ids != 0``: an
+    Embedding's torch form."""
+    return write_embedding(w, spec)
