@@ -151,6 +151,18 @@ def _first_token(g: _Graph, sequence: str) -> str:
     )
 
 
+def _position_embedding(g: _Graph, tokens: str, length: int) -> str:
+    """keras-hub's ``PositionEmbedding(sequence_length=length)`` called on the token embeddings."""
+    return g.layer(
+        "PositionEmbedding",
+        "position_embedding",
+        {"sequence_length": length},
+        [_tensor(tokens)],
+        registered="keras_hub>PositionEmbedding",
+        module="keras_hub.src.layers.modeling.position_embedding",
+    )
+
+
 def _bert(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = _Graph(config.get("dtype"))
     vocabulary, hidden = _positive(config, "vocabulary_size", where), _positive(config, "hidden_dim", where)
@@ -158,14 +170,7 @@ def _bert(config: dict[str, Any], where: str) -> dict[str, Any]:
     embedding = {"input_dim": vocabulary, "output_dim": hidden, "tie_weights": True, "mask_zero": False}
     t = g.layer("ReversibleEmbedding", "token_embedding", embedding, [_tensor(tokens)])
     length = _positive(config, "max_sequence_length", where, 512)
-    p = g.layer(
-        "PositionEmbedding",
-        "position_embedding",
-        {"sequence_length": length},
-        [_tensor(t)],
-        registered="keras_hub>PositionEmbedding",
-        module="keras_hub.src.layers.modeling.position_embedding",
-    )
+    p = _position_embedding(g, t, length)
     segment = {"input_dim": _positive(config, "num_segments", where, 2), "output_dim": hidden, "mask_zero": False}
     s = g.layer("Embedding", "segment_embedding", segment, [_tensor(segments)])
     x = g.layer("Add", "embeddings_add", {}, [[_tensor(t), _tensor(p), _tensor(s)]])
@@ -185,14 +190,7 @@ def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:
     embedding = {"input_dim": _positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": True}
     t = g.layer("ReversibleEmbedding", "token_embedding", embedding, [_tensor(tokens)])
     length = _positive(config, "max_sequence_length", where, 1024)
-    p = g.layer(
-        "PositionEmbedding",
-        "position_embedding",
-        {"sequence_length": length},
-        [_tensor(t)],
-        registered="keras_hub>PositionEmbedding",
-        module="keras_hub.src.layers.modeling.position_embedding",
-    )
+    p = _position_embedding(g, t, length)
     x = g.layer("Add", "embeddings_add", {}, [[_tensor(t), _tensor(p)]])
     x = g.layer("Dropout", "embeddings_dropout", {"rate": float(config.get("dropout", 0.0) or 0.0)}, [_tensor(x)])
     x = _blocks(g, x, config, where, _GELU_TANH, 1e-5, decoder=True)

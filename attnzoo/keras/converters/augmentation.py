@@ -88,12 +88,9 @@ class RandomAugmentation(Node):
         return y.squeeze(0) if x.dim() == 3 else y
 
 
-class RandomContrast(RandomAugmentation):
-    """``RandomContrast(factor, value_range)``: each image's distance from its per-channel mean scaled by
-    f ~ U(1 - factor[0], 1 + factor[1]), clipped to ``value_range``. At inference the input as it is
-    (its dtype too)."""
-
-    op = "random_contrast"
+class _PixelValues(RandomAugmentation):
+    """An augmentation of the pixels' values (``factor``), clipped to ``value_range``; at inference the input
+    as it is (its dtype too)."""
 
     def __init__(self, *, factor: list[float], value_range: list[float], channels_first: bool = False) -> None:
         super().__init__()
@@ -105,6 +102,14 @@ class RandomContrast(RandomAugmentation):
 
     def inference(self, x):
         return x
+
+
+class RandomContrast(_PixelValues):
+    """``RandomContrast(factor, value_range)``: each image's distance from its per-channel mean scaled by
+    f ~ U(1 - factor[0], 1 + factor[1]), clipped to ``value_range``. At inference the input as it is
+    (its dtype too)."""
+
+    op = "random_contrast"
 
     def transform(self, images):
         f = uniform_draws(images.shape[0], (1.0 - self.factor[0], 1.0 + self.factor[1]), images).to(images.dtype)
@@ -112,23 +117,12 @@ class RandomContrast(RandomAugmentation):
         return ((images - mean) * f.view(-1, 1, 1, 1) + mean).clamp(*self.value_range)
 
 
-class RandomBrightness(RandomAugmentation):
+class RandomBrightness(_PixelValues):
     """``RandomBrightness(factor, value_range)``: each image shifted by δ · (hi - lo), δ ~ U(factor),
     clipped to ``value_range = (lo, hi)``. At inference the input as it is. Integer images are shifted as
     floats (keras 3 casts δ to the image's integer dtype, dropping its fraction)."""
 
     op = "random_brightness"
-
-    def __init__(self, *, factor: list[float], value_range: list[float], channels_first: bool = False) -> None:
-        super().__init__()
-        self.factor, self.value_range = (
-            (float(factor[0]), float(factor[1])),
-            (float(value_range[0]), float(value_range[1])),
-        )
-        self.channels_first = channels_first
-
-    def inference(self, x):
-        return x
 
     def transform(self, images):
         lo, hi = self.value_range
