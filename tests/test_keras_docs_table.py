@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
 from attnzoo.keras.graph import LayerPath, LayerRecord
 from attnzoo.keras.registry import Context, Refused, builtin, builtin_names
 
@@ -76,15 +75,7 @@ def _keras_name(alias: str) -> str:
     return re.sub(r"MaxPool(?=\d)", "MaxPooling", name)
 
 
-def _hub_converters() -> dict:
-    found: dict = {}
-    register_keras_hub_layers(lambda name, convert, **kw: found.setdefault(name, convert))
-    return found
-
-
 def _converter(prefix: str, name: str):
-    if prefix == "keras_hub>":
-        return _hub_converters().get(prefix + name)
     found = builtin(prefix + name)
     return found.convert if found is not None else None
 

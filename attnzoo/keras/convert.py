@@ -31,8 +31,7 @@ import torch
 from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
 from attnzoo.io.text import printable
-from attnzoo.keras.converters.hub_layers import register_keras_hub_layers
-from attnzoo.keras.converters.ops import convert_operation, is_operation
+from attnzoo.keras.converters.ops import OPERATION_NAMES
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
 from attnzoo.keras.layer_keys import module_key as model_key
@@ -45,7 +44,9 @@ from attnzoo.keras.registry import (
     KerasConverter,
     Refused,
     adapt,
+    builtin_keys,
     is_keras_own,
+    is_operation,
     record_keys,
 )
 
@@ -87,16 +88,15 @@ class ConversionReport:
 
 # -- the converter table of one conversion -----------------------------------------------------------------
 def _converter_table(custom: Mapping[str, Any] | None) -> ConverterTable:
-    """``custom_layers`` first, then every plugin's ``attnzoo_register_keras_layers``, in plugin order
-    (attnzoo's own converters answer after them, from the registry)."""
+    """``custom_layers`` and every plugin's ``attnzoo_register_keras_layers``, in plugin order; the table
+    tries ``custom_layers`` first, then attnzoo's own converters (Keras's layers and operations,
+    keras-hub's layers), then the plugins'."""
     from attnzoo.core.registry import REGISTRY
 
     table = ConverterTable()
     for name, convert in (custom or {}).items():
         table.add(adapt(name, convert, provider="custom_layers"))
     REGISTRY.each_plugin("attnzoo_register_keras_layers", lambda plugin: {"register": table.register_for(plugin)})
-    # attnzoo's converters of keras-hub's layers answer after the plugins', through the same register
-    register_keras_hub_layers(table.register_for("attnzoo"))
     return table
 
 
@@ -143,11 +143,6 @@ def _convert_layer(
     """One layer's node and state (or None), its variables, and why each converter tried refused it."""
     if record.refused is not None:  # reading the graph refused it already (a TF operation it cannot state)
         return None, [], [record.refused]
-    if is_operation(record):
-        try:
-            return convert_operation(record, [], ctx), [], []
-        except Refused as e:
-            return None, [], [str(e)]
     candidates = table.candidates(record_keys(record))
     order = next((entry.child_order for entry in candidates if entry.child_order), ())
     arrays = file.weights.arrays(record.path, order) or []
@@ -334,16 +329,21 @@ def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, An
 
 def _no_converter(record: LayerRecord, own: bool) -> str:
     """Why nothing took a layer that no converter is registered for."""
+    if is_operation(record):
+        return (
+            f"the keras operation {record.class_name} ({record_keys(record)[0]!r}) is not supported; attnzoo runs "
+            f"{', '.join(sorted(OPERATION_NAMES))}"
+        )
     if own and record.class_name == "Lambda":
         return "a Lambda layer's function is Python code, which attnzoo does not run; make it a layer"
     if own:
         return f"no converter for Keras's {record.class_name}"
     keys = " or ".join(map(repr, record_keys(record)))
     if (record.module or "").startswith("keras_hub") or (record.registered_name or "").startswith("keras_hub>"):
+        hub = sorted(key.split(">", 1)[1] for key in builtin_keys() if key.startswith("keras_hub>"))
         return (
             f"keras-hub's {record.class_name}, which attnzoo does not convert (it converts keras-hub's "
-            f"TransformerEncoder, TransformerDecoder, TokenAndPositionEmbedding, PositionEmbedding and "
-            f"SinePositionEncoding); a converter registered as {keys} converts it"
+            f"{', '.join(hub)}); a converter registered as {keys} converts it"
         )
     return f"a custom layer; no converter is registered as {keys}"
 

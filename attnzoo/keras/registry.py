@@ -16,20 +16,29 @@ builds, under a decorator that carries the Keras class's facts::
     @keras_layer("LSTM", "GRU", "SimpleRNN", call_arguments={"initial_state"})
     def convert_rnn(record, arrays, ctx): ...
 
+Keras's own layers register as ``keras>Class``, keras-hub's as ``keras_hub>Class``
+(``package="keras_hub"``) and Keras's operations as ``keras.ops>name`` (``package="keras.ops"``, the
+snake_case name of ``keras.ops.name``): one decorator, one table, whatever the family.
+
 A plugin registers ``register(keras_name, convert)`` through the ``attnzoo_register_keras_layers`` hook,
 with ``convert(config, weights) -> module`` made by ``attnzoo.create``; :func:`adapt` turns that into the
 protocol above (the node holds the module's registered name and config, so a saved folder rebuilds it).
 ``register(keras_name, convert, protocol="node")`` takes a converter of the one protocol instead, whose
-nodes are attnzoo's own ops (a saved folder rebuilds them from their data): how attnzoo ships its
-converters of keras-hub's layers (:mod:`attnzoo.keras.converters.hub_layers`), as a plugin would.
+nodes are attnzoo's own ops (a saved folder rebuilds them from their data).
 
-The table of one conversion tries, for each name a layer may go by, ``custom_layers=`` first, then the
-plugins' converters in plugin order, then the built-in one; the first that does not refuse wins.
+The collision policy is attnzoo's one (:mod:`attnzoo.core.tables`): built-ins first. For each name a layer
+may go by, a conversion tries ``custom_layers=`` (the user's own choice, made for this call), then
+attnzoo's converter, then the plugins' in plugin order; the first that does not refuse wins. So a plugin's
+converter of a name attnzoo converts answers only where attnzoo's refuses (a custom activation, an option
+attnzoo does not take), and registering one warns once (a :class:`PluginWarning` naming both, and
+``custom_layers=`` as the way to put it first); a second plugin's converter of a name a first plugin
+registered warns the same way and is tried after it.
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, PluginWarning
+from attnzoo.keras.files import snake_case
 from attnzoo.keras.graph import LayerRecord
 from attnzoo.keras.keras_classes import KERAS_CLASSES
 
@@ -49,6 +59,8 @@ __all__ = [
     "keras_layer",
     "builtin",
     "builtin_names",
+    "builtin_keys",
+    "is_operation",
     "ConverterTable",
     "adapt",
     "CALL_STYLES",
@@ -137,19 +149,24 @@ _BUILTIN: dict[str, KerasConverter] = {}
 
 def keras_layer(
     *class_names: str,
+    package: str = "keras",
     call_arguments: Collection[str] = (),
     child_order: tuple[str, ...] = (),
+    positional: tuple[str, ...] = (),
     custom: bool = False,
 ) -> Callable[[Converter], Converter]:
-    """Register the decorated function as attnzoo's converter of Keras's ``class_names`` (or, with
-    ``custom=True``, of custom classes of those bare names that attnzoo knows, such as the seeds')."""
+    """Register the decorated function as attnzoo's converter of ``package``'s ``class_names`` (keys
+    ``package>Class``: Keras's own layers by default, ``keras_hub``'s, or ``keras.ops``'s operations), or,
+    with ``custom=True``, of custom classes of those bare names that attnzoo knows, such as the seeds'."""
 
     def decorate(convert: Converter) -> Converter:
         for name in class_names:
-            key = name if custom else f"keras>{name}"
+            key = name if custom else f"{package}>{name}"
             if key in _BUILTIN:
                 raise RuntimeError(f"two built-in converters for {key!r}")  # a mistake in attnzoo itself
-            _BUILTIN[key] = KerasConverter(key, convert, frozenset(call_arguments), tuple(child_order))
+            _BUILTIN[key] = KerasConverter(
+                key, convert, frozenset(call_arguments), tuple(child_order), positional=tuple(positional)
+            )
         return convert
 
     return decorate
@@ -159,6 +176,12 @@ def builtin(key: str) -> KerasConverter | None:
     """attnzoo's own converter registered under ``key`` (``keras>Dense``), if any."""
     _load_builtins()
     return _BUILTIN.get(key)
+
+
+def builtin_keys() -> frozenset[str]:
+    """Every key attnzoo converts itself (``keras>Dense``, ``keras_hub>TransformerEncoder``, ``keras.ops>add``)."""
+    _load_builtins()
+    return frozenset(_BUILTIN)
 
 
 def builtin_names() -> frozenset[str]:
@@ -250,13 +273,33 @@ def module_node(module: Any, *, call: str, mask: bool, output_mask: str, source:
 
 # -- the table of one conversion ---------------------------------------------------------------------------
 class ConverterTable:
-    """Every converter a conversion may use, by key: ``custom_layers=``, then each plugin's, then attnzoo's."""
+    """Every converter a conversion may use, by key, in the order they are tried: ``custom_layers=``, then
+    attnzoo's own, then each plugin's in plugin order (the collision policy in this module's docstring)."""
 
     def __init__(self) -> None:
-        self.entries: dict[str, list[KerasConverter]] = {}
+        self.custom: dict[str, list[KerasConverter]] = {}
+        self.plugins: dict[str, list[KerasConverter]] = {}
 
     def add(self, entry: KerasConverter) -> None:
-        self.entries.setdefault(entry.key, []).append(entry)
+        """Add a converter; one given as ``custom_layers=`` goes first, a plugin's after attnzoo's (with a
+        warning when attnzoo or an earlier plugin already converts its name)."""
+        if entry.provider == "custom_layers":
+            self.custom.setdefault(entry.key, []).append(entry)
+            return
+        _load_builtins()
+        earlier = [held.provider for held in self.plugins.get(entry.key, [])]
+        if entry.key in _BUILTIN:
+            earlier.insert(0, "attnzoo")
+        if earlier:
+            warnings.warn(
+                f"attnzoo: {entry.provider!r} registers a Keras converter for {entry.key!r}, which "
+                f"{', '.join(map(repr, earlier))} converts too; theirs is tried first and {entry.provider!r}'s "
+                f"only where it refuses (to try yours first, pass it as convert_keras_model(..., "
+                f"custom_layers={{{entry.key!r}: convert}}))",
+                PluginWarning,
+                stacklevel=3,
+            )
+        self.plugins.setdefault(entry.key, []).append(entry)
 
     def register_for(self, provider: str) -> Callable[..., None]:
         """The ``register(keras_name, convert, ...)`` a plugin's hook receives, bound to that plugin."""
@@ -279,14 +322,15 @@ class ConverterTable:
         _load_builtins()
         found = []
         for key in keys:
-            found += self.entries.get(key, [])
+            found += self.custom.get(key, [])
             if key in _BUILTIN:
                 found.append(_BUILTIN[key])
+            found += self.plugins.get(key, [])
         return found
 
     def keys(self) -> list[str]:
         _load_builtins()
-        return sorted({*self.entries, *_BUILTIN})
+        return sorted({*self.custom, *self.plugins, *_BUILTIN})
 
 
 def is_keras_own(record: LayerRecord) -> bool:
@@ -297,10 +341,22 @@ def is_keras_own(record: LayerRecord) -> bool:
     return record.class_name in KERAS_CLASSES or record.class_name in builtin_names()
 
 
+def is_operation(record: LayerRecord) -> bool:
+    """A keras 3 operation: its module says so, or (a legacy .h5 records no module) attnzoo converts an
+    operation of its class's snake_case name and its config is not a layer's (every layer's config carries
+    ``trainable``; an operation's holds its own arguments only)."""
+    if record.module is not None:
+        return record.is_operation
+    return f"keras.ops>{snake_case(record.class_name)}" in builtin_keys() and "trainable" not in record.config
+
+
 def record_keys(record: LayerRecord) -> list[str]:
-    """The names a converter may be registered under, most specific first: ``keras>Class`` for Keras's
-    own layers; a custom layer's ``package>Class`` when Keras recorded one, else its bare class name.
-    A bare name never matches a packaged class: two packages' ``LabelWiseAttention`` need not agree."""
+    """The names a converter may be registered under, most specific first: ``keras.ops>name`` for one of
+    Keras's operations (``keras.ops.get_item``); ``keras>Class`` for Keras's own layers; a custom layer's
+    ``package>Class`` when Keras recorded one, else its bare class name. A bare name never matches a
+    packaged class: two packages' ``LabelWiseAttention`` need not agree."""
+    if is_operation(record):
+        return [f"keras.ops>{snake_case(record.class_name)}"]
     own = is_keras_own(record)
     keys = [f"keras>{record.class_name}"] if own else []
     if record.registered_name and ">" in record.registered_name and not own:

@@ -1,11 +1,41 @@
 """attnzoo's converters of Keras's classes, one file per family, each converter beside the node it builds.
 
-Importing this package imports every module in it, and each module's ``@keras_layer`` decorators fill the
-registry (:mod:`attnzoo.keras.registry`): adding a Keras class is adding (or extending) one file here.
+Importing this package imports every family in :data:`FAMILIES`, in that order, and each module's
+``@keras_layer`` decorators fill the registry (:mod:`attnzoo.keras.registry`): Keras's layers, its
+operations and keras-hub's layers alike. Adding a Keras class is adding (or extending) one file here and
+naming a new file in :data:`FAMILIES` (a test checks that the list and the files agree).
 """
 
 import importlib
-import pkgutil
 
-for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+FAMILIES = (
+    "activation",
+    "affine",
+    "applications",
+    "attention",
+    "augmentation",
+    "bidirectional",
+    "categorical",
+    "conv",
+    "conv_lstm",
+    "conv_transpose",
+    "core",
+    "depthwise",
+    "hub_layers",
+    "merge",
+    "norm",
+    "ops",
+    "pool",
+    "preprocessing",
+    "recurrent",
+    "regularization",
+    "resampling",
+    "reshaping",
+    "reversible_embedding",
+    "text",
+    "vocabulary",
+    "wrappers",
+)
+
+for _family in FAMILIES:
+    importlib.import_module(f"{__name__}.{_family}")

@@ -1,9 +1,8 @@
 """keras-hub's common modelling layers, converted without keras-hub: TransformerEncoder, TransformerDecoder,
 TokenAndPositionEmbedding, PositionEmbedding and SinePositionEncoding.
 
-They are not Keras's own classes, so they ship as a plugin would: :func:`register_keras_hub_layers` is a
-``register`` callback's client like any plugin's ``attnzoo_register_keras_layers``, and the converter
-table calls it after the plugins' (a plugin's converter of the same name wins). Each is registered under
+They register like every family, through ``@keras_layer(..., package="keras_hub")``: attnzoo's own
+converters, tried after ``custom_layers=`` and before any plugin's. Each is registered under
 keras-hub's own name only (``keras_hub>TransformerEncoder``): a model's own class that shares a bare
 name (keras-io's ``TokenAndPositionEmbedding``) stays a custom layer. The nodes are attnzoo's, built of
 its Keras nodes (``dense``, ``layer_norm``) and its ``keras_mha`` layer, so a saved folder rebuilds them.
@@ -31,11 +30,10 @@ from attnzoo.errors import AttnzooError
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
 from attnzoo.keras.importer import load_keras_arrays
 from attnzoo.keras.nodes import Node, build_node
-from attnzoo.keras.registry import Converted, Refused
+from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import check_tokens
 
 __all__ = [
-    "register_keras_hub_layers",
     "HubTransformerEncoder",
     "HubTransformerDecoder",
     "HubTokenAndPositionEmbedding",
@@ -311,6 +309,25 @@ def _norm_state(arrays: list[np.ndarray], prefix: str) -> dict[str, Tensor]:
     return {f"{prefix}.weight": as_tensor(arrays[0]), f"{prefix}.bias": as_tensor(arrays[1])}
 
 
+_DECODER_ARGUMENTS = (
+    "encoder_sequence",
+    "decoder_padding_mask",
+    "decoder_attention_mask",
+    "encoder_padding_mask",
+    "encoder_attention_mask",
+    "use_causal_mask",
+)
+_NORMS = ("_self_attention_layer_norm", "_feedforward_layer_norm")
+_FEEDFORWARD = ("_feedforward_intermediate_dense", "_feedforward_output_dense")
+
+
+@keras_layer(
+    "TransformerEncoder",
+    package="keras_hub",
+    call_arguments=("padding_mask", "attention_mask"),
+    child_order=(*_mha_order("_self_attention_layer"), *_NORMS, *_FEEDFORWARD),
+    positional=("inputs",),  # keras-io's TransformerEncoder(...)(inputs=x)
+)
 def convert_transformer_encoder(record, arrays, ctx):
     expect_variables(arrays, 16, "TransformerEncoder")
     hidden = arrays[0].shape[0]
@@ -324,6 +341,20 @@ def convert_transformer_encoder(record, arrays, ctx):
     return Converted(spec, state, ["keras-hub TransformerEncoder: keras_mha, dense and layer_norm nodes"])
 
 
+@keras_layer(
+    "TransformerDecoder",
+    package="keras_hub",
+    call_arguments=_DECODER_ARGUMENTS,
+    positional=("decoder_sequence", "encoder_sequence"),  # keras-io's (decoder_sequence=x, encoder_sequence=y)
+    child_order=(
+        *_mha_order("_self_attention_layer"),
+        "_self_attention_layer_norm",
+        *_mha_order("_cross_attention_layer"),
+        "_cross_attention_layer_norm",
+        *_FEEDFORWARD,
+        "_feedforward_layer_norm",
+    ),
+)
 def convert_transformer_decoder(record, arrays, ctx):
     expect_variables(arrays, (16, 26), "TransformerDecoder (without, with cross-attention)")
     hidden, cross = arrays[0].shape[0], len(arrays) == 26
@@ -346,6 +377,13 @@ def convert_transformer_decoder(record, arrays, ctx):
     return Converted(spec, state, ["keras-hub TransformerDecoder: keras_mha, dense and layer_norm nodes"])
 
 
+@keras_layer(
+    "TokenAndPositionEmbedding",
+    package="keras_hub",
+    call_arguments=("start_index",),
+    child_order=("token_embedding", "position_embedding"),
+    positional=("inputs",),
+)
 def convert_token_and_position_embedding(record, arrays, ctx):
     c = record.config
     expect_variables(arrays, (2, 3), "TokenAndPositionEmbedding (tokens, [reverse,] positions)")
@@ -362,6 +400,7 @@ def convert_token_and_position_embedding(record, arrays, ctx):
     return Converted(spec, {"token": as_tensor(token), "position": as_tensor(position)})
 
 
+@keras_layer("PositionEmbedding", package="keras_hub", call_arguments=("start_index",), positional=("inputs",))
 def convert_position_embedding(record, arrays, ctx):
     expect_variables(arrays, 1, "PositionEmbedding")
     table = arrays[0]
@@ -371,71 +410,10 @@ def convert_position_embedding(record, arrays, ctx):
     return Converted(spec, {"position": as_tensor(table)})
 
 
+@keras_layer("SinePositionEncoding", package="keras_hub", call_arguments=("start_index",), positional=("inputs",))
 def convert_sine_position_encoding(record, arrays, ctx):
     expect_variables(arrays, 0, "SinePositionEncoding")
     wavelength = record.config.get("max_wavelength", 10000)
     if not isinstance(wavelength, (int, float)) or not math.isfinite(wavelength) or wavelength <= 0:
         raise Refused(f"max_wavelength {wavelength!r} is not a positive number")
     return Converted({"op": "keras_hub_sine_position_encoding", "max_wavelength": float(wavelength)}, {})
-
-
-_DECODER_ARGUMENTS = (
-    "encoder_sequence",
-    "decoder_padding_mask",
-    "decoder_attention_mask",
-    "encoder_padding_mask",
-    "encoder_attention_mask",
-    "use_causal_mask",
-)
-_NORMS = ("_self_attention_layer_norm", "_feedforward_layer_norm")
-_FEEDFORWARD = ("_feedforward_intermediate_dense", "_feedforward_output_dense")
-
-
-def register_keras_hub_layers(register: Any) -> None:
-    """Register attnzoo's converters of keras-hub's layers with ``register`` (a converter table's, as a
-    plugin's hook gets it), under keras-hub's registered names."""
-    register(
-        "keras_hub>TransformerEncoder",
-        convert_transformer_encoder,
-        protocol="node",
-        call_arguments=("padding_mask", "attention_mask"),
-        child_order=(*_mha_order("_self_attention_layer"), *_NORMS, *_FEEDFORWARD),
-        positional=("inputs",),  # keras-io's TransformerEncoder(...)(inputs=x)
-    )
-    register(
-        "keras_hub>TransformerDecoder",
-        convert_transformer_decoder,
-        protocol="node",
-        call_arguments=_DECODER_ARGUMENTS,
-        positional=("decoder_sequence", "encoder_sequence"),  # keras-io's (decoder_sequence=x, encoder_sequence=y)
-        child_order=(
-            *_mha_order("_self_attention_layer"),
-            "_self_attention_layer_norm",
-            *_mha_order("_cross_attention_layer"),
-            "_cross_attention_layer_norm",
-            *_FEEDFORWARD,
-            "_feedforward_layer_norm",
-        ),
-    )
-    register(
-        "keras_hub>TokenAndPositionEmbedding",
-        convert_token_and_position_embedding,
-        protocol="node",
-        call_arguments=("start_index",),
-        child_order=("token_embedding", "position_embedding"),
-        positional=("inputs",),
-    )
-    register(
-        "keras_hub>PositionEmbedding",
-        convert_position_embedding,
-        protocol="node",
-        call_arguments=("start_index",),
-        positional=("inputs",),
-    )
-    register(
-        "keras_hub>SinePositionEncoding",
-        convert_sine_position_encoding,
-        protocol="node",
-        call_arguments=("start_index",),
-        positional=("inputs",),
-    )

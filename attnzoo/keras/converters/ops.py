@@ -13,11 +13,10 @@ from attnzoo.keras.emit import Writer
 from attnzoo.keras.emit.checks import dims, number, plain
 from attnzoo.keras.emit.draft import is_ref
 from attnzoo.keras.files import snake_case
-from attnzoo.keras.graph import LayerRecord
 from attnzoo.keras.nodes import Node, writes
-from attnzoo.keras.registry import Converted, Refused
+from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["Operation", "OPERATION_NAMES", "convert_operation", "is_operation"]
+__all__ = ["Operation", "OPERATION_NAMES", "convert_operation"]
 __all__ += ["ELEMENTWISE", "UNARY", "REDUCE", "DTYPES"]  # the torch each operation is; write_operation writes it
 
 
@@ -167,6 +166,7 @@ OPERATION_NAMES = frozenset(
 )
 
 
+@keras_layer(*sorted(OPERATION_NAMES), package="keras.ops")
 def convert_operation(record, arrays, ctx):
     """An operation's node: its snake_case name and its config (the call's constant arguments)."""
     name = snake_case(record.class_name)
@@ -174,15 +174,6 @@ def convert_operation(record, arrays, ctx):
         raise Refused(f"the keras operation {record.class_name} is not supported")
     config = {k: v for k, v in record.config.items() if k != "name"}
     return Converted({"op": "operation", "name": name, "config": config}, {})
-
-
-def is_operation(record: LayerRecord) -> bool:
-    """A keras 3 operation: its module says so, or (a legacy .h5 records no module) its class is an
-    operation's and its config is not a layer's."""
-    if record.module is not None:
-        return record.is_operation
-    # every layer config carries "trainable"; an operation's holds its own arguments only
-    return snake_case(record.class_name) in OPERATION_NAMES and "trainable" not in record.config
 
 
 # -- the torch form: an operation as one expression; its output carries no mask --------------------------
