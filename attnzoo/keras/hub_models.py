@@ -198,6 +198,51 @@ def _gpt2(config: dict[str, Any], where: str) -> dict[str, Any]:
     return g.functional(str(config.get("name", "gpt2_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
 
 
+def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``LlamaBackbone``: token ids, padding mask -> ``token_embedding`` (``ReversibleEmbedding``, untied
+    unless ``tie_word_embeddings``) -> ``num_layers`` ``LlamaTransformerDecoder`` layers (masked by
+    ``padding_mask`` as ``decoder_padding_mask``) -> ``sequence_output_layernorm`` (RMSNorm) -> [B, T, D]."""
+    g = _Graph(config.get("dtype"))
+    hidden, heads = _positive(config, "hidden_dim", where), _positive(config, "num_query_heads", where)
+    groups = _positive(config, "num_key_value_heads", where)
+    if hidden % heads or heads % groups:
+        raise WeightsError(
+            f"{where}: hidden_dim {hidden}, {heads} query heads and {groups} key/value heads do not divide"
+        )
+    tokens, padding = g.input("token_ids"), g.input("padding_mask")
+    tied = bool(config.get("tie_word_embeddings", False))
+    embedding = {"input_dim": _positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": tied}
+    x = g.layer("ReversibleEmbedding", "token_embedding", embedding, [_tensor(tokens)])
+    epsilon = float(config.get("layer_norm_epsilon", 1e-6))
+    settings = {key: config.get(key) for key in config if key.startswith("rope_")}
+    settings.update(
+        intermediate_dim=_positive(config, "intermediate_dim", where),
+        num_query_heads=heads,
+        num_key_value_heads=groups,
+        layer_norm_epsilon=epsilon,
+        dropout=float(config.get("dropout", 0.0) or 0.0),
+    )
+    for i in range(_positive(config, "num_layers", where)):
+        x = g.layer(
+            "LlamaTransformerDecoder",
+            f"transformer_layer_{i}",
+            settings,
+            [_tensor(x)],
+            {"decoder_padding_mask": _tensor("padding_mask")},
+            registered="keras_hub>LlamaTransformerDecoder",
+            module="keras_hub.src.models.llama.llama_decoder",
+        )
+    x = g.layer(
+        "LlamaLayerNorm",
+        "sequence_output_layernorm",
+        {"epsilon": epsilon},
+        [_tensor(x)],
+        registered="keras_hub>LlamaLayerNorm",
+        module="keras_hub.src.models.llama.llama_layernorm",
+    )
+    return g.functional(str(config.get("name", "llama_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
+
+
 def _task_backbone(g: _Graph, config: dict[str, Any], where: str, names: tuple[str, ...]) -> str:
     """A task model's inputs (``names``, the backbone's) and its backbone, a nested model called on them."""
     backbone = config.get("backbone")
@@ -284,22 +329,26 @@ BUILDERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "keras_hub>DistilBertBackbone": _token_and_position("token_and_position_embedding", 1e-12),
     "keras_hub>RobertaBackbone": _token_and_position("embeddings", 1e-5),
     "keras_hub>GPT2Backbone": _gpt2,
+    "keras_hub>LlamaBackbone": _llama,
 }
 
 
 def is_keras_hub_model(entry: Any) -> bool:
-    """Whether a config record is of a keras-hub model class (a Backbone or task model: module under
-    ``keras_hub.src.models``, or registered as ``keras_hub>...`` outside its layers), not of its tokenizers,
-    preprocessors and converters, which are layers."""
+    """Whether a config record is of a keras-hub model class (a Backbone or task model: its class named as
+    keras-hub names them, in a module under ``keras_hub.src.models``, or registered as one of
+    :data:`BUILDERS`), not of a layer: its tokenizers, preprocessors and converters, and the layers a model
+    family defines beside its models (``LlamaTransformerDecoder`` in ``keras_hub.src.models.llama``)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("class_name"), str):
         return False
     module, registered = str(entry.get("module") or ""), entry.get("registered_name")
-    if entry["class_name"].endswith(_NOT_MODELS) or module.startswith("keras_hub.src.layers"):
-        return False
-    return module.startswith("keras_hub.src.models") or (isinstance(registered, str) and registered in BUILDERS)
+    if isinstance(registered, str) and registered in BUILDERS:
+        return True
+    return module.startswith("keras_hub.src.models") and entry["class_name"].endswith(_MODELS)
 
 
-_NOT_MODELS = ("Tokenizer", "Preprocessor", "Converter")
+# the endings of keras-hub's Backbone and task class names (GPT2Backbone, GPT2CausalLM, BertTextClassifier,
+# DeepLabV3ImageSegmenter, RetinaNetObjectDetector, ...)
+_MODELS = ("Backbone", "LM", "Classifier", "Segmenter", "Detector", "ToImage", "Inpaint", "Estimator", "ToText")
 
 
 def unwrap(entry: Any, where: str) -> Any:

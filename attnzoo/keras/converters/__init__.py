@@ -22,6 +22,7 @@ FAMILIES = (
     "core",
     "depthwise",
     "hub_layers",
+    "hub_llama",
     "merge",
     "norm",
     "ops",

@@ -97,5 +97,8 @@ def convert_reversible_embedding(record, arrays, ctx):
 def write_reversible_embedding(w: Writer, spec: dict[str, Any]) -> bool:
     """The lookup call (the only one written; a ``reverse=True`` call keeps its node): ``nn.Embedding`` of
     the ids as longs, whose ``weight`` is the one table; with ``mask_zero`` the mask ``ids != 0``: an
-    Embedding's torch form."""
+    Embedding's torch form. An untied layer (a second table for the reverse call) keeps its node, which
+    holds both tables."""
+    if spec.get("tie_weights", True) is not True:
+        return False
     return write_embedding(w, spec)

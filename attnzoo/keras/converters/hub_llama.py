@@ -1,0 +1,233 @@
+"""keras-hub's Llama layers, converted without keras-hub: ``LlamaLayerNorm`` and ``LlamaTransformerDecoder``.
+
+* ``LlamaLayerNorm`` (RMSNorm): x [..., D] -> ``x · rsqrt(mean(x², -1) + ε) · scale``, computed in float32;
+  written as ``nn.RMSNorm(D, eps=ε)``.
+* ``LlamaTransformerDecoder``: x [B, T, D] ->
+  ``h = x + Wo · attention(RoPE(Wq · rms(x)), RoPE(Wk · rms(x)), Wv · rms(x))``, then
+  ``h + W_down · (silu(W_gate · rms(h)) ⊙ W_up · rms(h))`` [B, T, D], with no biases. The attention is
+  grouped-query: ``H`` query heads of ``d = D / H`` share ``g`` key/value heads (query head ``i`` reads
+  key/value head ``i // (H / g)``, keras-hub's ``ops.repeat`` on the head axis), scaled by ``1 / √d``,
+  masked causally and by ``decoder_padding_mask`` (the keys), softmax over the keys. A query row with no
+  key to read (a left-padded position) reads every key, as keras-hub's additive mask of -1e9 makes it do.
+  RoPE is keras-hub's ``RotaryEmbedding`` on the halves of each head: with ``θ_j = wavelength^(-2j/d)``
+  and position ``p``, ``x · cos(p θ) + concat(-x₂, x₁) · sin(p θ)`` (θ repeated over the two halves).
+
+Llama 3.1's frequency adjustment (``rope_low_freq_factor`` and the rest) and a position scaling factor
+other than 1 are refused by name. The decoder takes part in cached decoding (:mod:`attnzoo.keras.decoding`):
+while started, a call's tokens are positions ``step.start ..`` and its keys and values (``g`` heads, rotated,
+not repeated) go into an :class:`~attnzoo.layers.kv_cache.KVCache`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnzoo.keras.arguments import as_tensor, expect_variables
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.nodes import Node, writes
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.layers.kv_cache import KVCache
+
+__all__ = ["HubRMSNorm", "HubLlamaDecoder", "rotate"]
+
+
+def _rms(x: Tensor, weight: Tensor, epsilon: float) -> Tensor:
+    work = x.float()
+    out = work * torch.rsqrt(work.square().mean(-1, keepdim=True) + epsilon)
+    return (out * weight.float()).to(x.dtype)
+
+
+class HubRMSNorm(Node):
+    """``keras_hub``'s ``LlamaLayerNorm``: x [..., D] -> ``x · rsqrt(mean(x², -1) + ε) · weight``, in float32."""
+
+    op = "keras_hub_rms_norm"
+    reads_mask = False
+    supports_masking = True
+
+    def __init__(self, *, features: int, epsilon: float) -> None:
+        super().__init__()
+        self.epsilon = epsilon
+        self.weight = nn.Parameter(torch.ones(features))
+
+    def compute(self, x, mask):
+        return _rms(x, self.weight, self.epsilon)
+
+
+@keras_layer("LlamaLayerNorm", package="keras_hub")
+def convert_rms_norm(record, arrays, ctx):
+    expect_variables(arrays, 1, "LlamaLayerNorm (its scale)")
+    epsilon = record.config.get("epsilon", 1e-6)
+    if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or epsilon < 0:
+        raise Refused(f"epsilon {epsilon!r} is not a number >= 0")
+    spec = {"op": HubRMSNorm.op, "features": int(arrays[0].shape[0]), "epsilon": float(epsilon)}
+    return Converted(spec, {"weight": as_tensor(arrays[0])})
+
+
+@writes(HubRMSNorm)
+def write_rms_norm(w: Writer, spec: dict[str, Any]) -> bool:
+    """``nn.RMSNorm(D, eps=ε)`` (``weight`` is keras-hub's ``scale``); the mask passes, as the node's."""
+    x = w.tensor()
+    if x is None or not plain(spec, int, "features") or not plain(spec, float, "epsilon"):
+        return False
+    layer = w.declare(f"nn.RMSNorm({literal(spec['features'])}, eps={literal(spec['epsilon'])})")
+    w.assign(f"{layer}({x})")
+    return True
+
+
+def rotate(x: Tensor, start: int, wavelength: float) -> Tensor:
+    """keras-hub's ``RotaryEmbedding`` of x [B, heads, T, d] at positions ``start .. start + T - 1``."""
+    d, t = x.shape[-1], x.shape[-2]
+    inverse = wavelength ** -(torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
+    angles = torch.outer(torch.arange(t, dtype=torch.float32, device=x.device) + start, inverse)
+    angles = torch.cat([angles, angles], dim=-1)
+    first, second = x.chunk(2, dim=-1)
+    turned = torch.cat([-second, first], dim=-1)
+    return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
+
+
+class HubLlamaDecoder(Node):
+    """``keras_hub``'s ``LlamaTransformerDecoder`` (the module docstring has the formula): x [B, T, D] ->
+    [B, T, D]; the output keeps the input's mask."""
+
+    op = "keras_hub_llama_decoder"
+    supports_masking = True
+
+    def __init__(
+        self,
+        *,
+        hidden: int,
+        intermediate_dim: int,
+        num_query_heads: int,
+        num_key_value_heads: int,
+        rope_max_wavelength: float = 10000.0,
+        layer_norm_epsilon: float = 1e-6,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.heads, self.groups, self.head_dim = num_query_heads, num_key_value_heads, hidden // num_query_heads
+        self.wavelength, self.epsilon, self.dropout = rope_max_wavelength, layer_norm_epsilon, dropout
+        self.attention_norm = nn.RMSNorm(hidden, eps=layer_norm_epsilon)
+        self.query = nn.Linear(hidden, hidden, bias=False)
+        self.key = nn.Linear(hidden, num_key_value_heads * self.head_dim, bias=False)
+        self.value = nn.Linear(hidden, num_key_value_heads * self.head_dim, bias=False)
+        self.output_dense = nn.Linear(hidden, hidden, bias=False)
+        self.feedforward_norm = nn.RMSNorm(hidden, eps=layer_norm_epsilon)
+        self.gate = nn.Linear(hidden, intermediate_dim, bias=False)
+        self.up = nn.Linear(hidden, intermediate_dim, bias=False)
+        self.down = nn.Linear(intermediate_dim, hidden, bias=False)
+        self._step: Any = None
+        self._cache: KVCache | None = None
+
+    # -- cached decoding (attnzoo.keras.decoding's protocol) ------------------------------------------------
+    def start_decoding(self, step: Any) -> None:
+        self._step, self._cache = step, KVCache(step.batch_size)
+
+    def stop_decoding(self) -> None:
+        self._step = self._cache = None
+
+    def _heads(self, x: Tensor, layer: nn.Linear, heads: int) -> Tensor:
+        b, t, _ = x.shape
+        return layer(x).reshape(b, t, heads, self.head_dim).transpose(1, 2)
+
+    def _attend(self, x: Tensor, padding: Tensor | None) -> Tensor:
+        b, t, _ = x.shape
+        start = 0 if self._step is None else int(self._step.start)
+        query = rotate(self._heads(x, self.query, self.heads), start, self.wavelength)
+        key = rotate(self._heads(x, self.key, self.groups), start, self.wavelength)
+        value = self._heads(x, self.value, self.groups)
+        if self._cache is not None:
+            key, value, _ = self._cache.append(key, value)
+        s = key.shape[-2]
+        # query at position start + i reads key j <= start + i (keys span positions 0 .. s - 1)
+        allowed = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(diagonal=s - t)[None, None]
+        if padding is not None and self._cache is None:
+            allowed = allowed & padding.to(torch.bool)[:, None, None, :]
+        allowed = allowed | ~allowed.any(dim=-1, keepdim=True)  # a row with no key reads every key (Keras's -1e9)
+        repeat = self.heads // self.groups
+        key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+        if self._cache is not None:
+            self._cache.trim()
+        out = F.dropout(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim), self.dropout, self.training)
+        return self.output_dense(out)
+
+    def forward(self, args, kwargs, masks):
+        x, own = args[0], masks[0]
+        padding = kwargs.get("decoder_padding_mask")
+        if kwargs.get("decoder_attention_mask") is not None:
+            raise ValueError("is called with decoder_attention_mask, which attnzoo's Llama decoder does not take")
+        h = x + F.dropout(self._attend(self.attention_norm(x), padding), self.dropout, self.training)
+        y = self.feedforward_norm(h)
+        return [h + self.down(F.silu(self.gate(y)) * self.up(y))], [own]
+
+
+_ATTENTION = "_self_attention_layer"
+_LLAMA_ORDER = (
+    "_self_attention_layernorm",
+    _ATTENTION,
+    f"{_ATTENTION}/_query_dense",
+    f"{_ATTENTION}/_key_dense",
+    f"{_ATTENTION}/_value_dense",
+    f"{_ATTENTION}/_output_dense",
+    "_feedforward_layernorm",
+    "_feedforward_gate_dense",
+    "_feedforward_intermediate_dense",
+    "_feedforward_output_dense",
+)
+_LLAMA_31 = ("rope_low_freq_factor", "rope_high_freq_factor", "rope_frequency_adjustment_factor")
+
+
+@keras_layer(
+    "LlamaTransformerDecoder",
+    package="keras_hub",
+    call_arguments=("decoder_padding_mask", "decoder_attention_mask"),
+    child_order=_LLAMA_ORDER,
+    positional=("decoder_sequence",),
+)
+def convert_llama_decoder(record, arrays, ctx):
+    expect_variables(arrays, 9, "LlamaTransformerDecoder (2 norms, 4 attention kernels, 3 feed-forward kernels)")
+    c = record.config
+    for name in (*_LLAMA_31, "rope_pretraining_sequence_length"):
+        if c.get(name) is not None:
+            raise Refused(f"{name}={c[name]!r} (Llama 3.1's frequency adjustment) is not supported")
+    scaling = c.get("rope_position_scaling_factor", c.get("rope_scaling_factor", 1.0))
+    if scaling not in (None, 1, 1.0):
+        raise Refused(f"rope_position_scaling_factor={scaling!r} is not supported (only 1.0)")
+    norm, query, key, value, output, ff_norm, gate, up, down = arrays
+    hidden, heads, head_dim = query.shape
+    groups = key.shape[1]
+    if (
+        heads * head_dim != hidden
+        or heads % groups
+        or key.shape != value.shape
+        or output.shape != (heads, head_dim, hidden)
+    ):
+        raise Refused(f"attention kernels {[list(a.shape) for a in arrays[1:5]]} are not a Llama attention's")
+    spec = {
+        "op": HubLlamaDecoder.op,
+        "hidden": int(hidden),
+        "intermediate_dim": int(gate.shape[1]),
+        "num_query_heads": int(heads),
+        "num_key_value_heads": int(groups),
+        "rope_max_wavelength": float(c.get("rope_max_wavelength", 10000)),
+        "layer_norm_epsilon": float(c.get("layer_norm_epsilon", 1e-6)),
+        "dropout": float(c.get("dropout", 0.0) or 0.0),
+    }
+    state = {
+        "attention_norm.weight": as_tensor(norm),
+        "query.weight": as_tensor(query.reshape(hidden, -1).T),
+        "key.weight": as_tensor(key.reshape(hidden, -1).T),
+        "value.weight": as_tensor(value.reshape(hidden, -1).T),
+        "output_dense.weight": as_tensor(output.reshape(-1, hidden).T),
+        "feedforward_norm.weight": as_tensor(ff_norm),
+        "gate.weight": as_tensor(gate.T),
+        "up.weight": as_tensor(up.T),
+        "down.weight": as_tensor(down.T),
+    }
+    return Converted(spec, state, ["keras-hub LlamaTransformerDecoder: RMSNorm, grouped-query attention, SwiGLU"])

@@ -1,0 +1,65 @@
+"""Make the Llama fixtures of tests/test_keras_hub_llama.py with keras 3 (torch backend) and keras-hub (run
+once; the files are committed, keras-hub is no test dependency):
+
+    pip install keras-hub
+    KERAS_BACKEND=torch python tests/keras_hub_llama_fixtures.py tests/data/keras_hub_models
+
+A tiny ``LlamaBackbone`` (2 layers, hidden 32, 4 query heads and 2 key/value heads of 8, intermediate 64,
+vocabulary 100, RMSNorm epsilon 1e-6) and a ``LlamaCausalLM`` over another one (preprocessor None), every
+weight moved off its initial value, saved as ``llama.keras``, ``llama_preset/`` (``save_to_preset``) and
+``llama_causal_lm.keras``. ``llama_expected.npz`` holds a right-padded batch (``padding_mask`` 0 on the
+padding; one sample unpadded, one of one real token) and Keras's outputs on it (``backbone/...``,
+``causal_lm/...``), and ``greedy/prompt`` [2, 5] with ``greedy/tokens`` [2, 32]: Keras's greedy
+continuation, each token the argmax of the causal LM's logits at the last position with the whole
+sequence so far given again (no cache: the oracle is the plain forward).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+import keras  # noqa: E402
+import keras_hub  # noqa: E402
+import numpy as np  # noqa: E402
+
+rng = np.random.default_rng(0)
+SIZES = {"vocabulary_size": 100, "num_layers": 2, "num_query_heads": 4, "num_key_value_heads": 2}
+SIZES.update(hidden_dim=32, intermediate_dim=64, layer_norm_epsilon=1e-6)
+BATCH, LENGTH, STEPS = 4, 12, 32
+LENGTHS = [12, 7, 1, 10]
+
+
+def moved(model):
+    for weight in model.weights:
+        value = np.asarray(weight.numpy())
+        weight.assign(rng.standard_normal(value.shape).astype("float32") * 0.3 + value * 0.5)
+    return model
+
+
+def main(out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    padding = (np.arange(LENGTH)[None, :] < np.array(LENGTHS)[:, None]).astype("int32")
+    given = {"token_ids": rng.integers(1, 100, (BATCH, LENGTH)).astype("int32") * padding, "padding_mask": padding}
+    expected = {f"in/{k}": v for k, v in given.items()}
+    backbone = moved(keras_hub.models.LlamaBackbone(**SIZES))
+    backbone.save(os.path.join(out, "llama.keras"))
+    backbone.save_to_preset(os.path.join(out, "llama_preset"))
+    expected["backbone/sequence_output"] = np.asarray(backbone.predict(given, verbose=0))
+    lm = keras_hub.models.LlamaCausalLM(moved(keras_hub.models.LlamaBackbone(**SIZES)), preprocessor=None)
+    lm.save(os.path.join(out, "llama_causal_lm.keras"))
+    expected["causal_lm/logits"] = np.asarray(lm.predict(given, verbose=0))
+    tokens = rng.integers(1, 100, (2, 5)).astype("int32")
+    expected["greedy/prompt"] = tokens.copy()
+    for _ in range(STEPS):
+        logits = np.asarray(lm.predict({"token_ids": tokens, "padding_mask": np.ones_like(tokens)}, verbose=0))
+        tokens = np.concatenate([tokens, logits[:, -1].argmax(-1).astype("int32")[:, None]], axis=1)
+    expected["greedy/tokens"] = tokens[:, 5:]
+    np.savez_compressed(os.path.join(out, "llama_expected.npz"), **expected)
+    print(f"wrote Llama fixtures to {out} with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras_hub_models")
