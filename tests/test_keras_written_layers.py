@@ -105,6 +105,13 @@ CASES = [
     ("layer_norm", _norm(), [2, 3, 5], "nn.LayerNorm(5, eps=0.001)", False),
     ("layer_norm_scale_only", _norm(center=False), [2, 3, 5], "nn.LayerNorm(5, eps=0.001, bias=False)", False),
     ("layer_norm_neither", _norm(center=False, scale=False), [2, 3, 5], "F.layer_norm(", False),
+    (
+        "rms_norm",
+        {"op": "keras_hub_rms_norm", "features": 5, "epsilon": 1e-6},
+        [2, 3, 5],
+        "nn.RMSNorm(5, eps=1e-06)",
+        False,
+    ),
     ("transpose2d_valid_output_padding", _transpose([4, 3], [2, 3], "valid", [1, 2]), [2, 3, 5, 3], "output", False),
     ("transpose1d_valid_wide_stride", _transpose([2], [3], "valid"), [2, 5, 3], "output_padding=[1]", False),
     ("transpose2d_same_even", _transpose([4, 4], [2, 2], "same"), [2, 5, 7, 3], "padding=[1, 1]", False),

@@ -1,0 +1,74 @@
+"""keras-hub's LlamaBackbone converts without keras-hub: RMSNorm, grouped-query attention (4 query heads on 2
+key/value heads), keras-hub's rotary embedding and the SwiGLU feed-forward.
+
+The tiny Llama was made once with keras 3 (torch backend) and keras-hub 0.32
+(tests/keras_hub_llama_fixtures.py), every weight moved off its initial value, saved with ``model.save``
+(.keras) and ``save_to_preset`` (a folder). Keras's own outputs on a right-padded batch (``padding_mask``
+0 there) are in llama_expected.npz; the converted model must agree within 1e-5 at every position.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.keras import convert_keras_model
+from attnzoo.keras.convert import UnsupportedKerasLayerError
+from attnzoo.keras.converters.hub_llama import rotate
+
+from .conftest import ROOT
+
+DATA = ROOT / "tests" / "data" / "keras_hub_models"
+EXPECTED = dict(np.load(DATA / "llama_expected.npz"))
+
+
+def _predict(model) -> np.ndarray:
+    assert sorted(model.input_names) == ["padding_mask", "token_ids"]
+    with torch.no_grad():
+        return model(*[torch.from_numpy(EXPECTED[f"in/{name}"]) for name in model.input_names]).numpy()
+
+
+@pytest.mark.parametrize("file", ["llama.keras", "llama_preset"])
+def test_a_llama_backbone_predicts_what_keras_predicts(file):
+    want = EXPECTED["backbone/sequence_output"]
+    assert (EXPECTED["in/padding_mask"] == 0).any()  # the padding is exercised
+    np.testing.assert_allclose(_predict(convert_keras_model(DATA / file)), want, atol=1e-5, rtol=0)
+
+
+def test_a_converted_llama_saves_and_loads_and_writes_rms_norm_as_torch(tmp_path):
+    model = convert_keras_model(DATA / "llama.keras")
+    assert "nn.RMSNorm(32, eps=1e-06)" in model.code
+    again = attnzoo.load(attnzoo.save(model, tmp_path / "saved"))
+    np.testing.assert_allclose(_predict(again), EXPECTED["backbone/sequence_output"], atol=1e-5, rtol=0)
+
+
+def test_rotary_positions_are_keras_hubs_halves_written_out():
+    """One head of 4 at position 3: the pairs are (x0, x2) and (x1, x3), turned by 3·θ_j, θ_j =
+    wavelength^(-2j/4), as keras-hub's RotaryEmbedding computes them."""
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0]).reshape(1, 1, 1, 4)
+    theta = [1.0, 100.0**-0.5]
+    c, s = [np.cos(3 * t) for t in theta], [np.sin(3 * t) for t in theta]
+    want = [1 * c[0] - 3 * s[0], 2 * c[1] - 4 * s[1], 3 * c[0] + 1 * s[0], 4 * c[1] + 2 * s[1]]
+    np.testing.assert_allclose(rotate(x, 3, 100.0).flatten().numpy(), want, atol=1e-6)
+
+
+def test_llama_3_1_frequency_adjustment_is_refused_by_name(tmp_path):
+    preset = tmp_path / "llama_preset"
+    shutil.copytree(DATA / "llama_preset", preset)
+    config = json.loads((preset / "config.json").read_text())
+    config["config"].update(
+        rope_low_freq_factor=1.0,
+        rope_high_freq_factor=4.0,
+        rope_frequency_adjustment_factor=8.0,
+        rope_pretraining_sequence_length=8192,
+    )
+    (preset / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedKerasLayerError) as info:
+        convert_keras_model(preset)
+    line = next(line for line in str(info.value).splitlines() if line.startswith("  transformer_layer_0"))
+    assert "rope_low_freq_factor=1.0 (Llama 3.1's frequency adjustment) is not supported" in line
