@@ -51,8 +51,8 @@ class _Graph:
         self.layers: list[dict[str, Any]] = []
         self.dtype = dtype
 
-    def input(self, name: str) -> str:
-        config = {"batch_shape": [None, None], "dtype": "int32", "name": name}
+    def input(self, name: str, shape: list[Any] | None = None, dtype: str = "int32") -> str:
+        config = {"batch_shape": [None, *(shape or [None])], "dtype": dtype, "name": name}
         self.layers.append({"class_name": "InputLayer", "name": name, "config": config, "inbound_nodes": []})
         return name
 
@@ -243,6 +243,44 @@ def _llama(config: dict[str, Any], where: str) -> dict[str, Any]:
     return g.functional(str(config.get("name", "llama_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
 
 
+def _vit(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``ViTBackbone``: images [B, H, W, C] -> ``vit_patching_and_embedding`` (patches, class token,
+    positions) -> ``vit_encoder`` (pre-norm blocks, final layer norm) -> [B, N (+1), D]."""
+    g = _Graph(config.get("dtype"))
+    shape, patch = config.get("image_shape"), config.get("patch_size")
+    patch = [patch, patch] if isinstance(patch, int) else patch
+    if config.get("data_format") not in (None, "channels_last"):
+        raise WeightsError(f"{where}: data_format {config.get('data_format')!r}; attnzoo converts channels_last only")
+    ok = isinstance(shape, list) and len(shape) == 3 and all(isinstance(v, int) and v > 0 for v in shape)
+    if not ok or not isinstance(patch, list) or len(patch) != 2 or not all(isinstance(v, int) and v > 0 for v in patch):
+        raise WeightsError(f"{where}: image_shape {shape!r} and patch_size {patch!r} are not positive ints")
+    hidden = _positive(config, "hidden_dim", where)
+    images = g.input("images", list(shape), "float32")
+    embedding = {"image_size": shape[:2], "patch_size": patch, "hidden_dim": hidden, "num_channels": shape[2]}
+    embedding |= {key: config.get(key, True) for key in ("use_class_token", "use_patch_bias")}
+    module = "keras_hub.src.models.vit.vit_layers"
+    x = g.layer(
+        "ViTPatchingAndEmbedding",
+        "vit_patching_and_embedding",
+        embedding,
+        [_tensor(images)],
+        registered="keras_hub>ViTPatchingAndEmbedding",
+        module=module,
+    )
+    encoder = {key: config.get(key) for key in ("num_layers", "num_heads", "mlp_dim", "layer_norm_epsilon")}
+    encoder |= {key: config.get(key, True) for key in ("use_mha_bias", "use_mlp_bias")}
+    encoder |= {key: config.get(key, 0.0) for key in ("dropout_rate", "attention_dropout")}
+    x = g.layer(
+        "ViTEncoder",
+        "vit_encoder",
+        {"hidden_dim": hidden, **encoder},
+        [_tensor(x)],
+        registered="keras_hub>ViTEncoder",
+        module=module,
+    )
+    return g.functional(str(config.get("name", "vit_backbone")), {"images": images}, x)
+
+
 def _task_backbone(g: _Graph, config: dict[str, Any], where: str, names: tuple[str, ...]) -> str:
     """A task model's inputs (``names``, the backbone's) and its backbone, a nested model called on them."""
     backbone = config.get("backbone")
@@ -330,6 +368,7 @@ BUILDERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "keras_hub>RobertaBackbone": _token_and_position("embeddings", 1e-5),
     "keras_hub>GPT2Backbone": _gpt2,
     "keras_hub>LlamaBackbone": _llama,
+    "keras_hub>ViTBackbone": _vit,
 }
 
 

@@ -353,7 +353,8 @@ def is_operation(record: LayerRecord) -> bool:
 def record_keys(record: LayerRecord) -> list[str]:
     """The names a converter may be registered under, most specific first: ``keras.ops>name`` for one of
     Keras's operations (``keras.ops.get_item``); ``keras>Class`` for Keras's own layers; a custom layer's
-    ``package>Class`` when Keras recorded one, else its bare class name. A bare name never matches a
+    ``package>Class`` when Keras recorded one (``keras_hub>Class`` for a keras-hub class recorded without
+    it, by its module), else its bare class name. A bare name never matches a
     packaged class: two packages' ``LabelWiseAttention`` need not agree."""
     if is_operation(record):
         return [f"keras.ops>{snake_case(record.class_name)}"]
@@ -361,6 +362,8 @@ def record_keys(record: LayerRecord) -> list[str]:
     keys = [f"keras>{record.class_name}"] if own else []
     if record.registered_name and ">" in record.registered_name and not own:
         keys.append(record.registered_name)
+    elif not own and (record.module or "").startswith("keras_hub."):  # keras-hub's class, not registered by name
+        keys.append(f"keras_hub>{record.class_name}")
     elif not own or record.module is None:
         keys.append(record.class_name)
     return keys

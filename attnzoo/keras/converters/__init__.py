@@ -23,6 +23,7 @@ FAMILIES = (
     "depthwise",
     "hub_layers",
     "hub_llama",
+    "hub_vit",
     "merge",
     "norm",
     "ops",

@@ -1,0 +1,216 @@
+"""keras-hub's ViT layers, converted without keras-hub: ``ViTPatchingAndEmbedding`` and ``ViTEncoder``.
+
+* ``ViTPatchingAndEmbedding``: images [B, H, W, C] (channels last, as Keras) -> patches of ph x pw by a
+  ``Conv2d`` of stride = kernel = patch -> [B, N, D] (row by row), the class token first where the model
+  has one -> plus the position table [N (+1), D].
+* ``ViTEncoder``: x [B, N, D] -> ``num_layers`` pre-norm blocks, each ``x + MHA(ln₁(x))`` then
+  ``x + W₂ · gelu(W₁ · ln₂(x) + b₁) + b₂`` (exact gelu), the attention Keras's ``MultiHeadAttention`` of
+  ``key_dim = D / heads`` (softmax(q kᵀ / √key_dim) v, no mask) -> a final layer norm -> [B, N, D].
+
+Both are registered under keras-hub's names (``keras_hub>ViTEncoder``); the graph of a ``ViTBackbone`` is
+rebuilt from its arguments (:mod:`attnzoo.keras.hub_models`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnzoo.keras.arguments import as_tensor
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["HubViTEmbedding", "HubViTEncoder"]
+
+
+class HubViTEmbedding(Node):
+    """Images [B, H, W, C] -> patch embeddings (+ the class token) + positions [B, N (+1), D]; no mask."""
+
+    op = "keras_hub_vit_embedding"
+    reads_mask = False
+
+    def __init__(
+        self, *, channels: int, hidden: int, patch: list[int], positions: int, class_token: bool, bias: bool
+    ) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(channels, hidden, tuple(patch), stride=tuple(patch), bias=bias)
+        self.position = nn.Parameter(torch.zeros(positions, hidden))
+        self.class_token = nn.Parameter(torch.zeros(1, 1, hidden)) if class_token else None
+
+    def compute(self, x, mask):
+        patches = self.patch(x.permute(0, 3, 1, 2)).flatten(2).transpose(1, 2)  # [B, N, D], row by row
+        if self.class_token is not None:
+            patches = torch.cat([self.class_token.expand(x.shape[0], -1, -1), patches], dim=1)
+        if patches.shape[1] != self.position.shape[0]:
+            raise ValueError(
+                f"images of {x.shape[1]}x{x.shape[2]} make {patches.shape[1]} positions; the model has "
+                f"{self.position.shape[0]} (give images of the size it was built for)"
+            )
+        return patches + self.position
+
+
+class _Block(nn.Module):
+    """One pre-norm ViT encoder block (the module docstring's formula)."""
+
+    def __init__(self, hidden: int, heads: int, mlp: int, epsilon: float, mha_bias: bool, mlp_bias: bool) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm_1 = nn.LayerNorm(hidden, eps=epsilon)
+        self.query = nn.Linear(hidden, hidden, bias=mha_bias)
+        self.key = nn.Linear(hidden, hidden, bias=mha_bias)
+        self.value = nn.Linear(hidden, hidden, bias=mha_bias)
+        self.output = nn.Linear(hidden, hidden, bias=mha_bias)
+        self.norm_2 = nn.LayerNorm(hidden, eps=epsilon)
+        self.dense_1 = nn.Linear(hidden, mlp, bias=mlp_bias)
+        self.dense_2 = nn.Linear(mlp, hidden, bias=mlp_bias)
+
+    def forward(self, x: Tensor, dropout: float, attention_dropout: float) -> Tensor:
+        b, n, d = x.shape
+        y = self.norm_1(x)
+        q, k, v = (
+            layer(y).reshape(b, n, self.heads, -1).transpose(1, 2) for layer in (self.query, self.key, self.value)
+        )
+        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=attention_dropout if self.training else 0.0)
+        x = x + F.dropout(self.output(attended.transpose(1, 2).reshape(b, n, d)), dropout, self.training)
+        y = F.dropout(F.gelu(self.dense_1(self.norm_2(x))), dropout, self.training)
+        return x + F.dropout(self.dense_2(y), dropout, self.training)
+
+
+class HubViTEncoder(Node):
+    """x [B, N, D] -> ``num_layers`` blocks -> layer norm [B, N, D]; no mask."""
+
+    op = "keras_hub_vit_encoder"
+    reads_mask = False
+
+    def __init__(
+        self,
+        *,
+        hidden: int,
+        num_layers: int,
+        num_heads: int,
+        mlp_dim: int,
+        layer_norm_epsilon: float = 1e-6,
+        use_mha_bias: bool = True,
+        use_mlp_bias: bool = True,
+        dropout_rate: float = 0.0,
+        attention_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.dropout, self.attention_dropout = dropout_rate, attention_dropout
+        self.blocks = nn.ModuleList(
+            _Block(hidden, num_heads, mlp_dim, layer_norm_epsilon, use_mha_bias, use_mlp_bias)
+            for _ in range(num_layers)
+        )
+        self.norm = nn.LayerNorm(hidden, eps=layer_norm_epsilon)
+
+    def compute(self, x, mask):
+        x = F.dropout(x, self.dropout, self.training)
+        for block in self.blocks:
+            x = block(x, self.dropout, self.attention_dropout)
+        return self.norm(x)
+
+
+def _flag(config: dict[str, Any], name: str) -> bool:
+    value = config.get(name, True)
+    if not isinstance(value, bool):
+        raise Refused(f"{name}={value!r} is not a bool")
+    return value
+
+
+def _pair(value: Any, name: str) -> list[int]:
+    pair = [value, value] if isinstance(value, int) else value
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(v, int) and v > 0 for v in pair):
+        raise Refused(f"{name}={value!r} is not a positive int or a pair of them")
+    return list(pair)
+
+
+@keras_layer("ViTPatchingAndEmbedding", package="keras_hub", child_order=("patch_embedding", "position_embedding"))
+def convert_vit_embedding(record, arrays, ctx):
+    c = record.config
+    if c.get("data_format", "channels_last") != "channels_last":
+        raise Refused(f"data_format={c.get('data_format')!r} is not supported (only channels_last)")
+    token, bias = _flag(c, "use_class_token"), _flag(c, "use_patch_bias")
+    expected = int(token) + 2 + int(bias)
+    if len(arrays) != expected:
+        raise Refused(f"has {len(arrays)} variables; with these settings ViTPatchingAndEmbedding has {expected}")
+    patch = _pair(c.get("patch_size"), "patch_size")
+    kernel = arrays[int(token)]
+    if list(kernel.shape[:2]) != patch:
+        raise Refused(f"patch_embedding's kernel {list(kernel.shape)} is not of patch size {patch}")
+    positions = arrays[-1]
+    spec = {
+        "op": HubViTEmbedding.op,
+        "channels": int(kernel.shape[2]),
+        "hidden": int(kernel.shape[3]),
+        "patch": patch,
+        "positions": int(positions.shape[0]),
+        "class_token": token,
+        "bias": bias,
+    }
+    state = {"patch.weight": as_tensor(kernel.transpose(3, 2, 0, 1)), "position": as_tensor(positions)}
+    if bias:
+        state["patch.bias"] = as_tensor(arrays[int(token) + 1])
+    if token:
+        state["class_token"] = as_tensor(arrays[0])
+    return Converted(spec, state, ["keras-hub ViTPatchingAndEmbedding: nn.Conv2d patches, class token, positions"])
+
+
+# the blocks' groups in the weights file, in order (keras names them by class: vi_t_encoder_block, ..._1, ...;
+# sorted as text, _10 would come before _2)
+_BLOCKS = tuple(f"encoder_layers/vi_t_encoder_block{'' if i == 0 else f'_{i}'}" for i in range(256))
+
+
+def _dense(prefix: str, arrays: list[np.ndarray], bias: bool) -> dict[str, Tensor]:
+    kernel = arrays[0]
+    state = {f"{prefix}.weight": as_tensor(kernel.reshape(kernel.shape[0], -1).T)}
+    if kernel.ndim == 3 and prefix.endswith("output"):  # [heads, key_dim, D]: the heads are the inputs
+        state[f"{prefix}.weight"] = as_tensor(kernel.reshape(-1, kernel.shape[-1]).T)
+    if bias:
+        state[f"{prefix}.bias"] = as_tensor(arrays[1].reshape(-1))
+    return state
+
+
+@keras_layer("ViTEncoder", package="keras_hub", child_order=("encoder_layers", "layer_norm", *_BLOCKS))
+def convert_vit_encoder(record, arrays, ctx):
+    c = record.config
+    mha_bias, mlp_bias = _flag(c, "use_mha_bias"), _flag(c, "use_mlp_bias")
+    layers, heads = c.get("num_layers"), c.get("num_heads")
+    if not all(isinstance(v, int) and v > 0 for v in (layers, heads)):
+        raise Refused(f"num_layers={layers!r} and num_heads={heads!r} are not positive ints")
+    m, p = 1 + int(mha_bias), 1 + int(mlp_bias)
+    per_block = 4 + 4 * m + 2 * p
+    if len(arrays) != layers * per_block + 2:
+        raise Refused(
+            f"has {len(arrays)} variables; {layers} blocks of {per_block} and a layer norm make "
+            f"{layers * per_block + 2}"
+        )
+    hidden, mlp = int(arrays[0].shape[0]), int(arrays[4 + 4 * m].shape[1])
+    if hidden % heads:
+        raise Refused(f"hidden size {hidden} is not a multiple of num_heads {heads}")
+    state: dict[str, Tensor] = {}
+    for i in range(layers):
+        block, at = arrays[i * per_block : (i + 1) * per_block], f"blocks.{i}"
+        state |= {f"{at}.norm_1.weight": as_tensor(block[0]), f"{at}.norm_1.bias": as_tensor(block[1])}
+        state |= {f"{at}.norm_2.weight": as_tensor(block[2]), f"{at}.norm_2.bias": as_tensor(block[3])}
+        for j, name in enumerate(("key", "output", "query", "value")):  # the file's (sorted) order
+            state |= _dense(f"{at}.{name}", block[4 + j * m : 4 + (j + 1) * m], mha_bias)
+        state |= _dense(f"{at}.dense_1", block[4 + 4 * m : 4 + 4 * m + p], mlp_bias)
+        state |= _dense(f"{at}.dense_2", block[4 + 4 * m + p :], mlp_bias)
+    state |= {"norm.weight": as_tensor(arrays[-2]), "norm.bias": as_tensor(arrays[-1])}
+    spec = {
+        "op": HubViTEncoder.op,
+        "hidden": hidden,
+        "num_layers": layers,
+        "num_heads": heads,
+        "mlp_dim": mlp,
+        "layer_norm_epsilon": float(c.get("layer_norm_epsilon", 1e-6)),
+        "use_mha_bias": mha_bias,
+        "use_mlp_bias": mlp_bias,
+        "dropout_rate": float(c.get("dropout_rate", 0.0) or 0.0),
+        "attention_dropout": float(c.get("attention_dropout", 0.0) or 0.0),
+    }
+    return Converted(spec, state, [f"keras-hub ViTEncoder: {layers} pre-norm blocks of SDPA and an exact-gelu MLP"])
