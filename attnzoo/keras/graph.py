@@ -297,6 +297,7 @@ class _Builder:
         inputs: list[tuple[InputSpec, Ref]] = []
         start = len(self.graph.calls)
         blocks: list[Block] = []  # this model's nodes: one call, or all the calls of a nested model
+        later: list[tuple[LayerRecord, int, Any]] = []  # later calls of a layer that read layers listed after it
         for record, entry in zip(records, layers, strict=True):
             if record.class_name == "InputLayer":
                 call_id = f"{call_prefix}{record.key}"
@@ -312,17 +313,18 @@ class _Builder:
             inbound = entry.get("inbound_nodes") or []
             if not isinstance(inbound, list):
                 raise self.fail(f"layer {record.key!r} has inbound_nodes that are not a list")
-            offset = self._node_offset(record)
             for index, node in enumerate(inbound):
-                call_id = f"{call_prefix}{record.key}" + (f"#{index}" if index else "")
-                nodes[(record.name, index + offset)] = call_id
-                args, kwargs = self.node_arguments(node, record, nodes)
-                if record.class_name in TF_OP_CLASSES or record.key in self.tf_origins:
-                    record, args, kwargs = self.tf_operation(record, args, kwargs)
-                at = len(self.graph.calls)
-                self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
-                parents = Call(call_id, record.key, args, kwargs).keras_tensors()
-                blocks.append(Block(call_id, record.key, at, len(self.graph.calls), parents))
+                if index and not _ready(node, nodes):
+                    later.append((record, index, node))
+                    continue
+                self._node(record, index, node, nodes, call_prefix, depth, blocks)
+        # keras lists a layer where it is first called: a later call of a shared layer (a tied embedding's
+        # reverse call on the last state) may read layers listed after it, so it runs once they have
+        while later:
+            ready = [item for item in later if _ready(item[2], nodes)] or later[:1]  # none: the first says why
+            for item in ready:
+                later.remove(item)
+                self._node(*item, nodes, call_prefix, depth, blocks)
         by_name = {name: inputs_ref for name, inputs_ref in ((s.name, r) for s, r in inputs)}
         ordered_inputs = []
         for name in input_names:
@@ -346,6 +348,27 @@ class _Builder:
         if self.keras3:
             self.graph.calls[start:] = keras3_order(self.graph.calls[start:], start, blocks, outputs)
         return ordered_inputs if bound is None else [], outputs
+
+    def _node(
+        self,
+        record: LayerRecord,
+        index: int,
+        node: Any,
+        nodes: dict[tuple[str, int], str],
+        call_prefix: str,
+        depth: int,
+        blocks: list[Block],
+    ) -> None:
+        """The ``index``-th call of a layer of a functional model (its inbound ``node``)."""
+        call_id = f"{call_prefix}{record.key}" + (f"#{index}" if index else "")
+        nodes[(record.name, index + self._node_offset(record))] = call_id
+        args, kwargs = self.node_arguments(node, record, nodes)
+        if record.class_name in TF_OP_CLASSES or record.key in self.tf_origins:
+            record, args, kwargs = self.tf_operation(record, args, kwargs)
+        at = len(self.graph.calls)
+        self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
+        parents = Call(call_id, record.key, args, kwargs).keras_tensors()
+        blocks.append(Block(call_id, record.key, at, len(self.graph.calls), parents))
 
     def tf_operation(
         self, record: LayerRecord, args: list[Any], kwargs: dict[str, Any]
@@ -436,6 +459,23 @@ class _Builder:
             return Ref(call_id)
         self.add_call(Call(call_id, record.key, args, kwargs))
         return Ref(call_id)
+
+
+def _ready(node: Any, nodes: dict[tuple[str, int], str]) -> bool:
+    """Whether every tensor a keras 3 inbound node reads is made by a call read already (keras 2's: always)."""
+    stack = [node]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            history = value.get("config", {}).get("keras_history") if value.get("class_name") == "__keras_tensor__" else None
+            if isinstance(history, list) and len(history) >= 2:
+                if (history[0], history[1]) not in nodes:
+                    return False
+                continue
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return True
 
 
 def _flat_refs(value: Any) -> list[Ref]:
