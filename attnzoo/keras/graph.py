@@ -33,7 +33,7 @@ from attnzoo.keras.files import LayerPath
 from attnzoo.keras.hub_models import unwrap
 from attnzoo.keras.not_a_graph import not_a_graph
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
-from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, layer_structure
+from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, known_inputs, layer_structure
 from attnzoo.keras.tf_ops import TF_OP_CLASSES, operation_class, refusal, tf_operation
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
@@ -314,14 +314,14 @@ class _Builder:
             if not isinstance(inbound, list):
                 raise self.fail(f"layer {record.key!r} has inbound_nodes that are not a list")
             for index, node in enumerate(inbound):
-                if index and not _ready(node, nodes):
+                if index and not known_inputs(node, nodes):
                     later.append((record, index, node))
                     continue
                 self._node(record, index, node, nodes, call_prefix, depth, blocks)
         # keras lists a layer where it is first called: a later call of a shared layer (a tied embedding's
         # reverse call on the last state) may read layers listed after it, so it runs once they have
         while later:
-            ready = [item for item in later if _ready(item[2], nodes)] or later[:1]  # none: the first says why
+            ready = [item for item in later if known_inputs(item[2], nodes)] or later[:1]  # none: the first says why
             for item in ready:
                 later.remove(item)
                 self._node(*item, nodes, call_prefix, depth, blocks)
@@ -459,23 +459,6 @@ class _Builder:
             return Ref(call_id)
         self.add_call(Call(call_id, record.key, args, kwargs))
         return Ref(call_id)
-
-
-def _ready(node: Any, nodes: dict[tuple[str, int], str]) -> bool:
-    """Whether every tensor a keras 3 inbound node reads is made by a call read already (keras 2's: always)."""
-    stack = [node]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            history = value.get("config", {}).get("keras_history") if value.get("class_name") == "__keras_tensor__" else None
-            if isinstance(history, list) and len(history) >= 2:
-                if (history[0], history[1]) not in nodes:
-                    return False
-                continue
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return True
 
 
 def _flat_refs(value: Any) -> list[Ref]:
