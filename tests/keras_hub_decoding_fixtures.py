@@ -12,6 +12,8 @@ task, model.weights.h5 of the backbone's weights; no task.weights.h5, the head b
 
 * ``logits/in/<name>`` and ``logits/out``: a right-padded batch (``padding_mask`` 0 at the padding) and
   Keras's logits [B, T, 100];
+* ``tied/in``, ``tied/out``: ids and the logits of ``tied_lm.keras``, a functional model of keras's own
+  tied ``ReversibleEmbedding`` (its lookup and its ``reverse=True`` call: one layer called twice);
 * ``greedy/<case>/ids``, ``greedy/<case>/padding_mask`` (prompts right-padded to their longest) and
   ``greedy/<case>/out`` [B, T + 32]: greedy decoding of 32 new tokens as keras-hub's ``generate_step`` does
   it (a greedy sampler; where ``padding_mask`` is 1 the prompt's token is kept). The script checks that
@@ -58,6 +60,17 @@ def keras_greedy(model, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return tokens
 
 
+def tied_lm() -> keras.Model:
+    """A user's functional model with keras's own ReversibleEmbedding, tied: ids -> embedding -> Dense ->
+    LayerNormalization -> the embedding's reverse call (logits). keras lists the embedding where it is
+    first called, so its second call reads layers listed after it."""
+    ids = keras.Input((None,), dtype="int32", name="ids")
+    embedding = keras.layers.ReversibleEmbedding(100, 16, name="embedding")
+    x = keras.layers.Dense(16, activation="gelu", name="dense")(embedding(ids))
+    x = keras.layers.LayerNormalization(name="norm")(x)
+    return keras.Model(ids, embedding(x, reverse=True), name="tied_lm")
+
+
 def main(out: str) -> None:
     os.makedirs(out, exist_ok=True)
     backbone = keras_hub.models.GPT2Backbone(**SIZES)
@@ -85,6 +98,12 @@ def main(out: str) -> None:
         assert len(np.unique(oracle[:, -NEW:])) > 2, f"{case}: one token repeated: {oracle}"
         expected[f"greedy/{case}/ids"], expected[f"greedy/{case}/padding_mask"] = ids, mask
         expected[f"greedy/{case}/out"] = oracle
+    tied = tied_lm()
+    for weight in tied.weights:
+        weight.assign(rng.standard_normal(tuple(weight.shape)).astype("float32") * 0.3 + np.asarray(weight) * 0.5)
+    tied.save(os.path.join(out, "tied_lm.keras"))
+    expected["tied/in"] = rng.integers(0, 100, (3, 9)).astype("int32")
+    expected["tied/out"] = np.asarray(tied.predict(expected["tied/in"], verbose=0))
     np.savez_compressed(os.path.join(out, "decoding.npz"), **expected)
     print(f"wrote gpt2_causal_lm to {out} with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
 
