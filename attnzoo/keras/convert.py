@@ -34,6 +34,7 @@ from attnzoo.io.text import printable
 from attnzoo.keras.converters.ops import OPERATION_NAMES
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
+from attnzoo.keras.hub_models import is_keras_hub_model
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.model import KerasModel
 from attnzoo.keras.nodes import INTEGER_DTYPES
@@ -224,6 +225,8 @@ def build_graph(
         "calls": calls,
         "outputs": [[ref.call, ref.index] for ref in graph.outputs],
     }
+    if is_keras_hub_model(file.config):  # the task or Backbone class the graph was rebuilt for (generate reads it)
+        config["keras_hub_class"] = str(file.config["class_name"])
     # a dict of inputs or outputs, or nested lists: the structure the converted model takes and returns
     if graph.input_structure is not None:
         config["input_structure"] = graph.input_structure

@@ -87,10 +87,12 @@ def _walk_key(name: str) -> str:
 
 
 class _Keras3Weights:
-    """The datasets of a keras 3 ``.weights.h5``, found by layer name (or by class and position)."""
+    """The datasets of a keras 3 ``.weights.h5``, found by layer name (or by class and position).
+    ``at_root``: the name of a nested model whose layers the file holds at its root (a keras-hub task
+    preset's model.weights.h5 is its backbone's, saved alone)."""
 
-    def __init__(self, root: Any, where: str) -> None:
-        self.root, self.where = root, where
+    def __init__(self, root: Any, where: str, at_root: str | None = None) -> None:
+        self.root, self.where, self.at_root = root, where, at_root
 
     def _group_of(self, parent: Any, path: LayerPath, level: int) -> Any:
         import h5py
@@ -114,7 +116,8 @@ class _Keras3Weights:
 
     def group(self, path: LayerPath) -> Any:
         group = self.root
-        for level in range(len(path.names)):
+        first = int(self.at_root is not None and path.names[:1] == (self.at_root,))
+        for level in range(first, len(path.names)):
             group = self._group_of(group, path, level)
             if group is None:
                 return None
@@ -368,12 +371,13 @@ def _weights_beside(config_path: Path) -> Path:
     )
 
 
-def _read_json(path: Path, weights: Path | None) -> KerasFile:
+def _read_json(path: Path, weights: Path | None, at_root: str | None = None, version: str = "") -> KerasFile:
     where = str(path)
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise WeightsError(f"{where}: {path.stat().st_size >> 20} MiB; a Keras config is kilobytes")
     config = _parse_config(path.read_bytes(), where)
-    version = str(config.get("keras_version", "")) if isinstance(config.get("keras_version"), str) else ""
+    if isinstance(config.get("keras_version"), str):
+        version = config["keras_version"]
     weights_path = Path(weights) if weights is not None else _weights_beside(path)
     handle = _h5(weights_path, str(weights_path))
     root = handle.get("model_weights", handle)
@@ -381,11 +385,34 @@ def _read_json(path: Path, weights: Path | None) -> KerasFile:
     if "layer_names" in root.attrs:
         store = _LegacyWeights(handle, str(weights_path))
     elif "layers" in handle or "vars" in handle:
-        store = _Keras3Weights(handle, str(weights_path))
+        store = _Keras3Weights(handle, str(weights_path), at_root)
     else:
         handle.close()
         raise WeightsError(f"{weights_path}: neither a keras 3 .weights.h5 nor a legacy weights .h5")
     return KerasFile(path, "json", _version_of(config, version), config, store, [handle])
+
+
+def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
+    """A folder keras-hub's ``save_to_preset`` wrote: the Backbone of config.json with model.weights.h5; or,
+    where a task saved it (task.json) and attnzoo rebuilds that task, its head holding no weights of its own
+    (no task.weights.h5: a causal LM's), the task, whose backbone's layers model.weights.h5 holds at its root.
+    The Keras version is metadata.json's."""
+    from attnzoo.keras.hub_models import BUILDERS
+
+    version = ""
+    if (folder / "metadata.json").is_file() and (folder / "metadata.json").stat().st_size < MAX_CONFIG_BYTES:
+        metadata = parse_json((folder / "metadata.json").read_bytes(), str(folder), "metadata.json")
+        if isinstance(metadata, dict) and isinstance(metadata.get("keras_version"), str):
+            version = metadata["keras_version"]
+    task = folder / "task.json"
+    if task.is_file() and not (folder / "task.weights.h5").exists() and task.stat().st_size < MAX_CONFIG_BYTES:
+        config = _parse_config(task.read_bytes(), str(task), "task.json")
+        backbone = config["config"].get("backbone")
+        name = backbone.get("config", {}).get("name") if isinstance(backbone, dict) else None
+        if config.get("registered_name") in BUILDERS and isinstance(name, str):
+            given = Path(weights) if weights is not None else folder / "model.weights.h5"
+            return _read_json(task, given, at_root=name, version=version)
+    return _read_json(folder / "config.json", Path(weights) if weights is not None else None, version=version)
 
 
 def read_keras_model(path: str | Path, *, weights: str | Path | None = None) -> KerasFile:
@@ -397,7 +424,7 @@ def read_keras_model(path: str | Path, *, weights: str | Path | None = None) -> 
     """
     path = Path(path)
     if path.is_dir() and (path / "config.json").is_file():  # a folder keras-hub's save_to_preset wrote
-        path = path / "config.json"
+        return _read_preset(path, weights)
     if not path.is_file():
         raise WeightsError(f"Keras model file not found: looked for {path.resolve()}")
     with open(path, "rb") as f:

@@ -33,7 +33,7 @@ from attnzoo.keras.files import LayerPath
 from attnzoo.keras.hub_models import unwrap
 from attnzoo.keras.not_a_graph import not_a_graph
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
-from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, layer_structure
+from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, known_inputs, layer_structure
 from attnzoo.keras.tf_ops import TF_OP_CLASSES, operation_class, refusal, tf_operation
 
 __all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
@@ -297,6 +297,7 @@ class _Builder:
         inputs: list[tuple[InputSpec, Ref]] = []
         start = len(self.graph.calls)
         blocks: list[Block] = []  # this model's nodes: one call, or all the calls of a nested model
+        later: list[tuple[LayerRecord, int, Any]] = []  # later calls of a layer that read layers listed after it
         for record, entry in zip(records, layers, strict=True):
             if record.class_name == "InputLayer":
                 call_id = f"{call_prefix}{record.key}"
@@ -312,17 +313,18 @@ class _Builder:
             inbound = entry.get("inbound_nodes") or []
             if not isinstance(inbound, list):
                 raise self.fail(f"layer {record.key!r} has inbound_nodes that are not a list")
-            offset = self._node_offset(record)
             for index, node in enumerate(inbound):
-                call_id = f"{call_prefix}{record.key}" + (f"#{index}" if index else "")
-                nodes[(record.name, index + offset)] = call_id
-                args, kwargs = self.node_arguments(node, record, nodes)
-                if record.class_name in TF_OP_CLASSES or record.key in self.tf_origins:
-                    record, args, kwargs = self.tf_operation(record, args, kwargs)
-                at = len(self.graph.calls)
-                self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
-                parents = Call(call_id, record.key, args, kwargs).keras_tensors()
-                blocks.append(Block(call_id, record.key, at, len(self.graph.calls), parents))
+                if index and not known_inputs(node, nodes):
+                    later.append((record, index, node))
+                    continue
+                self._node(record, index, node, nodes, call_prefix, depth, blocks)
+        # keras lists a layer where it is first called: a later call of a shared layer (a tied embedding's
+        # reverse call on the last state) may read layers listed after it, so it runs once they have
+        while later:
+            ready = [item for item in later if known_inputs(item[2], nodes)] or later[:1]  # none: the first says why
+            for item in ready:
+                later.remove(item)
+                self._node(*item, nodes, call_prefix, depth, blocks)
         by_name = {name: inputs_ref for name, inputs_ref in ((s.name, r) for s, r in inputs)}
         ordered_inputs = []
         for name in input_names:
@@ -346,6 +348,27 @@ class _Builder:
         if self.keras3:
             self.graph.calls[start:] = keras3_order(self.graph.calls[start:], start, blocks, outputs)
         return ordered_inputs if bound is None else [], outputs
+
+    def _node(
+        self,
+        record: LayerRecord,
+        index: int,
+        node: Any,
+        nodes: dict[tuple[str, int], str],
+        call_prefix: str,
+        depth: int,
+        blocks: list[Block],
+    ) -> None:
+        """The ``index``-th call of a layer of a functional model (its inbound ``node``)."""
+        call_id = f"{call_prefix}{record.key}" + (f"#{index}" if index else "")
+        nodes[(record.name, index + self._node_offset(record))] = call_id
+        args, kwargs = self.node_arguments(node, record, nodes)
+        if record.class_name in TF_OP_CLASSES or record.key in self.tf_origins:
+            record, args, kwargs = self.tf_operation(record, args, kwargs)
+        at = len(self.graph.calls)
+        self.apply(record, args, kwargs, call_prefix, depth, call_id=call_id)
+        parents = Call(call_id, record.key, args, kwargs).keras_tensors()
+        blocks.append(Block(call_id, record.key, at, len(self.graph.calls), parents))
 
     def tf_operation(
         self, record: LayerRecord, args: list[Any], kwargs: dict[str, Any]

@@ -25,6 +25,8 @@ through their families (``ReversibleEmbedding``, ``keras_hub>TransformerEncoder`
 * ``GPT2Backbone``: token ids, padding mask -> ``token_embedding`` + ``position_embedding`` -> pre-norm
   causal ``TransformerDecoder`` layers (gelu_approximate, eps 1e-5, ``decoder_padding_mask``) -> final
   ``layer_norm`` -> [B, T, D].
+* ``GPT2CausalLM``: its ``GPT2Backbone`` -> ``token_embedding(state, reverse=True)`` logits [B, T, vocabulary]
+  (:mod:`attnzoo.keras.hub_causal` says how).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attnzoo.errors import WeightsError
+from attnzoo.keras.hub_causal import causal_lm
 
 __all__ = ["unwrap", "BUILDERS", "is_keras_hub_model"]
 
@@ -369,6 +372,8 @@ BUILDERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
     "keras_hub>GPT2Backbone": _gpt2,
     "keras_hub>LlamaBackbone": _llama,
     "keras_hub>ViTBackbone": _vit,
+    "keras_hub>GPT2CausalLM": causal_lm("GPT2Backbone", _gpt2),
+    "keras_hub>LlamaCausalLM": causal_lm("LlamaBackbone", _llama),
 }
 
 

@@ -320,6 +320,26 @@ class KerasModel(nn.Module):
         layer = next((c["layer"] for c in self.calls if c["id"] == call), None)
         return layer
 
+    def generate(
+        self,
+        ids: Any,
+        max_new_tokens: int,
+        *,
+        padding_mask: Any = None,
+        top_k: int | None = None,
+        temperature: float = 1.0,
+        seed: int | torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> Tensor:
+        """A converted keras-hub causal LM's decoding (:func:`attnzoo.keras.decoding.generate`): ``ids``
+        [B, T] (right-padded where ``padding_mask`` is 0) -> [B, T + max_new_tokens], greedy or ``top_k``
+        sampling (``temperature``, ``seed``), each step on the layers' KV caches. Any other model raises
+        a ``ConfigError`` naming the classes that decode."""
+        from attnzoo.keras.decoding import generate
+
+        options = {"padding_mask": padding_mask, "top_k": top_k, "temperature": temperature, "seed": seed}
+        return generate(self, ids, max_new_tokens, use_cache=use_cache, **options)
+
     def trace(self, *inputs: Any) -> dict[str, list[Any]]:
         """Every call's outputs, by call id (a layer's name for its first call), in the order they ran:
         what ``attnzoo convert-keras --check`` compares with Keras layer by layer. The emitted ``forward``

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MAX_NESTING", "keras3_tensors", "keras2_tensors", "is_layer_ref", "layer_structure"]
+__all__ = ["MAX_NESTING", "keras3_tensors", "keras2_tensors", "is_layer_ref", "layer_structure", "known_inputs"]
 
 MAX_NESTING = 32  # models in models, and inputs or outputs in nested lists, at most this deep
 
@@ -73,3 +73,21 @@ def layer_structure(value: Any, what: str, fail: Any) -> tuple[list[tuple[str, i
     structure = walk(value, 0)
     nested = isinstance(structure, dict) or any(not isinstance(leaf, int) for leaf in structure)
     return flat, structure if nested else None
+
+
+def known_inputs(node: Any, nodes: dict[tuple[str, int], str]) -> bool:
+    """Whether every tensor a keras 3 inbound node reads is made by a call read already (keras 2's: always)."""
+    stack = [node]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            tensor = value.get("class_name") == "__keras_tensor__"
+            history = value.get("config", {}).get("keras_history") if tensor else None
+            if isinstance(history, list) and len(history) >= 2:
+                if (history[0], history[1]) not in nodes:
+                    return False
+                continue
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return True

@@ -25,7 +25,8 @@ from attnzoo.layers.core import (
     check_probability,
     neutralise,
 )
-from attnzoo.layers.keras_layers import KerasCalls, KerasVar, causal_mask, check_semantics, keras_weights
+from attnzoo.layers.keras_layers import KerasCalls, KerasVar, check_semantics, keras_weights
+from attnzoo.layers.kv_cache import KVCache
 from attnzoo.layers.lazy import LazyLayer
 
 __all__ = ["KerasMultiHeadAttention", "mha_to_torch", "mha_from_torch"]
@@ -40,7 +41,8 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
 
     Shapes: ``forward(query [B, T, dq], value [B, S, dv], key [B, S, dk] = value, *,
     attention_mask [B, T, S], query_mask [B, T], value_mask [B, S], return_attention=False,
-    use_causal_mask=False)`` -> ``out [B, T, output_shape]`` or ``(out, A [B, heads, T, S])``.
+    use_causal_mask=False, cache=None)`` -> ``out [B, T, output_shape]`` or ``(out, A [B, heads, T, S])``;
+    with ``cache`` (:meth:`new_cache`) the keys are the cache's and the call's, S = held + T.
     Parameters: ``query.weight`` [heads·key_dim, dq], ``query.bias``, likewise ``key``, ``value``, and
     ``output.weight`` [output_shape, heads·value_dim], ``output.bias``.
     """
@@ -173,6 +175,7 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
         value_mask: Tensor | None = None,
         return_attention: bool = False,
         use_causal_mask: bool = False,
+        cache: KVCache | None = None,
     ):
         sizes = [self.size(n) for n in ("query_size", "value_size", "key_size")]
         for arg, tensor, size in (("query", query, sizes[0]), ("value", value, sizes[1]), ("key", key, sizes[2])):
@@ -180,6 +183,8 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
                 raise ValueError(f"keras_mha expects {arg} of shape [batch, seq, {size}], got {list(tensor.shape)}")
         query, value, key, query_mask, value_mask = self._prepare(query, value, key, query_mask, value_mask)
         batch, t, s = query.shape[0], query.shape[1], value.shape[1]
+        held = self._claimed(cache, batch)  # the keys a cache holds come before the call's own
+        s += held
         mask = None
         if attention_mask is not None:
             if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 3:
@@ -187,20 +192,24 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
                 raise ValueError(f"keras_mha expects attention_mask of shape [{batch}, {t}, {s}], got {shape}")
             mask = check_mask(self.name, attention_mask, batch, t, s, arg="attention_mask", like=query)
             if self.keras_semantics is None:
-                unseen = ~mask.any(dim=1)  # keys no query may attend to
+                unseen = ~mask[..., held:].any(dim=1)  # the call's keys no query may attend to
                 value, key = neutralise(value, ~unseen), neutralise(key, ~unseen)
         if query_mask is not None:
             qm = query_mask[:, :, None]
             mask = qm if mask is None else mask & qm
-        if value_mask is not None:
+        if value_mask is not None and cache is None:
             vm = value_mask[:, None, :]
             mask = vm if mask is None else mask & vm
-        if use_causal_mask:
-            tri = causal_mask(t, s, query.device)[None]
+        if use_causal_mask and not (cache is not None and t == 1):  # one new query sees every key held
+            tri = torch.ones(t, s, dtype=torch.bool, device=query.device).tril(held)[None]
             mask = tri if mask is None else mask & tri
         q = self._project(query, "query", self.key_dim)
         k = self._project(key, "key", self.key_dim)
         v = self._project(value, "value", self.value_dim)
+        if cache is not None:
+            k, v, valid = cache.append(k, v, value_mask)
+            if valid is not None:
+                mask = valid[:, None, :] if mask is None else mask & valid[:, None, :]
         mask4 = None if mask is None else mask.unsqueeze(1)  # [B, 1, T or 1, S]
         dropout = self.dropout if self.training else 0.0
         if self.keras_semantics is not None:
@@ -214,6 +223,27 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
         out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
         out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
         return (out, weights) if return_attention else out
+
+    def new_cache(self, batch_size: int) -> KVCache:
+        """An empty :class:`KVCache` for decoding ``batch_size`` sequences a step at a time: each call
+        ``layer(x, x, cache=cache, use_causal_mask=True)`` appends the call's keys and values and attends
+        over all held (query i of a call sees the keys before the call and the call's keys up to i), so
+        the steps' outputs equal the causal call over the whole sequence. ``value_mask`` then marks which
+        of the call's tokens later queries may attend to; ``attention_mask`` is [B, T, held + T]."""
+        check_positive(self.name, "batch_size", batch_size, allow_none=False)
+        cache = KVCache(batch_size)
+        cache.claim(self, self.name)
+        return cache
+
+    def _claimed(self, cache: KVCache | None, batch: int) -> int:
+        """How many keys ``cache`` holds (0 for none), once it is checked to be this layer's for ``batch``."""
+        if cache is None:
+            return 0
+        if not isinstance(cache, KVCache) or cache.batch_size != batch:
+            made = f"for batch {cache.batch_size}" if isinstance(cache, KVCache) else f"a {type(cache).__name__}"
+            raise ValueError(f"keras_mha: cache is {made}; pass layer.new_cache({batch}) for a batch of {batch}")
+        cache.claim(self, self.name)
+        return len(cache)
 
     def _keras_attend(self, q, k, v, mask, return_attention: bool, dropout: float):
         """Keras's own arithmetic (``keras_semantics``): which masked softmax runs depends on the version

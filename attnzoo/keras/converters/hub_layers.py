@@ -28,10 +28,12 @@ from torch import Tensor, nn
 from attnzoo.core import create
 from attnzoo.errors import AttnzooError
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
+from attnzoo.keras.decoding import DecodingStep
 from attnzoo.keras.importer import load_keras_arrays
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import check_tokens
+from attnzoo.layers.kv_cache import KVCache
 
 __all__ = [
     "HubTransformerEncoder",
@@ -175,13 +177,24 @@ class HubTransformerDecoder(_Block):
             self.cross_attention = _attention(num_heads, hidden, hidden, encoder_dim, dropout)
             norms.append("cross_attention_norm")
         self._build(hidden, intermediate_dim, activation, layer_norm_epsilon, norms)
+        self._cache: KVCache | None = None  # while decoding (attnzoo.keras.decoding): the self-attention's
+
+    def start_decoding(self, step: DecodingStep) -> None:
+        """Cached decoding (:mod:`attnzoo.keras.decoding`): the self-attention keeps its keys and values."""
+        self._cache = self.attention.new_cache(step.batch_size)
+
+    def stop_decoding(self) -> None:
+        self._cache = None
 
     def _sublayer(self, name: str, x: Tensor, value: Tensor | None, mask: Tensor | None) -> Tensor:
         residual = x
         if self.normalize_first:
             x = self._norm(f"{name}_norm", x)
-        value = x if value is None else value
-        x = getattr(self, name)(x, value, attention_mask=_full(mask, x, value))
+        if value is None and self._cache is not None:  # the call's tokens follow the cached ones, causally
+            x = self.attention(x, x, cache=self._cache, use_causal_mask=True)
+        else:
+            value = x if value is None else value
+            x = getattr(self, name)(x, value, attention_mask=_full(mask, x, value))
         x = x + residual
         return x if self.normalize_first else self._norm(f"{name}_norm", x)
 
@@ -190,6 +203,11 @@ class HubTransformerDecoder(_Block):
         encoder = args[1] if len(args) > 1 else kwargs.get("encoder_sequence")
         if (encoder is not None) != self.cross:
             raise ValueError("is called with a different number of sequences than it was built with")
+        if self._cache is not None:  # decoding: no padding, causal over the cache (attnzoo.keras.decoding)
+            if encoder is not None:
+                raise ValueError("decodes with a cache without cross-attention only")
+            x = self._sublayer("attention", x, None, None)
+            return [self._feedforward(x)], [own]
         mask = _merge(own, kwargs.get("decoder_padding_mask"), kwargs.get("decoder_attention_mask"))
         if kwargs.get("use_causal_mask", True):
             t = x.shape[1]
@@ -205,7 +223,25 @@ class HubTransformerDecoder(_Block):
         return [self._feedforward(x)], [own]
 
 
-class HubTokenAndPositionEmbedding(Node):
+class _Positions(Node):
+    """A node that reads positions: while decoding (:mod:`attnzoo.keras.decoding`) they start at the
+    decoding step's ``start`` (plus the call's own ``start_index``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._step: DecodingStep | None = None
+
+    def start_decoding(self, step: DecodingStep) -> None:
+        self._step = step
+
+    def stop_decoding(self) -> None:
+        self._step = None
+
+    def _start(self, kwargs: dict[str, Any]) -> int:
+        return int(kwargs.get("start_index", 0) or 0) + (0 if self._step is None else self._step.start)
+
+
+class HubTokenAndPositionEmbedding(_Positions):
     """``keras_hub.layers.TokenAndPositionEmbedding``: ids [B, T] -> ``token[ids] + position[start:start +
     T]`` [B, T, D] (T at most ``sequence_length``); with ``mask_zero`` the mask is ``ids != 0``."""
 
@@ -222,7 +258,7 @@ class HubTokenAndPositionEmbedding(Node):
     def forward(self, args, kwargs, masks):
         ids = args[0]
         check_tokens("token_and_position_embedding", ids, self.token.shape[0], arg="input", rank=2)
-        positions = _positions(self.position, ids.shape[1], kwargs.get("start_index", 0))
+        positions = _positions(self.position, ids.shape[1], self._start(kwargs))
         out = nn.functional.embedding(ids.long(), self.token) + positions
         return [out], [ids != 0 if self.mask_zero else None]
 
@@ -237,7 +273,7 @@ def _positions(table: Tensor, length: int, start: Any) -> Tensor:
     return table[start : start + length]
 
 
-class HubPositionEmbedding(Node):
+class HubPositionEmbedding(_Positions):
     """``keras_hub.layers.PositionEmbedding``: x [..., T, D] -> ``position[start:start + T]`` broadcast to
     x's shape (the embeddings alone, not added to x); no mask."""
 
@@ -250,11 +286,11 @@ class HubPositionEmbedding(Node):
 
     def forward(self, args, kwargs, masks):
         x = args[0]
-        positions = _positions(self.position, x.shape[-2], kwargs.get("start_index", 0))
+        positions = _positions(self.position, x.shape[-2], self._start(kwargs))
         return [positions.to(x.dtype).expand(x.shape).contiguous()], [None]  # a copy: not a view of the table
 
 
-class HubSinePositionEncoding(Node):
+class HubSinePositionEncoding(_Positions):
     """``keras_hub.layers.SinePositionEncoding``: x [..., T, D] -> ``PE[t, j] = sin(t·w_j)`` for even j,
     ``cos(t·w_j)`` for odd j, ``w_j = max_wavelength^(-2·floor(j / 2) / D)``, broadcast to x's shape; no
     mask."""
@@ -268,7 +304,7 @@ class HubSinePositionEncoding(Node):
     def forward(self, args, kwargs, masks):
         x = args[0]
         length, hidden = x.shape[-2], x.shape[-1]
-        start = int(kwargs.get("start_index", 0) or 0)
+        start = self._start(kwargs)
         positions = torch.arange(start, start + length, device=x.device, dtype=torch.float32)
         exponents = (2 * (torch.arange(hidden, device=x.device) // 2)).to(torch.float32) / hidden
         timescales = torch.pow(torch.tensor(1.0 / self.max_wavelength, device=x.device), exponents)

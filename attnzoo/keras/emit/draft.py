@@ -54,6 +54,7 @@ class Draft:
     returned: set[str] = field(default_factory=set)  # the variables holding a long node call's (outputs, masks)
     unsure: set[str] = field(default_factory=set)  # the mask variables a node call sets (None where it gives none)
     owners: list[str] = field(default_factory=list)  # for each line of ``body``, the call id it was written for
+    nodes_only: set[str] = field(default_factory=set)  # the layers whose every call is a node call (emitter's)
 
     def expression(self, value: Any) -> str:
         """Graph data as a Python expression: ``{"ref": [call, i]}`` becomes that output's variable."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnzoo.keras.code_lines import layout
-from attnzoo.keras.codegen import check_source
+from attnzoo.keras.codegen import check_source, literal
 from attnzoo.keras.emit.draft import PLAIN_NAME, Draft
 from attnzoo.keras.emit.freeing import freed, names_in, without_unread
 from attnzoo.keras.emit.module import class_name_of, module_lines, parameters_of
@@ -42,17 +42,26 @@ def to_source(model: Any, class_name: str | None = None) -> str:
 
 def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | None = None) -> Emitted:
     """The module of ``graph`` whose calls follow ``plans`` (each call's mask rules, :mod:`~attnzoo.keras.masks`),
-    checked with :func:`~attnzoo.keras.codegen.check_source`; see :func:`to_source`."""
-    e = Draft(counts=_needed_outputs(graph))
-    inputs = []
-    for spec in graph["inputs"]:
-        name = e.name(spec.get("name", spec["id"]), spec.get("name", spec["id"]))
-        e.values[spec["id"]] = [name]
-        e.mask_of[name] = None
-        inputs.append(name)
-    parameters, unpack = parameters_of(graph.get("input_structure"), inputs, e.used)
-    for call in graph["calls"]:
-        _emit_call(e, graph, plans[call["id"]], call)
+    checked with :func:`~attnzoo.keras.codegen.check_source`; see :func:`to_source`.
+
+    A shared layer is declared once: where its torch form wrote some of its calls and the node the others
+    (a tied embedding's lookup and its ``reverse=True`` call), it is written again with every call a node call."""
+    nodes_only: set[str] = set()
+    while True:
+        e = Draft(counts=_needed_outputs(graph), nodes_only=set(nodes_only))
+        inputs = []
+        for spec in graph["inputs"]:
+            name = e.name(spec.get("name", spec["id"]), spec.get("name", spec["id"]))
+            e.values[spec["id"]] = [name]
+            e.mask_of[name] = None
+            inputs.append(name)
+        parameters, unpack = parameters_of(graph.get("input_structure"), inputs, e.used)
+        for call in graph["calls"]:
+            _emit_call(e, graph, plans[call["id"]], call)
+        twice = {key for key in graph["layers"] if sum(line.startswith(_declaration(key)) for line in e.init) > 1}
+        if not twice - nodes_only:
+            break
+        nodes_only |= twice
     results = [e.values[call][index] for call, index in graph["outputs"]]
     body, owners = without_unread(e.body, e.owners, results, e.masks | e.unpacked, e.returned)
     e.body, e.owners = freed(body, owners, results)
@@ -72,6 +81,11 @@ def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | N
     written = {n for line in e.body for n, _, _ in names_in(line)} | set(results) | set(inputs)
     outputs = {call: [v if v in written else "_" for v in names] for call, names in e.values.items()}
     return Emitted(source, name, outputs, line_calls)
+
+
+def _declaration(key: str) -> str:
+    """How ``__init__`` begins the declaration of the layer ``key`` (:meth:`Writer.declare`, ``node_call``)."""
+    return f"self.layers[{literal(key)}] = "
 
 
 def _needed_outputs(graph: dict[str, Any]) -> dict[str, int]:
@@ -118,6 +132,8 @@ def _written(e: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pla
     cls, args = NODES[spec["op"]], call["args"]
     given = {k for k, v in call["kwargs"].items() if k != "training" and not (k == "mask" and v is None)}
     if cls.write is None or not isinstance(args, list) or not args or e.counts.get(call["id"], 1) != 1:
+        return False
+    if key in e.nodes_only:  # a shared layer some of whose calls only its node computes
         return False
     if given - {"mask"} or ("mask" in given and plan.explicit is None) or plan.keyword or plan.clears:
         return False  # tensors or settings by keyword, a mask= of data: the node class reads them

@@ -1,0 +1,203 @@
+"""Decoding a converted keras-hub causal LM token by token on attnzoo's KV cache: :func:`generate`
+(``KerasModel.generate``), and the protocol its nodes follow.
+
+Which models decode: those converted from a keras-hub task whose class is in :data:`CAUSAL_LMS`
+(``graph["keras_hub_class"]``, written by the conversion). Their inputs are keras-hub's ``token_ids`` and
+``padding_mask`` and their one output the logits [B, T, vocabulary]. Any other model's ``generate`` is a
+``ConfigError`` naming the classes that decode.
+
+The protocol (node-local): a node class whose output at a position depends on other positions (attention)
+or on the position itself (a position embedding, a rotary one) defines
+
+* ``start_decoding(step: DecodingStep) -> None``: make its caches empty for ``step.batch_size`` sequences
+  and keep ``step``;
+* ``stop_decoding() -> None``: drop them, and compute whole sequences again.
+
+:func:`decoding` calls ``start_decoding`` with one shared :class:`DecodingStep` on every module of the model
+that has it, and ``stop_decoding`` on each when it ends (an error included). While started, a node takes
+the T tokens of a model call as the positions ``step.start .. step.start + T - 1`` following the ones it
+cached: attention appends the call's keys and values to its :class:`~attnzoo.layers.kv_cache.KVCache`
+(``keras_mha`` takes ``cache=``) and attends causally over all held; a position embedding starts at
+``step.start``. :func:`generate` advances ``step.start`` by T after each call. Nodes that compute each
+position alone (Dense, LayerNorm, Embedding, a ReversibleEmbedding's reverse call) need nothing. The
+calls :func:`generate` makes while decoding have no padding (see below), so a started node may ignore the
+padding mask it is given.
+
+Padding is keras-hub's (``CausalLM.generate``): prompts padded on the right (``padding_mask`` 1 then 0, as
+keras-hub's preprocessors pad); decoding starts at the shortest prompt's length, and at each later
+position a row keeps its own prompt's token where ``padding_mask`` is 1, the chosen token elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from attnzoo.errors import ConfigError
+
+__all__ = ["CAUSAL_LMS", "DecodingStep", "decoding", "generate"]
+
+# keras-hub task classes whose converted graphs decode (every node in them that mixes positions takes part)
+CAUSAL_LMS = {"GPT2CausalLM", "LlamaCausalLM"}
+
+
+@dataclass
+class DecodingStep:
+    """Shared by :func:`generate` with the nodes taking part: the batch size, and ``start``, the position of
+    the first token of the model call now running (how many tokens every cache holds)."""
+
+    batch_size: int
+    start: int = 0
+
+
+@contextmanager
+def decoding(model: nn.Module, batch_size: int) -> Iterator[DecodingStep]:
+    """Every module of ``model`` with ``start_decoding`` started on one :class:`DecodingStep` (yielded), and
+    stopped when the block ends."""
+    step = DecodingStep(batch_size)
+    nodes = [m for m in model.modules() if callable(getattr(m, "start_decoding", None))]
+    try:
+        for node in nodes:
+            node.start_decoding(step)
+        yield step
+    finally:
+        for node in nodes:
+            node.stop_decoding()
+
+
+def _check_model(model: Any) -> tuple[str, str]:
+    graph = getattr(model, "graph", None)
+    kind = graph.get("keras_hub_class") if isinstance(graph, dict) else None
+    names = ", ".join(sorted(CAUSAL_LMS))
+    if kind not in CAUSAL_LMS:
+        what = f"a keras-hub {kind}" if kind else f"the Keras model {str(graph.get('name', '?'))[:60]!r}"
+        raise ConfigError(
+            f"generate decodes converted keras-hub causal LMs ({names}); this model is {what}, which does "
+            f"not decode token by token. Convert the task's file (model.save or save_to_preset of the "
+            f"{names}) instead of its backbone's"
+        )
+    inputs = [spec["name"] for spec in model.inputs_spec]
+    if sorted(inputs) != ["padding_mask", "token_ids"]:
+        raise ConfigError(f"generate: a {kind} takes token_ids and padding_mask, this graph takes {inputs}")
+    return "token_ids", "padding_mask"
+
+
+def _ids(ids: Any, device: torch.device) -> Tensor:
+    if isinstance(ids, np.ndarray):
+        ids = torch.from_numpy(np.ascontiguousarray(ids))
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.is_complex():
+        shape = list(ids.shape) if isinstance(ids, (Tensor, np.ndarray)) else type(ids).__name__
+        raise ValueError(f"generate expects ids as integer token ids [batch, T], got {shape}")
+    if ids.shape[0] < 1 or ids.shape[1] < 1:
+        raise ValueError(f"generate expects at least one prompt of at least one token, got ids {list(ids.shape)}")
+    return ids.to(device=device, dtype=torch.long)
+
+
+def _padding(mask: Any, ids: Tensor) -> Tensor:
+    if mask is None:
+        return torch.ones_like(ids, dtype=torch.bool)
+    if isinstance(mask, np.ndarray):
+        mask = torch.from_numpy(np.ascontiguousarray(mask))
+    if not isinstance(mask, Tensor) or list(mask.shape) != list(ids.shape):
+        shape = list(mask.shape) if isinstance(mask, (Tensor, np.ndarray)) else type(mask).__name__
+        raise ValueError(f"generate expects padding_mask of the ids' shape {list(ids.shape)}, got {shape}")
+    mask = mask.to(ids.device) != 0
+    left = (~mask[:, :-1] & mask[:, 1:]).any(dim=1)  # a padded position before a real one
+    if bool(left.any()):
+        row = int(left.nonzero()[0, 0])
+        raise ValueError(
+            f"generate takes prompts padded on the right (padding_mask 1 then 0, as keras-hub's preprocessors "
+            f"pad them); row {row} has padding before a real token. Pad it on the right"
+        )
+    if not bool(mask[:, 0].all()):
+        raise ValueError("generate expects every prompt to hold at least one token (padding_mask[:, 0] == 1)")
+    return mask
+
+
+def _sampler(top_k: int | None, temperature: float, seed: int | torch.Generator | None, device: torch.device) -> Any:
+    """``pick(logits [B, V]) -> ids [B]``: the argmax (``top_k`` None), or a draw from the softmax of the
+    ``top_k`` largest logits divided by ``temperature``, by ``seed``'s generator."""
+    if top_k is None:
+        return lambda logits: logits.argmax(dim=-1)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"generate expects top_k as a positive int (or None for greedy decoding), got {top_k!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"generate expects temperature as a positive number, got {temperature!r}")
+    if isinstance(seed, torch.Generator):
+        generator = seed
+    elif seed is None or (isinstance(seed, int) and not isinstance(seed, bool)):
+        generator = torch.Generator(device=device)
+        generator.manual_seed(torch.seed() if seed is None else seed)
+    else:
+        raise ValueError(f"generate expects seed as an int or a torch.Generator, got {type(seed).__name__}")
+
+    def pick(logits: Tensor) -> Tensor:
+        values, indices = logits.float().topk(min(top_k, logits.shape[-1]), dim=-1)
+        probabilities = torch.softmax(values / float(temperature), dim=-1)
+        drawn = torch.multinomial(probabilities, 1, generator=generator)
+        return indices.gather(-1, drawn)[:, 0]
+
+    return pick
+
+
+def generate(
+    model: Any,
+    ids: Any,
+    max_new_tokens: int,
+    *,
+    padding_mask: Any = None,
+    top_k: int | None = None,
+    temperature: float = 1.0,
+    seed: int | torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """``ids`` [B, T] (token ids, right-padded where ``padding_mask`` [B, T] is 0) -> [B, T + max_new_tokens]
+    int64: each row's prompt, then the tokens chosen one position at a time (greedy: the argmax of the
+    logits; with ``top_k``, a draw among the k likeliest at ``temperature``, from ``seed``: an int or a
+    ``torch.Generator``). See the module docstring for padding. With ``use_cache`` (the default) the prompt
+    runs once and each later call runs only the new token on the nodes' KV caches; ``use_cache=False``
+    runs the whole sequence so far every step (the same tokens, slower). The model computes as Keras's
+    inference whatever ``train()`` says, and keeps its mode."""
+    tokens_name, mask_name = _check_model(model)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"generate expects max_new_tokens as an int >= 0, got {max_new_tokens!r}")
+    reference = next(iter(model.parameters()), None)
+    device = reference.device if reference is not None else torch.device("cpu")
+    prompt = _ids(ids, device)
+    keep = _padding(padding_mask, prompt)
+    pick = _sampler(top_k, temperature, seed, device)
+    batch, length = prompt.shape
+    total = length + max_new_tokens
+    tokens = torch.zeros(batch, total, dtype=torch.long, device=device)
+    tokens[:, :length] = prompt
+    kept = torch.zeros(batch, total, dtype=torch.bool, device=device)
+    kept[:, :length] = keep
+    first = int(keep.sum(dim=1).min())  # keras-hub starts at the shortest prompt's end
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), decoding(model, batch) if use_cache else _nothing() as step:
+            fed = 0
+            for index in range(first, total):
+                window = tokens[:, fed:index]
+                ones = torch.ones_like(window, dtype=torch.int32)
+                logits = model({tokens_name: window, mask_name: ones})
+                if step is not None:
+                    step.start += window.shape[1]
+                    fed = index
+                chosen = pick(logits[:, -1])
+                tokens[:, index] = torch.where(kept[:, index], tokens[:, index], chosen)
+    finally:
+        model.train(training)
+    return tokens
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
