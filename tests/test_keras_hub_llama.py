@@ -72,3 +72,28 @@ def test_llama_3_1_frequency_adjustment_is_refused_by_name(tmp_path):
         convert_keras_model(preset)
     line = next(line for line in str(info.value).splitlines() if line.startswith("  transformer_layer_0"))
     assert "rope_low_freq_factor=1.0 (Llama 3.1's frequency adjustment) is not supported" in line
+
+
+def test_a_llama_causal_lm_gives_keras_logits_on_a_padded_batch():
+    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    np.testing.assert_allclose(_predict(model), EXPECTED["causal_lm/logits"], atol=1e-5, rtol=0)
+
+
+def test_a_converted_llama_decodes_keras_greedy_tokens_for_32_steps_with_its_cache():
+    """Keras's tokens: the causal LM called on the whole sequence so far at each step, argmax at the last
+    position. attnzoo's: the prompt once, then one token a call through the decoders' KV caches (4 query
+    heads on 2 cached key/value heads, keys rotated at their positions)."""
+    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    prompt = torch.from_numpy(EXPECTED["greedy/prompt"])
+    cached = model.generate(prompt, 32)
+    assert torch.equal(cached[:, :5], prompt.long())
+    np.testing.assert_array_equal(cached[:, 5:].numpy(), EXPECTED["greedy/tokens"])
+    assert torch.equal(model.generate(prompt, 32, use_cache=False), cached)
+
+
+def test_top_k_sampling_with_a_seed_is_the_same_with_and_without_the_cache():
+    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    prompt = torch.from_numpy(EXPECTED["greedy/prompt"])
+    drawn = model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3)
+    assert torch.equal(model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3, use_cache=False), drawn)
+    assert not torch.equal(drawn, model.generate(prompt, 12))  # it did sample (greedy differs here)
