@@ -97,8 +97,13 @@ class _Block(Node):
         return x if self.normalize_first else self._norm("feedforward_norm", x)
 
     def _norm(self, name: str, x: Tensor) -> Tensor:
-        (y,), _ = getattr(self, name)([x], {}, [None])
-        return y
+        """The layer norm ``name`` over the last axis (keras 3's ``ops.layer_normalization`` on torch is
+        ``F.layer_norm``), in float32 at least as the node computes."""
+        norm = getattr(self, name)
+        if x.dtype in (torch.float16, torch.bfloat16):
+            (y,), _ = norm([x], {}, [None])
+            return y
+        return nn.functional.layer_norm(x, norm.shape, norm.weight, norm.bias, norm.epsilon)
 
     def _build(self, hidden: int, intermediate_dim: int, activation: str, epsilon: float, norms: list[str]) -> None:
         for name in norms:
