@@ -1,7 +1,7 @@
 """Cached greedy decoding of a converted keras-hub ``GPT2CausalLM`` against transformers' ``GPT2LMHeadModel``
 with the same weights, in one run.
 
-    python benchmarks/keras_hub_decoding.py [--rounds 5] [--tokens 128] [--quick]
+    python benchmarks/keras_hub_decoding.py [--rounds 5] [--tokens 128] [--quick] [--write-docs]
 
 The model is a keras-hub GPT-2 at 4 layers, hidden 256, 4 heads, an intermediate size of 1024, a vocabulary of
 1000 and 256 positions, with random weights. keras-hub is not needed: the script writes the ``.keras`` file
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import HERE, markdown_table, paired_speedup, steady_allocator, write_json  # noqa: E402
+from common import HERE, markdown_table, paired_speedup, steady_allocator, update_doc_section, write_json  # noqa: E402
 
 from attnzoo.tools import bench  # noqa: E402
 
@@ -267,6 +267,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per generation")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 16 tokens, 2 rounds")
+    parser.add_argument("--write-docs", action="store_true", help="write the table into docs/performance.md")
     args = parser.parse_args()
     torch.set_num_threads(THREADS)
     steady_allocator()
@@ -282,6 +283,8 @@ def main() -> int:
     }
     write_json(HERE / "results" / f"keras_hub_decoding{'-quick' if args.quick else ''}.json", out)
     print(table(out))
+    if args.write_docs and not args.quick:
+        update_doc_section(HERE.parent / "docs" / "performance.md", "keras-hub-decoding", table(out))
     return 0
 
 
