@@ -23,6 +23,7 @@ from torch import nn
 import attnzoo
 from attnzoo.errors import WeightsError
 from attnzoo.keras import convert_keras_model
+from attnzoo.keras.nodes import build_node
 from attnzoo.keras.torch_layers import one_bias, run_rnn
 
 from .conftest import ROOT, require_data
@@ -189,7 +190,7 @@ def test_a_key_the_map_does_not_know_is_an_error_not_dropped():
 
 @pytest.mark.parametrize(
     ("file", "layer", "why"),
-    [("gru_reset_before.h5", "gru", "reset_after=False"), ("lstm_seq2seq.h5", "lstm_4", "initial_state")],
+    [("gru_reset_before.h5", "gru", "reset_after=False")],
 )
 def test_a_layer_torch_s_cell_does_not_compute_stays_its_node(file, layer, why):
     model = convert_keras_model(ROOT / "tests" / "data" / "keras2" / file)
@@ -241,3 +242,66 @@ def test_a_folder_saved_with_a_separable_conv_node_s_keys_loads_and_predicts_wha
         got = model(torch.from_numpy(expected["keras_io_vision/0/in/0"]))
     for i, g in enumerate(got):
         np.testing.assert_allclose(g.numpy(), expected[f"keras_io_vision/0/out/{i}"], rtol=1e-5, atol=1e-5)
+
+
+def _states_graph(cell: str, return_sequences: bool, masked: bool) -> dict:
+    """x [2, 6, 3] (through Masking where ``masked``) and the initial states h0 (and c0) [2, 4] -> a Keras
+    ``LSTM`` / ``GRU`` of 4 units with ``initial_state`` and ``return_state`` -> every output it returns."""
+    count = 2 if cell == "lstm" else 1
+    inputs = [{"id": "x", "name": "x", "shape": [None, None, None], "dtype": "float32"}]
+    inputs += [{"id": f"s{i}", "name": f"s{i}", "shape": [None, None], "dtype": "float32"} for i in range(count)]
+    spec = {"op": "recurrent", "cell": cell, "units": 4, "input_size": 3, "return_sequences": return_sequences}
+    layers = {"rnn": {**spec, "return_state": True, "keras": {"name": "rnn", "class": "LSTM"}}}
+    calls = []
+    source = {"ref": ["x", 0]}
+    if masked:
+        layers["masking"] = {"op": "masking"}
+        calls.append({"id": "masking", "layer": "masking", "args": [source], "kwargs": {}})
+        source = {"ref": ["masking", 0]}
+    states = [{"ref": [f"s{i}", 0]} for i in range(count)]
+    calls.append({"id": "rnn", "layer": "rnn", "args": [source], "kwargs": {"initial_state": states}})
+    graph = {"format": 1, "keras_version": "2.15.0", "inputs": inputs, "layers": layers, "calls": calls}
+    return {**graph, "outputs": [["rnn", i] for i in range(1 + count)]}
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("return_sequences", [False, True])
+@pytest.mark.parametrize("masked", [False, True])
+def test_initial_and_returned_states_run_as_torch_and_equal_the_node(cell, return_sequences, masked):
+    """keras-io's seq2seq form: the written module calls ``run_rnn(..., initial_state=(h, c),
+    return_state=True)`` on an ``nn.LSTM`` / ``nn.GRU``; its outputs and states, and the gradients of the
+    inputs, the initial states and the weights, are the Keras node's (a masked batch holds right padding,
+    a hole, and a row the mask keeps nothing of, which keeps its initial states)."""
+    torch.manual_seed(0)
+    graph = _states_graph(cell, return_sequences, masked)
+    model = attnzoo.create("keras_model", graph=graph)
+    source = model.to_source()
+    assert "Recurrent(" not in source and "initial_state=(" in source and "return_state=True" in source
+    node = build_node({k: v for k, v in graph["layers"]["rnn"].items() if k != "keras"})
+    with torch.no_grad():
+        for parameter in node.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.5)
+    model.load_state_dict({f"layers.rnn.{k}": v for k, v in node.state_dict().items()})
+    x = torch.randn(3, 6, 3)
+    if masked:
+        x[0, -2:], x[1, 2], x[2] = 0.0, 0.0, 0.0
+    states = [torch.randn(3, 4) for _ in range(2 if cell == "lstm" else 1)]
+    ours = [t.clone().requires_grad_() for t in (x, *states)]
+    theirs = [t.clone().requires_grad_() for t in (x, *states)]
+    got = model(*ours)
+    keep = (theirs[0] != 0).any(dim=-1) if masked else None
+    given = theirs[0] * keep.unsqueeze(-1) if masked else theirs[0]
+    want, _ = node([given], {"initial_state": list(theirs[1:])}, [keep])
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    if masked:  # the row the mask keeps nothing of ends in its initial states
+        torch.testing.assert_close(got[1][2], states[0][2])
+    sum(g.square().sum() for g in got).backward()
+    sum(w.square().sum() for w in want).backward()
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+    ours_grads = {n.removeprefix("layers.rnn."): p.grad for n, p in model.named_parameters() if "rnn" in n}
+    theirs_grads = {n.removeprefix("rnn."): p.grad for n, p in node.named_parameters()}
+    assert sorted(ours_grads) == sorted(theirs_grads)
+    for name, grad in theirs_grads.items():
+        torch.testing.assert_close(ours_grads[name], grad, rtol=1e-5, atol=1e-6)

@@ -56,6 +56,10 @@ class Node(nn.Module):
     options_argument: ClassVar[str | None] = None
     # the layer's torch form, ``write(writer, spec) -> bool`` (see :func:`writes`); None: the node is called
     write: ClassVar[Callable[..., bool] | None] = None
+    # what a call offered to ``write`` may have besides one tensor argument and one output read: its keyword
+    # arguments of these names (tensors included), and more than one output read (see :func:`writes`)
+    write_keywords: ClassVar[frozenset[str]] = frozenset()
+    write_outputs: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -114,17 +118,20 @@ class Node(nn.Module):
 _Write = TypeVar("_Write", bound=Callable[..., bool])
 
 
-def writes(*classes: type[Node]) -> Callable[[_Write], _Write]:
+def writes(*classes: type[Node], keywords: tuple[str, ...] = (), outputs: bool = False) -> Callable[[_Write], _Write]:
     """Register the decorated ``write(writer, spec) -> bool`` as the torch form of the node ``classes``: how
     the emitted module (:mod:`attnzoo.keras.emit`) declares and calls a layer of that class as torch, through
     its :class:`~attnzoo.keras.emit.writer.Writer`; False, where a call or a spec is not one it computes
-    exactly, keeps the node call. It lives in the family's file, beside the node and its converter."""
+    exactly, keeps the node call. It lives in the family's file, beside the node and its converter.
+    ``keywords``: the call's keyword arguments ``write`` reads itself (``Writer.keyword``); ``outputs``: it
+    writes every output a call returns (``Writer.outs``), not only the first."""
 
     def register(write: _Write) -> _Write:
         for cls in classes:
             if vars(cls).get("write") is not None:
                 raise RuntimeError(f"two torch forms for {cls.__name__}: {cls.write} and {write}")
             cls.write = staticmethod(write)  # type: ignore[assignment]
+            cls.write_keywords, cls.write_outputs = frozenset(keywords), outputs
         return write
 
     return register

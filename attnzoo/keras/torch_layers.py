@@ -26,7 +26,8 @@ any length: packing reads lengths on the host, which a traced graph cannot).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -107,7 +108,9 @@ def run_rnn(
     go_backwards: bool = False,
     return_sequences: bool = False,
     zero_output_for_mask: bool = False,
-) -> Tensor:
+    initial_state: Sequence[Tensor] | None = None,
+    return_state: bool = False,
+) -> Any:
     """Keras's ``LSTM`` / ``GRU`` (or ``Bidirectional(merge_mode="concat")`` of two) over ``rnn``.
 
     ``x`` [B, T, F] and ``mask`` [B, T] (bool, True = keep; None: every step) -> [B, T, H] with
@@ -120,7 +123,16 @@ def run_rnn(
 
     Keras's ``Bidirectional`` sets ``zero_output_for_mask`` to ``return_sequences`` on both its layers;
     a bidirectional ``rnn`` takes that combination only, and no ``go_backwards``.
+
+    A one-directional ``rnn`` also takes Keras's ``initial_state`` (``[h0, c0]`` for an LSTM, ``[h0]`` for a
+    GRU, [B, H] each; zeros by default) and, with ``return_state``, returns ``(output, h, c)`` (an LSTM) or
+    ``(output, h)`` (a GRU): the states after the last step the mask keeps (the initial ones where it keeps
+    none), as Keras's ``return_state=True``.
     """
+    if initial_state is not None or return_state:
+        return _with_states(
+            rnn, x, mask, go_backwards, return_sequences, zero_output_for_mask, initial_state, return_state
+        )
     bidirectional = rnn.bidirectional
     if bidirectional and (go_backwards or zero_output_for_mask != return_sequences):
         raise ValueError(
@@ -180,9 +192,73 @@ def _last(out: Tensor, bidirectional: bool) -> Tensor:
     return torch.cat([out[:, -1, :units], out[:, 0, units:]], dim=-1) if bidirectional else out[:, -1]
 
 
-def _stepped(rnn: nn.LSTM | nn.GRU, x: Tensor, mask: Tensor | None, *, return_sequences: bool, zero: bool) -> Tensor:
+def _with_states(
+    rnn: nn.LSTM | nn.GRU,
+    x: Tensor,
+    mask: Tensor | None,
+    go_backwards: bool,
+    return_sequences: bool,
+    zero: bool,
+    initial_state: Sequence[Tensor] | None,
+    return_state: bool,
+) -> Any:
+    """:func:`run_rnn` with Keras's initial states and final states (one direction)."""
+    lstm = isinstance(rnn, nn.LSTM)
+    count = 2 if lstm else 1
+    if rnn.bidirectional or rnn.num_layers != 1 or not rnn.batch_first or getattr(rnn, "proj_size", 0):
+        raise ValueError("run_rnn: initial_state and return_state take one layer, one direction, batch_first=True")
+    if x.dim() != 3 or x.shape[1] == 0:
+        raise ValueError(
+            f"run_rnn: expects a sequence [batch, time, features] of at least one step, got {list(x.shape)}"
+        )
+    if initial_state is None:
+        states = [x.new_zeros(x.shape[0], rnn.hidden_size)] * count
+    else:
+        states = [initial_state] if isinstance(initial_state, Tensor) else list(initial_state)
+        if len(states) != count or any(s.shape != (x.shape[0], rnn.hidden_size) for s in states):
+            shapes = [list(s.shape) for s in states]
+            raise ValueError(
+                f"run_rnn: initial_state is {count} tensor(s) of [{x.shape[0]}, {rnn.hidden_size}] "
+                f"({'h, c' if lstm else 'h'}), got {shapes}"
+            )
+        states = [s.to(x.dtype) for s in states]
+    if go_backwards:
+        x = x.flip(1)
+        mask = None if mask is None else mask.flip(1)
+    h0: Any = tuple(s.unsqueeze(0).contiguous() for s in states) if lstm else states[0].unsqueeze(0).contiguous()
+    if torch.compiler.is_compiling() or x.device.type == "meta":  # as run_rnn: steps, not packing
+        final: list[Tensor] = []
+        keep = None if mask is None else mask.bool()
+        out = _stepped(rnn, x, keep, return_sequences=True, zero=zero, initial=states, finals=final)
+    elif mask is None:
+        out, hn = rnn(x, h0)
+        final = [s[0] for s in hn] if lstm else [hn[0]]
+    else:
+        mask = mask.bool()
+        kept, lengths, right_padded = kept_first(x, mask)
+        packed = pack_padded_sequence(kept, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        packed_out, hn = rnn(packed, h0)
+        out, _ = pad_packed_sequence(packed_out, batch_first=True, total_length=x.shape[1])
+        out = keras_outputs(out, mask, right_padded, zero=zero)
+        ran = (lengths > 0)[:, None]  # a row the mask keeps nothing of keeps its initial states
+        final = [torch.where(ran, s[0], s0) for s, s0 in zip(hn if lstm else (hn,), states, strict=True)]
+    output = out if return_sequences else out[:, -1]
+    return (output, *final) if return_state else output
+
+
+def _stepped(
+    rnn: nn.LSTM | nn.GRU,
+    x: Tensor,
+    mask: Tensor | None,
+    *,
+    return_sequences: bool,
+    zero: bool,
+    initial: list[Tensor] | None = None,
+    finals: list[Tensor] | None = None,
+) -> Tensor:
     """:func:`run_rnn` as a traced graph runs it: each direction through :func:`step_through` (``scan`` when
-    exporting, so the length stays open; a Python loop under torch.compile)."""
+    exporting, so the length stays open; a Python loop under torch.compile). One direction may start from
+    ``initial`` states and leave its final ones in ``finals``."""
     kind = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
     exporting = getattr(torch.compiler, "is_exporting", lambda: True)()
     outputs = []
@@ -198,8 +274,10 @@ def _stepped(rnn: nn.LSTM | nn.GRU, x: Tensor, mask: Tensor | None, *, return_se
         h = x.flip(1) if reverse else x
         keep = None if mask is None else (mask.flip(1) if reverse else mask)
         zeros = x.new_zeros(x.shape[0], rnn.hidden_size)
-        states = [zeros, zeros] if kind == "lstm" else [zeros]
-        seq, _ = step_through(step, states, F.linear(h, w_ih, b_ih), keep, zero=zero, scan=exporting)
+        states = initial if initial is not None else ([zeros, zeros] if kind == "lstm" else [zeros])
+        seq, last = step_through(step, states, F.linear(h, w_ih, b_ih), keep, zero=zero, scan=exporting)
+        if finals is not None:
+            finals.extend(last)
         if return_sequences:
             outputs.append(seq.flip(1) if reverse else seq)
         else:

@@ -389,7 +389,7 @@ _TORCH_CLASSES = {"lstm": "nn.LSTM", "gru": "nn.GRU"}
 
 def torch_cell(spec: Any) -> bool:
     """Whether a ``recurrent`` spec is torch's own cell: LSTM, or GRU with ``reset_after``; tanh and sigmoid;
-    no dropout (Keras's acts in training), one output, batch first; values of the types the node reads."""
+    no dropout (Keras's acts in training), batch first; values of the types the node reads."""
     if not isinstance(spec, dict) or spec.get("op") != "recurrent" or spec.get("cell") not in _TORCH_CLASSES:
         return False
     if "units" not in spec or "input_size" not in spec:  # (the node needs them too: its error, not ours)
@@ -403,17 +403,17 @@ def torch_cell(spec: Any) -> bool:
         spec.get("activation", "tanh") == "tanh"
         and spec.get("recurrent_activation", "sigmoid") == "sigmoid"
         and spec.get("reset_after", True)
-        and not spec.get("return_state", False)
         and not spec.get("time_major", False)
         and spec.get("dropout", 0.0) == 0
         and spec.get("recurrent_dropout", 0.0) == 0
     )
 
 
-@writes(Recurrent)
+@writes(Recurrent, keywords=("initial_state",), outputs=True)
 def write_recurrent(w: Writer, spec: dict[str, Any]) -> bool:
     """A Keras ``LSTM`` / ``GRU`` that torch's cell computes: ``nn.LSTM(input_size, units, batch_first=True)``
-    run by :func:`~attnzoo.keras.torch_layers.run_rnn` (see :func:`write_torch_rnn`)."""
+    run by :func:`~attnzoo.keras.torch_layers.run_rnn` (see :func:`write_torch_rnn`), from the call's
+    ``initial_state`` where it has one, returning its final states where ``return_state`` and they are read."""
     return torch_cell(spec) and write_torch_rnn(w, spec, bidirectional=False)
 
 
@@ -424,6 +424,13 @@ def write_torch_rnn(w: Writer, layer: dict[str, Any], *, bidirectional: bool) ->
     not one tensor."""
     x, mask = w.tensor(), w.mask
     if not w.implicit or x is None or not (w.explicit is None or is_ref(w.explicit)):
+        return False
+    initial, states = w.keyword("initial_state"), 2 if layer["cell"] == "lstm" else 1
+    initial = [initial] if is_ref(initial) else initial
+    if initial is not None and not (isinstance(initial, list) and len(initial) == states and all(map(is_ref, initial))):
+        return False  # states of another count, or not tensors: the node's error says which
+    returned = 1 + states if layer.get("return_state", False) and len(w.outs) > 1 else 1
+    if bidirectional and (initial is not None or returned > 1):
         return False
     options = "" if layer.get("use_bias", True) else ", bias=False"
     options += ", bidirectional=True" if bidirectional else ""
@@ -437,8 +444,17 @@ def write_torch_rnn(w: Writer, layer: dict[str, Any], *, bidirectional: bool) ->
     keywords = [
         f"{k}=True" for k in ("go_backwards", "return_sequences", "zero_output_for_mask") if layer.get(k, False)
     ]
+    if initial is not None:
+        given = [w.value(s) for s in initial]
+        keywords.append(f"initial_state=({given[0]},)" if len(given) == 1 else f"initial_state=({', '.join(given)})")
+    if returned > 1:
+        keywords.append("return_state=True")
     arguments = ", ".join([rnn, x, *([mask] if mask is not None else []), *keywords])
-    w.assign(f"{w.imports('attnzoo.keras.torch_layers', 'run_rnn')}({arguments})")
+    call = f"{w.imports('attnzoo.keras.torch_layers', 'run_rnn')}({arguments})"
+    if returned > 1:
+        w.assign_all(call, returned)
+    else:
+        w.assign(call)
     w.mask_is(mask if layer.get("return_sequences", False) else None)
     return True
 

@@ -131,21 +131,27 @@ def _written(e: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pla
     writer said it."""
     cls, args = NODES[spec["op"]], call["args"]
     given = {k for k, v in call["kwargs"].items() if k != "training" and not (k == "mask" and v is None)}
-    if cls.write is None or not isinstance(args, list) or not args or e.counts.get(call["id"], 1) != 1:
+    count = e.counts.get(call["id"], 1)
+    if cls.write is None or not isinstance(args, list) or not args or (count != 1 and not cls.write_outputs):
         return False
     if key in e.nodes_only:  # a shared layer some of whose calls only its node computes
         return False
-    if given - {"mask"} or ("mask" in given and plan.explicit is None) or plan.keyword or plan.clears:
+    own = cls.write_keywords
+    if given - {"mask"} - own or ("mask" in given and plan.explicit is None) or set(plan.keyword) - own:
         return False  # tensors or settings by keyword, a mask= of data: the node class reads them
+    if plan.clears:
+        return False
     saved = e.checkpoint()
-    (out,) = e.outputs(call["id"], 1, keras_of(spec).get("name", key))
-    writer = Writer(e, key, call, plan, out)
+    outs = e.outputs(call["id"], count, keras_of(spec).get("name", key))
+    writer = Writer(e, key, call, plan, outs[0], outs)
     if not cls.write(writer, spec):
         e.rollback(saved)
         return False
+    for extra in outs[1:]:  # a second output (an RNN's states) carries no mask
+        e.mask_of[extra] = None
     if not writer.said_mask:
         mask = rule_mask(cls, writer.mask)
         if mask is UNKNOWN:
             raise RuntimeError(f"{cls.__name__}.write must say its output's mask: the node has rules of its own")
-        e.mask_of[out] = mask
+        e.mask_of[outs[0]] = mask
     return True

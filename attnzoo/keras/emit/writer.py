@@ -30,9 +30,14 @@ __all__ = ["Writer"]
 class Writer:
     """What ``write`` may read and write for one call (see the module docstring)."""
 
-    def __init__(self, draft: Draft, key: str, call: dict[str, Any], plan: CallMasks, out: str) -> None:
+    def __init__(
+        self, draft: Draft, key: str, call: dict[str, Any], plan: CallMasks, out: str, outs: list[str] | None = None
+    ) -> None:
         self._draft, self._key, self._call, self._plan = draft, key, call, plan
         self.out = out  # the variable the call's output is assigned to
+        # the variables of the outputs the graph reads, the first ``out`` (more than one only for a writer
+        # registered with ``outputs=True``)
+        self.outs = outs or [out]
         self.said_mask = False
 
     # -- reading the call ----------------------------------------------------------------------------------
@@ -59,6 +64,11 @@ class Writer:
     def value(self, data: Any) -> str:
         """Graph data as an expression: a tensor's variable, anything else a literal."""
         return self._draft.expression(data)
+
+    def keyword(self, name: str) -> Any:
+        """The call's keyword argument ``name`` as graph data (refs where tensors go), or None; only the
+        keywords the writer was registered to read (``writes(..., keywords=...)``) reach it."""
+        return self._call["kwargs"].get(name)
 
     def mask_of(self, variable: str) -> str | None:
         """The variable holding the mask of the tensor ``variable`` (None: it has none)."""
@@ -94,6 +104,12 @@ class Writer:
     def assign(self, expression: str) -> None:
         """``out = expression`` (again to apply another step to ``out``)."""
         self._draft.body.append(f"{self.out} = {expression}")
+
+    def assign_all(self, expression: str, returned: int) -> None:
+        """``outs... = expression`` for an expression returning ``returned`` values: those the graph reads
+        by their variables, the others ``_``."""
+        names = [*self.outs, *["_"] * (returned - len(self.outs))]
+        self._draft.body.append(f"{', '.join(names[:returned])} = {expression}")
 
     def let(self, hint: str, expression: str) -> str:
         """A fresh variable named after the output and ``hint`` (``{out}_{hint}``), assigned ``expression``."""
