@@ -135,6 +135,30 @@ def convlstm_stateful(rng):
     ]
 
 
+def _mixed(policy):
+    """Embedding, MultiHeadAttention, LayerNormalization, Conv1D, BatchNormalization, Dense in a mixed
+    precision policy (each layer given it, as ``set_global_policy`` would), the last Dense in float32 as
+    Keras's guide advises: on the CPU, Keras's torch backend computes float16 and bfloat16 as torch does."""
+
+    def build(rng):
+        ids = keras.Input((None,), dtype="int32", name="ids")
+        x = layers.Embedding(20, 16, dtype=policy)(ids)
+        x = layers.Add(dtype=policy)([x, layers.MultiHeadAttention(2, 8, dtype=policy)(x, x)])
+        x = layers.LayerNormalization(dtype=policy)(x)
+        x = layers.Conv1D(16, 3, padding="same", activation="relu", dtype=policy)(x)
+        x = layers.BatchNormalization(dtype=policy)(x)
+        x = layers.GlobalAveragePooling1D(dtype=policy)(x)
+        x = layers.Dense(8, activation="gelu", dtype=policy)(x)
+        out = layers.Dense(3, dtype="float32")(x)
+        return keras.Model(ids, out), [rng.integers(0, 20, (64, 9)).astype("int32")]
+
+    return build
+
+
+CASES["mixed_float16"] = _mixed("mixed_float16")
+CASES["mixed_bfloat16"] = _mixed("mixed_bfloat16")
+
+
 def _randomise(model, rng):
     for weight in model.weights:
         if "float" not in str(weight.dtype):

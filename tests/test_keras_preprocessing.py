@@ -11,6 +11,12 @@ Keras's bit for bit.
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+import zipfile
+
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -72,8 +78,36 @@ def test_the_legacy_h5_converts_where_it_holds_the_vocabularies(case):
 
 
 def test_an_adapted_lookup_in_a_legacy_h5_is_refused_with_the_reason():
-    with pytest.raises(UnsupportedKerasLayerError, match=r"StringLookup.*vocabulary is not in the file"):
+    """Keras 3 writes an adapted vocabulary among a .keras archive's assets only: the legacy .h5 of the same
+    model holds none (``"vocabulary": null``), and the refusal says what to do instead."""
+    with pytest.raises(UnsupportedKerasLayerError) as refused:
         convert_keras_model(DATA / "structured.h5")
+    said = str(refused.value)
+    assert re.search(r"StringLookup.*its vocabulary \(vocabulary_size 5 in its config\) is not in the file", said)
+    assert "model.save('model.keras')" in said and "StringLookup(vocabulary=layer.get_vocabulary(), ...)" in said
+
+
+def test_the_refusal_s_advice_converts_the_legacy_h5(tmp_path):
+    """The .h5 of the adapted model with each lookup given ``vocabulary=layer.get_vocabulary()`` (the .keras
+    file's vocabulary, its mask and OOV tokens at the head) in its config, as the refusal advises: Keras's
+    outputs of the adapted model."""
+    with zipfile.ZipFile(DATA / "structured.keras") as archive:
+        vocabularies = {
+            name: archive.read(f"assets/layers/{name}/vocabulary.txt").decode().split("\n")
+            for name in ("string_lookup", "integer_lookup")
+        }
+    target = tmp_path / "structured.h5"
+    shutil.copy(DATA / "structured.h5", target)
+    with h5py.File(target, "r+") as file:
+        config = json.loads(file.attrs["model_config"])
+        for layer in config["config"]["layers"]:
+            vocabulary = vocabularies.get(layer["config"]["name"])
+            if vocabulary is not None:
+                assert layer["config"]["vocabulary"] is None  # adapted: nothing in the .h5
+                cast = int if layer["class_name"] == "IntegerLookup" else str
+                layer["config"]["vocabulary"] = [cast(v) for v in vocabulary]
+        file.attrs["model_config"] = json.dumps(config)
+    assert_outputs(convert_keras_model(target), "structured", EXPECTED)
 
 
 def test_the_fixtures_test_what_they_claim():

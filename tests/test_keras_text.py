@@ -79,7 +79,10 @@ def test_a_vocabulary_given_in_the_config_converts_from_the_legacy_h5_too():
 
 
 def test_an_adapted_vocabulary_in_a_legacy_h5_is_refused_with_the_reason():
-    with pytest.raises(UnsupportedKerasLayerError, match=r"TextVectorization.*vocabulary is not in the file"):
+    with pytest.raises(
+        UnsupportedKerasLayerError,
+        match=r"TextVectorization.*vocabulary \(vocabulary_size 25 in its config\) is not in the file",
+    ):
         convert_keras_model(TEXT / "classifier.h5")
 
 

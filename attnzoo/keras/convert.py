@@ -38,6 +38,7 @@ from attnzoo.keras.hub_models import is_keras_hub_model
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.model import KerasModel
 from attnzoo.keras.nodes import INTEGER_DTYPES
+from attnzoo.keras.policy import check_compute_dtype, compute_dtype_of, layer_policy, policy_notes
 from attnzoo.keras.registry import (
     Context,
     Converted,
@@ -171,10 +172,11 @@ def _who(entry: KerasConverter) -> str:
 
 
 def build_graph(
-    file: KerasFile, graph: KerasGraph, custom_layers: Mapping[str, Any] | None = None
+    file: KerasFile, graph: KerasGraph, custom_layers: Mapping[str, Any] | None = None, *, own_policy: bool = False
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], ConversionReport]:
     """The ``keras_model`` graph config, its state dict and the report; raises
-    ``UnsupportedKerasLayerError`` listing every layer nothing converts."""
+    ``UnsupportedKerasLayerError`` listing every layer nothing converts. ``own_policy``: each layer computes in
+    its dtype policy's compute dtype (:mod:`attnzoo.keras.policy`), where the file has a mixed policy."""
     ctx = Context(file.major, str(file.path), file.assets)
     _check_custom_keys(custom_layers, graph)
     table = _converter_table(custom_layers)
@@ -186,6 +188,7 @@ def build_graph(
     layers: dict[str, Any] = {}
     state: dict[str, torch.Tensor] = {}
     report = ConversionReport(Path(file.path).name, file.keras_version)
+    mixed = any((layer_policy(r) or "").startswith("mixed_") for r in graph.layers.values())
     problems: list[dict[str, Any]] = []
     for record_key, record in graph.layers.items():
         if record_key == "" or (record.class_name in MODEL_CLASSES and not is_operation(record)):
@@ -202,6 +205,8 @@ def build_graph(
         module_key = model_key(record_key, used)
         keys[record_key] = module_key
         keras = {"name": record.key, "class": record.class_name, "trainable": _trainable(graph, record)}
+        if own_policy and mixed:
+            keras["compute_dtype"] = compute_dtype_of(record)
         layers[module_key] = {**converted.spec, "keras": keras}
         for tensor_name, tensor in converted.state.items():
             state[f"layers.{module_key}.{tensor_name}"] = tensor
@@ -211,7 +216,10 @@ def build_graph(
         report.rows[-1]["notes"] = converted.notes + ([] if keras["trainable"] else ["frozen (trainable: false)"])
     if problems:
         raise _unsupported(file, problems)
-    _policy_notes(graph, calls_of, report)
+    training = policy_notes(graph, calls_of, report.notes, own=own_policy)
+    for row in report.rows:
+        if row["layer"] in training:
+            row["notes"].append("called with training=True: in training mode only under model.train()")
     calls = [
         {"id": c.id, "layer": keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
         for c in graph.calls
@@ -233,38 +241,6 @@ def build_graph(
     if graph.output_structure is not None:
         config["output_structure"] = graph.output_structure
     return config, state, report
-
-
-def _policy(record: LayerRecord) -> str | None:
-    """The name of a layer's dtype policy (``mixed_float16``), Keras 2's ``Policy`` or keras 3's
-    ``DTypePolicy`` record; None for a plain dtype."""
-    dtype = record.config.get("dtype")
-    if isinstance(dtype, dict) and isinstance(dtype.get("config"), dict):
-        name = dtype["config"].get("name")
-        return name if isinstance(name, str) else None
-    return None
-
-
-def _policy_notes(graph: KerasGraph, calls_of: dict[str, list[Call]], report: ConversionReport) -> None:
-    """What the file sets that the converted model does not do by itself, said once: a mixed-precision
-    policy (computed in float32 here), calls with ``training=True`` in the graph (Monte Carlo dropout)."""
-    mixed = sorted({p for r in graph.layers.values() if (p := _policy(r)) and p.startswith("mixed_")})
-    if mixed:
-        report.notes.append(
-            f"the file's dtype policy {', '.join(mixed)}: Keras computes in {mixed[0].split('_', 1)[1]} with "
-            f"float32 variables; the converted model computes in float32 (the variables as saved), so it "
-            f"differs from Keras's predictions by {mixed[0].split('_', 1)[1]} rounding"
-        )
-    training = [key for key, calls in calls_of.items() if any(c.kwargs.get("training") is True for c in calls)]
-    if training:
-        names = ", ".join(training)
-        report.notes.append(
-            f"called with training=True in the graph (Monte Carlo dropout): {names}; Keras runs those calls in "
-            f"training mode at inference too, the converted model only under model.train() (the whole model)"
-        )
-        for row in report.rows:
-            if row["layer"] in training:
-                row["notes"].append("called with training=True: in training mode only under model.train()")
 
 
 def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:
@@ -443,6 +419,7 @@ def convert_keras_model(
     weights: str | Path | None = None,
     custom_layers: Mapping[str, Callable[[dict[str, Any], list[np.ndarray]], Any]] | None = None,
     logits: bool = False,
+    compute_dtype: str = "float32",
 ) -> Any:
     """Convert a whole Keras model (``.keras``, legacy ``.h5``, or ``config.json`` + weights) to a native
     module that predicts what Keras predicts.
@@ -453,13 +430,16 @@ def convert_keras_model(
     ``model.train()`` is Keras's ``training=True`` (dropout acts, BatchNormalization uses batch statistics).
     ``logits=True`` drops each output's final sigmoid or softmax, for ``BCEWithLogitsLoss`` /
     ``CrossEntropyLoss``. ``model.keras_report`` says what became of each layer. Keras is never imported.
+    ``compute_dtype="policy"``: a file of a ``mixed_float16`` / ``mixed_bfloat16`` policy computes each
+    layer in its compute dtype, as Keras does (:mod:`attnzoo.keras.policy`); the default computes in float32.
     """
 
     if not isinstance(logits, bool):
         raise ConfigError(f"logits must be True or False, got {logits!r}")
+    own_policy = check_compute_dtype(compute_dtype)
     with read_keras_model(path, weights=weights) as file:
         graph = parse_model(file.config, str(path), keras3=file.major >= 3)
-        config, state, report = build_graph(file, graph, custom_layers)
+        config, state, report = build_graph(file, graph, custom_layers, own_policy=own_policy)
     if logits:
         _drop_squashing(config, report)
     model = _built(config)

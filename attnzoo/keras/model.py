@@ -72,6 +72,7 @@ from attnzoo.keras.graph_check import GRAPH_FORMAT, validate_graph
 from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
+from attnzoo.keras.policy import set_compute_dtypes
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
@@ -108,6 +109,9 @@ class KerasModel(nn.Module):
         self.emitted: Emitted = emit(graph, self.mask_plans)
         self.layers, self.node_keys = _adopted(self._port.cls, nodes)
         self._register_load_state_dict_pre_hook(self._layout_pre_hook)
+        dtypes = {k: _keras(s)["compute_dtype"] for k, s in graph["layers"].items() if "compute_dtype" in _keras(s)}
+        set_compute_dtypes(self.layers, dtypes)  # a mixed-precision policy computed as Keras does, when asked
+        self.by_policy = bool(dtypes)  # then the inputs stay as Keras declared them, each layer casts its own
         for key, spec in graph["layers"].items():
             if _keras(spec).get("trainable") is False:  # Keras's trainable: false stays frozen
                 layer = self.layers[key]
@@ -239,8 +243,9 @@ class KerasModel(nn.Module):
                     f"keras_model expects every input with the same batch size, got {batch} and {x.shape[0]}"
                 )
             batch = x.shape[0]
-            if x.is_floating_point() and reference is not None and x.dtype != reference.dtype:
-                x = x.to(reference.dtype)  # Keras casts its inputs to the layers' dtype as well
+            target = torch.float32 if self.by_policy else None if reference is None else reference.dtype
+            if x.is_floating_point() and target is not None and x.dtype != target:
+                x = x.to(target)  # Keras casts its inputs to the layers' dtype as well
             checked.append(x)
         return checked
 

@@ -42,6 +42,12 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--logits", action="store_true", help="drop each output's final sigmoid / softmax (train with *WithLogitsLoss)"
     )
     p.add_argument(
+        "--compute-dtype",
+        choices=["float32", "policy"],
+        default="float32",
+        help="policy: a mixed_float16 / mixed_bfloat16 file computes each layer in its compute dtype, as Keras does",
+    )
+    p.add_argument(
         "--emit-py",
         metavar="FILE.py",
         help="also write the model as a readable PyTorch module whose load_state_dict takes -o's model.safetensors",
@@ -59,10 +65,11 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference:
+    policy = args.compute_dtype != "float32"
+    if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference or policy:
         raise UsageError(
-            "--check, --length, --reference, --weights, --logits and --emit-py belong to a whole-model conversion "
-            "(without --model)"
+            "--check, --length, --reference, --weights, --logits, --compute-dtype and --emit-py belong to a "
+            "whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
@@ -101,9 +108,16 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         raise UsageError("--length N sets the length of --check's inputs; add --check")
     if args.reference is not None and not args.check:
         raise UsageError("--reference FILE.npz is what --check compares with; add --check")
+    if args.compute_dtype == "policy" and (args.check or args.emit_py):
+        raise UsageError(
+            "--compute-dtype policy goes without --check and --emit-py (the check's tolerance and the written "
+            "module are float32's): check the float32 conversion, then convert again with --compute-dtype policy"
+        )
     source = _source_path(args)
     # converted once: with --check, as Keras computes it (checked), then --logits drops the final squashing
-    model = convert_keras_model(args.file, weights=args.weights, logits=args.logits and not args.check)
+    model = convert_keras_model(
+        args.file, weights=args.weights, logits=args.logits and not args.check, compute_dtype=args.compute_dtype
+    )
     check = None
     if args.check:
         from attnzoo.keras.check import check_against_keras

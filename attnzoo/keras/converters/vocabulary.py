@@ -55,9 +55,13 @@ def vocabulary_copies(record, ctx, copies: tuple[str, ...]) -> list[tuple[str, l
             lines.pop()
         found.append((name, lines))
     if not found:
+        size = record.config.get("vocabulary_size")
+        held = f" (vocabulary_size {size} in its config)" if isinstance(size, int) else ""
         raise Refused(
-            "its vocabulary is not in the file: Keras keeps an adapted vocabulary among a .keras archive's "
-            "assets, which a legacy .h5 or a config.json does not have; convert the .keras file"
+            f"its vocabulary{held} is not in the file: Keras keeps an adapted vocabulary among a .keras "
+            f"archive's assets, which a legacy .h5 or a config.json does not have; convert the model saved as "
+            f".keras (model.save('model.keras')), or give the layer its vocabulary in its config before saving "
+            f"the .h5 ({record.class_name}(vocabulary=layer.get_vocabulary(), ...))"
         )
     return found
 
