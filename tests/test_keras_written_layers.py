@@ -118,6 +118,8 @@ CASES = [
     ("transpose1d_same_stride1", _transpose([3], [1], "same"), [2, 7, 3], "padding=[1]", False),
     ("transpose2d_same_dilated", _transpose([3, 3], [1, 1], "same", d=[2, 1]), [2, 5, 7, 3], "dilation", False),
     ("transpose1d_same_output_padding", _transpose([4], [3], "same", [2]), [2, 5, 3], "padding=[1]", False),
+    ("transpose1d_same_odd_total", _transpose([3], [2], "same"), [2, 5, 3], "[:, :, :-1]", False),
+    ("transpose2d_same_odd_total", _transpose([3, 4], [2, 2], "same"), [2, 5, 7, 3], "[:, :, :-1, :]", False),
     (
         "transpose2d_first_relu",
         _transpose([3, 2], [2, 2], "valid", first=True, activation="relu", use_bias=False),
@@ -448,7 +450,6 @@ DECLINED = [
     ("layer_norm_offset_only", _norm(scale=False), [2, 3, 5]),
     ("layer_norm_rms", _norm(center=False, rms_scaling=True), [2, 3, 5]),
     ("layer_norm_middle_axis", {**_norm(), "axis": [1]}, [2, 5, 3]),
-    ("transpose_same_odd_total", _transpose([3, 3], [2, 2], "same"), [2, 5, 7, 3]),  # Keras cuts 1 more right
     ("upsampling3d_bilinear", _up([2, 2, 2], "bilinear"), [2, 3, 3, 3, 2]),
 ]
 

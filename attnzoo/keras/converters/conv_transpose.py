@@ -177,7 +177,7 @@ def write_conv_transpose(w: Writer, spec: dict[str, Any]) -> bool:
     if x is None or not _writable(spec):
         return False
     n, k, s, d = spec["rank"], spec["kernel_size"], spec["strides"], spec["dilation_rate"]
-    padding, extra = _transpose_padding(spec) or ([0] * n, [0] * n)
+    padding, extra, crops = _transpose_padding(spec) or ([0] * n, [0] * n, [0] * n)
     options = f", padding={literal(padding)}" if any(padding) else ""
     options += f", output_padding={literal(extra)}" if any(extra) else ""
     options += f", dilation={literal(d)}" if any(v != 1 for v in d) else ""
@@ -188,7 +188,10 @@ def write_conv_transpose(w: Writer, spec: dict[str, Any]) -> bool:
     )
     first = spec.get("channels_first", False)
     h = x if first else f"{x}.movedim(-1, 1)"
-    activated(w, f"{layer}({h})" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
+    cut = ""
+    if any(crops):  # Keras cuts more on the right: torch's symmetric cut, then the rest off the end
+        cut = "[:, :, " + ", ".join(f":-{literal(c)}" if c else ":" for c in crops) + "]"
+    activated(w, f"{layer}({h}){cut}" + ("" if first else ".movedim(1, -1)"), spec.get("activation", "linear"))
     return True
 
 
@@ -211,20 +214,22 @@ def _writable(spec: dict[str, Any]) -> bool:
     return _transpose_padding(spec) is not None
 
 
-def _transpose_padding(spec: dict[str, Any]) -> tuple[list[int], list[int]] | None:
-    """torch's ``padding`` and ``output_padding`` per axis that give Keras's window of the full transposed
-    convolution, or None where none do. torch cuts ``padding`` from each side and gives back
-    ``output_padding`` (< max(stride, dilation)) on the right; Keras cuts ``left`` and ``right``
-    (:func:`transpose_window`), so torch's form needs ``0 <= left - right < max(stride, dilation)``: not
-    "same" with an odd total, which Keras cuts more from the right."""
-    padding, extra = [], []
+def _transpose_padding(spec: dict[str, Any]) -> tuple[list[int], list[int], list[int]] | None:
+    """torch's ``padding`` and ``output_padding`` per axis, and what to cut off the end after, that give
+    Keras's window of the full transposed convolution, or None where none do. torch cuts ``padding`` from
+    each side and gives back ``output_padding`` (< max(stride, dilation)) on the right; Keras cuts ``left``
+    and ``right`` (:func:`transpose_window`). Where ``0 <= left - right < max(stride, dilation)``, torch's
+    own arguments say it; where Keras cuts more from the right ("same" with an odd total), torch cuts
+    ``left`` from each side and the written call slices the remaining ``right - left`` off the end."""
+    padding, extra, crops = [], [], []
     output_padding = spec.get("output_padding")
     for axis in range(spec["rank"]):
         k, s, d = spec["kernel_size"][axis], spec["strides"][axis], spec["dilation_rate"][axis]
         given = None if output_padding is None else output_padding[axis]
         left, right = transpose_window(k, s, d, spec.get("padding", "valid"), given)
-        if left < 0 or not 0 <= left - right < max(s, d):
+        if left < 0 or left - right >= max(s, d):
             return None
         padding.append(left)
-        extra.append(left - right)
-    return padding, extra
+        extra.append(max(left - right, 0))
+        crops.append(max(right - left, 0))
+    return padding, extra, crops
