@@ -378,3 +378,13 @@ def test_the_emitted_class_takes_only_a_python_name():
     for bad in ("my port", "class", "", 3):
         with pytest.raises(attnzoo.ConfigError, match="class_name must be a Python identifier"):
             model.to_source(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TRAINING_MODELS)
+def test_the_training_models_port_declares_torch_nn_layers(keras_runs, name):
+    """At least 80 % of the declared layers are torch.nn (tests/test_torch_nn_share.py counts them)."""
+    from .test_torch_nn_share import declared, share
+
+    code = convert_keras_model(keras_runs / f"{name}.keras").code
+    assert share(code) >= 0.8, declared(code)
