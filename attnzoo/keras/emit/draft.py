@@ -49,6 +49,7 @@ class Draft:
     values: dict[str, list[str]] = field(default_factory=dict)  # call id -> its outputs' variables
     mask_of: dict[str, str | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # call id -> how many of its outputs are read
+    read: set[tuple[str, int]] = field(default_factory=set)  # the (call id, output index) pairs read
     masks: set[str] = field(default_factory=set)  # the variables that hold masks
     unpacked: set[str] = field(default_factory=set)  # the variables a node call's outputs are unpacked into
     returned: set[str] = field(default_factory=set)  # the variables holding a long node call's (outputs, masks)

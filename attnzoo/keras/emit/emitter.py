@@ -48,7 +48,7 @@ def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | N
     (a tied embedding's lookup and its ``reverse=True`` call), it is written again with every call a node call."""
     nodes_only: set[str] = set()
     while True:
-        e = Draft(counts=_needed_outputs(graph), nodes_only=set(nodes_only))
+        e = Draft(counts=_needed_outputs(graph), nodes_only=set(nodes_only), read=_read_outputs(graph))
         inputs = []
         for spec in graph["inputs"]:
             name = e.name(spec.get("name", spec["id"]), spec.get("name", spec["id"]))
@@ -91,11 +91,15 @@ def _declaration(key: str) -> str:
 def _needed_outputs(graph: dict[str, Any]) -> dict[str, int]:
     """For each call, how many of its outputs the graph reads (one more than the highest index used)."""
     counts: dict[str, int] = {}
-    read = [[call["args"], call["kwargs"]] for call in graph["calls"]]
-    for ref in refs_in([read, [{"ref": list(ref)} for ref in graph["outputs"]]]):
-        call, index = ref["ref"]
+    for call, index in _read_outputs(graph):
         counts[call] = max(counts.get(call, 1), index + 1)
     return counts
+
+
+def _read_outputs(graph: dict[str, Any]) -> set[tuple[str, int]]:
+    """Every (call, output index) the graph reads."""
+    read = [[call["args"], call["kwargs"]] for call in graph["calls"]]
+    return {tuple(ref["ref"]) for ref in refs_in([read, [{"ref": list(ref)} for ref in graph["outputs"]]])}
 
 
 def _emit_call(e: Draft, graph: dict[str, Any], plan: CallMasks, call: dict[str, Any]) -> None:
@@ -143,12 +147,16 @@ def _written(e: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pla
         return False
     saved = e.checkpoint()
     outs = e.outputs(call["id"], count, keras_of(spec).get("name", key))
+    if count > 1:  # an output the graph never reads is unpacked into _
+        outs = [name if (call["id"], i) in e.read else "_" for i, name in enumerate(outs)]
+        e.values[call["id"]] = outs
     writer = Writer(e, key, call, plan, outs[0], outs)
     if not cls.write(writer, spec):
         e.rollback(saved)
         return False
     for extra in outs[1:]:  # a second output (an RNN's states) carries no mask
-        e.mask_of[extra] = None
+        if extra != "_":
+            e.mask_of[extra] = None
     if not writer.said_mask:
         mask = rule_mask(cls, writer.mask)
         if mask is UNKNOWN:
