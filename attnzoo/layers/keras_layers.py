@@ -61,6 +61,7 @@ __all__ = [
     "KerasVar",
     "KerasCalls",
     "KERAS_CONSTANTS",
+    "keras_constant",
     "keras_weights",
     "check_semantics",
     "causal_mask",
@@ -121,7 +122,8 @@ KERAS_CONSTANTS = {  # keras-constant: the table the no-literal-mask test allows
 }
 
 
-def _constant(name: str, dtype: torch.dtype) -> float:
+def keras_constant(name: str, dtype: torch.dtype) -> float:
+    """The value Keras uses for ``name`` (a key of :data:`KERAS_CONSTANTS`) in ``dtype``."""
     half, other = KERAS_CONSTANTS[name]
     if dtype != torch.float16:
         return other
@@ -136,15 +138,15 @@ def keras_weights(scores: Tensor, mask: Tensor | None, rule: str) -> Tensor:
         return torch.softmax(scores, dim=-1)
     dtype = scores.dtype
     if rule == "subtract":
-        scores = torch.where(mask, scores, scores - _constant("attention_max_value", dtype))
+        scores = torch.where(mask, scores, scores - keras_constant("attention_max_value", dtype))
     elif rule == "add":
-        scores = scores + (~mask).to(dtype) * _constant("keras2_large_negative", dtype)
+        scores = scores + (~mask).to(dtype) * keras_constant("keras2_large_negative", dtype)
     elif rule == "replace":
-        filled = torch.where(mask, scores, torch.full_like(scores, _constant("softmax_large_negative", dtype)))
+        filled = torch.where(mask, scores, torch.full_like(scores, keras_constant("softmax_large_negative", dtype)))
         weights = torch.softmax(filled, dim=-1)
         return torch.where(mask, weights, torch.zeros_like(weights))
     else:
-        scores = scores.masked_fill(~mask, _constant("torch_backend_negative", dtype))
+        scores = scores.masked_fill(~mask, keras_constant("torch_backend_negative", dtype))
     return torch.softmax(scores, dim=-1)
 
 

@@ -25,7 +25,7 @@ from attnzoo.layers.core import (
     check_probability,
     neutralise,
 )
-from attnzoo.layers.keras_layers import KerasCalls, KerasVar, check_semantics, keras_weights
+from attnzoo.layers.keras_layers import KerasCalls, KerasVar, check_semantics, keras_constant, keras_weights
 from attnzoo.layers.kv_cache import KVCache
 from attnzoo.layers.lazy import LazyLayer
 
@@ -248,11 +248,17 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
     def _keras_attend(self, q, k, v, mask, return_attention: bool, dropout: float):
         """Keras's own arithmetic (``keras_semantics``): which masked softmax runs depends on the version
         and, in keras 3, on whether the weights are returned or dropout is configured (its explicit path)."""
+        explicit = return_attention or self.dropout > 0  # keras 3's path that materialises the weights
+        rule = "add" if self.keras_semantics == 2 else ("replace" if explicit else "fused")
+        if rule == "fused":  # keras 3's fused path is SDPA with its large negative added where masked
+            bias = None
+            if mask is not None:
+                bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
+                bias = bias.masked_fill(~mask, keras_constant("torch_backend_negative", q.dtype))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=self.key_dim**-0.5), None
         scores = torch.matmul(q * self.key_dim**-0.5, k.transpose(-2, -1))
         if mask is not None:
             mask = mask.expand(scores.shape)
-        explicit = return_attention or self.dropout > 0  # keras 3's path that materialises the weights
-        rule = "add" if self.keras_semantics == 2 else ("replace" if explicit else "fused")
         weights = keras_weights(scores, mask, rule)
         out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, v)
         return out, weights
