@@ -175,7 +175,13 @@ def test_a_keras_class_is_one_file_in_the_converters(tmp_path):
     )
     assert "REFUSED" in before.stdout and "UnitNormalization" in before.stdout, before.stdout + before.stderr
 
-    (repo / "attnzoo" / "keras" / "converters" / "unit_norm.py").write_text(_worked_keras_example())
+    converters = repo / "attnzoo" / "keras" / "converters"
+    (converters / "unit_norm.py").write_text(_worked_keras_example())
+    # ... and its name in the family list (docs/contributing.md: one file, one line)
+    families = (converters / "__init__.py").read_text()
+    (converters / "__init__.py").write_text(
+        families.replace('    "wrappers",\n', '    "wrappers",\n    "unit_norm",\n')
+    )
     after = subprocess.run(
         [sys.executable, "-c", CONVERT, str(tmp_path)], capture_output=True, text=True, env=env, cwd=repo
     )

@@ -481,6 +481,15 @@ class Port(nn.Module):
 '''
 
 
+def test_a_layer_bound_to_a_local_by_its_key_is_called_through_it():
+    """How the emitter writes the call of a layer whose key is long (a nested model's path)."""
+    check_source(
+        GOOD.replace(
+            'dense = torch.relu(layers["dense"](x))', 'layer = layers["dense"]\n        dense = torch.relu(layer(x))'
+        )
+    )
+
+
 @pytest.mark.parametrize(
     "old, new, what",
     [
@@ -499,6 +508,17 @@ class Port(nn.Module):
         ("class Port(nn.Module):", "@print\nclass Port(nn.Module):", "not a plain nn.Module"),
         ("        return dense", "        return dense\n    x = 1", "class body"),
         ('KERAS_NAMES = {"Port": "port"}', 'KERAS_NAMES = {"Port": "port"', "syntax error"),
+        # a local is callable only while it is bound to one of the module's layers by its string key
+        (
+            "        dense = torch.relu(",
+            "        layer = x\n        dense = torch.relu(layer(x) + ",
+            "call of 'layer'",
+        ),
+        (
+            "        dense = torch.relu(",
+            '        layer = layers["dense"]\n        layer = x\n        dense = torch.relu(layer(x) + ',
+            "call of 'layer'",
+        ),
     ],
 )
 def test_check_source_refuses_what_the_emitter_never_writes(old, new, what):

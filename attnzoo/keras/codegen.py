@@ -172,6 +172,7 @@ class _Walk:
     def __init__(self) -> None:
         self.globals: set[str] = {"torch", "nn", "F", "math", *_GLOBAL_CALLS, "tuple"}
         self.local: set[str] = set()
+        self.bound: set[str] = set()  # locals bound to one of the module's layers: ``layer = layers["a/b"]``
 
     def module(self, tree: ast.Module) -> None:
         body = list(tree.body)
@@ -234,6 +235,7 @@ class _Walk:
         if not a.args or a.args[0].arg != "self":
             raise _refuse(f"a method {node.name} without self", node)
         self.local = {"self"}
+        self.bound = set()
         for arg in a.args[1:]:
             self.store(arg.arg, node)
             self.annotation(arg.annotation, node)
@@ -271,6 +273,13 @@ class _Walk:
         self.expression(node.value, strings=False)
         for target in node.targets:
             self.target(target)
+        value, (target, *others) = node.value, node.targets
+        layer = isinstance(value, ast.Subscript) and ast.unparse(value.value) == "layers" and _is_string(value.slice)
+        alias = isinstance(value, ast.Name) and value.id in self.bound
+        if (layer or alias) and not others and isinstance(target, ast.Name):
+            self.bound.add(target.id)  # a layer under a long key, bound to be called on a line of its own
+        elif isinstance(target, ast.Name):
+            self.bound.discard(target.id)
 
     def target(self, node: ast.expr) -> None:
         if isinstance(node, ast.Name):
@@ -332,7 +341,9 @@ class _Walk:
                 if len(node.args) != 1 or node.keywords or arguments[:1] not in ([v] for v in _SPECIAL_FLOATS):
                     raise _refuse("a call of float other than float('nan') or float('inf')", node)
                 return
-            if func.id not in self.globals or func.id in ("torch", "nn", "F", "math", "tuple"):
+            if func.id in self.bound:
+                pass  # one of the module's layers, bound to a local (see statement)
+            elif func.id not in self.globals or func.id in ("torch", "nn", "F", "math", "tuple"):
                 raise _refuse(f"a call of {func.id!r}", node)
         elif isinstance(func, (ast.Attribute, ast.Subscript)):  # a method, or a layer: layers["key"](...)
             self.expression(func, strings=False)

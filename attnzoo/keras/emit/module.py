@@ -159,7 +159,8 @@ def laid_out(statements: list[str]) -> list[str]:
                     ast.get_source_segment(statement, node.targets[0]),
                     ast.get_source_segment(statement, node.value),
                 )
-                laid = [*layout(f"layer = {value}", "        "), *layout(f"{target} = layer", "        ")]
+                if target != "layer":  # (a layer bound in forward is already ``layer = layers[key]``)
+                    laid = [*layout(f"layer = {value}", "        "), *layout(f"{target} = layer", "        ")]
         lines.extend(laid)
     return lines
 

@@ -94,7 +94,13 @@ class Writer:
         declaration = f"self.layers[{literal(self._key)}] = {constructor}"
         if declaration not in self._draft.init:
             self._draft.init.append(declaration)
-        return layer_reference(self._key)
+        reference = layer_reference(self._key)
+        if len(reference) > 40:  # a long key (a nested model's path) is bound first: ruff would split the
+            # call's line at the key's brackets at 88 columns and join it at 120
+            variable = identifier("layer", self._draft.used)
+            self._draft.body.append(f"{variable} = {reference}")
+            return variable
+        return reference
 
     def imports(self, module: str, name: str) -> str:
         """``from module import name`` in the module's imports; ``name``, to write."""
