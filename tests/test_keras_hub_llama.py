@@ -97,3 +97,11 @@ def test_top_k_sampling_with_a_seed_is_the_same_with_and_without_the_cache():
     drawn = model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3)
     assert torch.equal(model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3, use_cache=False), drawn)
     assert not torch.equal(drawn, model.generate(prompt, 12))  # it did sample (greedy differs here)
+
+
+def test_a_saved_and_loaded_llama_causal_lm_gives_keras_logits_and_greedy_tokens(tmp_path):
+    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    again = attnzoo.load(attnzoo.save(model, tmp_path / "saved"))
+    np.testing.assert_allclose(_predict(again), EXPECTED["causal_lm/logits"], atol=1e-5, rtol=0)
+    prompt = torch.from_numpy(EXPECTED["greedy/prompt"])
+    np.testing.assert_array_equal(again.generate(prompt, 32)[:, 5:].numpy(), EXPECTED["greedy/tokens"])
