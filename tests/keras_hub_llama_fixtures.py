@@ -61,5 +61,14 @@ def main(out: str) -> None:
     print(f"wrote Llama fixtures to {out} with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
 
 
+def task_preset(out: str) -> None:
+    """``llama_causal_lm_preset/``: the committed ``llama_causal_lm.keras`` loaded by keras-hub and saved
+    with ``save_to_preset`` (made later than the rest, by ``--task-preset``; same weights, same outputs)."""
+    lm = keras.saving.load_model(os.path.join(out, "llama_causal_lm.keras"))
+    lm.save_to_preset(os.path.join(out, "llama_causal_lm_preset"))
+    print(f"wrote {out}/llama_causal_lm_preset with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras_hub_models")
+    args = [arg for arg in sys.argv[1:] if arg != "--task-preset"]
+    (task_preset if "--task-preset" in sys.argv else main)(args[0] if args else "tests/data/keras_hub_models")
