@@ -108,3 +108,16 @@ def test_a_saved_and_loaded_llama_causal_lm_gives_keras_logits_and_greedy_tokens
     np.testing.assert_allclose(_predict(again), EXPECTED["causal_lm/logits"], atol=1e-5, rtol=0)
     prompt = torch.from_numpy(EXPECTED["greedy/prompt"])
     np.testing.assert_array_equal(again.generate(prompt, 32)[:, 5:].numpy(), EXPECTED["greedy/tokens"])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_right_padded_prompts_decode_keras_greedy_tokens(use_cache):
+    """Prompts of 4, 9 and 6 tokens padded on the right: decoding starts at the shortest prompt's end and each
+    row keeps its own prompt's tokens; Keras's tokens come from the causal LM called on the whole sequence
+    every step (llama_padded_greedy.npz)."""
+    padded = np.load(DATA / "llama_padded_greedy.npz")
+    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    ids, mask = torch.from_numpy(padded["ids"]), torch.from_numpy(padded["padding_mask"])
+    assert (padded["padding_mask"] == 0).any()
+    tokens = model.generate(ids, 32, padding_mask=mask, use_cache=use_cache)
+    np.testing.assert_array_equal(tokens.numpy(), padded["out"])
