@@ -61,5 +61,39 @@ def main(out: str) -> None:
     print(f"wrote Llama fixtures to {out} with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
 
 
+def task_preset(out: str) -> None:
+    """``llama_causal_lm_preset/``: the committed ``llama_causal_lm.keras`` loaded by keras-hub and saved
+    with ``save_to_preset`` (made later than the rest, by ``--task-preset``; same weights, same outputs)."""
+    lm = keras.saving.load_model(os.path.join(out, "llama_causal_lm.keras"))
+    lm.save_to_preset(os.path.join(out, "llama_causal_lm_preset"))
+    print(f"wrote {out}/llama_causal_lm_preset with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
+
+
+def padded_greedy(out: str) -> None:
+    """``llama_padded_greedy.npz``: right-padded prompts of 4, 9 and 6 tokens without a near tie (``ids``,
+    ``padding_mask``) and ``out``, Keras's greedy decoding of 32 new tokens by the committed
+    ``llama_causal_lm.keras`` called on the whole sequence every step, from the shortest prompt's end, each
+    row keeping its own prompt's tokens (keras_hub_decoding_fixtures.keras_greedy, the GPT-2 oracle). Made
+    later than the rest, by ``--padded-greedy``."""
+    from keras_hub_decoding_fixtures import keras_greedy, padded
+
+    lm = keras.saving.load_model(os.path.join(out, "llama_causal_lm.keras"))
+    for _ in range(5):  # prompts drawn again where Keras's logits nearly tie (keras_greedy refuses those)
+        ids, mask = padded([4, 9, 6], 9)
+        try:
+            tokens = keras_greedy(lm, ids, mask)
+            break
+        except AssertionError as tie:
+            print(tie)
+    else:
+        raise SystemExit("five draws of prompts nearly tied; no padded fixture written")
+    np.savez_compressed(os.path.join(out, "llama_padded_greedy.npz"), ids=ids, padding_mask=mask, out=tokens)
+    print(f"wrote {out}/llama_padded_greedy.npz with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
+
+
+MODES = {"--task-preset": task_preset, "--padded-greedy": padded_greedy}
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras_hub_models")
+    args = [arg for arg in sys.argv[1:] if arg not in MODES]
+    make = next((MODES[arg] for arg in sys.argv[1:] if arg in MODES), main)
+    make(args[0] if args else "tests/data/keras_hub_models")

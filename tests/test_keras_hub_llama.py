@@ -3,7 +3,8 @@ key/value heads), keras-hub's rotary embedding and the SwiGLU feed-forward.
 
 The tiny Llama was made once with keras 3 (torch backend) and keras-hub 0.32
 (tests/keras_hub_llama_fixtures.py), every weight moved off its initial value, saved with ``model.save``
-(.keras) and ``save_to_preset`` (a folder). Keras's own outputs on a right-padded batch (``padding_mask``
+(.keras) and ``save_to_preset`` (a folder; the causal LM's folder was written later from its .keras by
+``--task-preset``). Keras's own outputs on a right-padded batch (``padding_mask``
 0 there) are in llama_expected.npz; the converted model must agree within 1e-5 at every position.
 """
 
@@ -74,16 +75,18 @@ def test_llama_3_1_frequency_adjustment_is_refused_by_name(tmp_path):
     assert "rope_low_freq_factor=1.0 (Llama 3.1's frequency adjustment) is not supported" in line
 
 
-def test_a_llama_causal_lm_gives_keras_logits_on_a_padded_batch():
-    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+@pytest.mark.parametrize("file", ["llama_causal_lm.keras", "llama_causal_lm_preset"])
+def test_a_llama_causal_lm_gives_keras_logits_on_a_padded_batch(file):
+    model = convert_keras_model(DATA / file)
     np.testing.assert_allclose(_predict(model), EXPECTED["causal_lm/logits"], atol=1e-5, rtol=0)
 
 
-def test_a_converted_llama_decodes_keras_greedy_tokens_for_32_steps_with_its_cache():
+@pytest.mark.parametrize("file", ["llama_causal_lm.keras", "llama_causal_lm_preset"])
+def test_a_converted_llama_decodes_keras_greedy_tokens_for_32_steps_with_its_cache(file):
     """Keras's tokens: the causal LM called on the whole sequence so far at each step, argmax at the last
     position. attnzoo's: the prompt once, then one token a call through the decoders' KV caches (4 query
     heads on 2 cached key/value heads, keys rotated at their positions)."""
-    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    model = convert_keras_model(DATA / file)
     prompt = torch.from_numpy(EXPECTED["greedy/prompt"])
     cached = model.generate(prompt, 32)
     assert torch.equal(cached[:, :5], prompt.long())
@@ -97,3 +100,24 @@ def test_top_k_sampling_with_a_seed_is_the_same_with_and_without_the_cache():
     drawn = model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3)
     assert torch.equal(model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3, use_cache=False), drawn)
     assert not torch.equal(drawn, model.generate(prompt, 12))  # it did sample (greedy differs here)
+
+
+def test_a_saved_and_loaded_llama_causal_lm_gives_keras_logits_and_greedy_tokens(tmp_path):
+    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    again = attnzoo.load(attnzoo.save(model, tmp_path / "saved"))
+    np.testing.assert_allclose(_predict(again), EXPECTED["causal_lm/logits"], atol=1e-5, rtol=0)
+    prompt = torch.from_numpy(EXPECTED["greedy/prompt"])
+    np.testing.assert_array_equal(again.generate(prompt, 32)[:, 5:].numpy(), EXPECTED["greedy/tokens"])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_right_padded_prompts_decode_keras_greedy_tokens(use_cache):
+    """Prompts of 4, 9 and 6 tokens padded on the right: decoding starts at the shortest prompt's end and each
+    row keeps its own prompt's tokens; Keras's tokens come from the causal LM called on the whole sequence
+    every step (llama_padded_greedy.npz)."""
+    padded = np.load(DATA / "llama_padded_greedy.npz")
+    model = convert_keras_model(DATA / "llama_causal_lm.keras")
+    ids, mask = torch.from_numpy(padded["ids"]), torch.from_numpy(padded["padding_mask"])
+    assert (padded["padding_mask"] == 0).any()
+    tokens = model.generate(ids, 32, padding_mask=mask, use_cache=use_cache)
+    np.testing.assert_array_equal(tokens.numpy(), padded["out"])
