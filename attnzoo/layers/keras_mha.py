@@ -250,12 +250,20 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
         and, in keras 3, on whether the weights are returned or dropout is configured (its explicit path)."""
         explicit = return_attention or self.dropout > 0  # keras 3's path that materialises the weights
         rule = "add" if self.keras_semantics == 2 else ("replace" if explicit else "fused")
-        if rule == "fused":  # keras 3's fused path is SDPA with its large negative added where masked
+        if rule != "add" and not return_attention and not dropout:
+            # keras 3's fused path is SDPA with its large negative added where masked. Its explicit path
+            # (dropout configured, here not acting) fills masked scores with -1e9 and zeroes masked weights:
+            # SDPA with that negative added gives the same weights (exp of it is 0) except in a row with no
+            # key at all, whose weights, and so its output, are zeros
+            negative = "torch_backend_negative" if rule == "fused" else "softmax_large_negative"
             bias = None
             if mask is not None:
                 bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
-                bias = bias.masked_fill(~mask, keras_constant("torch_backend_negative", q.dtype))
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=self.key_dim**-0.5), None
+                bias = bias.masked_fill(~mask, keras_constant(negative, q.dtype))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=self.key_dim**-0.5)
+            if rule == "replace" and mask is not None:
+                out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+            return out, None
         scores = torch.matmul(q * self.key_dim**-0.5, k.transpose(-2, -1))
         if mask is not None:
             mask = mask.expand(scores.shape)
