@@ -213,35 +213,66 @@ def test_the_committed_cases_are_what_the_installed_keras_gives(tmp_path):
         np.testing.assert_allclose(fresh[key], committed[key], rtol=0, atol=1e-6, err_msg=key)
 
 
-def test_a_folder_saved_with_a_separable_conv_node_s_keys_loads_and_predicts_what_keras_did(tmp_path):
-    """SeparableConv2D is written as nn.Sequential of two convolutions (``0.weight``, ``1.weight``,
-    ``1.bias``); a folder saved while it was attnzoo's node (``depthwise``, ``pointwise``, ``bias``) loads."""
+def _rewrite_weights(folder, change) -> None:
+    """The saved folder's weights replaced by ``change(tensors)``, its recorded digest made to match."""
     import hashlib
 
     import safetensors.torch
     from safetensors import safe_open
 
-    file, old = ROOT / "tests" / "data" / "keras2" / "keras_io_vision.h5", "layers.separable_conv2d."
-    folder = attnzoo.save(convert_keras_model(file), tmp_path / "saved")
     path = folder / "model.safetensors"
     with safe_open(str(path), "pt") as f:
         metadata = f.metadata()
-    names = {"0.weight": "depthwise", "1.weight": "pointwise", "1.bias": "bias"}
-    tensors = safetensors.torch.load_file(str(path))
-    renamed = {(old + names[k[len(old) :]] if k.startswith(old) else k): v for k, v in tensors.items()}
-    assert f"{old}depthwise" in renamed and f"{old}0.weight" not in renamed
-    safetensors.torch.save_file(renamed, str(path), metadata=metadata)
+    safetensors.torch.save_file(change(safetensors.torch.load_file(str(path))), str(path), metadata=metadata)
     config = folder / "config.yaml"
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     lines = [f"sha256: {digest}" if line.startswith("sha256: ") else line for line in config.read_text().splitlines()]
     config.write_text("\n".join(lines) + "\n")
-    model = attnzoo.load(folder)
-    assert isinstance(model.layers["separable_conv2d"], nn.Sequential)
+
+
+def _predicts_what_keras_did(model) -> None:
     expected = np.load(ROOT / "tests" / "data" / "keras2" / "expected.npz")
     with torch.no_grad():
         got = model(torch.from_numpy(expected["keras_io_vision/0/in/0"]))
     for i, g in enumerate(got):
         np.testing.assert_allclose(g.numpy(), expected[f"keras_io_vision/0/out/{i}"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_folder_saved_with_a_separable_conv_node_s_keys_loads_and_predicts_what_keras_did(tmp_path):
+    """SeparableConv2D is written as nn.Sequential of two convolutions (``0.weight``, ``1.weight``,
+    ``1.bias``); a folder saved while it was attnzoo's node (``depthwise``, ``pointwise``, ``bias``) loads."""
+    file, old = ROOT / "tests" / "data" / "keras2" / "keras_io_vision.h5", "layers.separable_conv2d."
+    folder = attnzoo.save(convert_keras_model(file), tmp_path / "saved")
+    names = {"0.weight": "depthwise", "1.weight": "pointwise", "1.bias": "bias"}
+
+    def rename(tensors):
+        renamed = {(old + names[k[len(old) :]] if k.startswith(old) else k): v for k, v in tensors.items()}
+        assert f"{old}depthwise" in renamed and f"{old}0.weight" not in renamed
+        return renamed
+
+    _rewrite_weights(folder, rename)
+    model = attnzoo.load(folder)
+    assert isinstance(model.layers["separable_conv2d"], nn.Sequential)
+    _predicts_what_keras_did(model)
+
+
+def test_a_folder_saved_with_rescaling_s_buffers_loads_where_they_equal_the_literals(tmp_path):
+    """Rescaling is written as ``x.float() * scale + offset`` with its config's numbers, so its weights hold
+    nothing; a folder saved while its node held ``scale`` and ``offset`` (1 / 127.5 and -1 in the fixture)
+    loads, those two dropped, and predicts what Keras did; a value other than the literal's is an error."""
+    file = ROOT / "tests" / "data" / "keras2" / "keras_io_vision.h5"
+    converted = convert_keras_model(file)
+    assert "rescaling.float() * 0.007843137718737125 + -1.0" in converted.code.replace("input_11", "rescaling")
+    assert not [k for k in converted.state_dict() if k.startswith("layers.rescaling.")]
+    folder = attnzoo.save(converted, tmp_path / "saved")
+    scale, offset = torch.tensor(1 / 127.5, dtype=torch.float32), torch.tensor(-1.0)
+    _rewrite_weights(folder, lambda t: {**t, "layers.rescaling.scale": scale, "layers.rescaling.offset": offset})
+    _predicts_what_keras_did(attnzoo.load(folder).eval())
+    state = {**converted.state_dict(), "layers.rescaling.scale": scale, "layers.rescaling.offset": offset}
+    convert_keras_model(file).load_state_dict(state, strict=True)  # through the pre-hook, strictly
+    for strict in (True, False):
+        with pytest.raises(WeightsError, match="layers.rescaling.offset"):
+            convert_keras_model(file).load_state_dict({**state, "layers.rescaling.offset": offset + 1}, strict=strict)
 
 
 def _states_graph(cell: str, return_sequences: bool, masked: bool) -> dict:

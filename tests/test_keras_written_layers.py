@@ -127,6 +127,15 @@ CASES = [
         "bias=False",
         False,
     ),
+    ("rescaling", {"op": "rescaling", "scale": 0.5, "offset": -1.0}, [2, 5, 3], ".float() * 0.5 + -1.0", True),
+    ("rescaling_scale_only", {"op": "rescaling", "scale": 0.25, "offset": 0.0}, [2, 5, 3], ".float() * 0.25", True),
+    (
+        "rescaling_per_channel",
+        {"op": "rescaling", "scale": [0.5, 2.0, -1.0], "offset": [1.0, 0.0, 0.25]},
+        [2, 5, 3],
+        "torch.tensor([0.5, 2.0, -1.0], device=",
+        True,
+    ),
     ("relu", _relu(), [2, 5, 3], "torch.relu(", True),
     ("relu6", _relu(max_value=6.0), [2, 5, 3], "torch.clamp(", True),
     ("leaky_relu", _relu(negative_slope=0.3), [2, 5, 3], "torch.where(", True),
@@ -650,19 +659,22 @@ def test_the_written_spatial_dropout_drops_whole_channels():
 
 
 def test_a_node_of_the_default_forward_is_called_with_its_tensor_and_mask_not_lists():
-    """Rescaling has no torch form: its node is called as a torch layer is, ``layers.layer(masking)`` (its
-    compute reads no mask, so none is passed), and its output (x * scale + offset, by hand) carries the
-    input's mask on to the masked average (Keras's, written naively)."""
-    spec = {"op": "rescaling", "scale": 0.5, "offset": -1.0}
+    """Normalization has no torch form: its node is called as a torch layer is, ``layers.layer(masking)`` (its
+    compute reads no mask, so none is passed), and its output ((x - mean) / sqrt(variance), by hand) carries
+    the input's mask on to the masked average (Keras's, written naively)."""
+    spec = {"op": "normalization", "axis": [-1], "stats_shape": [3]}
     model = attnzoo.create("keras_model", graph=_written_graph(spec, [[2, 6, 3]], [In(0)], {"masked": True}))
     source = model.to_source()
     assert "layer = layers.layer(masking)" in source, source
     assert "], {}, [" not in source  # no call with the list protocol
+    mean, variance = torch.tensor([0.5, -1.0, 2.0]), torch.tensor([4.0, 0.25, 1.0])
+    model.layers["layer"].mean.copy_(mean)
+    model.layers["layer"].variance.copy_(variance)
     x = _written_inputs([[2, 6, 3]], {"masked": True})[0]
     keep = (x != 0).any(dim=-1)
     with torch.no_grad():
         got, probe = model.eval()(x)
-    want = x * keep.unsqueeze(-1) * 0.5 - 1.0
+    want = (x * keep.unsqueeze(-1) - mean) / variance.sqrt()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(probe, _masked_mean(want, keep))
 

@@ -125,7 +125,10 @@ class KerasModel(nn.Module):
         saved before that LSTM was torch's holds them (and back, for a layer the emitted module keeps as
         its node); ``load_state_dict`` (a pre-hook) and ``attnzoo.load`` apply it. A key under such a layer
         that is neither of its forms, or a tensor given under both, is a ``WeightsError``: nothing is
-        dropped."""
+        dropped. A node's constant that the emitted code writes as a literal (:meth:`Node.constants
+        <attnzoo.keras.nodes.Node.constants>`, such as Rescaling's ``scale``), given as a folder saved before
+        held it, is dropped where it equals the literal and a ``WeightsError`` where it does not."""
+        self._drop_constants(state_dict, prefix)
         if not self.node_keys:  # every layer holds its node's keys: nothing to rename or to tell apart
             return
         for old, new in self.node_keys.items():
@@ -142,6 +145,23 @@ class KerasModel(nn.Module):
                 f"keras_model: the weights hold {', '.join(map(repr, unknown[:4]))}, which is no key of the model's "
                 f"layers nor of their other form ({', '.join(known[:4])} ...); nothing was loaded"
             )
+
+    def _drop_constants(self, state_dict: dict[str, Any], prefix: str) -> None:
+        for key, layer in self.layers.items():
+            if not isinstance(layer, Node):
+                continue
+            for name, held in layer.constants().items():
+                given = state_dict.get(f"{prefix}layers.{key}.{name}")
+                if given is None:
+                    continue
+                same = isinstance(given, torch.Tensor) and given.shape == held.shape and bool((given == held).all())
+                if not same:
+                    raise WeightsError(
+                        f"keras_model: the weights hold 'layers.{key}.{name}' = {given!r}, but the model's code "
+                        f"writes that constant as {held.tolist()!r} (from the layer's config); convert the "
+                        "Keras file again, or give the config that holds this value; nothing was loaded"
+                    )
+                del state_dict[f"{prefix}layers.{key}.{name}"]
 
     def _layout_pre_hook(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         self.convert_layout(state_dict, prefix)

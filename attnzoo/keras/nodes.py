@@ -94,6 +94,13 @@ class Node(nn.Module):
     def output_mask(self, x: Any, mask: Any) -> Tensor | None:
         return mask if self.supports_masking and isinstance(mask, Tensor) else None
 
+    def constants(self) -> dict[str, Tensor]:
+        """The tensors this node's state dict held under these names before the emitted code wrote them as
+        literals from its config (Rescaling's ``scale`` and ``offset``): a folder saved then still loads, each
+        dropped where it equals its literal (:meth:`KerasModel.convert_layout
+        <attnzoo.keras.model.KerasModel.convert_layout>`). None here."""
+        return {}
+
     @classmethod
     def torch_key(cls, key: str) -> str:
         """The state-dict key that this node's tensor ``key`` has in the torch layer the emitted module may

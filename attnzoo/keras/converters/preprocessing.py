@@ -1,7 +1,7 @@
 """Keras's numeric preprocessing layers inside a model: Rescaling, Normalization, CenterCrop, Resizing (the
 random augmentation layers are in :mod:`attnzoo.keras.converters.augmentation`).
 
-Their constants travel as the node's buffers: Rescaling's scale and offset (from the config),
+Rescaling's scale and offset are its config's numbers (the emitted code writes them as literals);
 Normalization's mean and variance (adapted ones are the layer's variables; given ones are in the config).
 The text layers (TextVectorization and the lookups) are in :mod:`attnzoo.keras.converters.text`.
 """
@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnzoo.keras.arguments import as_tensor, expect_variables
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.codegen import literal
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = ["Rescaling", "Normalization", "CenterCrop", "Resizing", "config_array", "aspect_window"]
@@ -48,12 +50,19 @@ class Rescaling(Node):
 
     def __init__(self, *, scale: Any = 1.0, offset: Any = 0.0) -> None:
         super().__init__()
-        # buffers saved with the weights (a model loaded on meta gets them back), also in the config as data
-        self.register_buffer("scale", torch.tensor(scale, dtype=torch.float32))
-        self.register_buffer("offset", torch.tensor(offset, dtype=torch.float32))
+        # the config's numbers, not weights: the emitted code writes them as literals (write_rescaling), so
+        # the state dict holds nothing; a folder saved while it held them is checked against them (constants)
+        self.scale, self.offset = scale, offset
+
+    def constants(self) -> dict[str, Tensor]:
+        return {
+            "scale": torch.tensor(self.scale, dtype=torch.float32),
+            "offset": torch.tensor(self.offset, dtype=torch.float32),
+        }
 
     def compute(self, x, mask):
-        return x.to(self.scale.dtype) * self.scale + self.offset
+        constants = {k: v.to(x.device) for k, v in self.constants().items()}
+        return x.to(torch.float32) * constants["scale"] + constants["offset"]
 
 
 @keras_layer("Rescaling")
@@ -62,7 +71,38 @@ def convert_rescaling(record, arrays, ctx):
     c = record.config
     scale, offset = config_array(c.get("scale", 1.0), "scale"), config_array(c.get("offset", 0.0), "offset")
     spec = {"op": "rescaling", "scale": scale.tolist(), "offset": offset.tolist()}
-    return Converted(spec, {"scale": as_tensor(scale), "offset": as_tensor(offset)})
+    return Converted(spec, {})
+
+
+def _constant(value: Any, x: str) -> str | None:
+    """A Rescaling constant from the spec as float32 code: a plain number as itself (torch computes a Python
+    number with a float32 tensor in float32, as the node's 0-d buffer), a list of numbers per channel as
+    ``torch.tensor([...], device=x.device)``; None for anything else (a nested list, a hand-edited value)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return literal(float(value))
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
+        return f"torch.tensor({literal([float(v) for v in value])}, device={x}.device)"
+    return None
+
+
+@writes(Rescaling)
+def write_rescaling(w: Writer, spec: dict[str, Any]) -> bool:
+    """``Rescaling``: ``x.float() * scale + offset`` with the spec's constants, the node's float32 cast and
+    arithmetic (an offset of 0 is left out: adding 0.0 changes no value, only a -0.0's sign); the mask
+    passes, as the node's."""
+    x = w.tensor()
+    if x is None:
+        return False
+    scale, offset = _constant(spec.get("scale", 1.0), x), _constant(spec.get("offset", 0.0), x)
+    if scale is None or offset is None:
+        return False
+    expression = f"{x}.float() * {scale}"
+    w.assign(expression if offset == "0.0" else f"{expression} + {offset}")
+    return True
 
 
 class Normalization(Node):
