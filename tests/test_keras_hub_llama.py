@@ -121,3 +121,20 @@ def test_right_padded_prompts_decode_keras_greedy_tokens(use_cache):
     assert (padded["padding_mask"] == 0).any()
     tokens = model.generate(ids, 32, padding_mask=mask, use_cache=use_cache)
     np.testing.assert_array_equal(tokens.numpy(), padded["out"])
+
+
+@pytest.mark.parametrize(
+    ("file", "case"), [("llama_preset", "backbone/sequence_output"), ("llama_causal_lm.keras", "causal_lm/logits")]
+)
+def test_convert_keras_check_compares_with_keras_s_outputs_given_as_reference(tmp_path, file, case):
+    """``--check --reference``: Keras's own outputs (Keras cannot load a keras-hub file without keras-hub)."""
+    from .conftest import run_cli
+
+    reference = tmp_path / "reference.npz"
+    inputs = {f"in/{i}": EXPECTED[f"in/{name}"] for i, name in enumerate(("padding_mask", "token_ids"))}
+    np.savez(reference, **inputs, **{"out/0": EXPECTED[case]})
+    done = run_cli(
+        "convert-keras", str(DATA / file), "-o", str(tmp_path / "port"), "--check", "--reference", str(reference)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    np.testing.assert_allclose(_predict(attnzoo.load(tmp_path / "port")), EXPECTED[case], atol=1e-5, rtol=0)

@@ -59,3 +59,19 @@ def test_the_cli_converts_a_vit_preset_folder(tmp_path):
     with torch.no_grad():
         got = attnzoo.load(tmp_path / "port")(IMAGES).numpy()
     np.testing.assert_allclose(got, EXPECTED["vit/out"], atol=1e-5, rtol=0)
+
+
+def test_convert_keras_check_compares_with_keras_s_outputs_given_as_reference(tmp_path):
+    """Keras cannot load a keras-hub file without keras-hub; ``--check --reference`` compares with Keras's
+    own outputs instead, and a shifted reference is refused with nothing written."""
+    reference = tmp_path / "reference.npz"
+    np.savez(reference, **{"in/0": EXPECTED["in/images"], "out/0": EXPECTED["vit/out"]})
+    done = run_cli(
+        "convert-keras", str(DATA / "vit.keras"), "-o", str(tmp_path / "port"), "--check", "--reference", str(reference)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    np.savez(reference, **{"in/0": EXPECTED["in/images"], "out/0": EXPECTED["vit/out"] + 1e-3})
+    shifted = run_cli(
+        "convert-keras", str(DATA / "vit.keras"), "-o", str(tmp_path / "off"), "--check", "--reference", str(reference)
+    )
+    assert shifted.returncode != 0 and not (tmp_path / "off").exists()
