@@ -169,3 +169,17 @@ def test_keras_hub_s_layers_and_preprocessing_are_not_taken_for_models():
     assert not is_keras_hub_model({"module": "keras_hub.src.models.bert.bert_tokenizer", "class_name": "BertTokenizer"})
     layer = {"module": "keras_hub.src.layers.modeling.transformer_encoder", "class_name": "TransformerEncoder"}
     assert not is_keras_hub_model({**layer, "registered_name": "keras_hub>TransformerEncoder"})
+
+
+def test_a_task_preset_folder_attnzoo_does_not_read_is_refused_not_converted_as_its_backbone(tmp_path):
+    """A classifier's save_to_preset folder holds its head in task.json and task.weights.h5: converting the
+    folder's backbone alone would drop the head unasked. The backbone's config.json still converts."""
+    import shutil
+
+    folder = tmp_path / "bert_classifier_preset"
+    shutil.copytree(DATA / "bert_preset", folder)
+    (folder / "task.json").write_text(json.dumps({"class_name": "BertTextClassifier", "config": {}}))
+    (folder / "task.weights.h5").write_bytes(b"")
+    with pytest.raises(WeightsError, match=r"holds a keras-hub task \(task.json, with its head in task.weights.h5\)"):
+        convert_keras_model(folder)
+    assert_matches(convert_keras_model(folder / "config.json"), "bert")

@@ -412,6 +412,13 @@ def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
         if config.get("registered_name") in BUILDERS and isinstance(name, str):
             given = Path(weights) if weights is not None else folder / "model.weights.h5"
             return _read_json(task, given, at_root=name, version=version)
+    if task.is_file():  # a task attnzoo does not read from a folder: never its backbone alone, unasked
+        raise WeightsError(
+            f"{folder}: the folder holds a keras-hub task (task.json"
+            f"{', with its head in task.weights.h5' if (folder / 'task.weights.h5').exists() else ''}), which "
+            f"attnzoo does not read from a preset folder; convert the task's own file (task.save('model.keras')), "
+            f"or the backbone alone by its config.json ({folder / 'config.json'})"
+        )
     return _read_json(folder / "config.json", Path(weights) if weights is not None else None, version=version)
 
 
