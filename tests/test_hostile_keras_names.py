@@ -488,6 +488,11 @@ def test_a_layer_bound_to_a_local_by_its_key_is_called_through_it():
             'dense = torch.relu(layers["dense"](x))', 'layer = layers["dense"]\n        dense = torch.relu(layer(x))'
         )
     )
+    check_source(
+        GOOD.replace(
+            'dense = torch.relu(layers["dense"](x))', "layer = layers.dense\n        dense = torch.relu(layer(x))"
+        )
+    )
 
 
 @pytest.mark.parametrize(

@@ -274,7 +274,8 @@ class _Walk:
         for target in node.targets:
             self.target(target)
         value, (target, *others) = node.value, node.targets
-        layer = isinstance(value, ast.Subscript) and ast.unparse(value.value) == "layers" and _is_string(value.slice)
+        keyed = isinstance(value, ast.Subscript) and _is_string(value.slice)
+        layer = (keyed or isinstance(value, ast.Attribute)) and ast.unparse(value.value) == "layers"  # type: ignore[attr-defined]
         alias = isinstance(value, ast.Name) and value.id in self.bound
         if (layer or alias) and not others and isinstance(target, ast.Name):
             self.bound.add(target.id)  # a layer under a long key, bound to be called on a line of its own
