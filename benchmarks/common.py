@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -130,6 +131,37 @@ def peak_memory(module: str, factory: str, *args) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     before, peak = (int(v) for v in out.stdout.split()[-2:])
     return {"extra_mib": (peak - before) / 2**20, "max_rss_mib": peak / 2**20}
+
+
+def transformers_greedy(model, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True) -> torch.Tensor:
+    """Greedy generation through transformers' own loop: exactly ``new_tokens`` tokens (no end token)."""
+    return model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        use_cache=use_cache,
+        pad_token_id=0,
+    )
+
+
+def keras_archive(path: Path, config: dict, fill: Callable[[Any], None], keras_version: str = "3.15.1") -> Path:
+    """A ``.keras`` zip as keras 3 writes one: ``config`` as config.json, metadata.json, and the
+    model.weights.h5 that ``fill(h5py_file)`` writes (variables under ``layers/<path>/vars/<index>``)."""
+    import io
+    import zipfile
+
+    import h5py
+
+    weights = io.BytesIO()
+    with h5py.File(weights, "w") as f:
+        fill(f)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", json.dumps(config))
+        archive.writestr("metadata.json", json.dumps({"keras_version": keras_version}))
+        archive.writestr("model.weights.h5", weights.getvalue())
+    return path
 
 
 def markdown_table(headers: list[str], rows: list[list[object]]) -> str:

@@ -52,6 +52,7 @@ from common import (  # noqa: E402
     markdown_table,
     paired_speedup,
     steady_allocator,
+    transformers_greedy,
     update_doc_section,
     write_json,
 )
@@ -131,19 +132,6 @@ def llama(kv_heads: int | None, max_len: int):
     return LlamaForCausalLM(config).eval()
 
 
-def llama_generate(model, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True) -> torch.Tensor:
-    """Greedy generation through transformers' own loop: exactly ``new_tokens`` tokens (no end token)."""
-    return model.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        do_sample=False,
-        use_cache=use_cache,
-        pad_token_id=0,
-    )
-
-
 def sdpa_generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
     """Greedy decoding of ``model`` (a DecoderLM) written directly in torch: one token's arithmetic per step,
     keys and values in preallocated buffers, one F.scaled_dot_product_attention per layer."""
@@ -220,7 +208,7 @@ def measure(batch: int, kv_heads: int | None, tokens: int, rounds: int, min_run_
         if not torch.equal(cached, reference.generate(prompt, tokens, temperature=0.0, cache_kv=False)):
             raise SystemExit("x-transformers' cached generation differs from its uncached one")
     if hf is not None and not torch.equal(
-        llama_generate(hf, prompt, tokens), llama_generate(hf, prompt, tokens, use_cache=False)
+        transformers_greedy(hf, prompt, tokens), transformers_greedy(hf, prompt, tokens, use_cache=False)
     ):
         raise SystemExit("transformers' cached Llama generation differs from its uncached one")
     steps = {
@@ -230,7 +218,7 @@ def measure(batch: int, kv_heads: int | None, tokens: int, rounds: int, min_run_
     if reference is not None:
         steps["x-transformers"] = lambda: reference.generate(prompt, tokens, temperature=0.0, cache_kv=True)
     if hf is not None:
-        steps["transformers"] = lambda: llama_generate(hf, prompt, tokens)
+        steps["transformers"] = lambda: transformers_greedy(hf, prompt, tokens)
     times = bench.time_alternating(
         steps,
         rounds=rounds,

@@ -22,18 +22,23 @@ docs/performance.md.
 from __future__ import annotations
 
 import argparse
-import io
-import json
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import HERE, markdown_table, paired_speedup, steady_allocator, update_doc_section, write_json  # noqa: E402
+from common import (  # noqa: E402
+    HERE,
+    keras_archive,
+    markdown_table,
+    paired_speedup,
+    steady_allocator,
+    update_doc_section,
+    write_json,
+)
 
 from attnzoo.tools import bench  # noqa: E402
 
@@ -69,8 +74,6 @@ def random_weights(seed: int = 0) -> dict[str, np.ndarray]:
 def keras_hub_file(path: Path, w: dict[str, np.ndarray]) -> Path:
     """The ``.keras`` file keras-hub 0.32's ``BertBackbone(...).save(path)`` writes for these weights (the
     layout of tests/data/keras_hub_models/bert.keras: keras 3 names the groups by class and order)."""
-    import h5py
-
     config = {
         "module": "keras_hub.src.models.bert.bert_backbone",
         "class_name": "BertBackbone",
@@ -106,16 +109,13 @@ def keras_hub_file(path: Path, w: dict[str, np.ndarray]) -> Path:
         groups[f"{at}/_feedforward_layer_norm"] = [w[f"{i}/ffn_norm/gamma"], w[f"{i}/ffn_norm/beta"]]
         groups[f"{at}/_feedforward_intermediate_dense"] = [w[f"{i}/fc/kernel"], w[f"{i}/fc/bias"]]
         groups[f"{at}/_feedforward_output_dense"] = [w[f"{i}/proj/kernel"], w[f"{i}/proj/bias"]]
-    weights = io.BytesIO()
-    with h5py.File(weights, "w") as f:
+
+    def fill(f) -> None:
         for group, arrays in groups.items():
             for j, array in enumerate(arrays):
                 f.create_dataset(f"layers/{group}/vars/{j}", data=array)
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("config.json", json.dumps(config))
-        archive.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
-        archive.writestr("model.weights.h5", weights.getvalue())
-    return path
+
+    return keras_archive(path, config, fill)
 
 
 def transformers_bert(w: dict[str, np.ndarray]):

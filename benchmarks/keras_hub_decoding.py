@@ -23,17 +23,24 @@ the median of per-round ratios; > 1: attnzoo is faster). Writes benchmarks/resul
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import HERE, markdown_table, paired_speedup, steady_allocator, update_doc_section, write_json  # noqa: E402
+from common import (  # noqa: E402
+    HERE,
+    keras_archive,
+    markdown_table,
+    paired_speedup,
+    steady_allocator,
+    transformers_greedy,
+    update_doc_section,
+    write_json,
+)
 
 from attnzoo.tools import bench  # noqa: E402
 
@@ -71,7 +78,6 @@ def random_weights(seed: int = 0) -> dict[str, np.ndarray]:
 def keras_hub_file(path: Path, w: dict[str, np.ndarray]) -> Path:
     """The ``.keras`` zip keras-hub 0.32's ``GPT2CausalLM(backbone, preprocessor=None).save(path)`` writes for
     these weights (keras 3.15's layout: each layer's variables under ``layers/<its path>/vars/<index>``)."""
-    import h5py
 
     backbone = {
         "name": "gpt2_backbone",
@@ -99,50 +105,46 @@ def keras_hub_file(path: Path, w: dict[str, np.ndarray]) -> Path:
         },
         "registered_name": "keras_hub>GPT2CausalLM",
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        h5 = Path(tmp) / "model.weights.h5"
-        with h5py.File(h5, "w") as f:
 
-            def put(group: str, name: str, *arrays: np.ndarray) -> None:
-                variables = f.require_group(f"layers/gpt2_backbone/layers/{group}/vars")
-                variables.attrs["name"] = name
-                for index, array in enumerate(arrays):
-                    variables.create_dataset(str(index), data=array)
+    def fill(f) -> None:
 
-            put("reversible_embedding", "token_embedding", w["token"])
-            put("position_embedding", "position_embedding", w["position"])
-            put("layer_normalization", "layer_norm", w["final/gamma"], w["final/beta"])
-            for i in range(LAYERS):
-                layer = "transformer_decoder" + (f"_{i}" if i else "")
-                put(layer, f"transformer_layer_{i}")
-                put(
-                    f"{layer}/_self_attention_layer_norm",
-                    "self_attention_layer_norm",
-                    w[f"{i}/ln1/gamma"],
-                    w[f"{i}/ln1/beta"],
-                )
-                put(
-                    f"{layer}/_feedforward_layer_norm",
-                    "feedforward_layer_norm",
-                    w[f"{i}/ln2/gamma"],
-                    w[f"{i}/ln2/beta"],
-                )
-                put(f"{layer}/_self_attention_layer", "self_attention")
-                for dense, name in (("query_dense", "query"), ("key_dense", "key"), ("value_dense", "value")):
-                    arrays = w[f"{i}/{name}/kernel"], w[f"{i}/{name}/bias"]
-                    put(f"{layer}/_self_attention_layer/{dense}", name, *arrays)
-                out = w[f"{i}/out/kernel"], w[f"{i}/out/bias"]
-                put(f"{layer}/_self_attention_layer/output_dense", "attention_output", *out)
-                fc, proj = (w[f"{i}/fc/kernel"], w[f"{i}/fc/bias"]), (w[f"{i}/proj/kernel"], w[f"{i}/proj/bias"])
-                put(f"{layer}/_feedforward_intermediate_dense", "feedforward_intermediate_dense", *fc)
-                put(f"{layer}/_feedforward_output_dense", "feedforward_output_dense", *proj)
-            f.require_group("layers/gpt2_backbone/vars").attrs["name"] = "gpt2_backbone"
-            f.require_group("vars").attrs["name"] = "gpt2_causal_lm"
-        with zipfile.ZipFile(path, "w") as archive:
-            archive.writestr("config.json", json.dumps(config))
-            archive.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
-            archive.write(h5, "model.weights.h5")
-    return path
+        def put(group: str, name: str, *arrays: np.ndarray) -> None:
+            variables = f.require_group(f"layers/gpt2_backbone/layers/{group}/vars")
+            variables.attrs["name"] = name
+            for index, array in enumerate(arrays):
+                variables.create_dataset(str(index), data=array)
+
+        put("reversible_embedding", "token_embedding", w["token"])
+        put("position_embedding", "position_embedding", w["position"])
+        put("layer_normalization", "layer_norm", w["final/gamma"], w["final/beta"])
+        for i in range(LAYERS):
+            layer = "transformer_decoder" + (f"_{i}" if i else "")
+            put(layer, f"transformer_layer_{i}")
+            put(
+                f"{layer}/_self_attention_layer_norm",
+                "self_attention_layer_norm",
+                w[f"{i}/ln1/gamma"],
+                w[f"{i}/ln1/beta"],
+            )
+            put(
+                f"{layer}/_feedforward_layer_norm",
+                "feedforward_layer_norm",
+                w[f"{i}/ln2/gamma"],
+                w[f"{i}/ln2/beta"],
+            )
+            put(f"{layer}/_self_attention_layer", "self_attention")
+            for dense, name in (("query_dense", "query"), ("key_dense", "key"), ("value_dense", "value")):
+                arrays = w[f"{i}/{name}/kernel"], w[f"{i}/{name}/bias"]
+                put(f"{layer}/_self_attention_layer/{dense}", name, *arrays)
+            out = w[f"{i}/out/kernel"], w[f"{i}/out/bias"]
+            put(f"{layer}/_self_attention_layer/output_dense", "attention_output", *out)
+            fc, proj = (w[f"{i}/fc/kernel"], w[f"{i}/fc/bias"]), (w[f"{i}/proj/kernel"], w[f"{i}/proj/bias"])
+            put(f"{layer}/_feedforward_intermediate_dense", "feedforward_intermediate_dense", *fc)
+            put(f"{layer}/_feedforward_output_dense", "feedforward_output_dense", *proj)
+        f.require_group("layers/gpt2_backbone/vars").attrs["name"] = "gpt2_backbone"
+        f.require_group("vars").attrs["name"] = "gpt2_causal_lm"
+
+    return keras_archive(path, config, fill)
 
 
 def transformers_gpt2(w: dict[str, np.ndarray]):
@@ -189,19 +191,6 @@ def transformers_gpt2(w: dict[str, np.ndarray]):
     return model
 
 
-def hf_generate(model, prompt: torch.Tensor, new_tokens: int, use_cache: bool = True) -> torch.Tensor:
-    """Greedy generation through transformers' own loop: exactly ``new_tokens`` tokens (no end token)."""
-    return model.generate(
-        prompt,
-        attention_mask=torch.ones_like(prompt),
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        do_sample=False,
-        use_cache=use_cache,
-        pad_token_id=0,
-    )
-
-
 def measure(batch: int, tokens: int, rounds: int, min_run_time: float, folder: Path) -> dict:
     from attnzoo.keras import convert_keras_model
 
@@ -218,11 +207,11 @@ def measure(batch: int, tokens: int, rounds: int, min_run_time: float, folder: P
     out = ours.generate(prompt, tokens)
     if not torch.equal(out, ours.generate(prompt, tokens, use_cache=False)):
         raise SystemExit("attnzoo's cached generation differs from its uncached greedy tokens")
-    if not torch.equal(out, hf_generate(theirs, prompt, tokens)):
+    if not torch.equal(out, transformers_greedy(theirs, prompt, tokens)):
         raise SystemExit("transformers' greedy tokens differ from attnzoo's")
     steps = {
         "attnzoo": lambda: ours.generate(prompt, tokens),
-        "transformers": lambda: hf_generate(theirs, prompt, tokens),
+        "transformers": lambda: transformers_greedy(theirs, prompt, tokens),
     }
     times = bench.time_alternating(steps, rounds=rounds, min_run_time=min_run_time, threads=THREADS)
     median = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
