@@ -129,10 +129,6 @@ def run_rnn(
     ``(output, h)`` (a GRU): the states after the last step the mask keeps (the initial ones where it keeps
     none), as Keras's ``return_state=True``.
     """
-    if initial_state is not None or return_state:
-        return _with_states(
-            rnn, x, mask, go_backwards, return_sequences, zero_output_for_mask, initial_state, return_state
-        )
     bidirectional = rnn.bidirectional
     if bidirectional and (go_backwards or zero_output_for_mask != return_sequences):
         raise ValueError(
@@ -145,6 +141,10 @@ def run_rnn(
     if x.dim() != 3 or x.shape[1] == 0:
         raise ValueError(
             f"run_rnn: expects a sequence [batch, time, features] of at least one step, got {list(x.shape)}"
+        )
+    if initial_state is not None or return_state:
+        return _with_states(
+            rnn, x, mask, go_backwards, return_sequences, zero_output_for_mask, initial_state, return_state
         )
     if x.shape[0] == 0:  # an empty batch: nothing to run (packing refuses it), outputs of the right shape
         width = rnn.hidden_size * (2 if bidirectional else 1)
@@ -202,15 +202,12 @@ def _with_states(
     initial_state: Sequence[Tensor] | None,
     return_state: bool,
 ) -> Any:
-    """:func:`run_rnn` with Keras's initial states and final states (one direction)."""
+    """:func:`run_rnn` with Keras's initial states and final states (one direction), once run_rnn has checked
+    the layer and the sequence."""
     lstm = isinstance(rnn, nn.LSTM)
     count = 2 if lstm else 1
-    if rnn.bidirectional or rnn.num_layers != 1 or not rnn.batch_first or getattr(rnn, "proj_size", 0):
-        raise ValueError("run_rnn: initial_state and return_state take one layer, one direction, batch_first=True")
-    if x.dim() != 3 or x.shape[1] == 0:
-        raise ValueError(
-            f"run_rnn: expects a sequence [batch, time, features] of at least one step, got {list(x.shape)}"
-        )
+    if rnn.bidirectional:
+        raise ValueError("run_rnn: initial_state and return_state take a one-directional rnn")
     if initial_state is None:
         states = [x.new_zeros(x.shape[0], rnn.hidden_size)] * count
     else:
@@ -222,6 +219,9 @@ def _with_states(
                 f"({'h, c' if lstm else 'h'}), got {shapes}"
             )
         states = [s.to(x.dtype) for s in states]
+    if x.shape[0] == 0:  # an empty batch: nothing to run, outputs of the right shape and the initial states
+        output = x.new_zeros(0, x.shape[1], rnn.hidden_size) if return_sequences else x.new_zeros(0, rnn.hidden_size)
+        return (output, *states) if return_state else output
     if go_backwards:
         x = x.flip(1)
         mask = None if mask is None else mask.flip(1)
