@@ -524,6 +524,11 @@ def test_a_layer_bound_to_a_local_by_its_key_is_called_through_it():
             '        layer = layers["dense"]\n        layer = x\n        dense = torch.relu(layer(x) + ',
             "call of 'layer'",
         ),
+        (
+            "        dense = torch.relu(",
+            '        layer = layers["dense"]\n        layer, y = x, x\n        dense = torch.relu(layer(x) + ',
+            "call of 'layer'",
+        ),
     ],
 )
 def test_check_source_refuses_what_the_emitter_never_writes(old, new, what):

@@ -275,12 +275,12 @@ class _Walk:
             self.target(target)
         value, (target, *others) = node.value, node.targets
         keyed = isinstance(value, ast.Subscript) and _is_string(value.slice)
-        layer = (keyed or isinstance(value, ast.Attribute)) and ast.unparse(value.value) == "layers"  # type: ignore[attr-defined]
+        layer = (keyed or isinstance(value, ast.Attribute)) and ast.unparse(value.value) == "layers"
         alias = isinstance(value, ast.Name) and value.id in self.bound
+        for stored in (n for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)):
+            self.bound.discard(stored.id)  # whatever a name held before, it holds this value now
         if (layer or alias) and not others and isinstance(target, ast.Name):
             self.bound.add(target.id)  # a layer under a long key, bound to be called on a line of its own
-        elif isinstance(target, ast.Name):
-            self.bound.discard(target.id)
 
     def target(self, node: ast.expr) -> None:
         if isinstance(node, ast.Name):
