@@ -165,10 +165,14 @@ _BLOCKS = tuple(f"encoder_layers/vi_t_encoder_block{'' if i == 0 else f'_{i}'}" 
 
 
 def _dense(prefix: str, arrays: list[np.ndarray], bias: bool) -> dict[str, Tensor]:
+    """A Keras kernel [D_in, ...] (or the attention output's [heads, key_dim, D], whose heads are the inputs)
+    and bias as ``nn.Linear``'s ``weight`` [out, in] and ``bias``."""
     kernel = arrays[0]
-    state = {f"{prefix}.weight": as_tensor(kernel.reshape(kernel.shape[0], -1).T)}
-    if kernel.ndim == 3 and prefix.endswith("output"):  # [heads, key_dim, D]: the heads are the inputs
-        state[f"{prefix}.weight"] = as_tensor(kernel.reshape(-1, kernel.shape[-1]).T)
+    if kernel.ndim == 3 and prefix.endswith("output"):
+        matrix = kernel.reshape(-1, kernel.shape[-1])
+    else:
+        matrix = kernel.reshape(kernel.shape[0], -1)
+    state = {f"{prefix}.weight": as_tensor(matrix.T)}
     if bias:
         state[f"{prefix}.bias"] = as_tensor(arrays[1].reshape(-1))
     return state
