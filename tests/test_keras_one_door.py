@@ -88,24 +88,31 @@ def test_attnzoos_dense_converts_even_with_a_plugin_of_the_same_name(plugin_regi
     assert any(row["class"] == "Dense" and row["node"] == "dense" for row in model.keras_report.rows)
 
 
-def test_the_plugins_converter_is_asked_where_attnzoos_refuses(tmp_path, plugin_registers_dense):
-    target = tmp_path / "custom_activation.keras"
-    with zipfile.ZipFile(TRANSLATOR) as old, zipfile.ZipFile(target, "w") as new:
+def _with_layer_edited(source: Path, target: Path, class_name: str, edit) -> Path:
+    """A copy of the archive ``source`` whose first layer of ``class_name`` ``edit`` changed in config.json."""
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
         for item in old.infolist():
             data = old.read(item.filename)
             if item.filename == "config.json":
                 config = json.loads(data)
-                dense = next(layer for layer in config["config"]["layers"] if layer["class_name"] == "Dense")
-                dense["config"]["activation"] = {
-                    "module": "builtins",
-                    "class_name": "function",
-                    "config": "my_pkg>my_act",
-                    "registered_name": "function",
-                }
+                edit(next(layer for layer in config["config"]["layers"] if layer["class_name"] == class_name))
                 data = json.dumps(config).encode()
             new.writestr(item, data)
+    return target
+
+
+def test_the_plugins_converter_is_asked_where_attnzoos_refuses(tmp_path, plugin_registers_dense):
+    def custom_activation(dense):
+        dense["config"]["activation"] = {
+            "module": "builtins",
+            "class_name": "function",
+            "config": "my_pkg>my_act",
+            "registered_name": "function",
+        }
+
+    target = _with_layer_edited(TRANSLATOR, tmp_path / "custom_activation.keras", "Dense", custom_activation)
     with pytest.warns(PluginWarning), pytest.raises(UnsupportedKerasLayerError) as info:
-        convert_keras_model(Path(target))
+        convert_keras_model(target)
     message = str(info.value)
     assert "'my_pkg>my_act' is not a built-in Keras activation" in message  # attnzoo's refusal, first
     assert "my_plugin for keras>Dense: the plugin's converter was asked" in message  # then the plugin's
@@ -115,16 +122,7 @@ def test_a_keras_operation_attnzoo_does_not_run_is_refused_by_its_ops_name_with_
     """user_model.keras slices the backbone's output with keras.ops.get_item; renamed to an operation
     attnzoo has no converter for, the refusal names it as ``keras.ops>erfinv`` and lists what runs."""
     source = ROOT / "tests" / "data" / "keras_hub_models" / "user_model.keras"
-    target = tmp_path / "erfinv.keras"
-    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
-        for item in old.infolist():
-            data = old.read(item.filename)
-            if item.filename == "config.json":
-                config = json.loads(data)
-                operation = next(layer for layer in config["config"]["layers"] if layer["class_name"] == "GetItem")
-                operation["class_name"] = "Erfinv"
-                data = json.dumps(config).encode()
-            new.writestr(item, data)
+    target = _with_layer_edited(source, tmp_path / "erfinv.keras", "GetItem", lambda op: op.update(class_name="Erfinv"))
     with pytest.raises(UnsupportedKerasLayerError) as info:
         convert_keras_model(target)
     line = next(line for line in str(info.value).splitlines() if "Erfinv" in line)
