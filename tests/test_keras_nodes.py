@@ -69,9 +69,11 @@ def _check_model(model, what: str) -> set[str]:
         if isinstance(layer, Node):
             _check(layer, spec, f"{what}: {key}", ops)
         else:
-            # torch's own class, or a named subclass of one where Keras's semantics differ (KerasBatchNorm)
+            # torch's own class, or a named module of attnzoo.keras.torch_layers where Keras's semantics differ
+            # (KerasBatchNorm, KerasNormalization)
             torch_class = next(c for c in type(layer).__mro__ if c.__module__.startswith("torch.nn."))
-            assert torch_class is not torch.nn.Module, (what, key, type(layer))
+            ours = type(layer).__module__.startswith("attnzoo.keras.torch_layers.")
+            assert ours or torch_class is not torch.nn.Module, (what, key, type(layer))
         _check(build_node({k: v for k, v in spec.items() if k != "keras"}), spec, f"{what}: {key} (again)", ops)
     return ops
 

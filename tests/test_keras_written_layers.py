@@ -147,10 +147,14 @@ CASES = [
 
 
 def _randomised(node) -> None:
-    """Weights off their initial values (LayerNorm starts at ones and zeros, which would hide a swap)."""
+    """Weights off their initial values (LayerNorm starts at ones and zeros, which would hide a swap), and the
+    statistics (Normalization's mean and variance, BatchNorm's moving ones) positive and off theirs."""
     with torch.no_grad():
         for parameter in node.parameters():
             parameter.copy_(torch.randn_like(parameter) * 0.5 + 0.2)
+        for buffer in node.buffers():
+            if buffer.is_floating_point():
+                buffer.copy_(torch.rand_like(buffer) + 0.5)
 
 
 @pytest.mark.parametrize(("spec", "shape", "text", "exact"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -198,6 +202,10 @@ def _rnn(cell="lstm", **settings):
 def _conv(k, s, padding, d=None, first=False, **extra):
     spec = {"op": "conv", "rank": len(k), "filters": 4, "in_channels": 2, "kernel_size": k, "strides": s}
     return {**spec, "dilation_rate": d or [1] * len(k), "padding": padding, "channels_first": first, **extra}
+
+
+def _normalization(axis, shape, invert=False):
+    return {"op": "normalization", "axis": axis, "stats_shape": shape, "invert": invert}
 
 
 def _operation(name, **config):
@@ -330,6 +338,58 @@ WRITTEN = [
     ("batch_norm_masked", _batch_norm(momentum=0.8), [[2, 6, 3]], None, {"masked": True}),
     ("batch_norm_image", _batch_norm(epsilon=1e-2), [[3, 4, 5, 3]], None, {}),
     ("batch_norm_first_plain", _batch_norm(axis=1, center=False, scale=False), [[3, 3, 5, 4]], None, {}),
+    ("normalization_masked", _normalization([-1], [3]), [[2, 6, 3]], None, {"masked": True}),
+    ("normalization_invert_axes", _normalization([1, -1], [4, 3], invert=True), [[2, 4, 5, 3]], None, {}),
+    ("normalization_scalar", _normalization([], []), [[2, 6, 3]], None, {}),
+    ("center_crop", {"op": "center_crop", "height": 3, "width": 4}, [[2, 6, 7, 3]], None, {}),
+    ("center_crop_smaller_resized", {"op": "center_crop", "height": 5, "width": 6}, [[2, 4, 9, 3]], None, {}),
+    (
+        "center_crop_first",
+        {"op": "center_crop", "height": 2, "width": 3, "channels_first": True},
+        [[2, 3, 5, 6]],
+        None,
+        {},
+    ),
+    ("resizing_bilinear", {"op": "resizing", "height": 7, "width": 3}, [[2, 4, 5, 3]], None, {}),
+    (
+        "resizing_nearest_cropped_first",
+        {"op": "resizing", "height": 3, "width": 5, "interpolation": "nearest", "crop_to_aspect_ratio": True}
+        | {"channels_first": True},
+        [[2, 3, 6, 4]],
+        None,
+        {},
+    ),
+    # the random augmentations: the module and the node draw torch's numbers from the same seed
+    ("random_flip", {"op": "random_flip", "mode": "horizontal_and_vertical"}, [[6, 4, 5, 3]], None, {"seed": 1}),
+    (
+        "random_flip_keras2_first",
+        {"op": "random_flip", "mode": "vertical", "coin_per_axis": True, "channels_first": True},
+        [[6, 3, 4, 5]],
+        None,
+        {"seed": 2},
+    ),
+    (
+        "random_brightness",
+        {"op": "random_brightness", "factor": [-0.2, 0.3], "value_range": [-1.0, 1.0]},
+        [[4, 4, 5, 3]],
+        None,
+        {"seed": 3},
+    ),
+    (
+        "random_contrast",
+        {"op": "random_contrast", "factor": [0.1, 0.2], "value_range": [-2.0, 2.0]},
+        [[4, 4, 5, 3]],
+        None,
+        {"seed": 4},
+    ),
+    ("random_crop", {"op": "random_crop", "height": 3, "width": 2}, [[3, 5, 6, 3]], None, {"seed": 5}),
+    (
+        "random_resize_width",
+        {"op": "random_resize", "axis": "width", "factor": [-0.4, 0.4]},
+        [[3, 5, 6, 3]],
+        None,
+        {"seed": 6},
+    ),
     *[(f"case_{c[0]}", c[1], [c[2]], None, {}) for c in CASES],
 ]
 
@@ -401,7 +461,11 @@ def test_each_torch_form_computes_what_its_node_computes(spec, shapes, args, set
         model.train(training), node.train(training and not settings.get("random"))
         ours = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
         theirs = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
+        if "seed" in settings:
+            torch.manual_seed(settings["seed"])
         got, probe = model(*ours)
+        if "seed" in settings:
+            torch.manual_seed(settings["seed"])
         want, want_mask = _node_run(node, theirs, args, settings)
         if training and settings.get("random"):  # torch's own draws: each entry dropped, or scaled as Keras's
             kept = got != 0

@@ -62,7 +62,7 @@ def test_the_count_reads_declarations_as_the_emitter_writes_them():
     assert share(code) == 0.75
 
 
-@pytest.mark.parametrize(("file", "least"), [("keras_io_sequences.h5", 0.8), ("lstm_seq2seq.h5", 1.0)])
+@pytest.mark.parametrize(("file", "least"), [("keras_io_sequences.h5", 0.8), ("keras_io_vision.h5", 0.8), ("lstm_seq2seq.h5", 1.0)])
 def test_a_port_declares_torch_nn_layers(file, least):
     model = convert_keras_model(KERAS2 / file)
     assert share(model.code) >= least, declared(model.code)

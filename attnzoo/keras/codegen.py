@@ -37,7 +37,8 @@ __all__ = ["identifier", "usable", "literal", "check_source", "MODULE_NAMES", "R
 # the names the emitted module itself uses or may import (a variable or class with one of them would shadow it)
 MODULE_NAMES = frozenset(
     {"torch", "nn", "F", "math", "self", "layers", "attnzoo", "safetensors", "KERAS_NAMES", "KERAS_VERSION"}
-    | {"conv_padding", "run_rnn", "one_bias"}  # the lower-case names an import brings (variables are lower case)
+    # the lower-case names an import brings (variables are lower case)
+    | {"conv_padding", "run_rnn", "one_bias", "keras_resize", "keras_center_crop"}
 )
 # keywords, soft keywords, builtins, the module's names, `_` (what unread outputs go to) and the names ruff
 # calls ambiguous (E741/E742: l, I, O)

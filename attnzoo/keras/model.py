@@ -65,7 +65,6 @@ from torch import Tensor, nn
 import attnzoo.keras.converters  # noqa: F401 - defines every node class
 from attnzoo.errors import WeightsError
 from attnzoo.keras.compiled import CompiledPort, compile_port
-from attnzoo.keras.converters.augmentation import RandomAugmentation
 from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.emit import Emitted, emit
 from attnzoo.keras.graph_check import GRAPH_FORMAT, validate_graph
@@ -73,6 +72,7 @@ from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.policy import set_compute_dtypes
+from attnzoo.keras.torch_layers import KerasAugmentation
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
@@ -188,7 +188,7 @@ class KerasModel(nn.Module):
         identity in training too, for data augmented before the model; ``eval()`` never augments. A setting
         of this model object, like ``train()``: not saved. Returns the model."""
         for module in self.modules():
-            if isinstance(module, RandomAugmentation):
+            if isinstance(module, KerasAugmentation):
                 module.augment = bool(enabled)
         return self
 

@@ -12,18 +12,25 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from attnzoo.keras.arguments import as_tensor, expect_variables
 from attnzoo.keras.codegen import literal
 from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.checks import flags, plain
 from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.keras.torch_layers.preprocessing import (
+    KerasNormalization,
+    keras_center_crop,
+    keras_normalize,
+    keras_resize,
+)
 
-__all__ = ["Rescaling", "Normalization", "CenterCrop", "Resizing", "config_array", "aspect_window"]
+__all__ = ["Rescaling", "Normalization", "CenterCrop", "Resizing", "config_array"]
 
-KERAS_EPSILON = 1e-7  # keras.backend.epsilon(), Normalization's floor on the standard deviation
+_TORCH_LAYERS = "attnzoo.keras.torch_layers"  # where the emitted module imports a torch form from
+_RESIZE_OPTIONS = {"interpolation": "bilinear", "crop_to_aspect_ratio": False, "channels_first": False}
 
 
 def config_array(value: Any, what: str) -> np.ndarray:
@@ -120,20 +127,20 @@ class Normalization(Node):
         self.register_buffer("mean", torch.zeros(stats_shape))
         self.register_buffer("variance", torch.ones(stats_shape))
 
-    def _laid_out(self, stat: Tensor, ndim: int) -> Tensor:
-        if stat.dim() == 0:
-            return stat
-        keep = sorted(a % ndim for a in self.axis)
-        shape = [1] * ndim
-        for d, size in enumerate(stat.shape):
-            shape[keep[d]] = size
-        return stat.reshape(shape)
-
     def compute(self, x, mask):
-        x = x.to(self.mean.dtype)
-        mean, variance = self._laid_out(self.mean, x.dim()), self._laid_out(self.variance, x.dim())
-        std = variance.sqrt().clamp(min=KERAS_EPSILON)
-        return mean + x * std if self.invert else (x - mean) / std
+        return keras_normalize(x, self.mean, self.variance, self.axis, self.invert)
+
+
+@writes(Normalization)
+def write_normalization(w: Writer, spec: dict[str, Any]) -> bool:
+    """``Normalization``: :class:`~attnzoo.keras.torch_layers.KerasNormalization`, a torch module holding
+    the node's ``mean`` and ``variance`` buffers; the mask passes, as the node's."""
+    x = w.tensor()
+    if x is None:
+        return False
+    layer = w.declare(w.construct(_TORCH_LAYERS, KerasNormalization, spec))
+    w.assign(f"{layer}({x})")
+    return True
 
 
 @keras_layer("Normalization")
@@ -173,29 +180,20 @@ class CenterCrop(Node):
         self.height, self.width, self.channels_first = int(height), int(width), channels_first
 
     def compute(self, x, mask):
-        if x.dim() != 4:
-            raise ValueError(f"expects a batch of images [batch, height, width, channels], got {list(x.shape)}")
-        x = x.to(torch.get_default_dtype()) if not x.is_floating_point() else x
-        if not self.channels_first:
-            x = x.movedim(-1, 1)
-        h, w = x.shape[-2], x.shape[-1]
-        if h >= self.height and w >= self.width:
-            top, left = (h - self.height) // 2, (w - self.width) // 2
-            y = x[..., top : top + self.height, left : left + self.width]
-        else:
-            window = aspect_window(x, self.height, self.width)
-            y = F.interpolate(window, size=(self.height, self.width), mode="bilinear", align_corners=False)
-        return y if self.channels_first else y.movedim(1, -1)
+        return keras_center_crop(x, self.height, self.width, channels_first=self.channels_first)
 
 
-def aspect_window(x: Tensor, height: int, width: int) -> Tensor:
-    """The largest centred window of [..., H, W] with the aspect ratio of ``height`` x ``width`` (Keras's
-    ``crop_to_aspect_ratio`` and ``smart_resize``, its integer arithmetic included)."""
-    h, w = x.shape[-2], x.shape[-1]
-    crop_h = max(min(h, int(float(w * height) / width)), 1)
-    crop_w = max(min(w, int(float(h * width) / height)), 1)
-    top, left = int(float(h - crop_h) / 2), int(float(w - crop_w) / 2)
-    return x[..., top : top + crop_h, left : left + crop_w]
+@writes(CenterCrop)
+def write_center_crop(w: Writer, spec: dict[str, Any]) -> bool:
+    """``CenterCrop``: :func:`~attnzoo.keras.torch_layers.keras_center_crop` (a slice, or Keras's resize of
+    an image smaller than the target), declaring nothing; no mask, as the node's."""
+    x = w.tensor()
+    if x is None or not plain(spec, int, "height", "width") or not flags(spec, "channels_first"):
+        return False
+    crop = w.imports(_TORCH_LAYERS, "keras_center_crop")
+    first = ", channels_first=True" if spec.get("channels_first") else ""
+    w.assign(f"{crop}({x}, {literal(spec['height'])}, {literal(spec['width'])}{first})")
+    return True
 
 
 @keras_layer("CenterCrop")
@@ -231,24 +229,35 @@ class Resizing(Node):
         self.size, self.interpolation = (int(height), int(width)), interpolation
         self.crop, self.channels_first = crop_to_aspect_ratio, channels_first
 
+    @classmethod
+    def check_values(cls, arguments: dict[str, Any]) -> str | None:
+        interpolation = arguments.get("interpolation", "bilinear")
+        if interpolation not in ("bilinear", "nearest"):
+            return f"interpolation {str(interpolation)[:40]!r} is not bilinear or nearest"
+        return None
+
     def compute(self, x, mask):
-        if x.dim() != 4:
-            raise ValueError(f"expects a batch of images [batch, height, width, channels], got {list(x.shape)}")
-        dtype = x.dtype
-        y = x if x.is_floating_point() else x.to(torch.get_default_dtype())
-        if not self.channels_first:
-            y = y.movedim(-1, 1)
-        if self.crop:
-            y = aspect_window(y, *self.size)
-        if self.interpolation == "bilinear":
-            y = F.interpolate(y, size=self.size, mode="bilinear", align_corners=False)
-        else:
-            y = F.interpolate(y, size=self.size, mode="nearest-exact")
-        y = y if self.channels_first else y.movedim(1, -1)
-        if not dtype.is_floating_point:  # Keras casts back: rounded, saturated
-            info = torch.iinfo(dtype)
-            y = y.round().clamp(info.min, info.max).to(dtype)
-        return y
+        return keras_resize(
+            x,
+            *self.size,
+            interpolation=self.interpolation,
+            crop_to_aspect_ratio=self.crop,
+            channels_first=self.channels_first,
+        )
+
+
+@writes(Resizing)
+def write_resizing(w: Writer, spec: dict[str, Any]) -> bool:
+    """``Resizing``: :func:`~attnzoo.keras.torch_layers.keras_resize` (``F.interpolate`` with Keras's
+    half-pixel sampling, integer images rounded back), declaring nothing; no mask, as the node's."""
+    x = w.tensor()
+    if x is None or not plain(spec, int, "height", "width"):
+        return False
+    resize = w.imports(_TORCH_LAYERS, "keras_resize")
+    options = {k: v for k, v in spec.items() if k in _RESIZE_OPTIONS and v != _RESIZE_OPTIONS[k]}
+    given = "".join(f", {k}={literal(v)}" for k, v in options.items())
+    w.assign(f"{resize}({x}, {literal(spec['height'])}, {literal(spec['width'])}{given})")
+    return True
 
 
 @keras_layer("Resizing")

@@ -15,7 +15,7 @@ from attnzoo.keras.emit.draft import PLAIN_NAME, Draft, is_ref, layer_reference,
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node
 from attnzoo.keras.nodes import NODES, Node
 
-__all__ = ["node_call", "rule_mask", "keras_of", "UNKNOWN"]
+__all__ = ["node_call", "rule_mask", "keras_of", "constructor_arguments", "UNKNOWN"]
 
 UNKNOWN = object()  # a node's output mask that only running it tells
 
@@ -52,7 +52,7 @@ def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pl
     node_kwargs = kwargs_for_node(plan, given, masks_text if keyword_masks else {})
     cls = NODES[spec["op"]]
     d.uses(cls.__module__, cls.__name__)
-    declaration = f"self.layers[{literal(key)}] = {cls.__name__}({_arguments(d, cls, spec)})"
+    declaration = f"self.layers[{literal(key)}] = {cls.__name__}({constructor_arguments(d, cls, spec)})"
     if declaration not in d.init:  # a shared layer, called more than once, is declared once
         d.init.append(declaration)
     arg_masks = first_masks(plan, d.mask(call["args"]), d.expression)
@@ -118,17 +118,18 @@ def keras_of(spec: dict[str, Any]) -> dict[str, Any]:
     return keras if isinstance(keras, dict) else {}
 
 
-def _arguments(d: Draft, cls: type, spec: dict[str, Any]) -> str:
+def constructor_arguments(d: Draft, cls: type, spec: dict[str, Any]) -> str:
     """A node's constructor arguments, ``key=literal``; an inner layer of a wrapper (``cls.layer_arguments``)
     as its own class's constructor; a key that is not a plain name (a hand-edited config) goes in a
-    ``**{...}`` literal, so no key of the file is ever written as code."""
+    ``**{...}`` literal, so no key of the file is ever written as code. ``cls`` may be a torch module that
+    takes a node's arguments (no inner layers, no dict of settings)."""
     defaults = _defaults(cls)
     items = [(k, v) for k, v in spec.items() if k not in ("op", "keras") and not _same(defaults.get(k, _NONE), v)]
-    options = cls.options_argument
+    options, inner = getattr(cls, "options_argument", None), getattr(cls, "layer_arguments", ())
     if options is not None and _as_keywords(cls, spec.get(options)):  # its entries as keyword arguments
         items = [(k, v) for k, v in items if k != options] + list(spec[options].items())
     written = [
-        f"{k}={_inner_layer(d, v) if k in cls.layer_arguments else literal(v)}"
+        f"{k}={_inner_layer(d, v) if k in inner else literal(v)}"
         for k, v in items
         if isinstance(k, str) and PLAIN_NAME.fullmatch(k)
     ]
@@ -167,7 +168,7 @@ def _inner_layer(d: Draft, spec: Any) -> str:
         return literal(spec)
     cls = NODES[op]
     d.uses(cls.__module__, cls.__name__)
-    return f"{cls.__name__}({_arguments(d, cls, spec)})"
+    return f"{cls.__name__}({constructor_arguments(d, cls, spec)})"
 
 
 def _kwargs_text(d: Draft, kwargs: dict[str, Any]) -> str:

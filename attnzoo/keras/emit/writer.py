@@ -22,6 +22,7 @@ from typing import Any
 
 from attnzoo.keras.codegen import identifier, literal
 from attnzoo.keras.emit.draft import Draft, is_ref, layer_reference
+from attnzoo.keras.emit.node_call import constructor_arguments
 from attnzoo.keras.masks import CallMasks
 
 __all__ = ["Writer"]
@@ -101,6 +102,13 @@ class Writer:
             self._draft.body.append(f"{variable} = {reference}")
             return variable
         return reference
+
+    def construct(self, module: str, cls: type, spec: dict[str, Any]) -> str:
+        """``Name(key=value, ...)``: ``cls`` (imported from ``module``) called with ``spec``'s arguments as
+        keywords, those equal to the constructor's defaults left out, as a node is declared: for a torch
+        module that takes its node's arguments."""
+        name = self.imports(module, cls.__name__)
+        return f"{name}({constructor_arguments(self._draft, cls, spec)})"
 
     def imports(self, module: str, name: str) -> str:
         """``from module import name`` in the module's imports; ``name``, to write."""
