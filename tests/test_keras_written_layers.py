@@ -208,6 +208,11 @@ def _normalization(axis, shape, invert=False):
     return {"op": "normalization", "axis": axis, "stats_shape": shape, "invert": invert}
 
 
+def _affine(op, interpolation="bilinear", fill_mode="reflect", **factors):
+    spec = {"op": op, **factors, "interpolation": interpolation, "fill_mode": fill_mode}
+    return {**spec, "fill_value": 0.0, "channels_first": False}
+
+
 def _operation(name, **config):
     return {"op": "operation", "name": name, "config": config}
 
@@ -389,6 +394,22 @@ WRITTEN = [
         [[3, 5, 6, 3]],
         None,
         {"seed": 6},
+    ),
+    ("random_rotation", _affine("random_rotation", factor=[-0.2, 0.3]), [[3, 5, 6, 2]], None, {"seed": 7}),
+    (
+        "random_zoom_nearest_wrap",
+        _affine("random_zoom", height_factor=[-0.3, 0.2], width_factor=None, interpolation="nearest", fill_mode="wrap"),
+        [[3, 5, 6, 2]],
+        None,
+        {"seed": 8},
+    ),
+    (
+        "random_translation_constant_first",
+        _affine("random_translation", height_factor=[-0.2, 0.2], width_factor=[0.0, 0.3], fill_mode="constant")
+        | {"fill_value": 0.5, "channels_first": True},
+        [[3, 2, 5, 6]],
+        None,
+        {"seed": 9},
     ),
     *[(f"case_{c[0]}", c[1], [c[2]], None, {}) for c in CASES],
 ]

@@ -3,7 +3,8 @@ classes (or torch.nn subclasses from attnzoo.keras.torch_layers, such as ``Keras
 node classes, on the kinds of model the port tests convert (issue 56). A layer written as an expression
 (``torch.softmax(x, dim=-1)``, ``a + b``) declares nothing.
 
-Here: keras-io's text CNN and lstm_seq2seq as tf.keras 2 saved them (tests/data/keras2); the masked-text
+Here: keras-io's text CNN, an image CNN (Rescaling, augmentations, Normalization, transposed and separable
+convolutions, CenterCrop, Resizing) and lstm_seq2seq as tf.keras 2 saved them (tests/data/keras2); the masked-text
 and conv-classes models of the training oracle are checked in tests/test_keras_port.py (slow: Keras
 builds them)."""
 
@@ -62,7 +63,9 @@ def test_the_count_reads_declarations_as_the_emitter_writes_them():
     assert share(code) == 0.75
 
 
-@pytest.mark.parametrize(("file", "least"), [("keras_io_sequences.h5", 0.8), ("keras_io_vision.h5", 0.8), ("lstm_seq2seq.h5", 1.0)])
+@pytest.mark.parametrize(
+    ("file", "least"), [("keras_io_sequences.h5", 0.8), ("keras_io_vision.h5", 0.8), ("lstm_seq2seq.h5", 1.0)]
+)
 def test_a_port_declares_torch_nn_layers(file, least):
     model = convert_keras_model(KERAS2 / file)
     assert share(model.code) >= least, declared(model.code)

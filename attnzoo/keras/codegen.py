@@ -167,6 +167,17 @@ def _refuse(what: str, node: ast.AST | None = None) -> ConfigError:
     )
 
 
+def _typed_names(node: ast.stmt) -> bool:
+    """Whether ``node`` is ``KERAS_NAMES: dict[str, str] = <value>``."""
+    return (
+        isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == "KERAS_NAMES"
+        and ast.unparse(node.annotation) == "dict[str, str]"
+        and node.value is not None
+    )
+
+
 class _Walk:
     """What :func:`check_source` allows, statement by statement (see the module docstring)."""
 
@@ -186,6 +197,10 @@ class _Walk:
             elif isinstance(node, ast.Assign) and _names(node.targets) <= {"KERAS_NAMES", "KERAS_VERSION"}:
                 self.data(node.value, node)
                 self.globals.update(_names(node.targets))
+            elif _typed_names(node):  # ``KERAS_NAMES: dict[str, str] = {}``, where every name is the file's own
+                assert isinstance(node, ast.AnnAssign) and node.value is not None
+                self.data(node.value, node)
+                self.globals.add("KERAS_NAMES")
             elif isinstance(node, ast.ClassDef) and classes == 0:
                 classes += 1
                 self.cls(node)

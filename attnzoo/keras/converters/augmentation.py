@@ -1,4 +1,6 @@
-"""Keras's random image augmentation layers: the identity at inference (``model.eval()``), Keras's random
+"""Keras's random image augmentation layers, their nodes and converters; each computes as its torch module
+in :mod:`attnzoo.keras.torch_layers` (``RandomFlip`` is ``KerasRandomFlip``, its first base), which the
+emitted module declares (:func:`write_augmentation`). The identity at inference (``model.eval()``), Keras's random
 transformation in training (``model.train()``), each image of the batch drawn on its own.
 
 Images are [B, H, W, C] (``channels_first``: [B, C, H, W]) or one image without its batch axis. The
@@ -46,11 +48,9 @@ from attnzoo.keras.torch_layers.augmentation import (
     KerasRandomCrop,
     KerasRandomFlip,
     KerasRandomResize,
-    as_float,
-    uniform_draws,
 )
 
-__all__ = ["RandomAugmentation", "AUGMENT_NOTE", "factor_range", "uniform_draws", "as_float"]
+__all__ = ["RandomAugmentation", "AUGMENT_NOTE", "factor_range", "write_augmentation"]
 
 AUGMENT_NOTE = "the identity at inference; Keras's random {} in training (model.train())"
 
@@ -111,7 +111,7 @@ class Augmentation(RandomAugmentation):
         )
 
 
-@writes(RandomContrast, RandomBrightness, RandomCrop, RandomResize, RandomFlip)
+@writes(RandomContrast, RandomBrightness, RandomCrop, RandomResize, RandomFlip)  # the geometric ones: affine.py
 def write_augmentation(w: Writer, spec: dict[str, Any]) -> bool:
     """A random augmentation as the torch module its node computes through (the node class's first base,
     ``KerasRandomFlip`` for ``RandomFlip``), declared with the node's arguments and called on the images;
@@ -119,7 +119,7 @@ def write_augmentation(w: Writer, spec: dict[str, Any]) -> bool:
     x = w.tensor()
     if x is None:
         return False
-    form = NODES[spec["op"]].__bases__[0]
+    form = NODES[spec["op"]].__bases__[0]  # KerasRandomFlip for RandomFlip
     layer = w.declare(w.construct("attnzoo.keras.torch_layers", form, spec))
     w.assign(f"{layer}({x})")
     return True

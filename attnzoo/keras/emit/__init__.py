@@ -15,9 +15,10 @@ Cropping, UpSampling, Max- and AveragePooling, the ReLU/LeakyReLU/ELU layers, an
 BatchNormalization (:class:`~attnzoo.keras.torch_layers.KerasBatchNorm`), SeparableConv1D/2D (a depthwise and
 a pointwise ``nn.Conv1d/2d``), the merges of inputs of one rank (``a + b``), SpatialDropout1D, and
 Keras's LSTM and GRU that torch's cell computes as ``nn.LSTM`` / ``nn.GRU`` (a Bidirectional of two, one
-bidirectional layer) run by :func:`~attnzoo.keras.torch_layers.run_rnn`. A layer with no torch form, or a
-call its ``write`` declines, is attnzoo's own node class, imported by name and called with the node
-protocol (:mod:`attnzoo.keras.emit.node_call`); its source is one click away.
+bidirectional layer) run by :func:`~attnzoo.keras.torch_layers.run_rnn`, Rescaling, Normalization, Resizing,
+CenterCrop and the random augmentations (the modules and functions of :mod:`attnzoo.keras.torch_layers`).
+A layer with no torch form, or a call its ``write`` declines, is attnzoo's own node class, imported by name
+and called with the node protocol (:mod:`attnzoo.keras.emit.node_call`); its source is one click away.
 
 The emitted module imports only torch and attnzoo, and passes ``ruff check --isolated`` (import sorting
 too) and ``ruff format --check``: each statement is laid out by :mod:`attnzoo.keras.code_lines`. A layer

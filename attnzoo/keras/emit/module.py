@@ -49,6 +49,13 @@ def class_name_of(graph: dict[str, Any], class_name: Any, e: Draft) -> str:
     return class_name
 
 
+def _keras_names(renamed: dict[str, str]) -> list[str]:
+    """``KERAS_NAMES``: the names made up here that differ from the file's, each with the file's name."""
+    if not renamed:
+        return ["KERAS_NAMES: dict[str, str] = {}"]
+    return ["KERAS_NAMES = {", *[f"    {literal(k)}: {literal(v)}," for k, v in renamed.items()], "}"]
+
+
 def _nested(structure: Any, names: list[str]) -> str:
     """The expression of ``names`` nested as ``structure`` (leaves index ``names``): dicts, lists as tuples."""
     if isinstance(structure, int):
@@ -120,16 +127,15 @@ def module_lines(
         "",
         "Inputs are tensors in the Keras model's input order (integer ids as integer tensors). Each tensor's",
         "Keras mask is the variable beside it (``x_mask``: bool, True = keep; absent: no mask).",
-        "KERAS_NAMES maps each name made up here (the class, the inputs, the layers' outputs) to the name it",
-        "has in the Keras file, and KERAS_VERSION is the Keras version the file says it was saved with.",
+        "KERAS_NAMES maps each name made up here (the class, the inputs, the layers' outputs) that is not the",
+        "Keras file's own to the name it has there, and KERAS_VERSION is the Keras version the file says it",
+        "was saved with.",
         '"""',
         "",
         *_imports(e, names),
         "",
         f"KERAS_VERSION = {literal(keras_version)}",
-        "KERAS_NAMES = {",
-        *[f"    {literal(k)}: {literal(v)}," for k, v in e.keras_names.items() if k in kept],
-        "}",
+        *_keras_names({k: v for k, v in e.keras_names.items() if k in kept and k != v}),
         "",
         "",
         f"class {name}(nn.Module):",

@@ -9,8 +9,8 @@ or a function of tensors, no attnzoo node protocol.
   training statistics;
 * :mod:`~attnzoo.keras.torch_layers.preprocessing`: :class:`KerasNormalization`, :func:`keras_resize`,
   :func:`keras_center_crop`;
-* :mod:`~attnzoo.keras.torch_layers.augmentation`: the random augmentation layers (``KerasRandomFlip``, ...),
-  the identity at inference.
+* :mod:`~attnzoo.keras.torch_layers.augmentation` and :mod:`~attnzoo.keras.torch_layers.geometric`: the
+  random augmentation layers (``KerasRandomFlip``, ``KerasRandomRotation``, ...), the identity at inference.
 
 The attnzoo nodes of the same layers (:mod:`attnzoo.keras.converters`) compute through these, so a layer's
 node and its torch form are one computation.
@@ -25,6 +25,7 @@ from attnzoo.keras.torch_layers.augmentation import (
     KerasRandomResize,
 )
 from attnzoo.keras.torch_layers.batch_norm import KerasBatchNorm
+from attnzoo.keras.torch_layers.geometric import KerasRandomRotation, KerasRandomTranslation, KerasRandomZoom
 from attnzoo.keras.torch_layers.preprocessing import (
     KerasNormalization,
     keras_center_crop,
@@ -58,4 +59,7 @@ __all__ = [
     "KerasRandomCrop",
     "KerasRandomFlip",
     "KerasRandomResize",
+    "KerasRandomRotation",
+    "KerasRandomTranslation",
+    "KerasRandomZoom",
 ]
