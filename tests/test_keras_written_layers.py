@@ -213,6 +213,11 @@ def _affine(op, interpolation="bilinear", fill_mode="reflect", **factors):
     return {**spec, "fill_value": 0.0, "channels_first": False}
 
 
+def _zoo(model, **config):
+    config = {"keras_semantics": 3, **config}
+    return {"op": "zoo", "model": model, "config": config, "call": "attention", "output_mask": "input"}
+
+
 def _operation(name, **config):
     return {"op": "operation", "name": name, "config": config}
 
@@ -410,6 +415,21 @@ WRITTEN = [
         [[3, 2, 5, 6]],
         None,
         {"seed": 9},
+    ),
+    ("attention_dot_masked", _zoo("keras_dot", use_scale=True), [[2, 6, 3]] * 2, [[In(0), In(1)]], {"masked": True}),
+    (
+        "attention_concat_keras2_self",
+        _zoo("keras_dot", use_scale=True, score_mode="concat", keras_semantics=2),
+        [[2, 6, 3]],
+        [[In(0), In(0)]],
+        {"masked": True},
+    ),
+    (
+        "attention_additive_key",
+        _zoo("keras_additive", dim=3),
+        [[2, 5, 3], [2, 6, 3], [2, 6, 3]],
+        [[In(0), In(1), In(2)]],
+        {"masked": True},
     ),
     *[(f"case_{c[0]}", c[1], [c[2]], None, {}) for c in CASES],
 ]

@@ -25,12 +25,15 @@ from torch import Tensor
 
 from attnzoo.core import create
 from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.keras.emit import Writer
+from attnzoo.keras.emit.draft import is_ref
 from attnzoo.keras.importer import load_keras_arrays
 from attnzoo.keras.masks import reads_mask
-from attnzoo.keras.nodes import Node
+from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import STYLE_ARGUMENTS, Converted, Refused, keras_layer, module_node
+from attnzoo.layers.keras_layers import KerasAdditiveAttention, KerasDotAttention
 
-__all__ = ["ZooNode"]
+__all__ = ["ZooNode", "write_keras_attention"]
 
 
 def _flat(value: Any) -> list[Any]:
@@ -78,6 +81,12 @@ class ZooNode(Node):
         self.takes_mask = "mask" in params
         # keras 3's MultiHeadAttention deletes the masks of the tensors it is called on
         self.clears_input_masks = call == "mha" and config.get("keras_semantics") == 3
+
+    @classmethod
+    def torch_key(cls, key: str) -> str:
+        """``layer.scale`` -> ``scale``: the node's keys in the attnzoo layer the emitted module declares in
+        its place (:func:`write_keras_attention`)."""
+        return key.removeprefix("layer.")
 
     def forward(self, args, kwargs, masks):
         if self.call == "attention":
@@ -191,6 +200,60 @@ class ZooNode(Node):
             return [out], [None]
         weights = weights.reshape(*batch_dims, weights.shape[1], *q_axes, *k_axes)
         return [out, weights], [None, None]
+
+
+# Keras's Attention and AdditiveAttention as the attnzoo layers their nodes run, which the emitted module declares
+_ATTENTION_FORMS = {"keras_dot": KerasDotAttention, "keras_additive": KerasAdditiveAttention}
+_ZOO_KEYS = {"op", "keras", "model", "config", "call", "output_mask"}
+
+
+def _attention_masks(w: Writer, inputs: list[Any]) -> list[str | None] | None:
+    """The query's and the value's masks as the node reads them: the call's ``mask=[query_mask, value_mask]``,
+    else the inputs' own; None where one is not a variable that holds a tensor whenever the code runs."""
+    given = w.explicit
+    if given is not None and not isinstance(given, list):
+        return None
+    masks = [w.value(m) if m is not None else None for m in given] if given is not None else []
+    if given is None:
+        masks = [w.mask_of(w.value(x)) for x in inputs]
+    masks = (masks + [None, None])[:2]
+    return masks if all(m is None or w.sure(m) for m in masks) else None
+
+
+@writes(ZooNode, keywords=("return_attention_scores", "use_causal_mask"), outputs=True)
+def write_keras_attention(w: Writer, spec: dict[str, Any]) -> bool:
+    """``Attention`` / ``AdditiveAttention``: attnzoo's :class:`~attnzoo.layers.keras_layers.KerasDotAttention`
+    / ``KerasAdditiveAttention`` (the layer the node runs), declared itself and called with typed arguments,
+    ``layer(query, value[, key], query_mask=..., value_mask=...)`` (and ``use_causal_mask=True``,
+    ``return_attention=True`` where the call asks); the output carries the query's mask, as the node's.
+    Every other zoo node (MultiHeadAttention, a plugin's layer) stays a node call."""
+    config, form = spec.get("config"), _ATTENTION_FORMS.get(str(spec.get("model")))
+    if form is None or spec.get("call") != "attention" or spec.get("output_mask") != "input":
+        return False
+    if set(spec) - _ZOO_KEYS or not isinstance(config, dict):
+        return False
+    args = w.args
+    if len(args) != 1 or not isinstance(args[0], list) or not 2 <= len(args[0]) <= 3:
+        return False
+    inputs = args[0]
+    flags = [w.keyword(k) for k in ("use_causal_mask", "return_attention_scores")]
+    masks = _attention_masks(w, inputs) if all(is_ref(x) for x in inputs) else None
+    if masks is None or not all(f is None or isinstance(f, bool) for f in flags):
+        return False
+    causal, scores = (bool(f) for f in flags)
+    if len(w.outs) > (2 if scores else 1):
+        return False
+    layer = w.declare(w.construct("attnzoo.layers.keras_layers", form, config))
+    given = [w.value(x) for x in inputs]
+    given += [f"{k}={m}" for k, m in zip(("query_mask", "value_mask"), masks, strict=True) if m is not None]
+    given += ["use_causal_mask=True"] * causal + ["return_attention=True"] * scores
+    expression = f"{layer}({', '.join(given)})"
+    if scores:
+        w.assign_all(expression, 2)
+    else:
+        w.assign(expression)
+    w.mask_is(masks[0])
+    return True
 
 
 # -- attnzoo's own Keras layers: a Keras class -> a registered attnzoo layer with the Keras weights loaded ---

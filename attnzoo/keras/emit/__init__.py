@@ -16,7 +16,8 @@ BatchNormalization (:class:`~attnzoo.keras.torch_layers.KerasBatchNorm`), Separa
 a pointwise ``nn.Conv1d/2d``), the merges of inputs of one rank (``a + b``), SpatialDropout1D, and
 Keras's LSTM and GRU that torch's cell computes as ``nn.LSTM`` / ``nn.GRU`` (a Bidirectional of two, one
 bidirectional layer) run by :func:`~attnzoo.keras.torch_layers.run_rnn`, Rescaling, Normalization, Resizing,
-CenterCrop and the random augmentations (the modules and functions of :mod:`attnzoo.keras.torch_layers`).
+CenterCrop and the random augmentations (the modules and functions of :mod:`attnzoo.keras.torch_layers`),
+and Keras's Attention and AdditiveAttention as the attnzoo layers their nodes run, with typed arguments.
 A layer with no torch form, or a call its ``write`` declines, is attnzoo's own node class, imported by name
 and called with the node protocol (:mod:`attnzoo.keras.emit.node_call`); its source is one click away.
 
