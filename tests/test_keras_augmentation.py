@@ -3,7 +3,8 @@ mode and interpolation), RandomContrast, RandomBrightness, RandomCrop, and the n
 
 Keras 3 (torch backend) is the oracle (tests/keras_augment_cases.py): its models and outputs are committed
 under tests/data/keras_augment, so the fast tier needs no Keras; the slow tier makes them again with the
-installed Keras. Geometry is exact where the factor range has zero width (Keras's transformation is then
+installed Keras. tf_keras 2.21 is the oracle of Keras 2's RandomContrast and RandomBrightness
+(tests/keras2_augment_fixture.py, committed under tests/data/keras2_augment). Geometry is exact where the factor range has zero width (Keras's transformation is then
 fixed); random settings are compared by the mean and spread of each output pixel over many draws. Nothing
 expected here comes from attnzoo.
 """
@@ -165,3 +166,56 @@ def test_keras_2_s_random_crop_crops_the_centre_at_inference():
     assert torch.equal(crop.eval()([x], {}, [None])[0][0], x[:, 1:6])
     (y,), _ = crop.train()([x], {}, [None])
     assert any(torch.equal(y, x[:, i : i + 5]) for i in range(3))
+
+
+# -- tf.keras 2's RandomContrast and RandomBrightness (tests/keras2_augment_fixture.py made the draws) ---------
+KERAS2 = ROOT / "tests" / "data" / "keras2_augment"
+
+
+def _fitted(x: np.ndarray, y: np.ndarray, kind: str) -> np.ndarray:
+    """Each image's contrast factor f (``y = (x - m) f + m``, m its per-channel mean) or brightness shift d
+    (``y = x + d``), fitted over the pixels the clip to [0, 255] left alone: [calls, batch]."""
+    kept = (y > 0.0) & (y < 255.0)
+    if kind == "shift":
+        return np.where(kept, y - x, 0.0).sum(axis=(2, 3, 4)) / kept.sum(axis=(2, 3, 4))
+    m = x.mean(axis=(1, 2), keepdims=True)
+    return np.where(kept, (y - m) * (x - m), 0.0).sum(axis=(2, 3, 4)) / np.where(kept, (x - m) ** 2, 0.0).sum(
+        axis=(2, 3, 4)
+    )
+
+
+def test_keras2_contrast_draws_one_factor_a_batch_and_brightness_one_shift_an_image_as_tf_keras_does():
+    """tf_keras 2.21: RandomContrast(0.3) scales every image of a call by one f ~ U(0.7, 1.3) and clips to
+    [0, 255]; RandomBrightness((-0.2, 0.4), value_range=(0, 255)) shifts each image by its own d ~ 255 ·
+    U(-0.2, 0.4). The converted model draws so too (its numbers are torch's), and for Keras's own f and d
+    computes Keras's outputs."""
+    io = dict(np.load(KERAS2 / "augment_draws.npz"))
+    model = convert_keras_model(KERAS2 / "augment_draws.h5")
+    x = torch.from_numpy(io["x"])
+    with torch.no_grad():
+        np.testing.assert_array_equal(model.eval()(x)[0].numpy(), io["eval_contrast"])
+        np.testing.assert_array_equal(model(x)[1].numpy(), io["eval_brightness"])
+        torch.manual_seed(0)
+        ours = [model.train()(x) for _ in range(len(io["contrast"]))]
+    draws = {
+        "keras": (_fitted(io["x"], io["contrast"], "factor"), _fitted(io["x"], io["brightness"], "shift")),
+        "ours": (
+            _fitted(io["x"], np.stack([c.numpy() for c, _ in ours]), "factor"),
+            _fitted(io["x"], np.stack([b.numpy() for _, b in ours]), "shift"),
+        ),
+    }
+    for who, (factors, shifts) in draws.items():
+        assert np.ptp(factors, axis=1).max() < 1e-4, who  # one factor for the batch
+        assert 0.7 - 1e-5 <= factors.min() < 0.8 and 1.2 < factors.max() <= 1.3 + 1e-5, who
+        assert np.ptp(shifts, axis=1).min() > 1.0, who  # a shift an image
+        assert -51.0 - 1e-3 <= shifts.min() < -30.0 and 80.0 < shifts.max() <= 102.0 + 1e-3, who
+    contrast, brightness = (model.layers[k] for k in ("contrast", "brightness"))
+    for call in range(5):  # Keras's draws replayed: a factor range of zero width is that draw
+        f, d = float(np.median(draws["keras"][0][call])), draws["keras"][1][call]
+        contrast.factor = (1.0 - f, f - 1.0)
+        torch.testing.assert_close(contrast(x), torch.from_numpy(io["contrast"][call]), rtol=1e-5, atol=2e-3)
+        for image in range(len(x)):
+            brightness.factor = (float(d[image]) / 255.0,) * 2
+            torch.testing.assert_close(
+                brightness(x[image : image + 1])[0], torch.from_numpy(io["brightness"][call, image]), atol=2e-3, rtol=0
+            )

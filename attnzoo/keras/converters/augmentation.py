@@ -151,35 +151,39 @@ def _value_range(record) -> list[float]:
     return sorted(float(v) for v in value)
 
 
-def _keras2_refusal(record, ctx) -> Converted | None:
-    """Keras 2's RandomContrast and RandomBrightness drew their factors otherwise (one per batch, no
-    value_range in some releases): the identity at inference, and training refused, as before."""
-    if ctx.major >= 3:
-        return None
-    notes = [
-        f"the identity at inference; Keras {ctx.major}'s random transformation is not converted (an error in training)"
-    ]
-    return Converted({"op": "augmentation", "keras_class": record.class_name}, {}, notes)
-
-
 @keras_layer("RandomContrast")
 def convert_random_contrast(record, arrays, ctx):
     expect_variables(arrays, 0, "RandomContrast")
-    legacy = _keras2_refusal(record, ctx)
-    if legacy is not None:
-        return legacy
-    factor = factor_range(record.config.get("factor"), "factor", (0.0, 1.0))
-    spec = {"op": "random_contrast", "factor": factor, "value_range": _value_range(record)}
+    if ctx.major < 3:  # tf.keras 2: f ~ U(1 - lower, 1 + upper) once per batch, clipped to [0, 255]
+        factor = _keras2_contrast(record.config.get("factor"))
+        spec = {"op": "random_contrast", "factor": factor, "value_range": [0.0, 255.0], "one_factor": True}
+        notes = [AUGMENT_NOTE.format("contrast") + ", one factor for the batch, clipped to [0, 255] (Keras 2's)"]
+    else:
+        factor = factor_range(record.config.get("factor"), "factor", (0.0, 1.0))
+        spec = {"op": "random_contrast", "factor": factor, "value_range": _value_range(record)}
+        notes = [AUGMENT_NOTE.format("contrast")]
     spec["channels_first"] = channels_first(record.config)
-    return Converted(spec, {}, [AUGMENT_NOTE.format("contrast")])
+    return Converted(spec, {}, notes)
+
+
+def _keras2_contrast(value: Any) -> list[float]:
+    """tf.keras 2's RandomContrast ``factor``: a number f is ``lower = upper = f``; a pair is ``(lower,
+    upper)``, neither negative, ``lower`` at most 1."""
+    pair = [value, value] if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+        raise Refused(f"factor {value!r} is not a number or a pair of numbers")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in pair):
+        raise Refused(f"factor {value!r} is not a number or a pair of finite numbers")
+    lower, upper = float(pair[0]), float(pair[1])
+    if lower < 0.0 or upper < 0.0 or lower > 1.0:
+        raise Refused(f"factor {value!r}: tf.keras 2 takes no negative values and a lower bound of at most 1")
+    return [lower, upper]
 
 
 @keras_layer("RandomBrightness")
 def convert_random_brightness(record, arrays, ctx):
+    """tf.keras 2's RandomBrightness (2.9 on) draws and clips as keras 3's: δ per image, ``value_range``."""
     expect_variables(arrays, 0, "RandomBrightness")
-    legacy = _keras2_refusal(record, ctx)
-    if legacy is not None:
-        return legacy
     factor = factor_range(record.config.get("factor"), "factor", (-1.0, 1.0))
     spec = {"op": "random_brightness", "factor": factor, "value_range": _value_range(record)}
     spec["channels_first"] = channels_first(record.config)

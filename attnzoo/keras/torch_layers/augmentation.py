@@ -85,10 +85,23 @@ class _PixelValues(KerasAugmentation):
 class KerasRandomContrast(_PixelValues):
     """``RandomContrast(factor, value_range)``: each image's distance from its per-channel mean scaled by
     f ~ U(1 - factor[0], 1 + factor[1]), clipped to ``value_range``. At inference the input as it is
-    (its dtype too)."""
+    (its dtype too). ``one_factor``: Keras 2's, one f for the whole batch (``tf.image.random_contrast``);
+    its ``value_range`` is [0, 255], fixed."""
+
+    def __init__(
+        self,
+        *,
+        factor: list[float],
+        value_range: list[float],
+        channels_first: bool = False,
+        one_factor: bool = False,
+    ) -> None:
+        super().__init__(factor=factor, value_range=value_range, channels_first=channels_first)
+        self.one_factor = one_factor
 
     def transform(self, images):
-        f = uniform_draws(images.shape[0], (1.0 - self.factor[0], 1.0 + self.factor[1]), images).to(images.dtype)
+        bounds = (1.0 - self.factor[0], 1.0 + self.factor[1])
+        f = uniform_draws(1 if self.one_factor else images.shape[0], bounds, images).to(images.dtype)
         mean = images.mean(dim=1, keepdim=True).mean(dim=2, keepdim=True)  # Keras's order: rows, then columns
         return ((images - mean) * f.view(-1, 1, 1, 1) + mean).clamp(*self.value_range)
 
