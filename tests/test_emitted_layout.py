@@ -50,8 +50,8 @@ STATEMENTS = {
     "separable_conv2d.movedim(-1, 1)).movedim(1, -1)",
     "operator": "a_fairly_long_target_name_here_and_more = masking_output_values_long * "
     "mask_values.unsqueeze(-1).to(d)",
-    "unpack": "(global_average_pooling1d, *_), (_, *_) = layers.global_average_pooling1d([bidirectional], {}, "
-    "[bidirectional_mask])",
+    "unpack": "global_average_pooling1d, _ = layers.global_average_pooling1d.keras_call(bidirectional, "
+    "input_mask=bidirectional_mask)",
     "returns": "return (dense_output_one, dense_output_two, dense_output_three, dense_output_four, dense_five)",
     "string": 'x = "' + "a long string with (brackets), commas, and [more] " * 3 + '"',
 }

@@ -4,9 +4,9 @@ mode and interpolation), RandomContrast, RandomBrightness, RandomCrop, and the n
 Keras 3 (torch backend) is the oracle (tests/keras_augment_cases.py): its models and outputs are committed
 under tests/data/keras_augment, so the fast tier needs no Keras; the slow tier makes them again with the
 installed Keras. tf_keras 2.21 is the oracle of Keras 2's RandomContrast and RandomBrightness
-(tests/keras2_augment_fixture.py, committed under tests/data/keras2_augment). Geometry is exact where the factor range has zero width (Keras's transformation is then
-fixed); random settings are compared by the mean and spread of each output pixel over many draws. Nothing
-expected here comes from attnzoo.
+(tests/keras2_augment_fixture.py, committed under tests/data/keras2_augment). Geometry is exact where the
+factor range has zero width (Keras's transformation is then fixed); random settings are compared by the
+mean and spread of each output pixel over many draws. Nothing expected here comes from attnzoo.
 """
 
 from __future__ import annotations

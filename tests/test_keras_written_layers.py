@@ -600,7 +600,7 @@ def test_a_softmax_of_a_masked_input_keeps_its_node_and_a_relu_and_a_layer_norm_
     model = attnzoo.create("keras_model", graph=graph)
     source = model.to_source()
     assert 'self.layers["softmax"] = Softmax(' in source and "torch.where(" in source and "nn.LayerNorm(3" in source
-    assert "layers.softmax([norm], {}, [masking_mask])" in source  # the mask the ReLU and the norm pass on
+    assert "layers.softmax.keras_call(norm, input_mask=masking_mask)" in source  # the ReLU and the norm pass it on
     x = torch.randn(2, 4, 3)
     x[0, 1] = 0.0  # a masked step
     with torch.no_grad():

@@ -88,6 +88,21 @@ class Node(nn.Module):
         y = self.compute(x, first)
         return [y], [self.output_mask(x, first)]
 
+    def keras_call(self, *args: Any, input_mask: Any = None, outputs: int = 1, **kwargs: Any) -> Any:
+        """The node as the emitted module calls one that computes on more than one tensor or makes masks of
+        its own rules: Keras's call with typed arguments, ``node.keras_call(x, input_mask=x_mask,
+        padding_mask=p)`` -> ``(output, output_mask)``.
+
+        ``args`` are the call's arguments as Keras takes them (a merge's list of tensors is one argument),
+        ``input_mask`` the Keras masks of ``args`` (for one argument its mask, a list for a list argument;
+        for several, a tuple of one per argument), ``kwargs`` the call's keyword arguments. ``outputs=n``
+        (n > 1) returns the first n outputs and their masks as two tuples."""
+        masks = [input_mask] if len(args) == 1 else list(input_mask or [None] * len(args))
+        out, out_masks = self(list(args), kwargs, masks)
+        if outputs == 1:
+            return out[0], out_masks[0] if out_masks else None
+        return tuple(out[:outputs]), tuple([*out_masks, *[None] * outputs][:outputs])
+
     def compute(self, x: Tensor, mask: Tensor | None) -> Tensor:
         raise NotImplementedError
 

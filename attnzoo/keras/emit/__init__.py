@@ -19,7 +19,9 @@ bidirectional layer) run by :func:`~attnzoo.keras.torch_layers.run_rnn`, Rescali
 CenterCrop and the random augmentations (the modules and functions of :mod:`attnzoo.keras.torch_layers`),
 and Keras's Attention and AdditiveAttention as the attnzoo layers their nodes run, with typed arguments.
 A layer with no torch form, or a call its ``write`` declines, is attnzoo's own node class, imported by name
-and called with the node protocol (:mod:`attnzoo.keras.emit.node_call`); its source is one click away.
+and called with typed tensors and keywords (``y = layers.x(x, mask=x_mask)``, or
+``y, y_mask = layers.x.keras_call(a, input_mask=a_mask, padding_mask=p)`` for a node of its own mask rules:
+:mod:`attnzoo.keras.emit.node_call`); its source is one click away.
 
 The emitted module imports only torch and attnzoo, and passes ``ruff check --isolated`` (import sorting
 too) and ``ruff format --check``: each statement is laid out by :mod:`attnzoo.keras.code_lines`. A layer

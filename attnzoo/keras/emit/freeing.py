@@ -37,7 +37,7 @@ def without_unread(
         found = names_in(line)
         if found and found[0][0] in unread and found[0][1] == 0 and line.startswith(f"{found[0][0]} = "):
             continue
-        if line.startswith("("):
+        if line.startswith("(") or ", " in line.split(" = ", 1)[0]:  # a tuple's places: ``(a, *_)``, ``a, b``
             for name, start, end in reversed(found):  # one line each: offsets into it, replaced from the end
                 if name in unread:
                     line = line[:start] + "_" + line[end:]

@@ -1,8 +1,8 @@
 """The node call: a layer with no torch form (or a call its ``write`` declines) is its attnzoo node class,
 imported by name and declared with its arguments as literals. A class that keeps the node's own ``forward``,
 called with one tensor, is called as a torch layer is: ``y = layers.x(x)`` (``mask=x_mask`` where the tensor
-has one); any other with the node protocol (:mod:`attnzoo.keras.nodes`):
-``(outputs), (masks) = layers.x([args], {kwargs}, [masks])``."""
+has one); any other through :meth:`Node.keras_call <attnzoo.keras.nodes.Node.keras_call>`, typed:
+``out, out_mask = layers.x.keras_call(a, b, input_mask=(a_mask, b_mask), padding_mask=p)``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,11 @@ from attnzoo.keras.emit.draft import PLAIN_NAME, Draft, is_ref, layer_reference,
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node
 from attnzoo.keras.nodes import NODES, Node
 
-__all__ = ["node_call", "rule_mask", "keras_of", "constructor_arguments", "UNKNOWN"]
+__all__ = ["node_call", "rule_mask", "keras_of", "constructor_arguments", "UNKNOWN", "KERAS_CALL_OWN"]
+
+# Node.keras_call's own parameters: a call with a Keras keyword argument of one of these names is written
+# with the node protocol
+KERAS_CALL_OWN = frozenset({"input_mask", "outputs"})
 
 UNKNOWN = object()  # a node's output mask that only running it tells
 
@@ -49,7 +53,9 @@ def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pl
         given["mask"] = kwargs["mask"]
     keyword_masks = {k: d.mask_of.get(d.expression(kwargs[k])) for k in plan.keyword}
     masks_text = _Code("{" + ", ".join(f"{literal(k)}: {v}" for k, v in keyword_masks.items()) + "}")
-    node_kwargs = kwargs_for_node(plan, given, masks_text if keyword_masks else {})
+    # a keyword tensor's mask that is None everywhere is as good as none given
+    some = any(m is not None for m in keyword_masks.values())
+    node_kwargs = kwargs_for_node(plan, given, masks_text if some else {})
     cls = NODES[spec["op"]]
     d.uses(cls.__module__, cls.__name__)
     declaration = f"self.layers[{literal(key)}] = {cls.__name__}({constructor_arguments(d, cls, spec)})"
@@ -58,23 +64,18 @@ def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pl
     arg_masks = first_masks(plan, d.mask(call["args"]), d.expression)
     if _typed_call(d, key, spec, cls, call, arg_masks):
         return
-    args, masks = d.expression(call["args"]), _masks_text(arg_masks)
     outputs = d.outputs(call["id"], d.counts.get(call["id"], 1), keras_of(spec).get("name", key))
     mask_names = [d.mask_variable(name) for name in outputs]
     d.unpacked.update(outputs)
     d.unsure.update(mask_names)  # unless _known_mask says which it is
-    targets = ", ".join([*outputs, "*_"])  # outputs nothing reads (an RNN's unused states) go to _
-    mask_targets = ", ".join([*mask_names, "*_"])
-    callee = layer_reference(key)
-    call_text = f"{callee}({args}, {_kwargs_text(d, node_kwargs)}, {masks})"
-    if len(f"        ({targets}), ({mask_targets}) = {callee}(") <= WIDTH:
-        d.body.append(f"({targets}), ({mask_targets}) = {call_text}")
-    else:  # long names: what the call returns first, then a line per tensor, so no line is longer than ruff's
-        returned = identifier("returned", d.used)
-        d.returned.add(returned)
-        d.body.append(f"{returned} = {call_text}")
-        for i, (name, mask_name) in enumerate(zip(outputs, mask_names, strict=True)):
-            d.body += [f"{name} = {returned}[0][{i}]", f"{mask_name} = {returned}[1][{i}]"]
+    if set(node_kwargs) & KERAS_CALL_OWN or not isinstance(call["args"], list):  # a Keras keyword keras_call
+        # takes itself (a layer's own ``outputs=``), or arguments that are not a list: the node protocol
+        callee = layer_reference(key)
+        arguments = f"{d.expression(call['args'])}, {_kwargs_text(d, node_kwargs)}, {_masks_text(arg_masks)}"
+        outputs_text, masks_text = ", ".join([*outputs, "*_"]), ", ".join([*mask_names, "*_"])
+        d.body.append(f"({outputs_text}), ({masks_text}) = {callee}({arguments})")
+    else:
+        _keras_call(d, key, call["args"], arg_masks, node_kwargs, outputs, mask_names)
     known = _known_mask(d, cls, arg_masks)
     for name, mask_name in zip(outputs, mask_names, strict=True):
         d.mask_of[name] = mask_name if known is UNKNOWN else known
@@ -171,8 +172,61 @@ def _inner_layer(d: Draft, spec: Any) -> str:
     return f"{cls.__name__}({constructor_arguments(d, cls, spec)})"
 
 
+def _keras_call(
+    d: Draft,
+    key: str,
+    args: list[Any],
+    masks: list[Any],
+    kwargs: dict[str, Any],
+    outputs: list[str],
+    mask_names: list[str],
+) -> None:
+    """``out, out_mask = layers.x.keras_call(args..., input_mask=..., keyword=...)`` (two tuples for more
+    than one output read)."""
+    callee = f"{layer_reference(key)}.keras_call"
+    arguments = _call_arguments(d, args, masks, kwargs, len(outputs))
+    if len(outputs) == 1:
+        targets = f"{outputs[0]}, {mask_names[0]}"
+    else:
+        targets = f"({', '.join(outputs)}), ({', '.join(mask_names)})"
+    if len(f"        {targets} = {callee}(") <= WIDTH:
+        d.body.append(f"{targets} = {callee}({arguments})")
+    else:  # long names: what the call returns first, then a line per tensor, so no line is longer than ruff's
+        returned = identifier("returned", d.used)
+        d.returned.add(returned)
+        d.body.append(f"{returned} = {callee}({arguments})")
+        for i, (name, mask_name) in enumerate(zip(outputs, mask_names, strict=True)):
+            at = "" if len(outputs) == 1 else f"[{i}]"
+            d.body += [f"{name} = {returned}[0]{at}", f"{mask_name} = {returned}[1]{at}"]
+
+
 def _kwargs_text(d: Draft, kwargs: dict[str, Any]) -> str:
     parts = []
     for k, v in kwargs.items():
         parts.append(f"{literal(k)}: {v if isinstance(v, _Code) else d.expression(v)}")
     return "{" + ", ".join(parts) + "}"
+
+
+def _call_arguments(d: Draft, args: list[Any], masks: list[Any], kwargs: dict[str, Any], outputs: int) -> str:
+    """The arguments of :meth:`Node.keras_call <attnzoo.keras.nodes.Node.keras_call>`: the call's arguments,
+        ``input_mask=`` where one of their masks is not None (one argument's mask, or a tuple of one per
+        argument), the keyword arguments (a key that is not a plain name in a ``**{...}`` literal, so no key of
+        the file is ever written as code), and ``outputs=`` where more than one is read. (A keyword of
+    keras_call's own names never reaches here: :data:`KERAS_CALL_OWN`.)"""
+    parts = [d.expression(a) for a in args]
+    if any(text != "None" for text in map(_masks_text, _leaves(masks))):
+        given = _masks_text(masks[0]) if len(masks) == 1 else "(" + ", ".join(map(_masks_text, masks)) + ")"
+        parts.append(f"input_mask={given}")
+    plain, other = [], []
+    for k, v in kwargs.items():
+        value = v if isinstance(v, _Code) else d.expression(v)
+        if plain_keyword(k):
+            plain.append(f"{k}={value}")
+        else:
+            other.append(f"{literal(k)}: {value}")
+    parts += plain + ([f"**{{{', '.join(other)}}}"] if other else [])
+    return ", ".join(parts + ([f"outputs={outputs}"] if outputs > 1 else []))
+
+
+def _leaves(value: Any) -> list[Any]:
+    return [leaf for item in value for leaf in _leaves(item)] if isinstance(value, list) else [value]
