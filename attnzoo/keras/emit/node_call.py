@@ -183,7 +183,13 @@ def _keras_call(
 ) -> None:
     """``out, out_mask = layers.x.keras_call(args..., input_mask=..., keyword=...)`` (two tuples for more
     than one output read)."""
-    callee = f"{layer_reference(key)}.keras_call"
+    reference = layer_reference(key)
+    if len(reference) > 40:  # a long key (a nested model's path) is bound first, as Writer.declare binds it:
+        # ruff would split the call's line at the key's brackets
+        bound = identifier("layer", d.used)
+        d.body.append(f"{bound} = {reference}")
+        reference = bound
+    callee = f"{reference}.keras_call"
     arguments = _call_arguments(d, args, masks, kwargs, len(outputs))
     if len(outputs) == 1:
         targets = f"{outputs[0]}, {mask_names[0]}"
