@@ -10,17 +10,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
     # one thread a worker (and for what it starts): workers fill the cores, and threads on top of them
     # would only fight over the same cores
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
+    # and one inductor cache a worker, kept between runs: two workers compiling into one cache at once
+    # is the suspect in the one compile failure CI has shown (han's KeyError 'buf1', gone on every rerun)
+    os.environ.setdefault(
+        "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"attnzoo-inductor-{os.getuid()}-{WORKER}")
+    )
 
 
 @pytest.fixture(autouse=True)

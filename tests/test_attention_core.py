@@ -599,3 +599,27 @@ def test_attend_heads_says_what_it_expected():
         layer.attend_heads(q, kv, kv, torch.ones(1, 1, 3, 5))
     with pytest.raises(ValueError, match="q_positions"):
         layer.attend_heads(q, kv, kv, q_positions=torch.arange(5))
+
+
+def test_the_compile_property_blames_the_variant_only_for_an_error_that_stays_with_torchs_caches_off(monkeypatch):
+    attempts = []
+
+    def flaky_compile(model):  # the first compile fails the way a stale or raced cache entry does
+        attempts.append(torch.compiler.config.force_disable_caches)
+        if len(attempts) == 1:
+            raise KeyError("buf1")
+        return model
+
+    monkeypatch.setattr(torch, "compile", flaky_compile)
+    PROPERTIES["compile"].check(_subject(Attention))
+    assert attempts == [False, True]
+
+    def broken_compile(model):
+        attempts.append(torch.compiler.config.force_disable_caches)
+        raise KeyError("buf1")
+
+    attempts.clear()
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    with pytest.raises(Failure, match="raised KeyError: 'buf1'; compiled again with torch's caches off, it raised"):
+        PROPERTIES["compile"].check(_subject(Attention))
+    assert attempts == [False, True]

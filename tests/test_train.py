@@ -181,7 +181,7 @@ def test_ddp_with_two_processes_takes_the_same_steps(tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        "--master_port=29541",
+        "--standalone",  # a free port of its own: a fixed one may still be held by an earlier run
         "-m",
         "attnzoo",
     ]

@@ -252,7 +252,8 @@ def _cli(args: list[str], runner: list[str] | None = None) -> dict:
     return json.loads(proc.stdout[proc.stdout.index("{") :]) if "{" in proc.stdout else {}
 
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29543", "-m", "attnzoo"]
+# --standalone: the ranks meet on a free port of their own (a fixed one may still be held by the run before)
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "attnzoo"]
 
 
 @pytest.mark.slow
