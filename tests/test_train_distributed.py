@@ -4,6 +4,7 @@ with gloo ending where one process ends."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -190,6 +191,45 @@ def test_the_fp16_step_unscales_the_gradients_before_clipping_and_stepping():
     assert model.weight.dtype == torch.float32
     torch.testing.assert_close(model.weight.detach(), before - 0.1 * clipped, rtol=0, atol=2e-3)
     assert stepper.scaler.get_scale() == 65536.0  # no overflow: the scale is kept
+
+
+@pytest.mark.parametrize("has_bfloat16", [True, False])
+def test_a_bf16_step_with_an_lstm_runs_whether_or_not_the_cpus_onednn_has_bfloat16(monkeypatch, has_bfloat16):
+    """On an x86 CPU without AVX-512 torch's autocast sends the LSTM to oneDNN, which cannot build it in
+    bfloat16 (CI's AMD EPYC); the step turns oneDNN off there. Either way the step is SGD's w - lr * g, with
+    g the float32 gradient up to bfloat16's rounding."""
+    from attnzoo.train import steps
+
+    if has_bfloat16 and not steps._onednn_computes_bfloat16():
+        pytest.skip("this CPU's oneDNN has no bfloat16: the step oneDNN would run fails inside torch")
+    monkeypatch.setattr(steps, "_onednn_computes_bfloat16", lambda: has_bfloat16)
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 8, batch_first=True)
+    x = torch.randn(3, 5, 4)
+    seen = {}
+
+    class Task:
+        def loss(self, model, batch, label_smoothing=0.0):
+            seen["onednn"] = torch.backends.mkldnn.enabled
+            seen["autocast"] = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+            out = model(batch["x"])[0]
+            seen["lstm"] = out.dtype
+            return out.float().pow(2).mean()
+
+    reference = copy.deepcopy(lstm)
+    reference(x)[0].pow(2).mean().backward()
+    expected = [p.detach() - 0.1 * p.grad for p in reference.parameters()]
+    stepper = steps.Stepper(
+        Task(), lstm, torch.optim.SGD(lstm.parameters(), lr=0.1), device=torch.device("cpu"), precision="bf16"
+    )
+    stepper.step([({"x": x}, 1.0)])
+    assert (seen["onednn"], seen["autocast"]) == (has_bfloat16 and torch.backends.mkldnn.enabled, torch.bfloat16)
+    if not has_bfloat16:
+        assert seen["lstm"] == torch.float32  # torch's own LSTM, which autocast leaves in float32
+    for got, want in zip(lstm.parameters(), expected, strict=True):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.detach(), want, rtol=0, atol=1e-3)
+    assert torch.backends.mkldnn.enabled  # switched back on after the step
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "two"])

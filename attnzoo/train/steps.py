@@ -4,7 +4,9 @@
 
 * ``fp32``: as the weights are;
 * ``bf16``: the forward pass (and the loss) under ``torch.autocast`` in bfloat16, on CUDA and on the CPU
-  (refused on a GPU without bfloat16: before Ampere);
+  (refused on a GPU without bfloat16: before Ampere). On a CPU whose oneDNN has no bfloat16 kernels
+  (x86 without AVX-512), oneDNN is switched off for the forward pass: autocast would still send the LSTM
+  there, and oneDNN fails to build it; torch's own kernels run instead (the LSTM in float32);
 * ``fp16``: autocast in float16, the loss scaled by torch's ``GradScaler`` (float16 gradients underflow
   without it; a step whose gradients overflow is skipped and the scale lowered); CUDA only (the CPU's
   autocast has no float16 LSTM).
@@ -54,6 +56,14 @@ def check_precision(precision: Any, device: torch.device) -> str:
     return precision
 
 
+def _onednn_computes_bfloat16() -> bool:
+    """Whether this CPU's oneDNN has bfloat16 kernels (x86: AVX-512; Arm: its BF16 instructions)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
+
+
 def _on(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
@@ -86,7 +96,11 @@ class Stepper:
     def autocast(self):
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        stack = contextlib.ExitStack()
+        if self.device.type == "cpu" and self.dtype == torch.bfloat16 and not _onednn_computes_bfloat16():
+            stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
+        stack.enter_context(torch.autocast(self.device.type, dtype=self.dtype))
+        return stack
 
     def step(self, passes: list[tuple[dict[str, Any], float]]) -> float:
         """One optimizer step over the passes; returns this rank's part of the step's mean loss
