@@ -92,12 +92,14 @@ class Stepper:
         self.dtype = PRECISIONS[precision]
         self.clip, self.smoothing, self.world = clip, smoothing, world
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        # asked once: the CPU does not change between passes
+        self.onednn_off = device.type == "cpu" and self.dtype == torch.bfloat16 and not _onednn_computes_bfloat16()
 
     def autocast(self):
         if self.dtype is None:
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        if self.device.type == "cpu" and self.dtype == torch.bfloat16 and not _onednn_computes_bfloat16():
+        if self.onednn_off:
             stack.enter_context(torch.backends.mkldnn.flags(enabled=False))
         stack.enter_context(torch.autocast(self.device.type, dtype=self.dtype))
         return stack
