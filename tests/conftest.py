@@ -17,6 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# torchrun with two processes on this machine; --standalone: the ranks meet on a free port of their own (a fixed
+# one may still be held by the run before)
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "attnzoo"]
+
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 if WORKER:
     # one thread a worker (and for what it starts): workers fill the cores, and threads on top of them

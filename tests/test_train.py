@@ -17,7 +17,7 @@ from attnzoo.io.text import Vocabulary, pad_batch, tokenize
 from attnzoo.train import metrics, sources
 from attnzoo.train.splits import group_key, split_indices
 
-from .conftest import ROOT, require_data
+from .conftest import ROOT, TORCHRUN, require_data
 
 
 def need_wordnet():
@@ -176,16 +176,7 @@ def test_resume_continues_exactly(tmp_path):
 def test_ddp_with_two_processes_takes_the_same_steps(tmp_path):
     need_wordnet()
     single = _train(["--output", str(tmp_path / "one")])
-    runner = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        "--standalone",  # a free port of its own: a fixed one may still be held by an earlier run
-        "-m",
-        "attnzoo",
-    ]
-    double = _train(["--output", str(tmp_path / "two")], runner=runner)
+    double = _train(["--output", str(tmp_path / "two")], runner=TORCHRUN)
     assert double["world_size"] == 2 and single["world_size"] == 1
     for key in ("micro_f1", "macro_f1"):
         assert double["test"][key] == pytest.approx(single["test"][key], abs=2e-3)

@@ -17,7 +17,7 @@ import torch
 from attnzoo.errors import ConfigError
 from attnzoo.train import distributed, sources
 
-from .conftest import ROOT, require_data
+from .conftest import ROOT, TORCHRUN, require_data
 
 
 def need_wordnet():
@@ -290,10 +290,6 @@ def _cli(args: list[str], runner: list[str] | None = None) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout[proc.stdout.index("{") :]) if "{" in proc.stdout else {}
-
-
-# --standalone: the ranks meet on a free port of their own (a fixed one may still be held by the run before)
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "-m", "attnzoo"]
 
 
 @pytest.mark.slow
