@@ -162,7 +162,7 @@ def test_the_ids_each_input_takes_are_bounded_through_nested_models_and_keras_hu
 
 def test_keras_hub_s_layers_and_preprocessing_are_not_taken_for_models():
     """Only a Backbone or task model is unwrapped; a tokenizer or a modelling layer stays a layer."""
-    from attnzoo.keras.hub_models import is_keras_hub_model
+    from attnzoo.keras.hub_families import is_keras_hub_model
 
     assert is_keras_hub_model({"module": "keras_hub.src.models.gpt2.gpt2_backbone", "class_name": "GPT2Backbone"})
     assert is_keras_hub_model({"registered_name": "keras_hub>BertBackbone", "class_name": "BertBackbone"})

@@ -36,6 +36,13 @@ def attnzoo_register_keras_layers(register: Any) -> None:
 
 
 @hookspec
+def attnzoo_register_keras_hub_models(register: Any) -> None:
+    """Add keras-hub model classes the Keras converter rebuilds: ``register(class_name, model)``, where
+    ``model`` is an ``attnzoo.keras.hub_families.HubModel`` (the builder of the class's functional graph from
+    its constructor's arguments, its family and kind; see docs/contributing.md)."""
+
+
+@hookspec
 def attnzoo_register_commands(register: Any) -> None:
     """Add verbs to the ``attnzoo`` command: ``register(name, run, *, help="", arguments=None)``, where
     ``arguments(parser)`` adds the verb's arguments to its ``argparse`` parser and ``run(args)`` runs it and

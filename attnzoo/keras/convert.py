@@ -34,7 +34,7 @@ from attnzoo.io.text import printable
 from attnzoo.keras.converters.ops import OPERATION_NAMES
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
-from attnzoo.keras.hub_models import is_keras_hub_model
+from attnzoo.keras.hub_families import is_keras_hub_model
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.model import KerasModel
 from attnzoo.keras.nodes import INTEGER_DTYPES
@@ -235,12 +235,29 @@ def build_graph(
     }
     if is_keras_hub_model(file.config):  # the task or Backbone class the graph was rebuilt for (generate reads it)
         config["keras_hub_class"] = str(file.config["class_name"])
+        config["keras_hub_config"] = _backbone_arguments(file.config)
     # a dict of inputs or outputs, or nested lists: the structure the converted model takes and returns
     if graph.input_structure is not None:
         config["input_structure"] = graph.input_structure
     if graph.output_structure is not None:
         config["output_structure"] = graph.output_structure
     return config, state, report
+
+
+def _backbone_arguments(record: dict[str, Any]) -> dict[str, Any]:
+    """A keras-hub model's backbone constructor arguments that are plain values (sizes, epsilons, rope
+    settings; a task's from its nested backbone record): what the Hugging Face door and decoding read."""
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    backbone = config.get("backbone")
+    if isinstance(backbone, dict) and isinstance(backbone.get("config"), dict):
+        config = backbone["config"]
+
+    def plain(value: Any) -> bool:
+        if isinstance(value, list):
+            return len(value) <= 64 and all(plain(item) for item in value)
+        return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < 200)
+
+    return {str(key): value for key, value in config.items() if isinstance(key, str) and plain(value)}
 
 
 def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:

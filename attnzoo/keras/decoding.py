@@ -1,8 +1,9 @@
 """Decoding a converted keras-hub causal LM token by token on attnzoo's KV cache: :func:`generate`
 (``KerasModel.generate``), and the protocol its nodes follow.
 
-Which models decode: those converted from a keras-hub task whose class is in :data:`CAUSAL_LMS`
-(``graph["keras_hub_class"]``, written by the conversion). Their inputs are keras-hub's ``token_ids`` and
+Which models decode: those converted from a keras-hub task registered as a causal LM
+(:func:`causal_lms`: a family's ``causal_lm``, :mod:`attnzoo.keras.hub_families`; ``graph["keras_hub_class"]``,
+written by the conversion, names it). Their inputs are keras-hub's ``token_ids`` and
 ``padding_mask`` and their one output the logits [B, T, vocabulary]. Any other model's ``generate`` is a
 ``ConfigError`` naming the classes that decode.
 
@@ -40,11 +41,15 @@ import torch
 from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
+from attnzoo.keras.hub_families import hub_models
 
-__all__ = ["CAUSAL_LMS", "DecodingStep", "decoding", "generate"]
+__all__ = ["causal_lms", "DecodingStep", "decoding", "generate"]
 
-# keras-hub task classes whose converted graphs decode (every node in them that mixes positions takes part)
-CAUSAL_LMS = {"GPT2CausalLM", "LlamaCausalLM"}
+
+def causal_lms() -> list[str]:
+    """The keras-hub task classes whose converted graphs decode (every node in them that mixes positions
+    takes part), sorted: the families' causal LMs, attnzoo's and the plugins'."""
+    return sorted(name for name, model in hub_models().items() if model.kind == "causal_lm")
 
 
 @dataclass
@@ -74,8 +79,9 @@ def decoding(model: nn.Module, batch_size: int) -> Iterator[DecodingStep]:
 def _check_model(model: Any) -> tuple[str, str]:
     graph = getattr(model, "graph", None)
     kind = graph.get("keras_hub_class") if isinstance(graph, dict) else None
-    names = ", ".join(sorted(CAUSAL_LMS))
-    if kind not in CAUSAL_LMS:
+    decoding = causal_lms()
+    names = ", ".join(decoding)
+    if kind not in decoding:
         what = f"a keras-hub {kind}" if kind else f"the Keras model {str(graph.get('name', '?'))[:60]!r}"
         raise ConfigError(
             f"generate decodes converted keras-hub causal LMs ({names}); this model is {what}, which does "

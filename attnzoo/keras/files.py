@@ -397,7 +397,7 @@ def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
     where a task saved it (task.json) and attnzoo rebuilds that task, its head holding no weights of its own
     (no task.weights.h5: a causal LM's), the task, whose backbone's layers model.weights.h5 holds at its root.
     The Keras version is metadata.json's."""
-    from attnzoo.keras.hub_models import BUILDERS
+    from attnzoo.keras.hub_families import hub_model_of
 
     version = ""
     if (folder / "metadata.json").is_file() and (folder / "metadata.json").stat().st_size < MAX_CONFIG_BYTES:
@@ -409,7 +409,7 @@ def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
         config = _parse_config(task.read_bytes(), str(task), "task.json")
         backbone = config["config"].get("backbone")
         name = backbone.get("config", {}).get("name") if isinstance(backbone, dict) else None
-        if config.get("registered_name") in BUILDERS and isinstance(name, str):
+        if hub_model_of(config) is not None and isinstance(name, str):
             given = Path(weights) if weights is not None else folder / "model.weights.h5"
             return _read_json(task, given, at_root=name, version=version)
     if task.is_file():  # a task attnzoo does not read from a folder: never its backbone alone, unasked

@@ -30,7 +30,7 @@ from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.files import LayerPath
-from attnzoo.keras.hub_models import unwrap
+from attnzoo.keras.hub_families import unwrap
 from attnzoo.keras.not_a_graph import not_a_graph
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
 from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, known_inputs, layer_structure

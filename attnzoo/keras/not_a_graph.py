@@ -1,6 +1,6 @@
 """Why a saved Keras model that is neither Sequential nor functional is not converted, and what to do: a
 subclassed model (no graph in its file), or a keras-hub object that is neither a model attnzoo rebuilds
-(:mod:`attnzoo.keras.hub_models`) nor a graph.
+(:mod:`attnzoo.keras.hub_families`) nor a graph.
 """
 
 from __future__ import annotations

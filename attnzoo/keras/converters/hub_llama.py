@@ -1,4 +1,6 @@
-"""keras-hub's Llama layers, converted without keras-hub: ``LlamaLayerNorm`` and ``LlamaTransformerDecoder``.
+"""keras-hub's Llama family: ``LlamaBackbone`` and ``LlamaCausalLM`` rebuilt from their arguments
+(:func:`llama_graph`), and their layers converted without keras-hub: ``LlamaLayerNorm`` and
+``LlamaTransformerDecoder``.
 
 * ``LlamaLayerNorm`` (RMSNorm): x [..., D] -> ``x · rsqrt(mean(x², -1) + ε) · scale``, computed in float32;
   written as ``nn.RMSNorm(D, eps=ε)``.
@@ -26,15 +28,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import as_tensor, expect_variables
 from attnzoo.keras.codegen import literal
 from attnzoo.keras.emit import Writer
 from attnzoo.keras.emit.checks import plain
+from attnzoo.keras.hub_families import keras_hub_model
+from attnzoo.keras.hub_graph import HubGraph, number, positive, tensor
 from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.kv_cache import KVCache
 
-__all__ = ["HubRMSNorm", "HubLlamaDecoder", "rotate"]
+__all__ = ["HubRMSNorm", "HubLlamaDecoder", "rotate", "llama_graph"]
 
 
 def _rms(x: Tensor, weight: Tensor, epsilon: float) -> Tensor:
@@ -231,3 +236,47 @@ def convert_llama_decoder(record, arrays, ctx):
         "down.weight": as_tensor(down.T),
     }
     return Converted(spec, state, ["keras-hub LlamaTransformerDecoder: RMSNorm, grouped-query attention, SwiGLU"])
+
+
+# -- the family's models -----------------------------------------------------------------------------------
+_LLAMA_MODULE = "keras_hub.src.models.llama"
+
+
+@keras_hub_model("LlamaBackbone", family="llama", causal_lm="LlamaCausalLM")
+def llama_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``LlamaBackbone``: token ids, padding mask -> ``token_embedding`` (``ReversibleEmbedding``, untied
+    unless ``tie_word_embeddings``) -> ``num_layers`` ``LlamaTransformerDecoder`` layers (masked by
+    ``padding_mask`` as ``decoder_padding_mask``) -> ``sequence_output_layernorm`` (RMSNorm) -> [B, T, D].
+    ``LlamaCausalLM``: that graph, then the embedding's reverse call for the logits."""
+    g = HubGraph(config.get("dtype"))
+    hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_query_heads", where)
+    groups = positive(config, "num_key_value_heads", where)
+    if hidden % heads or heads % groups:
+        raise WeightsError(
+            f"{where}: hidden_dim {hidden}, {heads} query heads and {groups} key/value heads do not divide"
+        )
+    tokens, padding = g.input("token_ids"), g.input("padding_mask")
+    tied = bool(config.get("tie_word_embeddings", False))
+    embedding = {"input_dim": positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": tied}
+    x = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor(tokens)])
+    epsilon = number(config, "layer_norm_epsilon", where, 1e-6)
+    settings = {key: config.get(key) for key in config if key.startswith("rope_")}
+    settings.update(
+        intermediate_dim=positive(config, "intermediate_dim", where),
+        num_query_heads=heads,
+        num_key_value_heads=groups,
+        layer_norm_epsilon=epsilon,
+        dropout=number(config, "dropout", where, 0.0),
+    )
+    for i in range(positive(config, "num_layers", where)):
+        x = g.hub_layer(
+            "LlamaTransformerDecoder",
+            f"transformer_layer_{i}",
+            settings,
+            [tensor(x)],
+            f"{_LLAMA_MODULE}.llama_decoder",
+            decoder_padding_mask=tensor("padding_mask"),
+        )
+    norm = f"{_LLAMA_MODULE}.llama_layernorm"
+    x = g.hub_layer("LlamaLayerNorm", "sequence_output_layernorm", {"epsilon": epsilon}, [tensor(x)], norm)
+    return g.functional(str(config.get("name", "llama_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)

@@ -1,4 +1,5 @@
-"""keras-hub's ViT layers, converted without keras-hub: ``ViTPatchingAndEmbedding`` and ``ViTEncoder``.
+"""keras-hub's ViT family: ``ViTBackbone`` rebuilt from its arguments, and its layers converted without
+keras-hub: ``ViTPatchingAndEmbedding`` and ``ViTEncoder``.
 
 * ``ViTPatchingAndEmbedding``: images [B, H, W, C] (channels last, as Keras) -> patches of ph x pw by a
   ``Conv2d`` of stride = kernel = patch -> [B, N, D] (row by row), the class token first where the model
@@ -8,7 +9,7 @@
   ``key_dim = D / heads`` (softmax(q kᵀ / √key_dim) v, no mask) -> a final layer norm -> [B, N, D].
 
 Both are registered under keras-hub's names (``keras_hub>ViTEncoder``); the graph of a ``ViTBackbone`` is
-rebuilt from its arguments (:mod:`attnzoo.keras.hub_models`).
+rebuilt from its arguments (:func:`vit_graph`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import as_tensor
+from attnzoo.keras.hub_families import keras_hub_model
+from attnzoo.keras.hub_graph import HubGraph, positive, tensor
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["HubViTEmbedding", "HubViTEncoder"]
+__all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph"]
 
 
 class HubViTEmbedding(Node):
@@ -218,3 +222,29 @@ def convert_vit_encoder(record, arrays, ctx):
         "attention_dropout": float(c.get("attention_dropout", 0.0) or 0.0),
     }
     return Converted(spec, state, [f"keras-hub ViTEncoder: {layers} pre-norm blocks of SDPA and an exact-gelu MLP"])
+
+
+# -- the family's model ------------------------------------------------------------------------------------
+@keras_hub_model("ViTBackbone", family="vit")
+def vit_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``ViTBackbone``: images [B, H, W, C] -> ``vit_patching_and_embedding`` (patches, class token,
+    positions) -> ``vit_encoder`` (pre-norm blocks, final layer norm) -> [B, N (+1), D]."""
+    g = HubGraph(config.get("dtype"))
+    shape, patch = config.get("image_shape"), config.get("patch_size")
+    patch = [patch, patch] if isinstance(patch, int) else patch
+    if config.get("data_format") not in (None, "channels_last"):
+        raise WeightsError(f"{where}: data_format {config.get('data_format')!r}; attnzoo converts channels_last only")
+    ok = isinstance(shape, list) and len(shape) == 3 and all(isinstance(v, int) and v > 0 for v in shape)
+    if not ok or not isinstance(patch, list) or len(patch) != 2 or not all(isinstance(v, int) and v > 0 for v in patch):
+        raise WeightsError(f"{where}: image_shape {shape!r} and patch_size {patch!r} are not positive ints")
+    hidden = positive(config, "hidden_dim", where)
+    images = g.input("images", list(shape), "float32")
+    embedding = {"image_size": shape[:2], "patch_size": patch, "hidden_dim": hidden, "num_channels": shape[2]}
+    embedding |= {key: config.get(key, True) for key in ("use_class_token", "use_patch_bias")}
+    module = "keras_hub.src.models.vit.vit_layers"
+    x = g.hub_layer("ViTPatchingAndEmbedding", "vit_patching_and_embedding", embedding, [tensor(images)], module)
+    encoder = {key: config.get(key) for key in ("num_layers", "num_heads", "mlp_dim", "layer_norm_epsilon")}
+    encoder |= {key: config.get(key, True) for key in ("use_mha_bias", "use_mlp_bias")}
+    encoder |= {key: config.get(key, 0.0) for key in ("dropout_rate", "attention_dropout")}
+    x = g.hub_layer("ViTEncoder", "vit_encoder", {"hidden_dim": hidden, **encoder}, [tensor(x)], module)
+    return g.functional(str(config.get("name", "vit_backbone")), {"images": images}, x)
