@@ -7,6 +7,8 @@ for a window (cost T·w). :class:`Attention` keeps the projections, the layouts 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -14,12 +16,22 @@ from torch import Tensor
 from attnzoo.layers.core import (
     SDPA_GQA,
     attend,
+    expand_kv_heads,
     tracing,
 )
 from attnzoo.layers.normalizers import normalize
 from attnzoo.layers.positions import alibi_slopes
 
-__all__ = ["AttendHeads", "CHUNK_ELEMENTS", "BLOCK_ELEMENTS", "windows", "positions_range"]
+__all__ = [
+    "AttendHeads",
+    "CHUNK_ELEMENTS",
+    "BLOCK_ELEMENTS",
+    "windows",
+    "positions_range",
+    "keras_attention",
+    "causal_allowed",
+    "EMPTY_ROWS",
+]
 
 
 # The explicit (materialised) path handles this many score elements at a time: queries are taken in
@@ -348,3 +360,75 @@ class AttendHeads:
             result = result.view(batch, count, heads, size, d).transpose(1, 2)
             out[:, :, first * size : (first + count) * size] = result.reshape(batch, heads, count * size, d)
         return out[:, :, :seq]
+
+
+# -- keras-hub's attention ---------------------------------------------------------------------------------
+# what Keras gives a query row with no key allowed, by how the family's attention computes:
+# "mean": keras's fused ``ops.dot_product_attention`` (torch backend) adds -0.7 x float32's largest to the
+#   masked scores, which swamps every score of such a row alike: uniform weights, the mean of all values;
+# "zeros": ``keras.layers.Softmax`` with a mask puts -1e9 at the masked scores and zeroes the masked weights.
+EMPTY_ROWS = ("mean", "zeros")
+
+
+def keras_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    allowed: Tensor | None,
+    *,
+    scale: float,
+    soft_cap: float | None = None,
+    bias: Tensor | None = None,
+    empty: str = "mean",
+    dropout: float = 0.0,
+) -> Tensor:
+    """keras-hub's attention over heads (transformers' contract), every family's:
+    ``A = softmax(c · tanh((scale · q kᵀ + bias) / c), where allowed)``, ``out = A v``; without ``soft_cap``
+    c (Gemma 2's logit soft-capping) the tanh is left out.
+
+    Shapes: q [B, h, T, d]; k [B, g, S, d] and v [B, g, S, dv] with g dividing h (query head n reads
+    key/value head n // (h / g)); ``allowed`` bool broadcasting to [B, h, T, S] (True = attend; the causal
+    pattern, a window and the padding, as the caller builds them), None for all; ``bias`` float broadcasting
+    to [B, h, T, S] (ALiBi). Returns [B, h, T, dv]. A query row with no key allowed gets what Keras gives it,
+    ``empty`` (see :data:`EMPTY_ROWS`): the mean of all S values, or zeros. ``dropout`` (the caller decides
+    whether training) drops weights. The softmax runs in float32 where the inputs are half precision, as
+    keras-hub's float32 softmax does."""
+    if empty not in EMPTY_ROWS:
+        raise ValueError(f"keras_attention: empty must be one of {', '.join(EMPTY_ROWS)}, got {empty!r}")
+    if soft_cap is None:
+        out, _ = attend(q, k, v, allowed, scale=scale, dropout=dropout, bias=bias)
+    else:
+        keys, values = expand_kv_heads(k, q.shape[1]), expand_kv_heads(v, q.shape[1])
+        scores = torch.matmul(q.float() * scale, keys.float().transpose(-2, -1))
+        if bias is not None:
+            scores = scores + bias.float()
+        scores = torch.tanh(scores / soft_cap) * soft_cap
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(v.dtype)  # a row of -inf: zeros
+        out = torch.matmul(F.dropout(weights, dropout) if dropout else weights, values)
+    if allowed is None or empty == "zeros":
+        return out
+    none = ~allowed.any(dim=-1, keepdim=True)  # [B, h or 1, T, 1]
+    if out.device.type == "cpu" and not tracing() and not bool(none.any()):
+        return out  # the usual case, with nothing to sync for on the CPU
+    mean = expand_kv_heads(v.mean(dim=-2, keepdim=True), q.shape[1])  # [B, h, 1, dv]
+    return torch.where(none, mean.to(out.dtype), out)
+
+
+def causal_allowed(
+    queries: int, keys: int, *, window: int | None = None, padding: Tensor | None = None, device: Any = None
+) -> Tensor:
+    """Which keys each query may read in a causal decoder whose T = ``queries`` queries are the last T of its
+    S = ``keys`` keys (a cache's earlier keys first): query i reads key j when j <= i and, with ``window``
+    w, when i - j < w (the w latest tokens, its own included); ``padding`` [B, S] (True or 1 = a real token)
+    masks the keys. -> bool [B or 1, 1, T, S]."""
+    j = torch.arange(keys, device=device)
+    i = torch.arange(keys - queries, keys, device=device)[:, None]
+    allowed = j[None, :] <= i
+    if window is not None:
+        allowed = allowed & (i - j[None, :] < window)
+    allowed = allowed[None, None]
+    if padding is not None:
+        allowed = allowed & padding.to(torch.bool)[:, None, None, :]
+    return allowed

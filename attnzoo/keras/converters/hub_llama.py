@@ -10,7 +10,8 @@
   grouped-query: ``H`` query heads of ``d = D / H`` share ``g`` key/value heads (query head ``i`` reads
   key/value head ``i // (H / g)``, keras-hub's ``ops.repeat`` on the head axis), scaled by ``1 / √d``,
   masked causally and by ``decoder_padding_mask`` (the keys), softmax over the keys. A query row with no
-  key to read (a left-padded position) reads every key, as keras-hub's additive mask of -1e9 makes it do.
+  key to read (a left-padded position) gets the mean of every value, as keras's fused attention gives it
+  (:func:`attnzoo.layers.attend.keras_attention`).
   RoPE is keras-hub's ``RotaryEmbedding`` on the halves of each head: with ``θ_j = wavelength^(-2j/d)``
   and position ``p``, ``x · cos(p θ) + concat(-x₂, x₁) · sin(p θ)`` (θ repeated over the two halves).
 
@@ -37,6 +38,7 @@ from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, number, positive, tensor
 from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.layers.attend import causal_allowed, keras_attention
 from attnzoo.layers.kv_cache import KVCache
 
 __all__ = ["HubRMSNorm", "HubLlamaDecoder", "rotate", "llama_graph"]
@@ -148,15 +150,10 @@ class HubLlamaDecoder(Node):
         value = self._heads(x, self.value, self.groups)
         if self._cache is not None:
             key, value, _ = self._cache.append(key, value)
-        s = key.shape[-2]
-        # query at position start + i reads key j <= start + i (keys span positions 0 .. s - 1)
-        allowed = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(diagonal=s - t)[None, None]
-        if padding is not None and self._cache is None:
-            allowed = allowed & padding.to(torch.bool)[:, None, None, :]
-        allowed = allowed | ~allowed.any(dim=-1, keepdim=True)  # a row with no key reads every key (Keras's -1e9)
-        repeat = self.heads // self.groups
-        key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed)
+        # the call's queries are the last t of the keys; while decoding, the calls carry no padding
+        keys = None if self._cache is not None else padding
+        allowed = causal_allowed(t, key.shape[-2], padding=keys, device=x.device)
+        out = keras_attention(query, key, value, allowed, scale=self.head_dim**-0.5, empty="mean")
         if self._cache is not None:
             self._cache.trim()
         out = F.dropout(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim), self.dropout, self.training)
