@@ -102,6 +102,41 @@ def test_top_k_draws_only_among_the_k_likeliest_tokens(models):
     np.testing.assert_array_equal(tokens.numpy(), EXPECTED["greedy/padded/out"])
 
 
+def test_top_p_draws_only_from_the_nucleus_of_the_likeliest_tokens(models):
+    """Each drawn token is one of the fewest likeliest whose probabilities reach top_p (computed here from the
+    model's own logits at that step, the token crossing top_p included); a tiny top_p is greedy decoding."""
+    model = models["gpt2_causal_lm.keras"]
+    ids, mask = prompts("same")
+    tiny = model.generate(ids, NEW, padding_mask=mask, top_p=1e-6, temperature=3.0, seed=1)
+    np.testing.assert_array_equal(tiny.numpy(), EXPECTED["greedy/same/out"])
+    drawn = model.generate(ids, 8, padding_mask=mask, top_p=0.6, temperature=2.0, seed=5)
+    with torch.no_grad():
+        logits = model({"token_ids": drawn[:, :-1], "padding_mask": torch.ones_like(drawn[:, :-1])})
+    for row in range(drawn.shape[0]):
+        for index in range(ids.shape[1], drawn.shape[1]):
+            probabilities = torch.softmax(logits[row, index - 1].double() / 2.0, dim=-1)
+            ranked = probabilities.sort(descending=True)
+            count = int((ranked.values.cumsum(0) - ranked.values < 0.6).sum())
+            assert int(drawn[row, index]) in ranked.indices[:count].tolist(), (row, index, count)
+    assert not torch.equal(drawn, tiny[:, : drawn.shape[1]])  # it did sample (the nucleus holds several tokens)
+
+
+def test_decoding_stops_where_every_row_chose_a_stop_token(models):
+    """Greedy decoding with the greedy tokens' own ids as stop tokens: each row keeps its stop token, holds
+    the pad id after it, and decoding ends at the step the last row stops."""
+    model = models["gpt2_causal_lm.keras"]
+    ids, mask = prompts("same")
+    greedy = torch.from_numpy(EXPECTED["greedy/same/out"])
+    start = ids.shape[1]
+    stops = [int(greedy[0, start + 2]), int(greedy[1, start + 5])]
+    out = model.generate(ids, NEW, padding_mask=mask, stop_token_ids=stops, pad_token_id=99)
+    first = [next(i for i in range(start, greedy.shape[1]) if int(greedy[row, i]) in stops) for row in (0, 1)]
+    assert out.shape[1] == max(first) + 1
+    for row in (0, 1):
+        np.testing.assert_array_equal(out[row, : first[row] + 1].numpy(), greedy[row, : first[row] + 1].numpy())
+        assert (out[row, first[row] + 1 :] == 99).all()
+
+
 def test_generate_decodes_as_keras_s_inference_and_keeps_the_training_mode(models):
     """The file's dropout is 0.1: generate turns it off (Keras's inference) and leaves train() as it was."""
     model = models["gpt2_causal_lm.keras"]
@@ -138,7 +173,11 @@ def test_bad_prompts_and_settings_are_refused_by_name(models):
         model.generate(ids.float(), 4)
     with pytest.raises(ValueError, match="max_new_tokens as an int >= 0"):
         model.generate(ids, -1)
-    with pytest.raises(ValueError, match="past the position table's sequence_length 64"):
+    with pytest.raises(ValueError, match="top_p as a number in"):
+        model.generate(ids, 4, padding_mask=mask, top_p=1.5)
+    with pytest.raises(ValueError, match="stop_token_ids as a token id or a list"):
+        model.generate(ids, 4, padding_mask=mask, stop_token_ids=[-1])
+    with pytest.raises(ValueError, match="past the position table's sequence_length 64.*at most 65 tokens"):
         model.generate(ids, 64 - ids.shape[1] + 2, padding_mask=mask)  # the last token needs no position
 
 

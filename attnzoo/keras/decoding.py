@@ -12,7 +12,10 @@ or on the position itself (a position embedding, a rotary one) defines
 
 * ``start_decoding(step: DecodingStep) -> None``: make its caches empty for ``step.batch_size`` sequences
   and keep ``step``;
-* ``stop_decoding() -> None``: drop them, and compute whole sequences again.
+* ``stop_decoding() -> None``: drop them, and compute whole sequences again;
+
+and a node that gives positions from a table of its own may define ``position_limit() -> int | None`` (how
+many positions it encodes), which :func:`generate` reads to refuse too long a sequence before decoding.
 
 :func:`decoding` calls ``start_decoding`` with one shared :class:`DecodingStep` on every module of the model
 that has it, and ``stop_decoding`` on each when it ends (an error included). While started, a node takes
@@ -126,30 +129,69 @@ def _padding(mask: Any, ids: Tensor) -> Tensor:
     return mask
 
 
-def _sampler(top_k: int | None, temperature: float, seed: int | torch.Generator | None, device: torch.device) -> Any:
-    """``pick(logits [B, V]) -> ids [B]``: the argmax (``top_k`` None), or a draw from the softmax of the
-    ``top_k`` largest logits divided by ``temperature``, by ``seed``'s generator."""
-    if top_k is None:
-        return lambda logits: logits.argmax(dim=-1)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"generate expects top_k as a positive int (or None for greedy decoding), got {top_k!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"generate expects temperature as a positive number, got {temperature!r}")
+def _generator(seed: int | torch.Generator | None, device: torch.device) -> torch.Generator:
     if isinstance(seed, torch.Generator):
-        generator = seed
-    elif seed is None or (isinstance(seed, int) and not isinstance(seed, bool)):
+        return seed
+    if seed is None or (isinstance(seed, int) and not isinstance(seed, bool)):
         generator = torch.Generator(device=device)
         generator.manual_seed(torch.seed() if seed is None else seed)
-    else:
-        raise ValueError(f"generate expects seed as an int or a torch.Generator, got {type(seed).__name__}")
+        return generator
+    raise ValueError(f"generate expects seed as an int or a torch.Generator, got {type(seed).__name__}")
+
+
+def _sampler(
+    top_k: int | None, top_p: float | None, temperature: float, seed: int | torch.Generator | None, device: Any
+) -> Any:
+    """``pick(logits [B, V]) -> ids [B]``: the argmax (neither ``top_k`` nor ``top_p``: greedy), or a draw
+    from ``softmax(logits / temperature)`` restricted to the ``top_k`` likeliest tokens, then to the fewest
+    likeliest whose probabilities (renormalised over those kept) sum to at least ``top_p`` (the token that
+    crosses ``top_p`` kept, as keras-hub's TopPSampler and transformers do), by ``seed``'s generator."""
+    if top_k is None and top_p is None:
+        return lambda logits: logits.argmax(dim=-1)
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"generate expects top_k as a positive int (or None for greedy decoding), got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"generate expects top_p as a number in (0, 1] (or None), got {top_p!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"generate expects temperature as a positive number, got {temperature!r}")
+    generator = _generator(seed, device)
 
     def pick(logits: Tensor) -> Tensor:
-        values, indices = logits.float().topk(min(top_k, logits.shape[-1]), dim=-1)
+        count = logits.shape[-1] if top_k is None else min(top_k, logits.shape[-1])
+        values, indices = logits.float().topk(count, dim=-1)  # sorted, likeliest first
         probabilities = torch.softmax(values / float(temperature), dim=-1)
+        if top_p is not None:
+            before = probabilities.cumsum(dim=-1) - probabilities  # the mass of the likelier tokens
+            probabilities = probabilities.masked_fill(before >= top_p, 0.0)  # the first always stays
         drawn = torch.multinomial(probabilities, 1, generator=generator)
         return indices.gather(-1, drawn)[:, 0]
 
     return pick
+
+
+def _stop_ids(stop_token_ids: Any, device: torch.device) -> Tensor | None:
+    if stop_token_ids is None:
+        return None
+    ids = [stop_token_ids] if isinstance(stop_token_ids, int) else stop_token_ids
+    if (
+        not isinstance(ids, (list, tuple))
+        or not ids
+        or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids)
+    ):
+        raise ValueError(f"generate expects stop_token_ids as a token id or a list of them, got {stop_token_ids!r}")
+    return torch.tensor(list(ids), dtype=torch.long, device=device)
+
+
+def _check_positions(model: Any, needed: int) -> None:
+    """Refuse, before decoding, a total length past what a node of the model can give positions to (a
+    position table's length: ``position_limit()`` of its modules, None where unbounded)."""
+    limits = [m.position_limit() for m in model.modules() if callable(getattr(m, "position_limit", None))]
+    bounded = [limit for limit in limits if limit is not None]
+    if bounded and needed > min(bounded):
+        raise ValueError(
+            f"generate needs positions 0..{needed - 1}, past the position table's sequence_length {min(bounded)}; "
+            f"the prompt and the new tokens together may be at most {min(bounded) + 1} tokens"
+        )
 
 
 def generate(
@@ -159,17 +201,22 @@ def generate(
     *,
     padding_mask: Any = None,
     top_k: int | None = None,
+    top_p: float | None = None,
     temperature: float = 1.0,
     seed: int | torch.Generator | None = None,
+    stop_token_ids: int | list[int] | None = None,
+    pad_token_id: int = 0,
     use_cache: bool = True,
 ) -> Tensor:
-    """``ids`` [B, T] (token ids, right-padded where ``padding_mask`` [B, T] is 0) -> [B, T + max_new_tokens]
-    int64: each row's prompt, then the tokens chosen one position at a time (greedy: the argmax of the
-    logits; with ``top_k``, a draw among the k likeliest at ``temperature``, from ``seed``: an int or a
-    ``torch.Generator``). See the module docstring for padding. With ``use_cache`` (the default) the prompt
-    runs once and each later call runs only the new token on the nodes' KV caches; ``use_cache=False``
-    runs the whole sequence so far every step (the same tokens, slower). The model computes as Keras's
-    inference whatever ``train()`` says, and keeps its mode."""
+    """``ids`` [B, T] (token ids, right-padded where ``padding_mask`` [B, T] is 0) -> [B, T + n] int64: each
+    row's prompt, then the tokens chosen one position at a time (greedy: the argmax of the logits; with
+    ``top_k`` and / or ``top_p``, a draw among the likeliest at ``temperature``, from ``seed``: an int or a
+    ``torch.Generator``). n is ``max_new_tokens``, or fewer where every row has chosen one of
+    ``stop_token_ids``: a row that chose one keeps it and holds ``pad_token_id`` after it. See the module
+    docstring for padding. A prompt and new tokens past a position table's length are refused before
+    decoding. With ``use_cache`` (the default) the prompt runs once and each later call runs only the new
+    token on the nodes' KV caches; ``use_cache=False`` runs the whole sequence so far every step (the same
+    tokens, slower). The model computes as Keras's inference whatever ``train()`` says, and keeps its mode."""
     tokens_name, mask_name = _check_model(model)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"generate expects max_new_tokens as an int >= 0, got {max_new_tokens!r}")
@@ -177,14 +224,17 @@ def generate(
     device = reference.device if reference is not None else torch.device("cpu")
     prompt = _ids(ids, device)
     keep = _padding(padding_mask, prompt)
-    pick = _sampler(top_k, temperature, seed, device)
+    pick = _sampler(top_k, top_p, temperature, seed, device)
+    stops = _stop_ids(stop_token_ids, device)
     batch, length = prompt.shape
     total = length + max_new_tokens
+    _check_positions(model, total - 1)  # the last token is chosen, never read
     tokens = torch.zeros(batch, total, dtype=torch.long, device=device)
     tokens[:, :length] = prompt
     kept = torch.zeros(batch, total, dtype=torch.bool, device=device)
     kept[:, :length] = keep
     first = int(keep.sum(dim=1).min())  # keras-hub starts at the shortest prompt's end
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
     training = model.training
     model.eval()
     try:
@@ -197,8 +247,12 @@ def generate(
                 if step is not None:
                     step.start += window.shape[1]
                     fed = index
-                chosen = pick(logits[:, -1])
+                chosen = torch.where(done, pad_token_id, pick(logits[:, -1]))
                 tokens[:, index] = torch.where(kept[:, index], tokens[:, index], chosen)
+                if stops is not None:
+                    done |= ~kept[:, index] & torch.isin(chosen, stops)
+                    if bool(done.all()) and not bool(kept[:, index + 1 :].any()):
+                        return tokens[:, : index + 1]
     finally:
         model.train(training)
     return tokens

@@ -352,17 +352,22 @@ class KerasModel(nn.Module):
         *,
         padding_mask: Any = None,
         top_k: int | None = None,
+        top_p: float | None = None,
         temperature: float = 1.0,
         seed: int | torch.Generator | None = None,
+        stop_token_ids: int | list[int] | None = None,
+        pad_token_id: int = 0,
         use_cache: bool = True,
     ) -> Tensor:
         """A converted keras-hub causal LM's decoding (:func:`attnzoo.keras.decoding.generate`): ``ids``
-        [B, T] (right-padded where ``padding_mask`` is 0) -> [B, T + max_new_tokens], greedy or ``top_k``
-        sampling (``temperature``, ``seed``), each step on the layers' KV caches. Any other model raises
-        a ``ConfigError`` naming the classes that decode."""
+        [B, T] (right-padded where ``padding_mask`` is 0) -> [B, T + max_new_tokens] (fewer where every row
+        chose one of ``stop_token_ids``; ``pad_token_id`` after a row's stop), greedy or sampled (``top_k``,
+        ``top_p``, ``temperature``, ``seed``), each step on the layers' KV caches. Any other model raises a
+        ``ConfigError`` naming the classes that decode."""
         from attnzoo.keras.decoding import generate
 
-        options = {"padding_mask": padding_mask, "top_k": top_k, "temperature": temperature, "seed": seed}
+        options = {"padding_mask": padding_mask, "top_k": top_k, "top_p": top_p, "temperature": temperature}
+        options |= {"seed": seed, "stop_token_ids": stop_token_ids, "pad_token_id": pad_token_id}
         return generate(self, ids, max_new_tokens, use_cache=use_cache, **options)
 
     def trace(self, *inputs: Any) -> dict[str, list[Any]]:

@@ -245,6 +245,11 @@ class _Positions(Node):
     def _start(self, kwargs: dict[str, Any]) -> int:
         return int(kwargs.get("start_index", 0) or 0) + (0 if self._step is None else self._step.start)
 
+    def position_limit(self) -> int | None:
+        """How many positions the node encodes (its table's length; None where any)."""
+        table = getattr(self, "position", None)
+        return None if table is None else int(table.shape[0])
+
 
 class HubTokenAndPositionEmbedding(_Positions):
     """``keras_hub.layers.TokenAndPositionEmbedding``: ids [B, T] -> ``token[ids] + position[start:start +
