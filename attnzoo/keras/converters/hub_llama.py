@@ -24,10 +24,10 @@ Hugging Face form (:data:`LLAMA`): ``LlamaModel`` and ``LlamaForCausalLM``. kera
 turns the two halves of each head (transformers' ``rotate_half``), so the query and key kernels go as they
 are, with no permutation of their rows; ``rope_theta`` is ``rope_max_wavelength``, ``rms_norm_eps``
 ``layer_norm_epsilon``; an untied model's head is its ``reverse_weight`` [D, V] transposed as ``lm_head``
-[V, D], a tied one (``tie_word_embeddings``) writes no head. keras-hub's Llama has no largest position (its
-rotary embedding has none): config.json says :data:`LLAMA_MAX_POSITIONS`, Llama 2's context, which
-transformers' default rotary embedding does not depend on; set your own where a server reads it as the
-longest sequence.
+[V, D], a tied one (no reverse table: ``tie_word_embeddings``) writes no head. keras-hub's Llama has no
+largest position (its rotary embedding has none): config.json says :data:`LLAMA_MAX_POSITIONS`, Llama 2's
+context, which transformers' default rotary embedding does not depend on; set your own where a server reads
+it as the longest sequence.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def _llama_config(m: HubSource) -> dict[str, Any]:
         "attention_bias": False,
         "mlp_bias": False,
         "attention_dropout": float(m.arguments.get("dropout") or 0.0),
-        "tie_word_embeddings": bool(m.arguments.get("tie_word_embeddings", False)),
+        "tie_word_embeddings": not m.holds("token_embedding.reverse_weight"),
         **{key: m.special.get(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")},
     }
 
@@ -297,7 +297,7 @@ def _llama_tensors(m: HubSource) -> Tensors:
         for theirs, ours in _LLAMA_WEIGHTS:
             yield f"{base}layers.{i}.{theirs}.weight", m.tensor(f"transformer_layer_{i}.{ours}.weight")
     yield f"{base}norm.weight", m.tensor("sequence_output_layernorm.weight")
-    if m.kind == "causal_lm" and not m.arguments.get("tie_word_embeddings", False):
+    if m.kind == "causal_lm" and m.holds("token_embedding.reverse_weight"):  # untied: a head of its own
         yield "lm_head.weight", m.tensor("token_embedding.reverse_weight").T
 
 
