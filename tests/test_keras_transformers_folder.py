@@ -500,7 +500,9 @@ def test_gpt2_causal_lm_gives_keras_s_logits_and_bfloat16_stays_near_them(loaded
     logits = npz("decoding")["logits/out"]
     for name in ("gpt2_causal_lm", "gpt2_causal_lm_preset"):
         _close(out[f"{name}/logits"], logits, name)
-    _close(out["bfloat16/logits"], logits, "bfloat16", tolerance=0.1)  # bfloat16 keeps 8 bits of mantissa (0.035 measured)
+    _close(
+        out["bfloat16/logits"], logits, "bfloat16", tolerance=0.1
+    )  # bfloat16 keeps 8 bits of mantissa (0.035 measured)
 
 
 @pytest.mark.slow
