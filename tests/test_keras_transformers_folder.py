@@ -186,6 +186,10 @@ def test_nothing_a_user_saved_is_replaced_unasked_and_a_failure_leaves_nothing_h
     monkeypatch.undo()
     to_transformers(converted("vit.keras"), target, overwrite=True)  # replaced as a whole
     assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
+    (tmp_path / "empty").mkdir()
+    assert (to_transformers(converted("vit.keras"), tmp_path / "empty") / "config.json").exists()
+    with pytest.raises(ExportError, match="holds the model's own"):  # replacing it would delete the preset
+        to_transformers(DATA / "vit_preset", DATA, overwrite=True)
 
 
 def test_a_preset_s_tokenizer_goes_through_the_seam_which_writes_nothing_yet(tmp_path):
@@ -247,10 +251,10 @@ for job in jobs:
         result = model(**inputs)
     for key in job["outputs"]:
         out[f"{name}/{key}"] = getattr(result, key).float().numpy()
-    for i, prompt in enumerate(job.get("generate", [])):
+    for i, new in enumerate(job.get("generate", [])):
         ids = torch.from_numpy(given[f"{name}/prompt_{i}"])
         tokens = model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=prompt, do_sample=False
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False
         )
         out[f"{name}/generated_{i}"] = tokens.numpy()
 out["blocked"] = np.array([sys.modules[name] is None for name in ("keras", "keras_hub", "attnzoo")])
@@ -406,6 +410,7 @@ def loaded(tmp_path_factory):
                 "generate": job.get("new", []),
             }
         )
+    assert len(json.loads((root / "sharded" / "model.safetensors.index.json").read_text())["weight_map"]) == 21
     (root / "jobs.json").write_text(json.dumps(specs))
     np.savez(root / "given.npz", **given)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # and attnzoo is blocked besides

@@ -115,10 +115,18 @@ def _generation_config(config: dict[str, Any]) -> dict[str, Any]:
     return {key: config[key] for key in keys if config.get(key) is not None}
 
 
-def _checked_directory(directory: Any, overwrite: bool) -> Path:
+def _checked_directory(directory: Any, overwrite: bool, sources: tuple[Any, ...]) -> Path:
+    """The folder to write: not a file, empty unless ``overwrite``, and never one that holds the model's own
+    files (``sources``), which replacing it would delete."""
     if not isinstance(directory, (str, Path)) or not str(directory):
         raise ConfigError(f"to_transformers writes a folder; give its path, got {directory!r}")
     path = Path(directory)
+    for source in sources:
+        if isinstance(source, (str, Path)) and path.resolve() in (
+            Path(source).resolve(),
+            *Path(source).resolve().parents,
+        ):
+            raise ExportError(f"{path} holds the model's own {source}; write the Hugging Face folder elsewhere")
     if path.exists() and not path.is_dir():
         raise ExportError(f"{path} exists and is not a folder; the Hugging Face door writes a folder")
     if path.is_dir() and any(path.iterdir()) and not overwrite:
@@ -153,7 +161,7 @@ def to_transformers(
     limit = parse_size(max_shard_size)
     if not isinstance(overwrite, bool):
         raise ConfigError(f"overwrite must be True or False, got {overwrite!r}")
-    path = _checked_directory(directory, overwrite)
+    path = _checked_directory(directory, overwrite, (source, preset))
     model, folder = _converted(source, preset)
     form, hub = hub_source(model)
     architecture = form.architecture(hub)
