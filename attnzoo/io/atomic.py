@@ -3,14 +3,17 @@
 A new content is staged in a temporary file beside its target (``TEMP_PREFIX``), flushed to disk, then
 renamed over the target in one step, and the rename itself is made durable (:func:`atomic_write`; or
 :func:`stage` and :func:`commit` for a writer that must do something between the two). :func:`locked`
-serialises the writers of one folder.
+serialises the writers of one folder. :func:`new_folder` stages a whole folder: written beside its target,
+renamed into place when complete, removed when its writer fails.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +30,9 @@ __all__ = [
     "locked",
     "try_flock",
     "fsync_dir",
+    "new_folder",
+    "ordinary",
+    "clear_dead_siblings",
 ]
 
 TEMP_PREFIX = ".attnzoo-tmp-"  # what a killed writer may leave behind; cleared by the next save
@@ -55,7 +61,7 @@ def stage(path: Path, write) -> str:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a saved model is an ordinary file
+        ordinary(tmp)  # mkstemp makes it private; a saved model is an ordinary file
     except BaseException:
         discard(tmp)
         raise
@@ -86,6 +92,12 @@ def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return umask
+
+
+def ordinary(path: str | Path) -> None:
+    """Give a file the permissions ``open(path, "w")`` would have (a writer that made it private, as
+    ``mkstemp`` does, would leave a saved model unreadable to the folder's other users)."""
+    os.chmod(path, 0o666 & ~_umask())
 
 
 def try_flock(fd: int, blocking: bool) -> bool:
@@ -127,3 +139,58 @@ def locked(directory: Path, timeout: float = 120.0) -> Iterator[None]:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """``path`` replaced by ``text`` in one rename: a reader sees the old content or the new, never a part."""
     atomic_write(Path(path), lambda t: Path(t).write_text(text, encoding="utf-8"))
+
+
+def clear_dead_siblings(directory: Path) -> None:
+    """Remove the temporary folders that killed writers of ``directory`` left beside it (each live one is
+    locked by its writer, so only the dead ones are taken)."""
+    for entry in directory.parent.glob(f".{directory.name}{TEMP_PREFIX}*"):
+        try:
+            fd = os.open(entry, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if try_flock(fd, blocking=False):
+                shutil.rmtree(entry, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def _visible(directory: Path) -> bool:
+    return directory.is_dir() and any(not p.name.startswith(TEMP_PREFIX) for p in directory.iterdir())
+
+
+@contextmanager
+def new_folder(directory: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
+    """A hidden temporary folder beside ``directory`` to write a whole folder into; when the block ends
+    without an error it becomes ``directory`` in one rename, and when the block fails it is removed: a
+    half-written folder never remains. ``directory`` may be missing or empty; a folder holding files is
+    replaced as a whole only with ``overwrite=True`` (it is renamed aside, the new one renamed in, the old
+    one removed: a process killed between the two renames leaves the old folder hidden beside it, never a
+    mixture of the two)."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    clear_dead_siblings(directory)
+    tmp = directory.parent / f".{directory.name}{TEMP_PREFIX}{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    fd = os.open(tmp, os.O_RDONLY) if os.name != "nt" else None
+    try:
+        if fd is not None:
+            try_flock(fd, blocking=True)  # marks it live; the lock moves with the folder when renamed
+        yield tmp
+        fsync_dir(tmp)
+        old = None
+        if _visible(directory):
+            if not overwrite:
+                raise WeightsError(f"{directory}: files appeared there meanwhile; pass overwrite=True to replace them")
+            old = directory.parent / f".{directory.name}{TEMP_PREFIX}old-{uuid.uuid4().hex[:12]}"
+            os.rename(directory, old)
+        os.rename(tmp, directory)  # over a missing or empty folder, atomically
+        fsync_dir(directory.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from attnzoo.errors import ConfigError, WeightsError
-from attnzoo.io.atomic import TEMP_PREFIX, atomic_write, commit, discard, fsync_dir, locked, stage, try_flock
+from attnzoo.io.atomic import (
+    TEMP_PREFIX,
+    atomic_write,
+    clear_dead_siblings,
+    commit,
+    discard,
+    fsync_dir,
+    locked,
+    stage,
+    try_flock,
+)
 from attnzoo.io.limits import LIMITS, limit, load_yaml, over_limit, read_bounded
 from attnzoo.io.weights import (
     WEIGHTS_FILE,
@@ -181,22 +191,6 @@ def _clear_debris(directory: Path) -> None:
     for entry in directory.iterdir():
         if entry.name.startswith(TEMP_PREFIX) and entry.is_file():
             entry.unlink(missing_ok=True)
-
-
-def _clear_dead_siblings(directory: Path) -> None:
-    """Remove the temporary folders of killed saves of ``directory``: each live one is locked by its writer."""
-    import shutil
-
-    for entry in directory.parent.glob(f".{directory.name}{TEMP_PREFIX}*"):
-        try:
-            fd = os.open(entry, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            if try_flock(fd, blocking=False):
-                shutil.rmtree(entry, ignore_errors=True)
-        finally:
-            os.close(fd)
 
 
 def _write_model_files(
@@ -368,7 +362,7 @@ def _save_new_folder(
     import uuid
 
     directory.parent.mkdir(parents=True, exist_ok=True)
-    _clear_dead_siblings(directory)
+    clear_dead_siblings(directory)
     tmp = directory.parent / f".{directory.name}{TEMP_PREFIX}{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
     fd = os.open(tmp, os.O_RDONLY) if os.name != "nt" else None

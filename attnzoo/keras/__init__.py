@@ -12,14 +12,21 @@ One attention layer's weights go into the matching attnzoo layer::
     layer = attnzoo.create("keras_mha", num_heads=4, key_dim=16)
     load_keras_weights(layer, "model.weights.h5", layer="multi_head_attention")
 
-Needs ``h5py`` (the ``keras`` extra); Keras itself is never imported.
+A keras-hub model (a Backbone, a causal LM, a classifier) becomes a folder transformers' Auto classes load::
+
+    from attnzoo.keras import to_transformers
+    to_transformers("gpt2_causal_lm.keras", "gpt2-hf")   # config.json, generation_config.json, safetensors
+
+Needs ``h5py`` (the ``keras`` extra); Keras itself is never imported, nor transformers to write a folder.
 """
 
 from attnzoo.keras.convert import ConversionReport, UnsupportedKerasLayerError, convert_keras_model
 from attnzoo.keras.importer import keras_layers_in, load_keras_arrays, load_keras_weights
+from attnzoo.keras.transformers_folder import to_transformers
 
 __all__ = [
     "convert_keras_model",
+    "to_transformers",
     "load_keras_weights",
     "load_keras_arrays",
     "keras_layers_in",

@@ -63,8 +63,8 @@ class HubModel:
     names the file in errors); ``family``: the family's name (``"llama"``), as its file and docs row name
     it; ``kind``: ``"backbone"``, ``"causal_lm"`` (a task whose converted model decodes with
     ``generate``) or ``"task"`` (a classifier, a masked LM, ...); ``backbone``: a task's backbone class;
-    ``transformers``: the family's Hugging Face mapping (:mod:`attnzoo.keras.transformers_folder`), or
-    None where the class has no Hugging Face form."""
+    ``transformers``: the family's Hugging Face form (a
+    :class:`~attnzoo.keras.transformers_form.TransformersForm`), or None where the class has none."""
 
     build: Builder
     family: str
@@ -97,7 +97,9 @@ def keras_hub_model(
     their tasks: ``causal_lm``, the class whose graph is the backbone's with its ``token_embedding`` called
     again with ``reverse=True`` for the logits (:func:`attnzoo.keras.hub_graph.causal_lm`; ``head`` adds
     what the task computes after them, such as Gemma's logit soft-capping); ``tasks``, other task classes
-    with builders of their own. ``transformers``: the family's Hugging Face mapping. Used by attnzoo's family
+    with builders of their own. ``transformers``: the family's Hugging Face form
+    (:class:`~attnzoo.keras.transformers_form.TransformersForm`, for every class registered here; the door is
+    :func:`attnzoo.keras.to_transformers`). Used by attnzoo's family
     files; a plugin registers :class:`HubModel` records through the hook (see the module docstring)."""
     from attnzoo.keras.hub_graph import causal_lm_graph
 

@@ -52,6 +52,23 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE.py",
         help="also write the model as a readable PyTorch module whose load_state_dict takes -o's model.safetensors",
     )
+    p.add_argument(
+        "--to",
+        choices=["attnzoo", "transformers"],
+        default="attnzoo",
+        help="the folder's format: attnzoo's (config.yaml + model.safetensors, attnzoo.load reads it) or a Hugging "
+        "Face folder transformers' Auto classes load (a keras-hub model's)",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        help="with --to transformers: the weights' dtype (default: the model's own)",
+    )
+    p.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        help="with --to transformers: bytes per safetensors file, such as 5GB (the default) or 500MB",
+    )
     p.add_argument("--json", action="store_true", help="the conversion report as JSON")
     p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -66,10 +83,11 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.keras import load_keras_weights
 
     policy = args.compute_dtype != "float32"
-    if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference or policy:
+    hub = args.to != "attnzoo" or args.dtype or args.max_shard_size
+    if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference or policy or hub:
         raise UsageError(
-            "--check, --length, --reference, --weights, --logits, --compute-dtype and --emit-py belong to a "
-            "whole-model conversion (without --model)"
+            "--check, --length, --reference, --weights, --logits, --compute-dtype, --emit-py, --to, --dtype and "
+            "--max-shard-size belong to a whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
@@ -86,11 +104,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _convert_keras_model(args: argparse.Namespace) -> int:
-    """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder."""
+def _check_whole_model_arguments(args: argparse.Namespace) -> None:
+    """The usage errors of a whole-model conversion, found before anything is converted."""
     from pathlib import Path
-
-    from attnzoo.keras import convert_keras_model
 
     if args.layer or args.overrides:
         raise UsageError(
@@ -113,6 +129,24 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
             "--compute-dtype policy goes without --check and --emit-py (the check's tolerance and the written "
             "module are float32's): check the float32 conversion, then convert again with --compute-dtype policy"
         )
+    if args.to == "transformers" and (args.emit_py or args.compute_dtype == "policy"):
+        raise UsageError(
+            "--emit-py and --compute-dtype policy belong to --to attnzoo; a Hugging Face folder computes in its "
+            "--dtype with transformers' own modules"
+        )
+    if args.to != "transformers" and (args.dtype or args.max_shard_size):
+        raise UsageError("--dtype and --max-shard-size shape the Hugging Face folder: add --to transformers")
+
+
+def _convert_keras_model(args: argparse.Namespace) -> int:
+    """``attnzoo convert-keras model.keras -o runs/model``: the whole model, saved as a loadable folder (or,
+    with ``--to transformers``, as a Hugging Face folder)."""
+    from pathlib import Path
+
+    from attnzoo.keras import convert_keras_model
+
+    _check_whole_model_arguments(args)
+    output = Path(args.output)
     source = _source_path(args)
     # converted once: with --check, as Keras computes it (checked), then --logits drops the final squashing
     model = convert_keras_model(
@@ -139,7 +173,10 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         model = logits_model(model)
     # the source first: a model whose names or values it refuses to write leaves no folder behind
     emitted = model.to_source() if source is not None else None
-    save(model, output, overwrite=args.overwrite)
+    if args.to == "transformers":
+        _write_transformers(args, model, output)
+    else:
+        save(model, output, overwrite=args.overwrite)
     if source is not None and emitted is not None:
         source.write_text(emitted, encoding="utf-8")  # names may hold any letter; Python reads source as UTF-8
     report = model.keras_report
@@ -157,11 +194,36 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         against = f"the predictions of {args.reference}" if check.against == "reference" else "Keras"
         inputs = "its inputs" if check.against == "reference" else _checked_inputs(model, check.length)
         print(f"checked against {against} on {inputs}: max difference per output {shown}")
-    print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
+    if args.to == "transformers":
+        print(f"wrote {output}; transformers' Auto classes load it: {_how_to_load(model, output)}")
+    else:
+        print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
     if emitted is not None:
         name = emitted.split("\nclass ", 1)[1].split("(", 1)[0]
         print(f"wrote {source}: class {name}, which loads {output / 'model.safetensors'} as it is")
     return 0
+
+
+def _write_transformers(args: argparse.Namespace, model: Any, output: Any) -> None:
+    """``--to transformers``: the converted model as a Hugging Face folder (the preset's tokenizer with it)."""
+    from pathlib import Path
+
+    from attnzoo.keras.transformers_folder import DEFAULT_SHARD_SIZE, to_transformers
+
+    preset = Path(args.file) if Path(args.file).is_dir() else None
+    size = args.max_shard_size or DEFAULT_SHARD_SIZE
+    to_transformers(model, output, dtype=args.dtype, max_shard_size=size, overwrite=args.overwrite, preset=preset)
+
+
+def _how_to_load(model: Any, output: Any) -> str:
+    """The line of Python that loads the written folder: its Auto class, and the keywords it needs."""
+    from attnzoo.keras.transformers_folder import hub_source
+
+    form, hub = hub_source(model)
+    autos = {"causal_lm": "AutoModelForCausalLM", "task": "AutoModelForSequenceClassification"}
+    auto = autos.get(hub.kind, "AutoModel")
+    keywords = "".join(f", {key}={value!r}" for key, value in form.load_with.get(hub.kind, {}).items())
+    return f"{auto}.from_pretrained({str(output)!r}{keywords})"
 
 
 def _source_path(args: argparse.Namespace) -> Any:

@@ -9,6 +9,13 @@
   ``Dense(num_classes)`` ``logits`` [B, num_classes]. Its preprocessor (the tokenizer) is no part of the graph.
 
 The layers are keras-hub's common ones (:mod:`attnzoo.keras.converters.hub_layers`) and Keras's own.
+
+Hugging Face form (:data:`BERT`): ``BertModel`` (its pooler is ``pooled_dense``) and
+``BertForSequenceClassification`` (pooler -> dropout -> ``classifier``, as the task's ``pooled_output`` ->
+dropout -> ``logits``). keras-hub's encoder layers are transformers' BERT layers (post-norm, keys masked by
+the padding, positions 0, 1, ...; the tanh gelu, ``gelu_new``; ε 1e-12); ``segment_ids`` are
+``token_type_ids``. :func:`encoder_tensors` writes a keras-hub ``TransformerEncoder`` as a ``BertLayer``, which
+RoBERTa's family uses too.
 """
 
 from __future__ import annotations
@@ -28,8 +35,108 @@ from attnzoo.keras.hub_graph import (
     tensor,
     transformer_blocks,
 )
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["bert_graph", "bert_classifier_graph"]
+__all__ = ["bert_graph", "bert_classifier_graph", "BERT", "encoder_config", "encoder_tensors", "labels", "pooled_head"]
+
+# transformers' name of each activation keras-hub's encoders use (the tanh gelu is keras-hub's gelu_approximate)
+_ACTIVATIONS = {"gelu_approximate": "gelu_new", "gelu": "gelu", "relu": "relu"}
+
+
+def encoder_config(m: HubSource) -> dict[str, Any]:
+    """config.json's sizes of a BERT-like encoder (BERT, RoBERTa) from the converted model."""
+    layer = m.spec("transformer_layer_0")
+    if layer.get("normalize_first"):
+        m.refuse("its encoder layers normalise first; transformers' BERT layers normalise after")
+    activation = _ACTIVATIONS.get(str(layer.get("activation")))
+    if activation is None:
+        m.refuse(f"its encoder layers' activation {layer.get('activation')!r} has no transformers name here")
+    dropout = float(layer.get("dropout", 0.0))
+    return {
+        "vocab_size": m.size("vocabulary_size"),
+        "hidden_size": m.size("hidden_dim"),
+        "num_hidden_layers": m.size("num_layers"),
+        "num_attention_heads": m.size("num_heads"),
+        "intermediate_size": m.size("intermediate_dim"),
+        "hidden_act": activation,
+        "hidden_dropout_prob": dropout,
+        "attention_probs_dropout_prob": dropout,
+        "layer_norm_eps": float(layer["layer_norm_epsilon"]),
+        "position_embedding_type": "absolute",
+    }
+
+
+def labels(m: HubSource, layer: str = "logits") -> dict[str, Any]:
+    """``id2label`` / ``label2id`` of a classifier of as many classes as its ``layer`` has units."""
+    count = int(m.spec(layer, task=True)["units"])
+    names = {str(i): f"LABEL_{i}" for i in range(count)}
+    return {"id2label": names, "label2id": {name: int(i) for i, name in names.items()}}
+
+
+def pooled_head(m: HubSource, activation: str, transformers_class: str, dropouts: tuple[str, ...]) -> float:
+    """Check a first-token classifier's ``pooled_dense`` (``activation``, as wide as the backbone: transformers'
+    head is [D, D]) and its linear ``logits``; returns the rate its ``dropouts`` share (transformers' head has
+    one)."""
+    dense, hidden = m.spec("pooled_dense", task=True), m.size("hidden_dim")
+    if int(dense["units"]) != hidden:
+        m.refuse(
+            f"its pooled_dense has {dense['units']} units (the classifier's hidden_dim), and transformers' "
+            f"{transformers_class} pools to the backbone's width, {hidden}"
+        )
+    if dense.get("activation") != activation:
+        m.refuse(f"its pooled_dense applies {dense.get('activation')!r}; transformers' applies {activation}")
+    m.dense_is_linear("logits", transformers_class)
+    rates = {m.rate(name, task=True) for name in dropouts}
+    if len(rates) > 1:
+        m.refuse(f"its dropouts {', '.join(dropouts)} differ ({sorted(rates)}); transformers' head has one rate")
+    return rates.pop()
+
+
+def encoder_tensors(m: HubSource, i: int, to: str) -> Tensors:
+    """keras-hub's ``TransformerEncoder`` ``transformer_layer_<i>`` as transformers' ``BertLayer`` at ``to``
+    (``nn.Linear`` weights [out, in] in both)."""
+    at = f"transformer_layer_{i}."
+    pairs = [(f"attention.self.{n}", f"attention.{n}") for n in ("query", "key", "value")]
+    pairs += [("attention.output.dense", "attention.output"), ("attention.output.LayerNorm", "attention_norm")]
+    pairs += [("intermediate.dense", "intermediate"), ("output.dense", "output_dense")]
+    pairs += [("output.LayerNorm", "feedforward_norm")]
+    for theirs, ours in pairs:
+        for name in ("weight", "bias"):
+            yield f"{to}{theirs}.{name}", m.tensor(f"{at}{ours}.{name}")
+
+
+def _bert_config(m: HubSource) -> dict[str, Any]:
+    config = {
+        **encoder_config(m),
+        "max_position_embeddings": m.size("max_sequence_length", 512),
+        "type_vocab_size": m.size("num_segments", 2),
+        "pad_token_id": m.special.get("pad_token_id", 0),  # keras-hub's BERT vocabularies' [PAD]
+    }
+    if m.kind == "task":
+        m.dense_is_linear("logits", "BertForSequenceClassification")
+        config |= {"classifier_dropout": m.rate("classifier_dropout", task=True), **labels(m)}
+    return config
+
+
+def _bert_tensors(m: HubSource) -> Tensors:
+    base = "bert." if m.kind == "task" else ""
+    yield f"{base}embeddings.word_embeddings.weight", m.tensor("token_embedding.weight")
+    yield f"{base}embeddings.position_embeddings.weight", m.tensor("position_embedding.position")
+    yield f"{base}embeddings.token_type_embeddings.weight", m.tensor("segment_embedding.weight")
+    yield f"{base}embeddings.LayerNorm.weight", m.tensor("embeddings_layer_norm.weight")
+    yield f"{base}embeddings.LayerNorm.bias", m.tensor("embeddings_layer_norm.bias")
+    for i in range(m.size("num_layers")):
+        yield from encoder_tensors(m, i, f"{base}encoder.layer.{i}.")
+    yield f"{base}pooler.dense.weight", m.tensor("pooled_dense.weight")
+    yield f"{base}pooler.dense.bias", m.tensor("pooled_dense.bias")
+    if m.kind == "task":
+        yield "classifier.weight", m.tensor("logits.weight", task=True)
+        yield "classifier.bias", m.tensor("logits.bias", task=True)
+
+
+BERT = TransformersForm(
+    "bert", {"backbone": "BertModel", "task": "BertForSequenceClassification"}, _bert_config, _bert_tensors
+)
 
 
 def bert_classifier_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
@@ -40,7 +147,7 @@ def bert_classifier_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     return classifier_head(g, backbone, config, where, "classifier_dropout")
 
 
-@keras_hub_model("BertBackbone", family="bert", tasks={"BertTextClassifier": bert_classifier_graph})
+@keras_hub_model("BertBackbone", family="bert", tasks={"BertTextClassifier": bert_classifier_graph}, transformers=BERT)
 def bert_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = HubGraph(config.get("dtype"))
     vocabulary, hidden = positive(config, "vocabulary_size", where), positive(config, "hidden_dim", where)

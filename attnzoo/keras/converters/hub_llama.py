@@ -19,6 +19,15 @@ Llama 3.1's frequency adjustment (``rope_low_freq_factor`` and the rest) and a p
 other than 1 are refused by name. The decoder takes part in cached decoding (:mod:`attnzoo.keras.decoding`):
 while started, a call's tokens are positions ``step.start ..`` and its keys and values (``g`` heads, rotated,
 not repeated) go into an :class:`~attnzoo.layers.kv_cache.KVCache`.
+
+Hugging Face form (:data:`LLAMA`): ``LlamaModel`` and ``LlamaForCausalLM``. keras-hub's rotary embedding
+turns the two halves of each head (transformers' ``rotate_half``), so the query and key kernels go as they
+are, with no permutation of their rows; ``rope_theta`` is ``rope_max_wavelength``, ``rms_norm_eps``
+``layer_norm_epsilon``; an untied model's head is its ``reverse_weight`` [D, V] transposed as ``lm_head``
+[V, D], a tied one (no reverse table: ``tie_word_embeddings``) writes no head. keras-hub's Llama has no
+largest position (its rotary embedding has none): config.json says :data:`LLAMA_MAX_POSITIONS`, Llama 2's
+context, which transformers' default rotary embedding does not depend on; set your own where a server reads
+it as the longest sequence.
 """
 
 from __future__ import annotations
@@ -38,10 +47,11 @@ from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, number, positive, tensor
 from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 from attnzoo.layers.attend import causal_allowed, keras_attention
 from attnzoo.layers.kv_cache import KVCache
 
-__all__ = ["HubRMSNorm", "HubLlamaDecoder", "rotate", "llama_graph"]
+__all__ = ["HubRMSNorm", "HubLlamaDecoder", "rotate", "llama_graph", "LLAMA", "LLAMA_MAX_POSITIONS"]
 
 
 def _rms(x: Tensor, weight: Tensor, epsilon: float) -> Tensor:
@@ -235,11 +245,72 @@ def convert_llama_decoder(record, arrays, ctx):
     return Converted(spec, state, ["keras-hub LlamaTransformerDecoder: RMSNorm, grouped-query attention, SwiGLU"])
 
 
+# -- the family's Hugging Face form -------------------------------------------------------------------------
+LLAMA_MAX_POSITIONS = 4096  # Llama 2's context; keras-hub's LlamaBackbone records none
+
+
+def _llama_config(m: HubSource) -> dict[str, Any]:
+    for name in (*_LLAMA_31, "rope_pretraining_sequence_length"):
+        if m.arguments.get(name) is not None:
+            m.refuse(f"{name}={m.arguments[name]!r}: Llama 3.1's frequency adjustment is not converted")
+    heads = m.size("num_query_heads")
+    wavelength = float(m.arguments.get("rope_max_wavelength") or 10000)
+    return {
+        "vocab_size": m.size("vocabulary_size"),
+        "hidden_size": m.size("hidden_dim"),
+        "intermediate_size": m.size("intermediate_dim"),
+        "num_hidden_layers": m.size("num_layers"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": m.size("num_key_value_heads"),
+        "head_dim": m.size("hidden_dim") // heads,
+        "hidden_act": "silu",
+        "max_position_embeddings": LLAMA_MAX_POSITIONS,
+        "rms_norm_eps": float(m.spec("sequence_output_layernorm")["epsilon"]),
+        "rope_theta": wavelength,  # transformers 4's key; 5 reads rope_parameters (and takes this one too)
+        "rope_parameters": {"rope_type": "default", "rope_theta": wavelength},
+        "attention_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": float(m.arguments.get("dropout") or 0.0),
+        "tie_word_embeddings": not m.holds("token_embedding.reverse_weight"),
+        **{key: m.special.get(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")},
+    }
+
+
+_LLAMA_WEIGHTS = (
+    ("input_layernorm", "attention_norm"),
+    ("self_attn.q_proj", "query"),
+    ("self_attn.k_proj", "key"),
+    ("self_attn.v_proj", "value"),
+    ("self_attn.o_proj", "output_dense"),
+    ("post_attention_layernorm", "feedforward_norm"),
+    ("mlp.gate_proj", "gate"),
+    ("mlp.up_proj", "up"),
+    ("mlp.down_proj", "down"),
+)
+
+
+def _llama_tensors(m: HubSource) -> Tensors:
+    """transformers' Llama weights: the converted ``nn.Linear`` / ``nn.RMSNorm`` weights as they are."""
+    base = "model." if m.kind == "causal_lm" else ""
+    yield f"{base}embed_tokens.weight", m.tensor("token_embedding.weight")
+    for i in range(m.size("num_layers")):
+        for theirs, ours in _LLAMA_WEIGHTS:
+            yield f"{base}layers.{i}.{theirs}.weight", m.tensor(f"transformer_layer_{i}.{ours}.weight")
+    yield f"{base}norm.weight", m.tensor("sequence_output_layernorm.weight")
+    if m.kind == "causal_lm" and m.holds("token_embedding.reverse_weight"):  # untied: a head of its own
+        yield "lm_head.weight", m.tensor("token_embedding.reverse_weight").T
+
+
+LLAMA = TransformersForm(
+    "llama", {"backbone": "LlamaModel", "causal_lm": "LlamaForCausalLM"}, _llama_config, _llama_tensors
+)
+
+
 # -- the family's models -----------------------------------------------------------------------------------
 _LLAMA_MODULE = "keras_hub.src.models.llama"
 
 
-@keras_hub_model("LlamaBackbone", family="llama", causal_lm="LlamaCausalLM")
+@keras_hub_model("LlamaBackbone", family="llama", causal_lm="LlamaCausalLM", transformers=LLAMA)
 def llama_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     """``LlamaBackbone``: token ids, padding mask -> ``token_embedding`` (``ReversibleEmbedding``, untied
     unless ``tie_word_embeddings``) -> ``num_layers`` ``LlamaTransformerDecoder`` layers (masked by

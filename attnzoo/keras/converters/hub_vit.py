@@ -10,6 +10,16 @@ keras-hub: ``ViTPatchingAndEmbedding`` and ``ViTEncoder``.
 
 Both are registered under keras-hub's names (``keras_hub>ViTEncoder``); the graph of a ``ViTBackbone`` is
 rebuilt from its arguments (:func:`vit_graph`).
+
+Hugging Face form (:data:`VIT`): ``ViTModel`` without its pooler (keras-hub's ViTBackbone has none: load it
+with ``add_pooling_layer=False``), which takes ``pixel_values`` [B, C, H, W] where keras-hub takes [B, H, W, C].
+The patch ``Conv2d``, the class token [1, 1, D] and the position table [1, N + 1, D] (class token first,
+patches row by row in both) go as they are; the blocks are transformers' ``ViTLayer`` (pre-norm, exact gelu,
+ε ``layer_norm_epsilon``). transformers' ViT always has a class token: a backbone without one is refused. A
+bias keras-hub leaves out (``use_mha_bias``, ``use_mlp_bias``, ``use_patch_bias`` False) is written as zeros
+where transformers' layer always has one, and ``qkv_bias`` says so for the query, key and value. The weights
+carry the names of the Hub's ViT checkpoints (``encoder.layer.<i>.attention.attention.query``), which every
+transformers version loads (version 5 renames them as it reads them).
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, positive, tensor
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph"]
+__all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph", "VIT"]
 
 
 class HubViTEmbedding(Node):
@@ -224,8 +235,72 @@ def convert_vit_encoder(record, arrays, ctx):
     return Converted(spec, state, [f"keras-hub ViTEncoder: {layers} pre-norm blocks of SDPA and an exact-gelu MLP"])
 
 
+# -- the family's Hugging Face form -------------------------------------------------------------------------
+def _vit_config(m: HubSource) -> dict[str, Any]:
+    embedding, encoder = m.spec("vit_patching_and_embedding"), m.spec("vit_encoder")
+    if not embedding.get("class_token"):
+        m.refuse("it has no class token (use_class_token=False), and transformers' ViT always prepends one")
+    shape = m.arguments.get("image_shape")
+    return {
+        "hidden_size": int(encoder["hidden"]),
+        "num_hidden_layers": int(encoder["num_layers"]),
+        "num_attention_heads": int(encoder["num_heads"]),
+        "intermediate_size": int(encoder["mlp_dim"]),
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": float(encoder.get("dropout_rate", 0.0)),
+        "attention_probs_dropout_prob": float(encoder.get("attention_dropout", 0.0)),
+        "layer_norm_eps": float(encoder["layer_norm_epsilon"]),
+        "image_size": list(shape[:2]) if isinstance(shape, list) else shape,
+        "patch_size": list(embedding["patch"]),
+        "num_channels": int(embedding["channels"]),
+        "qkv_bias": bool(encoder.get("use_mha_bias", True)),
+    }
+
+
+_VIT_BLOCK = (
+    ("layernorm_before", "norm_1"),
+    ("attention.attention.query", "query"),
+    ("attention.attention.key", "key"),
+    ("attention.attention.value", "value"),
+    ("attention.output.dense", "output"),
+    ("layernorm_after", "norm_2"),
+    ("intermediate.dense", "dense_1"),
+    ("output.dense", "dense_2"),
+)
+
+
+def _vit_tensors(m: HubSource) -> Tensors:
+    """transformers' ViT weights (the Hub checkpoints' names); a bias keras-hub has not is zeros."""
+    position = m.tensor("vit_patching_and_embedding.position")
+    patch = m.tensor("vit_patching_and_embedding.patch.weight")
+    yield "embeddings.cls_token", m.tensor("vit_patching_and_embedding.class_token")
+    yield "embeddings.position_embeddings", position[None]
+    yield "embeddings.patch_embeddings.projection.weight", patch
+    bias = "vit_patching_and_embedding.patch.bias"
+    yield (
+        "embeddings.patch_embeddings.projection.bias",
+        (m.tensor(bias) if m.holds(bias) else patch.new_zeros(len(patch))),
+    )
+    for i in range(int(m.spec("vit_encoder")["num_layers"])):
+        for theirs, ours in _VIT_BLOCK:
+            at = f"vit_encoder.blocks.{i}.{ours}"
+            weight = m.tensor(f"{at}.weight")
+            yield f"encoder.layer.{i}.{theirs}.weight", weight
+            if m.holds(f"{at}.bias"):
+                yield f"encoder.layer.{i}.{theirs}.bias", m.tensor(f"{at}.bias")
+            elif ours not in ("query", "key", "value"):  # qkv_bias=False leaves those three out
+                yield f"encoder.layer.{i}.{theirs}.bias", weight.new_zeros(weight.shape[0])
+    yield "layernorm.weight", m.tensor("vit_encoder.norm.weight")
+    yield "layernorm.bias", m.tensor("vit_encoder.norm.bias")
+
+
+VIT = TransformersForm(
+    "vit", {"backbone": "ViTModel"}, _vit_config, _vit_tensors, load_with={"backbone": {"add_pooling_layer": False}}
+)
+
+
 # -- the family's model ------------------------------------------------------------------------------------
-@keras_hub_model("ViTBackbone", family="vit")
+@keras_hub_model("ViTBackbone", family="vit", transformers=VIT)
 def vit_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     """``ViTBackbone``: images [B, H, W, C] -> ``vit_patching_and_embedding`` (patches, class token,
     positions) -> ``vit_encoder`` (pre-norm blocks, final layer norm) -> [B, N (+1), D]."""
