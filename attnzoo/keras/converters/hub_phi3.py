@@ -156,6 +156,7 @@ def _phi3_config(m: HubSource) -> dict[str, Any]:
         factors = {
             "short_factor": [float(f) for f in m.arguments["rope_scaling_short_factor"]],
             "long_factor": [float(f) for f in m.arguments["rope_scaling_long_factor"]],
+            "factor": config["max_position_embeddings"] / config["original_max_position_embeddings"],
         }
         # transformers 4 reads rope_scaling ("su" was renamed "longrope"), 5 rope_parameters (or rope_scaling)
         config["rope_scaling"] = {"type": "longrope", "rope_type": "longrope", **factors}
