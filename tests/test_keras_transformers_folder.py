@@ -411,6 +411,12 @@ def loaded(tmp_path_factory):
             }
         )
     assert len(json.loads((root / "sharded" / "model.safetensors.index.json").read_text())["weight_map"]) == 21
+    return load_in_child(root, specs, given), jobs
+
+
+def load_in_child(root: Path, specs: list[dict], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run :data:`LOADER` on the jobs ``specs`` (name, folder, auto, kwargs, inputs, outputs, generate) with the
+    arrays ``given`` in one child process where keras, keras_hub and attnzoo cannot be imported; its arrays."""
     (root / "jobs.json").write_text(json.dumps(specs))
     np.savez(root / "given.npz", **given)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # and attnzoo is blocked besides
@@ -423,7 +429,7 @@ def loaded(tmp_path_factory):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return dict(np.load(root / "out.npz")), jobs
+    return dict(np.load(root / "out.npz"))
 
 
 def _close(got: np.ndarray, want: np.ndarray, what: str, tolerance: float = TOLERANCE) -> float:

@@ -13,35 +13,17 @@ and greedy ``generate`` gives Keras's 32 tokens. The fast tier checks the folder
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import warnings
-from functools import cache
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from attnzoo.keras import convert_keras_model, to_transformers
+from attnzoo.keras import to_transformers
 
-from .conftest import ROOT
-from .test_keras_transformers_folder import LOADER
-
-DATA = ROOT / "tests" / "data" / "keras_hub_lm"
-FAMILIES = ("qwen", "qwen3", "qwen_moe", "phi3", "phi3_su")
-TOLERANCE = 1e-5
-
-
-@cache
-def expected(family: str) -> dict[str, np.ndarray]:
-    return dict(np.load(DATA / family / "expected.npz"))
-
-
-@cache
-def converted(family: str, file: str):
-    return convert_keras_model(DATA / family / file)
+from .test_keras_hub_qwen_phi3 import DATA, FAMILIES, TOLERANCE, converted, expected
+from .test_keras_transformers_folder import load_in_child
 
 
 def written(tmp_path, family: str, file: str):
@@ -137,19 +119,7 @@ def loaded(tmp_path_factory):
             given[f"{name}/prompt_0"] = e["greedy/prompt"].astype(np.int64)
         spec = {"name": name, "folder": str(folder), "auto": job["auto"], "kwargs": {}, "outputs": [job["out"]]}
         specs.append({**spec, "inputs": ["attention_mask", "input_ids"], "generate": [32] if decodes else []})
-    (root / "jobs.json").write_text(json.dumps(specs))
-    np.savez(root / "given.npz", **given)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # and attnzoo is blocked besides
-    proc = subprocess.run(
-        [sys.executable, "-c", LOADER, str(root / "jobs.json"), str(root / "given.npz"), str(root / "out.npz")],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return dict(np.load(root / "out.npz"))
+    return load_in_child(root, specs, given)
 
 
 @pytest.mark.slow

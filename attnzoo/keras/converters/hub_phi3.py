@@ -40,7 +40,7 @@ from attnzoo.keras.converters.hub_llama import (
     rotary_tensors,
     rotate,
 )
-from attnzoo.keras.converters.hub_qwen import DECODER_CALL, rotary_spec
+from attnzoo.keras.converters.hub_qwen import DECODER_CALL, SWIGLU_ROLES, rotary_spec
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
@@ -106,7 +106,7 @@ _PHI3_ORDER = (
     "feedforward_intermediate_dense",
     "feedforward_output_dense",
 )
-_ROLES = ("attention_norm", "query", "key", "value", "output_dense", "feedforward_norm", "gate", "up", "down")
+_ROLES = ("attention_norm", "query", "key", "value", "output_dense", *SWIGLU_ROLES)
 
 
 def _su_options(c: dict[str, Any], head_dim: int) -> dict[str, Any]:

@@ -41,7 +41,15 @@ from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, TransformersForm
 
-__all__ = ["qwen_graph", "rotary_spec", "QWEN2", "QWEN_MAX_POSITIONS", "DECODER_CALL"]
+__all__ = [
+    "qwen_graph",
+    "rotary_spec",
+    "QWEN2",
+    "QWEN_MAX_POSITIONS",
+    "DECODER_CALL",
+    "QWEN_ATTENTION_ROLES",
+    "SWIGLU_ROLES",
+]
 
 QWEN_MAX_POSITIONS = 32768  # Qwen2's context; keras-hub's QwenBackbone records none
 
@@ -72,7 +80,8 @@ def rotary_spec(config: dict[str, Any], sizes: dict[str, Any], **options: Any) -
     }
 
 
-_ROLES = (
+# the variables of keras-hub's rotary decoders by role, in their child orders (rotary_decoder_parts' roles)
+QWEN_ATTENTION_ROLES = (
     "attention_norm",
     "query",
     "query_bias",
@@ -81,17 +90,16 @@ _ROLES = (
     "value",
     "value_bias",
     "output_dense",
-    "feedforward_norm",
-    "gate",
-    "up",
-    "down",
 )
+SWIGLU_ROLES = ("feedforward_norm", "gate", "up", "down")
 
 
 @keras_layer("QwenTransformerDecoder", child_order=LLAMA_ORDER, **DECODER_CALL)
 def convert_qwen_decoder(record, arrays, ctx):
     expect_variables(arrays, 12, "QwenTransformerDecoder (2 norms, 4 attention kernels, 3 biases, 3 feed-forward)")
-    sizes, state = rotary_decoder_parts(dict(zip(_ROLES, arrays, strict=True)), "a Qwen attention")
+    sizes, state = rotary_decoder_parts(
+        dict(zip(QWEN_ATTENTION_ROLES + SWIGLU_ROLES, arrays, strict=True)), "a Qwen attention"
+    )
     notes = ["keras-hub QwenTransformerDecoder: RMSNorm, grouped-query attention with q/k/v biases, SwiGLU"]
     if record.config.get("use_sliding_window_attention"):
         notes.append("its sliding window is not applied: keras-hub's fused attention on torch has none")

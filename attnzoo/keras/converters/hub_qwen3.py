@@ -39,7 +39,7 @@ from attnzoo.keras.converters.hub_llama import (
     rotary_decoder_parts,
     rotary_tensors,
 )
-from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_MAX_POSITIONS, rotary_spec
+from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_MAX_POSITIONS, SWIGLU_ROLES, rotary_spec
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
@@ -59,19 +59,7 @@ _QWEN3_ORDER = (
     f"{_ATTENTION}/_key_dense_layer_norm",
     *LLAMA_ORDER[4:],
 )
-_ROLES = (
-    "attention_norm",
-    "query",
-    "query_norm",
-    "key",
-    "key_norm",
-    "value",
-    "output_dense",
-    "feedforward_norm",
-    "gate",
-    "up",
-    "down",
-)
+_ROLES = ("attention_norm", "query", "query_norm", "key", "key_norm", "value", "output_dense", *SWIGLU_ROLES)
 
 
 @keras_layer("Qwen3TransformerDecoder", child_order=_QWEN3_ORDER, **DECODER_CALL)

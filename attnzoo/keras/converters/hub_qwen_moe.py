@@ -49,7 +49,7 @@ from attnzoo.keras.converters.hub_llama import (
     rotary_decoder_parts,
     rotary_tensors,
 )
-from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_MAX_POSITIONS, rotary_spec
+from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_ATTENTION_ROLES, QWEN_MAX_POSITIONS, rotary_spec
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
@@ -137,17 +137,6 @@ _MOE_ORDER = (
     f"{_SHARED}/_feedforward_output_dense",
     "mlp/shared_expert_gate_dense",
 )
-_ATTENTION_ROLES = (
-    "attention_norm",
-    "query",
-    "query_bias",
-    "key",
-    "key_bias",
-    "value",
-    "value_bias",
-    "output_dense",
-    "feedforward_norm",
-)
 _MOE_ROLES = (
     "router",
     "expert_gate_up",
@@ -203,7 +192,7 @@ def convert_qwen_moe_decoder(record, arrays, ctx):
     expect_variables(arrays, 16, "QwenMoeTransformerDecoder (Qwen2's attention, a router, experts, a shared expert)")
     c = record.config
     _refuse_what_keras_hub_computes_apart(c)
-    attention = dict(zip(_ATTENTION_ROLES, arrays[:9], strict=True))
+    attention = dict(zip((*QWEN_ATTENTION_ROLES, "feedforward_norm"), arrays[:9], strict=True))
     sizes, state = rotary_decoder_parts(attention, "a Qwen-MoE attention")
     moe_sizes, moe_state = _moe_state(dict(zip(_MOE_ROLES, arrays[9:], strict=True)), sizes["hidden"])
     top_k = c.get("top_k", 4)
