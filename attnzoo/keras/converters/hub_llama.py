@@ -53,6 +53,7 @@ from attnzoo.layers.kv_cache import KVCache
 
 __all__ = [
     "HubRMSNorm",
+    "RotaryDecoder",
     "HubLlamaDecoder",
     "rotate",
     "rotary_decoder_parts",
@@ -125,57 +126,46 @@ def rotate(x: Tensor, start: int, wavelength: float, *, divisor: Any = None, sca
     return x * cos.to(x.dtype) + turned * sin.to(x.dtype)
 
 
-class HubLlamaDecoder(Node):
-    """``keras_hub``'s ``LlamaTransformerDecoder`` (the module docstring has the formula): x [B, T, D] ->
-    [B, T, D]; the output keeps the input's mask.
+class RotaryDecoder(Node):
+    """What keras-hub's rotary decoders compute (the module docstring has the formula): x [B, T, D] -> [B, T, D];
+    the output keeps the input's mask. A family's node calls plain ``super().__init__()``, then :meth:`_build`
+    with its sizes and the keywords where it differs from Llama: ``head_dim`` (not ``D / H``: Qwen3's),
+    ``attention_bias`` (on the query, key and value: Qwen2's), ``query_key_norm`` (the epsilon of an RMSNorm
+    over each query and key head before the rotation: Qwen3's), ``empty`` (what a query with no key gets:
+    ``"mean"`` or ``"zeros"``, :func:`~attnzoo.layers.attend.keras_attention`), ``feedforward_dropout``
+    (Phi-3's); ``intermediate_dim`` 0 builds no SwiGLU (the node computes its own :meth:`_feed_forward`)."""
 
-    The rotary decoders of the other families are this node with a keyword where they differ:
-    ``head_dim`` (heads of another size than ``D / H``: Qwen3's), ``attention_bias`` (biases on the query,
-    key and value projections: Qwen2's), ``query_key_norm`` (the epsilon of an RMSNorm over each query and
-    key head before the rotation: Qwen3's), ``empty`` (what a query with no key gets, as the family's
-    attention computes it: ``"mean"`` or ``"zeros"``, :func:`attnzoo.layers.attend.keras_attention`);
-    ``intermediate_dim`` 0 builds no SwiGLU feed-forward (a subclass computes its own:
-    :meth:`_feed_forward`)."""
-
-    op = "keras_hub_llama_decoder"
     supports_masking = True
 
-    def __init__(
+    def _build(
         self,
-        *,
         hidden: int,
         intermediate_dim: int,
-        num_query_heads: int,
-        num_key_value_heads: int,
-        rope_max_wavelength: float = 10000.0,
-        layer_norm_epsilon: float = 1e-6,
-        dropout: float = 0.0,
+        heads: int,
+        groups: int,
+        *,
+        wavelength: float,
+        epsilon: float,
+        dropout: float,
         head_dim: int | None = None,
         attention_bias: bool = False,
         query_key_norm: float | None = None,
         empty: str = "mean",
         feedforward_dropout: float = 0.0,
     ) -> None:
-        super().__init__()
-        self.heads, self.groups = num_query_heads, num_key_value_heads
-        self.head_dim = head_dim or hidden // num_query_heads
-        self.wavelength, self.epsilon, self.dropout, self.empty = (
-            rope_max_wavelength,
-            layer_norm_epsilon,
-            dropout,
-            empty,
-        )
+        self.heads, self.groups, self.head_dim = heads, groups, head_dim or hidden // heads
+        self.wavelength, self.epsilon, self.dropout, self.empty = wavelength, epsilon, dropout, empty
         self.feedforward_dropout = feedforward_dropout
-        inner = num_query_heads * self.head_dim
-        self.attention_norm = nn.RMSNorm(hidden, eps=layer_norm_epsilon)
+        inner, kv = heads * self.head_dim, groups * self.head_dim
+        self.attention_norm = nn.RMSNorm(hidden, eps=epsilon)
         self.query = nn.Linear(hidden, inner, bias=attention_bias)
-        self.key = nn.Linear(hidden, num_key_value_heads * self.head_dim, bias=attention_bias)
-        self.value = nn.Linear(hidden, num_key_value_heads * self.head_dim, bias=attention_bias)
+        self.key = nn.Linear(hidden, kv, bias=attention_bias)
+        self.value = nn.Linear(hidden, kv, bias=attention_bias)
         norms = query_key_norm is not None
         self.query_norm = nn.RMSNorm(self.head_dim, eps=query_key_norm) if norms else None
         self.key_norm = nn.RMSNorm(self.head_dim, eps=query_key_norm) if norms else None
         self.output_dense = nn.Linear(inner, hidden, bias=False)
-        self.feedforward_norm = nn.RMSNorm(hidden, eps=layer_norm_epsilon)
+        self.feedforward_norm = nn.RMSNorm(hidden, eps=epsilon)
         if intermediate_dim:
             self.gate = nn.Linear(hidden, intermediate_dim, bias=False)
             self.up = nn.Linear(hidden, intermediate_dim, bias=False)
@@ -244,6 +234,43 @@ class HubLlamaDecoder(Node):
         return [h + F.dropout(y, self.feedforward_dropout, self.training)], [own]
 
 
+class HubLlamaDecoder(RotaryDecoder):
+    """``keras_hub``'s ``LlamaTransformerDecoder`` (:class:`RotaryDecoder`), and the decoders written alike:
+    Qwen2's (``attention_bias``), Qwen3's (``head_dim``, ``query_key_norm``), Phi-3's (``feedforward_dropout``)."""
+
+    op = "keras_hub_llama_decoder"
+
+    def __init__(
+        self,
+        *,
+        hidden: int,
+        intermediate_dim: int,
+        num_query_heads: int,
+        num_key_value_heads: int,
+        rope_max_wavelength: float = 10000.0,
+        layer_norm_epsilon: float = 1e-6,
+        dropout: float = 0.0,
+        head_dim: int | None = None,
+        attention_bias: bool = False,
+        query_key_norm: float | None = None,
+        feedforward_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self._build(
+            hidden,
+            intermediate_dim,
+            num_query_heads,
+            num_key_value_heads,
+            wavelength=rope_max_wavelength,
+            epsilon=layer_norm_epsilon,
+            dropout=dropout,
+            head_dim=head_dim,
+            attention_bias=attention_bias,
+            query_key_norm=query_key_norm,
+            feedforward_dropout=feedforward_dropout,
+        )
+
+
 _ATTENTION = "_self_attention_layer"
 LLAMA_ORDER = (
     "_self_attention_layernorm",
@@ -291,13 +318,11 @@ def convert_llama_decoder(record, arrays, ctx):
 
 
 def rotary_decoder_parts(named: dict[str, Any], what: str) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """The sizes and the state dict of a :class:`HubLlamaDecoder` from a rotary decoder's Keras variables by
-    role: ``attention_norm`` and ``feedforward_norm`` [D]; the EinsumDense kernels ``query`` [D, h, d],
-    ``key`` and ``value`` [D, g, d], ``output_dense`` [h, d, D]; where the family has them, the biases
-    ``query_bias`` [h, d], ``key_bias`` and ``value_bias`` [g, d], the head norms ``query_norm`` and
-    ``key_norm`` [d], and the SwiGLU's Dense kernels ``gate`` and ``up`` [D, I], ``down`` [I, D] (an MoE
-    decoder has none: ``intermediate_dim`` 0). ``head_dim`` is in the sizes only where d is not D / h;
-    shapes that are not such a decoder's are ``Refused`` naming ``what`` it should be."""
+    """A rotary decoder's sizes and state dict from its Keras variables by role: the norms ``attention_norm``,
+    ``feedforward_norm`` [D]; the kernels ``query`` [D, h, d], ``key``, ``value`` [D, g, d], ``output_dense``
+    [h, d, D]; where held, ``query_bias`` [h, d], ``key_bias``, ``value_bias`` [g, d], the head norms
+    ``query_norm``, ``key_norm`` [d], the SwiGLU's ``gate``, ``up`` [D, I] and ``down`` [I, D] (none: I = 0).
+    ``head_dim`` is in the sizes where d is not D / h; other shapes are ``Refused``, naming ``what``."""
     query, key, output = named["query"], named["key"], named["output_dense"]
     if query.ndim != 3 or key.ndim != 3:
         raise Refused(f"attention kernels {list(query.shape)}, {list(key.shape)} are not {what}'s")
@@ -312,33 +337,19 @@ def rotary_decoder_parts(named: dict[str, Any], what: str) -> tuple[dict[str, An
     if heads % groups or wrong:
         shapes = {role: list(named[role].shape) for role in named}
         raise Refused(f"variables {shapes} are not {what}'s (wrong: {', '.join(wrong) or 'the head counts'})")
-    sizes: dict[str, Any] = {
-        "hidden": hidden,
-        "intermediate_dim": inner,
-        "num_query_heads": heads,
-        "num_key_value_heads": groups,
-    }
+    sizes: dict[str, Any] = dict(
+        hidden=hidden, intermediate_dim=inner, num_query_heads=heads, num_key_value_heads=groups
+    )
     if heads * head_dim != hidden:
         sizes["head_dim"] = head_dim
     if "query_bias" in named:
         sizes["attention_bias"] = True
-    state = {
-        "attention_norm.weight": as_tensor(named["attention_norm"]),
-        "query.weight": as_tensor(query.reshape(hidden, -1).T),
-        "key.weight": as_tensor(key.reshape(hidden, -1).T),
-        "value.weight": as_tensor(named["value"].reshape(hidden, -1).T),
-        "output_dense.weight": as_tensor(output.reshape(-1, hidden).T),
-        "feedforward_norm.weight": as_tensor(named["feedforward_norm"]),
-    }
-    for role in ("query", "key", "value"):
-        if f"{role}_bias" in named:
-            state[f"{role}.bias"] = as_tensor(named[f"{role}_bias"].reshape(-1))
-    for role in ("query_norm", "key_norm"):
-        if role in named:
-            state[f"{role}.weight"] = as_tensor(named[role])
-    for role in ("gate", "up", "down"):
-        if role in named:
-            state[f"{role}.weight"] = as_tensor(named[role].T)
+    qkv, own = ("query", "key", "value"), ("attention_norm", "feedforward_norm", "query_norm", "key_norm")
+    state = {f"{role}.weight": as_tensor(named[role]) for role in own if role in named}
+    state |= {f"{role}.weight": as_tensor(named[role].reshape(hidden, -1).T) for role in qkv}
+    state["output_dense.weight"] = as_tensor(output.reshape(-1, hidden).T)
+    state |= {f"{role}.bias": as_tensor(named[f"{role}_bias"].reshape(-1)) for role in qkv if f"{role}_bias" in named}
+    state |= {f"{role}.weight": as_tensor(named[role].T) for role in ("gate", "up", "down") if role in named}
     return sizes, state
 
 
@@ -454,12 +465,10 @@ def rotary_backbone_graph(
     tied: bool,
     name: str,
 ) -> dict[str, Any]:
-    """The functional record of a rotary decoder-only backbone (Llama's, and the families that keras-hub writes
-    alike: Qwen, Qwen3, Qwen-MoE, Phi-3): token ids, padding mask -> ``token_embedding`` (a
-    ``ReversibleEmbedding``, ``tied`` or with a reverse table of its own) -> ``num_layers`` decoders of the
-    class and module ``decoder`` named ``transformer_layer_<i>`` (masked by ``padding_mask`` as
-    ``decoder_padding_mask``; their config: the sizes, ``layer_norm_epsilon``, ``dropout`` and the family's
-    ``settings``) -> ``sequence_output_layernorm``, of the class and module ``norm`` -> [B, T, D]."""
+    """The functional record of a rotary decoder-only backbone (Llama's, Qwen's, Phi-3's): token ids, padding
+    mask -> ``token_embedding`` (``ReversibleEmbedding``, ``tied`` or not) -> ``num_layers`` ``decoder`` (class,
+    module) layers ``transformer_layer_<i>`` (config: the sizes, epsilon, dropout and ``settings``; masked by
+    ``padding_mask``) -> ``sequence_output_layernorm``, a ``norm`` (class, module) -> [B, T, D]."""
     g = HubGraph(config.get("dtype"))
     hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_query_heads", where)
     groups = positive(config, "num_key_value_heads", where)

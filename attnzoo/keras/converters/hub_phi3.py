@@ -31,7 +31,7 @@ from torch import Tensor
 
 from attnzoo.keras.arguments import expect_variables
 from attnzoo.keras.converters.hub_llama import (
-    HubLlamaDecoder,
+    RotaryDecoder,
     convert_rms_norm,
     held_tensors,
     rotary_backbone_graph,
@@ -57,22 +57,32 @@ def su_attention_factor(max_length: int, pretraining_length: int) -> float:
     return 1.0 if ratio <= 1.0 else math.sqrt(1 + math.log(ratio) / math.log(pretraining_length))
 
 
-class HubPhi3Decoder(HubLlamaDecoder):
-    """``keras_hub``'s ``Phi3Decoder`` with su rope (the module docstring has the rotation): x [B, T, D] ->
-    [B, T, D]; the output keeps the input's mask."""
+class HubPhi3Decoder(RotaryDecoder):
+    """``keras_hub``'s ``Phi3Decoder`` with su rope (:class:`RotaryDecoder`; the module docstring has the
+    rotation): x [B, T, D] -> [B, T, D]; the output keeps the input's mask."""
 
     op = "keras_hub_phi3_su_decoder"
 
     def __init__(
         self,
         *,
+        hidden: int,
+        intermediate_dim: int,
+        num_query_heads: int,
+        num_key_value_heads: int,
         rope_scaling_short_factor: list[float],
         rope_scaling_long_factor: list[float],
         pretraining_sequence_length: int,
         max_sequence_length: int,
-        **decoder: Any,
+        rope_max_wavelength: float = 10000.0,
+        layer_norm_epsilon: float = 1e-6,
+        dropout: float = 0.0,
     ) -> None:
-        super().__init__(**decoder)
+        super().__init__()
+        settings = {"wavelength": rope_max_wavelength, "epsilon": layer_norm_epsilon, "dropout": dropout}
+        self._build(
+            hidden, intermediate_dim, num_query_heads, num_key_value_heads, **settings, feedforward_dropout=dropout
+        )
         self.short_factor, self.long_factor = list(rope_scaling_short_factor), list(rope_scaling_long_factor)
         self.pretraining_length = pretraining_sequence_length
         self.attention_factor = su_attention_factor(max_sequence_length, pretraining_sequence_length)
@@ -132,11 +142,12 @@ def convert_phi3_decoder(record, arrays, ctx):
     expect_variables(arrays, 9, "Phi3Decoder (2 norms, 4 attention kernels, 3 feed-forward kernels)")
     c = record.config
     sizes, state = rotary_decoder_parts(dict(zip(_ROLES, arrays, strict=True)), "a Phi-3 attention")
-    spec = rotary_spec(c, sizes, feedforward_dropout=float(c.get("dropout", 0.0) or 0.0))
     kind = c.get("rope_scaling_type")
     if kind == "su":
-        spec.update(_su_options(c, sizes["hidden"] // sizes["num_query_heads"]))
-    elif kind is not None:
+        spec = rotary_spec(c, sizes, **_su_options(c, sizes["hidden"] // sizes["num_query_heads"]))
+    elif kind is None:
+        spec = rotary_spec(c, sizes, feedforward_dropout=float(c.get("dropout", 0.0) or 0.0))
+    else:
         raise Refused(f"rope_scaling_type={kind!r} is not keras-hub's (None or 'su')")
     return Converted(spec, state, [f"keras-hub Phi3Decoder: RMSNorm, grouped-query attention, SwiGLU, rope {kind}"])
 

@@ -1,6 +1,6 @@
 """keras-hub's Qwen-MoE family: ``QwenMoeBackbone`` and ``QwenMoeCausalLM`` rebuilt from their arguments
 (:func:`qwen_moe_graph`), and their decoder converted without keras-hub: ``QwenMoeTransformerDecoder``, whose
-attention is Qwen2's (:class:`~attnzoo.keras.converters.hub_llama.HubLlamaDecoder` with q/k/v biases) and
+attention is Qwen2's (:class:`~attnzoo.keras.converters.hub_llama.RotaryDecoder` with q/k/v biases) and
 whose feed-forward is a sparse mixture of experts (:class:`HubQwenMoeDecoder`). The final norm is
 ``QwenLayerNorm`` (:mod:`attnzoo.keras.converters.hub_qwen`).
 
@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from attnzoo.keras.arguments import as_tensor, expect_variables
 from attnzoo.keras.converters.hub_llama import (
     ROTARY_ATTENTION_WEIGHTS,
-    HubLlamaDecoder,
+    RotaryDecoder,
     held_tensors,
     rotary_backbone_graph,
     rotary_config,
@@ -58,24 +58,32 @@ from attnzoo.layers.core import tracing
 __all__ = ["HubQwenMoeDecoder", "qwen_moe_graph", "QWEN2_MOE"]
 
 
-class HubQwenMoeDecoder(HubLlamaDecoder):
-    """``keras_hub``'s ``QwenMoeTransformerDecoder``: Qwen2's attention, then the mixture of experts of the
-    module docstring. x [B, T, D] -> [B, T, D]; the output keeps the input's mask."""
+class HubQwenMoeDecoder(RotaryDecoder):
+    """``keras_hub``'s ``QwenMoeTransformerDecoder``: Qwen2's attention (:class:`RotaryDecoder` with q/k/v
+    biases; a query with no key gets zeros), then the mixture of experts of the module docstring. x [B, T, D]
+    -> [B, T, D]; the output keeps the input's mask."""
 
     op = "keras_hub_qwen_moe_decoder"
 
     def __init__(
         self,
         *,
+        hidden: int,
+        num_query_heads: int,
+        num_key_value_heads: int,
         num_experts: int,
         top_k: int,
         moe_intermediate_dim: int,
         shared_expert_intermediate_dim: int,
         norm_top_k_prob: bool = False,
-        **decoder: Any,
+        rope_max_wavelength: float = 10000.0,
+        layer_norm_epsilon: float = 1e-6,
+        dropout: float = 0.0,
     ) -> None:
-        super().__init__(**{**decoder, "intermediate_dim": 0})
-        hidden, shared = decoder["hidden"], shared_expert_intermediate_dim
+        super().__init__()
+        heads, groups, shared = num_query_heads, num_key_value_heads, shared_expert_intermediate_dim
+        settings = {"wavelength": rope_max_wavelength, "epsilon": layer_norm_epsilon, "dropout": dropout}
+        self._build(hidden, 0, heads, groups, **settings, attention_bias=True, empty="zeros")
         self.top_k, self.norm_top_k_prob = top_k, norm_top_k_prob
         self.router = nn.Linear(hidden, num_experts, bias=False)
         self.expert_gate_up = nn.Parameter(torch.zeros(num_experts, hidden, 2 * moe_intermediate_dim))
@@ -198,7 +206,8 @@ def convert_qwen_moe_decoder(record, arrays, ctx):
     top_k = c.get("top_k", 4)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= moe_sizes["num_experts"]:
         raise Refused(f"top_k={top_k!r} is not a number of experts from 1 to {moe_sizes['num_experts']}")
-    options = {"op": HubQwenMoeDecoder.op, **moe_sizes, "top_k": top_k, "empty": "zeros"}
+    del sizes["intermediate_dim"], sizes["attention_bias"]  # the node's own: no SwiGLU, and biases
+    options = {"op": HubQwenMoeDecoder.op, **moe_sizes, "top_k": top_k}
     spec = rotary_spec(c, sizes, **options, norm_top_k_prob=bool(c.get("norm_top_k_prob", False)))
     notes = [f"keras-hub QwenMoeTransformerDecoder: {moe_sizes['num_experts']} experts, top {top_k}, a shared one"]
     return Converted(spec, {**state, **moe_state}, notes)
