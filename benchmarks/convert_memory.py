@@ -14,10 +14,11 @@ opaque values with the attribute ``dtype="bfloat16"`` (keras 3's ``H5Entry``), t
 
 Each file is converted by :func:`attnzoo.keras.convert_keras_model` in a fresh interpreter, which first
 imports torch and attnzoo and converts a 1-layer Llama of the same family (so that imports, registries and the
-first compilation are paid before), then converts the file. The peak is the process's peak resident size
-during the conversion (VmHWM, reset just before it) minus its resident size just before it: what the
-conversion itself needs, the returned model included. ``ratio`` is that peak over the bytes of the
-converted model's tensors (the weights in the dtype the model holds them in). Linux only (/proc).
+first compilation are paid before), then converts the file and saves the model with ``attnzoo.save``; another
+fresh interpreter loads a saved 1-layer Llama, then the saved model with ``attnzoo.load``. The peak is the
+process's peak resident size during the conversion (the load) (VmHWM, reset just before it) minus its resident
+size just before it: what the step itself needs, the returned model included. ``ratio`` is that peak over the
+bytes of the model's tensors (the weights in the dtype the model holds them in). Linux only (/proc).
 Writes benchmarks/results/convert_memory.json.
 """
 
@@ -37,6 +38,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import HERE, ROOT, markdown_table, update_doc_section, write_json  # noqa: E402
+
+import attnzoo  # noqa: E402
+from attnzoo.keras import convert_keras_model  # noqa: E402
 
 SIZES = {"vocabulary_size": 32000, "hidden_dim": 768, "num_layers": 12, "num_query_heads": 12}
 SIZES |= {"num_key_value_heads": 4, "intermediate_dim": 3072}
@@ -123,11 +127,18 @@ import attnzoo
 from attnzoo.keras import convert_keras_model
 from attnzoo.tools.bench import rss_peak_of
 torch.set_num_threads(2)
-warm, path = sys.argv[1], sys.argv[2]
-convert_keras_model(warm)  # imports, registries, the first compilation: paid before the measure
+step, warm, path, folder = sys.argv[1:5]
+if step == "convert":
+    convert_keras_model(warm)  # imports, registries, the first compilation: paid before the measure
+    make = lambda: convert_keras_model(path)
+else:
+    attnzoo.load(warm)
+    make = lambda: attnzoo.load(folder)
 held = []
-before, peak = rss_peak_of(lambda: held.append(convert_keras_model(path)))
+before, peak = rss_peak_of(lambda: held.append(make()))
 model = held[0]
+if step == "convert":
+    attnzoo.save(model, folder)
 tensors = list(model.state_dict().values())
 dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors if t.is_floating_point()})
 nbytes = sum(t.numel() * t.element_size() for t in tensors)
@@ -135,12 +146,12 @@ print(json.dumps({"before": before, "peak": peak, "weights_bytes": nbytes, "dtyp
 """
 
 
-def measure(path: Path, warm: Path) -> dict:
-    """Peak resident bytes of converting ``path`` in a fresh interpreter, above its resident size before."""
+def measure(step: str, warm: Path, path: Path, folder: Path) -> dict:
+    """Peak resident bytes of ``step`` (``convert``: converting ``path``, then saving it to ``folder``; ``load``:
+    ``attnzoo.load(folder)``) in a fresh interpreter, above its resident size before."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(warm), str(path)], capture_output=True, text=True, env=env, timeout=1800
-    )
+    command = [sys.executable, "-c", _CHILD, step, str(warm), str(path), str(folder)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
     if done.returncode != 0:
         reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": reason[:300]}
@@ -159,31 +170,26 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="convert-memory-") as folder:
         warm = Path(folder) / "warm.keras"
         write_llama(warm, {**QUICK, "num_layers": 1, "vocabulary_size": 100}, "float32")
+        attnzoo.save(convert_keras_model(warm), Path(folder) / "warm")
         for dtype in ("float32", "bfloat16"):
-            path = Path(folder) / f"llama-{dtype}.keras"
+            path, saved = Path(folder) / f"llama-{dtype}.keras", Path(folder) / f"llama-{dtype}"
             parameters = write_llama(path, sizes, dtype)
-            result = measure(path, warm)
-            rows.append({"file": dtype, "parameters": parameters, "file_bytes": path.stat().st_size, **result})
-            print(json.dumps(rows[-1]))
-    headers = ["file", "parameters", "file MiB", "model's dtype", "weights MiB", "peak above the interpreter MiB"]
+            for step, source in (("convert", warm), ("load", Path(folder) / "warm")):
+                result = measure(step, source, path, saved)
+                row = {"file": dtype, "step": step, "parameters": parameters, "file_bytes": path.stat().st_size}
+                rows.append({**row, **result})
+                print(json.dumps(rows[-1]))
+    headers = ["file", "step", "parameters", "file MiB", "model's dtype", "weights MiB", "peak above MiB"]
     headers.append("peak / weights")
     table = []
     for row in rows:
+        what = "`convert_keras_model(file)`" if row["step"] == "convert" else "`attnzoo.load(saved folder)`"
+        start = [row["file"], what, f"{row['parameters'] / 1e6:.0f}M", f"{row['file_bytes'] / 2**20:,.0f}"]
         if "error" in row:
-            table.append([row["file"], f"{row['parameters'] / 1e6:.0f}M", f"{row['file_bytes'] / 2**20:,.0f}"])
-            table[-1] += [f"refused: {row['error'][:80]}", "", "", ""]
+            table.append([*start, f"refused: {row['error'][:80]}", "", "", ""])
             continue
-        table.append(
-            [
-                row["file"],
-                f"{row['parameters'] / 1e6:.0f}M",
-                f"{row['file_bytes'] / 2**20:,.0f}",
-                ", ".join(row["dtypes"]),
-                f"{row['weights_bytes'] / 2**20:,.0f}",
-                f"{row['extra_bytes'] / 2**20:,.0f}",
-                f"**{row['ratio']:.2f}x**",
-            ]
-        )
+        weights, extra = f"{row['weights_bytes'] / 2**20:,.0f}", f"{row['extra_bytes'] / 2**20:,.0f}"
+        table.append([*start, ", ".join(row["dtypes"]), weights, extra, f"**{row['ratio']:.2f}x**"])
     text = markdown_table(headers, table)
     print(text)
     shape = ", ".join(f"{k} {v}" for k, v in sizes.items())
@@ -192,8 +198,9 @@ def main() -> int:
     if args.write_docs and not args.quick:
         intro = (
             f"torch {torch.__version__}, CPU, 2 threads; a keras-hub LlamaBackbone ({shape}), its `.keras` "
-            f"written with h5py; the peak resident size of `convert_keras_model(file)` in a fresh interpreter "
-            f"above its resident size just before (`python benchmarks/convert_memory.py --write-docs`)."
+            f"written with h5py; the peak resident size of `convert_keras_model(file)`, and of `attnzoo.load` of "
+            f"the folder `attnzoo.save` wrote of it, each in a fresh interpreter, above its resident size just "
+            f"before (`python benchmarks/convert_memory.py --write-docs`)."
         )
         update_doc_section(ROOT / "docs" / "performance.md", "convert-memory", intro + "\n\n" + text)
     return 0

@@ -205,15 +205,15 @@ def build_graph(
     report, layers, state = built.report, built.layers, built.state
     if built.problems:
         raise _unsupported(file, built.problems)
-    report.notes += built.dtypes.finish(state)
-    training = policy_notes(graph, calls_of, report.notes, own=own_policy)
-    for row in report.rows:
-        if row["layer"] in training:
-            row["notes"].append("called with training=True: in training mode only under model.train()")
     calls = [
         {"id": c.id, "layer": built.keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
         for c in graph.calls
     ]
+    report.notes += built.dtypes.finish(state, layers, calls)
+    training = policy_notes(graph, calls_of, report.notes, own=own_policy)
+    for row in report.rows:
+        if row["layer"] in training:
+            row["notes"].append("called with training=True: in training mode only under model.train()")
     config = {
         "format": 1,
         "name": str(file.config.get("config", {}).get("name") or Path(file.path).stem),
@@ -269,7 +269,7 @@ class _Built:
         module_key = model_key(record.key, self.used)
         self.keys[record.key] = module_key
         self.layers[module_key] = {**converted.spec, "keras": keras}
-        self.state.update(self.dtypes.hold(f"layers.{module_key}.", converted.state, stored))
+        self.state.update(self.dtypes.hold(module_key, converted.state, stored))
         node = converted.spec["op"] if converted.spec["op"] != "zoo" else converted.spec["model"]
         row = {"layer": record.key, "class": name, "node": node, "variables": [f"{s}" for s in shapes]}
         row["notes"] = converted.notes + ([] if keras["trainable"] else ["frozen (trainable: false)"])

@@ -81,6 +81,8 @@ class KerasModel(nn.Module):
     """A Keras model converted by :func:`attnzoo.keras.convert_keras_model` (see the module docstring)."""
 
     name = "keras_model"
+    # attnzoo.load keeps the dtype the weights were saved in: the Keras file's (a bfloat16 port stays bfloat16)
+    keeps_saved_dtype = True
 
     def __init__(self, graph: dict[str, Any]) -> None:
         super().__init__()

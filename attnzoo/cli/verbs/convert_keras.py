@@ -48,6 +48,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="policy: a mixed_float16 / mixed_bfloat16 file computes each layer in its compute dtype, as Keras does",
     )
     p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default=None,
+        help="the dtype the model holds its weights in and computes in (default: the file's; a bfloat16 Keras model "
+        "stays bfloat16)",
+    )
+    p.add_argument(
         "--emit-py",
         metavar="FILE.py",
         help="also write the model as a readable PyTorch module whose load_state_dict takes -o's model.safetensors",
@@ -65,11 +72,11 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    policy = args.compute_dtype != "float32"
+    policy = args.compute_dtype != "float32" or args.dtype is not None
     if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference or policy:
         raise UsageError(
-            "--check, --length, --reference, --weights, --logits, --compute-dtype and --emit-py belong to a "
-            "whole-model conversion (without --model)"
+            "--check, --length, --reference, --weights, --logits, --compute-dtype, --dtype and --emit-py belong to "
+            "a whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
@@ -113,10 +120,19 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
             "--compute-dtype policy goes without --check and --emit-py (the check's tolerance and the written "
             "module are float32's): check the float32 conversion, then convert again with --compute-dtype policy"
         )
+    if args.compute_dtype == "policy" and args.dtype is not None:
+        raise UsageError(
+            "--dtype and --compute-dtype policy both set the dtype the layers are held in; pass one (--compute-dtype "
+            "policy holds each layer in its mixed policy's compute dtype)"
+        )
     source = _source_path(args)
     # converted once: with --check, as Keras computes it (checked), then --logits drops the final squashing
     model = convert_keras_model(
-        args.file, weights=args.weights, logits=args.logits and not args.check, compute_dtype=args.compute_dtype
+        args.file,
+        weights=args.weights,
+        logits=args.logits and not args.check,
+        compute_dtype=args.compute_dtype,
+        dtype=args.dtype,
     )
     check = None
     if args.check:
