@@ -30,8 +30,7 @@ import torch
 
 from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
-from attnzoo.io.text import printable
-from attnzoo.keras.converters.ops import OPERATION_NAMES
+from attnzoo.keras.conversion_report import ConversionReport, no_converter, unsupported_error
 from attnzoo.keras.dtypes import HeldDtypes, check_dtype
 from attnzoo.keras.files import KerasFile, Variables, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
@@ -47,7 +46,6 @@ from attnzoo.keras.registry import (
     KerasConverter,
     Refused,
     adapt,
-    builtin_keys,
     is_keras_own,
     is_operation,
     record_keys,
@@ -56,37 +54,6 @@ from attnzoo.keras.registry import (
 __all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport"]
 
 _SQUASHING = ("sigmoid", "softmax")
-
-
-@dataclass
-class ConversionReport:
-    """What became of each Keras layer: its torch node, its variables and any notes; with ``logits=True``,
-    what was dropped from each output."""
-
-    source: str
-    keras_version: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # about the whole model: a dtype policy, training=True calls
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "keras_version": self.keras_version,
-            "notes": self.notes,
-            "layers": self.rows,
-            "outputs": self.outputs,
-        }
-
-    def to_text(self) -> str:
-        lines = [f"{self.source} (Keras {self.keras_version}): {len(self.rows)} layers"]
-        lines += [f"  note: {note}" for note in self.notes]
-        for row in self.rows:
-            variables = ", ".join(row["variables"]) or "no variables"
-            lines.append(f"  {row['layer']} ({row['class']}) -> {row['node']}: {variables}")
-            lines += [f"      {note}" for note in row["notes"]]
-        lines += [f"  {line}" for line in self.outputs]
-        return "\n".join(printable(line) for line in lines)  # names from the file: shown, never sent
 
 
 # -- the converter table of one conversion -----------------------------------------------------------------
@@ -204,7 +171,7 @@ def build_graph(
         built.add(record, converted, variables, reasons, keras)
     report, layers, state = built.report, built.layers, built.state
     if built.problems:
-        raise _unsupported(file, built.problems)
+        raise unsupported_error(file, built.problems)
     calls = [
         {"id": c.id, "layer": built.keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
         for c in graph.calls
@@ -262,7 +229,7 @@ class _Built:
             own = is_keras_own(record)
             problem = {"layer": record.key, "class": name, "variables": shapes, "reasons": reasons}
             problem["keras"], problem["refused"] = own, bool(reasons)  # no converter at all, or refused by one
-            self.problems.append({**problem, "reasons": reasons or [_no_converter(record, own)]})
+            self.problems.append({**problem, "reasons": reasons or [no_converter(record, own)]})
             return
         _warn_non_finite(record, variables.arrays)
         variables.arrays.clear()  # the converter's views of them go as each tensor is held
@@ -336,47 +303,6 @@ def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, An
                     entry["dtype"], entry["keras_dtype"] = "int32", entry["dtype"]
         out.append(entry)
     return out
-
-
-def _no_converter(record: LayerRecord, own: bool) -> str:
-    """Why nothing took a layer that no converter is registered for."""
-    if is_operation(record):
-        return (
-            f"the keras operation {record.class_name} ({record_keys(record)[0]!r}) is not supported; attnzoo runs "
-            f"{', '.join(sorted(OPERATION_NAMES))}"
-        )
-    if own and record.class_name == "Lambda":
-        return "a Lambda layer's function is Python code, which attnzoo does not run; make it a layer"
-    if own:
-        return f"no converter for Keras's {record.class_name}"
-    keys = " or ".join(map(repr, record_keys(record)))
-    if (record.module or "").startswith("keras_hub") or (record.registered_name or "").startswith("keras_hub>"):
-        hub = sorted(key.split(">", 1)[1] for key in builtin_keys() if key.startswith("keras_hub>"))
-        return (
-            f"keras-hub's {record.class_name}, which attnzoo does not convert (it converts keras-hub's "
-            f"{', '.join(hub)}); a converter registered as {keys} converts it"
-        )
-    return f"a custom layer; no converter is registered as {keys}"
-
-
-def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> UnsupportedKerasLayerError:
-    lines = []
-    for p in problems:
-        shapes = f"variables {', '.join(str(s) for s in p['variables'])}" if p["variables"] else "no variables"
-        lines.append(f"  {p['layer']} ({p['class']}, {shapes}) ({'; '.join(p['reasons'])})")
-    hook = (
-        "register(KEY, convert) in the hook attnzoo_register_keras_layers(register) (docs/keras-migration.md), "
-        "or pass convert_keras_model(..., custom_layers={KEY: convert})"
-    )
-    hints = []
-    if any(not p["keras"] for p in problems):
-        hints.append(f"A custom layer converts through a plugin: {hook.replace('KEY', repr('package>ClassName'))}")
-    if any(p["keras"] and not p["refused"] for p in problems):
-        hints.append(f"A Keras layer attnzoo has no converter for: {hook.replace('KEY', repr('keras>ClassName'))}")
-    message = f"{file.path}: {len(problems)} layer(s) cannot be converted, so nothing was converted:\n" + "\n".join(
-        lines + hints
-    )
-    return UnsupportedKerasLayerError(message, problems)
 
 
 # -- logits -----------------------------------------------------------------------------------------------

@@ -70,11 +70,12 @@ from attnzoo.keras.emit import Emitted, emit
 from attnzoo.keras.graph_check import GRAPH_FORMAT, validate_graph
 from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
+from attnzoo.keras.materialised import refuse_meta_left
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.policy import set_compute_dtypes
 from attnzoo.keras.torch_layers import KerasAugmentation
 
-__all__ = ["KerasModel", "GRAPH_FORMAT", "meta_tensors"]
+__all__ = ["KerasModel", "GRAPH_FORMAT"]
 
 
 class KerasModel(nn.Module):
@@ -111,7 +112,7 @@ class KerasModel(nn.Module):
         self.emitted: Emitted = emit(graph, self.mask_plans)
         self.layers, self.node_keys = _adopted(self._port.cls, nodes)
         self._register_load_state_dict_pre_hook(self._layout_pre_hook)
-        self.register_load_state_dict_post_hook(_nothing_left_on_meta)
+        self.register_load_state_dict_post_hook(refuse_meta_left)
         dtypes = {k: _keras(s)["compute_dtype"] for k, s in graph["layers"].items() if "compute_dtype" in _keras(s)}
         set_compute_dtypes(self.layers, dtypes)  # a mixed-precision policy computed as Keras does, when asked
         self.by_policy = bool(dtypes)  # then the inputs stay as Keras declared them, each layer casts its own
@@ -459,33 +460,6 @@ def _adopted(cls: type, nodes: dict[str, Node]) -> tuple[nn.ModuleDict, dict[str
         for name, parameter in declared.named_parameters():  # assign keeps the meta layer's flags: the node's
             parameter.requires_grad_(trains.get(name, False))
     return layers, renamed
-
-
-def meta_tensors(module: nn.Module) -> list[str]:
-    """The names of ``module``'s tensors on the meta device: parameters, buffers and tensors its modules hold as
-    plain attributes."""
-    found = []
-    for prefix, inner in module.named_modules():
-        owned = {**inner._parameters, **inner._buffers}
-        owned.update((k, v) for k, v in vars(inner).items() if isinstance(v, Tensor))
-        found += [f"{prefix}.{name}" if prefix else name for name, t in owned.items() if t is not None and t.is_meta]
-    return found
-
-
-def _nothing_left_on_meta(model: nn.Module, incompatible: Any) -> None:
-    """After a whole state dict is assigned to a model built on meta (a conversion, ``attnzoo.load``), a tensor
-    still on meta is one its node makes when built and the weights do not hold: the model would fail at its
-    first call. Every tensor a node holds is in its converter's state (a lookup's keys, a Discretization's
-    boundaries, an LSTM's zero second bias); this says which broke that, and nothing partly loaded runs."""
-    if incompatible.missing_keys:
-        return
-    left = meta_tensors(model)
-    if left and any(not t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
-        raise WeightsError(
-            f"keras_model: {', '.join(left[:6])} {'is' if len(left) == 1 else 'are'} left on the meta device "
-            f"after its weights were assigned: a node makes it when built and its converter's state does not "
-            f"hold it; a converter returns every tensor its node holds"
-        )
 
 
 def _keras(spec: dict[str, Any]) -> dict[str, Any]:
