@@ -309,6 +309,24 @@ def test_a_bfloat16_llama_computes_in_bfloat16_as_the_float32_model_of_its_value
     np.testing.assert_allclose(want.numpy(), EXPECTED["backbone/sequence_output"], atol=0.05 * scale)
 
 
+def test_a_bfloat16_port_is_compared_and_traced_in_its_dtype(llama_files, tmp_path):
+    """``--check --reference`` compares a bfloat16 port's outputs widened to float32 (numpy has no bfloat16), and
+    ``trace`` gives every call's bfloat16 outputs."""
+    from attnzoo.keras.check import check_against_reference
+
+    model, reference = convert_keras_model(llama_files["bfloat16"]), convert_keras_model(llama_files["rounded"])
+    feed = _feed(model)
+    with torch.no_grad():
+        want = reference(feed).numpy()
+    arrays = {f"in/{i}": feed[name].numpy() for i, name in enumerate(model.input_names)}
+    np.savez(tmp_path / "reference.npz", **arrays, **{"out/0": want})
+    result = check_against_reference(tmp_path / "reference.npz", model, tolerance=0.03 * float(np.abs(want).max()))
+    assert result.ok and result.outputs[0] > 0
+    with torch.no_grad():
+        traced = model.trace(feed)
+    assert traced["transformer_layer_1"][0].dtype == torch.bfloat16
+
+
 def test_a_bfloat16_causal_lm_decodes_with_its_cache_and_saves_as_bfloat16(tmp_path):
     file = _rewritten(
         DATA / "keras_hub_models" / "llama_causal_lm.keras", tmp_path / "lm.keras", as_bfloat16, policy="bfloat16"
