@@ -253,7 +253,7 @@ def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:
                 f"{record.class_name} {record.key!r}: variable {index} {list(array.shape)} holds {nan} NaN and "
                 f"{inf} infinite value(s); Keras loads and runs it too, and the outputs it reaches are not finite",
                 KerasWeightsWarning,
-                stacklevel=4,
+                stacklevel=5,  # the caller of convert_keras_model
             )
 
 

@@ -86,8 +86,8 @@ class HeldDtypes:
         return held
 
     def _owned(self, tensor: Tensor) -> Tensor:
-        """``tensor``, or a copy where it is not contiguous, is a part of a larger array (a slice of a fused
-        kernel) or shares its memory with a tensor held before: a parameter owns its memory, as
+        """``tensor`` itself, or a contiguous copy where it is not contiguous, is part of a larger array (a slice of
+        a fused kernel) or shares its memory with a tensor held before: a parameter owns its memory, as
         safetensors needs to save it and training needs to update it alone."""
         if tensor.numel() == 0:
             return tensor.contiguous()
