@@ -8,11 +8,12 @@ then the plugins' ``attnzoo_register_keras_layers`` hook, then attnzoo's own con
 
 Everything is checked before anything is built: every layer without a converter (or whose converter
 refuses it) is listed in one ``UnsupportedKerasLayerError`` with its name, class and variable shapes.
-The result is a :class:`~attnzoo.keras.model.KerasModel` built once from the graph (``attnzoo.create``
-would build it twice, on ``meta`` first to size it; here the tensors are in memory already), with the
-``attnzoo_config`` ``attnzoo.create("keras_model", graph=...)`` gives: its config is the graph as data, so
-``attnzoo.save`` / ``attnzoo.load`` rebuild it. It comes
-back in eval mode (Keras's inference), as ``from_pretrained`` models do; ``model.train()`` is Keras's
+Each layer's variables are read from the file as the layer converts and dropped once its tensors are held,
+in the file's dtype (:mod:`attnzoo.keras.dtypes`). The result is a :class:`~attnzoo.keras.model.KerasModel`
+built once from the graph, on the meta device, and given those tensors as they are (``assign=True``: no layer
+is initialised, no tensor copied), with the ``attnzoo_config`` ``attnzoo.create("keras_model", graph=...)``
+gives: its config is the graph as data, so ``attnzoo.save`` / ``attnzoo.load`` rebuild it. It comes back in
+eval mode (Keras's inference), as ``from_pretrained`` models do; ``model.train()`` is Keras's
 ``training=True``.
 """
 
