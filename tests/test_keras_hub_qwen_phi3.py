@@ -105,6 +105,15 @@ def test_greedy_decoding_gives_keras_s_tokens_with_and_without_the_cache(family)
     assert torch.equal(model.generate(prompt, 32, use_cache=False), cached)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_top_k_sampling_with_a_seed_is_the_same_with_and_without_the_cache(family):
+    model = converted(family, "causal_lm.keras")
+    prompt = torch.from_numpy(expected(family)["greedy/prompt"])
+    drawn = model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3)
+    assert torch.equal(model.generate(prompt, 12, top_k=5, temperature=0.8, seed=3, use_cache=False), drawn)
+    assert not torch.equal(drawn, model.generate(prompt, 12))  # it did sample (greedy differs here)
+
+
 def test_qwen_moe_routes_each_token_to_the_experts_keras_chose():
     """``router/top_k`` [layers, 48, 4]: each token's 4 experts of 8, likeliest first, layer by layer, as
     keras-hub's routers of the causal LM chose them on the right-padded batch (padded tokens included)."""
