@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
+from attnzoo.keras.inputs import check_values, input_names, value_rules
 
 __all__ = ["CAUSAL_LMS", "DecodingStep", "decoding", "generate"]
 
@@ -170,6 +171,8 @@ def generate(
     reference = next(iter(model.parameters()), None)
     device = reference.device if reference is not None else torch.device("cpu")
     prompt = _ids(ids, device)
+    names, rules = input_names(model.graph), value_rules(model.graph)
+    check_values([prompt], [rules[names.index(tokens_name)]], [tokens_name], 0)
     keep = _padding(padding_mask, prompt)
     pick = _sampler(top_k, temperature, seed, device)
     batch, length = prompt.shape
@@ -179,8 +182,11 @@ def generate(
     kept = torch.zeros(batch, total, dtype=torch.bool, device=device)
     kept[:, :length] = keep
     first = int(keep.sum(dim=1).min())  # keras-hub starts at the shortest prompt's end
-    training = model.training
+    training, checks = model.training, model.checks_values
     model.eval()
+    # the prompt's ids are checked once, here; the tokens after them are the model's own picks and the masks
+    # ones, and a check at every step would wait on the device
+    model.checks_values = False
     try:
         with torch.no_grad(), decoding(model, batch) if use_cache else _nothing() as step:
             fed = 0
@@ -195,6 +201,7 @@ def generate(
                 tokens[:, index] = torch.where(kept[:, index], tokens[:, index], chosen)
     finally:
         model.train(training)
+        model.checks_values = checks
     return tokens
 
 

@@ -36,7 +36,7 @@ from torch import Tensor
 from attnzoo.errors import close_matches
 from attnzoo.keras.nodes import INTEGER_DTYPES
 
-__all__ = ["ValueRule", "input_names", "value_rules", "bind", "check_values", "tracing"]
+__all__ = ["ValueRule", "input_names", "value_rules", "bind", "by_name", "check_values", "tracing"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,13 @@ def _listing(names: list[str]) -> str:
     return text
 
 
-_MISSING = object()
+def by_name(names: list[str]) -> str:
+    """A call of the model by name, as a message shows it: ``model(token_ids=..., padding_mask=...)`` (the
+    first three names), or the dict where one of them is no Python name."""
+    first, more = names[:3], ", ..." if len(names) > 3 else ""
+    if all(_python_name(name) for name in first):
+        return f"model({', '.join(f'{name}=...' for name in first)}{more})"
+    return f"model({{{', '.join(f'{name!r}: ...' for name in first)}{more}}})"
 
 
 def _unknown(key: Any, names: list[str], form: str, missing: Sequence[str] = ()) -> ValueError:
@@ -128,6 +134,9 @@ def _unknown(key: Any, names: list[str], form: str, missing: Sequence[str] = ())
     hint = f" (did you mean {' or '.join(map(repr, near))}?)" if near else ""
     left = f"; missing {', '.join(map(repr, missing))}" if missing else ""
     return ValueError(f"keras_model has no input {str(key)[:80]!r}{hint}, given in the {form}{left}; {_listing(names)}")
+
+
+_MISSING = object()
 
 
 def _by_name(names: list[str], positional: Sequence[Any], named: Mapping[Any, Any], form: str) -> list[Any]:
@@ -157,7 +166,7 @@ def _by_name(names: list[str], positional: Sequence[Any], named: Mapping[Any, An
     if missing:
         raise ValueError(
             f"keras_model is missing input(s) {', '.join(map(repr, missing))}; {_listing(names)}. Pass each by "
-            f"name (model({names[0]}=...)), as the dict Keras takes, or all of them positionally in Keras's order"
+            f"name ({by_name(names)}), as the dict Keras takes, or all of them positionally in Keras's order"
         )
     return given
 
@@ -213,16 +222,24 @@ def tracing() -> bool:
     return torch.compiler.is_compiling() or torch.jit.is_tracing() or is_fx_symbolic_tracing()
 
 
+def _readable(x: Any) -> bool:
+    """Whether ``x`` holds values to read: a plain tensor, not on ``meta`` (a fake tensor, or another subclass
+    that stands for values elsewhere, holds none here)."""
+    return type(x) is Tensor and not x.is_meta
+
+
 def check_values(inputs: Sequence[Any], rules: Sequence[ValueRule | None], names: list[str], positional: int) -> None:
     """Refuse, naming it, an input whose values break its :class:`ValueRule` (``inputs`` checked tensors in the
     graph's order; ``positional``: how many the caller gave by position, whose order a message then shows).
     One ``aminmax`` per checked input and one read of them all; nothing under :func:`tracing`."""
+    if tracing():
+        return
     checked = [
         (name, x, rule)
         for name, x, rule in zip(names, inputs, rules, strict=True)
-        if rule is not None and isinstance(x, Tensor) and x.numel() and not x.is_floating_point()
+        if rule is not None and _readable(x) and x.numel() and not x.is_floating_point()
     ]
-    if not checked or tracing():
+    if not checked:
         return
     bounds = torch.cat([torch.stack(torch.aminmax(x)).to(torch.int64) for _, x, _ in checked]).tolist()
     for (name, _, rule), low, high in zip(checked, bounds[0::2], bounds[1::2], strict=True):
@@ -240,9 +257,8 @@ def check_values(inputs: Sequence[Any], rules: Sequence[ValueRule | None], names
             )
         order = ""
         if positional > 1:
-            keywords = ", ".join(f"{n}=..." for n in names[:3]) + (", ..." if len(names) > 3 else "")
             order = (
                 f". Given by position, inputs go in Keras's order ({', '.join(names)}): was another input meant? "
-                f"Pass them by name, model({keywords})"
+                f"Pass them by name, {by_name(names)}"
             )
         raise ValueError(f"keras_model: input {name!r} {what}{order}")

@@ -83,6 +83,9 @@ class KerasModel(nn.Module):
     """A Keras model converted by :func:`attnzoo.keras.convert_keras_model` (see the module docstring)."""
 
     name = "keras_model"
+    # whether a call reads its inputs' values to refuse ids past their table or a padding mask of other values
+    # than 0 and 1 (one device sync on CUDA); a setting of the model object, like ``train()``, not saved
+    checks_values = True
 
     def __init__(self, graph: dict[str, Any]) -> None:
         super().__init__()
@@ -266,7 +269,8 @@ class KerasModel(nn.Module):
         by name (:func:`~attnzoo.keras.inputs.bind`), checked, and their values checked."""
         names, rules = self._by_name
         checked = self._check_inputs(bind(names, self.input_structure, inputs, named))
-        check_values(checked, rules, names, len(inputs))  # (one dict is one: no order to show)
+        if self.checks_values:
+            check_values(checked, rules, names, len(inputs))  # (one dict is one: no order to show)
         return checked
 
     def _run(self, function: Any, filename: str, inputs: tuple[Any, ...], named: dict[str, Any]) -> Any:
