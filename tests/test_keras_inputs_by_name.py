@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ import torch
 
 import attnzoo
 from attnzoo.keras import convert_keras_model
-from attnzoo.keras.inputs import input_names, value_rules
+from attnzoo.keras.inputs import input_names, tracing, value_rules
 
 from .conftest import ROOT
 
@@ -77,6 +78,14 @@ def test_a_swapped_order_is_refused_naming_the_input_it_reached(bert):
     message = str(caught.value)
     assert "Keras's order (padding_mask, segment_ids, token_ids)" in message
     assert "model(padding_mask=..., segment_ids=..., token_ids=...)" in message
+    bert.checks_values = False  # unchecked, the swapped order runs to outputs far from Keras's
+    try:
+        with torch.no_grad():
+            swapped = bert(x["token_ids"], x["padding_mask"], x["segment_ids"])
+    finally:
+        bert.checks_values = True
+    gap = np.abs(swapped["sequence_output"].numpy() - EXPECTED["bert/out/sequence_output"]).max()
+    assert gap > 2.0
 
 
 @pytest.mark.parametrize(
@@ -217,6 +226,22 @@ def test_an_export_holds_no_value_check_and_names_its_inputs_as_before(bert):
     program = torch.export.export(bert, args)
     assert not any("aminmax" in str(node.target) for node in program.graph.nodes)
     assert [n.name for n in program.graph.nodes if n.op == "placeholder"][-3:] == ["inputs_0", "inputs_1", "inputs_2"]
+
+
+def test_tracing_is_seen_under_compile_jit_trace_and_make_fx():
+    """What the value checks skip under: a trace records no read of the values."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def step(x):
+        return x + int(tracing())
+
+    zero = torch.zeros(1)
+    assert step(zero).item() == 0  # eager
+    assert torch.compile(step, backend="eager")(zero).item() == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # jit.trace's re-run in eager differs, as it must
+        assert torch.jit.trace(step, zero, check_trace=False)(zero).item() == 1
+    assert make_fx(step)(zero)(zero).item() == 1
 
 
 def test_checks_values_off_reads_no_values_and_generate_checks_the_prompt_once():

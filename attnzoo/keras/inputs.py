@@ -241,7 +241,8 @@ def check_values(inputs: Sequence[Any], rules: Sequence[ValueRule | None], names
     ]
     if not checked:
         return
-    bounds = torch.cat([torch.stack(torch.aminmax(x)).to(torch.int64) for _, x, _ in checked]).tolist()
+    # one aminmax an input, one stack (it promotes int32 and int64 alike) and one read of them all
+    bounds = torch.stack([bound for _, x, _ in checked for bound in torch.aminmax(x)]).tolist()
     for (name, _, rule), low, high in zip(checked, bounds[0::2], bounds[1::2], strict=True):
         if low >= 0 and high < rule.high:
             continue
