@@ -221,7 +221,8 @@ class KerasInputs(Convention):
             dtype = str(spec.get("dtype"))
             vocab = f"in{i}_vocab"
             if dtype in INTEGER_DTYPES:  # ids below their table; a padding mask's "ids" are 1 (and 0 at padding)
-                defaults[vocab] = rules[i].high if rules[i] is not None else 10
+                rule = rules[i]
+                defaults[vocab] = rule.high if rule is not None else 10
             name = str(spec.get("name") or f"input_{i}")
             kind = "tokens" if dtype in INTEGER_DTYPES else ("mask" if dtype == "bool" else "float")
             integer = TORCH_INTEGERS.get(dtype, "int64") if kind == "tokens" else ""
