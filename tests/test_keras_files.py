@@ -83,11 +83,12 @@ def test_an_explicit_mask_from_an_input_reaches_recurrent_and_attention_layers(o
 def test_check_makes_a_bool_input_a_padded_mask():
     from attnzoo.keras.check import padded_inputs
 
-    class Spec:  # padded_inputs reads only the inputs' specs
+    class Spec:  # padded_inputs reads only the inputs' specs, and the graph for what each input is
         inputs_spec = [
-            {"name": "frames", "shape": [None, 6, 5], "dtype": "float32"},
-            {"name": "frame_mask", "shape": [None, 6], "dtype": "bool"},
+            {"id": "frames", "name": "frames", "shape": [None, 6, 5], "dtype": "float32"},
+            {"id": "frame_mask", "name": "frame_mask", "shape": [None, 6], "dtype": "bool"},
         ]
+        graph = {"inputs": inputs_spec, "calls": []}
 
     frames, mask = padded_inputs(Spec(), batch=4, length=8)
     assert mask.dtype == bool and mask.shape == (4, 6)
