@@ -253,11 +253,14 @@ def _with_head(
     return {**backbone, "config": {**inner, "output_layers": _history(logits)}}
 
 
-def causal_lm_graph(backbones: Sequence[str], build_backbone: Builder, *, head: Head | None = None) -> Builder:
+def causal_lm_graph(
+    backbones: Sequence[str], build_backbone: Builder, *, head: Head | None = None, embedding: str = "token_embedding"
+) -> Builder:
     """The builder of a ``<X>CausalLM`` over a Backbone of one of the classes ``backbones``: inputs
     ``padding_mask`` and ``token_ids`` -> the backbone (nested, under its own name) -> its
-    ``token_embedding(state, reverse=True)`` -> ``head`` -> logits [B, T, vocabulary]. A task record whose
-    backbone is of another class is a ``WeightsError``."""
+    ``token_embedding(state, reverse=True)`` -> ``head`` -> logits [B, T, vocabulary]. ``embedding``: the
+    backbone's layer called again (OPT's token table is inside its ``embeddings``, a
+    ``TokenAndPositionEmbedding``). A task record whose backbone is of another class is a ``WeightsError``."""
 
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
         record = config.get("backbone")
@@ -270,7 +273,7 @@ def causal_lm_graph(backbones: Sequence[str], build_backbone: Builder, *, head: 
         if not isinstance(name, str) or not name:
             raise WeightsError(f"{where}: its backbone has no name")
         built = build_backbone(inner, f"{where}: {str(registered).split('>')[-1]}")
-        nested = _with_head(built, inner, head, where, "token_embedding")
+        nested = _with_head(built, inner, head, where, embedding)
         g = HubGraph(config.get("dtype"))
         for key in _LM_INPUTS:
             g.input(key)
