@@ -75,13 +75,17 @@ class HubClassicDecoder(Node):
     def stop_decoding(self) -> None:
         self._step = self._cache = None
 
-    def _cached(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, int]:
+    def _cached(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """The call's keys and values [B, g, t, d] after the ones cached before them (appended to the cache
-        while decoding) -> (keys, values [B, g, S, d], the position of the call's first token)."""
+        while decoding) -> keys, values [B, g, S, d]."""
         if self._cache is None:
-            return key, value, 0
+            return key, value
         key, value, _ = self._cache.append(key, value)
-        return key, value, int(self._step.start)
+        return key, value
+
+    def _start(self) -> int:
+        """The position of the call's first token: 0, or while decoding the tokens cached before it."""
+        return 0 if self._step is None else int(self._step.start)
 
     # -- what every call computes ----------------------------------------------------------------------------
     @staticmethod
@@ -124,6 +128,7 @@ class HubBloomDecoder(HubClassicDecoder):
     ) -> None:
         super().__init__()
         self.heads, self.dropout = num_heads, dropout
+        self.feedforward_dropout = dropout  # the MLP's output's rate (Falcon's has its own)
         self.attention_norm = nn.LayerNorm(hidden, eps=layer_norm_epsilon)
         self.query = nn.Linear(hidden, hidden)
         self.key = nn.Linear(hidden, hidden)
@@ -145,7 +150,7 @@ class HubBloomDecoder(HubClassicDecoder):
     def _attend(self, x: Tensor, kwargs: dict[str, Any]) -> Tensor:
         t = x.shape[1]
         q = self._heads(self.query(x), self.heads)
-        k, v, _ = self._cached(self._heads(self.key(x), self.heads), self._heads(self.value(x), self.heads))
+        k, v = self._cached(self._heads(self.key(x), self.heads), self._heads(self.value(x), self.heads))
         allowed = self._allowed(t, k.shape[-2], kwargs, x.device)
         scale, bias = self._scores(q, kwargs, k.shape[-2])
         training = self.dropout if self.training else 0.0
@@ -156,7 +161,7 @@ class HubBloomDecoder(HubClassicDecoder):
         x = args[0]
         h = self._attend(self._norm(self.attention_norm, x), kwargs) + x
         y = self.output(self._activation(self.intermediate(self._norm(self.feedforward_norm, h))))
-        return [F.dropout(y, self.dropout, self.training) + h], [masks[0]]
+        return [F.dropout(y, self.feedforward_dropout, self.training) + h], [masks[0]]
 
 
 def attention_state(arrays: list[Any], hidden: int, what: str) -> dict[str, Tensor]:
