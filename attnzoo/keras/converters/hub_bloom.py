@@ -24,7 +24,8 @@ Hugging Face form (:data:`BLOOM`): ``BloomModel`` and ``BloomForCausalLM`` (its 
 ``word_embeddings``). transformers' BLOOM is this layer: the same slopes, the scores ``q kᵀ / √d + alibi``
 whose positions it counts over the tokens ``attention_mask`` keeps (for a right-padded batch, keras-hub's up
 to a constant a row's softmax ignores), the tanh gelu. Its ``query_key_value`` [3D, D] holds each head's
-query, key and value rows side by side (:func:`fused_heads`).
+query, key and value rows side by side (:func:`fused_heads`). Its MLP is 4 x ``hidden_dim`` wide, always:
+a keras-hub BLOOM of another ``intermediate_dim`` is refused.
 """
 
 from __future__ import annotations
@@ -248,10 +249,15 @@ def fused_heads(m: HubSource, at: str, heads: int, kind: str) -> Tensor:
 
 
 def _bloom_config(m: HubSource) -> dict[str, Any]:
+    hidden, intermediate = m.size("hidden_dim"), m.size("intermediate_dim")
+    if intermediate != 4 * hidden:
+        m.refuse(
+            f"its MLP is {intermediate} wide; transformers' BLOOM has an MLP of 4 x hidden_dim = {4 * hidden} only"
+        )
     dropout = float(m.arguments.get("dropout") or 0.0)
     return {
         "vocab_size": m.size("vocabulary_size"),
-        "hidden_size": m.size("hidden_dim"),
+        "hidden_size": hidden,
         "n_layer": m.size("num_layers"),
         "n_head": m.size("num_heads"),
         "layer_norm_epsilon": float(m.spec("final_layernorm")["epsilon"]),
