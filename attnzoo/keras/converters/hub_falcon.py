@@ -97,7 +97,6 @@ class HubFalconDecoder(HubBloomDecoder):
         return scale, (bias[:, :, None, :] * scale).to(q.dtype)
 
 
-
 _FALCON_ORDER = (
     "input_layernorm",
     "attention_layer",
