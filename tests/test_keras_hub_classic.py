@@ -259,9 +259,7 @@ _CASES = {
 def loaded(tmp_path_factory):
     """Every case's folder, then transformers' outputs on the right-padded batch (OPT's twice: with its own
     positions and with position_ids 0, 1, ...) and its greedy tokens, from one child process."""
-    import os
-
-    from .test_keras_transformers_folder import LOADER
+    from .test_keras_transformers_folder import run_loader
 
     root = tmp_path_factory.mktemp("classic_hf")
     specs, given = [], {}
@@ -289,19 +287,7 @@ def loaded(tmp_path_factory):
                     "generate": [32] if lm else [],
                 }
             )
-    (root / "jobs.json").write_text(json.dumps(specs))
-    np.savez(root / "given.npz", **given)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # and attnzoo is blocked besides
-    proc = subprocess.run(
-        [sys.executable, "-c", LOADER, str(root / "jobs.json"), str(root / "given.npz"), str(root / "out.npz")],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return dict(np.load(root / "out.npz"))
+    return run_loader(root, specs, given)
 
 
 @pytest.mark.slow

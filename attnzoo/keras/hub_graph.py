@@ -41,6 +41,7 @@ __all__ = [
     "task_backbone",
     "classifier_head",
     "causal_lm_graph",
+    "token_and_position_embedding",
     "token_and_position_encoder",
     "first_token_classifier",
     "tensor",
@@ -284,6 +285,22 @@ def causal_lm_graph(
     return build
 
 
+def token_and_position_embedding(
+    g: HubGraph, tokens: str, config: dict[str, Any], where: str, name: str, length: int
+) -> str:
+    """keras-hub's tied ``TokenAndPositionEmbedding`` ``name`` of the config's ``vocabulary_size``,
+    ``max_sequence_length`` (``length`` where absent) and ``hidden_dim``, called on ``tokens``."""
+    embedding = {
+        "vocabulary_size": positive(config, "vocabulary_size", where),
+        "sequence_length": positive(config, "max_sequence_length", where, length),
+        "embedding_dim": positive(config, "hidden_dim", where),
+        "tie_weights": True,
+        "mask_zero": False,
+    }
+    module = "keras_hub.src.layers.modeling.token_and_position_embedding"
+    return g.hub_layer("TokenAndPositionEmbedding", name, embedding, [tensor(tokens)], module)
+
+
 def token_and_position_encoder(embedding_name: str, epsilon: float) -> Callable[[dict[str, Any], str], dict[str, Any]]:
     """The backbone of DistilBERT (``embedding_name`` ``token_and_position_embedding``, ε 1e-12) and RoBERTa
     (``embeddings``, 1e-5): token ids, padding mask -> one ``TokenAndPositionEmbedding`` -> layer norm and
@@ -292,15 +309,7 @@ def token_and_position_encoder(embedding_name: str, epsilon: float) -> Callable[
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
         g = HubGraph(config.get("dtype"))
         tokens, padding = g.input("token_ids"), g.input("padding_mask")
-        embedding = {
-            "vocabulary_size": positive(config, "vocabulary_size", where),
-            "sequence_length": positive(config, "max_sequence_length", where, 512),
-            "embedding_dim": positive(config, "hidden_dim", where),
-            "tie_weights": True,
-            "mask_zero": False,
-        }
-        module = "keras_hub.src.layers.modeling.token_and_position_embedding"
-        x = g.hub_layer("TokenAndPositionEmbedding", embedding_name, embedding, [tensor(tokens)], module)
+        x = token_and_position_embedding(g, tokens, config, where, embedding_name, 512)
         x = norm_and_dropout(g, x, epsilon, config, where)
         x = transformer_blocks(g, x, config, where, "gelu", epsilon)
         return g.functional(str(config.get("name", "backbone")), {"token_ids": tokens, "padding_mask": padding}, x)

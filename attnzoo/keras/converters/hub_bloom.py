@@ -53,6 +53,10 @@ __all__ = [
     "attention_state",
     "norm_and_feedforward",
     "fused_heads",
+    "bloom_layer_tensors",
+    "tied_embedding",
+    "decoder_stack",
+    "decoder_graph",
     "bloom_graph",
     "BLOOM",
 ]
@@ -269,14 +273,10 @@ def _bloom_config(m: HubSource) -> dict[str, Any]:
     }
 
 
-def _bloom_tensors(m: HubSource) -> Tensors:
-    """transformers' BLOOM weights: the converted ``nn.Linear`` / ``nn.LayerNorm`` weights, the query, key and
-    value fused head by head."""
-    base = "transformer." if m.kind == "causal_lm" else ""
-    heads = m.size("num_heads")
-    yield f"{base}word_embeddings.weight", m.tensor("token_embedding.weight")
-    for kind in ("weight", "bias"):
-        yield f"{base}word_embeddings_layernorm.{kind}", m.tensor(f"embedding_layernorm.{kind}")
+def bloom_layer_tensors(m: HubSource, base: str, heads: int) -> Tensors:
+    """transformers' BLOOM-named layers (BLOOM's and Falcon-RW's): each decoder's layer norms, its query, key
+    and value fused head by head, its output projection and MLP, then ``ln_f`` (the backbone's
+    ``final_layernorm``), from the converted ``nn.Linear`` / ``nn.LayerNorm`` weights; ``base`` their prefix."""
     for i in range(m.size("num_layers")):
         at, to = f"transformer_layer_{i}", f"{base}h.{i}."
         for kind in ("weight", "bias"):
@@ -290,22 +290,62 @@ def _bloom_tensors(m: HubSource) -> Tensors:
         yield f"{base}ln_f.{kind}", m.tensor(f"final_layernorm.{kind}")
 
 
+def _bloom_tensors(m: HubSource) -> Tensors:
+    """transformers' BLOOM weights: the embeddings, their layer norm, then :func:`bloom_layer_tensors`."""
+    base = "transformer." if m.kind == "causal_lm" else ""
+    yield f"{base}word_embeddings.weight", m.tensor("token_embedding.weight")
+    for kind in ("weight", "bias"):
+        yield f"{base}word_embeddings_layernorm.{kind}", m.tensor(f"embedding_layernorm.{kind}")
+    yield from bloom_layer_tensors(m, base, m.size("num_heads"))
+
+
 BLOOM = TransformersForm(
     "bloom", {"backbone": "BloomModel", "causal_lm": "BloomForCausalLM"}, _bloom_config, _bloom_tensors
 )
 
 
 # -- the family's models -----------------------------------------------------------------------------------
+def tied_embedding(g: HubGraph, config: dict[str, Any], where: str, heads: str) -> tuple[str, int]:
+    """A decoder-only backbone's inputs ``token_ids`` and ``padding_mask`` and its tied ``token_embedding``
+    (a ``ReversibleEmbedding`` of ``vocabulary_size`` x ``hidden_dim``) -> (the embeddings, the config's
+    ``heads``, checked to divide ``hidden_dim``)."""
+    hidden, count = positive(config, "hidden_dim", where), positive(config, heads, where)
+    if hidden % count:
+        raise WeightsError(f"{where}: hidden_dim {hidden} is not a multiple of {heads} {count}")
+    tokens = g.input("token_ids")
+    g.input("padding_mask")
+    embedding = {"input_dim": positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": True}
+    return g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor(tokens)]), count
+
+
+def decoder_stack(g: HubGraph, x: str, config: dict[str, Any], where: str, kind: str, settings: dict[str, Any]) -> str:
+    """``num_layers`` keras-hub decoders ``kind`` (``"bloom.bloom_decoder.BloomDecoder"``: the module under
+    ``keras_hub.src.models`` and the class) of config ``settings``, named ``transformer_layer_<i>``, each
+    called on the last's output with ``decoder_padding_mask=padding_mask``."""
+    module, _, class_name = kind.rpartition(".")
+    for i in range(positive(config, "num_layers", where)):
+        x = g.hub_layer(
+            class_name,
+            f"transformer_layer_{i}",
+            settings,
+            [tensor(x)],
+            f"keras_hub.src.models.{module}",
+            decoder_padding_mask=tensor("padding_mask"),
+        )
+    return x
+
+
+def decoder_graph(g: HubGraph, x: str, config: dict[str, Any], name: str) -> dict[str, Any]:
+    """The functional record of a decoder-only backbone ending in ``x``, of inputs ``token_ids`` and
+    ``padding_mask``."""
+    return g.functional(str(config.get("name", name)), {"token_ids": "token_ids", "padding_mask": "padding_mask"}, x)
+
+
 @keras_hub_model("BloomBackbone", family="bloom", causal_lm="BloomCausalLM", transformers=BLOOM)
 def bloom_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     """``BloomBackbone`` (the module docstring has the graph); ``BloomCausalLM``: then the reverse call."""
     g = HubGraph(config.get("dtype"))
-    hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_heads", where)
-    if hidden % heads:
-        raise WeightsError(f"{where}: hidden_dim {hidden} is not a multiple of num_heads {heads}")
-    tokens, padding = g.input("token_ids"), g.input("padding_mask")
-    embedding = {"input_dim": positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": True}
-    x = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor(tokens)])
+    x, heads = tied_embedding(g, config, where, "num_heads")
     epsilon = number(config, "layer_norm_epsilon", where, 1e-5)
     x = g.layer("LayerNormalization", "embedding_layernorm", {"axis": [-1], "epsilon": epsilon}, [tensor(x)])
     settings = {
@@ -314,14 +354,6 @@ def bloom_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
         "dropout": number(config, "dropout", where, 0.0),
         "layer_norm_epsilon": epsilon,
     }
-    for i in range(positive(config, "num_layers", where)):
-        x = g.hub_layer(
-            "BloomDecoder",
-            f"transformer_layer_{i}",
-            settings,
-            [tensor(x)],
-            "keras_hub.src.models.bloom.bloom_decoder",
-            decoder_padding_mask=tensor("padding_mask"),
-        )
+    x = decoder_stack(g, x, config, where, "bloom.bloom_decoder.BloomDecoder", settings)
     x = g.layer("LayerNormalization", "final_layernorm", {"axis": [-1], "epsilon": epsilon}, [tensor(x)])
-    return g.functional(str(config.get("name", "bloom_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
+    return decoder_graph(g, x, config, "bloom_backbone")

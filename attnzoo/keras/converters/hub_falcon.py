@@ -35,13 +35,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import expect_variables
 from attnzoo.keras.converters.hub_bloom import (
     HubBloomDecoder,
     attention_state,
-    fused_heads,
+    bloom_layer_tensors,
+    decoder_graph,
+    decoder_stack,
     norm_and_feedforward,
+    tied_embedding,
 )
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, number, positive, tensor
@@ -176,22 +178,10 @@ def _falcon_config(m: HubSource) -> dict[str, Any]:
 
 
 def _falcon_tensors(m: HubSource) -> Tensors:
-    """transformers' Falcon weights: the converted ``nn.Linear`` / ``nn.LayerNorm`` weights, the query, key and
-    value fused head by head."""
+    """transformers' Falcon weights: the embeddings, then the BLOOM-named layers of Falcon-RW."""
     base = "transformer." if m.kind == "causal_lm" else ""
-    heads = m.size("num_attention_heads")
     yield f"{base}word_embeddings.weight", m.tensor("token_embedding.weight")
-    for i in range(m.size("num_layers")):
-        at, to = f"transformer_layer_{i}", f"{base}h.{i}."
-        for kind in ("weight", "bias"):
-            yield f"{to}input_layernorm.{kind}", m.tensor(f"{at}.attention_norm.{kind}")
-            yield f"{to}self_attention.query_key_value.{kind}", fused_heads(m, at, heads, kind)
-            yield f"{to}self_attention.dense.{kind}", m.tensor(f"{at}.output_dense.{kind}")
-            yield f"{to}post_attention_layernorm.{kind}", m.tensor(f"{at}.feedforward_norm.{kind}")
-            yield f"{to}mlp.dense_h_to_4h.{kind}", m.tensor(f"{at}.intermediate.{kind}")
-            yield f"{to}mlp.dense_4h_to_h.{kind}", m.tensor(f"{at}.output.{kind}")
-    for kind in ("weight", "bias"):
-        yield f"{base}ln_f.{kind}", m.tensor(f"final_layernorm.{kind}")
+    yield from bloom_layer_tensors(m, base, m.size("num_attention_heads"))
 
 
 FALCON = TransformersForm(
@@ -204,27 +194,14 @@ FALCON = TransformersForm(
 def falcon_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     """``FalconBackbone`` (the module docstring has the graph); ``FalconCausalLM``: then the reverse call."""
     g = HubGraph(config.get("dtype"))
-    hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_attention_heads", where)
-    if hidden % heads:
-        raise WeightsError(f"{where}: hidden_dim {hidden} is not a multiple of num_attention_heads {heads}")
-    tokens, padding = g.input("token_ids"), g.input("padding_mask")
-    embedding = {"input_dim": positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": True}
-    x = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor(tokens)])
+    x, heads = tied_embedding(g, config, where, "num_attention_heads")
     settings = {
         "num_attention_heads": heads,
         "intermediate_dim": positive(config, "intermediate_dim", where),
         "attention_dropout_rate": number(config, "attention_dropout_rate", where, 0.0),
         "feedforward_dropout_rate": number(config, "feedforward_dropout_rate", where, 0.0),
     }
-    for i in range(positive(config, "num_layers", where)):
-        x = g.hub_layer(
-            "FalconTransformerDecoder",
-            f"transformer_layer_{i}",
-            settings,
-            [tensor(x)],
-            "keras_hub.src.models.falcon.falcon_transformer_decoder",
-            decoder_padding_mask=tensor("padding_mask"),
-        )
+    x = decoder_stack(g, x, config, where, "falcon.falcon_transformer_decoder.FalconTransformerDecoder", settings)
     epsilon = number(config, "layer_norm_epsilon", where, 1e-5)
     x = g.layer("LayerNormalization", "final_layernorm", {"axis": [-1], "epsilon": epsilon}, [tensor(x)])
-    return g.functional(str(config.get("name", "falcon_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
+    return decoder_graph(g, x, config, "falcon_backbone")

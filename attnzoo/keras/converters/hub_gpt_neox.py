@@ -35,9 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
-from attnzoo.keras.converters.hub_bloom import HubClassicDecoder, norm_and_feedforward
+from attnzoo.keras.converters.hub_bloom import (
+    HubClassicDecoder,
+    decoder_graph,
+    decoder_stack,
+    norm_and_feedforward,
+    tied_embedding,
+)
 from attnzoo.keras.converters.hub_llama import rotate
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import GELU_TANH, HubGraph, number, positive, tensor
@@ -230,12 +235,7 @@ GPT_NEOX = TransformersForm(
 def gpt_neox_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     """``GPTNeoXBackbone`` (the module docstring has the graph); ``GPTNeoXCausalLM``: then the reverse call."""
     g = HubGraph(config.get("dtype"))
-    hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_heads", where)
-    if hidden % heads:
-        raise WeightsError(f"{where}: hidden_dim {hidden} is not a multiple of num_heads {heads}")
-    tokens, padding = g.input("token_ids"), g.input("padding_mask")
-    embedding = {"input_dim": positive(config, "vocabulary_size", where), "output_dim": hidden, "tie_weights": True}
-    x = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor(tokens)])
+    x, heads = tied_embedding(g, config, where, "num_heads")
     dropout = number(config, "dropout", where, 0.0)
     x = g.layer("Dropout", "embeddings_dropout", {"rate": dropout}, [tensor(x)])
     settings = {
@@ -248,15 +248,7 @@ def gpt_neox_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
         "layer_norm_epsilon": number(config, "layer_norm_epsilon", where, 1e-5),
         "activation": GELU_TANH,
     }
-    for i in range(positive(config, "num_layers", where)):
-        x = g.hub_layer(
-            "GPTNeoXDecoder",
-            f"transformer_layer_{i}",
-            settings,
-            [tensor(x)],
-            "keras_hub.src.models.gpt_neo_x.gpt_neo_x_decoder",
-            decoder_padding_mask=tensor("padding_mask"),
-        )
+    x = decoder_stack(g, x, config, where, "gpt_neo_x.gpt_neo_x_decoder.GPTNeoXDecoder", settings)
     epsilon = settings["layer_norm_epsilon"]
     x = g.layer("LayerNormalization", "layer_norm", {"axis": [-1], "epsilon": epsilon}, [tensor(x)])
-    return g.functional(str(config.get("name", "gpt_neox_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
+    return decoder_graph(g, x, config, "gpt_neo_x_backbone")

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from attnzoo.keras.hub_families import keras_hub_model
-from attnzoo.keras.hub_graph import HubGraph, positive, tensor, transformer_blocks
+from attnzoo.keras.hub_graph import HubGraph, tensor, token_and_position_embedding, transformer_blocks
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
 __all__ = ["opt_graph", "OPT", "OPT_POSITION_OFFSET"]
@@ -98,15 +98,7 @@ def opt_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     """``OPTBackbone`` (the module docstring has the graph); ``OPTCausalLM``: then ``embeddings`` in reverse."""
     g = HubGraph(config.get("dtype"))
     tokens, padding = g.input("token_ids"), g.input("padding_mask")
-    embedding = {
-        "vocabulary_size": positive(config, "vocabulary_size", where),
-        "sequence_length": positive(config, "max_sequence_length", where, 2048),
-        "embedding_dim": positive(config, "hidden_dim", where),
-        "tie_weights": True,
-        "mask_zero": False,
-    }
-    module = "keras_hub.src.layers.modeling.token_and_position_embedding"
-    x = g.hub_layer("TokenAndPositionEmbedding", "embeddings", embedding, [tensor(tokens)], module)
+    x = token_and_position_embedding(g, tokens, config, where, "embeddings", 2048)
     x = transformer_blocks(g, x, {"dropout": 0.1, **config}, where, "relu", _EPSILON, decoder=True)
     x = g.layer("LayerNormalization", "layer_norm", {"axis": [-1], "epsilon": _EPSILON}, [tensor(x)])
     return g.functional(str(config.get("name", "opt_backbone")), {"token_ids": tokens, "padding_mask": padding}, x)
