@@ -97,6 +97,17 @@ def test_greedy_decoding_gives_keras_s_tokens_with_and_without_the_cache(family)
         np.testing.assert_array_equal(cached[:, 5:].numpy(), e["generate/tokens"])
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_model_is_built_on_meta_and_holds_the_file_s_tensors_once(monkeypatch, family):
+    """No node makes a tensor of its own: nothing real is allocated while the model is built and given the
+    converter's tensors (tests/test_keras_weights_once.py's watch), which it holds as they are."""
+    from .test_keras_weights_once import (
+        test_the_module_is_built_on_meta_and_holds_the_converters_tensors_as_they_are as built_once,
+    )
+
+    built_once(monkeypatch, DATA / family / "causal_lm.keras")
+
+
 def test_gpt_neox_decodes_the_forward_s_tokens_where_keras_hub_s_generate_differs():
     """keras-hub 0.32's GPT-NeoX generate turns a cached step's query as position 0: its tokens are not the
     greedy tokens of its own forward, which the converted model decodes (the docs say so)."""
