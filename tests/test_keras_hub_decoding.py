@@ -153,7 +153,7 @@ def test_a_model_that_is_no_causal_lm_refuses_to_generate(models):
     ids = torch.ones(1, 3, dtype=torch.long)
     with pytest.raises(
         ConfigError,
-        match=r"causal LMs \([^)]*GPT2CausalLM, [^)]*QwenCausalLM[^)]*\); this model is a keras-hub GPT2Backbone",
+        match=r"causal LMs \([^)]*GPT2CausalLM, [^)]*LlamaCausalLM[^)]*\); this model is a keras-hub GPT2Backbone",
     ):
         backbone.generate(ids, 4)
     tied = convert_keras_model(DATA / "tied_lm.keras")

@@ -411,12 +411,13 @@ def loaded(tmp_path_factory):
             }
         )
     assert len(json.loads((root / "sharded" / "model.safetensors.index.json").read_text())["weight_map"]) == 21
-    return load_in_child(root, specs, given), jobs
+    return run_loader(root, specs, given), jobs
 
 
-def load_in_child(root: Path, specs: list[dict], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run :data:`LOADER` on the jobs ``specs`` (name, folder, auto, kwargs, inputs, outputs, generate) with the
-    arrays ``given`` in one child process where keras, keras_hub and attnzoo cannot be imported; its arrays."""
+def run_loader(root: Path, specs: list[dict], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:data:`LOADER` run once in a child process on the jobs ``specs`` (name, folder, Auto class, keywords,
+    inputs, outputs, new tokens of each prompt) and the arrays ``given`` (``<name>/<input>``,
+    ``<name>/prompt_<i>``), in ``root``; its outputs by ``<name>/<output>``."""
     (root / "jobs.json").write_text(json.dumps(specs))
     np.savez(root / "given.npz", **given)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # and attnzoo is blocked besides

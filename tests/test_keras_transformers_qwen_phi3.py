@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from attnzoo.keras import to_transformers
 
 from .test_keras_hub_qwen_phi3 import DATA, FAMILIES, TOLERANCE, converted, expected
-from .test_keras_transformers_folder import load_in_child
+from .test_keras_transformers_folder import run_loader
 
 
 def written(tmp_path, family: str, file: str):
@@ -119,7 +119,7 @@ def loaded(tmp_path_factory):
             given[f"{name}/prompt_0"] = e["greedy/prompt"].astype(np.int64)
         spec = {"name": name, "folder": str(folder), "auto": job["auto"], "kwargs": {}, "outputs": [job["out"]]}
         specs.append({**spec, "inputs": ["attention_mask", "input_ids"], "generate": [32] if decodes else []})
-    return load_in_child(root, specs, given)
+    return run_loader(root, specs, given)
 
 
 @pytest.mark.slow
