@@ -129,11 +129,19 @@ class HubBloomDecoder(HubClassicDecoder):
     op = "keras_hub_bloom_decoder"
 
     def __init__(
-        self, *, hidden: int, intermediate_dim: int, num_heads: int, layer_norm_epsilon: float, dropout: float = 0.0
+        self,
+        *,
+        hidden: int,
+        intermediate_dim: int,
+        num_heads: int,
+        layer_norm_epsilon: float,
+        dropout: float = 0.0,
+        feedforward_dropout: float | None = None,
     ) -> None:
         super().__init__()
         self.heads, self.dropout = num_heads, dropout
-        self.feedforward_dropout = dropout  # the MLP's output's rate (Falcon's has its own)
+        # the MLP's output's rate: BLOOM's is its dropout, Falcon's its own
+        self.feedforward_dropout = dropout if feedforward_dropout is None else feedforward_dropout
         self.attention_norm = nn.LayerNorm(hidden, eps=layer_norm_epsilon)
         self.query = nn.Linear(hidden, hidden)
         self.key = nn.Linear(hidden, hidden)

@@ -61,26 +61,9 @@ class HubFalconDecoder(HubBloomDecoder):
     [B, T, D]; the output keeps the input's mask. ``dropout`` is its attention's dropout rate (on the weights
     and on the attention's output), ``feedforward_dropout`` the MLP's."""
 
+    # Bloom's constructor, with feedforward_dropout given (the converter always gives layer_norm_epsilon:
+    # FalconBackbone passes none to its decoders, whose default is FALCON_DECODER_EPSILON)
     op = "keras_hub_falcon_decoder"
-
-    def __init__(
-        self,
-        *,
-        hidden: int,
-        intermediate_dim: int,
-        num_heads: int,
-        layer_norm_epsilon: float = FALCON_DECODER_EPSILON,
-        dropout: float = 0.0,
-        feedforward_dropout: float = 0.0,
-    ) -> None:
-        super().__init__(
-            hidden=hidden,
-            intermediate_dim=intermediate_dim,
-            num_heads=num_heads,
-            layer_norm_epsilon=layer_norm_epsilon,
-            dropout=dropout,
-        )
-        self.feedforward_dropout = feedforward_dropout
 
     def _activation(self, x: Tensor) -> Tensor:
         return F.gelu(x)
