@@ -23,6 +23,8 @@ FAMILIES = (
     "depthwise",
     "hub_bert",
     "hub_distil_bert",
+    "hub_gemma",
+    "hub_gemma3",
     "hub_gpt2",
     "hub_layers",
     "hub_llama",

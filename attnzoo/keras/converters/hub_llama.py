@@ -51,29 +51,41 @@ from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 from attnzoo.layers.attend import causal_allowed, keras_attention
 from attnzoo.layers.kv_cache import KVCache
 
-__all__ = ["HubRMSNorm", "HubLlamaDecoder", "rotate", "llama_graph", "LLAMA", "LLAMA_MAX_POSITIONS"]
+__all__ = [
+    "HubRMSNorm",
+    "GroupedQueryDecoder",
+    "HubLlamaDecoder",
+    "rms",
+    "rotate",
+    "llama_graph",
+    "LLAMA",
+    "LLAMA_MAX_POSITIONS",
+]
 
 
-def _rms(x: Tensor, weight: Tensor, epsilon: float) -> Tensor:
+def rms(x: Tensor, weight: Tensor, epsilon: float, offset: float = 0.0) -> Tensor:
+    """keras-hub's RMSNorm of x [..., D]: ``x · rsqrt(mean(x², -1) + ε) · (offset + weight)``, computed in
+    float32 and returned in x's dtype (Gemma's norms scale by ``1 + weight``: ``offset`` 1)."""
     work = x.float()
     out = work * torch.rsqrt(work.square().mean(-1, keepdim=True) + epsilon)
-    return (out * weight.float()).to(x.dtype)
+    return (out * (weight.float() + offset if offset else weight.float())).to(x.dtype)
 
 
 class HubRMSNorm(Node):
-    """``keras_hub``'s ``LlamaLayerNorm``: x [..., D] -> ``x · rsqrt(mean(x², -1) + ε) · weight``, in float32."""
+    """``keras_hub``'s ``LlamaLayerNorm`` (and, with ``offset`` 1, Gemma's ``RMSNormalization``): x [..., D] ->
+    ``x · rsqrt(mean(x², -1) + ε) · (offset + weight)``, in float32."""
 
     op = "keras_hub_rms_norm"
     reads_mask = False
     supports_masking = True
 
-    def __init__(self, *, features: int, epsilon: float) -> None:
+    def __init__(self, *, features: int, epsilon: float, offset: float = 0.0) -> None:
         super().__init__()
-        self.epsilon = epsilon
+        self.epsilon, self.offset = epsilon, offset
         self.weight = nn.Parameter(torch.ones(features))
 
     def compute(self, x, mask):
-        return _rms(x, self.weight, self.epsilon)
+        return rms(x, self.weight, self.epsilon, self.offset)
 
 
 @keras_layer("LlamaLayerNorm", package="keras_hub")
@@ -88,19 +100,23 @@ def convert_rms_norm(record, arrays, ctx):
 
 @writes(HubRMSNorm)
 def write_rms_norm(w: Writer, spec: dict[str, Any]) -> bool:
-    """``nn.RMSNorm(D, eps=ε)`` (``weight`` is keras-hub's ``scale``); the mask passes, as the node's."""
+    """``nn.RMSNorm(D, eps=ε)`` (``weight`` is keras-hub's ``scale``); the mask passes, as the node's. Gemma's
+    ``1 + scale`` (an ``offset``) is no torch layer's: its node is called."""
     x = w.tensor()
-    if x is None or not plain(spec, int, "features") or not plain(spec, float, "epsilon"):
+    if spec.get("offset") or x is None or not plain(spec, int, "features") or not plain(spec, float, "epsilon"):
         return False
     layer = w.declare(f"nn.RMSNorm({literal(spec['features'])}, eps={literal(spec['epsilon'])})")
     w.assign(f"{layer}({x})")
     return True
 
 
-def rotate(x: Tensor, start: int, wavelength: float) -> Tensor:
-    """keras-hub's ``RotaryEmbedding`` of x [B, heads, T, d] at positions ``start .. start + T - 1``."""
+def rotate(x: Tensor, start: int, wavelength: float, scaling: float = 1.0) -> Tensor:
+    """keras-hub's ``RotaryEmbedding`` of x [B, heads, T, d] at positions ``start .. start + T - 1``; its
+    ``scaling_factor`` (linear: every frequency divided by it) is ``scaling``."""
     d, t = x.shape[-1], x.shape[-2]
     inverse = wavelength ** -(torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
+    if scaling != 1.0:
+        inverse = inverse / scaling
     angles = torch.outer(torch.arange(t, dtype=torch.float32, device=x.device) + start, inverse)
     angles = torch.cat([angles, angles], dim=-1)
     first, second = x.chunk(2, dim=-1)
@@ -108,7 +124,79 @@ def rotate(x: Tensor, start: int, wavelength: float) -> Tensor:
     return x * angles.cos().to(x.dtype) + turned * angles.sin().to(x.dtype)
 
 
-class HubLlamaDecoder(Node):
+class GroupedQueryDecoder(Node):
+    """What keras-hub's grouped-query decoders share (Llama's, Gemma's): the heads, the rotary positions, the
+    KV cache while decoding, and the attention through :func:`~attnzoo.layers.attend.keras_attention`.
+
+    A subclass builds ``query``, ``key`` and ``value`` (``nn.Linear`` to ``heads · head_dim`` and ``groups ·
+    head_dim``) and sets ``heads``, ``groups``, ``head_dim``, ``wavelength`` (and, where its family has them,
+    ``scaling``, keras-hub's rotary ``scaling_factor``, and ``window``, the sliding window w: a query reads the
+    w latest tokens, its own included), then calls :meth:`_attention`."""
+
+    heads: int
+    groups: int
+    head_dim: int
+    wavelength: float
+    scaling: float = 1.0
+    window: int | None = None
+
+    def _start_cache(self) -> None:
+        self._step: Any = None
+        self._cache: KVCache | None = None
+
+    # -- cached decoding (attnzoo.keras.decoding's protocol) ------------------------------------------------
+    def start_decoding(self, step: Any) -> None:
+        self._step, self._cache = step, KVCache(step.batch_size, limit=self.window)
+
+    def stop_decoding(self) -> None:
+        self._step = self._cache = None
+
+    def _cached(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """The layer's one use of its cache: this call's keys and values [B, g, t, d] appended to the held ones
+        -> (keys, values) [B, g, S, d] over all held, the call's last (as given when not decoding). A window
+        keeps its w latest entries only; no later query reaches the others."""
+        if self._cache is None:
+            return key, value
+        key, value, _ = self._cache.append(key, value)
+        self._cache.trim()  # the views returned stay whole: trimming moves the held range only
+        return key, value
+
+    def _heads(self, x: Tensor, layer: nn.Linear, heads: int) -> Tensor:
+        b, t, _ = x.shape
+        return layer(x).reshape(b, t, heads, self.head_dim).transpose(1, 2)
+
+    def _attention(
+        self,
+        x: Tensor,
+        padding: Tensor | None,
+        *,
+        scale: float,
+        soft_cap: float | None = None,
+        empty: str = "mean",
+        norms: tuple[Any, Any] | None = None,
+        dropout: float = 0.0,
+    ) -> Tensor:
+        """x [B, T, D] -> the heads' attention [B, T, heads · head_dim], before the output projection:
+        queries and keys (normalised by ``norms``, Gemma 3's q/k RMSNorms, where given) rotated at their
+        positions, attended causally, within the window, over the keys ``padding`` [B, T] keeps (ignored
+        while decoding: those calls carry none), by :func:`keras_attention` (``soft_cap``, ``empty``,
+        ``dropout`` on the weights)."""
+        b, t, _ = x.shape
+        start = 0 if self._step is None else int(self._step.start)
+        query, key = self._heads(x, self.query, self.heads), self._heads(x, self.key, self.groups)
+        if norms is not None:
+            query, key = norms[0](query), norms[1](key)
+        query = rotate(query, start, self.wavelength, self.scaling)
+        key = rotate(key, start, self.wavelength, self.scaling)
+        key, value = self._cached(key, self._heads(x, self.value, self.groups))
+        # the call's queries are the last t of the keys
+        keys = None if self._cache is not None else padding
+        allowed = causal_allowed(t, key.shape[-2], window=self.window, padding=keys, device=x.device)
+        out = keras_attention(query, key, value, allowed, scale=scale, soft_cap=soft_cap, empty=empty, dropout=dropout)
+        return out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
+
+
+class HubLlamaDecoder(GroupedQueryDecoder):
     """``keras_hub``'s ``LlamaTransformerDecoder`` (the module docstring has the formula): x [B, T, D] ->
     [B, T, D]; the output keeps the input's mask."""
 
@@ -138,36 +226,11 @@ class HubLlamaDecoder(Node):
         self.gate = nn.Linear(hidden, intermediate_dim, bias=False)
         self.up = nn.Linear(hidden, intermediate_dim, bias=False)
         self.down = nn.Linear(intermediate_dim, hidden, bias=False)
-        self._step: Any = None
-        self._cache: KVCache | None = None
-
-    # -- cached decoding (attnzoo.keras.decoding's protocol) ------------------------------------------------
-    def start_decoding(self, step: Any) -> None:
-        self._step, self._cache = step, KVCache(step.batch_size)
-
-    def stop_decoding(self) -> None:
-        self._step = self._cache = None
-
-    def _heads(self, x: Tensor, layer: nn.Linear, heads: int) -> Tensor:
-        b, t, _ = x.shape
-        return layer(x).reshape(b, t, heads, self.head_dim).transpose(1, 2)
+        self._start_cache()
 
     def _attend(self, x: Tensor, padding: Tensor | None) -> Tensor:
-        b, t, _ = x.shape
-        start = 0 if self._step is None else int(self._step.start)
-        query = rotate(self._heads(x, self.query, self.heads), start, self.wavelength)
-        key = rotate(self._heads(x, self.key, self.groups), start, self.wavelength)
-        value = self._heads(x, self.value, self.groups)
-        if self._cache is not None:
-            key, value, _ = self._cache.append(key, value)
-        # the call's queries are the last t of the keys; while decoding, the calls carry no padding
-        keys = None if self._cache is not None else padding
-        allowed = causal_allowed(t, key.shape[-2], padding=keys, device=x.device)
-        out = keras_attention(query, key, value, allowed, scale=self.head_dim**-0.5, empty="mean")
-        if self._cache is not None:
-            self._cache.trim()
-        out = F.dropout(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim), self.dropout, self.training)
-        return self.output_dense(out)
+        out = self._attention(x, padding, scale=self.head_dim**-0.5, empty="mean")
+        return self.output_dense(F.dropout(out, self.dropout, self.training))
 
     def forward(self, args, kwargs, masks):
         x, own = args[0], masks[0]
