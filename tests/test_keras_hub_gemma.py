@@ -108,6 +108,35 @@ def test_greedy_decoding_gives_keras_s_32_tokens(family, use_cache):
     np.testing.assert_array_equal(tokens[:, 5:].numpy(), e["greedy/tokens"])
 
 
+def test_a_windowed_layer_s_cache_keeps_its_latest_w_keys_and_a_global_one_all():
+    """Gemma 3's local layers (window 4) hold the 4 latest keys after a 5-token prompt and one step; its global
+    layer holds all 6: no later query can reach the ones a window forgets."""
+    from attnzoo.keras.converters.hub_gemma import HubGemmaDecoder
+    from attnzoo.keras.decoding import decoding
+
+    model = converted("gemma3", "causal_lm.keras")
+    prompt = torch.from_numpy(expected("gemma3")["greedy/prompt"]).long()
+    blocks = [m for m in model.modules() if isinstance(m, HubGemmaDecoder)]
+    with torch.no_grad(), decoding(model, prompt.shape[0]) as step:
+        for tokens in (prompt, prompt[:, :1]):
+            model({"token_ids": tokens, "padding_mask": torch.ones_like(tokens)})
+            step.start += tokens.shape[1]
+        held = [len(block._cache) for block in blocks]
+    assert held == [4, 4, 4, 4, 4, 6]
+
+
+def test_rotary_scaling_divides_every_frequency_as_keras_hub_s_linear_rope():
+    """keras-hub's RotaryEmbedding(scaling_factor=f) turns position p of pair j by p · θ_j / f: one head of 4
+    at position 3 with f = 8, θ_j = wavelength^(-2j/4)."""
+    from attnzoo.keras.converters.hub_llama import rotate
+
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0]).reshape(1, 1, 1, 4)
+    angles = [3 * t / 8 for t in (1.0, 100.0**-0.5)]
+    c, s = [np.cos(a) for a in angles], [np.sin(a) for a in angles]
+    want = [1 * c[0] - 3 * s[0], 2 * c[1] - 4 * s[1], 3 * c[0] + 1 * s[0], 4 * c[1] + 2 * s[1]]
+    np.testing.assert_allclose(rotate(x, 3, 100.0, 8.0).flatten().numpy(), want, atol=1e-6)
+
+
 @pytest.mark.parametrize(
     ("family", "key", "changes"),
     [
