@@ -42,15 +42,15 @@ def _edited(tmp_path: Path, edit) -> Path:
 def test_a_keras_hub_model_is_not_called_something_other_than_a_keras_model(tmp_path):
     def backbone(config, _):  # a keras-hub model class whose graph attnzoo does not rebuild
         config.update(
-            class_name="GemmaBackbone",
-            module="keras_hub.src.models.gemma.gemma_backbone",
-            registered_name="keras_hub>GemmaBackbone",
+            class_name="PaliGemmaBackbone",
+            module="keras_hub.src.models.pali_gemma.pali_gemma_backbone",
+            registered_name="keras_hub>PaliGemmaBackbone",
         )
 
     with pytest.raises(WeightsError) as info:
         convert_keras_model(_edited(tmp_path, backbone))
     message = str(info.value)
-    assert "keras-hub's 'GemmaBackbone' is a functional model" in message and "BertBackbone" in message
+    assert "keras-hub's 'PaliGemmaBackbone' is a functional model" in message and "BertBackbone" in message
     assert "not a Keras model" not in message
     assert "keras.Model(model.inputs, model.outputs).save('model.keras')" in message
 
