@@ -220,7 +220,7 @@ def test_the_command_writes_a_hugging_face_folder_and_says_how_to_load_it(tmp_pa
     assert again.returncode == 1 and "is not empty; pass overwrite=True (--overwrite)" in again.stderr
     refused = run_cli("convert-keras", str(DATA / "vit_plain.keras"), "-o", str(tmp_path / "p"), "--to", "transformers")
     assert refused.returncode == 1 and "no class token" in refused.stderr and not (tmp_path / "p").exists()
-    for wrong in (["--dtype", "bfloat16"], ["--to", "transformers", "--emit-py", str(tmp_path / "m.py")]):
+    for wrong in (["--max-shard-size", "1MB"], ["--to", "transformers", "--emit-py", str(tmp_path / "m.py")]):
         usage = run_cli("convert-keras", str(DATA / "vit.keras"), "-o", str(tmp_path / "u"), *wrong)
         assert usage.returncode == 2, (wrong, usage.stderr)
 

@@ -138,7 +138,13 @@ def working_length(model: Any, seed: int = 0) -> int:
     ) from None
 
 
-def _max_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
+def _max_diff(ours: Any, theirs: Any) -> float:
+    """The largest difference where Keras's output is finite, in float32 or float64 (a bfloat16 model's outputs,
+    and Keras's, widened; numpy has no bfloat16 of its own)."""
+    if isinstance(ours, torch.Tensor):
+        ours = (ours.float() if ours.dtype == torch.bfloat16 else ours).numpy()
+    theirs = np.asarray(theirs)
+    theirs = theirs.astype(np.float32) if theirs.dtype.kind == "V" or str(theirs.dtype) == "bfloat16" else theirs
     if ours.shape != theirs.shape:
         return float("inf")
     finite = np.isfinite(theirs)
@@ -168,7 +174,7 @@ def check_against_reference(reference: str | Path, model: Any, *, tolerance: flo
         raise WeightsError(f"--reference {reference}: the converted model cannot run its inputs: {e}") from None
     if len(ours) != len(wanted):
         raise WeightsError(f"--reference {reference}: holds {len(wanted)} output(s); the model returns {len(ours)}")
-    result = CheckResult([_max_diff(o.numpy(), w) for o, w in zip(ours, wanted, strict=True)], tolerance=tolerance)
+    result = CheckResult([_max_diff(o, w) for o, w in zip(ours, wanted, strict=True)], tolerance=tolerance)
     shape = inputs[0].shape
     result.against, result.length = "reference", int(shape[1]) if len(shape) > 1 else 1
     return result
@@ -222,7 +228,7 @@ def check_against_keras(
             ours = _flat(model(*[_as_model_input(x) for x in inputs]))
     except ValueError as e:
         raise WeightsError(f"the converted model cannot run inputs of length {length}: {e}") from None
-    result = CheckResult([_max_diff(o.numpy(), np.asarray(t)) for o, t in zip(ours, theirs, strict=True)])
+    result = CheckResult([_max_diff(o, t) for o, t in zip(ours, theirs, strict=True)])
     result.tolerance, result.length = tolerance, length
     probes = []
     graph = _graph_nodes(original)
@@ -242,7 +248,7 @@ def check_against_keras(
             worst = 0.0
             for k in range(len(outs)):
                 mine_k = mine[k] if k < len(mine) else None
-                worst = max(worst, _max_diff(mine_k.numpy(), np.asarray(every[at + k])) if mine_k is not None else 0.0)
+                worst = max(worst, _max_diff(mine_k, every[at + k]) if mine_k is not None else 0.0)
             at += len(outs)
             diffs[name] = worst
         for call in model.calls:  # in the order the graph ran

@@ -47,6 +47,7 @@ __all__ = [
     "is_keras_hub_model",
     "register_hub_model",
     "unwrap",
+    "backbone_arguments",
     "HOOK",
 ]
 
@@ -201,3 +202,20 @@ def unwrap(entry: Any, where: str) -> Any:
         raise WeightsError(f"{where}: keras-hub's {name} has no config")
     rebuilt = model.build(config, f"{where}: {name}")
     return {**rebuilt, "name": config.get("name", entry.get("name"))}
+
+
+def backbone_arguments(record: dict[str, Any]) -> dict[str, Any]:
+    """A keras-hub model's backbone constructor arguments that are plain values (sizes, epsilons, rope
+    settings; a task's from its nested backbone record): what the converted graph keeps for the Hugging Face
+    door and decoding to read (``graph["keras_hub_config"]``)."""
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    backbone = config.get("backbone")
+    if isinstance(backbone, dict) and isinstance(backbone.get("config"), dict):
+        config = backbone["config"]
+
+    def plain(value: Any) -> bool:
+        if isinstance(value, list):
+            return len(value) <= 64 and all(plain(item) for item in value)
+        return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < 200)
+
+    return {str(key): value for key, value in config.items() if isinstance(key, str) and plain(value)}

@@ -26,20 +26,21 @@ classes where Keras's semantics need them, straight-line ``forward``), compiles 
 compiled ``forward``, so ``model.code`` (what ``to_source()`` returns) is the code that runs, and a
 traceback through the model shows its lines.
 
-The state dict is the emitted module's, so its ``load_state_dict`` takes a saved folder's tensors as they
-are: the layers sit under ``layers.<key>``, each keyed as the class the module declares keys it. Where
-that is a torch layer whose keys differ from its node's, one map per node class says how
-(:meth:`Node.torch_key <attnzoo.keras.nodes.Node.torch_key>`): a ``Recurrent`` (Keras's LSTM, GRU) as
-``nn.LSTM`` / ``nn.GRU``, ``rnn.weight_ih_l0`` -> ``weight_ih_l0``; a ``Bidirectional`` as one
-bidirectional ``nn.LSTM``, ``forward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0`` and
+``convert_keras_model`` and ``attnzoo.load`` build the model on the meta device and assign its weights (every
+tensor a node holds is in its weights: :mod:`attnzoo.keras.materialised`); built otherwise (``attnzoo.create``
+without weights) its layers hold fresh initial values. The state dict is the emitted module's, so its
+``load_state_dict`` takes a saved folder's tensors as they are: the layers sit under ``layers.<key>``, each
+keyed as the class the module declares keys it. Where that is a torch layer whose keys differ from its node's,
+one map per node class says how (:meth:`Node.torch_key <attnzoo.keras.nodes.Node.torch_key>`): a ``Recurrent``
+(Keras's LSTM, GRU) as ``nn.LSTM`` / ``nn.GRU``, ``rnn.weight_ih_l0`` -> ``weight_ih_l0``; a ``Bidirectional``
+as one bidirectional ``nn.LSTM``, ``forward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0`` and
 ``backward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0_reverse`` (the same for ``weight_hh``, ``bias_ih``,
-``bias_hh``); every other node's keys are its torch layer's (``nn.Linear``'s ``weight``, ``bias``). The
-model applies the map (``node_keys``, :meth:`KerasModel.convert_layout`) when it is built, and, as a
+``bias_hh``); every other node's keys are its torch layer's (``nn.Linear``'s ``weight``, ``bias``). The model
+applies the map (``node_keys``, :meth:`KerasModel.convert_layout`) when it is built, and, as a
 ``load_state_dict`` pre-hook and in ``attnzoo.load``, to the tensors it is given: a folder saved while the
-layer was its node (before attnzoo wrote it as torch) loads, renamed, and so does the other way round. A
-key under such a layer that neither form has is a ``WeightsError``, never dropped. An LSTM's second bias
-(``bias_hh_l0``, zero: Keras's LSTM has one) is a buffer in both forms, so training trains Keras's
-variables.
+layer was its node (before attnzoo wrote it as torch) loads, renamed, and so does the other way round. A key
+under such a layer that neither form has is a ``WeightsError``, never dropped. An LSTM's second bias
+(``bias_hh_l0``, zero: Keras's LSTM has one) is a buffer in both forms, so training trains Keras's variables.
 
 ``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
 tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
@@ -70,6 +71,7 @@ from attnzoo.keras.emit import Emitted, emit
 from attnzoo.keras.graph_check import GRAPH_FORMAT, validate_graph
 from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
+from attnzoo.keras.materialised import refuse_meta_left
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.policy import set_compute_dtypes
 from attnzoo.keras.torch_layers import KerasAugmentation
@@ -81,6 +83,8 @@ class KerasModel(nn.Module):
     """A Keras model converted by :func:`attnzoo.keras.convert_keras_model` (see the module docstring)."""
 
     name = "keras_model"
+    # attnzoo.load keeps the dtype the weights were saved in: the Keras file's (a bfloat16 port stays bfloat16)
+    keeps_saved_dtype = True
 
     def __init__(self, graph: dict[str, Any]) -> None:
         super().__init__()
@@ -109,6 +113,7 @@ class KerasModel(nn.Module):
         self.emitted: Emitted = emit(graph, self.mask_plans)
         self.layers, self.node_keys = _adopted(self._port.cls, nodes)
         self._register_load_state_dict_pre_hook(self._layout_pre_hook)
+        self.register_load_state_dict_post_hook(refuse_meta_left)
         dtypes = {k: _keras(s)["compute_dtype"] for k, s in graph["layers"].items() if "compute_dtype" in _keras(s)}
         set_compute_dtypes(self.layers, dtypes)  # a mixed-precision policy computed as Keras does, when asked
         self.by_policy = bool(dtypes)  # then the inputs stay as Keras declared them, each layer casts its own
