@@ -130,7 +130,7 @@ class HubGemmaDecoder(GroupedQueryDecoder):
         if self.query_norm is not None and self.key_norm is not None:
             query_norm, key_norm = self.query_norm, self.key_norm
             norms = (lambda q: query_norm.compute(q, None), lambda k: key_norm.compute(k, None))
-        training = self.dropout if self.training else 0.0
+        rate = self.dropout if self.training else 0.0  # Keras's dropout, on the weights and the attention output
         attention = self._attention(
             self.pre_attention_norm.compute(x, None),
             kwargs.get("padding_mask"),
@@ -138,12 +138,12 @@ class HubGemmaDecoder(GroupedQueryDecoder):
             soft_cap=self.soft_cap,
             empty="zeros",
             norms=norms,
-            dropout=training,
+            dropout=rate,
         )
         attention = self.output_dense(attention)
         if self.post_attention_norm is not None:
             attention = self.post_attention_norm.compute(attention, None)
-        h = self._add(x, F.dropout(attention, training) if training else attention)
+        h = self._add(x, F.dropout(attention, rate) if rate else attention)
         y = self.pre_ffw_norm.compute(h, None)
         y = self.down(F.gelu(self.gate(y), approximate="tanh") * self.up(y))
         if self.post_ffw_norm is not None:
@@ -187,6 +187,46 @@ def _cap(value: Any, name: str) -> float | None:
     return float(value)
 
 
+def _gemma_variables(c: dict[str, Any], arrays: list[np.ndarray], query_key_norm: bool) -> dict[str, np.ndarray]:
+    """A block's variables by the node's names, in :data:`GEMMA_ORDER` (those its config makes), each of the
+    shape the query kernel [H, D, d], the key kernel's g and the gate's width F make it."""
+    names = [
+        "pre_attention_norm",
+        "query",
+        "key",
+        "value",
+        "output_dense",
+        *(("query_norm", "key_norm") if query_key_norm else ()),
+        *(("post_attention_norm",) if c.get("use_post_attention_norm") else ()),
+        "pre_ffw_norm",
+        "gate",
+        "up",
+        "down",
+        *(("post_ffw_norm",) if c.get("use_post_ffw_norm") else ()),
+    ]
+    if len(arrays) != len(names):
+        raise Refused(f"has {len(arrays)} variables {[list(a.shape) for a in arrays]}; its config makes {len(names)}")
+    found = dict(zip(names, arrays, strict=True))
+    expect_shape(found["query"], [None, None, None], "query kernel")
+    expect_shape(found["key"], [None, None, None], "key kernel")
+    expect_shape(found["gate"], [None, None], "ffw_gating kernel")
+    (heads, hidden, head_dim), groups, width = found["query"].shape, found["key"].shape[0], found["gate"].shape[1]
+    shapes = {
+        "key": [groups, hidden, head_dim],
+        "value": [groups, hidden, head_dim],
+        "output_dense": [heads, head_dim, hidden],
+        "query_norm": [head_dim],
+        "key_norm": [head_dim],
+        "gate": [hidden, width],
+        "up": [hidden, width],
+        "down": [width, hidden],
+    }
+    for name, array in found.items():
+        if name != "query":
+            expect_shape(array, shapes.get(name, [hidden]), name)  # the rest are norms of the hidden state
+    return found
+
+
 def gemma_decoder(
     record: Any, arrays: list[np.ndarray], *, query_key_norm: bool, gate_reduction: int, **rope: Any
 ) -> Converted:
@@ -194,42 +234,14 @@ def gemma_decoder(
     from the kernels and checked against the config; ``rope``: Gemma 3's ``rope_max_wavelength``,
     ``rope_scaling_factor`` and ``clip_float16``."""
     c = record.config
-    post_attention, post_ffw = bool(c.get("use_post_attention_norm")), bool(c.get("use_post_ffw_norm"))
-    expected = 9 + 2 * query_key_norm + post_attention + post_ffw
-    if len(arrays) != expected:
-        raise Refused(f"has {len(arrays)} variables {[list(a.shape) for a in arrays]}; its config makes {expected}")
-    at = iter(arrays)
-    norm, query, key, value, output = (next(at) for _ in range(5))
-    heads, hidden, head_dim = query.shape
-    groups = key.shape[0]
-    qk_norms = [next(at) for _ in range(2 * query_key_norm)]
-    post_attention_scale = next(at) if post_attention else None
-    ffw_norm, gate, up, down = (next(at) for _ in range(4))
-    post_ffw_scale = next(at) if post_ffw else None
-    width = gate.shape[1]
-    for name, array, shape in [
-        ("pre_attention_norm", norm, [hidden]),
-        ("key kernel", key, [None, hidden, head_dim]),
-        ("value kernel", value, [groups, hidden, head_dim]),
-        ("attention_output kernel", output, [heads, head_dim, hidden]),
-        *((f"{n} kernel", a, [head_dim]) for n, a in zip(("query_norm", "key_norm"), qk_norms, strict=False)),
-        *([("post_attention_norm", post_attention_scale, [hidden])] if post_attention else []),
-        ("pre_ffw_norm", ffw_norm, [hidden]),
-        ("ffw_gating_2 kernel", up, [hidden, width]),
-        ("ffw_linear kernel", down, [width, hidden]),
-        *([("post_ffw_norm", post_ffw_scale, [hidden])] if post_ffw else []),
-    ]:
-        expect_shape(array, shape, name)
-    for key_name, actual in (
-        ("num_query_heads", heads),
-        ("num_key_value_heads", groups),
-        ("head_dim", head_dim),
-        ("hidden_dim", hidden),
-    ):
-        if c.get(key_name, actual) != actual:
-            raise Refused(f"its config says {key_name}={c.get(key_name)!r} but its kernels have {actual}")
-    if heads % groups or c.get("intermediate_dim", width * gate_reduction) != width * gate_reduction:
-        raise Refused(f"{heads} query heads on {groups} key/value heads, or a gate {width} wide, do not fit its config")
+    v = _gemma_variables(c, arrays, query_key_norm)
+    (heads, hidden, head_dim), groups, width = v["query"].shape, v["key"].shape[0], v["gate"].shape[1]
+    sizes = {"num_query_heads": heads, "num_key_value_heads": groups, "head_dim": head_dim, "hidden_dim": hidden}
+    for name, actual in (*sizes.items(), ("intermediate_dim", width * gate_reduction)):
+        if c.get(name, actual) != actual:
+            raise Refused(f"its config says {name}={c.get(name)!r} but its kernels make it {actual}")
+    if heads % groups:
+        raise Refused(f"{heads} query heads do not share {groups} key/value heads evenly")
     spec = {
         "op": HubGemmaDecoder.op,
         "hidden": int(hidden),
@@ -238,31 +250,20 @@ def gemma_decoder(
         "num_query_heads": int(heads),
         "num_key_value_heads": int(groups),
         "layer_norm_epsilon": float(c.get("layer_norm_epsilon", 1e-6)),
-        "post_attention_norm": post_attention,
-        "post_ffw_norm": post_ffw,
+        "post_attention_norm": "post_attention_norm" in v,
+        "post_ffw_norm": "post_ffw_norm" in v,
         "query_key_norm": query_key_norm,
         "logit_soft_cap": _cap(c.get("logit_soft_cap"), "logit_soft_cap"),
         "sliding_window": _window(c),
         "dropout": float(c.get("dropout", 0.0) or 0.0),
         **rope,
     }
-    state = {
-        "pre_attention_norm.weight": as_tensor(norm),
-        "query.weight": as_tensor(np.transpose(query, (1, 0, 2)).reshape(hidden, -1).T),
-        "key.weight": as_tensor(np.transpose(key, (1, 0, 2)).reshape(hidden, -1).T),
-        "value.weight": as_tensor(np.transpose(value, (1, 0, 2)).reshape(hidden, -1).T),
-        "output_dense.weight": as_tensor(output.reshape(-1, hidden).T),
-        "pre_ffw_norm.weight": as_tensor(ffw_norm),
-        "gate.weight": as_tensor(gate.T),
-        "up.weight": as_tensor(up.T),
-        "down.weight": as_tensor(down.T),
-    }
-    if query_key_norm:
-        state["query_norm.weight"], state["key_norm.weight"] = (as_tensor(a) for a in qk_norms)
-    if post_attention_scale is not None:
-        state["post_attention_norm.weight"] = as_tensor(post_attention_scale)
-    if post_ffw_scale is not None:
-        state["post_ffw_norm.weight"] = as_tensor(post_ffw_scale)
+    # EinsumDense kernels as nn.Linear's [out, in]: the heads' [H, D, d] as [H·d, D], the output's [H, d, D] as
+    # [D, H·d]; the norms' scales as they are
+    heads_first = {name: np.transpose(v[name], (1, 0, 2)).reshape(hidden, -1).T for name in ("query", "key", "value")}
+    kernels = {**heads_first, "output_dense": v["output_dense"].reshape(-1, hidden).T}
+    kernels.update({name: v[name].T for name in ("gate", "up", "down")})
+    state = {f"{name}.weight": as_tensor(kernels.get(name, array)) for name, array in v.items()}
     return Converted(
         spec, state, [f"keras-hub {record.class_name}: RMSNorm (1 + scale), grouped-query attention, GeGLU"]
     )
