@@ -411,6 +411,13 @@ def loaded(tmp_path_factory):
             }
         )
     assert len(json.loads((root / "sharded" / "model.safetensors.index.json").read_text())["weight_map"]) == 21
+    return run_loader(root, specs, given), jobs
+
+
+def run_loader(root: Path, specs: list[dict], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:data:`LOADER` run once in a child process on the jobs ``specs`` (name, folder, Auto class, keywords,
+    inputs, outputs, new tokens of each prompt) and the arrays ``given`` (``<name>/<input>``,
+    ``<name>/prompt_<i>``), in ``root``; its outputs by ``<name>/<output>``."""
     (root / "jobs.json").write_text(json.dumps(specs))
     np.savez(root / "given.npz", **given)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # and attnzoo is blocked besides
@@ -423,7 +430,7 @@ def loaded(tmp_path_factory):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return dict(np.load(root / "out.npz")), jobs
+    return dict(np.load(root / "out.npz"))
 
 
 def _close(got: np.ndarray, want: np.ndarray, what: str, tolerance: float = TOLERANCE) -> float:

@@ -128,7 +128,7 @@ def _weights(file: Path) -> h5py.File:
 
 
 def _feed(model) -> dict[str, torch.Tensor]:
-    """The Llama's inputs, the dict Keras takes (the emitted module takes it too)."""
+    """The Llama's inputs, the dict Keras takes (the emitted module takes them as keywords)."""
     return {name: torch.from_numpy(EXPECTED[f"in/{name}"]) for name in model.input_names}
 
 
@@ -369,7 +369,7 @@ def test_an_emitted_module_loads_a_bfloat16_port_s_weights_as_they_are(llama_fil
     port.load_state_dict(load_file(tmp_path / "port" / "model.safetensors"))  # copied into its float32 layers
     widened = convert_keras_model(llama_files["bfloat16"], dtype="float32")
     with torch.no_grad():
-        torch.testing.assert_close(port.eval()(_feed(widened)), widened(_feed(widened)), rtol=0, atol=1e-6)
+        torch.testing.assert_close(port.eval()(**_feed(widened)), widened(_feed(widened)), rtol=0, atol=1e-6)
 
 
 def test_float16_stays_float16_and_a_float32_file_converts_to_the_dtype_asked(llama_files):

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from attnzoo.errors import WeightsError
+from attnzoo.keras.inputs import value_rules
 
 __all__ = ["CheckResult", "check_against_keras", "check_against_reference", "padded_inputs", "input_shape"]
 __all__ += ["working_length", "open_length"]
@@ -67,14 +68,15 @@ def input_shape(spec: dict[str, Any], batch: int = 4, length: int = 8) -> list[i
 
 def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) -> list[np.ndarray]:
     """Random inputs for a converted model, each of its input's declared dtype: ids (0 = padding),
-    features (zero frames as padding) or a bool mask (False on the padding), rows padded by ``PATTERNS``
+    features (zero frames as padding), a bool mask (False on the padding) or a padding mask (0 on the
+    padding, 1 elsewhere), rows padded by ``PATTERNS``
     along an open length; texts (an object array of str) of ``length``
     words or fewer for a string input."""
     rng = np.random.default_rng(seed)
     arrays = []
     # a model with a mask input has padding on its fixed time axis too, or the mask would never be False
     masked = any(spec["dtype"] == "bool" for spec in model.inputs_spec)
-    for spec in model.inputs_spec:
+    for spec, rule in zip(model.inputs_spec, value_rules(model.graph), strict=True):
         shape = input_shape(spec, batch, length)
         keep = np.ones(shape[:2], dtype=bool)
         if len(shape) >= 2 and (spec["shape"][1] is None or masked):
@@ -92,6 +94,8 @@ def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) ->
             x = _texts(rng, shape, length)
         elif spec["dtype"] == "bool":  # a mask input: False on the padding the other inputs carry
             x = np.broadcast_to(view, shape).copy()
+        elif rule is not None and rule.kind == "padding mask":  # keras-hub's: 1 at a token, 0 on the padding
+            x = np.broadcast_to(view, shape).astype("int32")
         elif "int" in str(spec["dtype"]):
             x = rng.integers(1, int(spec.get("vocab") or 10), size=shape) * view
         else:

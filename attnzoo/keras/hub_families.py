@@ -93,12 +93,14 @@ def keras_hub_model(
     head: Any = None,
     tasks: dict[str, Builder] | None = None,
     transformers: Any = None,
+    embedding: str = "token_embedding",
 ) -> Callable[[Builder], Builder]:
     """Register the decorated builder as the graph of the keras-hub Backbone classes ``backbones``, and of
     their tasks: ``causal_lm``, the class whose graph is the backbone's with its ``token_embedding`` called
     again with ``reverse=True`` for the logits (:func:`attnzoo.keras.hub_graph.causal_lm`; ``head`` adds
     what the task computes after them, such as Gemma's logit soft-capping); ``tasks``, other task classes
-    with builders of their own. ``transformers``: the family's Hugging Face form
+    with builders of their own. ``embedding``: the backbone's layer whose reverse call gives the logits
+    (``token_embedding``; OPT's ``embeddings``). ``transformers``: the family's Hugging Face form
     (:class:`~attnzoo.keras.transformers_form.TransformersForm`, for every class registered here; the door is
     :func:`attnzoo.keras.to_transformers`). Used by attnzoo's family
     files; a plugin registers :class:`HubModel` records through the hook (see the module docstring)."""
@@ -108,7 +110,7 @@ def keras_hub_model(
         for name in backbones:
             _add(name, HubModel(build, family, "backbone", transformers=transformers))
         if causal_lm is not None:
-            task = causal_lm_graph(backbones, build, head=head)
+            task = causal_lm_graph(backbones, build, head=head, embedding=embedding)
             _add(causal_lm, HubModel(task, family, "causal_lm", backbones[0], transformers))
         for name, task_build in (tasks or {}).items():
             _add(name, HubModel(task_build, family, "task", backbones[0], transformers))
