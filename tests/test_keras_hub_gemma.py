@@ -53,7 +53,7 @@ def predict(model, family: str, side: str) -> np.ndarray:
     e = expected(family)
     inputs = {key: torch.from_numpy(e[f"{side}/{key}"]) for key in ("token_ids", "padding_mask")}
     with torch.no_grad():
-        return model(inputs).float().numpy()
+        return model(**inputs).float().numpy()  # by keyword, as Keras names the inputs
 
 
 def close(got: np.ndarray, want: np.ndarray, what: str, tolerance: float = TOLERANCE) -> float:
@@ -119,7 +119,7 @@ def test_a_windowed_layer_s_cache_keeps_its_latest_w_keys_and_a_global_one_all()
     blocks = [m for m in model.modules() if isinstance(m, HubGemmaDecoder)]
     with torch.no_grad(), decoding(model, prompt.shape[0]) as step:
         for tokens in (prompt, prompt[:, :1]):
-            model({"token_ids": tokens, "padding_mask": torch.ones_like(tokens)})
+            model(token_ids=tokens, padding_mask=torch.ones_like(tokens))
             step.start += tokens.shape[1]
         held = [len(block._cache) for block in blocks]
     assert held == [4, 4, 4, 4, 4, 6]
