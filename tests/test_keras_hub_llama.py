@@ -20,7 +20,7 @@ import torch
 import attnzoo
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
-from attnzoo.keras.converters.hub_llama import rotate
+from attnzoo.keras.converters.hub_rotary import rotate
 
 from .conftest import ROOT
 

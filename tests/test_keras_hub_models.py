@@ -106,11 +106,11 @@ def _backbone_file(tmp_path, class_name: str, config: dict) -> str:
 
 
 def test_an_unknown_keras_hub_model_is_refused_with_the_way_forward(tmp_path):
-    path = _backbone_file(tmp_path, "GemmaBackbone", {"name": "gemma_backbone"})
+    path = _backbone_file(tmp_path, "PaliGemmaBackbone", {"name": "pali_gemma_backbone"})
     with pytest.raises(WeightsError) as error:
         convert_keras_model(path)
     message = str(error.value)
-    assert "'GemmaBackbone' is a functional model" in message and "BertBackbone" in message
+    assert "'PaliGemmaBackbone' is a functional model" in message and "BertBackbone" in message
     assert "keras.Model(model.inputs, model.outputs).save('model.keras')" in message
 
 

@@ -42,15 +42,15 @@ def _edited(tmp_path: Path, edit) -> Path:
 def test_a_keras_hub_model_is_not_called_something_other_than_a_keras_model(tmp_path):
     def backbone(config, _):  # a keras-hub model class whose graph attnzoo does not rebuild
         config.update(
-            class_name="GemmaBackbone",
-            module="keras_hub.src.models.gemma.gemma_backbone",
-            registered_name="keras_hub>GemmaBackbone",
+            class_name="PaliGemmaBackbone",
+            module="keras_hub.src.models.pali_gemma.pali_gemma_backbone",
+            registered_name="keras_hub>PaliGemmaBackbone",
         )
 
     with pytest.raises(WeightsError) as info:
         convert_keras_model(_edited(tmp_path, backbone))
     message = str(info.value)
-    assert "keras-hub's 'GemmaBackbone' is a functional model" in message and "BertBackbone" in message
+    assert "keras-hub's 'PaliGemmaBackbone' is a functional model" in message and "BertBackbone" in message
     assert "not a Keras model" not in message
     assert "keras.Model(model.inputs, model.outputs).save('model.keras')" in message
 
@@ -68,14 +68,14 @@ def test_a_subclassed_model_is_told_to_rebuild_as_functional_or_register_a_conve
 
 
 def test_a_keras_hub_layer_attnzoo_does_not_convert_is_named_with_the_way_to_convert_it(tmp_path):
-    def falcon(_, layers):
+    def xlnet(_, layers):  # a layer of a keras-hub family attnzoo does not convert
         layer = layers["transformer_encoder_2"]
-        layer.update(class_name="FalconTransformerDecoder", registered_name="keras_hub>FalconTransformerDecoder")
+        layer.update(class_name="XLNetEncoder", registered_name="keras_hub>XLNetEncoder")
 
     with pytest.raises(UnsupportedKerasLayerError) as info:
-        convert_keras_model(_edited(tmp_path, falcon))
+        convert_keras_model(_edited(tmp_path, xlnet))
     line = next(line for line in str(info.value).splitlines() if line.startswith("  transformer_encoder_2"))
-    assert "keras-hub's FalconTransformerDecoder" in line and "'keras_hub>FalconTransformerDecoder'" in line
+    assert "keras-hub's XLNetEncoder" in line and "'keras_hub>XLNetEncoder'" in line
     assert HOOK in str(info.value) and "TransformerEncoder" in line  # what does convert, and how to add one
 
 

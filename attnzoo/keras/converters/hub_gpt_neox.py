@@ -43,7 +43,7 @@ from attnzoo.keras.converters.hub_bloom import (
     norm_and_feedforward,
     tied_embedding,
 )
-from attnzoo.keras.converters.hub_llama import rotate
+from attnzoo.keras.converters.hub_rotary import rotate
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import GELU_TANH, HubGraph, number, positive, tensor
 from attnzoo.keras.registry import Converted, Refused, keras_layer

@@ -30,9 +30,10 @@ import torch
 from torch import Tensor
 
 from attnzoo.keras.arguments import expect_variables
-from attnzoo.keras.converters.hub_llama import (
+from attnzoo.keras.converters.hub_llama import convert_rms_norm
+from attnzoo.keras.converters.hub_qwen import DECODER_CALL, SWIGLU_ROLES, rotary_spec
+from attnzoo.keras.converters.hub_rotary import (
     RotaryDecoder,
-    convert_rms_norm,
     held_tensors,
     rotary_backbone_graph,
     rotary_config,
@@ -40,7 +41,6 @@ from attnzoo.keras.converters.hub_llama import (
     rotary_tensors,
     rotate,
 )
-from attnzoo.keras.converters.hub_qwen import DECODER_CALL, SWIGLU_ROLES, rotary_spec
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm

@@ -28,10 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from attnzoo.keras.arguments import expect_variables
-from attnzoo.keras.converters.hub_llama import (
-    LLAMA_ORDER,
-    HubLlamaDecoder,
-    convert_rms_norm,
+from attnzoo.keras.converters.hub_llama import LLAMA_ORDER, HubLlamaDecoder, convert_rms_norm
+from attnzoo.keras.converters.hub_rotary import (
     rotary_backbone_graph,
     rotary_config,
     rotary_decoder_parts,

@@ -28,18 +28,17 @@ import math
 from typing import Any
 
 from attnzoo.keras.arguments import expect_variables
-from attnzoo.keras.converters.hub_llama import (
-    LLAMA_ORDER,
+from attnzoo.keras.converters.hub_llama import LLAMA_ORDER, convert_rms_norm
+from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_MAX_POSITIONS, SWIGLU_ROLES, rotary_spec
+from attnzoo.keras.converters.hub_rotary import (
     ROTARY_ATTENTION_WEIGHTS,
     SWIGLU_WEIGHTS,
-    convert_rms_norm,
     held_tensors,
     rotary_backbone_graph,
     rotary_config,
     rotary_decoder_parts,
     rotary_tensors,
 )
-from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_MAX_POSITIONS, SWIGLU_ROLES, rotary_spec
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnzoo.keras.arguments import as_tensor, expect_variables
-from attnzoo.keras.converters.hub_llama import (
+from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_ATTENTION_ROLES, QWEN_MAX_POSITIONS, rotary_spec
+from attnzoo.keras.converters.hub_rotary import (
     ROTARY_ATTENTION_WEIGHTS,
     RotaryDecoder,
     held_tensors,
@@ -49,7 +50,6 @@ from attnzoo.keras.converters.hub_llama import (
     rotary_decoder_parts,
     rotary_tensors,
 )
-from attnzoo.keras.converters.hub_qwen import DECODER_CALL, QWEN_ATTENTION_ROLES, QWEN_MAX_POSITIONS, rotary_spec
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
