@@ -35,6 +35,7 @@ from attnzoo.keras.converters.ops import OPERATION_NAMES
 from attnzoo.keras.files import KerasFile, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
 from attnzoo.keras.hub_families import is_keras_hub_model
+from attnzoo.keras.hub_tokenizers.preset import carried_tokenizer
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.model import KerasModel
 from attnzoo.keras.nodes import INTEGER_DTYPES
@@ -427,6 +428,7 @@ def logits_model(model: KerasModel) -> KerasModel:
     logits.load_state_dict(model.state_dict(), strict=True)
     logits.attnzoo_metadata = {**model.attnzoo_metadata, "keras": report.to_dict()}
     logits.keras_report = report
+    logits.tokenizer = model.tokenizer
     return logits.train(model.training)
 
 
@@ -472,4 +474,5 @@ def convert_keras_model(
     model.load_state_dict(state, strict=True)
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report
+    model.tokenizer = carried_tokenizer(path)  # a preset folder's tokenizer goes with its model
     return model.eval()

@@ -28,7 +28,7 @@ from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.limits import load_json
 from attnzoo.keras.hub_tokenizers.library import tokenizers_library
 
-__all__ = ["PortTokenizer", "Preprocessing", "TOKENIZER_FILE", "PREPROCESSING_FILE", "TASKS", "no_tokenizer"]
+__all__ = ["PortTokenizer", "Preprocessing", "CarriesTokenizer", "TOKENIZER_FILE", "PREPROCESSING_FILE", "TASKS"]
 
 TOKENIZER_FILE = "tokenizer.json"
 PREPROCESSING_FILE = "preprocessing.json"
@@ -197,3 +197,38 @@ def no_tokenizer(what: str) -> ConfigError:
         f"task with its preprocessor writes tokenizer.json and assets/tokenizer/), or attach one: "
         f"model.tokenizer = attnzoo.keras.keras_hub_tokenizer('PRESET_FOLDER')"
     )
+
+
+class CarriesTokenizer:
+    """What a converted model gets of its keras-hub tokenizer: ``tokenizer`` (a :class:`PortTokenizer` or
+    ``None``), ``tokenize(texts)``, and ``attnzoo_files``, the tokenizer's files that ``attnzoo.save`` writes
+    beside the weights and ``attnzoo.load`` gives back (:mod:`attnzoo.io.carried`)."""
+
+    @property
+    def tokenizer(self) -> PortTokenizer | None:
+        return self.__dict__.get("_port_tokenizer")
+
+    @tokenizer.setter
+    def tokenizer(self, value: PortTokenizer | None) -> None:
+        if value is not None and not isinstance(value, PortTokenizer):
+            raise ConfigError(
+                f"a converted model's tokenizer is a PortTokenizer (attnzoo.keras.keras_hub_tokenizer(PRESET)) or "
+                f"None, got {type(value).__name__}"
+            )
+        self.__dict__["_port_tokenizer"] = value
+
+    def tokenize(self, texts: Any, *, sequence_length: int | None = None) -> dict[str, Any]:
+        """``texts`` (a str or a list of str) as keras-hub's preprocessor gives them: ``token_ids``,
+        ``padding_mask`` (and ``segment_ids`` where the model takes them), int64 tensors [B, sequence_length],
+        right-padded (:meth:`PortTokenizer.tokenize`); ``sequence_length`` defaults to the preprocessor's."""
+        if self.tokenizer is None:
+            raise no_tokenizer(f"this {type(self).__name__}")
+        return self.tokenizer.tokenize(texts, sequence_length=sequence_length)
+
+    @property
+    def attnzoo_files(self) -> dict[str, bytes]:
+        return self.tokenizer.files() if self.tokenizer is not None else {}
+
+    @attnzoo_files.setter
+    def attnzoo_files(self, files: Mapping[str, bytes]) -> None:
+        self.tokenizer = PortTokenizer.from_files(files) if files else None

@@ -7,9 +7,6 @@ One module per kind of vocabulary, each saying what keras-hub computes and how i
 :mod:`~attnzoo.keras.hub_tokenizers.byte_pair` (GPT-2, Llama 3, Qwen, OPT, BLOOM, GPT-NeoX, Falcon) and
 :mod:`~attnzoo.keras.hub_tokenizers.word_piece` (BERT, DistilBERT); :mod:`~attnzoo.keras.hub_tokenizers.classes`
 lists keras-hub's classes and their special tokens, :mod:`~attnzoo.keras.hub_tokenizers.preset` reads a preset
-folder (:func:`keras_hub_tokenizer`). ``tokenizers`` is an optional import (``attnzoo[tokenizers]``).
+folder (:func:`~attnzoo.keras.hub_tokenizers.preset.keras_hub_tokenizer`, also ``attnzoo.keras.keras_hub_tokenizer``).
+``tokenizers`` is an optional import (``attnzoo[tokenizers]``). The package imports none of its modules.
 """
-
-from attnzoo.keras.hub_tokenizers.preset import keras_hub_tokenizer, preset_tokenizer_files
-
-__all__ = ["keras_hub_tokenizer", "preset_tokenizer_files"]

@@ -13,10 +13,11 @@ class or an option attnzoo does not convert a ``ConfigError`` naming what does.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
-from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.errors import AttnzooWarning, ConfigError, WeightsError
 from attnzoo.io.limits import load_json, read_bounded
 from attnzoo.keras.hub_tokenizers.byte_pair import byte_pair_tokenizer, read_byte_pair_assets
 from attnzoo.keras.hub_tokenizers.classes import PREPROCESSOR_CLASSES, TOKENIZER_CLASSES, TokenizerClass
@@ -25,7 +26,7 @@ from attnzoo.keras.hub_tokenizers.sentencepiece import sentencepiece_tokenizer
 from attnzoo.keras.hub_tokenizers.word_piece import read_word_piece_vocabulary, word_piece_tokenizer
 from attnzoo.keras.tokenizer import PortTokenizer, Preprocessing
 
-__all__ = ["keras_hub_tokenizer", "preset_tokenizer_files", "TOKENIZER_CONFIG", "PREPROCESSOR_CONFIG", "ASSETS"]
+__all__ = ["keras_hub_tokenizer", "carried_tokenizer", "preset_tokenizer_files", "TOKENIZER_CONFIG", "PREPROCESSOR_CONFIG", "ASSETS"]
 
 TOKENIZER_CONFIG = "tokenizer.json"
 PREPROCESSOR_CONFIG = "preprocessor.json"
@@ -149,13 +150,17 @@ def _post_processor(cls: TokenizerClass, task: str, ids: dict[str, int | None]) 
     return None
 
 
-def _names(cls: TokenizerClass, task: str, extra: dict[str, Any], held: set[str], split: bool) -> dict[str, str]:
+def _names(cls: TokenizerClass, task: str, extra: dict[str, Any], tokenizer: Any, split: bool) -> dict[str, str]:
     """transformers' names of the special tokens; where special tokens in a text are found whole (byte-level
-    BPE), only those the tokenizer holds as special, so that transformers adds none keras-hub lacks."""
+    BPE), only those the tokenizer holds as special, so that transformers adds none keras-hub lacks. A class
+    that pads with id 0 (no pad token) names id 0's token where it is a special one (Llama's ``<unk>``)."""
+    held = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+    pad = cls.pad if cls.pad is not None else tokenizer.id_to_token(0)
+    pad = pad if cls.pad is not None or pad in held else None
     if task == "text_classifier":
-        names = {"cls_token": cls.start, "sep_token": cls.end, "pad_token": cls.pad, **extra}
+        names = {"cls_token": cls.start, "sep_token": cls.end, "pad_token": pad, **extra}
     else:
-        names = {"bos_token": cls.start, "eos_token": cls.end, "pad_token": cls.pad, **extra}
+        names = {"bos_token": cls.start, "eos_token": cls.end, "pad_token": pad, **extra}
     return {k: v for k, v in names.items() if isinstance(v, str) and (split or v in held)}
 
 
@@ -189,7 +194,6 @@ def keras_hub_tokenizer(preset: str | Path) -> PortTokenizer:
         split = extra.pop("split")
     ids = _ids(cls, vocabulary, folder)
     tokenizer.post_processor = _post_processor(cls, pre.task, ids)
-    held = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
     record = Preprocessing(
         tokenizer_class=name,
         preprocessor_class=pre_name,
@@ -198,7 +202,21 @@ def keras_hub_tokenizer(preset: str | Path) -> PortTokenizer:
         pad_mask=pre.pad_mask,
         segment_ids=pre.segment_ids,
         split_special_tokens=split,
-        special_tokens=_names(cls, pre.task, extra, held, split),
+        special_tokens=_names(cls, pre.task, extra, tokenizer, split),
         **ids,
     )
     return PortTokenizer(tokenizer.to_str().encode("utf-8"), record)
+
+
+def carried_tokenizer(path: str | Path) -> PortTokenizer | None:
+    """The tokenizer a model converted from ``path`` carries: a preset folder's that holds one, else
+    ``None``. One that does not convert (a class attnzoo does not convert, a file missing or malformed, no
+    ``tokenizers``) is left behind with a warning saying why: the model converts without it."""
+    folder = Path(path)
+    if not preset_tokenizer_files(folder):
+        return None
+    try:
+        return keras_hub_tokenizer(folder)
+    except (ConfigError, WeightsError) as e:
+        warnings.warn(f"{folder}: the model converts without its tokenizer: {e}", AttnzooWarning, stacklevel=3)
+        return None
