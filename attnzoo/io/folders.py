@@ -2,8 +2,9 @@
 
 A folder holds ``model.safetensors`` and ``config.yaml``: one record per save (name, factory, config and
 the weights' sha256, and the files the model carries beside them, :mod:`attnzoo.io.carried`), the newest
-last, so that a folder being replaced stays loadable by whichever record matches the file. A save never mixes two models' files: the new folder is written beside the old
-one and swapped in; ``model_card=True`` adds a README.md for the Hub.
+last, so that a folder being replaced stays loadable by whichever record matches the file. A save never
+mixes two models' files: the new folder is written beside the old one and swapped in; ``model_card=True``
+adds a README.md for the Hub.
 """
 
 from __future__ import annotations

@@ -88,6 +88,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
         number, wire = key >> 3, key & 7
         if number == 0:
             raise _Malformed(f"field number 0 at byte {at}")
+        value: Any
         if wire == 0:
             value, at = _varint(data, at)
         elif wire in (1, 5):

@@ -231,4 +231,6 @@ class CarriesTokenizer:
 
     @attnzoo_files.setter
     def attnzoo_files(self, files: Mapping[str, bytes]) -> None:
-        self.tokenizer = PortTokenizer.from_files(files) if files else None
+        # both files or none: one left out on load (it no longer matched its record, which was said) takes both
+        whole = all(name in files for name in (TOKENIZER_FILE, PREPROCESSING_FILE))
+        self.tokenizer = PortTokenizer.from_files(files) if whole else None

@@ -26,7 +26,8 @@ from attnzoo.keras.hub_tokenizers.sentencepiece import sentencepiece_tokenizer
 from attnzoo.keras.hub_tokenizers.word_piece import read_word_piece_vocabulary, word_piece_tokenizer
 from attnzoo.keras.tokenizer import PortTokenizer, Preprocessing
 
-__all__ = ["keras_hub_tokenizer", "carried_tokenizer", "preset_tokenizer_files", "TOKENIZER_CONFIG", "PREPROCESSOR_CONFIG", "ASSETS"]
+__all__ = ["keras_hub_tokenizer", "carried_tokenizer", "preset_tokenizer_files"]
+__all__ += ["TOKENIZER_CONFIG", "PREPROCESSOR_CONFIG", "ASSETS"]
 
 TOKENIZER_CONFIG = "tokenizer.json"
 PREPROCESSOR_CONFIG = "preprocessor.json"
@@ -55,7 +56,8 @@ def _layer_config(path: Path, what: str) -> tuple[str, dict[str, Any]]:
 
 def _supported(table: dict[str, Any], name: str, path: Path, what: str) -> Any:
     if name not in table:
-        raise ConfigError(f"{path}: keras-hub's {name} is a {what} attnzoo does not convert; it converts {', '.join(table)}")
+        known = ", ".join(table)
+        raise ConfigError(f"{path}: keras-hub's {name} is a {what} attnzoo does not convert; it converts {known}")
     return table[name]
 
 

@@ -138,9 +138,7 @@ def _config(config: dict[str, Any], where: Any) -> dict[str, Any]:
     return given
 
 
-def word_piece_tokenizer(
-    vocabulary: dict[str, int], config: dict[str, Any], special: list[str], where: Any
-) -> Any:
+def word_piece_tokenizer(vocabulary: dict[str, int], config: dict[str, Any], special: list[str], where: Any) -> Any:
     """The ``tokenizers.Tokenizer`` of a WordPiece ``vocabulary`` under keras-hub's ``config`` (the
     tokenizer's arguments); ``special``: the class's special tokens ([CLS], [SEP], ...)."""
     tk = tokenizers_library("converting a WordPiece tokenizer")
@@ -160,4 +158,3 @@ def word_piece_tokenizer(
     specials = [t for t in dict.fromkeys([*special, *settings["special_tokens"]]) if t in vocabulary]
     tokenizer.add_special_tokens([tk.AddedToken(t, special=True, normalized=False) for t in specials])
     return tokenizer, settings
-
