@@ -12,6 +12,7 @@ transformers' AutoTokenizer in one child process where keras, keras_hub and attn
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import warnings
@@ -323,6 +324,103 @@ def test_without_the_tokenizers_library_the_extra_is_named(monkeypatch):
         keras_hub_tokenizer(preset("gpt2"))
 
 
+def _edit(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data["config"])
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("family", "file", "change", "message"),
+    [
+        ("gemma3", "preprocessor.json", lambda c: c.update(image_converter={"class_name": "X"}), "image converter"),
+        ("gemma", "tokenizer.json", lambda c: c.update(add_bos=True), "add_bos is True"),
+        ("gpt2", "tokenizer.json", lambda c: c.update(sequence_length=8), "pads or cuts to its own sequence_length"),
+        ("bert", "tokenizer.json", lambda c: c.update(split=False), "split is false"),
+        ("llama", "preprocessor.json", lambda c: c.update(sequence_length=0), "sequence_length is 0"),
+    ],
+)
+def test_what_keras_hub_s_presets_never_set_is_refused_by_name(family, file, change, message, tmp_path):
+    folder = _copy(family, tmp_path)
+    _edit(folder / file, change)
+    with pytest.raises((ConfigError, WeightsError), match=message):
+        keras_hub_tokenizer(folder)
+
+
+def _proto(*fields: tuple[int, int | bytes]) -> bytes:
+    """A protocol-buffers message of ``(field number, int or bytes)`` fields, written by hand."""
+
+    def varint(value: int) -> bytes:
+        out = b""
+        while True:
+            low, value = value & 0x7F, value >> 7
+            out += bytes([low | (0x80 if value else 0)])
+            if not value:
+                return out
+
+    data = b""
+    for number, value in fields:
+        if isinstance(value, bytes):
+            data += varint(number << 3 | 2) + varint(len(value)) + value
+        else:
+            data += varint(number << 3) + varint(value)
+    return data
+
+
+def test_a_sentencepiece_model_written_by_hand_is_read_and_a_word_model_refused(tmp_path):
+    pieces = [_proto((1, b"<unk>"), (3, 2)), _proto((1, b"<s>"), (3, 3))]
+    pieces += [_proto((1, text.encode())) for text in ("▁", "a", "▁a")]  # normal pieces, score 0
+    trainer = _proto((3, 2), (40, 0), (43, (1 << 64) - 1))  # bpe, unk_id 0, pad_id -1 (ten bytes)
+    path = tmp_path / "m.spm"
+    path.write_bytes(b"".join(_proto((1, p)) for p in pieces) + _proto((2, trainer)))
+    model = read_sentencepiece(path)
+    assert [(p.text, p.kind) for p in model.pieces][:3] == [("<unk>", "unknown"), ("<s>", "control"), ("▁", "normal")]
+    assert model.model_type == "bpe" and model.add_dummy_prefix and model.remove_extra_whitespaces
+    tokenizer, _ = sentencepiece_tokenizer(path)
+    tokenizer.encode_special_tokens = True
+    assert tokenizer.encode("a <s>", add_special_tokens=False).tokens == ["▁a", "▁", "<unk>"]  # <s>: text
+    path.write_bytes(b"".join(_proto((1, p)) for p in pieces) + _proto((2, _proto((3, 3)))))
+    with pytest.raises(ConfigError, match="a SentencePiece word model; attnzoo converts the bpe and unigram"):
+        sentencepiece_tokenizer(path)
+
+
+@pytest.mark.parametrize(
+    ("family", "kin", "preprocessor"),
+    [("qwen3", "Qwen3MoeTokenizer", "Qwen3MoeCausalLMPreprocessor"), ("bert", "DistilBertTokenizer", None)],
+)
+def test_a_class_of_the_table_without_a_fixture_reads_as_its_kin(family, kin, preprocessor, tmp_path):
+    """Qwen3-MoE's tokenizer is Qwen 3's; DistilBERT's is BERT's, and its classifier's preprocessor returns no
+    segment ids (DistilBERT takes none)."""
+    folder = _copy(family, tmp_path)
+    for name, cls in (
+        ("tokenizer.json", kin),
+        ("preprocessor.json", preprocessor or "DistilBertTextClassifierPreprocessor"),
+    ):
+        data = json.loads((folder / name).read_text())
+        data["class_name"] = cls
+        (folder / name).write_text(json.dumps(data))
+    out = keras_hub_tokenizer(folder).tokenize(texts(family))
+    assert sorted(out) == ["padding_mask", "token_ids"]
+    np.testing.assert_array_equal(out["token_ids"].numpy(), expected(family)["tokenizer/token_ids"])
+
+
+def test_the_docs_table_names_every_tokenizer_class_that_converts():
+    from attnzoo.keras.hub_tokenizers.classes import TOKENIZER_CLASSES
+
+    text = (ROOT / "docs" / "keras-hub.md").read_text()
+    section = text[text.index("## The tokenizer") : text.index("## keras-hub's layers")]
+    table = [line for line in section.splitlines() if line.startswith("| `")]
+    named = set(re.findall(r"`(\w+Tokenizer)`", "\n".join(table)))
+    assert named == set(TOKENIZER_CLASSES)
+
+
+def test_without_tokenizers_a_preset_converts_without_its_tokenizer_and_says_which_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.warns(AttnzooWarning, match=r"converts without its tokenizer: .*pip install 'attnzoo\[tokenizers\]'"):
+        model = convert_keras_model(preset("gpt2"))
+    assert model.tokenizer is None
+
+
 # -- the Hugging Face folder -------------------------------------------------------------------------------
 
 
@@ -340,6 +438,9 @@ def test_the_hugging_face_folder_holds_the_tokenizer_and_config_json_its_ids(tmp
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     assert settings["tokenizer_class"] == "PreTrainedTokenizerFast" and settings["model_max_length"] == 16
     assert settings["split_special_tokens"] is False and "pad_token" not in settings  # id 0 is "!" in GPT-2's
+    plain = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_models" / "gpt2_causal_lm.keras")
+    named = to_transformers(plain, tmp_path / "named", preset=preset("gpt2"))  # preset= gives a .keras's
+    assert (named / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
     written = write_tokenizer(preset("bert"), tmp_path)
     assert written.files == ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
     assert written.special == {"pad_token_id": 0}
@@ -358,6 +459,7 @@ for job in jobs:
     got = {"class": type(tokenizer).__name__, "pad": tokenizer.pad_token}
     for name, (texts, length) in job["texts"].items():
         got[name] = tokenizer(texts, truncation=True, max_length=length)["input_ids"]
+        got[name + "/bare"] = tokenizer(texts, add_special_tokens=False)["input_ids"]
         if tokenizer.pad_token is not None:
             padded = tokenizer(texts, truncation=True, max_length=length, padding="max_length")
             got[name + "/padded"] = {key: padded[key] for key in padded}
@@ -400,7 +502,15 @@ def test_transformers_autotokenizer_gives_keras_hub_s_ids_without_keras_or_attnz
     got = auto_tokenized[family]
     assert got["class"] in ("PreTrainedTokenizerFast", "TokenizersBackend")
     e = expected(family)
-    assert got["texts"] == _rows(e["tokenizer/token_ids"].tolist(), e["tokenizer/padding_mask"].tolist())
+    rows = _rows(e["tokenizer/token_ids"].tolist(), e["tokenizer/padding_mask"].tolist())
+    assert got["texts"] == rows
+    record = converted_tokenizer(family).preprocessing
+    cut = (record.start_token_id is not None, record.task == "text_classifier")  # [CLS] ... [SEP]: both
+    bare = [row[int(cut[0]) : len(row) - int(cut[1])] for row in rows]  # add_special_tokens=False: not cut
+    assert all(
+        g[: len(b)] == b and (len(g) == len(b) or len(r) == 16)
+        for g, b, r in zip(got["texts/bare"], bare, rows, strict=True)
+    )
     data = edge()
     want = data["families"][family]
     rows = _rows(want["token_ids"], want["padding_mask"])
