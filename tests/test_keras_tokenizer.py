@@ -32,6 +32,7 @@ from attnzoo.keras.hub_tokenizers.sentencepiece import sentencepiece_tokenizer
 from attnzoo.keras.transformers_tokenizer import write_tokenizer
 
 from .conftest import ROOT, run_without_keras
+from .test_sources import server  # noqa: F401 - the local Hub of test_sources, a fixture
 
 LM = ROOT / "tests" / "data" / "keras_hub_lm"
 TOKENIZERS = ROOT / "tests" / "data" / "keras_hub_tokenizers"
@@ -236,6 +237,21 @@ def test_a_record_naming_files_outside_the_folder_is_refused(tmp_path):
     (folder / "config.yaml").write_text(text.replace("  tokenizer.json:", "  ../tokenizer.json:"))
     with pytest.raises(WeightsError, match=r"files names '\.\./tokenizer\.json', not a file of the folder"):
         attnzoo.load(folder)
+
+
+def test_a_port_pushed_to_the_hub_comes_back_with_its_tokenizer(request, tmp_path, monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    local_hub = request.getfixturevalue("server")
+    monkeypatch.setenv("HF_ENDPOINT", local_hub.base)
+    monkeypatch.setenv("ATTNZOO_HOME", str(tmp_path / "home"))
+    for name in ("ATTNZOO_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    folder = attnzoo.save(convert_keras_model(preset("gpt2")), tmp_path / "pushed")
+    for path in folder.iterdir():  # the folder as pushed: the tokenizer's files beside the weights
+        local_hub.files[f"/org/port/resolve/main/{path.name}"] = path.read_bytes()
+    again = attnzoo.create("hf-hub:org/port")  # each file fetched against the digest config.yaml records
+    out = again.tokenize(texts("gpt2"))
+    np.testing.assert_array_equal(out["token_ids"].numpy(), expected("gpt2")["tokenizer/token_ids"])
 
 
 # -- refusals: a preset's files missing or malformed -------------------------------------------------------
