@@ -55,6 +55,9 @@ Every family ``F`` of the causal LMs writes ``F/``:
     which HF ``tokenizers`` takes as a literal, so it never splits and the merges run over the whole text
     (``ĠĠ`` merges). SentencePiece and WordPiece give the same ids both ways.
 
+``bloom_hf`` is ``bloom`` with ``intermediate_dim`` 4 x ``hidden_dim`` (128), the only MLP width transformers'
+BLOOM has, so that its Hugging Face folder is tested against Keras (``bloom``'s is refused).
+
 Extra keys: ``gemma2``: ``nocap/logits`` (the causal LM's weights in a model without the two soft caps,
 right batch) and ``nowindow/logits`` (without the sliding window); ``gemma3``: ``nowindow/logits``;
 ``mistral``: ``nowindow/logits`` (sliding_window=None); ``llama31``: ``noadjust/logits`` (no Llama 3.1
@@ -927,6 +930,13 @@ FAMILIES = {
         "scale": 0.3,
         "tokenizer": ("bpe", ["<unk>", "<s>", "</s>", "<pad>"], []),
         "kwargs": {**B, "num_heads": 4},
+    },
+    "bloom_hf": {  # transformers' BLOOM has an MLP of 4 x hidden_dim only: this one is written as a folder
+        "prefix": "Bloom",
+        "vocab": BPE_VOCAB,
+        "scale": 0.3,
+        "tokenizer": ("bpe", ["<unk>", "<s>", "</s>", "<pad>"], []),
+        "kwargs": {**B, "num_heads": 4, "intermediate_dim": 4 * TINY["hidden_dim"]},
     },
     "gpt_neox": {
         "prefix": "GPTNeoX",

@@ -83,11 +83,12 @@ def test_an_explicit_mask_from_an_input_reaches_recurrent_and_attention_layers(o
 def test_check_makes_a_bool_input_a_padded_mask():
     from attnzoo.keras.check import padded_inputs
 
-    class Spec:  # padded_inputs reads only the inputs' specs
+    class Spec:  # padded_inputs reads only the inputs' specs, and the graph for what each input is
         inputs_spec = [
-            {"name": "frames", "shape": [None, 6, 5], "dtype": "float32"},
-            {"name": "frame_mask", "shape": [None, 6], "dtype": "bool"},
+            {"id": "frames", "name": "frames", "shape": [None, 6, 5], "dtype": "float32"},
+            {"id": "frame_mask", "name": "frame_mask", "shape": [None, 6], "dtype": "bool"},
         ]
+        graph = {"inputs": inputs_spec, "calls": []}
 
     frames, mask = padded_inputs(Spec(), batch=4, length=8)
     assert mask.dtype == bool and mask.shape == (4, 6)
@@ -125,7 +126,8 @@ def test_a_dict_of_inputs_and_outputs_is_taken_and_returned_as_keras_does(oracle
         for key, expected in zip(["risk", "score"], want, strict=True):  # Keras flattens by sorted key
             np.testing.assert_allclose(got[key].numpy(), expected, atol=1e-5, err_msg=f"{file} {key}")
             torch.testing.assert_close(flat[key], got[key])
-        with pytest.raises(ValueError, match=r"keyed 'age', 'chol', 'thal'; missing 'chol'; unknown 'cholesterol'"):
+        wrong = r"no input 'cholesterol' \(did you mean 'chol'\?\), given in the dict; missing 'chol'; its inputs"
+        with pytest.raises(ValueError, match=wrong + r", in Keras's order: 'age', 'chol', 'thal'"):
             model({"age": inputs[0], "thal": inputs[2], "cholesterol": inputs[1]})
     reloaded = attnzoo.load(attnzoo.save(model, tmp_path / "saved")).eval()
     with torch.no_grad():
@@ -148,21 +150,29 @@ def test_a_nested_model_of_a_dict_of_inputs_converts(oracle, tmp_path):  # noqa:
     _from_both_files(oracle, tmp_path, "nested_dict_model", [[3, 1]])
 
 
-def test_the_emitted_source_takes_and_returns_keras_s_structures(oracle, tmp_path):  # noqa: F811
+def test_the_emitted_source_takes_the_inputs_by_name_and_returns_keras_s_structures(oracle, tmp_path):  # noqa: F811
+    """The emitted ``forward`` takes one tensor per input, named as Keras names it (a dict's keys, the Inputs'
+    names) in Keras's flat order, so ``port(**the_dict)`` is Keras's dict; it returns Keras's structure."""
     from .test_keras_port import _emitted
 
-    for name, call in [
-        ("dict_inputs", lambda m, x: m({"age": x[0], "chol": x[1], "thal": x[2]})),
-        ("nested_lists", lambda m, x: m(x[0], [x[1], x[2]])),
+    for name, keras_call, port_call in [
+        (
+            "dict_inputs",
+            lambda m, x: m({"age": x[0], "chol": x[1], "thal": x[2]}),
+            lambda m, x: m(**{"thal": x[2], "age": x[0], "chol": x[1]}),
+        ),
+        ("nested_lists", lambda m, x: m(x[0], [x[1], x[2]]), lambda m, x: m(x[0], c=x[2], b=x[1])),
     ]:
         folder = convert_both(oracle, tmp_path / name, name=name, seed=4, batches=[[3, 2]])
         inputs, _ = _io(folder)
         model = convert_keras_model(folder / "model.keras")
         port = _emitted(model)
         with torch.no_grad():
-            want, got = call(model, inputs), call(port, inputs)
+            want, got = keras_call(model, inputs), port_call(port, inputs)
+            by_name = port_call(model, inputs)  # the converted model takes the same keywords
         assert type(got) is type(want), name
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+        torch.testing.assert_close(by_name, want, rtol=0, atol=0)
 
 
 @pytest.mark.slow

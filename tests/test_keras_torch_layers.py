@@ -257,12 +257,12 @@ def test_a_folder_saved_with_a_separable_conv_node_s_keys_loads_and_predicts_wha
 
 
 def test_a_folder_saved_with_rescaling_s_buffers_loads_where_they_equal_the_literals(tmp_path):
-    """Rescaling is written as ``x.float() * scale + offset`` with its config's numbers, so its weights hold
+    """Rescaling is written as ``x * scale + offset`` with its config's numbers, so its weights hold
     nothing; a folder saved while its node held ``scale`` and ``offset`` (1 / 127.5 and -1 in the fixture)
     loads, those two dropped, and predicts what Keras did; a value other than the literal's is an error."""
     file = ROOT / "tests" / "data" / "keras2" / "keras_io_vision.h5"
     converted = convert_keras_model(file)
-    assert "rescaling.float() * 0.007843137718737125 + -1.0" in converted.code.replace("input_11", "rescaling")
+    assert "rescaling * 0.007843137718737125 + -1.0" in converted.code.replace("input_11", "rescaling")
     assert not [k for k in converted.state_dict() if k.startswith("layers.rescaling.")]
     folder = attnzoo.save(converted, tmp_path / "saved")
     scale, offset = torch.tensor(1 / 127.5, dtype=torch.float32), torch.tensor(-1.0)

@@ -222,7 +222,7 @@ def test_the_command_writes_a_hugging_face_folder_and_says_how_to_load_it(tmp_pa
     assert again.returncode == 1 and "is not empty; pass overwrite=True (--overwrite)" in again.stderr
     refused = run_cli("convert-keras", str(DATA / "vit_plain.keras"), "-o", str(tmp_path / "p"), "--to", "transformers")
     assert refused.returncode == 1 and "no class token" in refused.stderr and not (tmp_path / "p").exists()
-    for wrong in (["--dtype", "bfloat16"], ["--to", "transformers", "--emit-py", str(tmp_path / "m.py")]):
+    for wrong in (["--max-shard-size", "1MB"], ["--to", "transformers", "--emit-py", str(tmp_path / "m.py")]):
         usage = run_cli("convert-keras", str(DATA / "vit.keras"), "-o", str(tmp_path / "u"), *wrong)
         assert usage.returncode == 2, (wrong, usage.stderr)
 
@@ -411,11 +411,18 @@ def loaded(tmp_path_factory):
             }
         )
     assert len(json.loads((root / "sharded" / "model.safetensors.index.json").read_text())["weight_map"]) == 21
+    return run_loader(root, specs, given), jobs
+
+
+def run_loader(root: Path, specs: list[dict], given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """:data:`LOADER` run once in a child process on the jobs ``specs`` (name, folder, Auto class, keywords,
+    inputs, outputs, new tokens of each prompt) and the arrays ``given`` (``<name>/<input>``,
+    ``<name>/prompt_<i>``), in ``root``; its outputs by ``<name>/<output>``."""
     (root / "jobs.json").write_text(json.dumps(specs))
     np.savez(root / "given.npz", **given)
     proc = run_without_keras(LOADER, str(root / "jobs.json"), str(root / "given.npz"), str(root / "out.npz"), cwd=root)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return dict(np.load(root / "out.npz")), jobs
+    return dict(np.load(root / "out.npz"))
 
 
 def _close(got: np.ndarray, want: np.ndarray, what: str, tolerance: float = TOLERANCE) -> float:

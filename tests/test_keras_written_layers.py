@@ -127,8 +127,8 @@ CASES = [
         "bias=False",
         False,
     ),
-    ("rescaling", {"op": "rescaling", "scale": 0.5, "offset": -1.0}, [2, 5, 3], ".float() * 0.5 + -1.0", True),
-    ("rescaling_scale_only", {"op": "rescaling", "scale": 0.25, "offset": 0.0}, [2, 5, 3], ".float() * 0.25", True),
+    ("rescaling", {"op": "rescaling", "scale": 0.5, "offset": -1.0}, [2, 5, 3], " * 0.5 + -1.0", True),
+    ("rescaling_scale_only", {"op": "rescaling", "scale": 0.25, "offset": 0.0}, [2, 5, 3], " * 0.25", True),
     (
         "rescaling_per_channel",
         {"op": "rescaling", "scale": [0.5, 2.0, -1.0], "offset": [1.0, 0.0, 0.25]},

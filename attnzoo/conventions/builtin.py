@@ -199,6 +199,7 @@ class KerasInputs(Convention):
     the Keras semantics of masks are tested against Keras itself."""
 
     def for_config(self, config: Mapping[str, Any] | None) -> Convention:
+        from attnzoo.keras.inputs import value_rules  # what each input's values are (ids, a padding mask)
         from attnzoo.keras.nodes import INTEGER_DTYPES  # the graph's own table of Keras's integer dtypes
 
         graph = (config or {}).get("graph") if isinstance(config, Mapping) else None
@@ -206,6 +207,7 @@ class KerasInputs(Convention):
         if not isinstance(inputs, (list, tuple)) or not inputs:  # a card's example is frozen into tuples
             return self
         slots, defaults = [], {}
+        rules = value_rules(graph)
         for i, spec in enumerate(inputs):
             shape = list(spec.get("shape") or [None])
             axes = ["batch"]
@@ -218,8 +220,9 @@ class KerasInputs(Convention):
                     defaults[axis] = size if isinstance(size, int) else 4
             dtype = str(spec.get("dtype"))
             vocab = f"in{i}_vocab"
-            if dtype in INTEGER_DTYPES:
-                defaults[vocab] = int(spec.get("vocab") or 10)
+            if dtype in INTEGER_DTYPES:  # ids below their table; a padding mask's "ids" are 1 (and 0 at padding)
+                rule = rules[i]
+                defaults[vocab] = rule.high if rule is not None else 10
             name = str(spec.get("name") or f"input_{i}")
             kind = "tokens" if dtype in INTEGER_DTYPES else ("mask" if dtype == "bool" else "float")
             integer = TORCH_INTEGERS.get(dtype, "int64") if kind == "tokens" else ""

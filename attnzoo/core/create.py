@@ -409,7 +409,9 @@ def _assemble(spec, tag, wspec, loaded, settings: _Settings, *, device, dtype, r
     if isinstance(getattr(type(model), "name", None), str) and type(model).name != spec.name:
         model.name = spec.name  # a card over a shared class (a preset of the attention core): errors name the card
     if tensors is not None:
-        if torch_dtype is None:  # weights may be stored in float16; the model is float32 unless asked
+        # weights may be stored in float16; the model is float32 unless asked, or unless it holds the dtype its
+        # weights were saved in (a converted Keras model's is its file's: a bfloat16 port stays bfloat16)
+        if torch_dtype is None and not getattr(model, "keeps_saved_dtype", False):
             default = torch.get_default_dtype()
             tensors = {k: v.to(default) if v.is_floating_point() else v for k, v in tensors.items()}
         assert source is not None  # tensors come with the file they were read from

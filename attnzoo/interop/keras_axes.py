@@ -140,20 +140,23 @@ def check_shapes(axes: KerasAxes, batch: int) -> list[tuple[int, dict[tuple[int,
 def keras_inputs(
     model: Any, batch: int, sizes: dict[tuple[int, int], int], *, in_band: bool, seed: int = 0
 ) -> tuple[torch.Tensor, ...]:
-    """Random inputs for ``model`` at ``sizes``: integer ids in [1, vocab) of the Keras input's dtype, or
-    normal floats in the model's dtype. With ``in_band`` padding (every input read by a masking layer)
-    the last row is right-padded (ids 0, zero vectors) after about half its length."""
+    """Random inputs for ``model`` at ``sizes``: integer ids in [1, vocab) of the Keras input's dtype (a
+    padding mask of ones), or normal floats in the model's dtype. With ``in_band`` padding (every input read
+    by a masking layer) the last row is right-padded (ids 0, zero vectors) after about half its length."""
     from attnzoo.conventions.builtin import TORCH_INTEGERS
+    from attnzoo.keras.inputs import value_rules
 
     generator = torch.Generator().manual_seed(seed)
     reference = next((t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()), None)
     dtype = reference.dtype if reference is not None else torch.get_default_dtype()
     device = reference.device if reference is not None else torch.device("cpu")
     tensors = []
+    rules = value_rules(model.graph)
     for i, spec in enumerate(model.inputs_spec):
         shape = [batch] + [sizes[(i, j)] for j in range(1, len(spec["shape"]))]
         if str(spec.get("dtype")).startswith(("int", "uint")):
-            vocab = max(int(spec.get("vocab") or 10), 2)
+            rule = rules[i]
+            vocab = max(rule.high if rule is not None else 10, 2)  # a padding mask: all 1
             x = torch.randint(1, vocab, shape, generator=generator)
             x = x.to(getattr(torch, TORCH_INTEGERS.get(str(spec["dtype"]), "int64")))
         else:

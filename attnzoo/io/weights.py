@@ -7,8 +7,8 @@ vocabulary or label names under ``attnzoo.meta.<key>``. Saved model folders (``m
 
 A file's expected digest comes from its model card, its folder's ``config.yaml``, a ``FILE.sha256``
 file next to it (``sha256sum`` format), or the caller; a file whose digest is unknown is refused.
-Files are read once: the bytes are hashed and then deserialised from memory, so what is verified is
-exactly what is loaded. Nothing here knows any particular layer.
+Files are read once: the bytes are hashed and the tensors are views of them (nothing copied), so what is
+verified is exactly what is loaded, and a load holds the weights once. Nothing here knows any particular layer.
 """
 
 from __future__ import annotations
@@ -112,12 +112,13 @@ def decode_metadata(meta: Mapping[str, str], *, where: Any = "weights file") -> 
     return out
 
 
-def _header_metadata(data: bytes, path: Path) -> dict[str, str]:
+def _header(data: bytes | bytearray, path: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors file's header (a JSON object) and where its tensors' bytes start."""
     try:
         (length,) = struct.unpack("<Q", data[:8])
         if length > len(data) - 8:
             raise ValueError(f"header of {length} bytes in a file of {len(data)}")
-        header = json.loads(data[8 : 8 + length])
+        header = json.loads(bytes(data[8 : 8 + length]))
         if not isinstance(header, dict):
             raise ValueError("the header is not a JSON object")
         meta = header.get("__metadata__") or {}
@@ -125,7 +126,70 @@ def _header_metadata(data: bytes, path: Path) -> dict[str, str]:
             raise ValueError("__metadata__ is not a mapping of strings")
     except (struct.error, ValueError, UnicodeDecodeError, RecursionError) as e:
         raise WeightsError(f"{path}: not a safetensors file ({e}); attnzoo reads only .safetensors weights") from None
-    return dict(meta)
+    return header, 8 + length
+
+
+def _header_metadata(data: bytes | bytearray, path: Path) -> dict[str, str]:
+    return dict(_header(data, path)[0].get("__metadata__") or {})
+
+
+# safetensors' dtype names -> torch's (by name: this module does not import torch until it reads a file)
+_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+    "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "U16": "uint16", "U32": "uint32", "U64": "uint64",
+    "C64": "complex64", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+}  # fmt: skip
+
+
+def _tensors_of(data: bytearray, path: Path) -> dict[str, Any]:
+    """The tensors of the safetensors bytes ``data``, each a view of its bytes: nothing is copied, so a load
+    holds the file's bytes once (what was hashed is what is loaded). The header is checked as safetensors
+    checks it: known dtypes, shapes of non-negative ints, byte ranges that fit their shapes and tile the data
+    in order, without a gap or an overlap. A tensor whose bytes are not aligned to its type is copied."""
+    import math
+
+    import torch
+
+    header, start = _header(data, path)
+    entries = [(name, entry) for name, entry in header.items() if name != "__metadata__"]
+    try:
+        entries.sort(key=lambda item: item[1]["data_offsets"][0])
+        tensors, at = {}, 0
+        for name, entry in entries:
+            dtype = getattr(torch, _DTYPES.get(entry["dtype"], "?"), None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"{name!r} has dtype {str(entry['dtype'])[:20]!r}, which safetensors does not define")
+            shape, (begin, end) = entry["shape"], entry["data_offsets"]
+            if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in [*shape, begin, end]):
+                raise ValueError(f"{name!r} has shape {shape} and data_offsets {[begin, end]}, not counts")
+            size = math.prod(shape) * dtype.itemsize
+            if begin != at or end - begin != size:
+                raise ValueError(f"{name!r} spans bytes {begin}..{end}, but {size} bytes from byte {at} are its")
+            at = end
+            offset = start + begin
+            if size == 0:
+                tensors[name] = torch.empty(shape, dtype=dtype)
+            elif offset % dtype.itemsize:  # not aligned to its type (an odd-sized bool tensor before it): copied
+                tensors[name] = torch.frombuffer(data[offset : offset + size], dtype=dtype).view(shape)
+            else:
+                tensors[name] = torch.frombuffer(data, dtype=dtype, count=size // dtype.itemsize, offset=offset)
+                tensors[name] = tensors[name].view(shape)
+        if start + at != len(data):
+            raise ValueError(f"its tensors end at byte {start + at} of {len(data)}")
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+        reason = f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)
+        raise WeightsError(f"{path}: cannot read it as safetensors ({reason})") from None
+    return tensors
+
+
+def _read_once(path: Path) -> bytearray:
+    """The file's bytes, read into one buffer that the tensors will view (``bytes`` could not be viewed)."""
+    data = bytearray(path.stat().st_size)
+    with open(path, "rb") as f:
+        read = f.readinto(data)
+        if read != len(data) or f.read(1):  # the file changed under the reader
+            raise WeightsError(f"{path}: changed while it was read; read it again")
+    return data
 
 
 def as_digests(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -166,9 +230,6 @@ def read_weights(
 
 
 def read_verified(path: Path, expected: tuple[str, ...], what: str) -> tuple[dict[str, Any], dict[str, str], str]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load as load_bytes
-
     if not path.is_file():
         raise WeightsError(f"{what} file not found: looked for {path.resolve()}")
     if path.suffix != ".safetensors":
@@ -179,7 +240,7 @@ def read_verified(path: Path, expected: tuple[str, ...], what: str) -> tuple[dic
             f"{path}: no sha256 is known for this file, and attnzoo checks every load; pass sha256=..., or "
             f"write it next to the file: sha256sum {path.name} > {path.name}.sha256"
         )
-    data = path.read_bytes()
+    data = _read_once(path)
     actual = hashlib.sha256(data).hexdigest()
     if actual not in expected:
         raise WeightsError(
@@ -188,11 +249,7 @@ def read_verified(path: Path, expected: tuple[str, ...], what: str) -> tuple[dic
             + _cache_advice(path, expected)
         )
     metadata = _header_metadata(data, path)
-    try:
-        tensors = load_bytes(data)
-    except SafetensorError as e:
-        raise WeightsError(f"{path}: cannot read it as safetensors ({e})") from None
-    return tensors, metadata, actual
+    return _tensors_of(data, path), metadata, actual
 
 
 def _cache_advice(path: Path, expected: tuple[str, ...]) -> str:

@@ -100,8 +100,13 @@ def agrees(config: Mapping[str, Any], key: str, actual: int, what: str) -> None:
 
 
 def as_tensor(array: np.ndarray) -> torch.Tensor:
-    """A Keras variable as a float32 tensor (torch copies it: the file's buffer may go away)."""
-    return torch.from_numpy(np.ascontiguousarray(array).astype(np.float32, copy=False))
+    """A Keras variable as a float32 tensor, sharing the array's memory where torch can (a transposed kernel is a
+    view): a conversion makes each layer's tensors contiguous, in the dtype the model holds them in, once
+    (:mod:`attnzoo.keras.dtypes`), and frees the arrays as it goes."""
+    array = np.asarray(array, dtype=np.float32)
+    if any(stride < 0 or stride % array.itemsize for stride in array.strides):  # torch takes neither
+        array = np.ascontiguousarray(array)
+    return torch.from_numpy(array)
 
 
 def channels_first(config: Mapping[str, Any]) -> bool:

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from attnzoo.errors import WeightsError
+from attnzoo.keras.inputs import value_rules
 
 __all__ = ["CheckResult", "check_against_keras", "check_against_reference", "padded_inputs", "input_shape"]
 __all__ += ["working_length", "open_length"]
@@ -67,14 +68,15 @@ def input_shape(spec: dict[str, Any], batch: int = 4, length: int = 8) -> list[i
 
 def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) -> list[np.ndarray]:
     """Random inputs for a converted model, each of its input's declared dtype: ids (0 = padding),
-    features (zero frames as padding) or a bool mask (False on the padding), rows padded by ``PATTERNS``
+    features (zero frames as padding), a bool mask (False on the padding) or a padding mask (0 on the
+    padding, 1 elsewhere), rows padded by ``PATTERNS``
     along an open length; texts (an object array of str) of ``length``
     words or fewer for a string input."""
     rng = np.random.default_rng(seed)
     arrays = []
     # a model with a mask input has padding on its fixed time axis too, or the mask would never be False
     masked = any(spec["dtype"] == "bool" for spec in model.inputs_spec)
-    for spec in model.inputs_spec:
+    for spec, rule in zip(model.inputs_spec, value_rules(model.graph), strict=True):
         shape = input_shape(spec, batch, length)
         keep = np.ones(shape[:2], dtype=bool)
         if len(shape) >= 2 and (spec["shape"][1] is None or masked):
@@ -92,6 +94,8 @@ def padded_inputs(model: Any, batch: int = 4, length: int = 8, seed: int = 0) ->
             x = _texts(rng, shape, length)
         elif spec["dtype"] == "bool":  # a mask input: False on the padding the other inputs carry
             x = np.broadcast_to(view, shape).copy()
+        elif rule is not None and rule.kind == "padding mask":  # keras-hub's: 1 at a token, 0 on the padding
+            x = np.broadcast_to(view, shape).astype("int32")
         elif "int" in str(spec["dtype"]):
             x = rng.integers(1, int(spec.get("vocab") or 10), size=shape) * view
         else:
@@ -138,7 +142,13 @@ def working_length(model: Any, seed: int = 0) -> int:
     ) from None
 
 
-def _max_diff(ours: np.ndarray, theirs: np.ndarray) -> float:
+def _max_diff(ours: Any, theirs: Any) -> float:
+    """The largest difference where Keras's output is finite, in float32 or float64 (a bfloat16 model's outputs,
+    and Keras's, widened; numpy has no bfloat16 of its own)."""
+    if isinstance(ours, torch.Tensor):
+        ours = (ours.float() if ours.dtype == torch.bfloat16 else ours).numpy()
+    theirs = np.asarray(theirs)
+    theirs = theirs.astype(np.float32) if theirs.dtype.kind == "V" or str(theirs.dtype) == "bfloat16" else theirs
     if ours.shape != theirs.shape:
         return float("inf")
     finite = np.isfinite(theirs)
@@ -168,7 +178,7 @@ def check_against_reference(reference: str | Path, model: Any, *, tolerance: flo
         raise WeightsError(f"--reference {reference}: the converted model cannot run its inputs: {e}") from None
     if len(ours) != len(wanted):
         raise WeightsError(f"--reference {reference}: holds {len(wanted)} output(s); the model returns {len(ours)}")
-    result = CheckResult([_max_diff(o.numpy(), w) for o, w in zip(ours, wanted, strict=True)], tolerance=tolerance)
+    result = CheckResult([_max_diff(o, w) for o, w in zip(ours, wanted, strict=True)], tolerance=tolerance)
     shape = inputs[0].shape
     result.against, result.length = "reference", int(shape[1]) if len(shape) > 1 else 1
     return result
@@ -222,7 +232,7 @@ def check_against_keras(
             ours = _flat(model(*[_as_model_input(x) for x in inputs]))
     except ValueError as e:
         raise WeightsError(f"the converted model cannot run inputs of length {length}: {e}") from None
-    result = CheckResult([_max_diff(o.numpy(), np.asarray(t)) for o, t in zip(ours, theirs, strict=True)])
+    result = CheckResult([_max_diff(o, t) for o, t in zip(ours, theirs, strict=True)])
     result.tolerance, result.length = tolerance, length
     probes = []
     graph = _graph_nodes(original)
@@ -242,7 +252,7 @@ def check_against_keras(
             worst = 0.0
             for k in range(len(outs)):
                 mine_k = mine[k] if k < len(mine) else None
-                worst = max(worst, _max_diff(mine_k.numpy(), np.asarray(every[at + k])) if mine_k is not None else 0.0)
+                worst = max(worst, _max_diff(mine_k, every[at + k]) if mine_k is not None else 0.0)
             at += len(outs)
             diffs[name] = worst
         for call in model.calls:  # in the order the graph ran

@@ -8,11 +8,12 @@ then the plugins' ``attnzoo_register_keras_layers`` hook, then attnzoo's own con
 
 Everything is checked before anything is built: every layer without a converter (or whose converter
 refuses it) is listed in one ``UnsupportedKerasLayerError`` with its name, class and variable shapes.
-The result is a :class:`~attnzoo.keras.model.KerasModel` built once from the graph (``attnzoo.create``
-would build it twice, on ``meta`` first to size it; here the tensors are in memory already), with the
-``attnzoo_config`` ``attnzoo.create("keras_model", graph=...)`` gives: its config is the graph as data, so
-``attnzoo.save`` / ``attnzoo.load`` rebuild it. It comes
-back in eval mode (Keras's inference), as ``from_pretrained`` models do; ``model.train()`` is Keras's
+Each layer's variables are read from the file as the layer converts and dropped once its tensors are held,
+in the file's dtype (:mod:`attnzoo.keras.dtypes`). The result is a :class:`~attnzoo.keras.model.KerasModel`
+built once from the graph, on the meta device, and given those tensors as they are (``assign=True``: no layer
+is initialised, no tensor copied), with the ``attnzoo_config`` ``attnzoo.create("keras_model", graph=...)``
+gives: its config is the graph as data, so ``attnzoo.save`` / ``attnzoo.load`` rebuild it. It comes back in
+eval mode (Keras's inference), as ``from_pretrained`` models do; ``model.train()`` is Keras's
 ``training=True``.
 """
 
@@ -30,11 +31,11 @@ import torch
 
 from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
-from attnzoo.io.text import printable
-from attnzoo.keras.converters.ops import OPERATION_NAMES
-from attnzoo.keras.files import KerasFile, read_keras_model
+from attnzoo.keras.conversion_report import ConversionReport, no_converter, unsupported_error
+from attnzoo.keras.dtypes import HeldDtypes, check_dtype
+from attnzoo.keras.files import KerasFile, Variables, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
-from attnzoo.keras.hub_families import is_keras_hub_model
+from attnzoo.keras.hub_families import backbone_arguments, is_keras_hub_model
 from attnzoo.keras.hub_tokenizers.preset import carried_tokenizer
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.model import KerasModel
@@ -47,7 +48,6 @@ from attnzoo.keras.registry import (
     KerasConverter,
     Refused,
     adapt,
-    builtin_keys,
     is_keras_own,
     is_operation,
     record_keys,
@@ -56,37 +56,6 @@ from attnzoo.keras.registry import (
 __all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport"]
 
 _SQUASHING = ("sigmoid", "softmax")
-
-
-@dataclass
-class ConversionReport:
-    """What became of each Keras layer: its torch node, its variables and any notes; with ``logits=True``,
-    what was dropped from each output."""
-
-    source: str
-    keras_version: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # about the whole model: a dtype policy, training=True calls
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "keras_version": self.keras_version,
-            "notes": self.notes,
-            "layers": self.rows,
-            "outputs": self.outputs,
-        }
-
-    def to_text(self) -> str:
-        lines = [f"{self.source} (Keras {self.keras_version}): {len(self.rows)} layers"]
-        lines += [f"  note: {note}" for note in self.notes]
-        for row in self.rows:
-            variables = ", ".join(row["variables"]) or "no variables"
-            lines.append(f"  {row['layer']} ({row['class']}) -> {row['node']}: {variables}")
-            lines += [f"      {note}" for note in row["notes"]]
-        lines += [f"  {line}" for line in self.outputs]
-        return "\n".join(printable(line) for line in lines)  # names from the file: shown, never sent
 
 
 # -- the converter table of one conversion -----------------------------------------------------------------
@@ -142,13 +111,14 @@ def _trainable(graph: KerasGraph, record: LayerRecord) -> bool:
 
 def _convert_layer(
     record: LayerRecord, file: KerasFile, calls: list[Call], table: ConverterTable, ctx: Context
-) -> tuple[Converted | None, list[np.ndarray], list[str]]:
-    """One layer's node and state (or None), its variables, and why each converter tried refused it."""
+) -> tuple[Converted | None, Variables, list[str]]:
+    """One layer's node and state (or None), its variables as read, and why each converter tried refused it."""
     if record.refused is not None:  # reading the graph refused it already (a TF operation it cannot state)
-        return None, [], [record.refused]
+        return None, Variables([], []), [record.refused]
     candidates = table.candidates(record_keys(record))
     order = next((entry.child_order for entry in candidates if entry.child_order), ())
-    arrays = file.weights.arrays(record.path, order) or []
+    variables = file.weights.variables(record.path, order) or Variables([], [])
+    arrays = variables.arrays
     reasons: list[str] = []
     for entry in candidates:
         for call in calls if entry.positional else []:  # keyword forms of positional arguments, in their places
@@ -158,14 +128,14 @@ def _convert_layer(
             reasons.append(f"{_who(entry)}: call argument(s) {', '.join(extra)} are not supported")
             continue
         try:
-            return entry.convert(record, arrays, ctx), arrays, reasons
+            return entry.convert(record, arrays, ctx), variables, reasons
         except Refused as e:
             reasons.append(f"{_who(entry)}: {e}" if entry.provider != "attnzoo" else str(e))
         except Exception as e:  # noqa: BLE001 - a plugin's converter failing is a reason, not a crash
             if entry.provider == "attnzoo":
                 raise
             reasons.append(f"{_who(entry)}: {type(e).__name__}: {e}")
-    return None, arrays, reasons
+    return None, variables, reasons
 
 
 def _who(entry: KerasConverter) -> str:
@@ -173,58 +143,46 @@ def _who(entry: KerasConverter) -> str:
 
 
 def build_graph(
-    file: KerasFile, graph: KerasGraph, custom_layers: Mapping[str, Any] | None = None, *, own_policy: bool = False
+    file: KerasFile,
+    graph: KerasGraph,
+    custom_layers: Mapping[str, Any] | None = None,
+    *,
+    own_policy: bool = False,
+    dtype: torch.dtype | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], ConversionReport]:
     """The ``keras_model`` graph config, its state dict and the report; raises
-    ``UnsupportedKerasLayerError`` listing every layer nothing converts. ``own_policy``: each layer computes in
-    its dtype policy's compute dtype (:mod:`attnzoo.keras.policy`), where the file has a mixed policy."""
+    ``UnsupportedKerasLayerError`` listing every layer nothing converts. Each layer's variables are read from the
+    file as it converts and dropped once its tensors are held, in the file's dtype or ``dtype``
+    (:mod:`attnzoo.keras.dtypes`). ``own_policy``: each layer computes in its dtype policy's compute dtype
+    (:mod:`attnzoo.keras.policy`), where the file has a mixed policy."""
     ctx = Context(file.major, str(file.path), file.assets)
     _check_custom_keys(custom_layers, graph)
     table = _converter_table(custom_layers)
     calls_of: dict[str, list[Call]] = {}
     for call in graph.calls:
         calls_of.setdefault(call.layer, []).append(call)
-    used: set[str] = set()
-    keys: dict[str, str] = {}
-    layers: dict[str, Any] = {}
-    state: dict[str, torch.Tensor] = {}
-    report = ConversionReport(Path(file.path).name, file.keras_version)
+    built = _Built(HeldDtypes(dtype), ConversionReport(Path(file.path).name, file.keras_version))
     mixed = any((layer_policy(r) or "").startswith("mixed_") for r in graph.layers.values())
-    problems: list[dict[str, Any]] = []
     for record_key, record in graph.layers.items():
         if record_key == "" or (record.class_name in MODEL_CLASSES and not is_operation(record)):
             continue  # the passes of nested models' inputs and outputs; nested models are inlined
-        converted, arrays, reasons = _convert_layer(record, file, calls_of.get(record_key, []), table, ctx)
-        name = record.registered_name or record.class_name
-        if converted is None:
-            own = is_keras_own(record)
-            problem = {"layer": record.key, "class": name, "variables": _shapes(arrays), "reasons": reasons}
-            problem["keras"], problem["refused"] = own, bool(reasons)  # no converter at all, or refused by one
-            problems.append({**problem, "reasons": reasons or [_no_converter(record, own)]})
-            continue
-        _warn_non_finite(record, arrays)
-        module_key = model_key(record_key, used)
-        keys[record_key] = module_key
+        converted, variables, reasons = _convert_layer(record, file, calls_of.get(record_key, []), table, ctx)
         keras = {"name": record.key, "class": record.class_name, "trainable": _trainable(graph, record)}
         if own_policy and mixed:
             keras["compute_dtype"] = compute_dtype_of(record)
-        layers[module_key] = {**converted.spec, "keras": keras}
-        for tensor_name, tensor in converted.state.items():
-            state[f"layers.{module_key}.{tensor_name}"] = tensor
-        node = converted.spec["op"] if converted.spec["op"] != "zoo" else converted.spec["model"]
-        variables = [f"{list(a.shape)}" for a in arrays]
-        report.rows.append({"layer": record.key, "class": name, "node": node, "variables": variables})
-        report.rows[-1]["notes"] = converted.notes + ([] if keras["trainable"] else ["frozen (trainable: false)"])
-    if problems:
-        raise _unsupported(file, problems)
+        built.add(record, converted, variables, reasons, keras)
+    report, layers, state = built.report, built.layers, built.state
+    if built.problems:
+        raise unsupported_error(file, built.problems)
+    calls = [
+        {"id": c.id, "layer": built.keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
+        for c in graph.calls
+    ]
+    report.notes += built.dtypes.finish(state, layers, calls)
     training = policy_notes(graph, calls_of, report.notes, own=own_policy)
     for row in report.rows:
         if row["layer"] in training:
             row["notes"].append("called with training=True: in training mode only under model.train()")
-    calls = [
-        {"id": c.id, "layer": keys.get(c.layer), "args": _encode(c.args), "kwargs": _encode(c.kwargs)}
-        for c in graph.calls
-    ]
     config = {
         "format": 1,
         "name": str(file.config.get("config", {}).get("name") or Path(file.path).stem),
@@ -236,7 +194,7 @@ def build_graph(
     }
     if is_keras_hub_model(file.config):  # the task or Backbone class the graph was rebuilt for (generate reads it)
         config["keras_hub_class"] = str(file.config["class_name"])
-        config["keras_hub_config"] = _backbone_arguments(file.config)
+        config["keras_hub_config"] = backbone_arguments(file.config)
     # a dict of inputs or outputs, or nested lists: the structure the converted model takes and returns
     if graph.input_structure is not None:
         config["input_structure"] = graph.input_structure
@@ -245,20 +203,47 @@ def build_graph(
     return config, state, report
 
 
-def _backbone_arguments(record: dict[str, Any]) -> dict[str, Any]:
-    """A keras-hub model's backbone constructor arguments that are plain values (sizes, epsilons, rope
-    settings; a task's from its nested backbone record): what the Hugging Face door and decoding read."""
-    config = record.get("config") if isinstance(record.get("config"), dict) else {}
-    backbone = config.get("backbone")
-    if isinstance(backbone, dict) and isinstance(backbone.get("config"), dict):
-        config = backbone["config"]
+@dataclass
+class _Built:
+    """What the layers converted so far make: the graph's layers by module key, the state dict, the report's
+    rows, and every layer nothing converted."""
 
-    def plain(value: Any) -> bool:
-        if isinstance(value, list):
-            return len(value) <= 64 and all(plain(item) for item in value)
-        return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < 200)
+    dtypes: HeldDtypes
+    report: ConversionReport
+    layers: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)  # Keras layer key -> module key
+    used: set[str] = field(default_factory=set)  # the module keys given
+    problems: list[dict[str, Any]] = field(default_factory=list)
 
-    return {str(key): value for key, value in config.items() if isinstance(key, str) and plain(value)}
+    def add(
+        self,
+        record: LayerRecord,
+        converted: Converted | None,
+        variables: Variables,
+        reasons: list[str],
+        keras: dict[str, Any],
+    ) -> None:
+        """One layer's result: its node and its tensors, held in their dtype (its arrays are dropped here: one
+        layer's arrays are the conversion's only transient), or why nothing converted it."""
+        name = record.registered_name or record.class_name
+        shapes, stored = _shapes(variables.arrays), list(variables.dtypes)
+        if converted is None:
+            own = is_keras_own(record)
+            problem = {"layer": record.key, "class": name, "variables": shapes, "reasons": reasons}
+            problem["keras"], problem["refused"] = own, bool(reasons)  # no converter at all, or refused by one
+            self.problems.append({**problem, "reasons": reasons or [no_converter(record, own)]})
+            return
+        _warn_non_finite(record, variables.arrays)
+        variables.arrays.clear()  # the converter's views of them go as each tensor is held
+        module_key = model_key(record.key, self.used)
+        self.keys[record.key] = module_key
+        self.layers[module_key] = {**converted.spec, "keras": keras}
+        self.state.update(self.dtypes.hold(module_key, converted.state, stored))
+        node = converted.spec["op"] if converted.spec["op"] != "zoo" else converted.spec["model"]
+        row = {"layer": record.key, "class": name, "node": node, "variables": [f"{s}" for s in shapes]}
+        row["notes"] = converted.notes + ([] if keras["trainable"] else ["frozen (trainable: false)"])
+        self.report.rows.append(row)
 
 
 def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:
@@ -271,15 +256,14 @@ def _warn_non_finite(record: LayerRecord, arrays: list[np.ndarray]) -> None:
                 f"{record.class_name} {record.key!r}: variable {index} {list(array.shape)} holds {nan} NaN and "
                 f"{inf} infinite value(s); Keras loads and runs it too, and the outputs it reaches are not finite",
                 KerasWeightsWarning,
-                stacklevel=4,
+                stacklevel=5,  # the caller of convert_keras_model
             )
 
 
-def _check_shapes(model: Any, state: dict[str, torch.Tensor], path: str | Path) -> None:
-    """Every converted tensor has the shape of the node built from the layer's config: where a layer's
-    variables disagree among themselves (a [1] gamma beside a [4] beta), the error names the Keras layer
-    and both shapes before torch's ``load_state_dict`` could."""
-    own = model.state_dict()
+def _check_shapes(own: dict[str, torch.Tensor], model: Any, state: dict[str, torch.Tensor], path: str | Path) -> None:
+    """Every converted tensor has the shape of the node built from the layer's config (``own``, the model's
+    state dict): where a layer's variables disagree among themselves (a [1] gamma beside a [4] beta), the error
+    names the Keras layer and both shapes before torch's ``load_state_dict`` could."""
     for key, tensor in state.items():
         if tuple(own[key].shape) == tuple(tensor.shape) or (own[key].dim() == 0 and tuple(tensor.shape) == (1,)):
             continue  # (torch's load_state_dict takes a [1] tensor for a scalar, as Keras 2 saved some)
@@ -324,47 +308,6 @@ def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, An
     return out
 
 
-def _no_converter(record: LayerRecord, own: bool) -> str:
-    """Why nothing took a layer that no converter is registered for."""
-    if is_operation(record):
-        return (
-            f"the keras operation {record.class_name} ({record_keys(record)[0]!r}) is not supported; attnzoo runs "
-            f"{', '.join(sorted(OPERATION_NAMES))}"
-        )
-    if own and record.class_name == "Lambda":
-        return "a Lambda layer's function is Python code, which attnzoo does not run; make it a layer"
-    if own:
-        return f"no converter for Keras's {record.class_name}"
-    keys = " or ".join(map(repr, record_keys(record)))
-    if (record.module or "").startswith("keras_hub") or (record.registered_name or "").startswith("keras_hub>"):
-        hub = sorted(key.split(">", 1)[1] for key in builtin_keys() if key.startswith("keras_hub>"))
-        return (
-            f"keras-hub's {record.class_name}, which attnzoo does not convert (it converts keras-hub's "
-            f"{', '.join(hub)}); a converter registered as {keys} converts it"
-        )
-    return f"a custom layer; no converter is registered as {keys}"
-
-
-def _unsupported(file: KerasFile, problems: list[dict[str, Any]]) -> UnsupportedKerasLayerError:
-    lines = []
-    for p in problems:
-        shapes = f"variables {', '.join(str(s) for s in p['variables'])}" if p["variables"] else "no variables"
-        lines.append(f"  {p['layer']} ({p['class']}, {shapes}) ({'; '.join(p['reasons'])})")
-    hook = (
-        "register(KEY, convert) in the hook attnzoo_register_keras_layers(register) (docs/keras-migration.md), "
-        "or pass convert_keras_model(..., custom_layers={KEY: convert})"
-    )
-    hints = []
-    if any(not p["keras"] for p in problems):
-        hints.append(f"A custom layer converts through a plugin: {hook.replace('KEY', repr('package>ClassName'))}")
-    if any(p["keras"] and not p["refused"] for p in problems):
-        hints.append(f"A Keras layer attnzoo has no converter for: {hook.replace('KEY', repr('keras>ClassName'))}")
-    message = f"{file.path}: {len(problems)} layer(s) cannot be converted, so nothing was converted:\n" + "\n".join(
-        lines + hints
-    )
-    return UnsupportedKerasLayerError(message, problems)
-
-
 # -- logits -----------------------------------------------------------------------------------------------
 def _drop_squashing(config: dict[str, Any], report: ConversionReport) -> None:
     """Each output's final sigmoid / softmax (a Dense's or Conv's activation, an Activation or Softmax
@@ -404,12 +347,25 @@ def _squashing_of(spec: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _built(graph: dict[str, Any]) -> KerasModel:
-    """The ``keras_model`` of ``graph``, built once (every node, the masks' plan, the emitted module), with the
+def _built(graph: dict[str, Any], state: dict[str, torch.Tensor], path: str | Path) -> KerasModel:
+    """The ``keras_model`` of ``graph`` holding ``state``, built once (every node, the masks' plan, the emitted
+    module) on the meta device, so that no tensor is made but the file's: ``state`` (renamed in place to the
+    emitted module's keys) becomes its parameters and buffers as it is (``assign=True``). It carries the
     ``attnzoo_config`` ``attnzoo.create`` gives a model (the registry's name and factory, the graph as its
     config), so ``attnzoo.save`` writes it and ``attnzoo.load`` rebuilds it."""
     spec, _ = REGISTRY.resolve(KerasModel.name)
-    model = KerasModel(graph)
+    with torch.device("meta"):  # the layers sized, not filled: the file's tensors fill them
+        model = KerasModel(graph)
+    model.convert_layout(state, "")  # the nodes' keys as the emitted module's torch layers name them
+    own = model.state_dict(keep_vars=True)
+    missing, unexpected = set(own) - set(state), set(state) - set(own)
+    if missing or unexpected:  # a converter and its node disagree: a bug of ours, said plainly
+        raise WeightsError(
+            f"{path}: internal mismatch converting the weights (missing {sorted(missing)[:4]}, "
+            f"unexpected {sorted(unexpected)[:4]})"
+        )
+    _check_shapes(own, model, state, path)
+    model.load_state_dict(state, strict=True, assign=True)  # KerasModel refuses a tensor left on meta
     name, factory = REGISTRY.display_name(spec), spec.factory_name
     model.attnzoo_config = {"name": name, "factory": factory, "config": {"graph": graph}}
     model.attnzoo_metadata = {}
@@ -418,14 +374,14 @@ def _built(graph: dict[str, Any]) -> KerasModel:
 
 def logits_model(model: KerasModel) -> KerasModel:
     """A model ``convert_keras_model`` returned, without each output's final sigmoid / softmax, as
-    ``logits=True`` converts it: its graph with the squashings dropped, built once and given ``model``'s
-    tensors (no file is read again); ``keras_report`` says what was dropped, output by output."""
+    ``logits=True`` converts it: its graph with the squashings dropped, built once and holding a copy of
+    ``model``'s tensors (no file is read again); ``keras_report`` says what was dropped, output by output."""
     config = copy.deepcopy(model.graph)
     report = copy.deepcopy(model.keras_report)
     report.outputs.clear()
     _drop_squashing(config, report)
-    logits = _built(config)
-    logits.load_state_dict(model.state_dict(), strict=True)
+    state = {key: tensor.clone() for key, tensor in model.state_dict().items()}  # its own: trained alone
+    logits = _built(config, state, model.graph.get("name", "keras_model"))
     logits.attnzoo_metadata = {**model.attnzoo_metadata, "keras": report.to_dict()}
     logits.keras_report = report
     logits.tokenizer = model.tokenizer
@@ -439,6 +395,7 @@ def convert_keras_model(
     custom_layers: Mapping[str, Callable[[dict[str, Any], list[np.ndarray]], Any]] | None = None,
     logits: bool = False,
     compute_dtype: str = "float32",
+    dtype: str | torch.dtype | None = None,
 ) -> Any:
     """Convert a whole Keras model (``.keras``, legacy ``.h5``, or ``config.json`` + weights) to a native
     module that predicts what Keras predicts.
@@ -451,27 +408,31 @@ def convert_keras_model(
     ``CrossEntropyLoss``. ``model.keras_report`` says what became of each layer. Keras is never imported.
     ``compute_dtype="policy"``: a file of a ``mixed_float16`` / ``mixed_bfloat16`` policy computes each
     layer in its compute dtype, as Keras does (:mod:`attnzoo.keras.policy`); the default computes in float32.
+    ``dtype``: the dtype the model holds the file's variables in and computes in: None (the default) keeps the
+    file's (a ``dtype="bfloat16"`` Keras model converts to bfloat16, bit for bit; a file whose layers hold
+    different dtypes converts to float32, and the report says so), ``"float32"``, ``"bfloat16"`` or
+    ``"float16"`` casts them (:mod:`attnzoo.keras.dtypes`).
+
+    The file is read layer by layer, each layer's arrays dropped once its tensors are held, and the module is
+    built on the meta device and given the converted tensors as they are: the conversion's memory is the
+    model's weights and one layer's arrays.
     """
 
     if not isinstance(logits, bool):
         raise ConfigError(f"logits must be True or False, got {logits!r}")
     own_policy = check_compute_dtype(compute_dtype)
+    held = check_dtype(dtype)
+    if own_policy and held is not None:
+        raise ConfigError(
+            f"dtype={dtype!r} and compute_dtype='policy' both set the dtype the layers are held in; pass one "
+            f"(compute_dtype='policy' holds each layer in its mixed policy's compute dtype)"
+        )
     with read_keras_model(path, weights=weights) as file:
         graph = parse_model(file.config, str(path), keras3=file.major >= 3)
-        config, state, report = build_graph(file, graph, custom_layers, own_policy=own_policy)
+        config, state, report = build_graph(file, graph, custom_layers, own_policy=own_policy, dtype=held)
     if logits:
         _drop_squashing(config, report)
-    model = _built(config)
-    model.convert_layout(state, "")  # the nodes' keys as the emitted module's torch layers name them
-    missing = set(model.state_dict()) - set(state)
-    unexpected = set(state) - set(model.state_dict())
-    if missing or unexpected:  # a converter and its node disagree: a bug of ours, said plainly
-        raise WeightsError(
-            f"{path}: internal mismatch converting the weights (missing {sorted(missing)[:4]}, "
-            f"unexpected {sorted(unexpected)[:4]})"
-        )
-    _check_shapes(model, state, path)
-    model.load_state_dict(state, strict=True)
+    model = _built(config, state, path)
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report
     model.tokenizer = carried_tokenizer(path)  # a preset folder's tokenizer goes with its model

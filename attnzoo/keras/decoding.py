@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
 from attnzoo.keras.hub_families import hub_models
+from attnzoo.keras.inputs import check_values, input_names, value_rules
 
 __all__ = ["causal_lms", "DecodingStep", "decoding", "generate"]
 
@@ -223,6 +224,8 @@ def generate(
     reference = next(iter(model.parameters()), None)
     device = reference.device if reference is not None else torch.device("cpu")
     prompt = _ids(ids, device)
+    names, rules = input_names(model.graph), value_rules(model.graph)
+    check_values([prompt], [rules[names.index(tokens_name)]], [tokens_name], 0)
     keep = _padding(padding_mask, prompt)
     pick = _sampler(top_k, top_p, temperature, seed, device)
     stops = _stop_ids(stop_token_ids, device)
@@ -235,8 +238,11 @@ def generate(
     kept[:, :length] = keep
     first = int(keep.sum(dim=1).min())  # keras-hub starts at the shortest prompt's end
     done = torch.zeros(batch, dtype=torch.bool, device=device)
-    training = model.training
+    training, checks = model.training, model.checks_values
     model.eval()
+    # the prompt's ids are checked once, here; the tokens after them are the model's own picks and the masks
+    # ones, and a check at every step would wait on the device
+    model.checks_values = False
     try:
         with torch.no_grad(), decoding(model, batch) if use_cache else _nothing() as step:
             fed = 0
@@ -255,6 +261,7 @@ def generate(
                         return tokens[:, : index + 1]
     finally:
         model.train(training)
+        model.checks_values = checks
     return tokens
 
 

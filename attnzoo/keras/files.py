@@ -42,11 +42,12 @@ from attnzoo.keras.archive import (
     read_member,
     stream_member,
 )
-from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, get_once, group_items, read_dataset
+from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, get_once, group_items, read_dataset, stored_dtype
 
 __all__ = [
     "KerasFile",
     "LayerPath",
+    "Variables",
     "read_keras_model",
     "snake_case",
     "parse_json",
@@ -123,35 +124,35 @@ class _Keras3Weights:
                 return None
         return group
 
-    def arrays(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> list[np.ndarray] | None:
+    def variables(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> Variables | None:
         """The layer's variables in the order of its ``weights``: its own ``vars/<i>``, then each
         sub-layer's (``child_order`` first where Keras's creation order is not its save order)."""
         group = self.group(path)
         if group is None:
             return None
-        return self._collect(group, child_order, 0)
+        found = Variables([], [])
+        self._collect(group, child_order, 0, found)
+        return found
 
-    def _collect(self, group: Any, child_order: tuple[str, ...], depth: int) -> list[np.ndarray]:
+    def _collect(self, group: Any, child_order: tuple[str, ...], depth: int, found: Variables) -> None:
         import h5py
 
         if depth > MAX_DEPTH:
             raise WeightsError(f"{self.where}: groups nested deeper than {MAX_DEPTH} levels; not a Keras file")
-        out: list[np.ndarray] = []
         own = group.get("vars")
         if isinstance(own, h5py.Group):
             keys = sorted((k for k, _ in group_items(own, self.where)), key=lambda k: int(k) if k.isdigit() else -1)
             for key in keys:
                 item = own[key]
                 if isinstance(item, h5py.Dataset):
-                    out.append(_read_whole(item, self.where))
+                    found.add(item, self.where)
         names = [k for k, item in group_items(group, self.where) if k != "vars" and isinstance(item, h5py.Group)]
         here = [k for k in child_order if "/" not in k]
         ordered = [k for k in here if k in names] + sorted((k for k in names if k not in here), key=_walk_key)
         for key in ordered:
             # "child/grandchild" entries order the child's own sub-layers
             inner = tuple(k.split("/", 1)[1] for k in child_order if k.startswith(key + "/"))
-            out += self._collect(group[key], inner, depth + 1)
-        return out
+            self._collect(group[key], inner, depth + 1, found)
 
 
 class _LegacyWeights:
@@ -161,7 +162,7 @@ class _LegacyWeights:
         self.where = where
         self.group = root.get("model_weights", root)
 
-    def arrays(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> list[np.ndarray] | None:
+    def variables(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> Variables | None:
         import h5py
 
         top = get_once(self.group, path.names[0], self.where)
@@ -170,7 +171,7 @@ class _LegacyWeights:
         names = [decode_attr(w) for w in top.attrs.get("weight_names", [])]
         # inside a nested model, a layer's weights are the ones whose name passes through its own name
         inner = path.names[1:]
-        out = []
+        found = Variables([], [])
         for weight in names:
             parts = weight.split(":")[0].split("/")
             if inner and not _passes_through(parts, inner):
@@ -180,8 +181,8 @@ class _LegacyWeights:
                 raise WeightsError(
                     f"{self.where}: layer {path.names[0]!r} lists weight {weight!r}, which is not a dataset"
                 )
-            out.append(_read_whole(dataset, self.where))
-        return out
+            found.add(dataset, self.where)
+        return found
 
 
 def _passes_through(parts: list[str], inner: tuple[str, ...]) -> bool:
@@ -193,14 +194,24 @@ def _passes_through(parts: list[str], inner: tuple[str, ...]) -> bool:
     return at == len(inner)
 
 
-def _read_whole(dataset: Any, where: str) -> np.ndarray:
-    array = read_dataset(dataset, where)
-    if not isinstance(array, np.ndarray):  # an Unread: too large for any Keras variable attnzoo converts
-        raise WeightsError(
-            f"{where}: dataset {dataset.name} {list(array.shape)} takes {array.nbytes / 2**30:.1f} GiB to read, "
-            f"more than one variable of a model attnzoo converts may; refusing to read it"
-        )
-    return array
+@dataclass
+class Variables:
+    """One layer's variables as read: ``arrays`` in the layer's order (a floating one as float32, bfloat16 and
+    float16 widened exactly) and ``dtypes``, the dtype the file holds each in (``"bfloat16"``, ``"float32"``,
+    ...)."""
+
+    arrays: list[np.ndarray]
+    dtypes: list[str]
+
+    def add(self, dataset: Any, where: str) -> None:
+        array = read_dataset(dataset, where)
+        if not isinstance(array, np.ndarray):  # an Unread: too large for any Keras variable attnzoo converts
+            raise WeightsError(
+                f"{where}: dataset {dataset.name} {list(array.shape)} takes {array.nbytes / 2**30:.1f} GiB to "
+                f"read, more than one variable of a model attnzoo converts may; refusing to read it"
+            )
+        self.arrays.append(array)
+        self.dtypes.append(stored_dtype(dataset))
 
 
 @dataclass

@@ -25,6 +25,7 @@ __all__ = [
     "Unread",
     "read_keras_file",
     "read_dataset",
+    "stored_dtype",
     "read_bytes",
     "linked_once",
     "get_once",
@@ -74,20 +75,36 @@ def read_bytes(dataset) -> int:
     return max(int(dataset.size) * itemsize, chunk)
 
 
+def stored_dtype(dataset) -> str:
+    """The dtype the file holds ``dataset``'s values in: ``"bfloat16"`` where keras 3 wrote bfloat16 values (2-byte
+    opaque values the dataset's ``dtype`` attribute marks ``"bfloat16"``: HDF5 has no bfloat16), else numpy's name
+    of the dataset's type (``"float32"``, ``"float16"``, ``"int64"``)."""
+    opaque = dataset.dtype.kind == "V" and dataset.dtype.itemsize == 2
+    if opaque and decode_attr(dataset.attrs.get("dtype")) == "bfloat16":
+        return "bfloat16"
+    return str(dataset.dtype)
+
+
 def read_dataset(dataset, where: str) -> np.ndarray | Unread:
-    """A numeric dataset's values; one too large to read as :class:`Unread` (nothing read); anything else
-    refused."""
-    kind = dataset.dtype.kind
-    if kind not in "fiub":
+    """A numeric dataset's values, a floating one as float32 (bfloat16 and float16 widen exactly: every value of
+    theirs is a float32; :func:`stored_dtype` says which the file held); one too large to read as
+    :class:`Unread` (nothing read); anything else refused."""
+    bfloat16 = stored_dtype(dataset) == "bfloat16"
+    if dataset.dtype.kind not in "fiub" and not bfloat16:
         raise WeightsError(
             f"{where}: dataset {dataset.name} holds {dataset.dtype} values, not numbers; a Keras "
-            f"weights file holds numeric arrays only"
+            f"weights file holds numeric arrays only (bfloat16 as 2-byte values marked dtype='bfloat16')"
         )
     linked_once(dataset, where)
     nbytes = read_bytes(dataset)
     if nbytes > MAX_DATASET_BYTES:
         return Unread(tuple(dataset.shape), nbytes)
-    return np.asarray(dataset)
+    values = np.asarray(dataset)
+    if bfloat16:  # a bfloat16 is the upper half of the float32 of the same value
+        wide = values.view(np.uint16).astype(np.uint32)
+        wide <<= 16
+        return wide.view(np.float32)
+    return values.astype(np.float32) if values.dtype == np.float16 else values
 
 
 def linked_once(item, where: str) -> None:

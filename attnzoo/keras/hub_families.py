@@ -47,6 +47,7 @@ __all__ = [
     "is_keras_hub_model",
     "register_hub_model",
     "unwrap",
+    "backbone_arguments",
     "HOOK",
 ]
 
@@ -92,12 +93,14 @@ def keras_hub_model(
     head: Any = None,
     tasks: dict[str, Builder] | None = None,
     transformers: Any = None,
+    embedding: str = "token_embedding",
 ) -> Callable[[Builder], Builder]:
     """Register the decorated builder as the graph of the keras-hub Backbone classes ``backbones``, and of
     their tasks: ``causal_lm``, the class whose graph is the backbone's with its ``token_embedding`` called
     again with ``reverse=True`` for the logits (:func:`attnzoo.keras.hub_graph.causal_lm`; ``head`` adds
     what the task computes after them, such as Gemma's logit soft-capping); ``tasks``, other task classes
-    with builders of their own. ``transformers``: the family's Hugging Face form
+    with builders of their own. ``embedding``: the backbone's layer whose reverse call gives the logits
+    (``token_embedding``; OPT's ``embeddings``). ``transformers``: the family's Hugging Face form
     (:class:`~attnzoo.keras.transformers_form.TransformersForm`, for every class registered here; the door is
     :func:`attnzoo.keras.to_transformers`). Used by attnzoo's family
     files; a plugin registers :class:`HubModel` records through the hook (see the module docstring)."""
@@ -107,7 +110,7 @@ def keras_hub_model(
         for name in backbones:
             _add(name, HubModel(build, family, "backbone", transformers=transformers))
         if causal_lm is not None:
-            task = causal_lm_graph(backbones, build, head=head)
+            task = causal_lm_graph(backbones, build, head=head, embedding=embedding)
             _add(causal_lm, HubModel(task, family, "causal_lm", backbones[0], transformers))
         for name, task_build in (tasks or {}).items():
             _add(name, HubModel(task_build, family, "task", backbones[0], transformers))
@@ -201,3 +204,20 @@ def unwrap(entry: Any, where: str) -> Any:
         raise WeightsError(f"{where}: keras-hub's {name} has no config")
     rebuilt = model.build(config, f"{where}: {name}")
     return {**rebuilt, "name": config.get("name", entry.get("name"))}
+
+
+def backbone_arguments(record: dict[str, Any]) -> dict[str, Any]:
+    """A keras-hub model's backbone constructor arguments that are plain values (sizes, epsilons, rope
+    settings; a task's from its nested backbone record): what the converted graph keeps for the Hugging Face
+    door and decoding to read (``graph["keras_hub_config"]``)."""
+    config = record.get("config") if isinstance(record.get("config"), dict) else {}
+    backbone = config.get("backbone")
+    if isinstance(backbone, dict) and isinstance(backbone.get("config"), dict):
+        config = backbone["config"]
+
+    def plain(value: Any) -> bool:
+        if isinstance(value, list):
+            return len(value) <= 64 and all(plain(item) for item in value)
+        return value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) < 200)
+
+    return {str(key): value for key, value in config.items() if isinstance(key, str) and plain(value)}

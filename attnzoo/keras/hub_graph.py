@@ -41,6 +41,7 @@ __all__ = [
     "task_backbone",
     "classifier_head",
     "causal_lm_graph",
+    "token_and_position_embedding",
     "token_and_position_encoder",
     "first_token_classifier",
     "tensor",
@@ -253,11 +254,14 @@ def _with_head(
     return {**backbone, "config": {**inner, "output_layers": _history(logits)}}
 
 
-def causal_lm_graph(backbones: Sequence[str], build_backbone: Builder, *, head: Head | None = None) -> Builder:
+def causal_lm_graph(
+    backbones: Sequence[str], build_backbone: Builder, *, head: Head | None = None, embedding: str = "token_embedding"
+) -> Builder:
     """The builder of a ``<X>CausalLM`` over a Backbone of one of the classes ``backbones``: inputs
     ``padding_mask`` and ``token_ids`` -> the backbone (nested, under its own name) -> its
-    ``token_embedding(state, reverse=True)`` -> ``head`` -> logits [B, T, vocabulary]. A task record whose
-    backbone is of another class is a ``WeightsError``."""
+    ``token_embedding(state, reverse=True)`` -> ``head`` -> logits [B, T, vocabulary]. ``embedding``: the
+    backbone's layer called again (OPT's token table is inside its ``embeddings``, a
+    ``TokenAndPositionEmbedding``). A task record whose backbone is of another class is a ``WeightsError``."""
 
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
         record = config.get("backbone")
@@ -270,7 +274,7 @@ def causal_lm_graph(backbones: Sequence[str], build_backbone: Builder, *, head: 
         if not isinstance(name, str) or not name:
             raise WeightsError(f"{where}: its backbone has no name")
         built = build_backbone(inner, f"{where}: {str(registered).split('>')[-1]}")
-        nested = _with_head(built, inner, head, where, "token_embedding")
+        nested = _with_head(built, inner, head, where, embedding)
         g = HubGraph(config.get("dtype"))
         for key in _LM_INPUTS:
             g.input(key)
@@ -281,6 +285,22 @@ def causal_lm_graph(backbones: Sequence[str], build_backbone: Builder, *, head: 
     return build
 
 
+def token_and_position_embedding(
+    g: HubGraph, tokens: str, config: dict[str, Any], where: str, name: str, length: int
+) -> str:
+    """keras-hub's tied ``TokenAndPositionEmbedding`` ``name`` of the config's ``vocabulary_size``,
+    ``max_sequence_length`` (``length`` where absent) and ``hidden_dim``, called on ``tokens``."""
+    embedding = {
+        "vocabulary_size": positive(config, "vocabulary_size", where),
+        "sequence_length": positive(config, "max_sequence_length", where, length),
+        "embedding_dim": positive(config, "hidden_dim", where),
+        "tie_weights": True,
+        "mask_zero": False,
+    }
+    module = "keras_hub.src.layers.modeling.token_and_position_embedding"
+    return g.hub_layer("TokenAndPositionEmbedding", name, embedding, [tensor(tokens)], module)
+
+
 def token_and_position_encoder(embedding_name: str, epsilon: float) -> Callable[[dict[str, Any], str], dict[str, Any]]:
     """The backbone of DistilBERT (``embedding_name`` ``token_and_position_embedding``, ε 1e-12) and RoBERTa
     (``embeddings``, 1e-5): token ids, padding mask -> one ``TokenAndPositionEmbedding`` -> layer norm and
@@ -289,15 +309,7 @@ def token_and_position_encoder(embedding_name: str, epsilon: float) -> Callable[
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
         g = HubGraph(config.get("dtype"))
         tokens, padding = g.input("token_ids"), g.input("padding_mask")
-        embedding = {
-            "vocabulary_size": positive(config, "vocabulary_size", where),
-            "sequence_length": positive(config, "max_sequence_length", where, 512),
-            "embedding_dim": positive(config, "hidden_dim", where),
-            "tie_weights": True,
-            "mask_zero": False,
-        }
-        module = "keras_hub.src.layers.modeling.token_and_position_embedding"
-        x = g.hub_layer("TokenAndPositionEmbedding", embedding_name, embedding, [tensor(tokens)], module)
+        x = token_and_position_embedding(g, tokens, config, where, embedding_name, 512)
         x = norm_and_dropout(g, x, epsilon, config, where)
         x = transformer_blocks(g, x, config, where, "gelu", epsilon)
         return g.functional(str(config.get("name", "backbone")), {"token_ids": tokens, "padding_mask": padding}, x)

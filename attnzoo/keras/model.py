@@ -26,36 +26,38 @@ classes where Keras's semantics need them, straight-line ``forward``), compiles 
 compiled ``forward``, so ``model.code`` (what ``to_source()`` returns) is the code that runs, and a
 traceback through the model shows its lines.
 
-The state dict is the emitted module's, so its ``load_state_dict`` takes a saved folder's tensors as they
-are: the layers sit under ``layers.<key>``, each keyed as the class the module declares keys it. Where
-that is a torch layer whose keys differ from its node's, one map per node class says how
-(:meth:`Node.torch_key <attnzoo.keras.nodes.Node.torch_key>`): a ``Recurrent`` (Keras's LSTM, GRU) as
-``nn.LSTM`` / ``nn.GRU``, ``rnn.weight_ih_l0`` -> ``weight_ih_l0``; a ``Bidirectional`` as one
-bidirectional ``nn.LSTM``, ``forward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0`` and
+``convert_keras_model`` and ``attnzoo.load`` build the model on the meta device and assign its weights (every
+tensor a node holds is in its weights: :mod:`attnzoo.keras.materialised`); built otherwise (``attnzoo.create``
+without weights) its layers hold fresh initial values. The state dict is the emitted module's, so its
+``load_state_dict`` takes a saved folder's tensors as they are: the layers sit under ``layers.<key>``, each
+keyed as the class the module declares keys it. Where that is a torch layer whose keys differ from its node's,
+one map per node class says how (:meth:`Node.torch_key <attnzoo.keras.nodes.Node.torch_key>`): a ``Recurrent``
+(Keras's LSTM, GRU) as ``nn.LSTM`` / ``nn.GRU``, ``rnn.weight_ih_l0`` -> ``weight_ih_l0``; a ``Bidirectional``
+as one bidirectional ``nn.LSTM``, ``forward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0`` and
 ``backward_layer.rnn.weight_ih_l0`` -> ``weight_ih_l0_reverse`` (the same for ``weight_hh``, ``bias_ih``,
-``bias_hh``); every other node's keys are its torch layer's (``nn.Linear``'s ``weight``, ``bias``). The
-model applies the map (``node_keys``, :meth:`KerasModel.convert_layout`) when it is built, and, as a
+``bias_hh``); every other node's keys are its torch layer's (``nn.Linear``'s ``weight``, ``bias``). The model
+applies the map (``node_keys``, :meth:`KerasModel.convert_layout`) when it is built, and, as a
 ``load_state_dict`` pre-hook and in ``attnzoo.load``, to the tensors it is given: a folder saved while the
-layer was its node (before attnzoo wrote it as torch) loads, renamed, and so does the other way round. A
-key under such a layer that neither form has is a ``WeightsError``, never dropped. An LSTM's second bias
-(``bias_hh_l0``, zero: Keras's LSTM has one) is a buffer in both forms, so training trains Keras's
-variables.
+layer was its node (before attnzoo wrote it as torch) loads, renamed, and so does the other way round. A key
+under such a layer that neither form has is a ``WeightsError``, never dropped. An LSTM's second bias
+(``bias_hh_l0``, zero: Keras's LSTM has one) is a buffer in both forms, so training trains Keras's variables.
 
-``forward(*inputs)`` takes the model's inputs positionally, in the Keras model's order: integer
-tensors or numpy arrays for integer inputs (token ids), floating ones for the others, a list of str
-for a string input (the texts a TextVectorization inside the model reads), any batch size, and any
-length on an axis Keras left open; a bool tensor for a ``dtype="bool"`` input (a mask). It returns
-one tensor, or a tuple in the Keras model's output order. A model whose Keras inputs are a dict
-(``"input_structure"`` in the graph) takes that dict, keyed by Keras's names, or the tensors positionally
-in sorted key order (Keras's ``model.inputs``); one whose outputs are a dict returns a dict; nested lists
-go in nested and come back as nested tuples. ``train()`` is Keras's ``training=True``, ``eval()`` its
-inference.
+``forward`` takes the model's inputs as Keras names them (:mod:`attnzoo.keras.inputs`): by keyword
+(``model(token_ids=ids, padding_mask=mask)``), as the dict Keras takes (``model({"token_ids": ids, ...})``),
+or positionally in Keras's flat order (``model.inputs``: a dict's entries by sorted key), mixed as Python
+binds a call. Integer tensors or numpy arrays for integer inputs (token ids; a padding mask also as
+bools, cast as Keras casts them), floating ones for the others, a list of str for a string input (the
+texts a TextVectorization inside the model reads), any batch size, and any length on an axis Keras left
+open; a bool tensor for a ``dtype="bool"`` input (a mask). Ids outside the table they index and a padding
+mask of other values than 0 and 1 are refused, naming the input. A model of nested lists also takes them
+nested. It returns one tensor, a tuple in the Keras model's output order, or the dict (nested lists as
+nested tuples) Keras returns. ``train()`` is Keras's ``training=True``, ``eval()`` its inference.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -68,8 +70,10 @@ from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.emit import Emitted, emit
 from attnzoo.keras.graph_check import GRAPH_FORMAT, validate_graph
+from attnzoo.keras.inputs import ValueRule, bind, check_values, input_names, value_rules
 from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
+from attnzoo.keras.materialised import refuse_meta_left
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.policy import set_compute_dtypes
 from attnzoo.keras.tokenizer import CarriesTokenizer
@@ -83,6 +87,11 @@ class KerasModel(CarriesTokenizer, nn.Module):
     keras-hub model converted from a preset folder carries its tokenizer (:class:`CarriesTokenizer`)."""
 
     name = "keras_model"
+    # attnzoo.load keeps the dtype the weights were saved in: the Keras file's (a bfloat16 port stays bfloat16)
+    keeps_saved_dtype = True
+    # whether a call reads its inputs' values to refuse ids past their table or a padding mask of other values
+    # than 0 and 1 (one device sync on CUDA); a setting of the model object, like ``train()``, not saved
+    checks_values = True
 
     def __init__(self, graph: dict[str, Any]) -> None:
         super().__init__()
@@ -111,6 +120,7 @@ class KerasModel(CarriesTokenizer, nn.Module):
         self.emitted: Emitted = emit(graph, self.mask_plans)
         self.layers, self.node_keys = _adopted(self._port.cls, nodes)
         self._register_load_state_dict_pre_hook(self._layout_pre_hook)
+        self.register_load_state_dict_post_hook(refuse_meta_left)
         dtypes = {k: _keras(s)["compute_dtype"] for k, s in graph["layers"].items() if "compute_dtype" in _keras(s)}
         set_compute_dtypes(self.layers, dtypes)  # a mixed-precision policy computed as Keras does, when asked
         self.by_policy = bool(dtypes)  # then the inputs stay as Keras declared them, each layer casts its own
@@ -200,20 +210,23 @@ class KerasModel(CarriesTokenizer, nn.Module):
         return [str(spec["name"]) for spec in self.inputs_spec]
 
     # -- inputs ---------------------------------------------------------------------------------------
+    @functools.cached_property
+    def _by_name(self) -> tuple[list[str], list[ValueRule | None]]:
+        """The name each input goes by in a call, and the rule its values keep (:mod:`attnzoo.keras.inputs`):
+        read off the graph once, on the first call."""
+        return input_names(self.graph), value_rules(self.graph)
+
     def _reference(self) -> Tensor | None:
         # the first floating one: read lazily, as every forward asks (a CNN holds hundreds of tensors)
         return next((t for t in itertools.chain(self.parameters(), self.buffers()) if t.is_floating_point()), None)
 
-    def _check_inputs(self, inputs: tuple[Any, ...]) -> list[Tensor]:
-        specs = self.inputs_spec
-        names = ", ".join(f"{s['name']} {_shape_text(s['shape'])} {s['dtype']}" for s in specs)
-        if len(inputs) != len(specs):
-            raise ValueError(f"keras_model takes {len(specs)} input(s) ({names}), got {len(inputs)}")
+    def _check_inputs(self, inputs: list[Any]) -> list[Tensor]:
+        names, rules = self._by_name
         reference = self._reference()
         checked = []
         batch = None
-        for spec, x in zip(specs, inputs, strict=True):
-            name, shape = spec["name"], spec["shape"]
+        for spec, name, rule, x in zip(self.inputs_spec, names, rules, inputs, strict=True):
+            shape = spec["shape"]
             if spec["dtype"] == "string":  # texts for a TextVectorization or StringLookup inside the model
                 x = string_input(x, shape, name)
                 if batch is not None and len(x) != batch:
@@ -236,25 +249,7 @@ class KerasModel(CarriesTokenizer, nn.Module):
                 raise ValueError(
                     f"keras_model expects input {name!r} of shape {_shape_text(shape)}, got {list(x.shape)}"
                 )
-            integer = spec["dtype"] in INTEGER_DTYPES
-            if spec["dtype"] == "bool":  # a mask input (True = keep), as Keras declared it
-                if x.dtype != torch.bool:
-                    raise ValueError(
-                        f"keras_model expects input {name!r} as a bool tensor (True = keep), got {x.dtype}"
-                    )
-            elif integer and x.is_floating_point() and spec.get("keras_dtype") not in (None, *INTEGER_DTYPES):
-                # float ids into an Embedding, as the file declared them (a Keras 2 ``Input(shape=(T,))``):
-                # Keras casts them to int32, truncating toward zero, as ``.to`` does
-                x = x.to(torch.int64)
-            elif integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
-                raise ValueError(
-                    f"keras_model expects input {name!r} as integer ids ({spec['dtype']}), got {x.dtype}; "
-                    f"pass a LongTensor of token ids"
-                )
-            elif not integer and not x.is_floating_point():
-                raise ValueError(
-                    f"keras_model expects input {name!r} as a floating tensor ({spec['dtype']}), got {x.dtype}"
-                )
+            x = _typed(spec, rule, name, x)
             if reference is not None and x.device != reference.device:
                 raise ValueError(
                     f"keras_model expects input {name!r} on {reference.device} (where its weights are), got "
@@ -272,50 +267,21 @@ class KerasModel(CarriesTokenizer, nn.Module):
         return checked
 
     # -- running ----------------------------------------------------------------------------------------
-    def forward(self, *inputs: Any) -> Any:
+    def forward(self, *inputs: Any, **named: Any) -> Any:
         port = self._port
-        return self._run(port.forward, port.filename, inputs)
+        return self._run(port.forward, port.filename, inputs, named)
 
-    def _flat_inputs(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The inputs in the graph's flat order: a model of a dict of inputs takes that dict (keyed by the
-        Keras names), one of nested lists takes them nested; both also take the flat list positionally."""
-        structure = self.input_structure
-        if structure is None or len(inputs) == len(self.inputs_spec) and not isinstance(structure, dict):
-            return inputs
-        if isinstance(structure, dict):
-            if len(inputs) == 1 and isinstance(inputs[0], Mapping):
-                given = inputs[0]
-                missing = [key for key in structure if key not in given]
-                unknown = [str(key) for key in given if key not in structure]
-                if missing or unknown:
-                    raise ValueError(
-                        f"keras_model takes a dict of inputs keyed {', '.join(map(repr, structure))}; "
-                        + (f"missing {', '.join(map(repr, missing))}" if missing else "")
-                        + ("; " if missing and unknown else "")
-                        + (f"unknown {', '.join(map(repr, unknown))}" if unknown else "")
-                    )
-                return tuple(_flatten(structure, given))
-            if len(inputs) == len(self.inputs_spec) and not any(isinstance(x, Mapping) for x in inputs):
-                return inputs  # the flat list, in the order of sorted keys (Keras's model.inputs)
-            raise ValueError(
-                f"keras_model takes one dict of inputs keyed {', '.join(map(repr, structure))}, "
-                f"got {len(inputs)} argument(s)"
-            )
-        return tuple(_flatten(structure, list(inputs)))
+    def _arguments(self, inputs: tuple[Any, ...], named: dict[str, Any]) -> list[Any]:
+        """The emitted ``forward``'s arguments, one per input in Keras's flat order: the call's inputs bound
+        by name (:func:`~attnzoo.keras.inputs.bind`), checked, and their values checked."""
+        names, rules = self._by_name
+        checked = self._check_inputs(bind(names, self.input_structure, inputs, named))
+        if self.checks_values:
+            check_values(checked, rules, names, len(inputs))  # (one dict is one: no order to show)
+        return checked
 
-    def _arguments(self, inputs: tuple[Any, ...]) -> list[Any]:
-        """The emitted ``forward``'s arguments: the checked inputs, nested as its parameters are (one per
-        input; one dict for Keras's dict of inputs; one per entry of nested lists, lists as tuples)."""
-        flat = self._check_inputs(self._flat_inputs(inputs))
-        structure = self.input_structure
-        if structure is None:
-            return flat
-        if isinstance(structure, dict):
-            return [_rebuild(structure, flat)]
-        return [_rebuild(entry, flat) for entry in structure]
-
-    def _run(self, function: Any, filename: str, inputs: tuple[Any, ...]) -> Any:
-        arguments = self._arguments(inputs)
+    def _run(self, function: Any, filename: str, inputs: tuple[Any, ...], named: dict[str, Any]) -> Any:
+        arguments = self._arguments(inputs, named)
         try:
             return function(self, *arguments)
         except (ValueError, IndexError, RuntimeError) as e:
@@ -372,12 +338,12 @@ class KerasModel(CarriesTokenizer, nn.Module):
         options |= {"seed": seed, "stop_token_ids": stop_token_ids, "pad_token_id": pad_token_id}
         return generate(self, ids, max_new_tokens, use_cache=use_cache, **options)
 
-    def trace(self, *inputs: Any) -> dict[str, list[Any]]:
+    def trace(self, *inputs: Any, **named: Any) -> dict[str, list[Any]]:
         """Every call's outputs, by call id (a layer's name for its first call), in the order they ran:
         what ``attnzoo convert-keras --check`` compares with Keras layer by layer. The emitted ``forward``
         runs, returning its variables instead of its result; an output nothing reads is None."""
         port = self._port
-        variables = self._run(port.every, port.filename, inputs)
+        variables = self._run(port.every, port.filename, inputs, named)
         # an output nothing reads is unpacked into ``_``, which every such output shares: None, not its value
         variables.pop("_", None)
         values: dict[str, list[Any]] = {}
@@ -398,37 +364,6 @@ class KerasModel(CarriesTokenizer, nn.Module):
     def extra_repr(self) -> str:
         inputs = ", ".join(f"{s['name']}: {_shape_text(s['shape'])} {s['dtype']}" for s in self.inputs_spec)
         return f"inputs=({inputs}), keras_version={self.graph.get('keras_version')!r}"
-
-
-def _flatten(structure: Any, given: Any) -> list[Any]:
-    """``given`` (nested as ``structure``) as the flat list the structure's leaves index."""
-    flat: dict[int, Any] = {}
-
-    def walk(shape: Any, value: Any, where: str) -> None:
-        if isinstance(shape, int):
-            flat[shape] = value
-        elif isinstance(shape, dict):
-            if not isinstance(value, Mapping) or set(value) != set(shape):
-                raise ValueError(f"keras_model takes {where or 'its inputs'} as a dict keyed {sorted(shape)}")
-            for key, inner in shape.items():
-                walk(inner, value[key], f"{where}[{key!r}]")
-        else:
-            if not isinstance(value, (list, tuple)) or len(value) != len(shape):
-                raise ValueError(f"keras_model takes {where or 'its inputs'} as a list of {len(shape)}")
-            for i, (inner, item) in enumerate(zip(shape, value, strict=True)):
-                walk(inner, item, f"{where}[{i}]")
-
-    walk(structure, given, "")
-    return [flat[i] for i in range(len(flat))]
-
-
-def _rebuild(structure: Any, flat: list[Any]) -> Any:
-    """The flat outputs nested as Keras nests them: dicts as dicts, lists as tuples."""
-    if isinstance(structure, int):
-        return flat[structure]
-    if isinstance(structure, dict):
-        return {key: _rebuild(value, flat) for key, value in structure.items()}
-    return tuple(_rebuild(value, flat) for value in structure)
 
 
 def _adopted(cls: type, nodes: dict[str, Node]) -> tuple[nn.ModuleDict, dict[str, str]]:
@@ -463,6 +398,29 @@ def _adopted(cls: type, nodes: dict[str, Node]) -> tuple[nn.ModuleDict, dict[str
         for name, parameter in declared.named_parameters():  # assign keeps the meta layer's flags: the node's
             parameter.requires_grad_(trains.get(name, False))
     return layers, renamed
+
+
+def _typed(spec: dict[str, Any], rule: ValueRule | None, name: str, x: Tensor) -> Tensor:
+    """The input ``x`` of the declared ``spec`` in the dtype the model computes with, or a ValueError: Keras's
+    casts where Keras casts (float ids declared float, a bool padding mask), a refusal otherwise."""
+    integer = spec["dtype"] in INTEGER_DTYPES
+    mask = rule is not None and rule.kind == "padding mask"
+    if spec["dtype"] == "bool":  # a mask input (True = keep), as Keras declared it
+        if x.dtype != torch.bool:
+            raise ValueError(f"keras_model expects input {name!r} as a bool tensor (True = keep), got {x.dtype}")
+    elif integer and mask and x.dtype == torch.bool:
+        x = x.to(getattr(torch, spec["dtype"], torch.int64))  # Keras casts a bool mask to its int dtype
+    elif integer and x.is_floating_point() and spec.get("keras_dtype") not in (None, *INTEGER_DTYPES):
+        # float ids into an Embedding, as the file declared them (a Keras 2 ``Input(shape=(T,))``):
+        # Keras casts them to int32, truncating toward zero, as ``.to`` does
+        x = x.to(torch.int64)
+    elif integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+        what = "a padding mask of 1 and 0 (ints or bools)" if mask else "integer ids"
+        advice = "pass an int or bool tensor" if mask else "pass a LongTensor of token ids"
+        raise ValueError(f"keras_model expects input {name!r} as {what} ({spec['dtype']}), got {x.dtype}; {advice}")
+    elif not integer and not x.is_floating_point():
+        raise ValueError(f"keras_model expects input {name!r} as a floating tensor ({spec['dtype']}), got {x.dtype}")
+    return x
 
 
 def _keras(spec: dict[str, Any]) -> dict[str, Any]:

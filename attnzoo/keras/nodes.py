@@ -125,6 +125,13 @@ class Node(nn.Module):
         return key
 
     @classmethod
+    def makes_float32(cls, arguments: dict[str, Any]) -> bool:
+        """Whether a layer of these ``arguments`` makes float32 outputs whatever its inputs' dtype (an encoding's
+        one-hot or counts): the layers after it in a model held in bfloat16 could not take them, so such a model
+        is held in float32 (:mod:`attnzoo.keras.dtypes`). False here."""
+        return False
+
+    @classmethod
     def check_values(cls, arguments: dict[str, Any]) -> str | None:
         """What is wrong with ``arguments`` beyond their types and the rules every layer shares (a name only
         this class knows, such as an operation's), as "key value is not ..."; None when nothing is."""

@@ -48,6 +48,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="policy: a mixed_float16 / mixed_bfloat16 file computes each layer in its compute dtype, as Keras does",
     )
     p.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16", "float16"],
+        default=None,
+        help="the dtype the model holds its weights in and computes in (default: the file's; a bfloat16 Keras model "
+        "stays bfloat16)",
+    )
+    p.add_argument(
         "--emit-py",
         metavar="FILE.py",
         help="also write the model as a readable PyTorch module whose load_state_dict takes -o's model.safetensors",
@@ -58,11 +65,6 @@ def arguments(p: argparse.ArgumentParser) -> None:
         default="attnzoo",
         help="the folder's format: attnzoo's (config.yaml + model.safetensors, attnzoo.load reads it) or a Hugging "
         "Face folder transformers' Auto classes load (a keras-hub model's)",
-    )
-    p.add_argument(
-        "--dtype",
-        choices=["float32", "bfloat16", "float16"],
-        help="with --to transformers: the weights' dtype (default: the model's own)",
     )
     p.add_argument(
         "--max-shard-size",
@@ -82,11 +84,11 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.io.weights import encode_metadata, write_weights
     from attnzoo.keras import load_keras_weights
 
-    policy = args.compute_dtype != "float32"
-    hub = args.to != "attnzoo" or args.dtype or args.max_shard_size
+    policy = args.compute_dtype != "float32" or args.dtype is not None
+    hub = args.to != "attnzoo" or args.max_shard_size
     if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference or policy or hub:
         raise UsageError(
-            "--check, --length, --reference, --weights, --logits, --compute-dtype, --emit-py, --to, --dtype and "
+            "--check, --length, --reference, --weights, --logits, --compute-dtype, --dtype, --emit-py, --to and "
             "--max-shard-size belong to a whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
@@ -134,8 +136,13 @@ def _check_whole_model_arguments(args: argparse.Namespace) -> None:
             "--emit-py and --compute-dtype policy belong to --to attnzoo; a Hugging Face folder computes in its "
             "--dtype with transformers' own modules"
         )
-    if args.to != "transformers" and (args.dtype or args.max_shard_size):
-        raise UsageError("--dtype and --max-shard-size shape the Hugging Face folder: add --to transformers")
+    if args.to != "transformers" and args.max_shard_size:
+        raise UsageError("--max-shard-size shapes the Hugging Face folder: add --to transformers")
+    if args.compute_dtype == "policy" and args.dtype is not None:
+        raise UsageError(
+            "--dtype and --compute-dtype policy both set the dtype the layers are held in; pass one (--compute-dtype "
+            "policy holds each layer in its mixed policy's compute dtype)"
+        )
 
 
 def _convert_keras_model(args: argparse.Namespace) -> int:
@@ -150,7 +157,11 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     source = _source_path(args)
     # converted once: with --check, as Keras computes it (checked), then --logits drops the final squashing
     model = convert_keras_model(
-        args.file, weights=args.weights, logits=args.logits and not args.check, compute_dtype=args.compute_dtype
+        args.file,
+        weights=args.weights,
+        logits=args.logits and not args.check,
+        compute_dtype=args.compute_dtype,
+        dtype=args.dtype,
     )
     check = None
     if args.check:

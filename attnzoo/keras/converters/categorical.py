@@ -39,6 +39,7 @@ from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = [
+    "encodes_floats",
     "encode",
     "OUTPUT_MODES",
     "CategoryEncoding",
@@ -52,6 +53,12 @@ __all__ = [
 ]
 
 OUTPUT_MODES = ("int", "one_hot", "multi_hot", "count", "tf_idf")
+
+
+def encodes_floats(default: str) -> Any:
+    """The :meth:`Node.makes_float32 <attnzoo.keras.nodes.Node.makes_float32>` of a node whose ``output_mode``
+    (``default`` where its arguments give none) other than ``int`` makes :func:`encode`'s float32 encodings."""
+    return classmethod(lambda cls, arguments: arguments.get("output_mode", default) != "int")
 
 
 def encode(indices: Tensor, mode: str, depth: int, what: str, idf: Tensor | None = None) -> Tensor:
@@ -127,6 +134,7 @@ class CategoryEncoding(Node):
     :func:`encode` (``one_hot``, ``multi_hot`` or ``count``)."""
 
     op = "category_encoding"
+    makes_float32 = encodes_floats("multi_hot")
     reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, num_tokens: int, output_mode: str = "multi_hot") -> None:
@@ -159,6 +167,7 @@ class Discretization(Node):
     compares), then :func:`encode` over ``len(boundaries) + 1`` bins."""
 
     op = "discretization"
+    makes_float32 = encodes_floats("int")
     reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(self, *, bin_boundaries: list[float], output_mode: str = "int") -> None:
@@ -229,6 +238,7 @@ class Hashing(Node):
     bins (module docstring), then :func:`encode` over ``num_bins``."""
 
     op = "hashing"
+    makes_float32 = encodes_floats("int")
 
     def __init__(
         self, *, num_bins: int, mask_value: Any = None, salt: list[int] | None = None, output_mode: str = "int"
@@ -297,6 +307,7 @@ class HashedCrossing(Node):
     ``num_bins``; ``int`` or ``one_hot``."""
 
     op = "hashed_crossing"
+    makes_float32 = encodes_floats("int")
 
     def __init__(self, *, num_bins: int, output_mode: str = "int") -> None:
         super().__init__()

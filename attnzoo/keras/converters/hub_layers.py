@@ -253,20 +253,35 @@ class _Positions(Node):
 
 class HubTokenAndPositionEmbedding(_Positions):
     """``keras_hub.layers.TokenAndPositionEmbedding``: ids [B, T] -> ``token[ids] + position[start:start +
-    T]`` [B, T, D] (T at most ``sequence_length``); with ``mask_zero`` the mask is ``ids != 0``."""
+    T]`` [B, T, D] (T at most ``sequence_length``); with ``mask_zero`` the mask is ``ids != 0``. Called with
+    ``reverse=True`` on x [B, T, D] it is its inner ``token_embedding``'s reverse call, as a causal LM over
+    it (OPT's) computes its logits: ``x @ tokenᵀ`` (or the untied ``reverse`` table [D, V]) [B, T, V], no
+    mask."""
 
     op = "keras_hub_token_and_position_embedding"
 
-    def __init__(self, *, input_dim: int, sequence_length: int, output_dim: int, mask_zero: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        input_dim: int,
+        sequence_length: int,
+        output_dim: int,
+        mask_zero: bool = False,
+        tie_weights: bool = True,
+    ) -> None:
         super().__init__()
         self.mask_zero = mask_zero
         self.token = nn.Parameter(torch.empty(input_dim, output_dim))
         self.position = nn.Parameter(torch.empty(sequence_length, output_dim))
+        self.reverse = None if tie_weights else nn.Parameter(torch.empty(output_dim, input_dim))
         nn.init.uniform_(self.token, -0.05, 0.05)
         nn.init.uniform_(self.position, -0.05, 0.05)
 
     def forward(self, args, kwargs, masks):
         ids = args[0]
+        if kwargs.get("reverse"):
+            kernel = self.token.t() if self.reverse is None else self.reverse
+            return [torch.matmul(ids, kernel.to(ids.dtype))], [None]
         check_tokens("token_and_position_embedding", ids, self.token.shape[0], arg="input", rank=2)
         positions = _positions(self.position, ids.shape[1], self._start(kwargs))
         out = nn.functional.embedding(ids.long(), self.token) + positions
@@ -426,7 +441,7 @@ def convert_transformer_decoder(record, arrays, ctx):
 @keras_layer(
     "TokenAndPositionEmbedding",
     package="keras_hub",
-    call_arguments=("start_index",),
+    call_arguments=("start_index", "reverse"),
     child_order=("token_embedding", "position_embedding"),
     positional=("inputs",),
 )
@@ -436,14 +451,21 @@ def convert_token_and_position_embedding(record, arrays, ctx):
     token, position = arrays[0], arrays[-1]
     if token.ndim != 2 or position.ndim != 2 or token.shape[1] != position.shape[1]:
         raise Refused(f"token table {list(token.shape)} and position table {list(position.shape)} do not fit")
+    tied = len(arrays) == 2
+    if not tied and list(arrays[1].shape) != [token.shape[1], token.shape[0]]:
+        raise Refused(f"reverse table {list(arrays[1].shape)} is not the token table's transpose shape")
     spec = {
         "op": "keras_hub_token_and_position_embedding",
         "input_dim": token.shape[0],
         "sequence_length": position.shape[0],
         "output_dim": token.shape[1],
         "mask_zero": bool(c.get("mask_zero", False)),
+        "tie_weights": tied,
     }
-    return Converted(spec, {"token": as_tensor(token), "position": as_tensor(position)})
+    state = {"token": as_tensor(token), "position": as_tensor(position)}
+    if not tied:
+        state["reverse"] = as_tensor(arrays[1])
+    return Converted(spec, state)
 
 
 @keras_layer("PositionEmbedding", package="keras_hub", call_arguments=("start_index",), positional=("inputs",))

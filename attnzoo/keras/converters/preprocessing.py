@@ -48,7 +48,8 @@ def config_array(value: Any, what: str) -> np.ndarray:
 
 
 class Rescaling(Node):
-    """``Rescaling(scale, offset)``: ``x · scale + offset`` in float (integer images are cast first); a
+    """``Rescaling(scale, offset)``: ``x · scale + offset`` in the input's floating dtype (a bfloat16 model's
+    bfloat16), integer images in float32 (``torch.result_type(x, 1.0)``: Keras casts to the layer's dtype); a
     scale or offset given per channel broadcasts over the last axis. The mask passes."""
 
     op = "rescaling"
@@ -68,8 +69,9 @@ class Rescaling(Node):
         }
 
     def compute(self, x, mask):
-        constants = {k: v.to(x.device) for k, v in self.constants().items()}
-        return x.to(torch.float32) * constants["scale"] + constants["offset"]
+        dtype = torch.result_type(x, 1.0)
+        constants = {k: v.to(x.device, dtype) for k, v in self.constants().items()}
+        return x.to(dtype) * constants["scale"] + constants["offset"]
 
 
 @keras_layer("Rescaling")
@@ -82,9 +84,10 @@ def convert_rescaling(record, arrays, ctx):
 
 
 def _constant(value: Any, x: str) -> str | None:
-    """A Rescaling constant from the spec as float32 code: a plain number as itself (torch computes a Python
-    number with a float32 tensor in float32, as the node's 0-d buffer), a list of numbers per channel as
-    ``torch.tensor([...], device=x.device)``; None for anything else (a nested list, a hand-edited value)."""
+    """A Rescaling constant from the spec as code: a plain number as itself (torch computes a Python number with
+    an integer tensor in float32 and with a floating one in its dtype, as the node computes), a list of numbers
+    per channel as ``torch.tensor([...], device=x.device, dtype=torch.result_type(x, 1.0))``; None for anything
+    else (a nested list, a hand-edited value)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return literal(float(value))
     if (
@@ -92,22 +95,23 @@ def _constant(value: Any, x: str) -> str | None:
         and value
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
     ):
-        return f"torch.tensor({literal([float(v) for v in value])}, device={x}.device)"
+        numbers = literal([float(v) for v in value])
+        return f"torch.tensor({numbers}, device={x}.device, dtype=torch.result_type({x}, 1.0))"
     return None
 
 
 @writes(Rescaling)
 def write_rescaling(w: Writer, spec: dict[str, Any]) -> bool:
-    """``Rescaling``: ``x.float() * scale + offset`` with the spec's constants, the node's float32 cast and
-    arithmetic (an offset of 0 is left out: adding 0.0 changes no value, only a -0.0's sign); the mask
-    passes, as the node's."""
+    """``Rescaling``: ``x * scale + offset`` with the spec's constants, the node's arithmetic (integer images in
+    float32, a floating input in its dtype; an offset of 0 is left out: adding 0.0 changes no value, only a -0.0's
+    sign); the mask passes, as the node's."""
     x = w.tensor()
     if x is None:
         return False
     scale, offset = _constant(spec.get("scale", 1.0), x), _constant(spec.get("offset", 0.0), x)
     if scale is None or offset is None:
         return False
-    expression = f"{x}.float() * {scale}"
+    expression = f"{x} * {scale}"
     w.assign(expression if offset == "0.0" else f"{expression} + {offset}")
     return True
 

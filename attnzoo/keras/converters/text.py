@@ -36,7 +36,14 @@ import torch
 from torch import Tensor
 
 from attnzoo.keras.arguments import expect_variables
-from attnzoo.keras.converters.categorical import OUTPUT_MODES, encode, hash_bucket, refuse_sparse, salt_of
+from attnzoo.keras.converters.categorical import (
+    OUTPUT_MODES,
+    encode,
+    encodes_floats,
+    hash_bucket,
+    refuse_sparse,
+    salt_of,
+)
 from attnzoo.keras.converters.vocabulary import (
     LOOKUP_COPIES,
     TEXT_COPIES,
@@ -232,6 +239,7 @@ class StringLookup(_TextNode):
     layer's ``idf_weights``; :func:`~attnzoo.keras.converters.categorical.encode`)."""
 
     op = "string_lookup"
+    makes_float32 = encodes_floats("int")
 
     def __init__(
         self,
@@ -286,6 +294,7 @@ class IntegerLookup(Node):
     then their encoding in the other output modes (as :class:`StringLookup`)."""
 
     op = "integer_lookup"
+    makes_float32 = encodes_floats("int")
     reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(

@@ -12,9 +12,10 @@ from attnzoo.keras.code_lines import layout
 from attnzoo.keras.codegen import check_source, literal
 from attnzoo.keras.emit.draft import PLAIN_NAME, Draft
 from attnzoo.keras.emit.freeing import freed, names_in, without_unread
-from attnzoo.keras.emit.module import class_name_of, module_lines, parameters_of
+from attnzoo.keras.emit.module import class_name_of, module_lines
 from attnzoo.keras.emit.node_call import UNKNOWN, keras_of, node_call, rule_mask
 from attnzoo.keras.emit.writer import Writer
+from attnzoo.keras.inputs import input_names
 from attnzoo.keras.masks import CallMasks, refs_in
 from attnzoo.keras.nodes import NODES
 
@@ -50,12 +51,11 @@ def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | N
     while True:
         e = Draft(counts=_needed_outputs(graph), nodes_only=set(nodes_only), read=_read_outputs(graph))
         inputs = []
-        for spec in graph["inputs"]:
-            name = e.name(spec.get("name", spec["id"]), spec.get("name", spec["id"]))
+        for spec, keras_name in zip(graph["inputs"], input_names(graph), strict=True):
+            name = e.name(keras_name, keras_name)  # forward's parameter: the name a caller passes it by
             e.values[spec["id"]] = [name]
             e.mask_of[name] = None
             inputs.append(name)
-        parameters, unpack = parameters_of(graph.get("input_structure"), inputs, e.used)
         for call in graph["calls"]:
             _emit_call(e, graph, plans[call["id"]], call)
         twice = {key for key in graph["layers"] if sum(line.startswith(_declaration(key)) for line in e.init) > 1}
@@ -69,7 +69,7 @@ def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | N
     version = graph.get("keras_version")
     keras_version = None if version is None else str(version)
     shape = graph.get("output_structure")
-    lines, body_start = module_lines(e, name, inputs, results, keras_version, shape, parameters, unpack)
+    lines, body_start = module_lines(e, name, inputs, results, keras_version, shape)
     source = "\n".join(lines)
     check_source(source)
     line_calls = {}

@@ -1,6 +1,6 @@
 """The module's text around ``forward``'s body: the docstring, the imports as ruff's isort writes them,
 ``KERAS_VERSION`` and ``KERAS_NAMES``, the class and its ``__init__``, ``forward``'s signature (one tensor
-per input, a dict, or Keras's nested lists) and its return (Keras's nesting of the outputs)."""
+per input, named as Keras names it, in Keras's flat order) and its return (Keras's nesting of the outputs)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from attnzoo.keras.codegen import identifier, literal, usable
 from attnzoo.keras.emit.draft import Draft
 from attnzoo.keras.emit.freeing import names_in
 
-__all__ = ["module_lines", "class_name_of", "parameters_of", "laid_out"]
+__all__ = ["module_lines", "class_name_of", "laid_out"]
 
 
 def _imports(e: Draft, names: Counter[str]) -> list[str]:
@@ -66,36 +66,6 @@ def _nested(structure: Any, names: list[str]) -> str:
     return "(" + ", ".join(items) + (",)" if len(items) == 1 else ")")  # a comma only where it makes the tuple
 
 
-def parameters_of(structure: Any, inputs: list[str], used: set[str]) -> tuple[list[str], list[str]]:
-    """``forward``'s parameters and the lines that unpack them: one tensor per input, one dict of them
-    (keyed as Keras's dict of inputs), or one parameter per entry of Keras's nested lists."""
-    if structure is None:
-        return [f"{i}: torch.Tensor" for i in inputs], []
-    lines: list[str] = []
-
-    def unpack(shape: Any, access: str) -> None:
-        if isinstance(shape, int):
-            lines.append(f"{inputs[shape]} = {access}")
-        else:
-            items = shape.items() if isinstance(shape, dict) else enumerate(shape)
-            for key, inner in items:
-                unpack(inner, f"{access}[{literal(key)}]")
-
-    if isinstance(structure, dict):
-        name = identifier("inputs", used)
-        unpack(structure, name)
-        return [f"{name}: dict[str, torch.Tensor]"], lines
-    parameters = []
-    for entry in structure:
-        if isinstance(entry, int):
-            parameters.append(f"{inputs[entry]}: torch.Tensor")
-        else:
-            name = identifier("inputs", used)
-            parameters.append(f"{name}: {'dict' if isinstance(entry, dict) else 'list'}")
-            unpack(entry, name)
-    return parameters, lines
-
-
 def module_lines(
     e: Draft,
     name: str,
@@ -103,8 +73,6 @@ def module_lines(
     results: list[str],
     keras_version: str | None,
     output_structure: Any,
-    parameters: list[str],
-    unpack: list[str],
 ) -> tuple[list[str], int]:
     """The module's lines, and how many of them come before ``forward``'s body (``e.body``)."""
     from attnzoo.version import __version__
@@ -125,7 +93,8 @@ def module_lines(
         '    model.load_state_dict(safetensors.torch.load_file("model.safetensors"))  # the folder\'s weights',
         "    model.eval()  # Keras's inference; model.train() is Keras's training=True",
         "",
-        "Inputs are tensors in the Keras model's input order (integer ids as integer tensors). Each tensor's",
+        "forward takes the Keras model's inputs by name (``model(**inputs)``) or positionally in Keras's",
+        "flat order (a dict's entries by sorted key): tensors, integer ids as integer tensors. Each tensor's",
         "Keras mask is the variable beside it (``x_mask``: bool, True = keep; absent: no mask).",
         "KERAS_NAMES maps each name made up here (the class, the inputs, the layers' outputs) that is not the",
         "Keras file's own to the name it has there, and KERAS_VERSION is the Keras version the file says it",
@@ -144,8 +113,7 @@ def module_lines(
         "        self.layers = nn.ModuleDict()",
         *laid_out(e.init),
         "",
-        *_signature(parameters, annotation),
-        *laid_out(unpack),
+        *_signature([f"{i}: torch.Tensor" for i in inputs], annotation),
         *(["        layers = self.layers"] if names["layers"] else []),
     ]
     return [*head, *laid_out(e.body), *layout(f"return {returns}", "        "), ""], len(head)
