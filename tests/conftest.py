@@ -60,6 +60,27 @@ def run_python(code: str, *, env: dict | None = None, cwd: Path | None = None) -
     )
 
 
+# the prelude of a child that must do without keras, keras_hub and attnzoo (as a served folder's user does)
+WITHOUT_KERAS = """import sys
+for _name in ("keras", "keras_hub", "attnzoo"):
+    sys.modules[_name] = None  # `import keras` raises ImportError from here on
+"""
+
+
+def run_without_keras(code: str, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``code`` (with ``args``) in a fresh interpreter where keras, keras_hub and attnzoo cannot be imported
+    and PYTHONPATH is unset: what transformers loads there, it loads with none of them."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_KERAS + code, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
 def run_cli(*args: str, env: dict | None = None, fresh: bool = False) -> subprocess.CompletedProcess:
     """Run ``attnzoo ARGS`` and return what it printed and its exit status, as a completed process.
 

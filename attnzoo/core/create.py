@@ -275,13 +275,15 @@ def _apply_layouts(model: Any, tensors: Mapping[str, Any]) -> dict[str, Any]:
     return converted
 
 
-def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Tensors and decoded metadata of a weights file or saved folder, its digest verified."""
+def _read_source(path: Path, sha256: str | None) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
+    """Tensors and decoded metadata of a weights file or saved folder, its digest verified, and the files a
+    saved folder's model carries (none for a weights file)."""
+    files: dict[str, bytes] = {}
     if path.is_dir():
-        tensors, meta = folders_io.read_saved_folder(path, sha256)
+        tensors, meta, files = folders_io.read_saved_folder(path, sha256)
     else:
         tensors, meta = weights_io.read_weights(path, sha256=sha256 or folders_io.recorded_digests(path) or None)
-    return tensors, weights_io.decode_metadata(meta, where=path)
+    return tensors, weights_io.decode_metadata(meta, where=path), files
 
 
 def create(
@@ -337,7 +339,8 @@ def create(
     checked = None
     if weights is not None:
         path = folders_io.as_path(weights, "weights= (a .safetensors file or a folder written by attnzoo.save)")
-        loaded = (*_read_source(path, None), path)
+        tensors, meta, _ = _read_source(path, None)  # the weights alone: the files a folder carries stay there
+        loaded = (tensors, meta, path)
     elif wspec is not None:
         from attnzoo.io.sources import resolve_weights
 
@@ -448,18 +451,21 @@ def load(directory_or_file: str | Path, *, device: Any = None, dtype: Any = None
     mode (call ``.train()`` to go on training it).
 
     The name in the file's metadata picks the registered spec. The file's sha256 is checked against its
-    folder's ``config.yaml``, a ``FILE.sha256`` next to it, or ``sha256=``.
+    folder's ``config.yaml``, a ``FILE.sha256`` next to it, or ``sha256=``. The files a folder's model carries
+    beside its weights (a converted keras-hub model's tokenizer) come back as its ``attnzoo_files``.
     """
     path = folders_io.as_path(directory_or_file, "load() (a folder written by attnzoo.save, or a weights file)")
     return _load_folder(path, device=device, dtype=dtype, sha256=sha256, config=None, overrides={})
 
 
 def _load_folder(path: Path, *, device: Any, dtype: Any, sha256: str | None, config: Any, overrides: dict) -> Any:
-    tensors, info = _read_source(path, sha256)
+    tensors, info, files = _read_source(path, sha256)
     if not info["name"] or info["config"] is None:
         raise WeightsError(f"{path}: no attnzoo metadata (name, config); load it with create(NAME, weights=...)")
     spec, tag = REGISTRY.resolve(info["name"])
     info = {**info, "config": current_config(spec.name, info["config"])}  # a 0.1.0 folder's names, today's
     settings = _Settings(config, user_config(config) if config is not None else {}, overrides)
     model = _assemble(spec, tag, None, (tensors, info, path), settings, device=device, dtype=dtype, reset_head=False)
+    if files:  # what the model carried beside its weights (a port's tokenizer), given back for save() to keep
+        model.attnzoo_files = files
     return model.eval() if hasattr(model, "eval") else model

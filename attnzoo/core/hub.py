@@ -1,8 +1,8 @@
 """Saved model folders on the Hugging Face Hub, made local: ``attnzoo.create("hf-hub:org/repo[@rev]")``.
 
 The folder's ``config.yaml`` is fetched again while online (unless the revision is a commit hash) and
-checked before it replaces the cached copy; its ``model.safetensors`` is fetched once into the verified
-cache, against the digest ``config.yaml`` records.
+checked before it replaces the cached copy; its ``model.safetensors`` (and the files its model carries, a
+port's tokenizer) is fetched once into the verified cache, against the digest ``config.yaml`` records.
 """
 
 from __future__ import annotations
@@ -72,9 +72,16 @@ def hub_folder(repo: str) -> Path:
             f"`attnzoo download {HUB_PREFIX}{repo}` where there is a network"
         )
     record = folders_io.read_folder(folder)
-    wspec = WeightsSpec(tag="hub", hf_hub=repo, filename=weights_io.WEIGHTS_FILE, sha256=str(record["sha256"]))
-    cached = fetch(wspec, name=f"{HUB_PREFIX}{repo}")
-    local = folder / weights_io.WEIGHTS_FILE
+    # the weights, then the files the model carries beside them (a port's tokenizer), each against its digest
+    wanted = {weights_io.WEIGHTS_FILE: str(record["sha256"]), **dict(record.get("files") or {})}
+    for filename, digest in wanted.items():
+        wspec = WeightsSpec(tag="hub", hf_hub=repo, filename=filename, sha256=digest)
+        _place(fetch(wspec, name=f"{HUB_PREFIX}{repo}"), folder / filename)
+    return folder
+
+
+def _place(cached: Path, local: Path) -> None:
+    """``local`` made a link to the verified cache's ``cached`` (or a copy where links cannot be made)."""
     if not local.exists() or local.resolve() != cached.resolve():
         local.unlink(missing_ok=True)
         try:
@@ -83,4 +90,3 @@ def hub_folder(repo: str) -> Path:
             import shutil
 
             shutil.copyfile(cached, local)
-    return folder

@@ -1,9 +1,10 @@
 """Saved model folders: ``attnzoo.save(model, DIR)`` and what ``attnzoo.load(DIR)`` reads.
 
 A folder holds ``model.safetensors`` and ``config.yaml``: one record per save (name, factory, config and
-the weights' sha256), the newest last, so that a folder being replaced stays loadable by whichever
-record matches the file. A save never mixes two models' files: the new folder is written beside the old
-one and swapped in; ``model_card=True`` adds a README.md for the Hub.
+the weights' sha256, and the files the model carries beside them, :mod:`attnzoo.io.carried`), the newest
+last, so that a folder being replaced stays loadable by whichever record matches the file. A save never
+mixes two models' files: the new folder is written beside the old one and swapped in; ``model_card=True``
+adds a README.md for the Hub.
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ from attnzoo.io.atomic import (
     locked,
     stage,
     try_flock,
+)
+from attnzoo.io.carried import (
+    FILES_KEY,
+    carried_files,
+    check_recorded_files,
+    clear_dropped_files,
+    commit_files,
+    read_carried_files,
+    refuse_foreign_files,
+    stage_files,
 )
 from attnzoo.io.limits import LIMITS, limit, load_yaml, over_limit, read_bounded
 from attnzoo.io.weights import (
@@ -123,6 +134,7 @@ def parse_folder_records(text: str, where: Any) -> list[dict[str, Any]]:
                 f"{where}: sha256 {record['sha256']!r:.80} is not 64 lower-case hex digits (as sha256sum prints "
                 f"them); the file was edited by hand: restore it"
             )
+        check_recorded_files(record, where)
     return [{k: v for k, v in r.items() if k != "previous"} for r in records]
 
 
@@ -161,9 +173,12 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b) or json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def read_saved_folder(directory: str | Path, sha256: str | None = None) -> tuple[dict[str, Any], dict[str, str]]:
-    """Tensors and metadata of a saved folder, checked against the record of ``config.yaml`` that
-    describes them: its digest, and its name, factory and config against the file's own metadata."""
+def read_saved_folder(
+    directory: str | Path, sha256: str | None = None
+) -> tuple[dict[str, Any], dict[str, str], dict[str, bytes]]:
+    """Tensors, metadata and carried files (:mod:`attnzoo.io.carried`) of a saved folder, checked against the
+    record of ``config.yaml`` that describes them: its digest, and its name, factory and config against the
+    file's own metadata."""
     directory = Path(directory)
     records = folder_records(directory)
     tensors, metadata, actual = read_verified(
@@ -178,7 +193,7 @@ def read_saved_folder(directory: str | Path, sha256: str | None = None) -> tuple
                 f"{_short(record[key])}, the weights were saved with {_short(decoded[key])}; {CONFIG_FILE} was "
                 f"edited by hand or comes from another model: restore it, or save the model again"
             )
-    return tensors, metadata
+    return tensors, metadata, read_carried_files(directory, record)
 
 
 def _short(value: Any, limit: int = 160) -> str:
@@ -199,22 +214,31 @@ def _write_model_files(
     metadata: Mapping[str, str],
     record: dict[str, Any],
     previous: dict[str, Any] | None,
+    files: Mapping[str, bytes],
 ) -> None:
-    """The in-place protocol: weights to a temp file; config.yaml describing both models; the weights
-    renamed into place; config.yaml describing the new one. Every step is one atomic rename."""
+    """The in-place protocol: weights and carried files to temp files; config.yaml describing both models;
+    the weights, then the files, renamed into place; config.yaml describing the new one; the files only the
+    previous model carried removed. Every step is one atomic rename."""
     from safetensors.torch import save_file
 
     tmp = stage(directory / WEIGHTS_FILE, lambda t: save_file(dict(plain), t, metadata=dict(metadata)))
+    staged: dict[str, tuple[str, str]] = {}
     try:
         record["sha256"] = sha256_file(tmp)
+        staged = stage_files(directory, files)
+        if staged:
+            record[FILES_KEY] = {name: digest for name, (_, digest) in staged.items()}
         if previous is not None:  # both models described while the weights are swapped
             both = {**record, "previous": previous}
             atomic_write(directory / CONFIG_FILE, lambda t: Path(t).write_text(_yaml(both)))
     except BaseException:
-        discard(tmp)
+        for path in (tmp, *(t for t, _ in staged.values())):
+            discard(path)
         raise
     commit(tmp, directory / WEIGHTS_FILE)
+    commit_files(directory, staged)
     atomic_write(directory / CONFIG_FILE, lambda t: Path(t).write_text(_yaml(record)))
+    clear_dropped_files(directory, previous, record)
 
 
 def _visible(directory: Path) -> list[str]:
@@ -265,7 +289,9 @@ def model_card_text(record: Mapping[str, Any], provenance: Mapping[str, Any] | N
 def save(model: Any, directory: str | Path, *, overwrite: bool = False, model_card: bool = False) -> Path:
     """Save a model built by ``attnzoo.create`` (or ``attnzoo.load``) to a folder.
 
-    The folder gets ``model.safetensors`` (config and provenance in its metadata) and ``config.yaml``.
+    The folder gets ``model.safetensors`` (config and provenance in its metadata) and ``config.yaml``, and
+    the files the model carries (its ``attnzoo_files``: a converted keras-hub model's tokenizer), named with
+    their sha256 in the record; a file of the same name that the folder's model did not write is refused.
     A folder that already holds a model is refused unless ``overwrite=True``, and so is a non-empty
     folder of other files (with ``overwrite=True`` those files are left alone). Nothing a user saved is
     replaced without being asked.
@@ -316,9 +342,10 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False, model_ca
     extra = dict(getattr(model, "attnzoo_metadata", None) or {})
     metadata = encode_metadata(info["name"], info["factory"], info["config"], extra)
     plain = plain_tensors(state)
+    files = carried_files(model)
     record = {"name": info["name"], "factory": info["factory"], "config": dict(info["config"])}
     if not directory.exists() or not _visible(directory):
-        if _save_new_folder(directory, plain, metadata, record):
+        if _save_new_folder(directory, plain, metadata, record, files):
             if model_card:
                 _write_card(directory, record, extra)
             return directory
@@ -340,7 +367,8 @@ def save(model: Any, directory: str | Path, *, overwrite: bool = False, model_ca
                 previous = read_folder(directory)
             except WeightsError:
                 previous = None  # an unreadable config.yaml protects nothing
-        _write_model_files(directory, plain, metadata, record, previous)
+        refuse_foreign_files(directory, files, previous)
+        _write_model_files(directory, plain, metadata, record, previous, files)
         if model_card:
             _write_card(directory, record, extra)
     return directory
@@ -354,7 +382,11 @@ def _write_card(directory: Path, record: Mapping[str, Any], extra: Mapping[str, 
 
 
 def _save_new_folder(
-    directory: Path, plain: Mapping[str, Any], metadata: Mapping[str, str], record: dict[str, Any]
+    directory: Path,
+    plain: Mapping[str, Any],
+    metadata: Mapping[str, str],
+    record: dict[str, Any],
+    files: Mapping[str, bytes],
 ) -> bool:
     """Write the model into a temporary folder beside ``directory`` and rename it into place. False when
     ``directory`` gained files meanwhile (another saver won); the temporary folder is then removed."""
@@ -369,7 +401,7 @@ def _save_new_folder(
     try:
         if fd is not None:
             try_flock(fd, blocking=True)  # marks it live; the lock moves with the folder when renamed
-        _write_model_files(tmp, plain, metadata, record, None)
+        _write_model_files(tmp, plain, metadata, record, None, files)
         fsync_dir(tmp)
         try:
             os.rename(tmp, directory)  # replaces a missing or empty folder, atomically

@@ -5,14 +5,16 @@ come from a stranger (a shared folder, a Hub repository). Each is read under the
 one is refused with an error naming the file, the limit, the value found and the environment variable
 that raises it:
 
-=============================  ==============  ==========================================================
-variable                       default         what it bounds
-=============================  ==============  ==========================================================
-``ATTNZOO_MAX_CONFIG_BYTES``   33,554,432      bytes of a config.yaml, card, config or recipe (32 MiB)
-``ATTNZOO_MAX_DEPTH``          100             levels a YAML or JSON value nests (attnzoo writes < 20)
-``ATTNZOO_MAX_GRAPH_NODES``    6,000           layers plus calls of a converted Keras graph (loads in seconds)
-``ATTNZOO_MAX_DOWNLOAD_BYTES`` 17,179,869,184  bytes of a download whose card states no ``file_size``
-=============================  ==============  ==========================================================
+===============================  ==============  ======================================================================
+variable                         default         what it bounds
+===============================  ==============  ======================================================================
+``ATTNZOO_MAX_CONFIG_BYTES``     33,554,432      bytes of a config.yaml, card, config or recipe (32 MiB)
+``ATTNZOO_MAX_DEPTH``            100             levels a YAML or JSON value nests (attnzoo writes < 20)
+``ATTNZOO_MAX_GRAPH_NODES``      6,000           layers plus calls of a converted Keras graph (loads in seconds)
+``ATTNZOO_MAX_DOWNLOAD_BYTES``   17,179,869,184  bytes of a download whose card states no ``file_size``
+``ATTNZOO_MAX_TOKENIZER_BYTES``  268,435,456     bytes of a tokenizer's vocabulary, merges or SentencePiece model, or
+                                                 of a port's ``tokenizer.json`` (256 MiB; a 262,144-token one is ~35 MB)
+===============================  ==============  ======================================================================
 
 Sizes are read one byte past the limit, so the limit can fire; depth is counted on the YAML parser's event
 stream (PyYAML's C parser, which keeps its own stack) or on JSON's brackets before the recursive parse, so
@@ -38,6 +40,7 @@ LIMITS: dict[str, tuple[int, str]] = {
     "ATTNZOO_MAX_DEPTH": (100, "levels of nesting"),
     "ATTNZOO_MAX_GRAPH_NODES": (6_000, "layers and calls"),
     "ATTNZOO_MAX_DOWNLOAD_BYTES": (16 << 30, "bytes"),
+    "ATTNZOO_MAX_TOKENIZER_BYTES": (256 << 20, "bytes"),
 }
 
 

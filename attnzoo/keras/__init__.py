@@ -17,16 +17,24 @@ A keras-hub model (a Backbone, a causal LM, a classifier) becomes a folder trans
     from attnzoo.keras import to_transformers
     to_transformers("gpt2_causal_lm.keras", "gpt2-hf")   # config.json, generation_config.json, safetensors
 
+A keras-hub preset folder's tokenizer goes with its model (``tokenizers``, the ``tokenizers`` extra)::
+
+    model = convert_keras_model("gpt2_preset")         # save_to_preset of the task with its preprocessor
+    model(model.tokenize(["Hello"]))                   # keras-hub's token_ids and padding_mask
+    tokenizer = keras_hub_tokenizer("gpt2_preset")     # the tokenizer alone
+
 Needs ``h5py`` (the ``keras`` extra); Keras itself is never imported, nor transformers to write a folder.
 """
 
 from attnzoo.keras.convert import ConversionReport, UnsupportedKerasLayerError, convert_keras_model
+from attnzoo.keras.hub_tokenizers.preset import keras_hub_tokenizer
 from attnzoo.keras.importer import keras_layers_in, load_keras_arrays, load_keras_weights
 from attnzoo.keras.transformers_folder import to_transformers
 
 __all__ = [
     "convert_keras_model",
     "to_transformers",
+    "keras_hub_tokenizer",
     "load_keras_weights",
     "load_keras_arrays",
     "keras_layers_in",

@@ -36,6 +36,7 @@ from attnzoo.keras.dtypes import HeldDtypes, check_dtype
 from attnzoo.keras.files import KerasFile, Variables, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
 from attnzoo.keras.hub_families import backbone_arguments, is_keras_hub_model
+from attnzoo.keras.hub_tokenizers.preset import carried_tokenizer
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.model import KerasModel
 from attnzoo.keras.nodes import INTEGER_DTYPES
@@ -383,6 +384,7 @@ def logits_model(model: KerasModel) -> KerasModel:
     logits = _built(config, state, model.graph.get("name", "keras_model"))
     logits.attnzoo_metadata = {**model.attnzoo_metadata, "keras": report.to_dict()}
     logits.keras_report = report
+    logits.tokenizer = model.tokenizer
     return logits.train(model.training)
 
 
@@ -433,4 +435,5 @@ def convert_keras_model(
     model = _built(config, state, path)
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report
+    model.tokenizer = carried_tokenizer(path)  # a preset folder's tokenizer goes with its model
     return model.eval()

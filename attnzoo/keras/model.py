@@ -76,13 +76,15 @@ from attnzoo.keras.masks import call_masks
 from attnzoo.keras.materialised import refuse_meta_left
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.policy import set_compute_dtypes
+from attnzoo.keras.tokenizer import CarriesTokenizer
 from attnzoo.keras.torch_layers import KerasAugmentation
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
 
-class KerasModel(nn.Module):
-    """A Keras model converted by :func:`attnzoo.keras.convert_keras_model` (see the module docstring)."""
+class KerasModel(CarriesTokenizer, nn.Module):
+    """A Keras model converted by :func:`attnzoo.keras.convert_keras_model` (see the module docstring); a
+    keras-hub model converted from a preset folder carries its tokenizer (:class:`CarriesTokenizer`)."""
 
     name = "keras_model"
     # attnzoo.load keeps the dtype the weights were saved in: the Keras file's (a bfloat16 port stays bfloat16)

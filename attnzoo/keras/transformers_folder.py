@@ -8,7 +8,9 @@ The folder holds what ``save_pretrained`` writes: ``config.json`` (``architectur
 (:mod:`attnzoo.io.shards`). What each family writes is its own file's :class:`TransformersForm`
 (:mod:`attnzoo.keras.transformers_form`), registered with ``@keras_hub_model(..., transformers=...)``; a
 class with no exact transformers equivalent is refused before anything is written. The tokenizer goes
-through one seam, :func:`attnzoo.keras.transformers_tokenizer.write_tokenizer`.
+through one seam, :func:`attnzoo.keras.transformers_tokenizer.write_tokenizer`: the one the converted model
+carries (or ``preset=``'s), as ``tokenizer.json``, ``tokenizer_config.json`` and ``special_tokens_map.json``,
+its special token ids in config.json.
 
 The folder is written beside its target and renamed into place when complete (:func:`attnzoo.io.atomic.new_folder`):
 a failure leaves no half-written folder, and a folder holding files is replaced only with ``overwrite=True``.
@@ -150,7 +152,8 @@ def to_transformers(
     ``"bfloat16"``, ``"float16"``); ``None`` keeps the model's own. ``max_shard_size``: bytes per
     safetensors file (``"5GB"``, ``"500MB"``, an int); more weights than that are sharded with an index.
     ``overwrite``: replace a folder that holds files (as a whole). ``preset``: the preset folder whose
-    tokenizer goes with a converted ``source`` (a preset path as ``source`` is its own).
+    tokenizer goes with a converted ``source`` (a model converted from a preset folder carries its own; a
+    preset path as ``source`` is its own).
 
     Refused with an :class:`~attnzoo.errors.ExportError` naming the class: a model of a keras-hub class
     with no exact transformers equivalent (a ViT without a class token, a classifier whose logits pass
@@ -166,8 +169,9 @@ def to_transformers(
     form, hub = hub_source(model)
     architecture = form.architecture(hub)
     written = target or _model_dtype(hub.state)
+    carried = getattr(model, "tokenizer", None)  # the model's own (converted from its preset) unless told
     with new_folder(path, overwrite=overwrite) as tmp:
-        tokenizer = write_tokenizer(folder, tmp)
+        tokenizer = write_tokenizer(carried if carried is not None and preset is None else folder, tmp)
         hub = replace(hub, special=dict(tokenizer.special))
         config = {"architectures": [architecture], "model_type": form.model_type, **form.config(hub)}
         config["dtype"] = config["torch_dtype"] = str(written).removeprefix("torch.")

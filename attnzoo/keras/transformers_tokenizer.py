@@ -1,22 +1,40 @@
-"""The tokenizer's seam in the Hugging Face door: what a converted preset folder's tokenizer becomes.
+"""The tokenizer's seam in the Hugging Face door: a converted keras-hub model's tokenizer written as the
+files ``transformers.AutoTokenizer`` loads (:func:`write_tokenizer`).
 
-A folder keras-hub's ``save_to_preset`` wrote for a model with its tokenizer holds ``tokenizer.json``
-(keras-hub's own config of its tokenizer class, not the ``tokenizers`` library's file of that name) and the
-vocabulary under ``assets/tokenizer/``. The Hugging Face folder should hold transformers' ``tokenizer.json``
-(and its special token ids in config.json). :func:`write_tokenizer` is the one function the door calls for
-it; no keras-hub tokenizer converts yet, so today it writes nothing and says why (:class:`TokenizerWritten`),
-and the door warns when a preset held a tokenizer that was left behind. The converter, when it comes, fills
-this function in: nothing else of the door changes.
+The tokenizer is the one the model carries (:class:`~attnzoo.keras.tokenizer.PortTokenizer`, converted from
+its preset folder) or a preset folder's (``tokenizer.json``, keras-hub's own config of its tokenizer, and
+``assets/tokenizer/``). The folder gets:
+
+* ``tokenizer.json``: the ``tokenizers`` library's file, the port's own, whose ids are keras-hub's; its
+  post-processor adds the start token as keras-hub's preprocessor does (and a classifier's end token), so
+  ``tokenizer(texts)`` (``add_special_tokens=True``, transformers' default) gives keras-hub's rows before
+  padding, and ``add_special_tokens=False`` the bare tokens;
+* ``tokenizer_config.json``: ``tokenizer_class`` ``PreTrainedTokenizerFast`` (it runs ``tokenizer.json`` as it
+  is; a family's own class may rebuild the pipeline from its vocabulary), the special tokens the tokenizer
+  holds as special, ``model_max_length`` (the preprocessor's ``sequence_length``), ``model_input_names``
+  (``token_type_ids`` where the model takes segment ids), and ``split_special_tokens``: true where keras-hub
+  reads ``<s>`` in a text as text (SentencePiece, WordPiece), false where it finds its unsplittable tokens
+  whole (byte-level BPE);
+* ``special_tokens_map.json``: those special tokens again.
+
+A causal LM whose keras-hub class pads with id 0 without a pad token (GPT-2, Llama 3, Qwen, ...) names no
+pad token: ``tokenizer.pad_token = tokenizer.eos_token`` before padding, as such models' Hugging Face
+tokenizers ask. config.json gets the ids (:attr:`TokenizerWritten.special`): ``bos_token_id`` and
+``eos_token_id`` (a causal LM's start and end), ``pad_token_id`` (keras-hub's pad id).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["TokenizerWritten", "tokenizer_assets", "write_tokenizer", "KERAS_HUB_TOKENIZER"]
+from attnzoo.errors import ConfigError, WeightsError
+from attnzoo.keras.hub_tokenizers.preset import keras_hub_tokenizer, preset_tokenizer_files
+from attnzoo.keras.tokenizer import PortTokenizer
 
-KERAS_HUB_TOKENIZER = ("tokenizer.json", "assets/tokenizer")  # what save_to_preset writes for a tokenizer
+__all__ = ["TokenizerWritten", "tokenizer_assets", "write_tokenizer", "hugging_face_files", "special_ids"]
 
 
 @dataclass(frozen=True)
@@ -32,21 +50,72 @@ class TokenizerWritten:
 
 def tokenizer_assets(preset: Path | None) -> list[str]:
     """The tokenizer files of a keras-hub preset folder (none for a ``.keras`` file or ``None``)."""
-    if preset is None or not preset.is_dir():
-        return []
-    return [name for name in KERAS_HUB_TOKENIZER if (preset / name).exists()]
+    return preset_tokenizer_files(preset)
 
 
-def write_tokenizer(preset_folder: Path | None, directory: Path) -> TokenizerWritten:
-    """Write the preset's tokenizer into the Hugging Face folder ``directory`` as transformers' files.
+def special_ids(tokenizer: PortTokenizer) -> dict[str, int]:
+    """config.json's special token ids: a causal LM's start and end tokens, and the pad id."""
+    record = tokenizer.preprocessing
+    found = {"pad_token_id": record.pad_token_id}
+    if record.task == "causal_lm":
+        for key, value in (("bos_token_id", record.start_token_id), ("eos_token_id", record.end_token_id)):
+            if value is not None:
+                found[key] = value
+    return found
 
-    Today no keras-hub tokenizer converts: nothing is written, and where the preset holds a tokenizer the
-    result says so in ``missing``."""
-    found = tokenizer_assets(preset_folder)
+
+def _json(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def hugging_face_files(tokenizer: PortTokenizer) -> dict[str, bytes]:
+    """The files transformers' ``AutoTokenizer`` loads (the module docstring): name -> bytes."""
+    record = tokenizer.preprocessing
+    names = ["input_ids", "attention_mask"]
+    if record.segment_ids:
+        names.insert(1, "token_type_ids")
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        **record.special_tokens,
+        "model_max_length": record.sequence_length,
+        "model_input_names": names,
+        "split_special_tokens": record.split_special_tokens,
+        "padding_side": "right",
+        "truncation_side": "right",
+        "clean_up_tokenization_spaces": False,
+        "keras_hub_tokenizer": record.tokenizer_class,
+        "keras_hub_preprocessor": record.preprocessor_class,
+    }
+    return {
+        "tokenizer.json": tokenizer.tokenizer_json,
+        "tokenizer_config.json": _json(config),
+        "special_tokens_map.json": _json(dict(record.special_tokens)),
+    }
+
+
+def _tokenizer(source: Path | PortTokenizer | None) -> tuple[PortTokenizer | None, str]:
+    """The tokenizer to write, or why there is none ("" where the source holds no tokenizer)."""
+    if source is None or isinstance(source, PortTokenizer):
+        return source, ""
+    found = preset_tokenizer_files(Path(source))
     if not found:
-        return TokenizerWritten()
-    return TokenizerWritten(
-        missing=f"{preset_folder} holds a keras-hub tokenizer ({', '.join(found)}), but attnzoo does not convert "
-        f"keras-hub tokenizers yet: tokenizer.json is not written; save the tokenizer transformers' way beside "
-        f"the model (the special token ids in config.json are left unset)"
-    )
+        return None, ""
+    try:
+        return keras_hub_tokenizer(Path(source)), ""
+    except (ConfigError, WeightsError) as e:
+        return None, f"{source} holds a keras-hub tokenizer ({', '.join(found)}) that is not written: {e}"
+
+
+def write_tokenizer(source: Path | PortTokenizer | None, directory: Path) -> TokenizerWritten:
+    """Write a tokenizer into the Hugging Face folder ``directory`` as transformers' files.
+
+    ``source``: the tokenizer a converted model carries, or a keras-hub preset folder (``None``, or a folder
+    without a tokenizer, writes nothing). A preset's tokenizer that does not convert is left behind, and the
+    result says why in ``missing`` (the door warns)."""
+    tokenizer, missing = _tokenizer(source)
+    if tokenizer is None:
+        return TokenizerWritten(missing=missing)
+    files = hugging_face_files(tokenizer)
+    for name, data in files.items():
+        (Path(directory) / name).write_bytes(data)
+    return TokenizerWritten(files=tuple(files), special=special_ids(tokenizer))
