@@ -37,7 +37,7 @@ from .test_sources import server  # noqa: F401 - the local Hub of test_sources, 
 LM = ROOT / "tests" / "data" / "keras_hub_lm"
 TOKENIZERS = ROOT / "tests" / "data" / "keras_hub_tokenizers"
 FAMILIES = sorted(p.name for p in LM.iterdir() if p.is_dir())
-# what differs from keras-hub on the hard texts, and why (docs/keras-hub.md says the same)
+# what differs from keras-hub on the hard texts, and why (docs/keras-hub-tokenizer.md says the same)
 KNOWN = {"bert": {"é" * 60: "120 bytes in 60 characters: keras-hub's word limit counts bytes, tokenizers' characters"}}
 
 
@@ -121,7 +121,7 @@ def _score(path: Path, ids: list[int]) -> float:
 def test_sentencepiece_bpe_gives_sentencepiece_s_ids_but_for_a_special_piece_s_text_between_user_pieces(case):
     """Byte fallback, nmt_nfkc, extra whitespace removed, user-defined pieces with and without a dummy
     prefix: SentencePiece's own ids on 1,243 texts, but where a stretch between two user-defined pieces is
-    exactly a control, unknown or byte piece's text (a dummy prefix's case; docs/keras-hub.md)."""
+    exactly a control, unknown or byte piece's text (a dummy prefix's case; docs/keras-hub-tokenizer.md)."""
     path = TOKENIZERS / "spm" / f"{case}.spm"
     tokenizer, model = sentencepiece_tokenizer(path)
     tokenizer.encode_special_tokens = True
@@ -423,8 +423,7 @@ def test_a_class_of_the_table_without_a_fixture_reads_as_its_kin(family, kin, pr
 def test_the_docs_table_names_every_tokenizer_class_that_converts():
     from attnzoo.keras.hub_tokenizers.classes import TOKENIZER_CLASSES
 
-    text = (ROOT / "docs" / "keras-hub.md").read_text()
-    section = text[text.index("## The tokenizer") : text.index("## keras-hub's layers")]
+    section = (ROOT / "docs" / "keras-hub-tokenizer.md").read_text()
     table = [line for line in section.splitlines() if line.startswith("| `")]
     named = set(re.findall(r"`(\w+Tokenizer)`", "\n".join(table)))
     assert named == set(TOKENIZER_CLASSES)
