@@ -57,7 +57,9 @@ def close(got: np.ndarray, want: np.ndarray, what: str) -> None:
     assert got.shape == want.shape, what
     worst = float(np.abs(got - want).max())
     print(f"{what}: max difference {worst:.3g}")  # shown with -s: the measurements the docs quote
-    assert worst <= TOLERANCE, f"{what}: max difference {worst:.3g}"
+    # 1e-5 at the logits' scale (up to 7 here): float32 sums in another order differ by a few ulps of 7 per layer
+    bound = TOLERANCE * max(1.0, float(np.abs(want).max()))
+    assert worst <= bound, f"{what}: max difference {worst:.3g} (bound {bound:.3g})"
 
 
 def edited_preset(tmp_path, family: str, folder: str, **changes):
