@@ -136,6 +136,14 @@ def _meta_s_apply_scaling(theta: list[float], factor: float, low: float, high: f
     return out
 
 
+def test_llama_s_position_scaling_factor_is_not_applied_as_keras_hub_applies_none(tmp_path):
+    """keras-hub 0.32's LlamaRotaryEmbedding computes its frequencies in its own ``_get_inverse_freq``, which
+    never reads ``rope_position_scaling_factor``: Keras's logits with a factor of 4 are its logits with 1
+    (checked once with keras-hub: 3.6e-6 apart, Keras's own rerun noise), and so are the converted model's."""
+    folder = edited_preset(tmp_path, "llama3", "causal_lm_preset", rope_position_scaling_factor=4.0)
+    close(run(convert_keras_model(folder), "llama3", "right"), expected("llama3")["right/logits"], "llama3 scaled")
+
+
 def test_llama3_divisors_give_the_reference_frequencies_in_every_band():
     """head_dim 16, wavelength 10 000, factor 8, low 1, high 4, length 64 put the 8 frequencies in all three
     bands (high, smoothed, low); θ_j / divisor_j is the reference's adjusted frequency."""

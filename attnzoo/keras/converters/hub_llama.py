@@ -14,8 +14,10 @@ Llama 3.1's frequency adjustment (``rope_frequency_adjustment_factor`` f, ``rope
 ``rope_high_freq_factor`` h, ``rope_pretraining_sequence_length`` L), as keras-hub's ``LlamaRotaryEmbedding``
 computes it: with θ_j and its wavelength ``λ_j = 2π / θ_j``, θ_j / f where ``λ_j > L / l``, θ_j where
 ``λ_j < L / h``, and between them ``(1 - s) θ_j / f + s θ_j`` with ``s = (L / λ_j - l) / (h - l)``
-(:func:`llama3_divisors`). A position scaling factor other than 1 is refused by name
-(:mod:`attnzoo.keras.converters.hub_llama3` registers Llama 3's classes).
+(:func:`llama3_divisors`). ``rope_position_scaling_factor`` is not applied: keras-hub 0.32's
+``LlamaRotaryEmbedding`` passes it to its base class as the linear scaling factor, but computes its
+frequencies in its own ``_get_inverse_freq``, which never reads it, so Keras's outputs do not depend on it
+(the conversion notes it). :mod:`attnzoo.keras.converters.hub_llama3` registers Llama 3's classes.
 
 Hugging Face form (:data:`LLAMA`): ``LlamaModel`` and ``LlamaForCausalLM``. keras-hub's rotary embedding
 turns the two halves of each head (transformers' ``rotate_half``), so the query and key kernels go as they
@@ -229,9 +231,10 @@ def convert_llama_decoder(record, arrays, ctx):
     adjustment = {name: c.get(name) for name in LLAMA_31}
     if any(v is not None for v in adjustment.values()):
         _check_adjustment(adjustment)
+    notes = ["keras-hub LlamaTransformerDecoder: RMSNorm, grouped-query attention, SwiGLU"]
     scaling = c.get("rope_position_scaling_factor", c.get("rope_scaling_factor", 1.0))
-    if scaling not in (None, 1, 1.0):
-        raise Refused(f"rope_position_scaling_factor={scaling!r} is not supported (only 1.0)")
+    if scaling not in (None, 1, 1.0):  # keras-hub's LlamaRotaryEmbedding computes its frequencies without it
+        notes.append(f"rope_position_scaling_factor={scaling!r} is not applied, as keras-hub 0.32 applies none")
     sizes, state = rotary_decoder_parts(dict(zip(LLAMA_ROLES, arrays, strict=True)), "a Llama attention")
     if "head_dim" in sizes:
         raise Refused(f"attention kernels {[list(a.shape) for a in arrays[1:5]]} are not a Llama attention's")
@@ -244,7 +247,7 @@ def convert_llama_decoder(record, arrays, ctx):
     }
     if adjustment["rope_frequency_adjustment_factor"] is not None:
         spec.update(adjustment)
-    return Converted(spec, state, ["keras-hub LlamaTransformerDecoder: RMSNorm, grouped-query attention, SwiGLU"])
+    return Converted(spec, state, notes)
 
 
 # -- the family's Hugging Face form -------------------------------------------------------------------------
