@@ -221,6 +221,17 @@ def test_the_preset_folders_give_keras_s_outputs(family):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("family", ("llama3", "mistral"))
+def test_a_converted_preset_tokenizes_as_keras_hub_s_preprocessor(family):
+    """The causal LM preset's tokenizer travels with the port (Llama 3's byte-level BPE, Mistral's
+    SentencePiece): ``model.tokenize`` gives the preprocessor's ids and masks on the 200 texts."""
+    e = expected(family)
+    out = converted(family, "causal_lm_preset").tokenize([str(t) for t in e["tokenizer/texts"]])
+    np.testing.assert_array_equal(out["token_ids"].numpy(), e["tokenizer/token_ids"])
+    np.testing.assert_array_equal(out["padding_mask"].numpy(), e["tokenizer/padding_mask"])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_saved_and_loaded_causal_lm_gives_keras_s_logits_and_greedy_tokens(tmp_path, family):
     check_saved_and_loaded(tmp_path / "saved", family, LOGITS_TOLERANCE.get(family, TOLERANCE))
