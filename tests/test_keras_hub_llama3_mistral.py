@@ -27,7 +27,8 @@ import torch
 
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
-from attnzoo.keras.converters.hub_llama import llama3_divisors
+from attnzoo.errors import ConfigError
+from attnzoo.keras.converters.hub_llama import HubLlamaDecoder, llama3_divisors
 
 from .test_keras_hub_qwen_phi3 import (
     DATA,
@@ -209,6 +210,14 @@ def test_a_bfloat16_llama3_converts_to_bfloat16_within_keras_s_own_bfloat16_roun
 def test_options_not_computed_are_refused_by_name(tmp_path, family, changes, message):
     line = _refusal(edited_preset(tmp_path, family, "backbone_preset", **changes))
     assert message in line, line
+
+
+def test_a_decoder_node_given_part_of_llama_3_1_s_adjustment_is_refused():
+    """A node built from hand-written data (a saved port's edited config) takes the four arguments all or none."""
+    with pytest.raises(ConfigError, match=r"Llama 3.1's rope_frequency_adjustment_factor, .* are given all or none"):
+        HubLlamaDecoder(
+            hidden=32, intermediate_dim=64, num_query_heads=4, num_key_value_heads=2, rope_low_freq_factor=1.0
+        )
 
 
 # -- the slow tier: preset folders, save and load ----------------------------------------------------------

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnzoo.errors import ConfigError
 from attnzoo.keras.arguments import as_tensor, expect_variables
 from attnzoo.keras.codegen import literal
 from attnzoo.keras.converters.hub_rotary import (
@@ -159,6 +160,10 @@ class HubLlamaDecoder(RotaryDecoder):
         if None not in adjustment:
             d = head_dim or hidden // num_query_heads
             self.scaling = llama3_divisors(d, rope_max_wavelength, *adjustment)  # type: ignore[arg-type]
+        elif any(value is not None for value in adjustment):
+            raise ConfigError(
+                f"HubLlamaDecoder: Llama 3.1's {', '.join(LLAMA_31)} are given all or none, got {adjustment}"
+            )
         self._build(
             hidden,
             intermediate_dim,
