@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 import torch
 
+from attnzoo.errors import ConfigError
 from attnzoo.keras import convert_keras_model
 from attnzoo.keras.convert import UnsupportedKerasLayerError
-from attnzoo.errors import ConfigError
 from attnzoo.keras.converters.hub_llama import HubLlamaDecoder, llama3_divisors
 
 from .test_keras_hub_qwen_phi3 import (
