@@ -58,21 +58,18 @@ def test_rotary_positions_are_keras_hubs_halves_written_out():
     np.testing.assert_allclose(rotate(x, 3, 100.0).flatten().numpy(), want, atol=1e-6)
 
 
-def test_llama_3_1_frequency_adjustment_is_refused_by_name(tmp_path):
+def test_llama_3_1_frequency_adjustment_given_in_part_is_refused_by_name(tmp_path):
+    """keras-hub's LlamaRotaryEmbedding takes all four of Llama 3.1's arguments or none (the whole adjustment is
+    checked against Keras in tests/test_keras_hub_llama3_mistral.py)."""
     preset = tmp_path / "llama_preset"
     shutil.copytree(DATA / "llama_preset", preset)
     config = json.loads((preset / "config.json").read_text())
-    config["config"].update(
-        rope_low_freq_factor=1.0,
-        rope_high_freq_factor=4.0,
-        rope_frequency_adjustment_factor=8.0,
-        rope_pretraining_sequence_length=8192,
-    )
+    config["config"].update(rope_low_freq_factor=1.0, rope_high_freq_factor=4.0, rope_frequency_adjustment_factor=8.0)
     (preset / "config.json").write_text(json.dumps(config))
     with pytest.raises(UnsupportedKerasLayerError) as info:
         convert_keras_model(preset)
     line = next(line for line in str(info.value).splitlines() if line.startswith("  transformer_layer_0"))
-    assert "rope_low_freq_factor=1.0 (Llama 3.1's frequency adjustment) is not supported" in line
+    assert "rope_pretraining_sequence_length=None" in line and "or none of them" in line
 
 
 @pytest.mark.parametrize("file", ["llama_causal_lm.keras", "llama_causal_lm_preset"])

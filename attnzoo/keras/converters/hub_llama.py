@@ -10,8 +10,14 @@
   read (a left-padded position) gets the mean of every value, as keras's fused attention gives it
   (:func:`attnzoo.layers.attend.keras_attention`).
 
-Llama 3.1's frequency adjustment (``rope_low_freq_factor`` and the rest) and a position scaling factor
-other than 1 are refused by name here (:mod:`attnzoo.keras.converters.hub_llama3` converts Llama 3's).
+Llama 3.1's frequency adjustment (``rope_frequency_adjustment_factor`` f, ``rope_low_freq_factor`` l,
+``rope_high_freq_factor`` h, ``rope_pretraining_sequence_length`` L), as keras-hub's ``LlamaRotaryEmbedding``
+computes it: with θ_j and its wavelength ``λ_j = 2π / θ_j``, θ_j / f where ``λ_j > L / l``, θ_j where
+``λ_j < L / h``, and between them ``(1 - s) θ_j / f + s θ_j`` with ``s = (L / λ_j - l) / (h - l)``
+(:func:`llama3_divisors`). ``rope_position_scaling_factor`` is not applied: keras-hub 0.32's
+``LlamaRotaryEmbedding`` passes it to its base class as the linear scaling factor, but computes its
+frequencies in its own ``_get_inverse_freq``, which never reads it, so Keras's outputs do not depend on it
+(the conversion notes it). :mod:`attnzoo.keras.converters.hub_llama3` registers Llama 3's classes.
 
 Hugging Face form (:data:`LLAMA`): ``LlamaModel`` and ``LlamaForCausalLM``. keras-hub's rotary embedding
 turns the two halves of each head (transformers' ``rotate_half``), so the query and key kernels go as they
@@ -20,16 +26,18 @@ are, with no permutation of their rows; ``rope_theta`` is ``rope_max_wavelength`
 [V, D], a tied one (no reverse table: ``tie_word_embeddings``) writes no head. keras-hub's Llama has no
 largest position (its rotary embedding has none): config.json says :data:`LLAMA_MAX_POSITIONS`, Llama 2's
 context, which transformers' default rotary embedding does not depend on; set your own where a server reads
-it as the longest sequence.
+it as the longest sequence. Llama 3.1's adjustment is transformers' ``llama3`` rope (:func:`llama_config`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
 
+from attnzoo.errors import ConfigError
 from attnzoo.keras.arguments import as_tensor, expect_variables
 from attnzoo.keras.codegen import literal
 from attnzoo.keras.converters.hub_rotary import (
@@ -50,10 +58,14 @@ from attnzoo.keras.transformers_form import HubSource, TransformersForm
 __all__ = [
     "HubRMSNorm",
     "HubLlamaDecoder",
+    "llama3_divisors",
     "LLAMA_ORDER",
+    "LLAMA_ROLES",
+    "LLAMA_31",
     "llama_graph",
     "LLAMA",
     "LLAMA_MAX_POSITIONS",
+    "llama_config",
 ]
 
 
@@ -96,9 +108,26 @@ def write_rms_norm(w: Writer, spec: dict[str, Any]) -> bool:
     return True
 
 
+def llama3_divisors(
+    head_dim: int, wavelength: float, factor: float, low: float, high: float, original: int
+) -> tuple[float, ...]:
+    """Llama 3.1's frequency adjustment as keras-hub's ``LlamaRotaryEmbedding`` computes it (the module
+    docstring), in float32: the d / 2 numbers each rotary frequency θ_j = wavelength^(-2j/d) is divided by
+    (f for the low frequencies, 1 for the high ones, ``1 / ((1 - s) / f + s)`` between)."""
+    steps = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu")  # numbers, even while built on meta
+    inverse = 1.0 / wavelength ** (steps / head_dim)
+    length = 2 * math.pi / inverse
+    smooth = (original / length - low) / (high - low)
+    divisor = torch.where(length > original / low, factor, 1.0)
+    medium = (length >= original / high) & (length <= original / low)
+    divisor = torch.where(medium, 1.0 / ((1 - smooth) / factor + smooth), divisor)
+    return tuple(float(x) for x in divisor)
+
+
 class HubLlamaDecoder(RotaryDecoder):
-    """``keras_hub``'s ``LlamaTransformerDecoder`` (:class:`RotaryDecoder`), and the decoders written alike:
-    Qwen2's (``attention_bias``), Qwen3's (``head_dim``, ``query_key_norm``), Phi-3's (``feedforward_dropout``)."""
+    """``keras_hub``'s ``LlamaTransformerDecoder`` (:class:`RotaryDecoder`; Llama 3.1's frequency adjustment
+    where its four ``rope_*`` arguments are given), and the decoders written alike: Qwen2's
+    (``attention_bias``), Qwen3's (``head_dim``, ``query_key_norm``), Phi-3's (``feedforward_dropout``)."""
 
     op = "keras_hub_llama_decoder"
 
@@ -116,8 +145,25 @@ class HubLlamaDecoder(RotaryDecoder):
         attention_bias: bool = False,
         query_key_norm: float | None = None,
         feedforward_dropout: float = 0.0,
+        rope_frequency_adjustment_factor: float | None = None,
+        rope_low_freq_factor: float | None = None,
+        rope_high_freq_factor: float | None = None,
+        rope_pretraining_sequence_length: int | None = None,
     ) -> None:
         super().__init__()
+        adjustment = (
+            rope_frequency_adjustment_factor,
+            rope_low_freq_factor,
+            rope_high_freq_factor,
+            rope_pretraining_sequence_length,
+        )
+        if None not in adjustment:
+            d = head_dim or hidden // num_query_heads
+            self.scaling = llama3_divisors(d, rope_max_wavelength, *adjustment)  # type: ignore[arg-type]
+        elif any(value is not None for value in adjustment):
+            raise ConfigError(
+                f"HubLlamaDecoder: Llama 3.1's {', '.join(LLAMA_31)} are given all or none, got {adjustment}"
+            )
         self._build(
             hidden,
             intermediate_dim,
@@ -146,7 +192,35 @@ LLAMA_ORDER = (
     "_feedforward_intermediate_dense",
     "_feedforward_output_dense",
 )
-_LLAMA_31 = ("rope_low_freq_factor", "rope_high_freq_factor", "rope_frequency_adjustment_factor")
+# the variables of a Llama decoder in LLAMA_ORDER, by rotary_decoder_parts' roles (Mistral's alike)
+LLAMA_ROLES = ("attention_norm", "query", "key", "value", "output_dense", "feedforward_norm", "gate", "up", "down")
+# Llama 3.1's frequency adjustment: all four given, or none (keras-hub's LlamaRotaryEmbedding says so)
+LLAMA_31 = (
+    "rope_frequency_adjustment_factor",
+    "rope_low_freq_factor",
+    "rope_high_freq_factor",
+    "rope_pretraining_sequence_length",
+)
+
+
+def _check_adjustment(adjustment: dict[str, Any]) -> None:
+    """Llama 3.1's four arguments: all numbers (the factors > 0, high > low, the length a positive int), or
+    ``Refused`` naming what is wrong."""
+    wrong = [
+        f"{name}={value!r}"
+        for name, value in adjustment.items()
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0
+    ]
+    length = adjustment["rope_pretraining_sequence_length"]
+    if not wrong and not isinstance(length, int):
+        wrong.append(f"rope_pretraining_sequence_length={length!r} (not an int)")
+    if not wrong and adjustment["rope_high_freq_factor"] <= adjustment["rope_low_freq_factor"]:
+        wrong.append("rope_high_freq_factor <= rope_low_freq_factor")
+    if wrong:
+        raise Refused(
+            f"Llama 3.1's frequency adjustment takes all of {', '.join(LLAMA_31)} as positive numbers "
+            f"(high above low) or none of them; got {', '.join(wrong)}"
+        )
 
 
 @keras_layer(
@@ -159,14 +233,14 @@ _LLAMA_31 = ("rope_low_freq_factor", "rope_high_freq_factor", "rope_frequency_ad
 def convert_llama_decoder(record, arrays, ctx):
     expect_variables(arrays, 9, "LlamaTransformerDecoder (2 norms, 4 attention kernels, 3 feed-forward kernels)")
     c = record.config
-    for name in (*_LLAMA_31, "rope_pretraining_sequence_length"):
-        if c.get(name) is not None:
-            raise Refused(f"{name}={c[name]!r} (Llama 3.1's frequency adjustment) is not supported")
+    adjustment = {name: c.get(name) for name in LLAMA_31}
+    if any(v is not None for v in adjustment.values()):
+        _check_adjustment(adjustment)
+    notes = ["keras-hub LlamaTransformerDecoder: RMSNorm, grouped-query attention, SwiGLU"]
     scaling = c.get("rope_position_scaling_factor", c.get("rope_scaling_factor", 1.0))
-    if scaling not in (None, 1, 1.0):
-        raise Refused(f"rope_position_scaling_factor={scaling!r} is not supported (only 1.0)")
-    roles = ("attention_norm", "query", "key", "value", "output_dense", "feedforward_norm", "gate", "up", "down")
-    sizes, state = rotary_decoder_parts(dict(zip(roles, arrays, strict=True)), "a Llama attention")
+    if scaling not in (None, 1, 1.0):  # keras-hub's LlamaRotaryEmbedding computes its frequencies without it
+        notes.append(f"rope_position_scaling_factor={scaling!r} is not applied, as keras-hub 0.32 applies none")
+    sizes, state = rotary_decoder_parts(dict(zip(LLAMA_ROLES, arrays, strict=True)), "a Llama attention")
     if "head_dim" in sizes:
         raise Refused(f"attention kernels {[list(a.shape) for a in arrays[1:5]]} are not a Llama attention's")
     spec = {
@@ -176,18 +250,37 @@ def convert_llama_decoder(record, arrays, ctx):
         "layer_norm_epsilon": float(c.get("layer_norm_epsilon", 1e-6)),
         "dropout": float(c.get("dropout", 0.0) or 0.0),
     }
-    return Converted(spec, state, ["keras-hub LlamaTransformerDecoder: RMSNorm, grouped-query attention, SwiGLU"])
+    if adjustment["rope_frequency_adjustment_factor"] is not None:
+        spec.update(adjustment)
+    return Converted(spec, state, notes)
 
 
 # -- the family's Hugging Face form -------------------------------------------------------------------------
 LLAMA_MAX_POSITIONS = 4096  # Llama 2's context; keras-hub's LlamaBackbone records none
 
 
+def llama_config(m: HubSource, max_positions: int) -> dict[str, Any]:
+    """config.json of a Llama (2 or 3) backbone: the rotary entries (:func:`rotary_config`), no biases, and
+    with Llama 3.1's frequency adjustment transformers' ``llama3`` rope (``factor``, ``low_freq_factor``,
+    ``high_freq_factor``, ``original_max_position_embeddings``: the four keras-hub arguments), as
+    ``rope_parameters`` (transformers 5) and ``rope_scaling`` (4)."""
+    config = {**rotary_config(m, max_positions), "attention_bias": False, "mlp_bias": False}
+    factor = m.arguments.get("rope_frequency_adjustment_factor")
+    if factor is not None:
+        rope = {
+            "rope_type": "llama3",
+            "factor": float(factor),
+            "low_freq_factor": float(m.arguments["rope_low_freq_factor"]),
+            "high_freq_factor": float(m.arguments["rope_high_freq_factor"]),
+            "original_max_position_embeddings": int(m.arguments["rope_pretraining_sequence_length"]),
+        }
+        config["rope_parameters"] = {**rope, "rope_theta": config["rope_theta"]}
+        config["rope_scaling"] = rope
+    return config
+
+
 def _llama_config(m: HubSource) -> dict[str, Any]:
-    for name in (*_LLAMA_31, "rope_pretraining_sequence_length"):
-        if m.arguments.get(name) is not None:
-            m.refuse(f"{name}={m.arguments[name]!r}: Llama 3.1's frequency adjustment is not converted")
-    return {**rotary_config(m, LLAMA_MAX_POSITIONS), "attention_bias": False, "mlp_bias": False}
+    return llama_config(m, LLAMA_MAX_POSITIONS)
 
 
 LLAMA = TransformersForm(
@@ -200,7 +293,7 @@ _LLAMA_MODULE = "keras_hub.src.models.llama"
 
 
 @keras_hub_model("LlamaBackbone", family="llama", causal_lm="LlamaCausalLM", transformers=LLAMA)
-def llama_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
+def llama_graph(config: dict[str, Any], where: str, name: str = "llama_backbone") -> dict[str, Any]:
     """``LlamaBackbone``: token ids, padding mask -> ``token_embedding`` (``ReversibleEmbedding``, untied
     unless ``tie_word_embeddings``) -> ``num_layers`` ``LlamaTransformerDecoder`` layers (masked by
     ``padding_mask`` as ``decoder_padding_mask``) -> ``sequence_output_layernorm`` (RMSNorm) -> [B, T, D].
@@ -212,5 +305,5 @@ def llama_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
         norm=("LlamaLayerNorm", f"{_LLAMA_MODULE}.llama_layernorm"),
         settings={key: config.get(key) for key in config if key.startswith("rope_")},
         tied=bool(config.get("tie_word_embeddings", False)),
-        name="llama_backbone",
+        name=name,
     )

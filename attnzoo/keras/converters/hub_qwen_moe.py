@@ -55,43 +55,27 @@ from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 from attnzoo.layers.core import tracing
 
-__all__ = ["HubQwenMoeDecoder", "qwen_moe_graph", "QWEN2_MOE"]
+__all__ = ["SparseExperts", "checked_top_k", "HubQwenMoeDecoder", "qwen_moe_graph", "QWEN2_MOE"]
 
 
-class HubQwenMoeDecoder(RotaryDecoder):
-    """``keras_hub``'s ``QwenMoeTransformerDecoder``: Qwen2's attention (:class:`RotaryDecoder` with q/k/v
-    biases; a query with no key gets zeros), then the mixture of experts of the module docstring. x [B, T, D]
-    -> [B, T, D]; the output keeps the input's mask."""
+class SparseExperts:
+    """keras-hub's sparse mixture of experts (the module docstring), shared by the decoders that hold one
+    (Qwen-MoE's, Mixtral's): ``router`` (``nn.Linear`` D -> E), the experts' ``expert_gate_up`` [E, D, 2I]
+    and ``expert_down`` [E, I, D], each token's ``top_k`` experts (their weights renormalised where
+    ``norm_top_k_prob``). A decoder class lists it before :class:`RotaryDecoder` and calls
+    :meth:`_build_experts`."""
 
-    op = "keras_hub_qwen_moe_decoder"
+    router: nn.Linear
+    expert_gate_up: nn.Parameter
+    expert_down: nn.Parameter
+    top_k: int
+    norm_top_k_prob: bool
 
-    def __init__(
-        self,
-        *,
-        hidden: int,
-        num_query_heads: int,
-        num_key_value_heads: int,
-        num_experts: int,
-        top_k: int,
-        moe_intermediate_dim: int,
-        shared_expert_intermediate_dim: int,
-        norm_top_k_prob: bool = False,
-        rope_max_wavelength: float = 10000.0,
-        layer_norm_epsilon: float = 1e-6,
-        dropout: float = 0.0,
-    ) -> None:
-        super().__init__()
-        heads, groups, shared = num_query_heads, num_key_value_heads, shared_expert_intermediate_dim
-        settings = {"wavelength": rope_max_wavelength, "epsilon": layer_norm_epsilon, "dropout": dropout}
-        self._build(hidden, 0, heads, groups, **settings, attention_bias=True, empty="zeros")
+    def _build_experts(self, hidden: int, experts: int, inner: int, top_k: int, norm_top_k_prob: bool) -> None:
         self.top_k, self.norm_top_k_prob = top_k, norm_top_k_prob
-        self.router = nn.Linear(hidden, num_experts, bias=False)
-        self.expert_gate_up = nn.Parameter(torch.zeros(num_experts, hidden, 2 * moe_intermediate_dim))
-        self.expert_down = nn.Parameter(torch.zeros(num_experts, moe_intermediate_dim, hidden))
-        self.shared_gate = nn.Linear(hidden, shared, bias=False)
-        self.shared_up = nn.Linear(hidden, shared, bias=False)
-        self.shared_down = nn.Linear(shared, hidden, bias=False)
-        self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.expert_gate_up = nn.Parameter(torch.zeros(experts, hidden, 2 * inner))
+        self.expert_down = nn.Parameter(torch.zeros(experts, inner, hidden))
 
     def route(self, y: Tensor) -> tuple[Tensor, Tensor]:
         """The router: tokens y [N, D] -> (their experts [N, k], int64, likeliest first; their weights [N, k])."""
@@ -117,6 +101,39 @@ class HubQwenMoeDecoder(RotaryDecoder):
             rows, slot = (experts == e).nonzero(as_tuple=True)
             out.index_add_(0, rows, self._expert(e, y[rows]) * weights[rows, slot, None])
         return out
+
+
+class HubQwenMoeDecoder(SparseExperts, RotaryDecoder):
+    """``keras_hub``'s ``QwenMoeTransformerDecoder``: Qwen2's attention (:class:`RotaryDecoder` with q/k/v
+    biases; a query with no key gets zeros), then the mixture of experts of the module docstring. x [B, T, D]
+    -> [B, T, D]; the output keeps the input's mask."""
+
+    op = "keras_hub_qwen_moe_decoder"
+
+    def __init__(
+        self,
+        *,
+        hidden: int,
+        num_query_heads: int,
+        num_key_value_heads: int,
+        num_experts: int,
+        top_k: int,
+        moe_intermediate_dim: int,
+        shared_expert_intermediate_dim: int,
+        norm_top_k_prob: bool = False,
+        rope_max_wavelength: float = 10000.0,
+        layer_norm_epsilon: float = 1e-6,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        heads, groups, shared = num_query_heads, num_key_value_heads, shared_expert_intermediate_dim
+        settings = {"wavelength": rope_max_wavelength, "epsilon": layer_norm_epsilon, "dropout": dropout}
+        self._build(hidden, 0, heads, groups, **settings, attention_bias=True, empty="zeros")
+        self._build_experts(hidden, num_experts, moe_intermediate_dim, top_k, norm_top_k_prob)
+        self.shared_gate = nn.Linear(hidden, shared, bias=False)
+        self.shared_up = nn.Linear(hidden, shared, bias=False)
+        self.shared_down = nn.Linear(shared, hidden, bias=False)
+        self.shared_expert_gate = nn.Linear(hidden, 1, bias=False)
 
     def _feed_forward(self, y: Tensor) -> Tensor:
         flat = y.reshape(-1, y.shape[-1])
@@ -173,6 +190,13 @@ def _refuse_what_keras_hub_computes_apart(c: dict[str, Any]) -> None:
         )
 
 
+def checked_top_k(top_k: Any, experts: int) -> int:
+    """A router's ``top_k``: an int from 1 to the number of ``experts``, or ``Refused`` saying so."""
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= experts:
+        raise Refused(f"top_k={top_k!r} is not a number of experts from 1 to {experts}")
+    return top_k
+
+
 def _moe_state(named: dict[str, Any], hidden: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """The mixture's sizes and tensors from its Keras variables by role (shapes checked)."""
     experts, inner = int(named["expert_down"].shape[0]), int(named["expert_down"].shape[1])
@@ -203,9 +227,7 @@ def convert_qwen_moe_decoder(record, arrays, ctx):
     attention = dict(zip((*QWEN_ATTENTION_ROLES, "feedforward_norm"), arrays[:9], strict=True))
     sizes, state = rotary_decoder_parts(attention, "a Qwen-MoE attention")
     moe_sizes, moe_state = _moe_state(dict(zip(_MOE_ROLES, arrays[9:], strict=True)), sizes["hidden"])
-    top_k = c.get("top_k", 4)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= moe_sizes["num_experts"]:
-        raise Refused(f"top_k={top_k!r} is not a number of experts from 1 to {moe_sizes['num_experts']}")
+    top_k = checked_top_k(c.get("top_k", 4), moe_sizes["num_experts"])
     del sizes["intermediate_dim"], sizes["attention_bias"]  # the node's own: no SwiGLU, and biases
     options = {"op": HubQwenMoeDecoder.op, **moe_sizes, "top_k": top_k}
     spec = rotary_spec(c, sizes, **options, norm_top_k_prob=bool(c.get("norm_top_k_prob", False)))

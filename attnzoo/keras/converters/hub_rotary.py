@@ -87,7 +87,9 @@ class RotaryDecoder(Node):
 
     supports_masking = True
     window: int | None = None  # a sliding window w: a query reads the w latest tokens, its own included
-    scaling: float = 1.0  # keras-hub's rotary scaling_factor: every frequency divided by it
+    # keras-hub's rotary scaling: every frequency divided by it (scaling_factor), or d / 2 divisors, one per
+    # frequency (Llama 3.1's adjustment, :func:`llama3_divisors`)
+    scaling: float | tuple[float, ...] = 1.0
 
     def _build(
         self,
@@ -155,7 +157,7 @@ class RotaryDecoder(Node):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """RoPE at the call's positions, then the cache: -> the queries, and the keys, values and their
         padding over every position the queries attend to (a subclass with another rotation overrides it)."""
-        start, divisor = self._start(), None if self.scaling == 1.0 else self.scaling
+        start, divisor = self._start(), None if self.scaling == 1.0 else self.scaling  # a tuple is never 1.0
         query, key = (rotate(t, start, self.wavelength, divisor=divisor) for t in (query, key))
         return (query, *self._cached(key, value, padding))
 
