@@ -21,6 +21,7 @@ FAMILIES = (
     "conv_transpose",
     "core",
     "depthwise",
+    "hub_bart",
     "hub_bert",
     "hub_bloom",
     "hub_distil_bert",
