@@ -71,9 +71,7 @@ def test_the_backbone_and_the_task_predict_what_keras_predicts_at_every_position
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_greedy_decoding_gives_keras_s_tokens_cached_or_not_and_the_encoder_runs_once(
-    converted, family, monkeypatch
-):
+def test_greedy_decoding_gives_keras_s_tokens_cached_or_not_and_the_encoder_runs_once(converted, family, monkeypatch):
     _, task = converted[family]
     want = expected(family)
     np.testing.assert_array_equal(want["greedy/tokens"], want["generate/tokens"])  # oracle == keras-hub's
