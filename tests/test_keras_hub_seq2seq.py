@@ -21,8 +21,8 @@ from attnzoo.keras import convert_keras_model
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_seq2seq"
-FAMILIES = ["bart"]
-CLASSES = {"bart": ("BartBackbone", "BartSeq2SeqLM")}
+FAMILIES = ["bart", "t5"]
+CLASSES = {"bart": ("BartBackbone", "BartSeq2SeqLM"), "t5": ("T5Backbone", "T5Seq2SeqLM")}
 INPUTS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids", "decoder_padding_mask")
 NEW = 16
 
@@ -76,13 +76,14 @@ def test_greedy_decoding_gives_keras_s_tokens_cached_or_not_and_the_encoder_runs
     want = expected(family)
     np.testing.assert_array_equal(want["greedy/tokens"], want["generate/tokens"])  # oracle == keras-hub's
     given = greedy_inputs(want)
-    encoder_layers = {type(task.layers[key]) for key in task.layers if "encoder_layer" in key}
-    (encoder_class,) = encoder_layers
+    encoder = [task.layers[key] for key in task.layers if "encoder_layer" in key]
     calls = []
-    original = encoder_class.forward
-    monkeypatch.setattr(encoder_class, "forward", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    for cls in {type(layer) for layer in encoder}:
+        original = cls.forward
+        monkeypatch.setattr(cls, "forward", lambda self, *a, _f=original, **k: calls.append(self) or _f(self, *a, **k))
     cached = task.generate(given, NEW)
-    assert len(calls) == task.graph["keras_hub_config"]["num_layers"]  # once per layer, not once per step
+    ran = [layer for layer in calls if any(layer is own for own in encoder)]
+    assert len(ran) == len(encoder) == task.graph["keras_hub_config"]["num_layers"]  # once each, not every step
     uncached = task.generate(given, NEW, use_cache=False)
     np.testing.assert_array_equal(cached[:, :3].numpy(), want["greedy/prompt"])
     np.testing.assert_array_equal(cached[:, 3:].numpy(), want["greedy/tokens"])

@@ -93,6 +93,7 @@ def keras_hub_model(
     causal_lm: str | None = None,
     seq2seq_lm: str | None = None,
     head: Any = None,
+    before: Any = None,
     tasks: dict[str, Builder] | None = None,
     transformers: Any = None,
     embedding: str = "token_embedding",
@@ -102,7 +103,8 @@ def keras_hub_model(
     again with ``reverse=True`` for the logits (:func:`attnzoo.keras.hub_graph.causal_lm`; ``head`` adds
     what the task computes after them, such as Gemma's logit soft-capping); ``tasks``, other task classes
     with builders of their own. ``seq2seq_lm``: an encoder-decoder backbone's task whose logits are
-    ``token_embedding(decoder_sequence_output, reverse=True)`` (``head`` applies to it too). ``embedding``:
+    ``token_embedding(decoder_sequence_output, reverse=True)`` (``head`` applies to it too, and ``before`` to
+    the state before the reverse call: T5's tied head scales it). ``embedding``:
     the backbone's layer whose reverse call gives the logits
     (``token_embedding``; OPT's ``embeddings``). ``transformers``: the family's Hugging Face form
     (:class:`~attnzoo.keras.transformers_form.TransformersForm`, for every class registered here; the door is
@@ -118,7 +120,7 @@ def keras_hub_model(
             _add(causal_lm, HubModel(task, family, "causal_lm", backbones[0], transformers))
         if seq2seq_lm is not None:
             graph = causal_lm_graph(
-                backbones, build, head=head, inputs=SEQ2SEQ_INPUTS, output="decoder_sequence_output"
+                backbones, build, head=head, before=before, inputs=SEQ2SEQ_INPUTS, output="decoder_sequence_output"
             )
             _add(seq2seq_lm, HubModel(graph, family, "seq2seq_lm", backbones[0], transformers))
         for name, task_build in (tasks or {}).items():

@@ -240,10 +240,16 @@ SEQ2SEQ_INPUTS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_id
 
 
 def _with_head(
-    backbone: dict[str, Any], config: dict[str, Any], head: Head | None, where: str, embedding: str, output: str | None
+    backbone: dict[str, Any],
+    config: dict[str, Any],
+    heads: tuple[Head | None, Head | None],
+    where: str,
+    embedding: str,
+    output: str | None,
 ) -> dict[str, Any]:
     """The backbone's functional record (one output, or its dict's ``output``) with that output passed to
-    ``embedding(..., reverse=True)`` (the embedding layer's last call) and then to ``head``."""
+    ``heads[0]``, ``embedding(..., reverse=True)`` (the embedding layer's last call) and ``heads[1]``."""
+    before, head = heads
     inner = backbone["config"]
     outputs = inner.get("output_layers")
     if output is not None and isinstance(outputs, dict):
@@ -252,7 +258,9 @@ def _with_head(
         raise WeightsError(f"{where}: the backbone's graph has {outputs!r} as outputs; a causal LM's has one")
     g = HubGraph(config.get("dtype"))
     g.layers = inner["layers"]
-    state = Ref(outputs[0], outputs[1], outputs[2])
+    state: Tensor = Ref(outputs[0], outputs[1], outputs[2])
+    if before is not None:
+        state = before(g, state, config)
     logits: Tensor = g.call_again(embedding, [tensor(state)], {"reverse": True})
     if head is not None:
         logits = head(g, logits, config)
@@ -264,6 +272,7 @@ def causal_lm_graph(
     build_backbone: Builder,
     *,
     head: Head | None = None,
+    before: Head | None = None,
     embedding: str = "token_embedding",
     inputs: Sequence[str] = _LM_INPUTS,
     output: str | None = None,
@@ -274,7 +283,8 @@ def causal_lm_graph(
     backbone's layer called again (OPT's token table is inside its ``embeddings``, a
     ``TokenAndPositionEmbedding``). A task record whose backbone is of another class is a ``WeightsError``.
     A ``<X>Seq2SeqLM`` is the same over its backbone's ``inputs`` (:data:`SEQ2SEQ_INPUTS`) and the state
-    of its dict's ``output`` (``decoder_sequence_output``)."""
+    of its dict's ``output`` (``decoder_sequence_output``); ``before`` computes on that state before the
+    reverse call (T5's tied head scales it)."""
 
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
         record = config.get("backbone")
@@ -287,7 +297,7 @@ def causal_lm_graph(
         if not isinstance(name, str) or not name:
             raise WeightsError(f"{where}: its backbone has no name")
         built = build_backbone(inner, f"{where}: {str(registered).split('>')[-1]}")
-        nested = _with_head(built, inner, head, where, embedding, output)
+        nested = _with_head(built, inner, (before, head), where, embedding, output)
         g = HubGraph(config.get("dtype"))
         for key in sorted(inputs):
             g.input(key)

@@ -39,6 +39,7 @@ FAMILIES = (
     "hub_qwen_moe",
     "hub_roberta",
     "hub_rotary",
+    "hub_t5",
     "hub_vit",
     "merge",
     "norm",
