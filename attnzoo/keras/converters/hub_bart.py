@@ -14,17 +14,28 @@
   cross-attention the encoder's keys and values, computed once.
 
 The layers are keras-hub's common ones (:mod:`attnzoo.keras.converters.hub_layers`) and Keras's own.
+
+Hugging Face form (:data:`BART`): ``BartModel`` and ``BartForConditionalGeneration`` (the head tied to
+``shared``, ``final_logits_bias`` zeros). transformers' BART is keras-hub's: post-norm layers, the exact gelu,
+ε 1e-5, the embeddings normalised (``layernorm_embedding``), no embedding scaling (``scale_embedding``
+false), queries scaled by 1/sqrt(d). Its learned positions start at row 2 of ``embed_positions`` (an offset
+kept from fairseq), so the table written is keras-hub's under two zero rows. The special token ids are the
+tokenizer's where the door knows them, else unset (transformers' defaults, 0 / 1 / 2, would stop or force
+tokens keras-hub's ``generate`` does not), and no end token is forced.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from attnzoo.errors import WeightsError
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, Ref, number, positive, tensor
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["bart_graph"]
+__all__ = ["bart_graph", "BART"]
 
 _MODULE = "keras_hub.src.layers.modeling"
 
@@ -46,7 +57,69 @@ def _embeddings(g: HubGraph, side: str, tokens: str | Ref, config: dict[str, Any
     )
 
 
-@keras_hub_model("BartBackbone", family="bart", seq2seq_lm="BartSeq2SeqLM")
+def _bart_config(m: HubSource) -> dict[str, Any]:
+    layers, heads, width = m.size("num_layers"), m.size("num_heads"), m.size("intermediate_dim")
+    dropout = float(m.arguments.get("dropout", 0.1) or 0.0)
+    special = {key: m.special.get(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    return {
+        "vocab_size": m.size("vocabulary_size"),
+        "d_model": m.size("hidden_dim"),
+        "max_position_embeddings": m.size("max_sequence_length", 1024),
+        "encoder_layers": layers,
+        "decoder_layers": layers,
+        "encoder_attention_heads": heads,
+        "decoder_attention_heads": heads,
+        "encoder_ffn_dim": width,
+        "decoder_ffn_dim": width,
+        "activation_function": "gelu",
+        "dropout": dropout,
+        "attention_dropout": dropout,
+        "activation_dropout": dropout,
+        "scale_embedding": False,
+        "tie_word_embeddings": True,
+        **special,
+        "decoder_start_token_id": special["eos_token_id"],
+        "forced_bos_token_id": None,
+        "forced_eos_token_id": None,
+    }
+
+
+def _bart_layer(m: HubSource, at: str, to: str, cross: bool) -> Tensors:
+    pairs = [("self_attn", "attention"), ("self_attn_layer_norm", "attention_norm")]
+    if cross:
+        pairs += [("encoder_attn", "cross_attention"), ("encoder_attn_layer_norm", "cross_attention_norm")]
+    pairs += [("fc1", "intermediate"), ("fc2", "output_dense"), ("final_layer_norm", "feedforward_norm")]
+    projections = {"q_proj": "query", "k_proj": "key", "v_proj": "value", "out_proj": "output"}
+    for theirs, ours in pairs:
+        parts = projections.items() if ours.endswith("attention") else [("", "")]
+        for their_part, our_part in parts:
+            for name in ("weight", "bias"):
+                left = ".".join(p for p in (theirs, their_part, name) if p)
+                right = ".".join(p for p in (ours, our_part, name) if p)
+                yield f"{to}{left}", m.tensor(f"{at}{right}")
+
+
+def _bart_tensors(m: HubSource) -> Tensors:
+    base = "model." if m.kind == "seq2seq_lm" else ""
+    yield f"{base}shared.weight", m.tensor("token_embedding.weight")
+    for side in ("encoder", "decoder"):
+        table = m.tensor(f"{side}_position_embedding.position")
+        yield f"{base}{side}.embed_positions.weight", torch.cat([table.new_zeros(2, table.shape[1]), table])
+        for name in ("weight", "bias"):
+            yield f"{base}{side}.layernorm_embedding.{name}", m.tensor(f"{side}_embeddings_layer_norm.{name}")
+        for i in range(m.size("num_layers")):
+            at, to = f"transformer_{side}_layer_{i}.", f"{base}{side}.layers.{i}."
+            yield from _bart_layer(m, at, to, side == "decoder")
+    if m.kind == "seq2seq_lm":
+        yield "final_logits_bias", torch.zeros(1, m.size("vocabulary_size"))
+
+
+BART = TransformersForm(
+    "bart", {"backbone": "BartModel", "seq2seq_lm": "BartForConditionalGeneration"}, _bart_config, _bart_tensors
+)
+
+
+@keras_hub_model("BartBackbone", family="bart", seq2seq_lm="BartSeq2SeqLM", transformers=BART)
 def bart_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = HubGraph(config.get("dtype"))
     hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_heads", where)

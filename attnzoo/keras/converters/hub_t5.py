@@ -20,6 +20,14 @@ converted without keras-hub: ``T5LayerNorm`` and ``T5TransformerLayer``.
   encoder's, and the first layer's bias starts at the step's position.
 
 The graph passes the padding masks [B, S] to the layers, which read them as keras-hub's ``mask[:, None, :]``.
+
+Hugging Face form (:data:`T5`): ``T5Model`` and ``T5ForConditionalGeneration``, transformers' T5 being
+keras-hub's (the same buckets, the bias in each stack's first block, RMS norms, no scaling, the tied head's
+``d_model^-0.5``). ``feed_forward_proj``: ``relu`` / ``gated-relu``, ``gelu`` (exact, ungated only:
+transformers reads ``gated-gelu`` as the tanh gelu), ``gated-gelu`` / ``gelu_new`` for keras-hub's
+``gelu_approximate``; any other activation is refused. transformers 5 always ties T5's head to its embedding,
+so a ``T5Seq2SeqLM`` with ``tie_embedding_weights`` false (a reverse table of its own) is refused; its
+backbone is written. The special token ids are the tokenizer's where known, else unset.
 """
 
 from __future__ import annotations
@@ -40,9 +48,10 @@ from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import SEQ2SEQ_INPUTS, HubGraph, Ref, number, positive, tensor
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 from attnzoo.layers.kv_cache import KVCache
 
-__all__ = ["t5_graph", "HubT5Layer", "relative_buckets"]
+__all__ = ["t5_graph", "HubT5Layer", "relative_buckets", "T5"]
 
 BUCKETS, MAX_DISTANCE = 32, 128  # keras-hub's T5MultiHeadAttention's, fixed
 _NEGATIVE = -1e9  # keras-hub's T5 masks by adding (1 - mask) times this
@@ -294,7 +303,72 @@ def _norm(g: HubGraph, x: str | Ref, config: dict[str, Any], where: str, side: s
     return g.layer("Dropout", f"{side}_output_dropout", {"rate": number(config, "dropout", where, 0.1)}, [tensor(x)])
 
 
-@keras_hub_model("T5Backbone", family="t5", seq2seq_lm="T5Seq2SeqLM", before=_scaled)
+def _feed_forward(m: HubSource) -> str:
+    name = str(m.spec("transformer_encoder_layer_0").get("activation"))
+    gated = bool(m.spec("transformer_encoder_layer_0").get("gated"))
+    ungated = {"relu": "relu", "gelu": "gelu", "gelu_approximate": "gelu_new"}
+    if name not in ungated or (gated and name == "gelu"):
+        m.refuse(f"its feed-forward's activation {name!r}{' (gated)' if gated else ''} has no feed_forward_proj")
+    return f"gated-{'gelu' if name == 'gelu_approximate' else name}" if gated else ungated[name]
+
+
+def _t5_config(m: HubSource) -> dict[str, Any]:
+    tied = m.arguments.get("tie_embedding_weights", True) is not False
+    if m.kind == "seq2seq_lm" and not tied:
+        m.refuse("its head has a reverse table of its own, and transformers 5 ties T5's head to the embedding")
+    layer = m.spec("transformer_encoder_layer_0")
+    special = {key: m.special.get(key) for key in ("eos_token_id", "pad_token_id")}
+    return {
+        "vocab_size": m.size("vocabulary_size"),
+        "d_model": m.size("hidden_dim"),
+        "d_kv": int(layer["key_value_dim"]),
+        "d_ff": m.size("intermediate_dim"),
+        "num_layers": m.size("num_layers"),
+        "num_decoder_layers": m.size("num_layers"),
+        "num_heads": m.size("num_heads"),
+        "relative_attention_num_buckets": BUCKETS,
+        "relative_attention_max_distance": MAX_DISTANCE,
+        "dropout_rate": float(m.arguments.get("dropout", 0.1) or 0.0),
+        "layer_norm_epsilon": float(layer["epsilon"]),
+        "feed_forward_proj": _feed_forward(m),
+        "tie_word_embeddings": tied,
+        **special,
+        "decoder_start_token_id": special["pad_token_id"],
+    }
+
+
+def _t5_block(m: HubSource, at: str, to: str, decoder: bool) -> Tensors:
+    parts = [("SelfAttention", "self_attention")] + ([("EncDecAttention", "cross_attention")] if decoder else [])
+    for index, (theirs, ours) in enumerate(parts):
+        for their, our in (("q", "query"), ("k", "key"), ("v", "value"), ("o", "output")):
+            yield f"{to}layer.{index}.{theirs}.{their}.weight", m.tensor(f"{at}{ours}.{our}.weight")
+        yield f"{to}layer.{index}.layer_norm.weight", m.tensor(f"{at}{ours}_norm")
+        if index == 0 and m.holds(f"{at}relative_attention_bias"):
+            yield f"{to}layer.0.SelfAttention.relative_attention_bias.weight", m.tensor(f"{at}relative_attention_bias")
+    ff = f"{to}layer.{len(parts)}."
+    if m.holds(f"{at}gate_projector.weight"):
+        yield f"{ff}DenseReluDense.wi_0.weight", m.tensor(f"{at}input_projector.weight")
+        yield f"{ff}DenseReluDense.wi_1.weight", m.tensor(f"{at}gate_projector.weight")
+    else:
+        yield f"{ff}DenseReluDense.wi.weight", m.tensor(f"{at}input_projector.weight")
+    yield f"{ff}DenseReluDense.wo.weight", m.tensor(f"{at}output_projector.weight")
+    yield f"{ff}layer_norm.weight", m.tensor(f"{at}feedforward_norm")
+
+
+def _t5_tensors(m: HubSource) -> Tensors:
+    yield "shared.weight", m.tensor("token_embedding.weight")
+    for side in ("encoder", "decoder"):
+        for i in range(m.size("num_layers")):
+            yield from _t5_block(m, f"transformer_{side}_layer_{i}.", f"{side}.block.{i}.", side == "decoder")
+        yield f"{side}.final_layer_norm.weight", m.tensor(f"{side}_output_layer_norm.weight")
+
+
+T5 = TransformersForm(
+    "t5", {"backbone": "T5Model", "seq2seq_lm": "T5ForConditionalGeneration"}, _t5_config, _t5_tensors
+)
+
+
+@keras_hub_model("T5Backbone", family="t5", seq2seq_lm="T5Seq2SeqLM", before=_scaled, transformers=T5)
 def t5_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = HubGraph(config.get("dtype"))
     inputs = {name: g.input(name) for name in SEQ2SEQ_INPUTS}
