@@ -25,7 +25,7 @@ from attnzoo.keras import to_transformers
 from attnzoo.keras.converters.hub_t5 import T5, relative_buckets
 from attnzoo.keras.transformers_form import HubSource
 
-from .conftest import run_without_keras
+from .conftest import run_cli, run_without_keras
 from .test_keras_hub_seq2seq import DATA, INPUTS, expected
 
 AUTOS = {"backbone": "AutoModel", "lm": "AutoModelForSeq2SeqLM"}
@@ -53,6 +53,15 @@ def test_bart_writes_its_positions_under_two_offset_rows_and_forces_no_token(tmp
     assert tensors["final_logits_bias"].shape == (1, 128) and not tensors["final_logits_bias"].any()
     assert "model.decoder.layers.1.encoder_attn.k_proj.bias" in tensors
     assert json.loads((folder / "generation_config.json").read_text()) == {}  # no tokenizer: no special ids
+
+
+def test_the_command_writes_an_encoder_decoder_lm_and_says_to_load_it_as_a_seq2seq_lm(tmp_path):
+    out = tmp_path / "t5"
+    proc = run_cli("convert-keras", str(DATA / "t5" / "preset"), "-o", str(out), "--to", "transformers")
+    assert proc.returncode == 0, proc.stderr
+    assert f"AutoModelForSeq2SeqLM.from_pretrained({str(out)!r})" in proc.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["T5ForConditionalGeneration"] and config["tie_word_embeddings"] is True
 
 
 def test_t5_writes_the_relative_bias_in_each_stack_s_first_block_and_its_gated_feed_forward(tmp_path):
