@@ -1,11 +1,18 @@
 """Decoding a converted keras-hub causal LM token by token on attnzoo's KV cache: :func:`generate`
 (``KerasModel.generate``), and the protocol its nodes follow.
 
-Which models decode: those converted from a keras-hub task registered as a causal LM
-(:func:`causal_lms`: a family's ``causal_lm``, :mod:`attnzoo.keras.hub_families`; ``graph["keras_hub_class"]``,
-written by the conversion, names it). Their inputs are keras-hub's ``token_ids`` and
-``padding_mask`` and their one output the logits [B, T, vocabulary]. Any other model's ``generate`` is a
-``ConfigError`` naming the classes that decode.
+Which models decode: those converted from a keras-hub task registered as a causal LM or an encoder-decoder
+LM (:func:`causal_lms`: a family's ``causal_lm`` or ``seq2seq_lm``, :mod:`attnzoo.keras.hub_families`;
+``graph["keras_hub_class"]``, written by the conversion, names it). A causal LM's inputs are keras-hub's
+``token_ids`` and ``padding_mask``; an encoder-decoder LM's ``encoder_token_ids``, ``encoder_padding_mask``,
+``decoder_token_ids`` and ``decoder_padding_mask``, given to :func:`generate` as that dict, the decoder's
+tokens being the prompt. Their one output is the logits [B, T, vocabulary]. Any other model's ``generate`` is
+a ``ConfigError`` naming the classes that decode.
+
+An encoder-decoder LM's encoder inputs are the same at every call: the layers that compute from them alone,
+once per call (:func:`_fixed_layers`, read off the graph), are not started and give their first call's output
+again (:func:`decoding`'s ``fixed``), so the encoder runs once; a decoder layer's cross-attention keeps the
+keys and values of the encoder's output it was first given.
 
 The protocol (node-local): a node class whose output at a position depends on other positions (attention)
 or on the position itself (a position embedding, a rotary one) defines
@@ -285,7 +292,8 @@ def generate(
     pad_token_id: int = 0,
     use_cache: bool = True,
 ) -> Tensor:
-    """``ids`` [B, T] (token ids, right-padded where ``padding_mask`` [B, T] is 0) -> [B, T + n] int64: each
+    """``ids`` [B, T] (token ids, right-padded where ``padding_mask`` [B, T] is 0; an encoder-decoder LM's: the
+    dict of its inputs, the decoder's tokens the prompt, see the module docstring) -> [B, T + n] int64: each
     row's prompt, then the tokens chosen one position at a time (greedy: the argmax of the logits; with
     ``top_k`` and / or ``top_p``, a draw among the likeliest at ``temperature``, from ``seed``: an int or a
     ``torch.Generator``). n is ``max_new_tokens``, or fewer where every row has chosen one of
