@@ -126,7 +126,10 @@ def test_a_plugin_that_registers_a_class_attnzoo_converts_warns_and_is_skipped(m
     [
         ({"build": "not callable", "family": "x"}, "build must be callable"),
         ({"build": gpt2_graph, "family": ""}, "family must be a non-empty str"),
-        ({"build": gpt2_graph, "family": "x", "kind": "decoder"}, "kind must be one of backbone, causal_lm, task"),
+        (
+            {"build": gpt2_graph, "family": "x", "kind": "decoder"},
+            "kind must be one of backbone, causal_lm, seq2seq_lm, task",
+        ),
     ],
 )
 def test_a_hub_model_record_says_what_is_wrong_with_it(arguments, message):

@@ -1,11 +1,18 @@
 """Decoding a converted keras-hub causal LM token by token on attnzoo's KV cache: :func:`generate`
 (``KerasModel.generate``), and the protocol its nodes follow.
 
-Which models decode: those converted from a keras-hub task registered as a causal LM
-(:func:`causal_lms`: a family's ``causal_lm``, :mod:`attnzoo.keras.hub_families`; ``graph["keras_hub_class"]``,
-written by the conversion, names it). Their inputs are keras-hub's ``token_ids`` and
-``padding_mask`` and their one output the logits [B, T, vocabulary]. Any other model's ``generate`` is a
-``ConfigError`` naming the classes that decode.
+Which models decode: those converted from a keras-hub task registered as a causal LM or an encoder-decoder
+LM (:func:`causal_lms`: a family's ``causal_lm`` or ``seq2seq_lm``, :mod:`attnzoo.keras.hub_families`;
+``graph["keras_hub_class"]``, written by the conversion, names it). A causal LM's inputs are keras-hub's
+``token_ids`` and ``padding_mask``; an encoder-decoder LM's ``encoder_token_ids``, ``encoder_padding_mask``,
+``decoder_token_ids`` and ``decoder_padding_mask``, given to :func:`generate` as that dict, the decoder's
+tokens being the prompt. Their one output is the logits [B, T, vocabulary]. Any other model's ``generate`` is
+a ``ConfigError`` naming the classes that decode.
+
+An encoder-decoder LM's encoder inputs are the same at every call: the layers that compute from them alone,
+once per call (:func:`_fixed_layers`, read off the graph), are not started and give their first call's output
+again (:func:`decoding`'s ``fixed``), so the encoder runs once; a decoder layer's cross-attention keeps the
+keys and values of the encoder's output it was first given.
 
 The protocol (node-local): a node class whose output at a position depends on other positions (attention)
 or on the position itself (a position embedding, a rotary one) defines
@@ -49,11 +56,14 @@ from attnzoo.keras.inputs import check_values, input_names, value_rules
 
 __all__ = ["causal_lms", "DecodingStep", "decoding", "generate"]
 
+_ENCODER = ("encoder_token_ids", "encoder_padding_mask")
+_DECODER = ("decoder_token_ids", "decoder_padding_mask")
+
 
 def causal_lms() -> list[str]:
     """The keras-hub task classes whose converted graphs decode (every node in them that mixes positions
-    takes part), sorted: the families' causal LMs, attnzoo's and the plugins'."""
-    return sorted(name for name, model in hub_models().items() if model.kind == "causal_lm")
+    takes part), sorted: the families' causal LMs and encoder-decoder LMs, attnzoo's and the plugins'."""
+    return sorted(name for name, model in hub_models().items() if model.kind in ("causal_lm", "seq2seq_lm"))
 
 
 @dataclass
@@ -66,21 +76,39 @@ class DecodingStep:
 
 
 @contextmanager
-def decoding(model: nn.Module, batch_size: int) -> Iterator[DecodingStep]:
+def decoding(model: nn.Module, batch_size: int, fixed: tuple[nn.Module, ...] = ()) -> Iterator[DecodingStep]:
     """Every module of ``model`` with ``start_decoding`` started on one :class:`DecodingStep` (yielded), and
-    stopped when the block ends."""
+    stopped when the block ends. ``fixed``: layers called once per model call on inputs that stay the same
+    through the block (an encoder's): each computes on its first call and gives that output again after,
+    its submodules not started."""
     step = DecodingStep(batch_size)
-    nodes = [m for m in model.modules() if callable(getattr(m, "start_decoding", None))]
+    left = {id(m) for node in fixed for m in node.modules()}
+    nodes = [m for m in model.modules() if callable(getattr(m, "start_decoding", None)) and id(m) not in left]
     try:
+        for node in fixed:
+            node.forward = _once(node.forward)  # type: ignore[method-assign]
         for node in nodes:
             node.start_decoding(step)
         yield step
     finally:
         for node in nodes:
             node.stop_decoding()
+        for node in fixed:
+            node.__dict__.pop("forward", None)
 
 
-def _check_model(model: Any) -> tuple[str, str]:
+def _once(forward: Any) -> Any:
+    kept: list[Any] = []
+
+    def once(*args: Any, **kwargs: Any) -> Any:
+        if not kept:
+            kept.append(forward(*args, **kwargs))
+        return kept[0]
+
+    return once
+
+
+def _check_model(model: Any) -> str:
     graph = getattr(model, "graph", None)
     kind = graph.get("keras_hub_class") if isinstance(graph, dict) else None
     decoding = causal_lms()
@@ -93,9 +121,64 @@ def _check_model(model: Any) -> tuple[str, str]:
             f"{names}) instead of its backbone's"
         )
     inputs = [spec["name"] for spec in model.inputs_spec]
-    if sorted(inputs) != ["padding_mask", "token_ids"]:
-        raise ConfigError(f"generate: a {kind} takes token_ids and padding_mask, this graph takes {inputs}")
-    return "token_ids", "padding_mask"
+    expected = sorted((*_ENCODER, *_DECODER) if hub_models()[kind].kind == "seq2seq_lm" else _LM)
+    if sorted(inputs) != expected:
+        raise ConfigError(f"generate: a {kind} takes {', '.join(expected)}; this graph takes {inputs}")
+    return hub_models()[kind].kind
+
+
+_LM = ("token_ids", "padding_mask")
+
+
+def _seq2seq_inputs(ids: Any, padding_mask: Any, device: torch.device) -> tuple[Any, Any, dict[str, Tensor]]:
+    """An encoder-decoder LM's ``ids``, the dict of keras-hub's inputs (``encoder_token_ids``,
+    ``decoder_token_ids``, and optionally their padding masks) -> the decoder's prompt ids and padding mask,
+    and the encoder's inputs, fixed while decoding (the encoder's padding mask ones where not given)."""
+    if not isinstance(ids, dict) or not {_ENCODER[0], _DECODER[0]} <= set(ids) or set(ids) - {*_ENCODER, *_DECODER}:
+        got = sorted(ids) if isinstance(ids, dict) else type(ids).__name__
+        raise ValueError(
+            f"generate of an encoder-decoder LM takes ids as the dict of keras-hub's inputs: encoder_token_ids and "
+            f"decoder_token_ids (the prompt), and optionally encoder_padding_mask and decoder_padding_mask; got {got}"
+        )
+    if padding_mask is not None:
+        raise ValueError("generate of an encoder-decoder LM takes its padding masks in the ids dict, not padding_mask")
+    encoder = _ids(ids[_ENCODER[0]], device)
+    mask = ids.get(_ENCODER[1])
+    if mask is None:
+        mask = torch.ones_like(encoder)
+    if isinstance(mask, np.ndarray):
+        mask = torch.from_numpy(np.ascontiguousarray(mask))
+    if not isinstance(mask, Tensor) or list(mask.shape) != list(encoder.shape):
+        shape = list(mask.shape) if isinstance(mask, (Tensor, np.ndarray)) else type(mask).__name__
+        raise ValueError(
+            f"generate expects encoder_padding_mask of encoder_token_ids' shape {list(encoder.shape)}, got {shape}"
+        )
+    fixed = {_ENCODER[0]: encoder, _ENCODER[1]: mask.to(device=device, dtype=torch.int32)}
+    return ids[_DECODER[0]], ids.get(_DECODER[1]), fixed
+
+
+def _fixed_layers(model: Any, names: Any) -> tuple[nn.Module, ...]:
+    """The layers of ``model`` called once per model call, on what the inputs ``names`` alone give (an
+    encoder's)."""
+    reads: dict[str, bool] = {spec["id"]: spec["name"] in names for spec in model.inputs_spec}
+
+    def refs(value: Any) -> Iterator[str]:
+        if isinstance(value, dict) and "ref" in value:
+            yield value["ref"][0]
+        elif isinstance(value, dict):
+            for item in value.values():
+                yield from refs(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from refs(item)
+
+    only: dict[str, list[bool]] = {}
+    for call in model.calls:
+        fixed = all(reads.get(ref, False) for ref in refs([call["args"], call["kwargs"]]))
+        reads[call["id"]] = fixed
+        if call["layer"] is not None:
+            only.setdefault(call["layer"], []).append(fixed)
+    return tuple(model.layers[key] for key, calls in only.items() if calls == [True])
 
 
 def _ids(ids: Any, device: torch.device) -> Tensor:
@@ -209,7 +292,8 @@ def generate(
     pad_token_id: int = 0,
     use_cache: bool = True,
 ) -> Tensor:
-    """``ids`` [B, T] (token ids, right-padded where ``padding_mask`` [B, T] is 0) -> [B, T + n] int64: each
+    """``ids`` [B, T] (token ids, right-padded where ``padding_mask`` [B, T] is 0; an encoder-decoder LM's: the
+    dict of its inputs, the decoder's tokens the prompt, see the module docstring) -> [B, T + n] int64: each
     row's prompt, then the tokens chosen one position at a time (greedy: the argmax of the logits; with
     ``top_k`` and / or ``top_p``, a draw among the likeliest at ``temperature``, from ``seed``: an int or a
     ``torch.Generator``). n is ``max_new_tokens``, or fewer where every row has chosen one of
@@ -218,14 +302,18 @@ def generate(
     decoding. With ``use_cache`` (the default) the prompt runs once and each later call runs only the new
     token on the nodes' KV caches; ``use_cache=False`` runs the whole sequence so far every step (the same
     tokens, slower). The model computes as Keras's inference whatever ``train()`` says, and keeps its mode."""
-    tokens_name, mask_name = _check_model(model)
+    kind = _check_model(model)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"generate expects max_new_tokens as an int >= 0, got {max_new_tokens!r}")
     reference = next(iter(model.parameters()), None)
     device = reference.device if reference is not None else torch.device("cpu")
+    tokens_name, mask_name, fixed = _LM[0], _LM[1], {}
+    if kind == "seq2seq_lm":
+        (tokens_name, mask_name), (ids, padding_mask, fixed) = _DECODER, _seq2seq_inputs(ids, padding_mask, device)
     prompt = _ids(ids, device)
     names, rules = input_names(model.graph), value_rules(model.graph)
-    check_values([prompt], [rules[names.index(tokens_name)]], [tokens_name], 0)
+    for name, value in {tokens_name: prompt, **fixed}.items():
+        check_values([value], [rules[names.index(name)]], [name], 0)
     keep = _padding(padding_mask, prompt)
     pick = _sampler(top_k, top_p, temperature, seed, device)
     stops = _stop_ids(stop_token_ids, device)
@@ -244,12 +332,13 @@ def generate(
     # ones, and a check at every step would wait on the device
     model.checks_values = False
     try:
-        with torch.no_grad(), decoding(model, batch) if use_cache else _nothing() as step:
+        encoder = _fixed_layers(model, fixed)
+        with torch.no_grad(), decoding(model, batch, encoder) if use_cache else _nothing() as step:
             fed = 0
             for index in range(first, total):
                 window = tokens[:, fed:index]
                 ones = torch.ones_like(window, dtype=torch.int32)
-                logits = model({tokens_name: window, mask_name: ones})
+                logits = model({tokens_name: window, mask_name: ones, **fixed})
                 if step is not None:
                     step.start += window.shape[1]
                     fed = index

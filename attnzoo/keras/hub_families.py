@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 Builder = Callable[[dict[str, Any], str], dict[str, Any]]
-KINDS = ("backbone", "causal_lm", "task")
+KINDS = ("backbone", "causal_lm", "seq2seq_lm", "task")
 HOOK = "attnzoo_register_keras_hub_models"
 
 
@@ -63,7 +63,8 @@ class HubModel:
     ``build(config, where)``: the class's functional record from its constructor's arguments (``where``
     names the file in errors); ``family``: the family's name (``"llama"``), as its file and docs row name
     it; ``kind``: ``"backbone"``, ``"causal_lm"`` (a task whose converted model decodes with
-    ``generate``) or ``"task"`` (a classifier, a masked LM, ...); ``backbone``: a task's backbone class;
+    ``generate``), ``"seq2seq_lm"`` (an encoder-decoder task that decodes with ``generate``, its encoder
+    inputs fixed) or ``"task"`` (a classifier, a masked LM, ...); ``backbone``: a task's backbone class;
     ``transformers``: the family's Hugging Face form (a
     :class:`~attnzoo.keras.transformers_form.TransformersForm`), or None where the class has none."""
 
@@ -90,7 +91,9 @@ def keras_hub_model(
     *backbones: str,
     family: str,
     causal_lm: str | None = None,
+    seq2seq_lm: str | None = None,
     head: Any = None,
+    before: Any = None,
     tasks: dict[str, Builder] | None = None,
     transformers: Any = None,
     embedding: str = "token_embedding",
@@ -99,12 +102,15 @@ def keras_hub_model(
     their tasks: ``causal_lm``, the class whose graph is the backbone's with its ``token_embedding`` called
     again with ``reverse=True`` for the logits (:func:`attnzoo.keras.hub_graph.causal_lm`; ``head`` adds
     what the task computes after them, such as Gemma's logit soft-capping); ``tasks``, other task classes
-    with builders of their own. ``embedding``: the backbone's layer whose reverse call gives the logits
+    with builders of their own. ``seq2seq_lm``: an encoder-decoder backbone's task whose logits are
+    ``token_embedding(decoder_sequence_output, reverse=True)`` (``head`` applies to it too, and ``before`` to
+    the state before the reverse call: T5's tied head scales it). ``embedding``:
+    the backbone's layer whose reverse call gives the logits
     (``token_embedding``; OPT's ``embeddings``). ``transformers``: the family's Hugging Face form
     (:class:`~attnzoo.keras.transformers_form.TransformersForm`, for every class registered here; the door is
     :func:`attnzoo.keras.to_transformers`). Used by attnzoo's family
     files; a plugin registers :class:`HubModel` records through the hook (see the module docstring)."""
-    from attnzoo.keras.hub_graph import causal_lm_graph
+    from attnzoo.keras.hub_graph import SEQ2SEQ_INPUTS, causal_lm_graph
 
     def register(build: Builder) -> Builder:
         for name in backbones:
@@ -112,6 +118,11 @@ def keras_hub_model(
         if causal_lm is not None:
             task = causal_lm_graph(backbones, build, head=head, embedding=embedding)
             _add(causal_lm, HubModel(task, family, "causal_lm", backbones[0], transformers))
+        if seq2seq_lm is not None:
+            graph = causal_lm_graph(
+                backbones, build, head=head, before=before, inputs=SEQ2SEQ_INPUTS, output="decoder_sequence_output"
+            )
+            _add(seq2seq_lm, HubModel(graph, family, "seq2seq_lm", backbones[0], transformers))
         for name, task_build in (tasks or {}).items():
             _add(name, HubModel(task_build, family, "task", backbones[0], transformers))
         return build

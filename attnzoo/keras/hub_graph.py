@@ -41,6 +41,7 @@ __all__ = [
     "task_backbone",
     "classifier_head",
     "causal_lm_graph",
+    "SEQ2SEQ_INPUTS",
     "token_and_position_embedding",
     "token_and_position_encoder",
     "first_token_classifier",
@@ -234,20 +235,32 @@ def classifier_head(g: HubGraph, x: str, config: dict[str, Any], where: str, dro
 # what a family's causal LM computes after its logits: head(graph, logits, backbone_config) -> the output
 Head = Callable[[HubGraph, Tensor, dict[str, Any]], Tensor]
 _LM_INPUTS = ("padding_mask", "token_ids")
+# an encoder-decoder backbone's inputs (BART's, T5's), as keras-hub names them
+SEQ2SEQ_INPUTS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids", "decoder_padding_mask")
 
 
 def _with_head(
-    backbone: dict[str, Any], config: dict[str, Any], head: Head | None, where: str, embedding: str
+    backbone: dict[str, Any],
+    config: dict[str, Any],
+    heads: tuple[Head | None, Head | None],
+    where: str,
+    embedding: str,
+    output: str | None,
 ) -> dict[str, Any]:
-    """The backbone's functional record (one output) with its output passed to ``embedding(...,
-    reverse=True)`` (the embedding layer's second call) and then to ``head``."""
+    """The backbone's functional record (one output, or its dict's ``output``) with that output passed to
+    ``heads[0]``, ``embedding(..., reverse=True)`` (the embedding layer's last call) and ``heads[1]``."""
+    before, head = heads
     inner = backbone["config"]
     outputs = inner.get("output_layers")
+    if output is not None and isinstance(outputs, dict):
+        outputs = outputs.get(output)
     if not (isinstance(outputs, list) and len(outputs) == 3 and isinstance(outputs[0], str)):
         raise WeightsError(f"{where}: the backbone's graph has {outputs!r} as outputs; a causal LM's has one")
     g = HubGraph(config.get("dtype"))
     g.layers = inner["layers"]
-    state = Ref(outputs[0], outputs[1], outputs[2])
+    state: Tensor = Ref(outputs[0], outputs[1], outputs[2])
+    if before is not None:
+        state = before(g, state, config)
     logits: Tensor = g.call_again(embedding, [tensor(state)], {"reverse": True})
     if head is not None:
         logits = head(g, logits, config)
@@ -255,13 +268,23 @@ def _with_head(
 
 
 def causal_lm_graph(
-    backbones: Sequence[str], build_backbone: Builder, *, head: Head | None = None, embedding: str = "token_embedding"
+    backbones: Sequence[str],
+    build_backbone: Builder,
+    *,
+    head: Head | None = None,
+    before: Head | None = None,
+    embedding: str = "token_embedding",
+    inputs: Sequence[str] = _LM_INPUTS,
+    output: str | None = None,
 ) -> Builder:
     """The builder of a ``<X>CausalLM`` over a Backbone of one of the classes ``backbones``: inputs
     ``padding_mask`` and ``token_ids`` -> the backbone (nested, under its own name) -> its
     ``token_embedding(state, reverse=True)`` -> ``head`` -> logits [B, T, vocabulary]. ``embedding``: the
     backbone's layer called again (OPT's token table is inside its ``embeddings``, a
-    ``TokenAndPositionEmbedding``). A task record whose backbone is of another class is a ``WeightsError``."""
+    ``TokenAndPositionEmbedding``). A task record whose backbone is of another class is a ``WeightsError``.
+    A ``<X>Seq2SeqLM`` is the same over its backbone's ``inputs`` (:data:`SEQ2SEQ_INPUTS`) and the state
+    of its dict's ``output`` (``decoder_sequence_output``); ``before`` computes on that state before the
+    reverse call (T5's tied head scales it)."""
 
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
         record = config.get("backbone")
@@ -274,13 +297,13 @@ def causal_lm_graph(
         if not isinstance(name, str) or not name:
             raise WeightsError(f"{where}: its backbone has no name")
         built = build_backbone(inner, f"{where}: {str(registered).split('>')[-1]}")
-        nested = _with_head(built, inner, head, where, embedding)
+        nested = _with_head(built, inner, (before, head), where, embedding, output)
         g = HubGraph(config.get("dtype"))
-        for key in _LM_INPUTS:
+        for key in sorted(inputs):
             g.input(key)
-        g.nested(nested, name, [{key: tensor(key) for key in _LM_INPUTS}])
+        g.nested(nested, name, [{key: tensor(key) for key in sorted(inputs)}])
         # keras 3 counts a nested model's own node in its outputs: its first call is node 1
-        return g.functional(str(config.get("name") or "causal_lm"), {key: key for key in _LM_INPUTS}, Ref(name, 1))
+        return g.functional(str(config.get("name") or "causal_lm"), {key: key for key in inputs}, Ref(name, 1))
 
     return build
 

@@ -328,10 +328,11 @@ class KerasModel(CarriesTokenizer, nn.Module):
         use_cache: bool = True,
     ) -> Tensor:
         """A converted keras-hub causal LM's decoding (:func:`attnzoo.keras.decoding.generate`): ``ids``
-        [B, T] (right-padded where ``padding_mask`` is 0) -> [B, T + max_new_tokens] (fewer where every row
-        chose one of ``stop_token_ids``; ``pad_token_id`` after a row's stop), greedy or sampled (``top_k``,
-        ``top_p``, ``temperature``, ``seed``), each step on the layers' KV caches. Any other model raises a
-        ``ConfigError`` naming the classes that decode."""
+        [B, T] (right-padded where ``padding_mask`` is 0; an encoder-decoder LM's: the dict of keras-hub's
+        ``encoder_token_ids``, ``decoder_token_ids`` and their padding masks) -> [B, T + max_new_tokens]
+        (fewer where every row chose one of ``stop_token_ids``; ``pad_token_id`` after a row's stop), greedy
+        or sampled (``top_k``, ``top_p``, ``temperature``, ``seed``), each step on the layers' KV caches. Any
+        other model raises a ``ConfigError`` naming the classes that decode."""
         from attnzoo.keras.decoding import generate
 
         options = {"padding_mask": padding_mask, "top_k": top_k, "top_p": top_p, "temperature": temperature}

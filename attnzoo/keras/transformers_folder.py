@@ -113,7 +113,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _generation_config(config: dict[str, Any]) -> dict[str, Any]:
     """generation_config.json: the special token ids config.json knows (greedy is transformers' default; the
     sampler keras-hub's ``compile`` chose is no part of the file)."""
-    keys = ("bos_token_id", "eos_token_id", "pad_token_id")
+    keys = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
     return {key: config[key] for key in keys if config.get(key) is not None}
 
 
@@ -176,7 +176,7 @@ def to_transformers(
         config = {"architectures": [architecture], "model_type": form.model_type, **form.config(hub)}
         config["dtype"] = config["torch_dtype"] = str(written).removeprefix("torch.")
         _write_json(tmp / "config.json", config)
-        if hub.kind == "causal_lm":
+        if hub.kind in ("causal_lm", "seq2seq_lm"):
             _write_json(tmp / "generation_config.json", _generation_config(config))
         write_shards(form.tensors(hub), tmp, max_shard_size=limit, dtype=written)
     if tokenizer.missing:

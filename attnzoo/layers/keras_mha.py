@@ -42,7 +42,9 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
     Shapes: ``forward(query [B, T, dq], value [B, S, dv], key [B, S, dk] = value, *,
     attention_mask [B, T, S], query_mask [B, T], value_mask [B, S], return_attention=False,
     use_causal_mask=False, cache=None)`` -> ``out [B, T, output_shape]`` or ``(out, A [B, heads, T, S])``;
-    with ``cache`` (:meth:`new_cache`) the keys are the cache's and the call's, S = held + T.
+    with ``cache`` (:meth:`new_cache`) the keys are the cache's and the call's, S = held + T; with
+    ``context_cache`` (:meth:`new_context_cache`, cross-attention) the context's keys and values are
+    projected on the first call and reused after.
     Parameters: ``query.weight`` [heads·key_dim, dq], ``query.bias``, likewise ``key``, ``value``, and
     ``output.weight`` [output_shape, heads·value_dim], ``output.bias``.
     """
@@ -176,7 +178,10 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
         return_attention: bool = False,
         use_causal_mask: bool = False,
         cache: KVCache | None = None,
+        context_cache: KVCache | None = None,
     ):
+        if cache is not None and context_cache is not None:
+            raise ValueError("keras_mha takes cache (self-attention) or context_cache (cross-attention), not both")
         sizes = [self.size(n) for n in ("query_size", "value_size", "key_size")]
         for arg, tensor, size in (("query", query, sizes[0]), ("value", value, sizes[1]), ("key", key, sizes[2])):
             if size is not None and isinstance(tensor, Tensor) and tensor.dim() == 3 and tensor.shape[-1] != size:
@@ -204,8 +209,17 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
             tri = torch.ones(t, s, dtype=torch.bool, device=query.device).tril(held)[None]
             mask = tri if mask is None else mask & tri
         q = self._project(query, "query", self.key_dim)
-        k = self._project(key, "key", self.key_dim)
-        v = self._project(value, "value", self.value_dim)
+        if context_cache is not None:
+            context_cache.claim(self, self.name)
+        if context_cache is not None and context_cache.context is not None:
+            context_cache.check_context(self.name, value, key)
+            k, v, _ = context_cache.context
+        else:
+            k = self._project(key, "key", self.key_dim)
+            v = self._project(value, "value", self.value_dim)
+            if context_cache is not None:
+                context_cache.context = (k, v, None)
+                context_cache.keep_context(self.name, value, key)
         if cache is not None:
             k, v, valid = cache.append(k, v, value_mask)
             if valid is not None:
@@ -223,6 +237,15 @@ class KerasMultiHeadAttention(KerasCalls, LazyLayer):
         out = out.transpose(1, 2).reshape(batch, t, self.num_heads * self.value_dim)
         out = F.linear(out, self.output.weight, self.output.bias if self.use_bias else None)
         return (out, weights) if return_attention else out
+
+    def new_context_cache(self, batch_size: int) -> KVCache:
+        """An empty :class:`KVCache` for cross-attention while decoding: the first call
+        ``layer(x, context, context_cache=cache)`` keeps the context's keys and values, later calls reuse them
+        (given the same context, checked) instead of projecting it again."""
+        check_positive(self.name, "batch_size", batch_size, allow_none=False)
+        cache = KVCache(batch_size)
+        cache.claim(self, self.name)
+        return cache
 
     def new_cache(self, batch_size: int) -> KVCache:
         """An empty :class:`KVCache` for decoding ``batch_size`` sequences a step at a time: each call

@@ -231,7 +231,11 @@ def _how_to_load(model: Any, output: Any) -> str:
     from attnzoo.keras.transformers_folder import hub_source
 
     form, hub = hub_source(model)
-    autos = {"causal_lm": "AutoModelForCausalLM", "task": "AutoModelForSequenceClassification"}
+    autos = {
+        "causal_lm": "AutoModelForCausalLM",
+        "seq2seq_lm": "AutoModelForSeq2SeqLM",
+        "task": "AutoModelForSequenceClassification",
+    }
     auto = autos.get(hub.kind, "AutoModel")
     keywords = "".join(f", {key}={value!r}" for key, value in form.load_with.get(hub.kind, {}).items())
     return f"{auto}.from_pretrained({str(output)!r}{keywords})"

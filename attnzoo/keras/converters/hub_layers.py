@@ -183,13 +183,17 @@ class HubTransformerDecoder(_Block):
             norms.append("cross_attention_norm")
         self._build(hidden, intermediate_dim, activation, layer_norm_epsilon, norms)
         self._cache: KVCache | None = None  # while decoding (attnzoo.keras.decoding): the self-attention's
+        self._context: KVCache | None = None  # and the cross-attention's: the encoder's keys and values
 
     def start_decoding(self, step: DecodingStep) -> None:
-        """Cached decoding (:mod:`attnzoo.keras.decoding`): the self-attention keeps its keys and values."""
+        """Cached decoding (:mod:`attnzoo.keras.decoding`): the self-attention keeps its keys and values, the
+        cross-attention the encoder sequence's (projected on the first call)."""
         self._cache = self.attention.new_cache(step.batch_size)
+        if self.cross:
+            self._context = self.cross_attention.new_context_cache(step.batch_size)
 
     def stop_decoding(self) -> None:
-        self._cache = None
+        self._cache = self._context = None
 
     def _sublayer(self, name: str, x: Tensor, value: Tensor | None, mask: Tensor | None) -> Tensor:
         residual = x
@@ -197,6 +201,8 @@ class HubTransformerDecoder(_Block):
             x = self._norm(f"{name}_norm", x)
         if value is None and self._cache is not None:  # the call's tokens follow the cached ones, causally
             x = self.attention(x, x, cache=self._cache, use_causal_mask=True)
+        elif value is not None and self._context is not None:  # the encoder's keys and values, kept
+            x = self.cross_attention(x, value, attention_mask=_full(mask, x, value), context_cache=self._context)
         else:
             value = x if value is None else value
             x = getattr(self, name)(x, value, attention_mask=_full(mask, x, value))
@@ -208,17 +214,15 @@ class HubTransformerDecoder(_Block):
         encoder = args[1] if len(args) > 1 else kwargs.get("encoder_sequence")
         if (encoder is not None) != self.cross:
             raise ValueError("is called with a different number of sequences than it was built with")
-        if self._cache is not None:  # decoding: no padding, causal over the cache (attnzoo.keras.decoding)
-            if encoder is not None:
-                raise ValueError("decodes with a cache without cross-attention only")
+        if self._cache is not None:  # decoding: no decoder padding, causal over the cache (attnzoo.keras.decoding)
             x = self._sublayer("attention", x, None, None)
-            return [self._feedforward(x)], [own]
-        mask = _merge(own, kwargs.get("decoder_padding_mask"), kwargs.get("decoder_attention_mask"))
-        if kwargs.get("use_causal_mask", True):
-            t = x.shape[1]
-            causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()[None]
-            mask = causal if mask is None else mask & causal
-        x = self._sublayer("attention", x, None, mask)
+        else:
+            mask = _merge(own, kwargs.get("decoder_padding_mask"), kwargs.get("decoder_attention_mask"))
+            if kwargs.get("use_causal_mask", True):
+                t = x.shape[1]
+                causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()[None]
+                mask = causal if mask is None else mask & causal
+            x = self._sublayer("attention", x, None, mask)
         if encoder is not None:
             encoder_mask = masks[1] if len(masks) > 1 else kwargs.get("kwarg_masks", {}).get("encoder_sequence")
             cross = _merge(
