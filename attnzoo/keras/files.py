@@ -427,7 +427,8 @@ def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
     model.weights.h5 (which holds them at its root), its head's from task.weights.h5 (a classifier's
     ``logits``), or none where the head holds no weights of its own (a causal LM's: no task.weights.h5).
     The Keras version is metadata.json's."""
-    from attnzoo.keras.hub_families import hub_model_of
+    from attnzoo.keras.hub_families import hub_model_of, is_keras_hub_model
+    from attnzoo.keras.hub_keras import keras_hub_installed
 
     version = ""
     if (folder / "metadata.json").is_file() and (folder / "metadata.json").stat().st_size < MAX_CONFIG_BYTES:
@@ -440,7 +441,9 @@ def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
         backbone = config["config"].get("backbone")
         name = backbone.get("config", {}).get("name") if isinstance(backbone, dict) else None
         found = hub_model_of(config)
-        if found is not None and isinstance(name, str) and (head.exists() or found[1].kind == "causal_lm"):
+        # a class keras-hub builds (hub_keras) is read with its head's weights file only
+        built = found is not None or (is_keras_hub_model(config) and keras_hub_installed())
+        if isinstance(name, str) and built and (head.exists() or (found is not None and found[1].kind == "causal_lm")):
             given = Path(weights) if weights is not None else folder / "model.weights.h5"
             file = _read_json(task, given, at_root=name, version=version)
             if head.exists():
