@@ -13,6 +13,8 @@ an environment with keras-hub); the refusal without keras-hub runs always.
 from __future__ import annotations
 
 import importlib.util
+import io
+import zipfile
 
 import numpy as np
 import pytest
@@ -44,6 +46,31 @@ def assert_matches(model, case: str) -> None:
         want = EXPECTED[f"{case}/out/{name}"]
         assert value.shape == want.shape, name
         np.testing.assert_allclose(value.numpy(), want, atol=1e-5, rtol=0, err_msg=f"{case} {name}")
+
+
+NATIVE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier")
+
+
+@pytest.mark.parametrize("case", NATIVE)
+def test_an_encoder_attnzoo_rebuilds_predicts_what_keras_predicts(case):
+    assert_matches(convert_keras_model(path(case)), case)
+
+
+def test_albert_s_shared_layers_hold_their_weights_once():
+    """4 layers in 2 groups: 2 encoder layers, each called twice; the port holds the file's weights once."""
+    import h5py
+
+    model = convert_keras_model(path("albert_groups"))
+    with zipfile.ZipFile(path("albert_groups")) as archive:
+        weights = io.BytesIO(archive.read("model.weights.h5"))
+    stored: list[int] = []
+    with h5py.File(weights) as f:
+        f.visititems(lambda name, item: stored.append(item.size) if isinstance(item, h5py.Dataset) else None)
+    assert sum(p.numel() for p in model.state_dict().values()) == sum(stored)
+    assert sorted({key.split(".")[1] for key in model.state_dict() if "inner_layer" in key}) == [
+        "group_0_inner_layer_0",
+        "group_1_inner_layer_0",
+    ]
 
 
 ROUTE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier")
