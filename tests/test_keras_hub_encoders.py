@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+import attnzoo
 from attnzoo.errors import WeightsError
 from attnzoo.keras import convert_keras_model, hub_families, hub_keras
 
@@ -48,12 +49,17 @@ def assert_matches(model, case: str) -> None:
         np.testing.assert_allclose(value.numpy(), want, atol=1e-5, rtol=0, err_msg=f"{case} {name}")
 
 
-NATIVE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier")
+NATIVE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier", "f_net")
 
 
 @pytest.mark.parametrize("case", NATIVE)
 def test_an_encoder_attnzoo_rebuilds_predicts_what_keras_predicts(case):
     assert_matches(convert_keras_model(path(case)), case)
+
+
+def test_f_net_s_fourier_encoder_saves_and_loads(tmp_path):
+    """The FNetEncoder node rebuilds from a saved folder (attnzoo.save / load) to the same outputs."""
+    assert_matches(attnzoo.load(attnzoo.save(convert_keras_model(path("f_net")), tmp_path / "f_net")), "f_net")
 
 
 def test_albert_s_shared_layers_hold_their_weights_once():

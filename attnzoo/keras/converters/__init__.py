@@ -26,6 +26,7 @@ FAMILIES = (
     "hub_bloom",
     "hub_distil_bert",
     "hub_electra",
+    "hub_f_net",
     "hub_falcon",
     "hub_gemma",
     "hub_gemma3",

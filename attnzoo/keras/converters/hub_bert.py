@@ -45,6 +45,7 @@ __all__ = [
     "bert_classifier_graph",
     "bert_embeddings",
     "pooled_outputs",
+    "summed_embeddings",
     "BERT",
     "encoder_config",
     "encoder_tensors",
@@ -162,18 +163,30 @@ def bert_classifier_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
 
 def bert_embeddings(g: HubGraph, config: dict[str, Any], where: str, vocabulary: int, width: int) -> Inputs:
     """BERT's inputs and embeddings (ELECTRA's and ALBERT's too, ``width`` their ``embedding_dim``): token
-    ids, segment ids, padding mask -> ``token_embedding`` (tied ``ReversibleEmbedding``) +
-    ``position_embedding`` + ``segment_embedding`` -> layer norm (ε 1e-12) and dropout. Returns the inputs
-    by name and the embeddings [B, T, width]."""
+    ids, segment ids, padding mask -> :func:`summed_embeddings` -> layer norm (ε 1e-12) and dropout. Returns
+    the inputs by name and the embeddings [B, T, width]."""
     tokens, segments, padding = g.input("token_ids"), g.input("segment_ids"), g.input("padding_mask")
-    embedding = {"input_dim": vocabulary, "output_dim": width, "tie_weights": True, "mask_zero": False}
-    t = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor(tokens)])
-    p = position_embedding(g, t, positive(config, "max_sequence_length", where, 512))
-    segment = {"input_dim": positive(config, "num_segments", where, 2), "output_dim": width, "mask_zero": False}
-    s = g.layer("Embedding", "segment_embedding", segment, [tensor(segments)])
-    x = g.layer("Add", "embeddings_add", {}, [[tensor(t), tensor(p), tensor(s)]])
+    x = summed_embeddings(g, config, where, (vocabulary, width, 2))
     inputs = {"token_ids": tokens, "segment_ids": segments, "padding_mask": padding}
     return inputs, norm_and_dropout(g, x, 1e-12, config, where)
+
+
+def summed_embeddings(g: HubGraph, config: dict[str, Any], where: str, sizes: tuple[int, int, int]) -> str:
+    """``token_embedding`` (tied ``ReversibleEmbedding``, ``vocabulary`` x ``width``) of the ``token_ids``
+    input + ``position_embedding`` + ``segment_embedding`` of ``segment_ids`` (``num_segments`` rows, else
+    the default), added: ``sizes`` is (vocabulary, width, default number of segments)."""
+    vocabulary, width, segments = sizes
+    embedding = {"input_dim": vocabulary, "output_dim": width, "tie_weights": True, "mask_zero": False}
+    t = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor("token_ids")])
+    p = position_embedding(g, t, positive(config, "max_sequence_length", where, 512))
+    rows = positive(config, "num_segments", where, segments)
+    s = g.layer(
+        "Embedding",
+        "segment_embedding",
+        {"input_dim": rows, "output_dim": width, "mask_zero": False},
+        [tensor("segment_ids")],
+    )
+    return g.layer("Add", "embeddings_add", {}, [[tensor(t), tensor(p), tensor(s)]])
 
 
 def pooled_outputs(g: HubGraph, config: dict[str, Any], inputs: dict[str, str], sequence: Tensor, name: str) -> Any:
