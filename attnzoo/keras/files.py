@@ -155,6 +155,24 @@ class _Keras3Weights:
             self._collect(group[key], inner, depth + 1, found)
 
 
+class _TaskWeights:
+    """A keras-hub task preset's two weights files: the backbone's layers (paths through ``backbone``) from
+    model.weights.h5, which holds them at its root; the head's (every other path) from task.weights.h5, which
+    ``Task.save_task_weights`` writes as the task's own file with the backbone's layers skipped."""
+
+    def __init__(self, backbone: _Keras3Weights, head: _Keras3Weights, name: str) -> None:
+        self.backbone, self.head, self.name = backbone, head, name
+
+    def _store(self, path: LayerPath) -> _Keras3Weights:
+        return self.backbone if path.names[:1] == (self.name,) else self.head
+
+    def group(self, path: LayerPath) -> Any:
+        return self._store(path).group(path)
+
+    def variables(self, path: LayerPath, child_order: tuple[str, ...] = ()) -> Variables | None:
+        return self._store(path).variables(path, child_order)
+
+
 class _LegacyWeights:
     """The datasets of a legacy ``.h5``: per top-level layer, ``weight_names`` in the layer's order."""
 
@@ -403,34 +421,56 @@ def _read_json(path: Path, weights: Path | None, at_root: str | None = None, ver
     return KerasFile(path, "json", _version_of(config, version), config, store, [handle])
 
 
+# the tasks whose head holds no weights of its own (the tied embedding's reverse call): no task.weights.h5
+_TIED_HEADS = ("causal_lm", "seq2seq_lm")
+
+
 def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
     """A folder keras-hub's ``save_to_preset`` wrote: the Backbone of config.json with model.weights.h5; or,
-    where a task saved it (task.json) and attnzoo rebuilds that task, its head holding no weights of its own
-    (no task.weights.h5: a causal LM's), the task, whose backbone's layers model.weights.h5 holds at its root.
+    where a task saved it (task.json) and attnzoo rebuilds that task, the task: its backbone's layers from
+    model.weights.h5 (which holds them at its root), its head's from task.weights.h5 (a classifier's
+    ``logits``), or none where the head holds no weights of its own (a causal or seq2seq LM's: no task.weights.h5).
     The Keras version is metadata.json's."""
-    from attnzoo.keras.hub_families import hub_model_of
+    from attnzoo.keras.hub_families import hub_model_of, is_keras_hub_model
+    from attnzoo.keras.hub_keras import keras_hub_installed
 
     version = ""
     if (folder / "metadata.json").is_file() and (folder / "metadata.json").stat().st_size < MAX_CONFIG_BYTES:
         metadata = parse_json((folder / "metadata.json").read_bytes(), str(folder), "metadata.json")
         if isinstance(metadata, dict) and isinstance(metadata.get("keras_version"), str):
             version = metadata["keras_version"]
-    task = folder / "task.json"
-    if task.is_file() and not (folder / "task.weights.h5").exists() and task.stat().st_size < MAX_CONFIG_BYTES:
+    task, head = folder / "task.json", folder / "task.weights.h5"
+    if task.is_file() and task.stat().st_size < MAX_CONFIG_BYTES:
         config = _parse_config(task.read_bytes(), str(task), "task.json")
         backbone = config["config"].get("backbone")
         name = backbone.get("config", {}).get("name") if isinstance(backbone, dict) else None
-        if hub_model_of(config) is not None and isinstance(name, str):
+        found = hub_model_of(config)
+        # a class keras-hub builds (hub_keras) is read with its head's weights file only
+        built = found is not None or (is_keras_hub_model(config) and keras_hub_installed())
+        if isinstance(name, str) and built and (head.exists() or (found is not None and found[1].kind in _TIED_HEADS)):
             given = Path(weights) if weights is not None else folder / "model.weights.h5"
-            return _read_json(task, given, at_root=name, version=version)
+            file = _read_json(task, given, at_root=name, version=version)
+            if head.exists():
+                file.weights = _TaskWeights(file.weights, _task_weights(head), name)
+                file._handles.append(file.weights.head.root)
+            return file
     if task.is_file():  # a task attnzoo does not read from a folder: never its backbone alone, unasked
         raise WeightsError(
             f"{folder}: the folder holds a keras-hub task (task.json"
-            f"{', with its head in task.weights.h5' if (folder / 'task.weights.h5').exists() else ''}), which "
-            f"attnzoo does not read from a preset folder; convert the task's own file (task.save('model.keras')), "
-            f"or the backbone alone by its config.json ({folder / 'config.json'})"
+            f"{', with its head in task.weights.h5' if head.exists() else ', without the task.weights.h5 of its head'}"
+            f"), which attnzoo does not read from a preset folder; convert the task's own file "
+            f"(task.save('model.keras')), or the backbone alone by its config.json ({folder / 'config.json'})"
         )
     return _read_json(folder / "config.json", Path(weights) if weights is not None else None, version=version)
+
+
+def _task_weights(path: Path) -> _Keras3Weights:
+    """task.weights.h5: the task's keras 3 weights file without its backbone's layers."""
+    handle = _h5(path, str(path))
+    if "layers" not in handle:
+        handle.close()
+        raise WeightsError(f"{path}: not a keras 3 weights file (no 'layers' group); expected a task's head weights")
+    return _Keras3Weights(handle, str(path))
 
 
 def read_keras_model(path: str | Path, *, weights: str | Path | None = None) -> KerasFile:

@@ -204,11 +204,15 @@ def unwrap(entry: Any, where: str) -> Any:
     found = hub_model_of(entry)
     config = entry.get("config")
     if found is None:
+        from attnzoo.keras.hub_keras import keras_hub_graph, keras_hub_installed, routes
+
+        name = _class_of(entry)[:80]
+        if keras_hub_installed():  # keras-hub builds the class's graph from the arguments, weights unallocated
+            return keras_hub_graph(entry, name, where)
         known = ", ".join(sorted(hub_models()))
         raise WeightsError(
-            f"{where}: keras-hub's {str(entry.get('class_name'))[:80]!r} is a functional model, but its file keeps "
-            f"only its constructor's arguments, and attnzoo rebuilds the graphs of {known} only. Save its graph "
-            f"instead: keras.Model(model.inputs, model.outputs).save('model.keras'), then convert that file"
+            f"{where}: keras-hub's {name!r} is a functional model, but its file keeps only its constructor's "
+            f"arguments, and attnzoo rebuilds the graphs of {known} only. To go on: {routes(name)}"
         )
     name, model = found
     if not isinstance(config, dict):

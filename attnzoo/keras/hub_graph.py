@@ -35,6 +35,8 @@ __all__ = [
     "positive",
     "number",
     "transformer_blocks",
+    "encoder_settings",
+    "Tensor",
     "norm_and_dropout",
     "first_token",
     "position_embedding",
@@ -174,17 +176,7 @@ def transformer_blocks(
     """``num_layers`` keras-hub ``TransformerEncoder`` layers (post-norm, masked by the ``padding_mask``
     input), or with ``decoder`` GPT-2's pre-norm ``TransformerDecoder`` layers without cross-attention
     (causal, masked by ``padding_mask`` as ``decoder_padding_mask``), named ``transformer_layer_<i>``."""
-    hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_heads", where)
-    if hidden % heads:
-        raise WeightsError(f"{where}: hidden_dim {hidden} is not a multiple of num_heads {heads}")
-    settings = {
-        "num_heads": heads,
-        "intermediate_dim": positive(config, "intermediate_dim", where),
-        "activation": activation,
-        "dropout": number(config, "dropout", where, 0.0),
-        "layer_norm_epsilon": epsilon,
-        "normalize_first": decoder,
-    }
+    settings = encoder_settings(config, where, activation, epsilon, decoder)
     kind = "TransformerDecoder" if decoder else "TransformerEncoder"
     module = f"keras_hub.src.layers.modeling.{'transformer_decoder' if decoder else 'transformer_encoder'}"
     mask = "decoder_padding_mask" if decoder else "padding_mask"
@@ -193,13 +185,31 @@ def transformer_blocks(
     return x
 
 
+def encoder_settings(
+    config: dict[str, Any], where: str, activation: Any, epsilon: float, decoder: bool = False
+) -> dict[str, Any]:
+    """The config of the config's keras-hub ``TransformerEncoder`` (or, ``decoder``, pre-norm
+    ``TransformerDecoder``) layers: ``num_heads``, ``intermediate_dim``, ``dropout``, checked."""
+    hidden, heads = positive(config, "hidden_dim", where), positive(config, "num_heads", where)
+    if hidden % heads:
+        raise WeightsError(f"{where}: hidden_dim {hidden} is not a multiple of num_heads {heads}")
+    return {
+        "num_heads": heads,
+        "intermediate_dim": positive(config, "intermediate_dim", where),
+        "activation": activation,
+        "dropout": number(config, "dropout", where, 0.0),
+        "layer_norm_epsilon": epsilon,
+        "normalize_first": decoder,
+    }
+
+
 def norm_and_dropout(g: HubGraph, x: str, epsilon: float, config: dict[str, Any], where: str) -> str:
     """The embeddings' ``LayerNormalization`` and ``Dropout`` (BERT, DistilBERT, RoBERTa)."""
     x = g.layer("LayerNormalization", "embeddings_layer_norm", {"axis": [-1], "epsilon": epsilon}, [tensor(x)])
     return g.layer("Dropout", "embeddings_dropout", {"rate": number(config, "dropout", where, 0.0)}, [tensor(x)])
 
 
-def first_token(g: HubGraph, sequence: str) -> str:
+def first_token(g: HubGraph, sequence: Tensor) -> str:
     """``sequence[:, 0, :]``, as keras 3 records the operation (the [CLS] / <s> token's state)."""
     every = {"class_name": "__slice__", "config": {"start": None, "stop": None, "step": None}}
     return g.operation("GetItem", "get_item", [tensor(sequence), [every, 0, every]])

@@ -26,6 +26,7 @@ from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import (
     GELU_TANH,
     HubGraph,
+    Tensor,
     classifier_head,
     first_token,
     norm_and_dropout,
@@ -37,7 +38,20 @@ from attnzoo.keras.hub_graph import (
 )
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["bert_graph", "bert_classifier_graph", "BERT", "encoder_config", "encoder_tensors", "labels", "pooled_head"]
+Inputs = tuple[dict[str, str], str]
+
+__all__ = [
+    "bert_graph",
+    "bert_classifier_graph",
+    "bert_embeddings",
+    "pooled_outputs",
+    "summed_embeddings",
+    "BERT",
+    "encoder_config",
+    "encoder_tensors",
+    "labels",
+    "pooled_head",
+]
 
 # transformers' name of each activation keras-hub's encoders use (the tanh gelu is keras-hub's gelu_approximate)
 _ACTIVATIONS = {"gelu_approximate": "gelu_new", "gelu": "gelu", "relu": "relu"}
@@ -147,21 +161,49 @@ def bert_classifier_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     return classifier_head(g, backbone, config, where, "classifier_dropout")
 
 
+def bert_embeddings(g: HubGraph, config: dict[str, Any], where: str, vocabulary: int, width: int) -> Inputs:
+    """BERT's inputs and embeddings (ELECTRA's and ALBERT's too, ``width`` their ``embedding_dim``): token
+    ids, segment ids, padding mask -> :func:`summed_embeddings` -> layer norm (ε 1e-12) and dropout. Returns
+    the inputs by name and the embeddings [B, T, width]."""
+    tokens, segments, padding = g.input("token_ids"), g.input("segment_ids"), g.input("padding_mask")
+    x = summed_embeddings(g, config, where, (vocabulary, width, 2))
+    inputs = {"token_ids": tokens, "segment_ids": segments, "padding_mask": padding}
+    return inputs, norm_and_dropout(g, x, 1e-12, config, where)
+
+
+def summed_embeddings(g: HubGraph, config: dict[str, Any], where: str, sizes: tuple[int, int, int]) -> str:
+    """``token_embedding`` (tied ``ReversibleEmbedding``, ``vocabulary`` x ``width``) of the ``token_ids``
+    input + ``position_embedding`` + ``segment_embedding`` of ``segment_ids`` (``num_segments`` rows, else
+    the default), added: ``sizes`` is (vocabulary, width, default number of segments)."""
+    vocabulary, width, segments = sizes
+    embedding = {"input_dim": vocabulary, "output_dim": width, "tie_weights": True, "mask_zero": False}
+    t = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor("token_ids")])
+    p = position_embedding(g, t, positive(config, "max_sequence_length", where, 512))
+    rows = positive(config, "num_segments", where, segments)
+    s = g.layer(
+        "Embedding",
+        "segment_embedding",
+        {"input_dim": rows, "output_dim": width, "mask_zero": False},
+        [tensor("segment_ids")],
+    )
+    return g.layer("Add", "embeddings_add", {}, [[tensor(t), tensor(p), tensor(s)]])
+
+
+def pooled_outputs(g: HubGraph, config: dict[str, Any], inputs: dict[str, str], sequence: Tensor, name: str) -> Any:
+    """The backbone's record with outputs ``sequence_output`` and ``pooled_output = tanh(pooled_dense(
+    sequence[:, 0, :]))`` (BERT, ELECTRA, ALBERT)."""
+    hidden = int(config["hidden_dim"])
+    pooled = g.layer(
+        "Dense", "pooled_dense", {"units": hidden, "activation": "tanh"}, [tensor(first_token(g, sequence))]
+    )
+    outputs = {"sequence_output": sequence, "pooled_output": pooled}
+    return g.functional(str(config.get("name", name)), inputs, outputs)
+
+
 @keras_hub_model("BertBackbone", family="bert", tasks={"BertTextClassifier": bert_classifier_graph}, transformers=BERT)
 def bert_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = HubGraph(config.get("dtype"))
     vocabulary, hidden = positive(config, "vocabulary_size", where), positive(config, "hidden_dim", where)
-    tokens, segments, padding = g.input("token_ids"), g.input("segment_ids"), g.input("padding_mask")
-    embedding = {"input_dim": vocabulary, "output_dim": hidden, "tie_weights": True, "mask_zero": False}
-    t = g.layer("ReversibleEmbedding", "token_embedding", embedding, [tensor(tokens)])
-    p = position_embedding(g, t, positive(config, "max_sequence_length", where, 512))
-    segment = {"input_dim": positive(config, "num_segments", where, 2), "output_dim": hidden, "mask_zero": False}
-    s = g.layer("Embedding", "segment_embedding", segment, [tensor(segments)])
-    x = g.layer("Add", "embeddings_add", {}, [[tensor(t), tensor(p), tensor(s)]])
-    x = norm_and_dropout(g, x, 1e-12, config, where)
+    inputs, x = bert_embeddings(g, config, where, vocabulary, hidden)
     sequence = transformer_blocks(g, x, config, where, GELU_TANH, 1e-12)
-    first = first_token(g, sequence)
-    pooled = g.layer("Dense", "pooled_dense", {"units": hidden, "activation": "tanh"}, [tensor(first)])
-    inputs = {"token_ids": tokens, "segment_ids": segments, "padding_mask": padding}
-    outputs = {"sequence_output": sequence, "pooled_output": pooled}
-    return g.functional(str(config.get("name", "bert_backbone")), inputs, outputs)
+    return pooled_outputs(g, config, inputs, sequence, "bert_backbone")

@@ -1,0 +1,103 @@
+"""keras-hub's text encoders, and the route through keras-hub's own graph.
+
+The fixtures are tiny models made with keras-hub (tests/keras_hub_encoder_fixtures.py), every weight moved
+off its initial value; ``expected.npz`` holds Keras's outputs on right-padded batches, the reference here
+(within 1e-5 at every position).
+
+The route through keras-hub's graph (attnzoo/keras/hub_keras.py): where keras-hub is installed, a keras-hub
+class attnzoo does not rebuild is built by keras-hub from the file's arguments, its variables unallocated,
+and its graph converted as any functional model. CI has no keras-hub, so that test skips there (it runs in
+an environment with keras-hub); the refusal without keras-hub runs always.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.errors import WeightsError
+from attnzoo.keras import convert_keras_model, hub_families, hub_keras
+
+from .conftest import ROOT
+
+DATA = ROOT / "tests" / "data" / "keras_hub_encoders"
+EXPECTED = dict(np.load(DATA / "expected.npz"))
+PRESETS = ("xlm_roberta_classifier", "bert_masked_lm")
+
+
+def path(case: str):
+    return DATA / (f"{case}_preset" if case in PRESETS else f"{case}.keras")
+
+
+def assert_matches(model, case: str) -> None:
+    """Keras's outputs on the case's inputs, within 1e-5 at every position (a lone output is ``output``)."""
+    names = sorted(key.split("/")[-1] for key in EXPECTED if key.startswith(f"{case}/in/"))
+    assert sorted(model.input_names) == names
+    with torch.no_grad():
+        got = model(*[torch.from_numpy(EXPECTED[f"{case}/in/{name}"]) for name in model.input_names])
+    got = got if isinstance(got, dict) else {"output": got}
+    assert sorted(got) == sorted(key.split("/")[-1] for key in EXPECTED if key.startswith(f"{case}/out/"))
+    for name, value in got.items():
+        want = EXPECTED[f"{case}/out/{name}"]
+        assert value.shape == want.shape, name
+        np.testing.assert_allclose(value.numpy(), want, atol=1e-5, rtol=0, err_msg=f"{case} {name}")
+
+
+NATIVE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier", "f_net")
+
+
+@pytest.mark.parametrize("case", NATIVE)
+def test_an_encoder_attnzoo_rebuilds_predicts_what_keras_predicts(case):
+    assert_matches(convert_keras_model(path(case)), case)
+
+
+def test_f_net_s_fourier_encoder_saves_and_loads(tmp_path):
+    """The FNetEncoder node rebuilds from a saved folder (attnzoo.save / load) to the same outputs."""
+    assert_matches(attnzoo.load(attnzoo.save(convert_keras_model(path("f_net")), tmp_path / "f_net")), "f_net")
+
+
+def test_albert_s_shared_layers_hold_their_weights_once():
+    """4 layers in 2 groups: 2 encoder layers, each called twice; the port holds the file's weights once."""
+    import h5py
+
+    model = convert_keras_model(path("albert_groups"))
+    with zipfile.ZipFile(path("albert_groups")) as archive:
+        weights = io.BytesIO(archive.read("model.weights.h5"))
+    stored: list[int] = []
+    with h5py.File(weights) as f:
+        f.visititems(lambda name, item: stored.append(item.size) if isinstance(item, h5py.Dataset) else None)
+    assert sum(p.numel() for p in model.state_dict().values()) == sum(stored)
+    assert sorted({key.split(".")[1] for key in model.state_dict() if "inner_layer" in key}) == [
+        "group_0_inner_layer_0",
+        "group_1_inner_layer_0",
+    ]
+
+
+ROUTE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
+@pytest.mark.parametrize("case", ROUTE)
+def test_keras_hub_s_own_graph_converts_a_class_attnzoo_does_not_rebuild(case, monkeypatch):
+    """As if attnzoo rebuilt none of these classes: keras-hub builds each from the file's arguments."""
+    monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
+    assert_matches(convert_keras_model(path(case)), case)
+
+
+def test_without_keras_hub_a_class_attnzoo_does_not_rebuild_is_refused_naming_both_routes(monkeypatch):
+    monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
+    monkeypatch.setattr(hub_keras, "keras_hub_installed", lambda: False)
+    with pytest.raises(WeightsError) as error:
+        convert_keras_model(path("electra"))
+    message = str(error.value)
+    assert "keras-hub's 'ElectraBackbone' is a functional model" in message
+    assert "install keras-hub (pip install keras-hub) to convert ElectraBackbone through its own graph" in message
+    assert "keras.Model(model.inputs, model.outputs).save('model.keras')" in message
+    with pytest.raises(WeightsError, match=r"holds a keras-hub task \(task.json, with its head in task.weights.h5"):
+        convert_keras_model(path("xlm_roberta_classifier"))
