@@ -1,0 +1,170 @@
+"""Fine-tuning a port (attnzoo/train/port.py): a converted keras-hub TextClassifier or CausalLM, saved with its
+tokenizer, trained by ``attnzoo train --model PORT_FOLDER`` on a CSV file.
+
+References: the CSV's own labels (a classifier learns words that decide them), the keras-hub tokenizer's ids
+(tests/test_keras_tokenizer.py checks them against keras-hub) packed by the folder ``attnzoo.load`` gives back,
+and the next-token loss written out naively, position by position, on that loaded folder's logits. The slow
+tier runs torchrun with two processes (gloo) against one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.errors import ConfigError
+from attnzoo.keras import convert_keras_model, keras_hub_tokenizer
+from attnzoo.train.port import build_port_task, fit_port
+from attnzoo.train.recipe import complete_recipe
+from attnzoo.train.trainer import train
+from attnzoo.version import __version__
+
+from .conftest import ROOT, TORCHRUN
+
+BERT = ROOT / "tests" / "data" / "keras_hub_lm" / "bert"
+GPT2 = ROOT / "tests" / "data" / "keras_hub_lm" / "gpt2" / "causal_lm_preset"
+WORDS = {"pos": ["good", "great", "happy"], "neg": ["bad", "sad", "cold"], "odd": ["red", "blue", "green"]}
+FILLER = ["the", "a", "day", "was", "and", "it"]
+
+
+def _rows(count: int, seed: int, labels: list[str]) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        label = rng.choice(labels)
+        words = [rng.choice(FILLER) for _ in range(3)] + [rng.choice(WORDS[label]), rng.choice(FILLER)]
+        out.append((" ".join(words), label))
+    return out
+
+
+def _csv(path: Path, rows: list[tuple[str, ...]], header: tuple[str, ...] = ("text", "labels")) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ports(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("ports")
+    classifier = convert_keras_model(BERT / "classifier.keras")  # the preset's TextClassifier, its head of 3
+    classifier.tokenizer = keras_hub_tokenizer(BERT / "classifier_preset")
+    return {
+        "bert": attnzoo.save(classifier, folder / "bert"),
+        "gpt2": attnzoo.save(convert_keras_model(GPT2), folder / "gpt2"),  # the preset folder carries it
+    }
+
+
+def _recipe(port: Path, data: dict, **train_settings) -> dict:
+    settings = {"epochs": 6, "batch_size": 16, "lr": 0.003, "threads": 1, **train_settings}
+    return complete_recipe(
+        {"model": str(port), "tag": "t", "data": data, "train": settings, "config": {"dropout": 0.0}}
+    )
+
+
+def test_a_classifier_port_learns_a_csv_with_a_new_head_and_its_run_folder_loads_and_predicts(ports, tmp_path, capsys):
+    train_file = _csv(tmp_path / "train.csv", _rows(48, 1, ["neg", "pos"]))
+    val = _rows(16, 2, ["neg", "pos"])
+    data = {"train": str(train_file), "validation": str(_csv(tmp_path / "val.csv", val))}
+    report = train(_recipe(ports["bert"], data), output=tmp_path / "run", baseline=False)
+    assert "head: a new head of 2 classes (neg, pos) in place of the port's 3" in capsys.readouterr().out
+    history = report["history"]
+    assert history[-1]["train_loss"] < 0.8 * history[0]["train_loss"]
+    assert max(h["accuracy"] for h in history) >= 0.85  # chance is 0.5: the CSV's labels, learnt
+    # the record: what ran
+    ran = {"precision": "fp32", "accumulate": 1, "world_size": 1, "device": "cpu", "device_name": "cpu"}
+    assert report["ran"] == {**ran, "torch": torch.__version__, "attnzoo": __version__}
+    again = attnzoo.load(tmp_path / "run")  # the run folder is the fine-tuned port, with its tokenizer
+    assert again.attnzoo_metadata["labels"] == ["neg", "pos"] and again.attnzoo_metadata["ran"] == report["ran"]
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["ran"] == report["ran"]
+    again.eval()
+    with torch.no_grad():
+        predicted = again(again.tokenize([text for text, _ in val])).argmax(-1).tolist()
+    right = sum(again.attnzoo_metadata["labels"][p] == label for p, (_, label) in zip(predicted, val, strict=True))
+    best = history[report["best_epoch"] - 1]["accuracy"]
+    assert right / len(val) == pytest.approx(best, abs=1e-9)  # the trainer's packing is the tokenizer's
+
+
+def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_key(ports, tmp_path):
+    port = attnzoo.load(ports["bert"])
+    said: list[str] = []
+    three = {"train": str(_csv(tmp_path / "three.csv", _rows(30, 3, ["neg", "odd", "pos"])))}
+    task = build_port_task(_recipe(ports["bert"], three)["task"], port.tokenizer)
+    kept = fit_port(port, task, {"dropout": 0.0}, said.append)
+    assert said == ["head: the port's 3 classes, as the labels neg, odd, pos (in that order)"]
+    for key, value in port.state_dict().items():
+        assert torch.equal(kept.state_dict()[key], value), key
+    rates = [v for layer in kept.graph["layers"].values() for k, v in layer.items() if k in ("dropout", "rate")]
+    assert rates and set(rates) == {0.0} and kept.tokenizer is port.tokenizer
+    with pytest.raises(ConfigError, match="config.hidden_dim: a port's architecture is its graph"):
+        fit_port(port, task, {"hidden_dim": 8}, said.append)
+    with pytest.raises(ConfigError, match=r"data.task 'multi_label': the port is a text_classifier"):
+        build_port_task({**three, "name": "files", "task": "multi_label"}, port.tokenizer)
+    with pytest.raises(ConfigError, match="--export writes a registered model's weights file"):
+        train(_recipe(ports["bert"], three), output=tmp_path / "x", export=tmp_path)
+
+
+def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_path):
+    plain = attnzoo.save(convert_keras_model(BERT / "classifier.keras"), tmp_path / "plain")
+    data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}
+    with pytest.raises(ConfigError, match=r"without a tokenizer .*keras_hub_tokenizer\(PRESET\)"):
+        train(_recipe(plain, data), output=tmp_path / "run")
+
+
+def _naive_next_token_loss(model, texts: list[str]) -> float:
+    """The mean over every predicted token (not padding) of -log softmax(logits)[next id], one at a time."""
+    batch = model.tokenize(texts)
+    with torch.no_grad():
+        logits = model(batch).double()
+    total, count = 0.0, 0
+    for row in range(len(texts)):
+        ids, mask = batch["token_ids"][row].tolist(), batch["padding_mask"][row].tolist()
+        for t in range(len(ids) - 1):
+            if mask[t] and mask[t + 1]:
+                scores = logits[row, t]
+                total += (torch.logsumexp(scores, 0) - scores[ids[t + 1]]).item()
+                count += 1
+    return total / count
+
+
+def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded_loss(ports, tmp_path):
+    rng = random.Random(0)
+    lines = ["the cat sat on the mat", "a dog ran in the park", "the sun is warm today"]
+    texts = [(rng.choice(lines),) for _ in range(32)]
+    train_file = _csv(tmp_path / "lm.csv", texts, header=("text",))
+    data = {"train": str(train_file), "validation": str(train_file)}
+    report = train(_recipe(ports["gpt2"], data, epochs=4), output=tmp_path / "run", baseline=False)
+    losses = [h["loss"] for h in report["history"]]
+    assert losses == sorted(losses, reverse=True) and losses[-1] < 0.85 * losses[0]
+    again = attnzoo.load(tmp_path / "run").eval()
+    assert again.attnzoo_metadata["output"] == "causal_lm"
+    naive = _naive_next_token_loss(again, [t for (t,) in texts])
+    assert naive == pytest.approx(losses[report["best_epoch"] - 1], abs=1e-5)
+    best = report["history"][report["best_epoch"] - 1]
+    assert best["perplexity"] == pytest.approx(math.exp(naive), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_torchrun_fine_tunes_a_port_with_two_processes_as_one_does(ports, tmp_path):
+    """The command line on a classifier port, one process and two (gloo): the checkpoint's float32 weights
+    within 1e-5 and the same validation scores."""
+    from .test_train_distributed import _cli, _largest_difference, checkpoint_weights
+
+    train_file = _csv(tmp_path / "train.csv", _rows(61, 1, ["neg", "odd", "pos"]))
+    val = _csv(tmp_path / "val.csv", _rows(13, 2, ["neg", "odd", "pos"]))
+    flags = ["--model", str(ports["bert"]), "--train", str(train_file), "--validation", str(val)]
+    flags += ["--epochs", "2", "--batch-size", "8", "--lr", "0.003", "config.dropout=0", "train.threads=1"]
+    one = _cli([*flags, "--output", str(tmp_path / "one")])
+    two = _cli([*flags, "--output", str(tmp_path / "two")], runner=TORCHRUN)
+    assert (one["ran"]["world_size"], two["ran"]["world_size"]) == (1, 2)
+    assert two["history"][-1]["accuracy"] == pytest.approx(one["history"][-1]["accuracy"], abs=1e-6)
+    assert two["history"][-1]["train_loss"] == pytest.approx(one["history"][-1]["train_loss"], abs=1e-5)
+    assert _largest_difference(checkpoint_weights(tmp_path / "one"), checkpoint_weights(tmp_path / "two")) < 1e-5
