@@ -155,7 +155,7 @@ def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded
 @pytest.mark.slow
 def test_torchrun_fine_tunes_a_port_with_two_processes_as_one_does(ports, tmp_path):
     """The command line on a classifier port, one process and two (gloo): the checkpoint's float32 weights
-    within 1e-5 and the same validation scores."""
+    within 1e-5 (but the key biases, whose gradient is rounding noise) and the same validation scores."""
     from .test_train_distributed import _cli, _largest_difference, checkpoint_weights
 
     train_file = _csv(tmp_path / "train.csv", _rows(61, 1, ["neg", "odd", "pos"]))
@@ -167,4 +167,11 @@ def test_torchrun_fine_tunes_a_port_with_two_processes_as_one_does(ports, tmp_pa
     assert (one["ran"]["world_size"], two["ran"]["world_size"]) == (1, 2)
     assert two["history"][-1]["accuracy"] == pytest.approx(one["history"][-1]["accuracy"], abs=1e-6)
     assert two["history"][-1]["train_loss"] == pytest.approx(one["history"][-1]["train_loss"], abs=1e-5)
-    assert _largest_difference(checkpoint_weights(tmp_path / "one"), checkpoint_weights(tmp_path / "two")) < 1e-5
+    # but the attention's key biases: q . (k + b) adds q . b to every key's score, which the softmax takes away,
+    # so their gradient is zero but for rounding, and Adam makes steps of about lr out of that noise
+    one_w, two_w = checkpoint_weights(tmp_path / "one"), checkpoint_weights(tmp_path / "two")
+    noise = [k for k in one_w if k.endswith("attention.key.bias")]
+    assert len(noise) == 2 and max((one_w[k] - two_w[k]).abs().max().item() for k in noise) < 2 * 0.003
+    for k in noise:
+        del one_w[k], two_w[k]
+    assert _largest_difference(one_w, two_w) < 1e-5
