@@ -21,7 +21,7 @@ import torch
 import attnzoo
 from attnzoo.errors import ConfigError
 from attnzoo.keras import convert_keras_model, keras_hub_tokenizer
-from attnzoo.train.port import build_port_task, fit_port
+from attnzoo.train.port import PortClassifier, build_port_task, fit_port
 from attnzoo.train.recipe import complete_recipe
 from attnzoo.train.trainer import train
 from attnzoo.version import __version__
@@ -63,6 +63,13 @@ def ports(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+def expected_record(device: str, **ran) -> dict:
+    """The record of what ran, as torch and attnzoo say, for a run on ``device`` (fp32, one process)."""
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    fixed = {"precision": "fp32", "accumulate": 1, "world_size": 1, "device": device, "device_name": name}
+    return {**fixed, "torch": torch.__version__, "attnzoo": __version__, **ran}
+
+
 def _recipe(port: Path, data: dict, **train_settings) -> dict:
     settings = {"epochs": 6, "batch_size": 16, "lr": 0.003, "threads": 1, **train_settings}
     return complete_recipe(
@@ -79,9 +86,7 @@ def test_a_classifier_port_learns_a_csv_with_a_new_head_and_its_run_folder_loads
     history = report["history"]
     assert history[-1]["train_loss"] < 0.8 * history[0]["train_loss"]
     assert max(h["accuracy"] for h in history) >= 0.85  # chance is 0.5: the CSV's labels, learnt
-    # the record: what ran
-    ran = {"precision": "fp32", "accumulate": 1, "world_size": 1, "device": "cpu", "device_name": "cpu"}
-    assert report["ran"] == {**ran, "torch": torch.__version__, "attnzoo": __version__}
+    assert report["ran"] == expected_record(report["device"])  # what ran
     again = attnzoo.load(tmp_path / "run")  # the run folder is the fine-tuned port, with its tokenizer
     assert again.attnzoo_metadata["labels"] == ["neg", "pos"] and again.attnzoo_metadata["ran"] == report["ran"]
     assert json.loads((tmp_path / "run" / "report.json").read_text())["ran"] == report["ran"]
@@ -144,12 +149,31 @@ def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded
     report = train(_recipe(ports["gpt2"], data, epochs=4), output=tmp_path / "run", baseline=False)
     losses = [h["loss"] for h in report["history"]]
     assert losses == sorted(losses, reverse=True) and losses[-1] < 0.85 * losses[0]
+    assert report["best_epoch"] == 4  # the lowest validation loss
     again = attnzoo.load(tmp_path / "run").eval()
     assert again.attnzoo_metadata["output"] == "causal_lm"
     naive = _naive_next_token_loss(again, [t for (t,) in texts])
     assert naive == pytest.approx(losses[report["best_epoch"] - 1], abs=1e-5)
     best = report["history"][report["best_epoch"] - 1]
     assert best["perplexity"] == pytest.approx(math.exp(naive), rel=1e-5)
+    with pytest.raises(ConfigError, match="data.labels: a causal LM learns the text itself"):
+        build_port_task({"name": "files", **data, "labels": "labels"}, again.tokenizer)
+
+
+@pytest.mark.parametrize("name", ["distil_bert_classifier", "roberta_classifier"])
+def test_distilbert_s_and_roberta_s_classifier_heads_are_found_and_replaced(name):
+    port = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_models" / f"{name}.keras")
+    task = PortClassifier.__new__(PortClassifier)  # only its classes matter to the head
+    task.class_names = ["a", "b"]
+    said: list[str] = []
+    model = fit_port(port, task, {}, said.append).eval()
+    assert said == ["head: a new head of 2 classes (a, b) in place of the port's 3"]
+    kept = {k: v for k, v in port.state_dict().items() if not k.startswith("layers.logits.")}
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in kept.items()) and len(kept) > 10
+    ids = torch.randint(1, 100, (2, 16))
+    inputs = {"token_ids": ids, "padding_mask": torch.ones_like(ids)}
+    with torch.no_grad():
+        assert model(inputs).shape == (2, 2) and port(inputs).shape == (2, 3)
 
 
 @pytest.mark.slow

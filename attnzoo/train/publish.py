@@ -21,7 +21,7 @@ from attnzoo.core import model_info
 from attnzoo.errors import ConfigError, ThresholdWarning
 from attnzoo.io.folders import save
 from attnzoo.io.weights import encode_metadata, write_weights
-from attnzoo.train.task_kinds import better
+from attnzoo.train.metrics import better
 
 if TYPE_CHECKING:
     from attnzoo.train.trainer import Run

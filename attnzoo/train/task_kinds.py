@@ -40,20 +40,11 @@ __all__ = [
     "Seq2SeqTask",
     "MIN_TUNING_ROWS",
     "MIN_TUNING_POSITIVES",
-    "better",
 ]
 
 # the least validation data the multi-label decision threshold is tuned on without a warning
 MIN_TUNING_ROWS = 100
 MIN_TUNING_POSITIVES = 5  # positive labels per label, on average
-
-
-def better(task: Any, score: float, best: float | None, *, ties: bool = False) -> bool:
-    """Whether ``score`` of the task's main metric beats ``best`` (None: nothing yet), the way the metric
-    goes (``lower_is_better``: a loss); ``ties``: whether an equal score counts."""
-    if best is None or (ties and score == best):
-        return True
-    return score < best if getattr(task, "lower_is_better", False) else score > best
 
 
 def _device_of(model) -> torch.device:

@@ -38,11 +38,11 @@ from attnzoo.errors import ConfigError
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.distributed import all_gather_objects, all_sum, barrier, setup
+from attnzoo.train.metrics import better
 from attnzoo.train.port import build_port_task, fit_port, is_port, load_port
 from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
 from attnzoo.train.steps import Stepper, check_precision
-from attnzoo.train.task_kinds import better
 from attnzoo.train.tasks import build_task
 
 __all__ = ["train", "Run", "model_sizes", "check_label_memory"]
