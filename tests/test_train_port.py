@@ -199,3 +199,88 @@ def test_torchrun_fine_tunes_a_port_with_two_processes_as_one_does(ports, tmp_pa
     for k in noise:
         del one_w[k], two_w[k]
     assert _largest_difference(one_w, two_w) < 1e-5
+
+
+def test_train_lora_is_checked_before_any_work_and_without_peft_says_how_to_install_it(monkeypatch):
+    from attnzoo.train.lora import check_lora, lora_port
+
+    assert check_lora({"targets": "query"}, port=True) == {
+        "rank": 8,
+        "alpha": 8.0,
+        "targets": ["query"],
+        "save": "adapter",
+        "dropout": 0.0,
+    }
+    for value, message in [
+        ({"targets": ["query"]}, None),
+        ({"rank": 0, "targets": ["query"]}, "train.lora.rank must be a whole number >= 1"),
+        ({"targets": []}, r"train.lora.targets must name the modules .* \[query, value\] \(BERT\)"),
+        ({"targets": ["q"], "save": "both"}, "train.lora.save must be adapter or merged"),
+        ({"targets": ["q"], "ranks": 4}, "unknown key train.lora.ranks"),
+    ]:
+        if message is None:
+            with pytest.raises(ConfigError, match="train.lora fine-tunes a port"):
+                check_lora(value, port=False)
+            continue
+        with pytest.raises(ConfigError, match=message):
+            check_lora(value, port=True)
+    monkeypatch.setitem(__import__("sys").modules, "peft", None)
+    with pytest.raises(ConfigError, match=r"train.lora needs peft and transformers: pip install 'attnzoo\[lora\]'"):
+        lora_port(None, {"rank": 8}, causal=False)
+
+
+def _lora_logits(run: Path, texts: list[str], port) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's logits from its last checkpoint (its LoRA weights put on its base/ again) and the base's."""
+    import peft
+    from transformers import AutoModelForSequenceClassification
+
+    from .test_train_distributed import checkpoint_weights
+
+    base = AutoModelForSequenceClassification.from_pretrained(run / "base").eval()
+    batch = port.tokenize(texts)
+    named = {"input_ids": batch["token_ids"], "attention_mask": batch["padding_mask"]}
+    named["token_type_ids"] = batch["segment_ids"]
+    with torch.no_grad():
+        plain = base(**named).logits
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], task_type="SEQ_CLS")
+    wrapped = peft.get_peft_model(base, config)
+    wrapped.load_state_dict({k.removeprefix("model."): v for k, v in checkpoint_weights(run).items()})
+    with torch.no_grad():
+        return wrapped.eval()(**named).logits, plain
+
+
+@pytest.mark.slow
+def test_a_lora_run_s_adapter_loads_with_peft_onto_the_transformers_base_and_gives_the_run_s_logits(ports, tmp_path):
+    import peft
+    from transformers import AutoModelForSequenceClassification
+
+    from attnzoo.keras import to_transformers
+
+    labels = ["neg", "odd", "pos"]  # the port's 3 classes: its head kept, trained whole beside the adapters
+    val = _rows(12, 2, labels)
+    data = {
+        "train": str(_csv(tmp_path / "train.csv", _rows(40, 1, labels))),
+        "validation": str(_csv(tmp_path / "v.csv", val)),
+    }
+    texts = [text for text, _ in val]
+    port = attnzoo.load(ports["bert"])
+    for save in ("adapter", "merged"):
+        lora = {"rank": 4, "alpha": 8, "targets": ["query", "value"], "save": save}
+        recipe = _recipe(ports["bert"], data, epochs=1, lr=0.01, lora=lora)
+        report = train(recipe, output=tmp_path / save, baseline=False)
+        assert report["best_epoch"] == 1  # the checkpoint's weights are the run's
+        want, plain = _lora_logits(tmp_path / save, texts, port)
+        assert (want - plain).abs().max() > 1e-3  # the adapters and the head learnt something
+        batch = port.tokenize(texts)
+        named = {"input_ids": batch["token_ids"], "attention_mask": batch["padding_mask"]}
+        named["token_type_ids"] = batch["segment_ids"]
+        if save == "adapter":
+            base = to_transformers(port, tmp_path / "hf_base")  # the --to transformers base of the port
+            model = peft.PeftModel.from_pretrained(
+                AutoModelForSequenceClassification.from_pretrained(base), tmp_path / save / "adapter"
+            )
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(tmp_path / save / "merged")
+        with torch.no_grad():
+            got = model.eval()(**named).logits
+        assert (got - want).abs().max() < 1e-5, save

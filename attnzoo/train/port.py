@@ -102,6 +102,8 @@ def _output_dense(graph: dict[str, Any]) -> str | None:
 
 
 def _with_dropout(graph: dict[str, Any], rate: float) -> None:
+    if isinstance(graph.get("keras_hub_config"), dict) and "dropout" in graph["keras_hub_config"]:
+        graph["keras_hub_config"]["dropout"] = rate
     for layer in graph["layers"].values():
         if "dropout" in layer and isinstance(layer["dropout"], (int, float)):
             layer["dropout"] = rate

@@ -99,6 +99,15 @@ def _finish_port(run: Run, baseline: bool) -> dict[str, Any]:
     if run.rank != 0:
         return {}
     report = _report(run, test, {}, 0, baseline)
+    if run.settings.get("lora") is not None:  # a Hugging Face base and its adapters (lora.py)
+        from attnzoo.train.lora import save_lora
+
+        save_lora(model.cpu(), run.output, run.settings["lora"]["save"])
+        (run.output / "report.json").write_text(json.dumps(report, indent=1))
+        run.say(
+            f"test: {test or 'no test split'}\nrun folder: {run.output} (base/ and {run.settings['lora']['save']}/)"
+        )
+        return report
     model.attnzoo_metadata = {
         **task.metadata(),
         "metrics": {k: round(v, 4) for k, v in test.items()},

@@ -38,6 +38,7 @@ from attnzoo.errors import ConfigError
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.distributed import all_gather_objects, all_sum, barrier, setup
+from attnzoo.train.lora import check_lora, lora_port
 from attnzoo.train.metrics import better
 from attnzoo.train.port import build_port_task, fit_port, is_port, load_port
 from attnzoo.train.publish import finish, threshold_setting, weights_name
@@ -341,8 +342,12 @@ def _build_model(run: Run) -> None:
     """The model sized for the task, on its device, and its optimizer; label smoothing checked."""
 
     settings, task = run.settings, run.task
+    lora = settings["lora"] = check_lora(settings.get("lora"), port=run.port is not None)
     if run.port is not None:
-        run.model = fit_port(run.port, task, run.recipe.get("config", {}), run.say).to(run.device)
+        run.model = fit_port(run.port, task, run.recipe.get("config", {}), run.say)
+        if lora is not None:  # peft on the port's Hugging Face form
+            run.model = lora_port(run.model, lora, causal=task.lower_is_better)
+        run.model = run.model.to(run.device)
     else:
         run.sizes = model_sizes(run.recipe["model"], task.model_config())
         config = {**run.sizes, **run.recipe.get("config", {})}
