@@ -226,6 +226,7 @@ def test_the_keras_guide_s_pages_stay_short_enough_to_search():
         "keras-hub-seq2seq",
         "keras-hub-tokenizer",
         "keras-hub-transformers",
+        "keras-hub-training",
         "keras-training",
         "keras-source",
         "keras-deploy",

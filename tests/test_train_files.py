@@ -19,6 +19,7 @@ from attnzoo.train.recipe import complete_recipe
 from attnzoo.train.trainer import train
 
 from .conftest import run_cli
+from .test_train_port import expected_record
 
 TOPICS = {
     "sport": ["football", "tennis", "goal"],
@@ -103,6 +104,7 @@ def test_a_csv_recipe_learns_keyword_labels_and_its_run_folder_loads_predicts_an
     assert report["test"]["micro_f1"] >= 0.9, report["test"]
     model = attnzoo.load(folder / "run").eval()
     assert model.attnzoo_metadata["labels"] == sorted(TOPICS)
+    assert report["ran"] == model.attnzoo_metadata["ran"] == expected_record(report["device"])  # what ran
     # the test metric, recomputed here from the file, the model and the stored threshold
     rows = read_table(folder / "test.csv", ["body", "tags"])
     from attnzoo.io.text import Vocabulary, pad_batch, tokenize

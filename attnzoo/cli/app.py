@@ -181,22 +181,47 @@ def _run(argv: list[str], debug: bool) -> int:
     except UsageError as e:
         if debug:
             raise
-        print(f"attnzoo: usage error: {one_line(e)}", file=sys.stderr)
+        _say_failure(f"attnzoo: usage error: {one_line(e)}", e)
         return USAGE_ERROR
     except (AttnzooError, ValueError, OSError) as e:
         if debug:
             raise
-        print(f"attnzoo: error: {one_line(e)}", file=sys.stderr)
+        _say_failure(f"attnzoo: error: {one_line(e)}", e)
         return FAILURE
-    except KeyboardInterrupt:
-        print("attnzoo: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        _say_failure("attnzoo: interrupted", e)
         return 130
     except Exception as e:  # noqa: BLE001 - a bug of ours: still one line, and how to see more
         if debug:
             raise
-        print(
+        _say_failure(
             f"attnzoo: internal error: {type(e).__name__}: {one_line(e, 300)} (run again with --debug for the "
             f"traceback)",
-            file=sys.stderr,
+            e,
         )
         return FAILURE
+
+
+def _other_rank() -> bool:
+    """Whether this process is one of torchrun's ranks but the first (``WORLD_SIZE`` > 1, ``RANK`` > 0)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1 and int(os.environ.get("RANK", "0")) > 0
+    except ValueError:  # said by the trainer's setup, which reads them
+        return False
+
+
+def _say_failure(line: str, error: BaseException) -> None:
+    """A command's failure, one line on stderr. Under torchrun only rank 0 says it: when rank 0 fails, the
+    others fail in turn (their collectives break, or they meet the same bad row) and N copies of an error, or
+    gloo's "connection closed", would bury the one that matters. The other ranks write what they raised into
+    torchrun's error file (``TORCHELASTIC_ERROR_FILE``), which torchrun's report shows."""
+    if not _other_rank():
+        print(line, file=sys.stderr)
+        return
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        try:
+            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+            ErrorHandler().record_exception(error)
+        except Exception:  # noqa: BLE001, S110 - the report is a courtesy; the exit status says it failed
+            pass

@@ -162,6 +162,11 @@ class PortTokenizer:
     def tokenize(self, texts: Any, *, sequence_length: int | None = None) -> dict[str, Any]:
         """``token_ids``, ``padding_mask`` (and ``segment_ids`` where the model takes them), int64 tensors
         [B, sequence_length], as keras-hub's preprocessor packs them (the module docstring)."""
+        return self.pack(self.encode(texts), sequence_length=sequence_length)
+
+    def pack(self, encoded: Sequence[Sequence[int]], *, sequence_length: int | None = None) -> dict[str, Any]:
+        """:meth:`tokenize` of texts already :meth:`encode`-d: each row of ids packed as the preprocessor
+        packs it (start and end tokens, cut, padded; the masks)."""
         import torch
 
         record = self.preprocessing
@@ -171,7 +176,7 @@ class PortTokenizer:
             raise ConfigError(f"sequence_length must be a whole number >= {least}, got {length!r:.40}")
         head = [record.start_token_id] if record.start_token_id is not None else []
         tail = [record.end_token_id] if record.task == "text_classifier" and record.end_token_id is not None else []
-        rows = [head + ids[: length - len(head) - len(tail)] + tail for ids in self.encode(texts)]
+        rows = [head + list(ids[: length - len(head) - len(tail)]) + tail for ids in encoded]
         pad = record.pad_token_id
         token_ids = torch.tensor([row + [pad] * (length - len(row)) for row in rows], dtype=torch.int64)
         token_ids = token_ids.reshape(len(rows), length)

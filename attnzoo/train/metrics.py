@@ -25,7 +25,16 @@ __all__ = [
     "g2p_scores",
     "g2p_scores_both",
     "without_stress",
+    "better",
 ]
+
+
+def better(task: object, score: float, best: float | None, *, ties: bool = False) -> bool:
+    """Whether ``score`` of the task's main metric beats ``best`` (None: nothing yet), the way the metric
+    goes (the task's ``lower_is_better``: a loss); ``ties``: whether an equal score counts."""
+    if best is None or (ties and score == best):
+        return True
+    return score < best if getattr(task, "lower_is_better", False) else score > best
 
 
 def multilabel_counts(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

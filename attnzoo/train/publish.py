@@ -21,6 +21,7 @@ from attnzoo.core import model_info
 from attnzoo.errors import ConfigError, ThresholdWarning
 from attnzoo.io.folders import save
 from attnzoo.io.weights import encode_metadata, write_weights
+from attnzoo.train.metrics import better
 
 if TYPE_CHECKING:
     from attnzoo.train.trainer import Run
@@ -39,6 +40,8 @@ def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any
     from attnzoo.io.weights import read_weights
 
     task, model, recipe = run.task, run.model, run.recipe
+    if run.port is not None:
+        return _finish_port(run, baseline)
     if run.average is not None and _judge_average(task, model, run.average, run.state, run.verbose):
         run.best_state = run.average
         if run.rank == 0:
@@ -64,6 +67,7 @@ def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any
         "check_subset": subset_size,
         "seed": run.seed,
         "torch_version": torch.__version__,
+        "ran": report["ran"],
     }
     target = _write_weights(run, half, extra, export, report)
     # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
@@ -80,6 +84,59 @@ def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any
         f"run folder: {run.output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
     )
     return report
+
+
+def _finish_port(run: Run, baseline: bool) -> dict[str, Any]:
+    """A fine-tuned port's end (port.py): the best epoch (or the kept average), scored on the test split,
+    saved as the run folder in float32 with its tokenizer and the run's record in its metadata."""
+    from attnzoo.io.weights import read_weights
+
+    task, model = run.task, run.model
+    if run.average is not None and _judge_average(task, model, run.average, run.state, run.verbose):
+        run.best_state = run.average
+    model.load_state_dict(run.best_state if run.best_state is not None else read_weights(run.best_path, sha256=None)[0])
+    test = task.evaluate(model, task.splits["test"]) if run.split_sizes["test"] else {}
+    if run.rank != 0:
+        return {}
+    report = _report(run, test, {}, 0, baseline)
+    if run.settings.get("lora") is not None:  # a Hugging Face base and its adapters (lora.py)
+        from attnzoo.train.lora import save_lora
+
+        save_lora(model.cpu(), run.output, run.settings["lora"]["save"])
+        (run.output / "report.json").write_text(json.dumps(report, indent=1))
+        run.say(
+            f"test: {test or 'no test split'}\nrun folder: {run.output} (base/ and {run.settings['lora']['save']}/)"
+        )
+        return report
+    model.attnzoo_metadata = {
+        **task.metadata(),
+        "metrics": {k: round(v, 4) for k, v in test.items()},
+        "dataset": task.dataset,
+        "license": task.license,
+        "recipe": run.recipe,
+        "seed": run.seed,
+        "ran": report["ran"],
+    }
+    save(model.cpu(), run.output, overwrite=True)
+    (run.output / "report.json").write_text(json.dumps(report, indent=1))
+    run.say(f"test: {test or 'no test split'}\nrun folder: {run.output} (attnzoo.load takes it, with its tokenizer)")
+    return report
+
+
+def ran(run: Run) -> dict[str, Any]:
+    """What ran, for the run's record: precision, accumulation, processes, device and versions."""
+    from attnzoo.version import __version__
+
+    device = run.device
+    return {
+        "precision": run.settings.get("precision") or "fp32",
+        "accumulate": run.settings.get("accumulate") or 1,
+        "world_size": run.world,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "attnzoo": __version__,
+    }
 
 
 def threshold_setting(task: Any) -> tuple[str, float | None]:
@@ -146,6 +203,7 @@ def _report(run: Run, test: dict, subset: dict, subset_size: int, baseline: bool
         "train_time_s": time.perf_counter() - run.started,
         "baseline": task.baseline() if baseline and test else None,
         "data": state["data"],  # described (files hashed) once, at the start of the run
+        "ran": ran(run),
     }
 
 
@@ -214,7 +272,7 @@ def _judge_average(task, model, average: dict[str, torch.Tensor], state: dict[st
     (they score at least as well as the best single epoch; recorded in ``state["average"]``)."""
     model.load_state_dict(average)
     scores = task.validate(model, task.splits["val"])
-    kept = state["best"] is None or scores[task.main_metric] >= state["best"]
+    kept = better(task, scores[task.main_metric], state["best"], ties=True)
     last = state["epoch"]
     state["average"] = {"epochs": [last - state["averaged_epochs"] + 1, last], "val": scores, "kept": kept}
     if verbose:

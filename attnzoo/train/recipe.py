@@ -149,6 +149,7 @@ TRAIN_DEFAULTS = {"epochs": 10, "batch_size": 32, "lr": 0.002}  # what `attnzoo 
 TRAIN_KEYS = frozenset(["epochs", "batch_size", "lr", "weight_decay", "clip", "warmup_steps", "threads", "device"])
 TRAIN_KEYS |= frozenset(["time_budget_min", "patience", "average_last", "label_smoothing"])
 TRAIN_KEYS |= frozenset(["precision", "accumulate"])  # fp32 | bf16 | fp16 (steps.py); passes per optimizer step
+TRAIN_KEYS |= frozenset(["lora"])  # a port's LoRA (lora.py): {rank, alpha, targets, save, dropout}
 TASK_KEYS = frozenset(["name", "max_len", "limit", "split_seed", "fractions", "vocab", "num_labels"])
 TASK_KEYS |= frozenset(["beam_size", "length_penalty", "threshold"])
 DATA_KEYS = frozenset(["name", "task", "train", "validation", "test", "text", "labels", "target", "label_separator"])

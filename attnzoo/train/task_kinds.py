@@ -56,6 +56,7 @@ class Task:
 
     name = "task"
     main_metric = "loss"
+    lower_is_better = False  # whether a lower main_metric is better (a loss)
     data_keys: tuple[str, ...] = ()
     dataset = ""
     license = ""

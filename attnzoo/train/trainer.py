@@ -38,6 +38,9 @@ from attnzoo.errors import ConfigError
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.distributed import all_gather_objects, all_sum, barrier, setup
+from attnzoo.train.lora import check_lora, lora_port
+from attnzoo.train.metrics import better
+from attnzoo.train.port import build_port_task, fit_port, is_port, load_port
 from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
 from attnzoo.train.steps import Stepper, check_precision
@@ -209,6 +212,7 @@ class Run:
     average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
     best_state: dict[str, torch.Tensor] | None = None  # the best epoch's weights (every rank holds them)
     smoothing: float = 0.0  # train.label_smoothing, given to the task's loss
+    port: Any = None  # the converted keras-hub model a run fine-tunes (port.py), else None
 
     @property
     def checkpoint(self) -> Path:
@@ -243,7 +247,11 @@ def train(
     """
     _check_export(recipe, export)
     run = _start(recipe, output, resume, overwrite, quiet)
-    run.task = build_task(recipe["task"], rank=run.rank, world=run.world)
+    if is_port(recipe["model"]):  # a converted keras-hub model's folder (port.py)
+        run.port = load_port(recipe["model"])
+        run.task = build_port_task(recipe["task"], run.port.tokenizer, rank=run.rank, world=run.world)
+    else:
+        run.task = build_task(recipe["task"], rank=run.rank, world=run.world)
     run.split_sizes = run.task.split_sizes()
     if not run.split_sizes["train"] or len(run.task.splits["train"]) == 0:
         raise ConfigError(f"{run.world} processes for {run.split_sizes['train']} training rows: each needs one")
@@ -276,6 +284,8 @@ def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
     """``export`` checked before any work: the run must not train and then find it cannot write there."""
     if export is None:
         return
+    if is_port(recipe["model"]):
+        raise ConfigError("--export writes a registered model's weights file; a port's run folder is the model itself")
     folder = Path(export)
     if not folder.is_dir():
         raise ConfigError(f"--export {folder}: not an existing folder; create it first, or export elsewhere")
@@ -297,7 +307,8 @@ def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, over
     torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)
-    folder = Path(output or recipe.get("output") or f"runs/{recipe['model']}-{check_tag(recipe['tag'], 'recipe')}")
+    name = Path(recipe["model"]).name if is_port(recipe["model"]) else recipe["model"]
+    folder = Path(output or recipe.get("output") or f"runs/{name}-{check_tag(recipe['tag'], 'recipe')}")
     if where.rank == 0:
         _check_run_folder(folder, resume, overwrite)
     verbose = where.rank == 0 and not quiet
@@ -331,9 +342,16 @@ def _build_model(run: Run) -> None:
     """The model sized for the task, on its device, and its optimizer; label smoothing checked."""
 
     settings, task = run.settings, run.task
-    run.sizes = model_sizes(run.recipe["model"], task.model_config())
-    config = {**run.sizes, **run.recipe.get("config", {})}
-    run.model = create(run.recipe["model"], config=config, device=run.device)
+    lora = settings["lora"] = check_lora(settings.get("lora"), port=run.port is not None)
+    if run.port is not None:
+        run.model = fit_port(run.port, task, run.recipe.get("config", {}), run.say)
+        if lora is not None:  # peft on the port's Hugging Face form
+            run.model = lora_port(run.model, lora, causal=task.lower_is_better)
+        run.model = run.model.to(run.device)
+    else:
+        run.sizes = model_sizes(run.recipe["model"], task.model_config())
+        config = {**run.sizes, **run.recipe.get("config", {})}
+        run.model = create(run.recipe["model"], config=config, device=run.device)
     run.optimizer = torch.optim.AdamW(
         run.model.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay") or 0.0
     )
@@ -458,7 +476,7 @@ def _end_epoch(run: Run, epoch: int, loss: float) -> None:
     scores = run.task.validate(model, run.task.splits["val"])
     main = scores[run.task.main_metric]
     state["history"].append({"epoch": epoch + 1, "train_loss": loss, **scores})
-    improved = state["best"] is None or main > state["best"]
+    improved = better(run.task, main, state["best"])
     if improved:
         state["best"], state["best_epoch"] = main, epoch + 1
         run.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

@@ -31,7 +31,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--json", action="store_true", help="print the final report as JSON")
     own = p.add_argument_group("your own data (instead of a recipe)")
-    own.add_argument("--model", help="a registered text model (tokens_to_labels or tokens_to_tokens)")
+    own.add_argument(
+        "--model",
+        help="a registered text model (tokens_to_labels or tokens_to_tokens), or a folder attnzoo.save wrote for a "
+        "converted keras-hub text classifier or causal LM with its tokenizer",
+    )
     own.add_argument("--train", dest="train_file", metavar="FILE", help=".csv, .tsv, .jsonl, .parquet or a folder")
     own.add_argument("--validation", dest="validation_file", metavar="FILE", help="else 10%% of train, seeded")
     own.add_argument("--test", dest="test_file", metavar="FILE")
@@ -40,7 +44,11 @@ def arguments(p: argparse.ArgumentParser) -> None:
     own.add_argument("--target", metavar="COL", help="seq2seq: the target column (default target)")
     own.add_argument("--label-separator", metavar="S", help="splits a string of labels (default |)")
     own.add_argument("--labels-file", metavar="FILE", help="every label, one a line (fixes their order)")
-    own.add_argument("--task", choices=["multi_label", "single_label", "seq2seq"], help="default multi_label")
+    own.add_argument(
+        "--task",
+        choices=["multi_label", "single_label", "seq2seq", "causal_lm"],
+        help="default multi_label (a port: its own, single_label or causal_lm)",
+    )
     own.add_argument("--tag", default="custom", help="the run's tag (names the weights file)")
     own.add_argument("--epochs", type=positive_int, default=10)
     own.add_argument("--batch-size", type=positive_int, default=32)
@@ -162,16 +170,19 @@ def _require_train_extra(baseline: bool) -> None:
 
 def _recipe_from_flags(args: argparse.Namespace, flags: dict) -> dict:
     """``attnzoo train --model M --train F ...``: the recipe those flags describe."""
+    from attnzoo.train.port import KINDS, is_port, port_kind
+
+    port = KINDS[port_kind(flags["model"])] if is_port(flags["model"]) else None  # a converted keras-hub model
     data = {
         "train": flags["train_file"],
         "validation": flags["validation_file"],
         "test": flags["test_file"],
         "text": flags["text"] or "text",
-        "task": flags["task"] or "multi_label",
+        "task": flags["task"] or port or "multi_label",
     }
     if data["task"] == "seq2seq":
         data["target"] = flags["target"] or "target"
-    else:
+    elif data["task"] != "causal_lm" or flags["labels"]:  # a causal LM learns the text alone
         data["labels"] = flags["labels"] or "labels"
     if flags["label_separator"] is not None:
         data["label_separator"] = flags["label_separator"]

@@ -1,0 +1,286 @@
+"""Fine-tuning a port (attnzoo/train/port.py): a converted keras-hub TextClassifier or CausalLM, saved with its
+tokenizer, trained by ``attnzoo train --model PORT_FOLDER`` on a CSV file.
+
+References: the CSV's own labels (a classifier learns words that decide them), the keras-hub tokenizer's ids
+(tests/test_keras_tokenizer.py checks them against keras-hub) packed by the folder ``attnzoo.load`` gives back,
+and the next-token loss written out naively, position by position, on that loaded folder's logits. The slow
+tier runs torchrun with two processes (gloo) against one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.errors import ConfigError
+from attnzoo.keras import convert_keras_model, keras_hub_tokenizer
+from attnzoo.train.port import PortClassifier, build_port_task, fit_port
+from attnzoo.train.recipe import complete_recipe
+from attnzoo.train.trainer import train
+from attnzoo.version import __version__
+
+from .conftest import ROOT, TORCHRUN
+
+BERT = ROOT / "tests" / "data" / "keras_hub_lm" / "bert"
+GPT2 = ROOT / "tests" / "data" / "keras_hub_lm" / "gpt2" / "causal_lm_preset"
+WORDS = {"pos": ["good", "great", "happy"], "neg": ["bad", "sad", "cold"], "odd": ["red", "blue", "green"]}
+FILLER = ["the", "a", "day", "was", "and", "it"]
+
+
+def _rows(count: int, seed: int, labels: list[str]) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        label = rng.choice(labels)
+        words = [rng.choice(FILLER) for _ in range(3)] + [rng.choice(WORDS[label]), rng.choice(FILLER)]
+        out.append((" ".join(words), label))
+    return out
+
+
+def _csv(path: Path, rows: list[tuple[str, ...]], header: tuple[str, ...] = ("text", "labels")) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ports(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("ports")
+    classifier = convert_keras_model(BERT / "classifier.keras")  # the preset's TextClassifier, its head of 3
+    classifier.tokenizer = keras_hub_tokenizer(BERT / "classifier_preset")
+    return {
+        "bert": attnzoo.save(classifier, folder / "bert"),
+        "gpt2": attnzoo.save(convert_keras_model(GPT2), folder / "gpt2"),  # the preset folder carries it
+    }
+
+
+def expected_record(device: str, **ran) -> dict:
+    """The record of what ran, as torch and attnzoo say, for a run on ``device`` (fp32, one process)."""
+    name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    fixed = {"precision": "fp32", "accumulate": 1, "world_size": 1, "device": device, "device_name": name}
+    return {**fixed, "torch": torch.__version__, "attnzoo": __version__, **ran}
+
+
+def _recipe(port: Path, data: dict, **train_settings) -> dict:
+    settings = {"epochs": 6, "batch_size": 16, "lr": 0.003, "threads": 1, **train_settings}
+    return complete_recipe(
+        {"model": str(port), "tag": "t", "data": data, "train": settings, "config": {"dropout": 0.0}}
+    )
+
+
+def test_a_classifier_port_learns_a_csv_with_a_new_head_and_its_run_folder_loads_and_predicts(ports, tmp_path, capsys):
+    train_file = _csv(tmp_path / "train.csv", _rows(48, 1, ["neg", "pos"]))
+    val = _rows(16, 2, ["neg", "pos"])
+    data = {"train": str(train_file), "validation": str(_csv(tmp_path / "val.csv", val))}
+    report = train(_recipe(ports["bert"], data), output=tmp_path / "run", baseline=False)
+    assert "head: a new head of 2 classes (neg, pos) in place of the port's 3" in capsys.readouterr().out
+    history = report["history"]
+    assert history[-1]["train_loss"] < 0.8 * history[0]["train_loss"]
+    assert max(h["accuracy"] for h in history) >= 0.85  # chance is 0.5: the CSV's labels, learnt
+    assert report["ran"] == expected_record(report["device"])  # what ran
+    again = attnzoo.load(tmp_path / "run")  # the run folder is the fine-tuned port, with its tokenizer
+    assert again.attnzoo_metadata["labels"] == ["neg", "pos"] and again.attnzoo_metadata["ran"] == report["ran"]
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["ran"] == report["ran"]
+    again.eval()
+    with torch.no_grad():
+        predicted = again(again.tokenize([text for text, _ in val])).argmax(-1).tolist()
+    right = sum(again.attnzoo_metadata["labels"][p] == label for p, (_, label) in zip(predicted, val, strict=True))
+    best = history[report["best_epoch"] - 1]["accuracy"]
+    assert right / len(val) == pytest.approx(best, abs=1e-9)  # the trainer's packing is the tokenizer's
+
+
+def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_key(ports, tmp_path):
+    port = attnzoo.load(ports["bert"])
+    said: list[str] = []
+    three = {"train": str(_csv(tmp_path / "three.csv", _rows(30, 3, ["neg", "odd", "pos"])))}
+    task = build_port_task(_recipe(ports["bert"], three)["task"], port.tokenizer)
+    kept = fit_port(port, task, {"dropout": 0.0}, said.append)
+    assert said == ["head: the port's 3 classes, as the labels neg, odd, pos (in that order)"]
+    for key, value in port.state_dict().items():
+        assert torch.equal(kept.state_dict()[key], value), key
+    rates = [v for layer in kept.graph["layers"].values() for k, v in layer.items() if k in ("dropout", "rate")]
+    assert rates and set(rates) == {0.0} and kept.tokenizer is port.tokenizer
+    with pytest.raises(ConfigError, match="config.hidden_dim: a port's architecture is its graph"):
+        fit_port(port, task, {"hidden_dim": 8}, said.append)
+    with pytest.raises(ConfigError, match=r"data.task 'multi_label': the port is a text_classifier"):
+        build_port_task({**three, "name": "files", "task": "multi_label"}, port.tokenizer)
+    with pytest.raises(ConfigError, match="--export writes a registered model's weights file"):
+        train(_recipe(ports["bert"], three), output=tmp_path / "x", export=tmp_path)
+
+
+def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_path):
+    plain = attnzoo.save(convert_keras_model(BERT / "classifier.keras"), tmp_path / "plain")
+    data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}
+    with pytest.raises(ConfigError, match=r"without a tokenizer .*keras_hub_tokenizer\(PRESET\)"):
+        train(_recipe(plain, data), output=tmp_path / "run")
+
+
+def _naive_next_token_loss(model, texts: list[str]) -> float:
+    """The mean over every predicted token (not padding) of -log softmax(logits)[next id], one at a time."""
+    batch = model.tokenize(texts)
+    with torch.no_grad():
+        logits = model(batch).double()
+    total, count = 0.0, 0
+    for row in range(len(texts)):
+        ids, mask = batch["token_ids"][row].tolist(), batch["padding_mask"][row].tolist()
+        for t in range(len(ids) - 1):
+            if mask[t] and mask[t + 1]:
+                scores = logits[row, t]
+                total += (torch.logsumexp(scores, 0) - scores[ids[t + 1]]).item()
+                count += 1
+    return total / count
+
+
+def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded_loss(ports, tmp_path):
+    rng = random.Random(0)
+    lines = ["the cat sat on the mat", "a dog ran in the park", "the sun is warm today"]
+    texts = [(rng.choice(lines),) for _ in range(32)]
+    train_file = _csv(tmp_path / "lm.csv", texts, header=("text",))
+    data = {"train": str(train_file), "validation": str(train_file)}
+    report = train(_recipe(ports["gpt2"], data, epochs=4), output=tmp_path / "run", baseline=False)
+    losses = [h["loss"] for h in report["history"]]
+    assert losses == sorted(losses, reverse=True) and losses[-1] < 0.85 * losses[0]
+    assert report["best_epoch"] == 4  # the lowest validation loss
+    again = attnzoo.load(tmp_path / "run").eval()
+    assert again.attnzoo_metadata["output"] == "causal_lm"
+    naive = _naive_next_token_loss(again, [t for (t,) in texts])
+    assert naive == pytest.approx(losses[report["best_epoch"] - 1], abs=1e-5)
+    best = report["history"][report["best_epoch"] - 1]
+    assert best["perplexity"] == pytest.approx(math.exp(naive), rel=1e-5)
+    with pytest.raises(ConfigError, match="data.labels: a causal LM learns the text itself"):
+        build_port_task({"name": "files", **data, "labels": "labels"}, again.tokenizer)
+
+
+@pytest.mark.parametrize("name", ["distil_bert_classifier", "roberta_classifier"])
+def test_distilbert_s_and_roberta_s_classifier_heads_are_found_and_replaced(name):
+    port = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_models" / f"{name}.keras")
+    task = PortClassifier.__new__(PortClassifier)  # only its classes matter to the head
+    task.class_names = ["a", "b"]
+    said: list[str] = []
+    model = fit_port(port, task, {}, said.append).eval()
+    assert said == ["head: a new head of 2 classes (a, b) in place of the port's 3"]
+    kept = {k: v for k, v in port.state_dict().items() if not k.startswith("layers.logits.")}
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in kept.items()) and len(kept) > 10
+    ids = torch.randint(1, 100, (2, 16))
+    inputs = {"token_ids": ids, "padding_mask": torch.ones_like(ids)}
+    with torch.no_grad():
+        assert model(inputs).shape == (2, 2) and port(inputs).shape == (2, 3)
+
+
+@pytest.mark.slow
+def test_torchrun_fine_tunes_a_port_with_two_processes_as_one_does(ports, tmp_path):
+    """The command line on a classifier port, one process and two (gloo): the checkpoint's float32 weights
+    within 1e-5 (but the key biases, whose gradient is rounding noise) and the same validation scores."""
+    from .test_train_distributed import _cli, _largest_difference, checkpoint_weights
+
+    train_file = _csv(tmp_path / "train.csv", _rows(61, 1, ["neg", "odd", "pos"]))
+    val = _csv(tmp_path / "val.csv", _rows(13, 2, ["neg", "odd", "pos"]))
+    flags = ["--model", str(ports["bert"]), "--train", str(train_file), "--validation", str(val)]
+    flags += ["--epochs", "2", "--batch-size", "8", "--lr", "0.003", "config.dropout=0", "train.threads=1"]
+    one = _cli([*flags, "--output", str(tmp_path / "one")])
+    two = _cli([*flags, "--output", str(tmp_path / "two")], runner=TORCHRUN)
+    assert (one["ran"]["world_size"], two["ran"]["world_size"]) == (1, 2)
+    assert two["history"][-1]["accuracy"] == pytest.approx(one["history"][-1]["accuracy"], abs=1e-6)
+    assert two["history"][-1]["train_loss"] == pytest.approx(one["history"][-1]["train_loss"], abs=1e-5)
+    # but the attention's key biases: q . (k + b) adds q . b to every key's score, which the softmax takes away,
+    # so their gradient is zero but for rounding, and Adam makes steps of about lr out of that noise
+    one_w, two_w = checkpoint_weights(tmp_path / "one"), checkpoint_weights(tmp_path / "two")
+    noise = [k for k in one_w if k.endswith("attention.key.bias")]
+    assert len(noise) == 2 and max((one_w[k] - two_w[k]).abs().max().item() for k in noise) < 2 * 0.003
+    for k in noise:
+        del one_w[k], two_w[k]
+    assert _largest_difference(one_w, two_w) < 1e-5
+
+
+def test_train_lora_is_checked_before_any_work_and_without_peft_says_how_to_install_it(monkeypatch):
+    from attnzoo.train.lora import check_lora, lora_port
+
+    assert check_lora({"targets": "query"}, port=True) == {
+        "rank": 8,
+        "alpha": 8.0,
+        "targets": ["query"],
+        "save": "adapter",
+        "dropout": 0.0,
+    }
+    for value, message in [
+        ({"targets": ["query"]}, None),
+        ({"rank": 0, "targets": ["query"]}, "train.lora.rank must be a whole number >= 1"),
+        ({"targets": []}, r"train.lora.targets must name the modules .* \[query, value\] \(BERT\)"),
+        ({"targets": ["q"], "save": "both"}, "train.lora.save must be adapter or merged"),
+        ({"targets": ["q"], "ranks": 4}, "unknown key train.lora.ranks"),
+    ]:
+        if message is None:
+            with pytest.raises(ConfigError, match="train.lora fine-tunes a port"):
+                check_lora(value, port=False)
+            continue
+        with pytest.raises(ConfigError, match=message):
+            check_lora(value, port=True)
+    monkeypatch.setitem(__import__("sys").modules, "peft", None)
+    with pytest.raises(ConfigError, match=r"train.lora needs peft and transformers: pip install 'attnzoo\[lora\]'"):
+        lora_port(None, {"rank": 8}, causal=False)
+
+
+def _lora_logits(run: Path, texts: list[str], port) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's logits from its last checkpoint (its LoRA weights put on its base/ again) and the base's."""
+    import peft
+    from transformers import AutoModelForSequenceClassification
+
+    from .test_train_distributed import checkpoint_weights
+
+    base = AutoModelForSequenceClassification.from_pretrained(run / "base").eval()
+    batch = port.tokenize(texts)
+    named = {"input_ids": batch["token_ids"], "attention_mask": batch["padding_mask"]}
+    named["token_type_ids"] = batch["segment_ids"]
+    with torch.no_grad():
+        plain = base(**named).logits
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], task_type="SEQ_CLS")
+    wrapped = peft.get_peft_model(base, config)
+    wrapped.load_state_dict({k.removeprefix("model."): v for k, v in checkpoint_weights(run).items()})
+    with torch.no_grad():
+        return wrapped.eval()(**named).logits, plain
+
+
+@pytest.mark.slow
+def test_a_lora_run_s_adapter_loads_with_peft_onto_the_transformers_base_and_gives_the_run_s_logits(ports, tmp_path):
+    import peft
+    from transformers import AutoModelForSequenceClassification
+
+    from attnzoo.keras import to_transformers
+
+    labels = ["neg", "odd", "pos"]  # the port's 3 classes: its head kept, trained whole beside the adapters
+    val = _rows(12, 2, labels)
+    data = {
+        "train": str(_csv(tmp_path / "train.csv", _rows(40, 1, labels))),
+        "validation": str(_csv(tmp_path / "v.csv", val)),
+    }
+    texts = [text for text, _ in val]
+    port = attnzoo.load(ports["bert"])
+    for save in ("adapter", "merged"):
+        lora = {"rank": 4, "alpha": 8, "targets": ["query", "value"], "save": save}
+        recipe = _recipe(ports["bert"], data, epochs=1, lr=0.01, lora=lora)
+        report = train(recipe, output=tmp_path / save, baseline=False)
+        assert report["best_epoch"] == 1  # the checkpoint's weights are the run's
+        want, plain = _lora_logits(tmp_path / save, texts, port)
+        assert (want - plain).abs().max() > 1e-3  # the adapters and the head learnt something
+        batch = port.tokenize(texts)
+        named = {"input_ids": batch["token_ids"], "attention_mask": batch["padding_mask"]}
+        named["token_type_ids"] = batch["segment_ids"]
+        if save == "adapter":
+            base = to_transformers(port, tmp_path / "hf_base")  # the --to transformers base of the port
+            model = peft.PeftModel.from_pretrained(
+                AutoModelForSequenceClassification.from_pretrained(base), tmp_path / save / "adapter"
+            )
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(tmp_path / save / "merged")
+        with torch.no_grad():
+            got = model.eval()(**named).logits
+        assert (got - want).abs().max() < 1e-5, save
