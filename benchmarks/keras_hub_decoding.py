@@ -196,14 +196,20 @@ def measure(batch: int, tokens: int, rounds: int, min_run_time: float, folder: P
 
     w = random_weights()
     ours = convert_keras_model(keras_hub_file(folder / f"gpt2_causal_lm_{batch}.keras", w)).eval()
-    theirs = transformers_gpt2(w)
-    prompt = torch.randint(1, VOCAB, (batch, PROMPT), generator=torch.Generator().manual_seed(batch))
+    return compare(ours, transformers_gpt2(w), batch, tokens, rounds, min_run_time, VOCAB)
+
+
+def compare(ours, theirs, batch: int, tokens: int, rounds: int, min_run_time: float, vocab: int) -> dict:
+    """Check that the converted model ``ours`` and transformers' ``theirs`` are one model (logits on a random
+    prompt to 1e-4, attnzoo's cached tokens its uncached ones, transformers' greedy tokens attnzoo's), then time
+    their greedy generation of ``tokens`` new tokens, alternating in rounds; the row of the results."""
+    prompt = torch.randint(1, vocab, (batch, PROMPT), generator=torch.Generator().manual_seed(batch))
     with torch.no_grad():
         logits = ours({"token_ids": prompt, "padding_mask": torch.ones_like(prompt)})
         reference = theirs(prompt).logits
     gap = float((logits - reference).abs().max())
     if gap > 1e-4:
-        raise SystemExit(f"the converted model's logits differ from GPT2LMHeadModel's by {gap}: not the same model")
+        raise SystemExit(f"the converted model's logits differ from transformers' by {gap}: not the same model")
     out = ours.generate(prompt, tokens)
     if not torch.equal(out, ours.generate(prompt, tokens, use_cache=False)):
         raise SystemExit("attnzoo's cached generation differs from its uncached greedy tokens")

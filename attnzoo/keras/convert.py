@@ -38,6 +38,7 @@ from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Re
 from attnzoo.keras.hub_families import backbone_arguments, is_keras_hub_model
 from attnzoo.keras.hub_tokenizers.preset import carried_tokenizer
 from attnzoo.keras.layer_keys import module_key as model_key
+from attnzoo.keras.lora import plan_lora
 from attnzoo.keras.model import KerasModel
 from attnzoo.keras.nodes import INTEGER_DTYPES
 from attnzoo.keras.policy import check_compute_dtype, compute_dtype_of, layer_policy, policy_notes
@@ -385,6 +386,7 @@ def logits_model(model: KerasModel) -> KerasModel:
     logits.attnzoo_metadata = {**model.attnzoo_metadata, "keras": report.to_dict()}
     logits.keras_report = report
     logits.tokenizer = model.tokenizer
+    logits.keras_lora = getattr(model, "keras_lora", None)
     return logits.train(model.training)
 
 
@@ -396,6 +398,8 @@ def convert_keras_model(
     logits: bool = False,
     compute_dtype: str = "float32",
     dtype: str | torch.dtype | None = None,
+    lora: str = "merge",
+    lora_weights: str | Path | None = None,
 ) -> Any:
     """Convert a whole Keras model (``.keras``, legacy ``.h5``, or ``config.json`` + weights) to a native
     module that predicts what Keras predicts.
@@ -412,6 +416,11 @@ def convert_keras_model(
     file's (a ``dtype="bfloat16"`` Keras model converts to bfloat16, bit for bit; a file whose layers hold
     different dtypes converts to float32, and the report says so), ``"float32"``, ``"bfloat16"`` or
     ``"float16"`` casts them (:mod:`attnzoo.keras.dtypes`).
+    ``lora``: what becomes of a keras-hub model's LoRA adapters (``backbone.save_lora_weights``'s file:
+    ``lora_weights=``, or the one ``*.lora.h5`` of a preset folder; :mod:`attnzoo.keras.lora`): ``"merge"``
+    (the default) adds each to its kernel as Keras computes it; ``"none"`` converts the base model; ``"keep"``
+    converts the base model and keeps the adapters apart in ``model.keras_lora`` for
+    :func:`~attnzoo.keras.to_transformers`'s PEFT adapter folder (the model itself computes the base model).
 
     The file is read layer by layer, each layer's arrays dropped once its tensors are held, and the module is
     built on the meta device and given the converted tensors as they are: the conversion's memory is the
@@ -429,11 +438,14 @@ def convert_keras_model(
         )
     with read_keras_model(path, weights=weights) as file:
         graph = parse_model(file.config, str(path), keras3=file.major >= 3)
+        planned = plan_lora(path, file, graph, lora, lora_weights)
         config, state, report = build_graph(file, graph, custom_layers, own_policy=own_policy, dtype=held)
+    report.notes += [planned] if isinstance(planned, str) else []
     if logits:
         _drop_squashing(config, report)
     model = _built(config, state, path)
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report
     model.tokenizer = carried_tokenizer(path)  # a preset folder's tokenizer goes with its model
+    model.keras_lora = None if isinstance(planned, str) else planned  # the adapters lora="keep" kept apart
     return model.eval()

@@ -26,6 +26,7 @@ import json
 import re
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,8 @@ class _Keras3Weights:
 
     def __init__(self, root: Any, where: str, at_root: str | None = None) -> None:
         self.root, self.where, self.at_root = root, where, at_root
+        # dataset name -> what its values become as read (a LoRA adapter merged into its kernel: keras/lora.py)
+        self.replaced: dict[str, Callable[[np.ndarray], np.ndarray]] = {}
 
     def _group_of(self, parent: Any, path: LayerPath, level: int) -> Any:
         import h5py
@@ -145,7 +148,7 @@ class _Keras3Weights:
             for key in keys:
                 item = own[key]
                 if isinstance(item, h5py.Dataset):
-                    found.add(item, self.where)
+                    found.add(item, self.where, self.replaced.get(item.name))
         names = [k for k, item in group_items(group, self.where) if k != "vars" and isinstance(item, h5py.Group)]
         here = [k for k in child_order if "/" not in k]
         ordered = [k for k in here if k in names] + sorted((k for k in names if k not in here), key=_walk_key)
@@ -221,14 +224,14 @@ class Variables:
     arrays: list[np.ndarray]
     dtypes: list[str]
 
-    def add(self, dataset: Any, where: str) -> None:
+    def add(self, dataset: Any, where: str, replace: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         array = read_dataset(dataset, where)
         if not isinstance(array, np.ndarray):  # an Unread: too large for any Keras variable attnzoo converts
             raise WeightsError(
                 f"{where}: dataset {dataset.name} {list(array.shape)} takes {array.nbytes / 2**30:.1f} GiB to "
                 f"read, more than one variable of a model attnzoo converts may; refusing to read it"
             )
-        self.arrays.append(array)
+        self.arrays.append(array if replace is None else replace(array))
         self.dtypes.append(stored_dtype(dataset))
 
 

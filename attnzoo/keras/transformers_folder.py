@@ -62,9 +62,20 @@ def _model_dtype(state: Any) -> Any:
     return max(counts, key=lambda dtype: counts[dtype])
 
 
-def _converted(source: Any, preset: Any) -> tuple[Any, Path | None]:
+def _converted(source: Any, preset: Any, lora: str) -> tuple[Any, Path | None]:
     """The converted model, and the preset folder whose tokenizer goes with it (if any)."""
+    if lora not in ("merge", "keep"):
+        raise ConfigError(f"lora must be 'merge' or 'keep' (the adapters as a PEFT folder beside it), got {lora!r}")
     if hasattr(source, "graph") and hasattr(source, "state_dict"):
+        kept = getattr(source, "keras_lora", None) is not None
+        if kept != (lora == "keep"):
+            raise ExportError(
+                "lora='keep' writes the LoRA adapters a model converted with lora='keep' holds apart, and this one "
+                "holds none: convert it so (convert_keras_model(path, lora='keep')), or pass the path"
+                if lora == "keep"
+                else "the model was converted with lora='keep': its weights are the base model's and its adapters "
+                "are apart; write it with lora='keep', or convert it with lora='merge' to write the merged model"
+            )
         return source, (Path(preset) if preset is not None else None)
     if not isinstance(source, (str, Path)):
         raise ConfigError(
@@ -75,7 +86,7 @@ def _converted(source: Any, preset: Any) -> tuple[Any, Path | None]:
 
     path = Path(source)
     folder = path if path.is_dir() else None
-    return convert_keras_model(path), (Path(preset) if preset is not None else folder)
+    return convert_keras_model(path, lora=lora), (Path(preset) if preset is not None else folder)
 
 
 def hub_source(model: Any) -> tuple[TransformersForm, HubSource]:
@@ -144,6 +155,7 @@ def to_transformers(
     max_shard_size: int | str = DEFAULT_SHARD_SIZE,
     overwrite: bool = False,
     preset: str | Path | None = None,
+    lora: str = "merge",
 ) -> Path:
     """Write a keras-hub model as a Hugging Face folder; returns the folder.
 
@@ -153,7 +165,10 @@ def to_transformers(
     safetensors file (``"5GB"``, ``"500MB"``, an int); more weights than that are sharded with an index.
     ``overwrite``: replace a folder that holds files (as a whole). ``preset``: the preset folder whose
     tokenizer goes with a converted ``source`` (a model converted from a preset folder carries its own; a
-    preset path as ``source`` is its own).
+    preset path as ``source`` is its own). ``lora``: a keras-hub model's LoRA adapters (:mod:`attnzoo.keras.lora`)
+    merged into the weights (``"merge"``, the default), or ``"keep"``: the base model's folder, and the adapters
+    as a PEFT LoRA adapter folder in its ``adapter/`` (:mod:`attnzoo.keras.lora_peft`); a converted ``source``
+    must then be one :func:`~attnzoo.keras.convert_keras_model` converted with ``lora="keep"``.
 
     Refused with an :class:`~attnzoo.errors.ExportError` naming the class: a model of a keras-hub class
     with no exact transformers equivalent (a ViT without a class token, a classifier whose logits pass
@@ -165,7 +180,7 @@ def to_transformers(
     if not isinstance(overwrite, bool):
         raise ConfigError(f"overwrite must be True or False, got {overwrite!r}")
     path = _checked_directory(directory, overwrite, (source, preset))
-    model, folder = _converted(source, preset)
+    model, folder = _converted(source, preset, lora)
     form, hub = hub_source(model)
     architecture = form.architecture(hub)
     written = target or _model_dtype(hub.state)
@@ -179,6 +194,11 @@ def to_transformers(
         if hub.kind in ("causal_lm", "seq2seq_lm"):
             _write_json(tmp / "generation_config.json", _generation_config(config))
         write_shards(form.tensors(hub), tmp, max_shard_size=limit, dtype=written)
+        if lora == "keep":
+            from attnzoo.keras.lora_peft import ADAPTER_FOLDER, write_peft_adapter
+
+            kept = model.keras_lora
+            write_peft_adapter(kept, form.tensors(hub), tmp / ADAPTER_FOLDER, dtype=written, base=path, kind=hub.kind)
     if tokenizer.missing:
         warnings.warn(tokenizer.missing, AttnzooWarning, stacklevel=2)
     return path

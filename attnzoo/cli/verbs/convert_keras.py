@@ -71,6 +71,14 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="with --to transformers: bytes per safetensors file, such as 5GB (the default) or 500MB",
     )
+    p.add_argument(
+        "--lora",
+        choices=["merge", "keep", "none"],
+        default="merge",
+        help="a keras-hub model's LoRA adapters (--lora-weights, or the *.lora.h5 in its preset folder): merged into "
+        "the weights (default), kept as a PEFT adapter folder DIR/adapter (with --to transformers), or left out",
+    )
+    p.add_argument("--lora-weights", metavar="FILE.lora.h5", help="the adapters backbone.save_lora_weights wrote")
     p.add_argument("--json", action="store_true", help="the conversion report as JSON")
     p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
@@ -85,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     from attnzoo.keras import load_keras_weights
 
     policy = args.compute_dtype != "float32" or args.dtype is not None
-    hub = args.to != "attnzoo" or args.max_shard_size
+    hub = args.to != "attnzoo" or args.max_shard_size or args.lora != "merge" or args.lora_weights
     if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference or policy or hub:
         raise UsageError(
-            "--check, --length, --reference, --weights, --logits, --compute-dtype, --dtype, --emit-py, --to and "
-            "--max-shard-size belong to a whole-model conversion (without --model)"
+            "--check, --length, --reference, --weights, --logits, --compute-dtype, --dtype, --emit-py, --to, "
+            "--max-shard-size, --lora and --lora-weights belong to a whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
@@ -136,6 +144,11 @@ def _check_whole_model_arguments(args: argparse.Namespace) -> None:
             "--emit-py and --compute-dtype policy belong to --to attnzoo; a Hugging Face folder computes in its "
             "--dtype with transformers' own modules"
         )
+    if args.lora == "keep" and args.to != "transformers":
+        raise UsageError(
+            "--lora keep writes the adapters as a PEFT folder beside a Hugging Face folder: add --to transformers "
+            "(an attnzoo folder holds the adapters merged, the default, or the base model, --lora none)"
+        )
     if args.to != "transformers" and args.max_shard_size:
         raise UsageError("--max-shard-size shapes the Hugging Face folder: add --to transformers")
     if args.compute_dtype == "policy" and args.dtype is not None:
@@ -162,6 +175,8 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         logits=args.logits and not args.check,
         compute_dtype=args.compute_dtype,
         dtype=args.dtype,
+        lora=args.lora,
+        lora_weights=args.lora_weights,
     )
     check = None
     if args.check:
@@ -207,6 +222,9 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
         print(f"checked against {against} on {inputs}: max difference per output {shown}")
     if args.to == "transformers":
         print(f"wrote {output}; transformers' Auto classes load it: {_how_to_load(model, output)}")
+        if args.lora == "keep":
+            adapter = output / "adapter"
+            print(f"wrote {adapter}: PeftModel.from_pretrained(model, {str(adapter)!r}) adds its LoRA adapters")
     else:
         print(f"wrote {output}; attnzoo.load({str(output)!r}) rebuilds it without Keras")
     if emitted is not None:
@@ -223,7 +241,10 @@ def _write_transformers(args: argparse.Namespace, model: Any, output: Any) -> No
 
     preset = Path(args.file) if Path(args.file).is_dir() else None
     size = args.max_shard_size or DEFAULT_SHARD_SIZE
-    to_transformers(model, output, dtype=args.dtype, max_shard_size=size, overwrite=args.overwrite, preset=preset)
+    lora = "keep" if args.lora == "keep" else "merge"  # "none": the model holds the base weights
+    to_transformers(
+        model, output, dtype=args.dtype, max_shard_size=size, overwrite=args.overwrite, preset=preset, lora=lora
+    )
 
 
 def _how_to_load(model: Any, output: Any) -> str:

@@ -21,6 +21,8 @@ are positions ``step.start ..`` and its keys and values (``g`` heads, rotated, n
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any
 
 import torch
@@ -63,15 +65,36 @@ def rotate(x: Tensor, start: int, wavelength: float, *, divisor: Any = None, sca
     ``θ_j = wavelength^(-2j/d) / divisor_j`` (``divisor``: None, a number, or d / 2 factors, Phi-3's short or
     long ones) and ``c = scale`` (Phi-3's su attention factor), ``x · c cos(p θ) + concat(-x₂, x₁) · c sin(p θ)``."""
     d, t = x.shape[-1], x.shape[-2]
-    inverse = wavelength ** -(torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
-    if divisor is not None:
-        inverse = inverse / torch.as_tensor(divisor, dtype=torch.float32, device=x.device)
-    angles = torch.outer(torch.arange(t, dtype=torch.float32, device=x.device) + start, inverse)
-    angles = torch.cat([angles, angles], dim=-1)
+    plain = divisor is None or (isinstance(divisor, (int, float)) and not isinstance(divisor, bool))
+    if plain and t <= _REUSED_LENGTH:  # a decoding step: every layer's queries and keys turn alike
+        inference = torch.is_inference_mode_enabled()  # an inference tensor is never read outside that mode
+        cos, sin = _step_turns(d, t, start, float(wavelength), divisor, float(scale), x.device, inference)
+    else:
+        cos, sin = _turns(d, t, start, wavelength, divisor, scale, x.device)
     first, second = x.chunk(2, dim=-1)
     turned = torch.cat([-second, first], dim=-1)
-    cos, sin = (angles.cos(), angles.sin()) if scale == 1.0 else (angles.cos() * scale, angles.sin() * scale)
     return x * cos.to(x.dtype) + turned * sin.to(x.dtype)
+
+
+def _turns(d: int, t: int, start: int, wavelength: float, divisor: Any, scale: float, device: Any) -> tuple[Any, Any]:
+    """``c cos(p θ)`` and ``c sin(p θ)`` [t, d] in float32 (:func:`rotate`'s)."""
+    inverse = wavelength ** -(torch.arange(0, d, 2, dtype=torch.float32, device=device) / d)
+    if divisor is not None:
+        inverse = inverse / torch.as_tensor(divisor, dtype=torch.float32, device=device)
+    angles = torch.outer(torch.arange(t, dtype=torch.float32, device=device) + start, inverse)
+    angles = torch.cat([angles, angles], dim=-1)
+    return (angles.cos(), angles.sin()) if scale == 1.0 else (angles.cos() * scale, angles.sin() * scale)
+
+
+# a decoding step's turns (t <= 8 positions) are computed once and read by every layer's queries and keys
+_REUSED_LENGTH = 8
+
+
+@functools.lru_cache(maxsize=64)
+def _step_turns(
+    d: int, t: int, start: int, wavelength: float, divisor: Any, scale: float, device: Any, inference: bool
+) -> tuple[Any, Any]:
+    return _turns(d, t, start, wavelength, divisor, scale, device)
 
 
 class RotaryDecoder(Node):
@@ -186,8 +209,11 @@ class RotaryDecoder(Node):
         first, second = norms or (None, None)
         query, key = self._heads(x, self.query, self.heads, first), self._heads(x, self.key, self.groups, second)
         query, key, value, padding = self._positioned(query, key, self._heads(x, self.value, self.groups), padding)
-        # the call's queries are the last t of the keys
-        allowed = causal_allowed(t, key.shape[-2], window=self.window, padding=padding, device=x.device)
+        # the call's queries are the last t of the keys; one query reads them all (a decoding step, its window
+        # holding every key): no mask to build
+        keys = key.shape[-2]
+        every = t == 1 and padding is None and (self.window is None or keys <= self.window)
+        allowed = None if every else causal_allowed(t, keys, window=self.window, padding=padding, device=x.device)
         out = keras_attention(query, key, value, allowed, scale=scale, soft_cap=soft_cap, empty=empty, dropout=dropout)
         return out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
 
