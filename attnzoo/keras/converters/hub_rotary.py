@@ -22,7 +22,6 @@ are positions ``step.start ..`` and its keys and values (``g`` heads, rotated, n
 from __future__ import annotations
 
 import functools
-
 from typing import Any
 
 import torch
