@@ -36,6 +36,7 @@ FAMILIES = (
     "hub_qwen",
     "hub_qwen3",
     "hub_qwen_moe",
+    "hub_resnet",
     "hub_roberta",
     "hub_rotary",
     "hub_vit",

@@ -1,0 +1,116 @@
+"""Make the keras-hub image-model fixtures under tests/data/keras_hub_vision with keras 3 (torch backend) and
+keras-hub (run once; the files are committed, keras-hub is no test dependency). Made with keras 3.15,
+keras-hub 0.32.0, torch on CPU:
+
+    pip install keras-hub
+    KERAS_BACKEND=torch python tests/keras_hub_vision_fixtures.py tests/data/keras_hub_vision [FAMILY ...]
+
+(no FAMILY: all of them; nothing is downloaded, every model is built from its constructor). Each family's
+seed derives from its name, so a family made alone gives the same files as in a full run. Every weight is
+moved off its initial value, ``w = round((rng.standard_normal(shape) * 0.3 + w * 0.5) * 32) / 32`` (a
+BatchNormalization's moving variance ``0.5 + |that|``, so it stays positive): multiples of 1/32, whose
+float32 bytes compress, so the files stay small. Each family ``F`` writes ``F/``:
+
+* ``backbone.keras`` (``Backbone.save``) and ``backbone_preset/`` (``save_to_preset``) of one backbone;
+* ``classifier.keras``: an ``<X>ImageClassifier`` (``preprocessor=None``) over another backbone of the
+  family (other settings: ``FAMILIES`` says which);
+* ``expected.npz``: ``in/images`` [3, H, W, C] (uniform in [-1, 1], multiples of 1/32) and
+  ``backbone/out`` (the backbone's output on them, ``predict``), ``in/images_other`` of another size and
+  ``backbone/out_other`` where the backbone takes any size, ``in/classifier_images`` and ``classifier/out``
+  (the classifier's).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zipfile
+import zlib
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
+import keras  # noqa: E402
+import keras_hub  # noqa: E402
+import numpy as np  # noqa: E402
+
+M = keras_hub.models
+
+
+def moved(model, rng):
+    for weight in model.weights:
+        value = np.asarray(weight.numpy())
+        new = np.round((rng.standard_normal(value.shape) * 0.3 + value * 0.5) * 32) / 32
+        if "moving_variance" in weight.path:
+            new = 0.5 + np.abs(new)
+        weight.assign(new.astype("float32"))
+    return model
+
+
+def saved(model, path):
+    """``model.save(path)``, the archive then written again deflated (Keras stores its members as they are;
+    the same members, compressed, load the same in Keras)."""
+    model.save(path)
+    with zipfile.ZipFile(path) as z:
+        members = [(info.filename, z.read(info)) for info in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        for name, data in members:
+            z.writestr(name, data)
+
+
+def images(rng, shape):
+    """Pixels uniform in [-1, 1], multiples of 1/32 (they compress)."""
+    return (np.round(rng.uniform(-1, 1, shape) * 32) / 32).astype("float32")
+
+
+def resnet():
+    """The backbone: ResNet-vd bottleneck blocks (two input convolutions, an average-pooled shortcut), any
+    image size. The classifier's: ResNetV2 basic blocks (pre-activation, the -inf padded max pool), 32x32,
+    max pooling, logits."""
+    backbone = M.ResNetBackbone(
+        input_conv_filters=[8, 8],
+        input_conv_kernel_sizes=[3, 3],
+        stackwise_num_filters=[64, 4],
+        stackwise_num_blocks=[1, 2],
+        stackwise_num_strides=[1, 2],
+        block_type="bottleneck_block_vd",
+    )
+    inner = M.ResNetBackbone(
+        input_conv_filters=[64],
+        input_conv_kernel_sizes=[3],
+        stackwise_num_filters=[64, 4],
+        stackwise_num_blocks=[1, 1],
+        stackwise_num_strides=[1, 2],
+        block_type="basic_block",
+        use_pre_activation=True,
+        image_shape=(32, 32, 3),
+    )
+    classifier = M.ResNetImageClassifier(inner, 5, pooling="max", dropout=0.1)
+    return backbone, classifier, (32, 32, 3), (24, 24, 3)
+
+
+FAMILIES = {"resnet": resnet}
+
+
+def main(out: str, names: list[str]) -> None:
+    for name in names or list(FAMILIES):
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        backbone, classifier, shape, other = FAMILIES[name]()
+        folder = os.path.join(out, name)
+        os.makedirs(folder, exist_ok=True)
+        moved(backbone, rng), moved(classifier, rng)
+        expected = {"in/images": images(rng, (3, *shape))}
+        expected["backbone/out"] = np.asarray(backbone.predict(expected["in/images"], verbose=0))
+        if other is not None:
+            expected["in/images_other"] = images(rng, (2, *other))
+            expected["backbone/out_other"] = np.asarray(backbone.predict(expected["in/images_other"], verbose=0))
+        expected["in/classifier_images"] = images(rng, (3, *classifier.backbone.input_shape[1:]))
+        expected["classifier/out"] = np.asarray(classifier.predict(expected["in/classifier_images"], verbose=0))
+        saved(backbone, os.path.join(folder, "backbone.keras"))
+        backbone.save_to_preset(os.path.join(folder, "backbone_preset"))
+        saved(classifier, os.path.join(folder, "classifier.keras"))
+        np.savez_compressed(os.path.join(folder, "expected.npz"), **expected)
+        print(f"wrote {folder} with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras_hub_vision", sys.argv[2:])

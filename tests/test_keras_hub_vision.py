@@ -1,0 +1,131 @@
+"""keras-hub's image models convert without keras-hub: each backbone rebuilt from its constructor's
+arguments as the graph of plain Keras layers keras-hub builds (converted by attnzoo's own converters), and
+``<X>ImageClassifier`` tasks over them (a global pooler, dropout, a dense head).
+
+The tiny models were made once with keras 3 (torch backend) and keras-hub 0.32
+(tests/keras_hub_vision_fixtures.py), every weight moved off its initial value: a backbone saved with
+``model.save`` (.keras, whose config keeps only the constructor's arguments) and ``save_to_preset`` (a
+folder), and a classifier over another backbone of the family. Keras's own outputs are in each family's
+expected.npz; the converted model must agree within 1e-5 at every element (relative 1e-6 where a logit is
+above 10, one float32 ulp there being 1e-6).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+import attnzoo
+from attnzoo.errors import WeightsError
+from attnzoo.keras import convert_keras_model
+
+from .conftest import ROOT
+
+DATA = ROOT / "tests" / "data" / "keras_hub_vision"
+FAMILIES = ("resnet",)
+
+
+def _expected(family: str) -> dict[str, np.ndarray]:
+    return dict(np.load(DATA / family / "expected.npz"))
+
+
+def _close(got: torch.Tensor, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-5, rtol=1e-6)
+
+
+CASES = [(family, "backbone.keras", "images", "backbone/out") for family in FAMILIES]
+CASES += [(family, "backbone_preset", "images", "backbone/out") for family in FAMILIES]
+CASES += [(family, "classifier.keras", "classifier_images", "classifier/out") for family in FAMILIES]
+
+
+@pytest.mark.parametrize(("family", "file", "images", "out"), CASES)
+def test_an_image_model_predicts_what_keras_predicts(family, file, images, out):
+    expected = _expected(family)
+    model = convert_keras_model(DATA / family / file)
+    assert model.input_names == ["images"]
+    with torch.no_grad():
+        _close(model(torch.from_numpy(expected[f"in/{images}"])), expected[out])
+        if file == "backbone.keras" and "in/images_other" in expected:  # image_shape (None, None, 3): any size
+            _close(model(torch.from_numpy(expected["in/images_other"])), expected["backbone/out_other"])
+
+
+def test_a_converted_classifier_saves_loads_and_trains(tmp_path):
+    expected = _expected("resnet")
+    images = torch.from_numpy(expected["in/classifier_images"])
+    model = attnzoo.load(attnzoo.save(convert_keras_model(DATA / "resnet" / "classifier.keras"), tmp_path / "saved"))
+    with torch.no_grad():
+        _close(model(images), expected["classifier/out"])
+    model.train()
+    model(images).square().mean().backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing
+
+
+def _edited(tmp_path, family: str, file: str, edit) -> str:
+    """``file`` with its config.json passed through ``edit``."""
+    path = tmp_path / file
+    with zipfile.ZipFile(DATA / family / file) as z, zipfile.ZipFile(path, "w") as out:
+        for info in z.infolist():
+            data = z.read(info)
+            if info.filename == "config.json":
+                config = json.loads(data)
+                edit(config)
+                data = json.dumps(config).encode()
+            out.writestr(info.filename, data)
+    return str(path)
+
+
+def _backbone(config):
+    return config["config"]["backbone"]["config"] if "backbone" in config["config"] else config["config"]
+
+
+@pytest.mark.parametrize(
+    ("file", "edit", "message"),
+    [
+        ("backbone.keras", lambda c: c["config"].update(stem_width=3), r"'stem_width', which attnzoo does not"),
+        ("backbone.keras", lambda c: c["config"].update(block_type="wide"), r"block_type 'wide'"),
+        ("backbone.keras", lambda c: c["config"].update(data_format="nhwc"), r"data_format 'nhwc'"),
+        ("classifier.keras", lambda c: c["config"].update(pooling="attention"), r"pooling 'attention'"),
+        ("classifier.keras", lambda c: _backbone(c).update(stackwise_num_blocks=[1]), r"list of 2 positive"),
+    ],
+)
+def test_a_config_attnzoo_does_not_compute_is_refused_by_name(tmp_path, file, edit, message):
+    with pytest.raises(WeightsError, match=message):
+        convert_keras_model(_edited(tmp_path, "resnet", file, edit))
+
+
+def test_a_preset_folder_with_another_class_name_is_refused(tmp_path):
+    folder = tmp_path / "preset"
+    shutil.copytree(DATA / "resnet" / "backbone_preset", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["class_name"], config["registered_name"] = "ResNeXtBackbone", "keras_hub>ResNeXtBackbone"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match=r"'ResNeXtBackbone' is a functional model.*ResNetBackbone"):
+        convert_keras_model(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_keras_ops_pad_pads_with_its_constant_and_refuses_another_mode(tmp_path, mode):
+    """ResNetV2's stem pads with -inf before its max pool (``ops.pad``, which keras 3 records as an
+    operation): a functional model of it against Keras's own output; another mode is refused when read."""
+    import keras
+
+    x = keras.Input((3, 4, 2))
+    value = {"constant_values": -1.5} if mode == "constant" else {}
+    keras.Model(x, keras.ops.pad(x, [[0, 0], [1, 2], [2, 0], [0, 0]], mode=mode, **value)).save(tmp_path / "pad.keras")
+    keras_model = keras.saving.load_model(tmp_path / "pad.keras")
+    images = np.random.default_rng(0).standard_normal((2, 3, 4, 2)).astype("float32")
+    if mode != "constant":
+        with pytest.raises(Exception, match=r"pad's mode 'reflect' is not supported \(only 'constant'\)"):
+            convert_keras_model(tmp_path / "pad.keras")
+        return
+    with torch.no_grad():
+        got = convert_keras_model(tmp_path / "pad.keras")(torch.from_numpy(images))
+    np.testing.assert_array_equal(got.numpy(), np.asarray(keras_model.predict(images, verbose=0)))
