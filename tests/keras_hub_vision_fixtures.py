@@ -17,11 +17,16 @@ float32 bytes compress, so the files stay small. Each family ``F`` writes ``F/``
 * ``expected.npz``: ``in/images`` [3, H, W, C] (uniform in [-1, 1], multiples of 1/32) and
   ``backbone/out`` (the backbone's output on them, ``predict``), ``in/images_other`` of another size and
   ``backbone/out_other`` where the backbone takes any size, ``in/classifier_images`` and ``classifier/out``
-  (the classifier's).
+  (the classifier's);
+* ``graphs.json.gz`` (ResNet): for each block type, with and without pre-activation, a backbone's
+  constructor arguments (``get_config``) and Keras's own functional config of its graph
+  (``keras.Model(backbone.inputs, backbone.outputs).get_config()``), which the rebuilt graph is compared with.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import sys
 import zipfile
@@ -88,7 +93,28 @@ def resnet():
     return backbone, classifier, (32, 32, 3), (24, 24, 3)
 
 
+def resnet_graphs():
+    """Keras's own functional graph of a ResNetBackbone of each block type, with and without
+    pre-activation (untrained: only the graph is kept)."""
+    graphs = {}
+    for kind in ("basic_block", "bottleneck_block", "basic_block_vd", "bottleneck_block_vd"):
+        for pre in (False, True):
+            backbone = M.ResNetBackbone(
+                input_conv_filters=[64] if kind == "basic_block" else [8, 8],
+                input_conv_kernel_sizes=[7] if kind == "basic_block" else [3, 5],
+                stackwise_num_filters=[64, 4, 4],
+                stackwise_num_blocks=[2, 1, 2],
+                stackwise_num_strides=[1, 2, 2],
+                block_type=kind,
+                use_pre_activation=pre,
+            )
+            functional = keras.Model(backbone.inputs, backbone.outputs).get_config()
+            graphs[f"{kind}/{pre}"] = {"arguments": backbone.get_config(), "keras": functional}
+    return graphs
+
+
 FAMILIES = {"resnet": resnet}
+GRAPHS = {"resnet": resnet_graphs}
 
 
 def main(out: str, names: list[str]) -> None:
@@ -109,6 +135,9 @@ def main(out: str, names: list[str]) -> None:
         backbone.save_to_preset(os.path.join(folder, "backbone_preset"))
         saved(classifier, os.path.join(folder, "classifier.keras"))
         np.savez_compressed(os.path.join(folder, "expected.npz"), **expected)
+        if name in GRAPHS:
+            with gzip.open(os.path.join(folder, "graphs.json.gz"), "wt") as f:
+                json.dump(GRAPHS[name](), f)
         print(f"wrote {folder} with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
 
 

@@ -12,7 +12,9 @@ above 10, one float32 ulp there being 1e-6).
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
 import shutil
 import zipfile
 
@@ -129,3 +131,51 @@ def test_keras_ops_pad_pads_with_its_constant_and_refuses_another_mode(tmp_path,
     with torch.no_grad():
         got = convert_keras_model(tmp_path / "pad.keras")(torch.from_numpy(images))
     np.testing.assert_array_equal(got.numpy(), np.asarray(keras_model.predict(images, verbose=0)))
+
+
+_READ = ("filters", "kernel_size", "strides", "padding", "data_format", "use_bias", "activation", "groups")
+_READ += ("axis", "epsilon", "momentum", "center", "scale", "pool_size", "pad_width", "mode", "dilation_rate")
+
+
+def _summary(functional: dict) -> dict:
+    """A functional config as {layer: (class, the settings the converters read, its inputs)}; a layer Keras
+    named itself (``average_pooling2d_3``, ``pad``: no weights) is keyed by its class and its consumer."""
+    layers = functional.get("config", functional)["layers"]
+
+    def sources(layer):
+        text = json.dumps(layer["inbound_nodes"])
+        return re.findall(r'"keras_history": \["([^"]+)"', text)
+
+    consumers = {source: layer["name"] for layer in layers for source in sources(layer)}
+    auto = {layer["name"] for layer in layers if layer["class_name"] in ("AveragePooling2D", "Pad", "InputLayer")}
+
+    def key(name):
+        if name not in auto:
+            return name
+        kind = next(layer["class_name"] for layer in layers if layer["name"] == name)
+        return f"{kind} -> {key(consumers[name])}"
+
+    def settings(layer):
+        config = {k: v for k, v in layer["config"].items() if k in _READ}
+        nodes = layer["inbound_nodes"]
+        config["kwargs"] = [{k: v for k, v in node["kwargs"].items() if v is not None} for node in nodes]
+        return json.loads(json.dumps(config).replace("-Infinity", '"-inf"'))
+
+    return {key(x["name"]): (x["class_name"], settings(x), sorted(key(s) for s in sources(x))) for x in layers}
+
+
+def test_the_rebuilt_resnet_graphs_are_keras_s_own_for_every_block_type():
+    """Keras's functional config of a ResNetBackbone of each block type, with and without pre-activation
+    (tests/keras_hub_vision_fixtures.py), against the graph attnzoo rebuilds from its arguments: the same
+    layers, classes, settings and connections."""
+    from attnzoo.keras.converters.hub_resnet import resnet_graph
+
+    with gzip.open(DATA / "resnet" / "graphs.json.gz", "rt") as f:
+        graphs = json.load(f)
+    assert len(graphs) == 8
+    for variant, graph in graphs.items():
+        rebuilt = json.loads(json.dumps(resnet_graph(graph["arguments"], variant)))
+        ours, theirs = _summary(rebuilt), _summary(graph["keras"])
+        assert set(ours) == set(theirs), variant
+        for name in ours:
+            assert ours[name] == theirs[name], (variant, name)
