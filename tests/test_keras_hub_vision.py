@@ -29,7 +29,7 @@ from attnzoo.keras import convert_keras_model
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_vision"
-FAMILIES = ("resnet",)
+FAMILIES = ("resnet", "efficientnet")
 
 
 def _expected(family: str) -> dict[str, np.ndarray]:
@@ -57,10 +57,11 @@ def test_an_image_model_predicts_what_keras_predicts(family, file, images, out):
             _close(model(torch.from_numpy(expected["in/images_other"])), expected["backbone/out_other"])
 
 
-def test_a_converted_classifier_saves_loads_and_trains(tmp_path):
-    expected = _expected("resnet")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_converted_classifier_saves_loads_and_trains(tmp_path, family):
+    expected = _expected(family)
     images = torch.from_numpy(expected["in/classifier_images"])
-    model = attnzoo.load(attnzoo.save(convert_keras_model(DATA / "resnet" / "classifier.keras"), tmp_path / "saved"))
+    model = attnzoo.load(attnzoo.save(convert_keras_model(DATA / family / "classifier.keras"), tmp_path / "saved"))
     with torch.no_grad():
         _close(model(images), expected["classifier/out"])
     model.train()
@@ -87,19 +88,26 @@ def _backbone(config):
     return config["config"]["backbone"]["config"] if "backbone" in config["config"] else config["config"]
 
 
+def _blocks(config):
+    _backbone(config)["stackwise_block_types"][-1] = "ghost"
+
+
 @pytest.mark.parametrize(
-    ("file", "edit", "message"),
+    ("family", "file", "edit", "message"),
     [
-        ("backbone.keras", lambda c: c["config"].update(stem_width=3), r"'stem_width', which attnzoo does not"),
-        ("backbone.keras", lambda c: c["config"].update(block_type="wide"), r"block_type 'wide'"),
-        ("backbone.keras", lambda c: c["config"].update(data_format="nhwc"), r"data_format 'nhwc'"),
-        ("classifier.keras", lambda c: c["config"].update(pooling="attention"), r"pooling 'attention'"),
-        ("classifier.keras", lambda c: _backbone(c).update(stackwise_num_blocks=[1]), r"list of 2 positive"),
+        ("resnet", "backbone.keras", lambda c: c["config"].update(stem_width=3), r"'stem_width', which attnzoo does"),
+        ("resnet", "backbone.keras", lambda c: c["config"].update(block_type="wide"), r"block_type 'wide'"),
+        ("resnet", "backbone.keras", lambda c: c["config"].update(data_format="nhwc"), r"data_format 'nhwc'"),
+        ("resnet", "classifier.keras", lambda c: c["config"].update(pooling="attention"), r"pooling 'attention'"),
+        ("resnet", "classifier.keras", lambda c: _backbone(c).update(stackwise_num_blocks=[1]), r"list of 2 positive"),
+        ("efficientnet", "classifier.keras", _blocks, r"block type\(s\) \['ghost'\]"),
+        ("efficientnet", "backbone.keras", lambda c: c["config"].update(data_format="channels_first"), "channels last"),
+        ("efficientnet", "backbone.keras", lambda c: c["config"].update(stackwise_strides=[1]), "one item per stack"),
     ],
 )
-def test_a_config_attnzoo_does_not_compute_is_refused_by_name(tmp_path, file, edit, message):
+def test_a_config_attnzoo_does_not_compute_is_refused_by_name(tmp_path, family, file, edit, message):
     with pytest.raises(WeightsError, match=message):
-        convert_keras_model(_edited(tmp_path, "resnet", file, edit))
+        convert_keras_model(_edited(tmp_path, family, file, edit))
 
 
 def test_a_preset_folder_with_another_class_name_is_refused(tmp_path):

@@ -94,8 +94,12 @@ class ImageGraph(HubGraph):
         config |= {"activation": activation, "use_bias": use_bias}
         return self.layer("Conv2D", name, config, [tensor(x)])
 
-    def batch_norm(self, x: str, name: str, epsilon: float = 1e-3, momentum: float = 0.99) -> str:
-        config = {"axis": self.channel_axis, "momentum": momentum, "epsilon": epsilon, "center": True, "scale": True}
+    def batch_norm(
+        self, x: str, name: str, epsilon: float = 1e-3, momentum: float = 0.99, axis: int | None = None
+    ) -> str:
+        """``BatchNormalization`` over the channel axis (or ``axis``, as a layer that names it records it)."""
+        config = {"axis": self.channel_axis if axis is None else axis, "momentum": momentum, "epsilon": epsilon}
+        config |= {"center": True, "scale": True}
         return self.layer("BatchNormalization", name, config, [tensor(x)])
 
     def activation(self, x: str, name: str, function: Any = "relu") -> str:

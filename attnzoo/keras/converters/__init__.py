@@ -24,6 +24,7 @@ FAMILIES = (
     "hub_bert",
     "hub_bloom",
     "hub_distil_bert",
+    "hub_efficientnet",
     "hub_falcon",
     "hub_gemma",
     "hub_gemma3",
