@@ -160,6 +160,34 @@ def efficientnet():
     return backbone, classifier, (32, 32, 3), (24, 24, 3)
 
 
+def mobilenet():
+    """The backbone: MobileNetV3 blocks (a depthwise block with squeeze-excite, inverted residual blocks of
+    relu and hard swish, 3x3 and 5x5, with and without squeeze-excite and residual), any image size. The
+    classifier's: a residual depthwise block without squeeze-excite, 32x32, MobileNet's own head."""
+
+    def backbone(**settings):
+        return M.MobileNetBackbone(
+            stackwise_expansion=[[16], [24, 24]],
+            stackwise_num_blocks=[1, 2],
+            stackwise_num_filters=[[8], [16, 16]],
+            stackwise_kernel_size=[[3], [5, 3]],
+            stackwise_num_strides=[[1], [2, 1]],
+            stackwise_se_ratio=[[None], [0.25, None]],
+            stackwise_activation=[["relu"], ["hard_swish", "hard_swish"]],
+            stackwise_padding=[[1], [2, 1]],
+            output_num_filters=32,
+            depthwise_filters=8,
+            last_layer_filter=32,
+            input_num_filters=8,
+            **settings,
+        )
+
+    first = backbone(depthwise_stride=2, depthwise_residual=False, squeeze_and_excite=0.25)
+    inner = backbone(depthwise_stride=1, depthwise_residual=True, image_shape=(32, 32, 3))
+    classifier = M.MobileNetImageClassifier(inner, 3, num_features=16)
+    return first, classifier, (32, 32, 3), (24, 24, 3)
+
+
 def num_features(config):
     """keras-hub 0.32's EfficientNetBackbone.get_config leaves out ``num_features`` (a backbone of other
     than 1280 features then saves a config it cannot load again): the fixtures' configs say it (32)."""
@@ -167,7 +195,7 @@ def num_features(config):
     inner.setdefault("num_features", 32)
 
 
-FAMILIES = {"resnet": resnet, "efficientnet": efficientnet}
+FAMILIES = {"resnet": resnet, "efficientnet": efficientnet, "mobilenet": mobilenet}
 EDITS = {"efficientnet": num_features}
 GRAPHS = {"resnet": resnet_graphs}
 

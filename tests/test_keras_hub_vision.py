@@ -29,7 +29,7 @@ from attnzoo.keras import convert_keras_model
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_vision"
-FAMILIES = ("resnet", "efficientnet")
+FAMILIES = ("resnet", "efficientnet", "mobilenet")
 
 
 def _expected(family: str) -> dict[str, np.ndarray]:
@@ -103,6 +103,8 @@ def _blocks(config):
         ("efficientnet", "classifier.keras", _blocks, r"block type\(s\) \['ghost'\]"),
         ("efficientnet", "backbone.keras", lambda c: c["config"].update(data_format="channels_first"), "channels last"),
         ("efficientnet", "backbone.keras", lambda c: c["config"].update(stackwise_strides=[1]), "one item per stack"),
+        ("mobilenet", "backbone.keras", lambda c: c["config"].update(stackwise_padding=[[1]]), r"\[1, 2\] items per"),
+        ("mobilenet", "classifier.keras", lambda c: c["config"].update(pooling="max"), r"'pooling', which attnzoo"),
     ],
 )
 def test_a_config_attnzoo_does_not_compute_is_refused_by_name(tmp_path, family, file, edit, message):

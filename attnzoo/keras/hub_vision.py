@@ -11,13 +11,13 @@ refuses a constructor argument a builder does not compute, by name.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.hub_graph import Builder, HubGraph, backbone_record, number, positive, tensor
 
-__all__ = ["ImageGraph", "image_classifier_graph", "config_keys", "int_list", "COMMON_KEYS"]
+__all__ = ["ImageGraph", "image_classifier_graph", "pooled_head", "ImageHead", "config_keys", "int_list", "COMMON_KEYS"]
 
 # what every keras-hub model's get_config writes besides its own arguments
 COMMON_KEYS = frozenset(["name", "trainable", "dtype"])
@@ -134,30 +134,44 @@ class ImageGraph(HubGraph):
         )
 
 
-def image_classifier_graph(backbones: Sequence[str], build_backbone: Builder) -> Builder:
+# what an image classifier computes after its backbone: head(graph, features, config, data_format, where)
+ImageHead = Callable[[HubGraph, str, dict[str, Any], str, str], str]
+
+
+def pooled_head(g: HubGraph, x: str, config: dict[str, Any], data_format: str, where: str) -> str:
+    """keras-hub's ``ImageClassifier`` head: ``pooler`` (``GlobalAveragePooling2D`` for ``pooling`` "avg",
+    ``GlobalMaxPooling2D`` for "max", in the backbone's data_format) -> ``output_dropout`` ->
+    ``predictions`` (``Dense(num_classes, activation)``)."""
+    pooling = config.get("pooling", "avg")
+    if pooling not in ("avg", "max"):
+        raise WeightsError(f"{where}: pooling {pooling!r}; keras-hub's ImageClassifier pools by 'avg' or 'max'")
+    pooler = "GlobalAveragePooling2D" if pooling == "avg" else "GlobalMaxPooling2D"
+    x = g.layer(pooler, "pooler", {"data_format": data_format, "keepdims": False}, [tensor(x)])
+    x = g.layer("Dropout", "output_dropout", {"rate": number(config, "dropout", where, 0.0)}, [tensor(x)])
+    settings = {"units": positive(config, "num_classes", where), "activation": config.get("activation") or "linear"}
+    return g.layer("Dense", "predictions", settings, [tensor(x)])
+
+
+def image_classifier_graph(
+    backbones: Sequence[str],
+    build_backbone: Builder,
+    head: ImageHead = pooled_head,
+    known: Sequence[str] = ("pooling", "activation", "dropout"),
+) -> Builder:
     """The builder of keras-hub's ``<X>ImageClassifier`` over a backbone of one of the classes ``backbones``
-    (built by ``build_backbone``): images -> the backbone (nested, under its own name) -> ``pooler``
-    (``GlobalAveragePooling2D`` for ``pooling`` "avg", ``GlobalMaxPooling2D`` for "max", in the
-    backbone's data_format) -> ``output_dropout`` -> ``predictions`` (``Dense(num_classes, activation)``)."""
+    (built by ``build_backbone``): images -> the backbone (nested, under its own name) -> ``head``
+    (:func:`pooled_head` by default). ``known``: the task's arguments besides ``backbone``,
+    ``preprocessor`` and ``num_classes`` (any other is refused by name)."""
 
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
-        known = ("backbone", "preprocessor", "num_classes", "pooling", "activation", "dropout")
-        config_keys(config, known, where)
+        config_keys(config, ("backbone", "preprocessor", "num_classes", *known), where)
         inner, name, kind = backbone_record(config, where, backbones)
         built = build_backbone(inner, f"{where}: {kind}")
         shape = built["config"]["layers"][0]["config"]["batch_shape"][1:]  # the backbone's image input
         g = HubGraph(config.get("dtype"))
         images = g.input("images", shape, "float32")
         x = g.nested({**built, "name": name}, name, [tensor(images)])
-        pooling = config.get("pooling", "avg")
-        if pooling not in ("avg", "max"):
-            raise WeightsError(f"{where}: pooling {pooling!r}; keras-hub's ImageClassifier pools by 'avg' or 'max'")
-        data_format = inner.get("data_format") or "channels_last"
-        pooler = "GlobalAveragePooling2D" if pooling == "avg" else "GlobalMaxPooling2D"
-        x = g.layer(pooler, "pooler", {"data_format": data_format, "keepdims": False}, [tensor(x)])
-        x = g.layer("Dropout", "output_dropout", {"rate": number(config, "dropout", where, 0.0)}, [tensor(x)])
-        settings = {"units": positive(config, "num_classes", where), "activation": config.get("activation") or "linear"}
-        x = g.layer("Dense", "predictions", settings, [tensor(x)])
+        x = head(g, x, config, inner.get("data_format") or "channels_last", where)
         return g.functional(str(config.get("name") or "image_classifier"), {"images": images}, x)
 
     return build

@@ -32,6 +32,7 @@ FAMILIES = (
     "hub_gpt_neox",
     "hub_layers",
     "hub_llama",
+    "hub_mobilenet",
     "hub_opt",
     "hub_phi3",
     "hub_qwen",

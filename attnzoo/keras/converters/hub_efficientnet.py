@@ -41,12 +41,12 @@ from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.torch_layers.batch_norm import KerasBatchNorm
 
-__all__ = ["HubMBConv", "efficientnet_graph"]
+__all__ = ["HubMBConv", "ConvBN", "take", "conv_bn_state", "efficientnet_graph"]
 
 KINDS = ("cba", "fused", "unfused")
 
 
-class _ConvBN(nn.Module):
+class ConvBN(nn.Module):
     """A bias-free convolution (``padding`` Keras's, on a channels-first input) and its batch norm."""
 
     def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, padding: str, eps: float, mom: float, groups=1):
@@ -108,21 +108,21 @@ class HubMBConv(Node):
         wide = input_filters * expand_ratio
         self.pad = k // 2
         if kind == "cba":
-            self.conv1 = _ConvBN(input_filters, output_filters, k, strides, "valid", eps, mom)
+            self.conv1 = ConvBN(input_filters, output_filters, k, strides, "valid", eps, mom)
             return
         self.expand_ratio = expand_ratio
         if kind == "fused":
-            self.conv1 = _ConvBN(input_filters, wide, k, strides, "valid", eps, mom)
+            self.conv1 = ConvBN(input_filters, wide, k, strides, "valid", eps, mom)
             self.project_kernel = projection_kernel_size
         else:
-            self.conv1 = _ConvBN(input_filters, wide, 1, 1, "same", eps, mom) if expand_ratio != 1 else None
-            self.depthwise = _ConvBN(wide, wide, k, strides, "same", eps, mom, groups=wide)
+            self.conv1 = ConvBN(input_filters, wide, 1, 1, "same", eps, mom) if expand_ratio != 1 else None
+            self.depthwise = ConvBN(wide, wide, k, strides, "same", eps, mom, groups=wide)
             self.project_kernel = 1 if expand_ratio != 1 else k
         self.se = None
         if 0 < se_ratio <= 1:
             squeezed = max(1, int(input_filters * se_ratio))
             self.se = nn.ModuleList([nn.Conv2d(wide, squeezed, 1), nn.Conv2d(squeezed, wide, 1)])
-        self.project = _ConvBN(wide, output_filters, self.project_kernel, 1, "valid", eps, mom)
+        self.project = ConvBN(wide, output_filters, self.project_kernel, 1, "valid", eps, mom)
 
     def _excite(self, x: Tensor) -> Tensor:
         if self.se is None:
@@ -151,7 +151,7 @@ class HubMBConv(Node):
         return y.permute(0, 2, 3, 1)
 
 
-def _take(arrays: list[np.ndarray], count: int, what: str) -> list[np.ndarray]:
+def take(arrays: list[np.ndarray], count: int, what: str) -> list[np.ndarray]:
     if len(arrays) < count:
         raise Refused(f"has too few variables for its {what}")
     taken = arrays[:count]
@@ -159,7 +159,9 @@ def _take(arrays: list[np.ndarray], count: int, what: str) -> list[np.ndarray]:
     return taken
 
 
-def _conv_bn(state: dict[str, Tensor], at: str, kernel: np.ndarray, norm: list[np.ndarray], depthwise=False) -> None:
+def conv_bn_state(
+    state: dict[str, Tensor], at: str, kernel: np.ndarray, norm: list[np.ndarray], depthwise=False
+) -> None:
     """Keras's kernel [k, k, in, out] (a depthwise one's [k, k, C, 1]) and gamma, beta, mean, variance."""
     layout = (2, 3, 0, 1) if depthwise else (3, 2, 0, 1)
     state[f"{at}.weight"] = as_tensor(kernel.transpose(layout))
@@ -200,17 +202,17 @@ def convert_mbconv(record, arrays, ctx):
     se = kind != "cba" and 0 < spec["se_ratio"] <= 1
     expand = kind == "fused" or (kind == "unfused" and spec["expand_ratio"] != 1)
     names = {"cba": ["bn1"], "fused": ["bn1", "bn2"]}.get(kind, ["bn1"] * expand + ["bn2", "bn3"])
-    norms = {name: _take(left, 4, name) for name in names}  # an unbuilt layer (no expansion: bn1) has none
+    norms = {name: take(left, 4, name) for name in names}  # an unbuilt layer (no expansion: bn1) has none
     if kind == "cba":
-        _conv_bn(state, "conv1", _take(left, 1, "conv1")[0], norms["bn1"])
+        conv_bn_state(state, "conv1", take(left, 1, "conv1")[0], norms["bn1"])
     else:
         if expand:
-            _conv_bn(state, "conv1", _take(left, 1, "conv1")[0], norms["bn1"])
+            conv_bn_state(state, "conv1", take(left, 1, "conv1")[0], norms["bn1"])
         if kind == "unfused":
-            _conv_bn(state, "depthwise", _take(left, 1, "depthwise")[0], norms["bn2"], depthwise=True)
-        _conv_bn(state, "project", _take(left, 1, "output_conv")[0], norms["bn2" if kind == "fused" else "bn3"])
+            conv_bn_state(state, "depthwise", take(left, 1, "depthwise")[0], norms["bn2"], depthwise=True)
+        conv_bn_state(state, "project", take(left, 1, "output_conv")[0], norms["bn2" if kind == "fused" else "bn3"])
         if se:
-            for i, (kernel, bias) in enumerate((_take(left, 2, "se_conv1"), _take(left, 2, "se_conv2"))):
+            for i, (kernel, bias) in enumerate((take(left, 2, "se_conv1"), take(left, 2, "se_conv2"))):
                 state[f"se.{i}.weight"], state[f"se.{i}.bias"] = (
                     as_tensor(kernel.transpose(3, 2, 0, 1)),
                     as_tensor(bias),
