@@ -188,6 +188,17 @@ def mobilenet():
     return first, classifier, (32, 32, 3), (24, 24, 3)
 
 
+def densenet():
+    """The backbone: two dense stacks of growth 8, compression 0.5, any image size. The classifier's: three
+    stacks of growth 4, compression 0.75, 32x32, max pooling."""
+    backbone = M.DenseNetBackbone(stackwise_num_repeats=[2, 2], growth_rate=8)
+    inner = M.DenseNetBackbone(
+        stackwise_num_repeats=[1, 1, 2], growth_rate=4, compression_ratio=0.75, image_shape=(32, 32, 3)
+    )
+    classifier = M.DenseNetImageClassifier(inner, 3, pooling="max")
+    return backbone, classifier, (32, 32, 3), (24, 24, 3)
+
+
 def num_features(config):
     """keras-hub 0.32's EfficientNetBackbone.get_config leaves out ``num_features`` (a backbone of other
     than 1280 features then saves a config it cannot load again): the fixtures' configs say it (32)."""
@@ -195,7 +206,7 @@ def num_features(config):
     inner.setdefault("num_features", 32)
 
 
-FAMILIES = {"resnet": resnet, "efficientnet": efficientnet, "mobilenet": mobilenet}
+FAMILIES = {"resnet": resnet, "efficientnet": efficientnet, "mobilenet": mobilenet, "densenet": densenet}
 EDITS = {"efficientnet": num_features}
 GRAPHS = {"resnet": resnet_graphs}
 

@@ -29,7 +29,7 @@ from attnzoo.keras import convert_keras_model
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_vision"
-FAMILIES = ("resnet", "efficientnet", "mobilenet")
+FAMILIES = ("resnet", "efficientnet", "mobilenet", "densenet")
 
 
 def _expected(family: str) -> dict[str, np.ndarray]:
@@ -105,6 +105,7 @@ def _blocks(config):
         ("efficientnet", "backbone.keras", lambda c: c["config"].update(stackwise_strides=[1]), "one item per stack"),
         ("mobilenet", "backbone.keras", lambda c: c["config"].update(stackwise_padding=[[1]]), r"\[1, 2\] items per"),
         ("mobilenet", "classifier.keras", lambda c: c["config"].update(pooling="max"), r"'pooling', which attnzoo"),
+        ("densenet", "backbone.keras", lambda c: c["config"].update(compression_ratio=1.5), r"compression_ratio 1.5"),
     ],
 )
 def test_a_config_attnzoo_does_not_compute_is_refused_by_name(tmp_path, family, file, edit, message):
