@@ -199,6 +199,30 @@ def densenet():
     return backbone, classifier, (32, 32, 3), (24, 24, 3)
 
 
+def deit():
+    """The backbone: DeiT (class and distillation tokens), 16x16 images, 4x4 patches, 2 layers. The
+    classifier's: no attention biases, the class token's state (pooling "token"); ``classifier_gap``: the
+    average over the tokens (pooling "gap")."""
+    sizes = {"image_shape": (16, 16, 3), "patch_size": 4, "num_layers": 2, "num_heads": 2, "hidden_dim": 16}
+    backbone = M.DeiTBackbone(**sizes, intermediate_dim=32)
+    inner = M.DeiTBackbone(**sizes, intermediate_dim=24, use_mha_bias=False)
+    return backbone, M.DeiTImageClassifier(inner, 3), (16, 16, 3), None
+
+
+def deit_extra(rng, folder, expected):
+    """``classifier_gap.keras``: a DeiTImageClassifier of pooling "gap" over the classifier's own backbone
+    (``in/classifier_images`` -> ``classifier_gap/out``)."""
+    inner = M.DeiTBackbone(
+        image_shape=(16, 16, 3), patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=24
+    )
+    model = moved(M.DeiTImageClassifier(inner, 3, pooling="gap", activation="softmax"), rng)
+    expected["classifier_gap/out"] = np.asarray(model.predict(expected["in/classifier_images"], verbose=0))
+    saved(model, os.path.join(folder, "classifier_gap.keras"))
+    reloaded(
+        os.path.join(folder, "classifier_gap.keras"), expected["in/classifier_images"], expected["classifier_gap/out"]
+    )
+
+
 def num_features(config):
     """keras-hub 0.32's EfficientNetBackbone.get_config leaves out ``num_features`` (a backbone of other
     than 1280 features then saves a config it cannot load again): the fixtures' configs say it (32)."""
@@ -206,7 +230,8 @@ def num_features(config):
     inner.setdefault("num_features", 32)
 
 
-FAMILIES = {"resnet": resnet, "efficientnet": efficientnet, "mobilenet": mobilenet, "densenet": densenet}
+FAMILIES = {"resnet": resnet, "efficientnet": efficientnet, "mobilenet": mobilenet, "densenet": densenet, "deit": deit}
+EXTRAS = {"deit": deit_extra}
 EDITS = {"efficientnet": num_features}
 GRAPHS = {"resnet": resnet_graphs}
 
@@ -239,6 +264,8 @@ def main(out: str, names: list[str]) -> None:
         reloaded(os.path.join(folder, "backbone.keras"), expected["in/images"], expected["backbone/out"])
         reloaded(os.path.join(folder, "backbone_preset"), expected["in/images"], expected["backbone/out"], True)
         reloaded(os.path.join(folder, "classifier.keras"), expected["in/classifier_images"], expected["classifier/out"])
+        if name in EXTRAS:
+            EXTRAS[name](rng, folder, expected)
         np.savez_compressed(os.path.join(folder, "expected.npz"), **expected)
         if name in GRAPHS:
             with gzip.open(os.path.join(folder, "graphs.json.gz"), "wt") as f:

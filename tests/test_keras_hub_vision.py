@@ -29,7 +29,7 @@ from attnzoo.keras import convert_keras_model
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_vision"
-FAMILIES = ("resnet", "efficientnet", "mobilenet", "densenet")
+FAMILIES = ("resnet", "efficientnet", "mobilenet", "densenet", "deit")
 
 
 def _expected(family: str) -> dict[str, np.ndarray]:
@@ -44,6 +44,7 @@ def _close(got: torch.Tensor, want: np.ndarray) -> None:
 CASES = [(family, "backbone.keras", "images", "backbone/out") for family in FAMILIES]
 CASES += [(family, "backbone_preset", "images", "backbone/out") for family in FAMILIES]
 CASES += [(family, "classifier.keras", "classifier_images", "classifier/out") for family in FAMILIES]
+CASES += [("deit", "classifier_gap.keras", "classifier_images", "classifier_gap/out")]
 
 
 @pytest.mark.parametrize(("family", "file", "images", "out"), CASES)
@@ -106,6 +107,8 @@ def _blocks(config):
         ("mobilenet", "backbone.keras", lambda c: c["config"].update(stackwise_padding=[[1]]), r"\[1, 2\] items per"),
         ("mobilenet", "classifier.keras", lambda c: c["config"].update(pooling="max"), r"'pooling', which attnzoo"),
         ("densenet", "backbone.keras", lambda c: c["config"].update(compression_ratio=1.5), r"compression_ratio 1.5"),
+        ("deit", "classifier.keras", lambda c: c["config"].update(pooling="avg"), r"pooling 'avg'; keras-hub's DeiT"),
+        ("deit", "backbone.keras", lambda c: c["config"].update(image_shape=[None, None, 3]), r"image_shape \[None"),
     ],
 )
 def test_a_config_attnzoo_does_not_compute_is_refused_by_name(tmp_path, family, file, edit, message):

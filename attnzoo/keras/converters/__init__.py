@@ -23,6 +23,7 @@ FAMILIES = (
     "depthwise",
     "hub_bert",
     "hub_bloom",
+    "hub_deit",
     "hub_densenet",
     "hub_distil_bert",
     "hub_efficientnet",
