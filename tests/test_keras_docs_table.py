@@ -224,6 +224,7 @@ def test_the_keras_guide_s_pages_stay_short_enough_to_search():
         "keras-hub",
         "keras-hub-lm",
         "keras-hub-seq2seq",
+        "keras-hub-vision",
         "keras-hub-tokenizer",
         "keras-hub-transformers",
         "keras-hub-training",

@@ -44,6 +44,7 @@ __all__ = [
     "classifier_head",
     "causal_lm_graph",
     "SEQ2SEQ_INPUTS",
+    "backbone_record",
     "token_and_position_embedding",
     "token_and_position_encoder",
     "first_token_classifier",
@@ -277,6 +278,21 @@ def _with_head(
     return {**backbone, "config": {**inner, "output_layers": _history(logits)}}
 
 
+def backbone_record(config: dict[str, Any], where: str, backbones: Sequence[str]) -> tuple[dict[str, Any], str, str]:
+    """A task's nested backbone record, checked to be of one of the classes ``backbones``: its config, its
+    name and its class (a backbone of another class is a ``WeightsError``)."""
+    record = config.get("backbone")
+    inner = record.get("config") if isinstance(record, dict) else None
+    registered = record.get("registered_name") if isinstance(record, dict) else None
+    if not isinstance(inner, dict) or registered not in {f"keras_hub>{name}" for name in backbones}:
+        found = registered or (record.get("class_name") if isinstance(record, dict) else None)
+        raise WeightsError(f"{where}: its backbone is {found!r}; attnzoo reads this task over a {backbones[0]}")
+    name = inner.get("name")
+    if not isinstance(name, str) or not name:
+        raise WeightsError(f"{where}: its backbone has no name")
+    return inner, name, str(registered).split(">")[-1]
+
+
 def causal_lm_graph(
     backbones: Sequence[str],
     build_backbone: Builder,
@@ -297,16 +313,8 @@ def causal_lm_graph(
     reverse call (T5's tied head scales it)."""
 
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
-        record = config.get("backbone")
-        inner = record.get("config") if isinstance(record, dict) else None
-        registered = record.get("registered_name") if isinstance(record, dict) else None
-        if not isinstance(inner, dict) or registered not in {f"keras_hub>{name}" for name in backbones}:
-            found = registered or (record.get("class_name") if isinstance(record, dict) else None)
-            raise WeightsError(f"{where}: its backbone is {found!r}; attnzoo reads this task over a {backbones[0]}")
-        name = inner.get("name")
-        if not isinstance(name, str) or not name:
-            raise WeightsError(f"{where}: its backbone has no name")
-        built = build_backbone(inner, f"{where}: {str(registered).split('>')[-1]}")
+        inner, name, kind = backbone_record(config, where, backbones)
+        built = build_backbone(inner, f"{where}: {kind}")
         nested = _with_head(built, inner, (before, head), where, embedding, output)
         g = HubGraph(config.get("dtype"))
         for key in sorted(inputs):

@@ -103,6 +103,8 @@ class Operation(Node):
         dtype = options.get("dtype")
         if name == "cast" and dtype is not None and str(dtype) not in DTYPES:  # cast reads it; zeros_like may not
             return f"dtype {str(dtype)[:60]!r} is no dtype attnzoo casts to ({', '.join(DTYPES)})"
+        if name == "pad" and options.get("mode", "constant") != "constant":
+            return f"pad's mode {str(options.get('mode'))[:60]!r} is not supported (only 'constant')"
         return None
 
     def forward(self, args, kwargs, masks):
@@ -154,19 +156,32 @@ class Operation(Node):
             out = torch.softmax(args[0], dim=int(config.get("axis", -1)))
         elif name == "where":
             out = torch.where(args[0], args[1], args[2])
+        elif name == "pad":
+            out = _pad(args[0], config.get("pad_width", args[1] if len(args) > 1 else None), kwargs, config)
         else:  # the converter admits only the names above
             raise ValueError(f"keras operation {name!r} is not supported")
         return [out], [None]
 
 
+def _pad(x: Tensor, width: Any, kwargs: dict[str, Any], config: dict[str, Any]) -> Tensor:
+    """``keras.ops.pad(x, pad_width, mode="constant", constant_values=value)``: ``pad_width`` [[before,
+    after]] per axis of ``x``, the value 0 unless given."""
+    if not isinstance(width, list) or len(width) != x.dim():
+        raise ValueError(f"keras.ops.pad's pad_width {width!r} is not one pair per axis of a {x.dim()}-D tensor")
+    value = float(kwargs.get("constant_values", config.get("constant_values", 0)) or 0)
+    pads = [int(p) for pair in reversed(width) for p in pair]
+    return torch.nn.functional.pad(x, pads, value=value)
+
+
 OPERATION_NAMES = frozenset(
     [*ELEMENTWISE, *UNARY, *REDUCE, "convert_to_tensor", "cast", "get_item", "expand_dims", "squeeze"]
     + ["zeros_like", "ones_like"]
-    + ["transpose", "reshape", "concatenate", "stack", "matmul", "softmax", "where"]
+    + ["transpose", "reshape", "concatenate", "stack", "matmul", "softmax", "where", "pad"]
 )
 
 
-@keras_layer(*sorted(OPERATION_NAMES), package="keras.ops")
+@keras_layer(*sorted(OPERATION_NAMES - {"pad"}), package="keras.ops")
+@keras_layer("pad", package="keras.ops", call_arguments={"constant_values"})
 def convert_operation(record, arrays, ctx):
     """An operation's node: its snake_case name and its config (the call's constant arguments)."""
     name = snake_case(record.class_name)
