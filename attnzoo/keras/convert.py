@@ -53,13 +53,13 @@ from attnzoo.keras.registry import (
     record_keys,
 )
 
-__all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport"]
+__all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport", "converter_table"]
 
 _SQUASHING = ("sigmoid", "softmax")
 
 
 # -- the converter table of one conversion -----------------------------------------------------------------
-def _converter_table(custom: Mapping[str, Any] | None) -> ConverterTable:
+def converter_table(custom: Mapping[str, Any] | None) -> ConverterTable:
     """``custom_layers`` and every plugin's ``attnzoo_register_keras_layers``, in plugin order; the table
     tries ``custom_layers`` first, then attnzoo's own converters (Keras's layers and operations,
     keras-hub's layers), then the plugins'."""
@@ -157,7 +157,7 @@ def build_graph(
     (:mod:`attnzoo.keras.policy`), where the file has a mixed policy."""
     ctx = Context(file.major, str(file.path), file.assets)
     _check_custom_keys(custom_layers, graph)
-    table = _converter_table(custom_layers)
+    table = converter_table(custom_layers)
     calls_of: dict[str, list[Call]] = {}
     for call in graph.calls:
         calls_of.setdefault(call.layer, []).append(call)
