@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     """``convert-keras --list [--json]``: what converts, from the converter's own registries."""
-    from attnzoo.keras.catalogue import as_records, catalogue_text, conversions
+    from attnzoo.keras.listing import as_records, conversions, listing_text
 
     if args.file is not None or args.output is not None or args.model is not None:
         raise UsageError("--list converts nothing: give it no FILE, -o or --model")
@@ -135,7 +135,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(as_records(entries), indent=2))
     else:
-        print(catalogue_text(entries))
+        print(listing_text(entries))
     return 0
 
 

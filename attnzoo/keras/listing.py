@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["Entry", "conversions", "catalogue_text", "as_records"]
+__all__ = ["Entry", "conversions", "listing_text", "as_records"]
 
 KINDS = {
     "keras": "Keras layer",
@@ -91,7 +91,7 @@ def conversions() -> list[Entry]:
     return sorted(entries, key=lambda e: (e.kind, e.name.lower(), e.provider))
 
 
-def catalogue_text(entries: list[Entry]) -> str:
+def listing_text(entries: list[Entry]) -> str:
     """The entries as a table for people, grouped by kind."""
     lines = []
     for kind in dict.fromkeys(e.kind for e in entries):
