@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from attnzoo.errors import WeightsError
+from attnzoo.io.progress import bar
 from attnzoo.keras.check_judge import Difference, difference
 from attnzoo.keras.inputs import value_rules
 
@@ -275,37 +276,48 @@ def check_against_keras(
     if reference is not None:
         return check_against_reference(reference, model, tolerance=tolerance)
     keras = _import_keras()
-    try:
-        original = keras.saving.load_model(str(path), compile=False)
-    except Exception as e:  # noqa: BLE001 - Keras's own refusal, reported as such
-        reason = (
-            f"Keras {keras.__version__} cannot load {Path(path).name} itself ({type(e).__name__}: "
-            f"{' '.join(_ANSI.sub('', str(e)).split())[:300]}), so there is nothing to run beside the converted "
-            f"model; pass --reference FILE.npz with the predictions of the Keras that wrote it to compare with"
-        )
-        return CheckResult([], tolerance=tolerance, against="nothing", reason=reason)
-    mixed = _float32_compute(original)
-    length = working_length(model, seed) if length is None else length
-    inputs = padded_inputs(model, length=length, seed=seed)
-    feed = _keras_feed(model, inputs)
-    theirs = _keras_call(original, feed, length)
-    try:
-        with torch.no_grad():
-            traced = model.trace(*[_as_model_input(x) for x in inputs])
-            ours = _flat(model(*[_as_model_input(x) for x in inputs]))
-    except ValueError as e:
-        raise WeightsError(f"the converted model cannot run inputs of length {length}: {e}") from None
-    result = CheckResult([], tolerance=tolerance, length=length)
-    if mixed:
-        result.note = (
-            f"the file computes in {mixed}; Keras ran it in float32 here, as the port computes it (convert with "
-            f"--compute-dtype policy for the file's own dtypes)"
-        )
-    keep = _declared_keep(model, inputs)
-    result.kept = keep is not None
-    double = _judged(result, ours, theirs, keep, lambda: _double_port(model, inputs, layers=True))
-    _judge_layers(result, keras, original, model, traced, feed, keep, double)
+    with bar(4, f"checking {Path(path).name} against Keras", unit="step") as shown:
+        try:
+            original = keras.saving.load_model(str(path), compile=False)
+        except Exception as e:  # noqa: BLE001 - Keras's own refusal, reported as such
+            reason = (
+                f"Keras {keras.__version__} cannot load {Path(path).name} itself ({type(e).__name__}: "
+                f"{' '.join(_ANSI.sub('', str(e)).split())[:300]}), so there is nothing to run beside the "
+                f"converted model; pass --reference FILE.npz with the predictions of the Keras that wrote it to "
+                f"compare with"
+            )
+            return CheckResult([], tolerance=tolerance, against="nothing", reason=reason)
+        mixed = _float32_compute(original)
+        length = working_length(model, seed) if length is None else length
+        inputs = padded_inputs(model, length=length, seed=seed)
+        feed = _keras_feed(model, inputs)
+        shown.update()
+        theirs = _keras_call(original, feed, length)
+        shown.update()
+        try:
+            with torch.no_grad():
+                traced = model.trace(*[_as_model_input(x) for x in inputs])
+                ours = _flat(model(*[_as_model_input(x) for x in inputs]))
+        except ValueError as e:
+            raise WeightsError(f"the converted model cannot run inputs of length {length}: {e}") from None
+        result = CheckResult([], tolerance=tolerance, length=length, note=_mixed_note(mixed))
+        keep = _declared_keep(model, inputs)
+        result.kept = keep is not None
+        double = _judged(result, ours, theirs, keep, lambda: _double_port(model, inputs, layers=True))
+        shown.update()
+        _judge_layers(result, keras, original, model, traced, feed, keep, double)
+        shown.update()
     return result
+
+
+def _mixed_note(policy: str | None) -> str | None:
+    """What the check says of a mixed-precision file, which Keras ran in float32."""
+    if policy is None:
+        return None
+    return (
+        f"the file computes in {policy}; Keras ran it in float32 here, as the port computes it (convert with "
+        f"--compute-dtype policy for the file's own dtypes)"
+    )
 
 
 def _import_keras() -> Any:

@@ -86,11 +86,21 @@ def arguments(p: argparse.ArgumentParser) -> None:
         help="with --to transformers: bytes per safetensors file, such as 5GB (the default) or 500MB",
     )
     p.add_argument("--json", action="store_true", help="the conversion report as JSON")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar (one is drawn on stderr only where it is a terminal)"
+    )
     p.add_argument("-o", "--output", help="a folder (whole model) or a .safetensors file (--model); required")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnzoo.io.progress import silenced
+
+    with silenced(args.quiet):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.list:
         return _list(args)
     if args.file is None or args.output is None:
