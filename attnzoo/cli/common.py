@@ -75,6 +75,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def config_overrides(pairs: Sequence[str]) -> dict[str, Any]:
     """``key=value`` pairs as a config dict (values parsed as YAML); a malformed pair is a usage error."""
     from attnzoo.core.config import parse_overrides

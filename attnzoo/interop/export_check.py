@@ -12,6 +12,7 @@ from typing import Any
 
 from attnzoo.errors import ExportError, extra_import_message
 from attnzoo.interop.export_plan import Plan, eager, flat_tensors, input_names
+from attnzoo.io.progress import bar
 
 __all__ = ["check_file", "largest_difference", "pt2_runner", "onnx_runner"]
 
@@ -83,30 +84,32 @@ def check_file(model: Any, plan: Plan, run: Any, suffix: str, tolerance: float, 
     run); an ``ExportError`` at the first shape where it differs or refuses a shape it declares open."""
     checked: list[dict[str, list[int]]] = []
     worst = 0.0
-    for check_args, check_kwargs in plan.checks:
-        try:
-            want = eager(model, check_args, check_kwargs)
-        except (RuntimeError, ValueError):  # a shape the model itself refuses is no promise of the file
-            continue
-        shapes = _shapes_of(model, check_args, check_kwargs)
-        try:
-            diff = largest_difference(run(check_args, check_kwargs), want)
-        except ExportError as e:
-            layer = _first_differing_layer(model, plan, check_args, tolerance, trace)
-            raise ExportError(f"{e} (at {_shape_words(shapes)}){layer}; nothing was written") from None
-        except Exception as e:  # noqa: BLE001 - the runtime refused a shape the file declares open
-            raise ExportError(
-                f"the exported {suffix} file refuses {_shape_words(shapes)}, a shape it declares open: "
-                f"{type(e).__name__}: {' '.join(str(e).split())[:200]}; nothing was written"
-            ) from None
-        checked.append(shapes)
-        if not diff <= tolerance:
-            layer = _first_differing_layer(model, plan, check_args, tolerance, trace)
-            raise ExportError(
-                f"the exported {suffix} file differs from the model by {diff:.3g} at {_shape_words(shapes)} "
-                f"(tolerance {tolerance:g}){layer}; nothing was written"
-            )
-        worst = max(worst, diff)
+    with bar(len(plan.checks), f"checking the {suffix} file", unit="shape") as shown:
+        for check_args, check_kwargs in plan.checks:
+            shown.update()
+            try:
+                want = eager(model, check_args, check_kwargs)
+            except (RuntimeError, ValueError):  # a shape the model itself refuses is no promise of the file
+                continue
+            shapes = _shapes_of(model, check_args, check_kwargs)
+            try:
+                diff = largest_difference(run(check_args, check_kwargs), want)
+            except ExportError as e:
+                layer = _first_differing_layer(model, plan, check_args, tolerance, trace)
+                raise ExportError(f"{e} (at {_shape_words(shapes)}){layer}; nothing was written") from None
+            except Exception as e:  # noqa: BLE001 - the runtime refused a shape the file declares open
+                raise ExportError(
+                    f"the exported {suffix} file refuses {_shape_words(shapes)}, a shape it declares open: "
+                    f"{type(e).__name__}: {' '.join(str(e).split())[:200]}; nothing was written"
+                ) from None
+            checked.append(shapes)
+            if not diff <= tolerance:
+                layer = _first_differing_layer(model, plan, check_args, tolerance, trace)
+                raise ExportError(
+                    f"the exported {suffix} file differs from the model by {diff:.3g} at {_shape_words(shapes)} "
+                    f"(tolerance {tolerance:g}){layer}; nothing was written"
+                )
+            worst = max(worst, diff)
     return worst, checked
 
 

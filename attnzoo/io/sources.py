@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +38,7 @@ from typing import Any
 from attnzoo.errors import ConfigError, WeightsError, extra_import_message
 from attnzoo.io.limits import LIMITS
 from attnzoo.io.limits import limit as max_bytes
+from attnzoo.io.progress import bar
 
 __all__ = [
     "cache_home",
@@ -135,14 +135,8 @@ def _source_url(wspec: Any) -> tuple[str, dict[str, str]]:
 
 
 def _progress(total: int | None, start: int, label: str) -> Any:
-    """A tqdm bar on a terminal; nothing otherwise (logs and CI stay clean)."""
-    if not sys.stderr.isatty():
-        return contextlib.nullcontext(None)
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return contextlib.nullcontext(None)
-    return tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024, desc=label, leave=False)
+    """A tqdm bar on a terminal; nothing otherwise (logs and CI stay clean): :mod:`attnzoo.io.progress`."""
+    return bar(total, label, unit="B", initial=start, unit_scale=True, unit_divisor=1024)
 
 
 @contextlib.contextmanager
@@ -308,7 +302,7 @@ def _download(url: str, headers: dict[str, str], part: Path, label: str, *, size
                         + "; nothing more was written"
                     )
                 began, written = time.monotonic(), start
-                with _open_part(part, append=bool(start)) as out, _progress(total, start, label) as bar:
+                with _open_part(part, append=bool(start)) as out, _progress(total, start, label) as shown:
                     while True:
                         # read1: what has arrived (up to CHUNK), so a dripping server is seen as one
                         block = response.read1(CHUNK) if hasattr(response, "read1") else response.read(CHUNK)
@@ -321,8 +315,7 @@ def _download(url: str, headers: dict[str, str], part: Path, label: str, *, size
                                 f"and its partial file removed"
                             )
                         out.write(block)
-                        if bar is not None:
-                            bar.update(len(block))
+                        shown.update(len(block))
                         elapsed = time.monotonic() - began
                         if elapsed > timeout and (written - start) / elapsed < MIN_RATE:
                             raise TimeoutError(f"the transfer stalled ({(written - start) / elapsed:,.0f} bytes/s)")

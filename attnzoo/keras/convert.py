@@ -31,6 +31,7 @@ import torch
 
 from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
+from attnzoo.io.progress import bar
 from attnzoo.keras.conversion_report import ConversionReport, no_converter, unsupported_error
 from attnzoo.keras.dtypes import HeldDtypes, check_dtype
 from attnzoo.keras.files import KerasFile, Variables, read_keras_model
@@ -54,13 +55,13 @@ from attnzoo.keras.registry import (
     record_keys,
 )
 
-__all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport"]
+__all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport", "converter_table"]
 
 _SQUASHING = ("sigmoid", "softmax")
 
 
 # -- the converter table of one conversion -----------------------------------------------------------------
-def _converter_table(custom: Mapping[str, Any] | None) -> ConverterTable:
+def converter_table(custom: Mapping[str, Any] | None) -> ConverterTable:
     """``custom_layers`` and every plugin's ``attnzoo_register_keras_layers``, in plugin order; the table
     tries ``custom_layers`` first, then attnzoo's own converters (Keras's layers and operations,
     keras-hub's layers), then the plugins'."""
@@ -158,20 +159,22 @@ def build_graph(
     (:mod:`attnzoo.keras.policy`), where the file has a mixed policy."""
     ctx = Context(file.major, str(file.path), file.assets)
     _check_custom_keys(custom_layers, graph)
-    table = _converter_table(custom_layers)
+    table = converter_table(custom_layers)
     calls_of: dict[str, list[Call]] = {}
     for call in graph.calls:
         calls_of.setdefault(call.layer, []).append(call)
     built = _Built(HeldDtypes(dtype), ConversionReport(Path(file.path).name, file.keras_version))
     mixed = any((layer_policy(r) or "").startswith("mixed_") for r in graph.layers.values())
-    for record_key, record in graph.layers.items():
-        if record_key == "" or (record.class_name in MODEL_CLASSES and not is_operation(record)):
-            continue  # the passes of nested models' inputs and outputs; nested models are inlined
-        converted, variables, reasons = _convert_layer(record, file, calls_of.get(record_key, []), table, ctx)
-        keras = {"name": record.key, "class": record.class_name, "trainable": _trainable(graph, record)}
-        if own_policy and mixed:
-            keras["compute_dtype"] = compute_dtype_of(record)
-        built.add(record, converted, variables, reasons, keras)
+    with bar(len(graph.layers), f"reading {Path(file.path).name}", unit="layer") as shown:
+        for record_key, record in graph.layers.items():
+            shown.update()
+            if record_key == "" or (record.class_name in MODEL_CLASSES and not is_operation(record)):
+                continue  # the passes of nested models' inputs and outputs; nested models are inlined
+            converted, variables, reasons = _convert_layer(record, file, calls_of.get(record_key, []), table, ctx)
+            keras = {"name": record.key, "class": record.class_name, "trainable": _trainable(graph, record)}
+            if own_policy and mixed:
+                keras["compute_dtype"] = compute_dtype_of(record)
+            built.add(record, converted, variables, reasons, keras)
     report, layers, state = built.report, built.layers, built.state
     if built.problems:
         raise unsupported_error(file, built.problems)

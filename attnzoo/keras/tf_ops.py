@@ -24,6 +24,7 @@ from typing import Any
 TF_OP_CLASSES = ("TFOpLambda", "SlicingOpLambda")
 
 __all__ = ["TF_OP_CLASSES", "TfOperation", "tf_operation", "supported_functions", "operation_class", "refusal"]
+__all__ += ["operation_of"]
 
 # TF function (as tf.keras 2 records it) -> the Keras 3 operation computing the same; each takes (x, y)
 _BINARY = {
@@ -102,6 +103,15 @@ class TfOperation:
 def supported_functions() -> list[str]:
     """The TF functions read as operations, as ``tf.<function>`` (what a refusal lists)."""
     return sorted(f"tf.{name}" for name in [*_BINARY, *_UNARY, *_OTHER])
+
+
+def operation_of(function: str) -> str:
+    """The Keras 3 operation a TF function (``tf.math.add``) is read as (``add``)."""
+    name = function.removeprefix("tf.")
+    found = _BINARY.get(name) or _UNARY.get(name) or _OTHER.get(name, ("",))[0]
+    if not found:
+        raise KeyError(f"{function!r} is not read as an operation; these are: {', '.join(supported_functions())}")
+    return found
 
 
 def refusal(reason: str) -> str:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from attnzoo.cli.common import UsageError, config_overrides, positive_int, say
+from attnzoo.cli.common import UsageError, config_overrides, positive_float, positive_int, say
 from attnzoo.core import create
 from attnzoo.errors import AttnzooError
 from attnzoo.io.folders import save
@@ -17,8 +17,15 @@ HELP = "convert a whole Keras model, or one layer's weights, to attnzoo"
 def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "file",
+        nargs="?",
         help="a .keras, a legacy .h5, a config.json or a keras-hub save_to_preset folder (whole model); "
         "a .weights.h5 with --model",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="list every Keras layer, keras.ops operation, keras-hub class and tf.keras 2 op that converts, with its "
+        "route and notes (with --json: as JSON), and convert nothing",
     )
     p.add_argument(
         "--model", help="one attention layer's weights into this attnzoo layer (keras_dot, keras_mha, lwan, ...)"
@@ -37,6 +44,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         metavar="N",
         help="with --check: the inputs' length on open axes (default: the shortest of 8, 16, 32, ... the model runs)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=positive_float,
+        metavar="X",
+        help="with --check: the largest difference allowed, relative to each output's scale: X * max(1, |y|max) "
+        "(default 1e-5)",
     )
     p.add_argument(
         "--logits", action="store_true", help="drop each output's final sigmoid / softmax (train with *WithLogitsLoss)"
@@ -80,11 +94,25 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lora-weights", metavar="FILE.lora.h5", help="the adapters backbone.save_lora_weights wrote")
     p.add_argument("--json", action="store_true", help="the conversion report as JSON")
-    p.add_argument("-o", "--output", required=True, help="a folder (whole model) or a .safetensors file (--model)")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar (one is drawn on stderr only where it is a terminal)"
+    )
+    p.add_argument("-o", "--output", help="a folder (whole model) or a .safetensors file (--model); required")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnzoo.io.progress import silenced
+
+    with silenced(args.quiet):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list(args)
+    if args.file is None or args.output is None:
+        raise UsageError("convert-keras FILE -o OUTPUT: give the Keras file and -o, or --list to see what converts")
     if args.model is None:
         return _convert_keras_model(args)
     from pathlib import Path
@@ -94,10 +122,11 @@ def run(args: argparse.Namespace) -> int:
 
     policy = args.compute_dtype != "float32" or args.dtype is not None
     hub = args.to != "attnzoo" or args.max_shard_size or args.lora != "merge" or args.lora_weights
-    if args.check or args.weights or args.logits or args.emit_py or args.length or args.reference or policy or hub:
+    checking = args.check or args.length or args.reference or args.tolerance is not None
+    if checking or args.weights or args.logits or args.emit_py or policy or hub:
         raise UsageError(
-            "--check, --length, --reference, --weights, --logits, --compute-dtype, --dtype, --emit-py, --to, "
-            "--max-shard-size, --lora and --lora-weights belong to a whole-model conversion (without --model)"
+            "--check, --length, --reference, --tolerance, --weights, --logits, --compute-dtype, --dtype, --emit-py, "
+            "--to, --max-shard-size, --lora and --lora-weights belong to a whole-model conversion (without --model)"
         )
     overrides = config_overrides(args.overrides)
     model = create(args.model, **overrides)
@@ -111,6 +140,20 @@ def run(args: argparse.Namespace) -> int:
     )
     digest = write_weights(model.state_dict(), args.output, metadata=metadata, overwrite=args.overwrite)
     say(f"wrote {args.output} ({info['name']}, sha256 {digest}); attnzoo.load({str(args.output)!r}) rebuilds it")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    """``convert-keras --list [--json]``: what converts, from the converter's own registries."""
+    from attnzoo.keras.listing import as_records, conversions, listing_text
+
+    if args.file is not None or args.output is not None or args.model is not None:
+        raise UsageError("--list converts nothing: give it no FILE, -o or --model")
+    entries = conversions()
+    if args.json:
+        print(json.dumps(as_records(entries), indent=2))
+    else:
+        print(listing_text(entries))
     return 0
 
 
@@ -134,6 +177,8 @@ def _check_whole_model_arguments(args: argparse.Namespace) -> None:
         raise UsageError("--length N sets the length of --check's inputs; add --check")
     if args.reference is not None and not args.check:
         raise UsageError("--reference FILE.npz is what --check compares with; add --check")
+    if args.tolerance is not None and not args.check:
+        raise UsageError("--tolerance X is --check's; add --check")
     if args.compute_dtype == "policy" and (args.check or args.emit_py):
         raise UsageError(
             "--compute-dtype policy goes without --check and --emit-py (the check's tolerance and the written "
@@ -182,17 +227,10 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     if args.check:
         from attnzoo.keras.check import check_against_keras
 
-        check = check_against_keras(args.file, model, length=args.length, reference=args.reference)
+        tolerance = 1e-5 if args.tolerance is None else args.tolerance
+        check = check_against_keras(args.file, model, length=args.length, reference=args.reference, tolerance=tolerance)
         if not check.ok:
-            where = ""
-            if check.first_divergence:
-                layer, difference = check.first_divergence
-                where = f"; first layer that differs: {layer} (max difference {difference:.3g})"
-            against = "the predictions of --reference" if check.against == "reference" else "Keras"
-            raise AttnzooError(
-                f"{args.file}: the converted model differs from {against} by "
-                f"{max(check.outputs):.3g} (tolerance {check.tolerance:g}){where}; nothing was written"
-            )
+            raise AttnzooError(f"{args.file}: {_check_failure(check)}; nothing was written")
     if args.logits and args.check:  # checked against Keras as Keras computes it; saved without the squashing
         from attnzoo.keras.convert import logits_model
 
@@ -216,10 +254,9 @@ def _convert_keras_model(args: argparse.Namespace) -> int:
     if check is not None and not check.ran:
         print(f"not checked: {check.reason}")
     elif check is not None:
-        shown = ", ".join(f"{d:.2g}" for d in check.outputs)
         against = f"the predictions of {args.reference}" if check.against == "reference" else "Keras"
         inputs = "its inputs" if check.against == "reference" else _checked_inputs(model, check.length)
-        print(f"checked against {against} on {inputs}: max difference per output {shown}")
+        print(f"checked against {against} on {inputs}: {_check_summary(check)}")
     if args.to == "transformers":
         print(f"wrote {output}; transformers' Auto classes load it: {_how_to_load(model, output)}")
         if args.lora == "keep":
@@ -293,3 +330,36 @@ def _checked_inputs(model: Any, length: int) -> str:
     shapes = ", ".join(str(input_shape(spec, length=length)) for spec in images)
     padded = any(spec["shape"][1] is None for spec in images)
     return f"images of shape {shapes}" + (" (rows of zeros as padding in some of them)" if padded else "")
+
+
+def _check_summary(check: Any) -> str:
+    """What ``--check`` found, per output: the difference and the scale it is judged at, where it compared,
+    whether float64 was needed, and how Keras ran."""
+    shown = ", ".join(f"{d.value:.2g} (|y| up to {d.scale:.3g})" for d in check.differences)
+    text = f"max difference per output {shown}, tolerance {check.tolerance:g} x max(1, |y|)"
+    if check.kept:
+        text += "; compared at the kept positions (the padding's outputs are not Keras's to define)"
+    if check.float64:
+        far = max(d.float64 or 0.0 for d in check.differences)
+        text += f"; past it by float32 rounding only: the port in float64 is {far:.2g} from Keras"
+    return text + (f"; {check.note}" if check.note else "")
+
+
+def _check_failure(check: Any) -> str:
+    """Why ``--check`` refuses: the output, its difference against what is allowed, the float64 port's
+    distance where it ran, and the first layer that differs."""
+    against = "the predictions of --reference" if check.against == "reference" else "Keras"
+    index, worst = next((k, d) for k, d in enumerate(check.differences) if not d.within(check.tolerance))
+    text = (
+        f"the converted model differs from {against} by {worst.value:.3g} at output {index} "
+        f"(allowed {worst.allowed(check.tolerance):.3g}: tolerance {check.tolerance:g} x max(1, |y| up to "
+        f"{worst.scale:.3g}))"
+    )
+    if worst.float64 is not None:
+        text += f", and the port in float64 by {worst.float64:.3g} (not float32 rounding)"
+    if check.first_divergence:
+        layer, difference = check.first_divergence
+        text += f"; first layer that differs: {layer} (max difference {difference:.3g})"
+    if check.note:
+        text += f"; {check.note}"
+    return text

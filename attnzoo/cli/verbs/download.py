@@ -16,9 +16,19 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME[.TAG]|hf-hub:ORG/REPO",
         help="a model (every tag), one tag, or a saved folder on the Hub",
     )
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar (one is drawn on stderr only where it is a terminal)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnzoo.io.progress import silenced
+
+    with silenced(args.quiet):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from attnzoo.core.hub import HUB_PREFIX, hub_folder
     from attnzoo.core.registry import resolve
     from attnzoo.io.sources import fetch, resolve_weights

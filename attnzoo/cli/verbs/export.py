@@ -37,6 +37,9 @@ def arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar (one is drawn on stderr only where it is a terminal)"
+    )
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -48,6 +51,13 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnzoo.io.progress import silenced
+
+    with silenced(args.quiet):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     overrides = config_overrides(args.overrides)
