@@ -424,10 +424,6 @@ def _read_json(path: Path, weights: Path | None, at_root: str | None = None, ver
     return KerasFile(path, "json", _version_of(config, version), config, store, [handle])
 
 
-# the tasks whose head holds no weights of its own (the tied embedding's reverse call): no task.weights.h5
-_TIED_HEADS = ("causal_lm", "seq2seq_lm")
-
-
 def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
     """A folder keras-hub's ``save_to_preset`` wrote: the Backbone of config.json with model.weights.h5; or,
     where a task saved it (task.json) and attnzoo rebuilds that task, the task: its backbone's layers from
@@ -450,7 +446,8 @@ def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
         found = hub_model_of(config)
         # a class keras-hub builds (hub_keras) is read with its head's weights file only
         built = found is not None or (is_keras_hub_model(config) and keras_hub_installed())
-        if isinstance(name, str) and built and (head.exists() or (found is not None and found[1].kind in _TIED_HEADS)):
+        tied = found is not None and found[1].kind in ("causal_lm", "seq2seq_lm")  # a head of no weights of its own
+        if isinstance(name, str) and built and (head.exists() or tied):
             given = Path(weights) if weights is not None else folder / "model.weights.h5"
             file = _read_json(task, given, at_root=name, version=version)
             if head.exists():

@@ -73,6 +73,17 @@ def arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE.py",
         help="also write the model as a readable PyTorch module whose load_state_dict takes -o's model.safetensors",
     )
+    _hub_arguments(p)
+    p.add_argument("--json", action="store_true", help="the conversion report as JSON")
+    p.add_argument(
+        "--quiet", action="store_true", help="no progress bar (one is drawn on stderr only where it is a terminal)"
+    )
+    p.add_argument("-o", "--output", help="a folder (whole model) or a .safetensors file (--model); required")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
+
+def _hub_arguments(p: argparse.ArgumentParser) -> None:
+    """The Hugging Face door's options and a keras-hub model's LoRA adapters'."""
     p.add_argument(
         "--to",
         choices=["attnzoo", "transformers"],
@@ -93,12 +104,6 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "the weights (default), kept as a PEFT adapter folder DIR/adapter (with --to transformers), or left out",
     )
     p.add_argument("--lora-weights", metavar="FILE.lora.h5", help="the adapters backbone.save_lora_weights wrote")
-    p.add_argument("--json", action="store_true", help="the conversion report as JSON")
-    p.add_argument(
-        "--quiet", action="store_true", help="no progress bar (one is drawn on stderr only where it is a terminal)"
-    )
-    p.add_argument("-o", "--output", help="a folder (whole model) or a .safetensors file (--model); required")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-from torch import nn
-
 from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import as_tensor
 from attnzoo.keras.converters.hub_vit import HubViTEmbedding, convert_vit_encoder
@@ -29,31 +26,7 @@ from attnzoo.keras.hub_graph import HubGraph, first_token, number, positive, ten
 from attnzoo.keras.hub_vision import config_keys, image_classifier_graph
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["HubDeiTEmbedding", "deit_graph"]
-
-
-class HubDeiTEmbedding(HubViTEmbedding):
-    """Images [B, H, W, C] -> [class token, distillation token, patch embeddings] + positions [B, N + 2, D]."""
-
-    op = "keras_hub_deit_embedding"
-
-    def __init__(self, *, channels: int, hidden: int, patch: list[int], positions: int, bias: bool = True) -> None:
-        super().__init__(
-            channels=channels, hidden=hidden, patch=patch, positions=positions, class_token=True, bias=bias
-        )
-        self.distillation_token = nn.Parameter(torch.zeros(1, 1, hidden))
-
-    def compute(self, x, mask):
-        patches = self.patch(x.permute(0, 3, 1, 2)).flatten(2).transpose(1, 2)  # [B, N, D], row by row
-        assert self.class_token is not None
-        tokens = [t.expand(x.shape[0], -1, -1) for t in (self.class_token, self.distillation_token)]
-        embedded = torch.cat([*tokens, patches], dim=1)
-        if embedded.shape[1] != self.position.shape[0]:
-            raise ValueError(
-                f"images of {x.shape[1]}x{x.shape[2]} make {embedded.shape[1]} positions; the model has "
-                f"{self.position.shape[0]} (give images of the size it was built for)"
-            )
-        return embedded + self.position
+__all__ = ["deit_graph"]
 
 
 @keras_layer("DeiTEmbeddings", package="keras_hub")
@@ -68,8 +41,9 @@ def convert_deit_embedding(record, arrays, ctx):
     if len(arrays) != 5:
         raise Refused(f"has {len(arrays)} variables; DeiTEmbeddings has 5")
     cls, distillation, positions, kernel, bias = arrays
-    spec = {"op": HubDeiTEmbedding.op, "channels": int(kernel.shape[2]), "hidden": int(kernel.shape[3])}
+    spec = {"op": HubViTEmbedding.op, "channels": int(kernel.shape[2]), "hidden": int(kernel.shape[3])}
     spec |= {"patch": [int(kernel.shape[0]), int(kernel.shape[1])], "positions": int(positions.shape[1])}
+    spec |= {"class_token": True, "bias": True, "distillation_token": True}
     state = {"patch.weight": as_tensor(kernel.transpose(3, 2, 0, 1)), "patch.bias": as_tensor(bias)}
     state |= {"position": as_tensor(positions[0]), "class_token": as_tensor(cls)}
     state["distillation_token"] = as_tensor(distillation)

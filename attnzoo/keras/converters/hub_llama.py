@@ -127,7 +127,8 @@ def llama3_divisors(
 class HubLlamaDecoder(RotaryDecoder):
     """``keras_hub``'s ``LlamaTransformerDecoder`` (:class:`RotaryDecoder`; Llama 3.1's frequency adjustment
     where its four ``rope_*`` arguments are given), and the decoders written alike: Qwen2's
-    (``attention_bias``), Qwen3's (``head_dim``, ``query_key_norm``), Phi-3's (``feedforward_dropout``)."""
+    (``attention_bias``), Qwen3's (``head_dim``, ``query_key_norm``), Phi-3's (``feedforward_dropout``),
+    Mistral's (``sliding_window``: the w latest tokens a query reads, None: all)."""
 
     op = "keras_hub_llama_decoder"
 
@@ -149,8 +150,10 @@ class HubLlamaDecoder(RotaryDecoder):
         rope_low_freq_factor: float | None = None,
         rope_high_freq_factor: float | None = None,
         rope_pretraining_sequence_length: int | None = None,
+        sliding_window: int | None = None,
     ) -> None:
         super().__init__()
+        self.window = sliding_window
         adjustment = (
             rope_frequency_adjustment_factor,
             rope_low_freq_factor,

@@ -48,30 +48,6 @@ class HubMistralDecoder(HubLlamaDecoder):
 
     op = "keras_hub_mistral_decoder"
 
-    def __init__(
-        self,
-        *,
-        hidden: int,
-        intermediate_dim: int,
-        num_query_heads: int,
-        num_key_value_heads: int,
-        rope_max_wavelength: float = 10000.0,
-        layer_norm_epsilon: float = 1e-6,
-        dropout: float = 0.0,
-        head_dim: int | None = None,
-        sliding_window: int | None = None,
-    ) -> None:
-        sizes = dict(hidden=hidden, intermediate_dim=intermediate_dim, num_query_heads=num_query_heads)
-        super().__init__(
-            **sizes,
-            num_key_value_heads=num_key_value_heads,
-            rope_max_wavelength=rope_max_wavelength,
-            layer_norm_epsilon=layer_norm_epsilon,
-            dropout=dropout,
-            head_dim=head_dim,
-        )
-        self.window = sliding_window
-
 
 keras_layer("MistralLayerNormalization", package="keras_hub")(convert_rms_norm)
 

@@ -43,23 +43,35 @@ __all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph", "VIT"]
 
 
 class HubViTEmbedding(Node):
-    """Images [B, H, W, C] -> patch embeddings (+ the class token) + positions [B, N (+1), D]; no mask."""
+    """Images [B, H, W, C] -> patch embeddings (after the class token, and DeiT's distillation token) +
+    positions [B, N (+1 or 2), D]; no mask."""
 
     op = "keras_hub_vit_embedding"
     reads_mask = False
 
     def __init__(
-        self, *, channels: int, hidden: int, patch: list[int], positions: int, class_token: bool, bias: bool
+        self,
+        *,
+        channels: int,
+        hidden: int,
+        patch: list[int],
+        positions: int,
+        class_token: bool,
+        bias: bool,
+        distillation_token: bool = False,
     ) -> None:
         super().__init__()
         self.patch = nn.Conv2d(channels, hidden, tuple(patch), stride=tuple(patch), bias=bias)
         self.position = nn.Parameter(torch.zeros(positions, hidden))
         self.class_token = nn.Parameter(torch.zeros(1, 1, hidden)) if class_token else None
+        # DeiT's second learned token, after the class token
+        self.distillation_token = nn.Parameter(torch.zeros(1, 1, hidden)) if distillation_token else None
 
     def compute(self, x, mask):
         patches = self.patch(x.permute(0, 3, 1, 2)).flatten(2).transpose(1, 2)  # [B, N, D], row by row
-        if self.class_token is not None:
-            patches = torch.cat([self.class_token.expand(x.shape[0], -1, -1), patches], dim=1)
+        tokens = [t for t in (self.class_token, self.distillation_token) if t is not None]
+        if tokens:
+            patches = torch.cat([*(t.expand(x.shape[0], -1, -1) for t in tokens), patches], dim=1)
         if patches.shape[1] != self.position.shape[0]:
             raise ValueError(
                 f"images of {x.shape[1]}x{x.shape[2]} make {patches.shape[1]} positions; the model has "
