@@ -31,6 +31,7 @@ from typing import Any
 from attnzoo.errors import WeightsError
 from attnzoo.keras.files import LayerPath
 from attnzoo.keras.hub_families import unwrap
+from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT
 from attnzoo.keras.not_a_graph import not_a_graph
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
 from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, known_inputs, layer_structure
@@ -171,6 +172,8 @@ class _Builder:
             if origin.config is config:  # a nested model called again: the same layer
                 return self.graph.layers[key]
             raise self.fail(f"two layers are named {key!r}; Keras layer names are unique within a model")
+        if entry.get(WEIGHTS_AT_ROOT) is True:  # a rebuilt task's head placed inside its backbone (hub_graph)
+            parent, position = LayerPath((), (), ()), 0
         record = LayerRecord(
             key=key,
             path=parent.child(name, entry["class_name"], position),

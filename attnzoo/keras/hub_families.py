@@ -42,6 +42,7 @@ __all__ = [
     "Builder",
     "KINDS",
     "keras_hub_model",
+    "keras_hub_task",
     "hub_models",
     "hub_model_of",
     "is_keras_hub_model",
@@ -128,6 +129,13 @@ def keras_hub_model(
         return build
 
     return register
+
+
+def keras_hub_task(name: str, build: Builder, *, family: str, backbone: str, transformers: Any = None) -> None:
+    """Register the task class ``name`` over the family's ``backbone`` class with a Hugging Face form of its
+    own, or none (``transformers=None``: the door refuses it), where the family's form does not compute it
+    (``BertMaskedLM``: transformers' ``BertForMaskedLM`` head applies another activation)."""
+    _add(name, HubModel(build, family, "task", backbone, transformers))
 
 
 def _add(name: str, model: HubModel) -> None:

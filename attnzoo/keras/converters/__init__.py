@@ -37,6 +37,7 @@ FAMILIES = (
     "hub_gpt2",
     "hub_gpt_neox",
     "hub_layers",
+    "hub_masked_lm",
     "hub_llama",
     "hub_llama3",
     "hub_mistral",

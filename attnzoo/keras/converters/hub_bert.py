@@ -1,4 +1,5 @@
-"""keras-hub's BERT family: ``BertBackbone`` and ``BertTextClassifier``, rebuilt from their arguments.
+"""keras-hub's BERT family: ``BertBackbone``, ``BertTextClassifier`` and ``BertMaskedLM``, rebuilt from their
+arguments.
 
 * ``BertBackbone``: token ids, segment ids, padding mask (dict inputs) -> ``token_embedding`` (tied
   ``ReversibleEmbedding``) + ``position_embedding`` + ``segment_embedding`` -> layer norm (ε 1e-12) and
@@ -7,6 +8,8 @@
   :]))`` [B, D].
 * ``BertTextClassifier``: its ``BertBackbone`` (a nested model) -> ``pooled_output`` -> dropout ->
   ``Dense(num_classes)`` ``logits`` [B, num_classes]. Its preprocessor (the tokenizer) is no part of the graph.
+* ``BertMaskedLM``: its ``BertBackbone`` and ``mask_positions`` [B, M] -> a ``MaskedLMHead`` (exact gelu,
+  ε 1e-5) tied to ``token_embedding`` -> logits [B, M, V] (:mod:`attnzoo.keras.converters.hub_masked_lm`).
 
 The layers are keras-hub's common ones (:mod:`attnzoo.keras.converters.hub_layers`) and Keras's own.
 
@@ -14,15 +17,17 @@ Hugging Face form (:data:`BERT`): ``BertModel`` (its pooler is ``pooled_dense``)
 ``BertForSequenceClassification`` (pooler -> dropout -> ``classifier``, as the task's ``pooled_output`` ->
 dropout -> ``logits``). keras-hub's encoder layers are transformers' BERT layers (post-norm, keys masked by
 the padding, positions 0, 1, ...; the tanh gelu, ``gelu_new``; ε 1e-12); ``segment_ids`` are
-``token_type_ids``. :func:`encoder_tensors` writes a keras-hub ``TransformerEncoder`` as a ``BertLayer``, which
-RoBERTa's family uses too.
+``token_type_ids``. ``BertMaskedLM`` has none: transformers' ``BertForMaskedLM`` head applies the
+encoder's activation and ε, keras-hub's the exact gelu and ε 1e-5. :func:`encoder_tensors` writes a keras-hub
+``TransformerEncoder`` as a ``BertLayer``, which RoBERTa's family uses too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnzoo.keras.hub_families import keras_hub_model
+from attnzoo.keras.converters.hub_masked_lm import masked_lm_graph
+from attnzoo.keras.hub_families import keras_hub_model, keras_hub_task
 from attnzoo.keras.hub_graph import (
     GELU_TANH,
     HubGraph,
@@ -207,3 +212,10 @@ def bert_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     inputs, x = bert_embeddings(g, config, where, vocabulary, hidden)
     sequence = transformer_blocks(g, x, config, where, GELU_TANH, 1e-12)
     return pooled_outputs(g, config, inputs, sequence, "bert_backbone")
+
+
+# BertMaskedLM's head applies the exact gelu (keras-hub's "gelu") and ε 1e-5; transformers' BertForMaskedLM
+# applies the encoder's activation (the tanh gelu here) and ε 1e-12: no Hugging Face form
+keras_hub_task(
+    "BertMaskedLM", masked_lm_graph(("BertBackbone",), bert_graph, "gelu"), family="bert", backbone="BertBackbone"
+)
