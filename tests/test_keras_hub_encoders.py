@@ -90,6 +90,33 @@ def test_bert_masked_lm_has_no_hugging_face_form(tmp_path):
     assert not (tmp_path / "hf").exists()
 
 
+def test_an_untied_masked_lm_head_computes_the_formula_and_refuses_positions_past_the_sequence():
+    """A MaskedLMHead holding its own kernel [F, V], against the formula written naively in numpy:
+    ``LayerNorm(gelu(x[b, p] @ W + c)) @ K + bias`` (exact gelu, ε 1e-5, Keras's variable order)."""
+    from math import erf
+
+    from attnzoo.keras.converters.hub_masked_lm import convert_masked_lm_head
+    from attnzoo.keras.nodes import build_node
+    from attnzoo.keras.registry import Context
+
+    rng = np.random.default_rng(0)
+    kernel, bias, w, c = (rng.standard_normal(shape).astype("float32") for shape in ((6, 10), (10,), (8, 6), (6,)))
+    gamma, beta = rng.standard_normal(6).astype("float32"), rng.standard_normal(6).astype("float32")
+    record = type("Record", (), {"config": {"intermediate_activation": "gelu", "layer_norm_epsilon": 1e-5}})()
+    converted = convert_masked_lm_head(record, [kernel, bias, w, c, gamma, beta], Context(3, "here"))
+    node = build_node(converted.spec)
+    node.load_state_dict(converted.state)
+    x, positions = rng.standard_normal((2, 5, 8)).astype("float32"), np.array([[4, 0, 4], [1, 2, 3]])
+    with torch.no_grad():
+        (got,), _ = node([torch.from_numpy(x), torch.from_numpy(positions)], {}, [None, None])
+    h = np.stack([x[b, positions[b]] for b in range(2)]) @ w + c
+    h = h * 0.5 * (1 + np.vectorize(erf)(h / np.sqrt(2)))
+    h = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5) * gamma + beta
+    np.testing.assert_allclose(got.numpy(), h @ kernel + bias, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="mask_positions holds positions outside 0..4"):
+        node([torch.from_numpy(x), torch.tensor([[5, 0, 0], [0, 0, 0]])], {}, [None, None])
+
+
 def test_a_masked_lm_head_not_tied_by_a_rebuilt_graph_is_refused():
     """keras-hub's own config of a MaskedLMHead does not name the embedding its logits come from."""
     from attnzoo.keras.converters.hub_masked_lm import convert_masked_lm_head
