@@ -238,8 +238,11 @@ def bert_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     return pooled_outputs(g, config, inputs, sequence, "bert_backbone")
 
 
-# BertMaskedLM's head applies the exact gelu (keras-hub's "gelu") and ε 1e-5; transformers' BertForMaskedLM
-# applies the encoder's activation (the tanh gelu here) and ε 1e-12: no Hugging Face form
 keras_hub_task(
-    "BertMaskedLM", masked_lm_graph(("BertBackbone",), bert_graph, "gelu"), family="bert", backbone="BertBackbone"
+    "BertMaskedLM",
+    masked_lm_graph(("BertBackbone",), bert_graph, "gelu"),
+    family="bert",
+    backbone="BertBackbone",
+    refusal="transformers' BertForMaskedLM head applies the encoder's activation and epsilon, keras-hub's "
+    "MaskedLMHead the exact gelu and 1e-5",
 )
