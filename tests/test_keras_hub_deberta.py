@@ -97,6 +97,7 @@ def test_the_door_writes_deberta_v2_s_relative_attention(tmp_path):
     assert (config["position_buckets"], config["max_relative_positions"], config["type_vocab_size"]) == (4, 16, 0)
     assert config["pos_att_type"] == ["p2c", "c2p"] and config["position_biased_input"] is False
     assert config["hidden_act"] == "gelu" and config["layer_norm_eps"] == 1e-7
+    assert config["share_att_key"] is True and config["norm_rel_ebd"] == "layer_norm"
 
 
 LOADER = r"""
