@@ -9,7 +9,9 @@ left-padded batch.
 
 The slow tier writes the backbone through the Hugging Face door and loads it with transformers' ``AutoModel``
 in a child process where keras, keras_hub and attnzoo cannot be imported; transformers' states must be
-Keras's within 1e-5 at every kept position (transformers masks the padded keys as keras-hub does).
+Keras's within 1e-5 at every kept position (transformers masks the padded keys as keras-hub does). On the
+same rows padded on the left, which the fixture lacks, transformers (a peer implementation) is the
+reference for the port's states at the real tokens.
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ FILE = DATA / "deberta_v3.keras"
 TOKENS, PADDING = EXPECTED["deberta_v3/in/token_ids"], EXPECTED["deberta_v3/in/padding_mask"]
 STATES = EXPECTED["deberta_v3/out/output"]
 KEPT = PADDING.astype(bool)
+
+
+def _left_padded() -> tuple[np.ndarray, np.ndarray]:
+    """The fixture's rows with their real tokens moved to the end (the padding first)."""
+    ids, mask = np.zeros_like(TOKENS), np.zeros_like(PADDING)
+    for row, count in enumerate(PADDING.sum(axis=1)):
+        ids[row, -count:], mask[row, -count:] = TOKENS[row, :count], 1
+    return ids, mask
+
+
+LEFT = _left_padded()
 
 
 def run(model) -> np.ndarray:
@@ -87,6 +100,19 @@ def test_the_log_buckets_are_transformers_deberta_v2_s_at_every_distance():
     assert log_buckets(relative, 4, 16)[3000 - 11 : 3000 + 12].tolist() == [-3] * 9 + [-2, -1, 0, 1, 2] + [3] * 9
 
 
+def test_a_re_wrapped_encoder_layer_with_one_bucket_is_refused_by_name():
+    """The layer's own converter refuses it too (a graph keras-hub wrote, not attnzoo's builder)."""
+    from types import SimpleNamespace
+
+    from attnzoo.keras.converters.hub_deberta_v3 import convert_disentangled_encoder
+    from attnzoo.keras.registry import Refused
+
+    config = {"num_heads": 2, "bucket_size": 1, "max_position_embeddings": 16, "activation": "gelu"}
+    shapes = [(32, 2, 16), (2, 16)] * 3 + [(32, 32), (32,)] + [(32,)] * 2 + [(32, 64), (64,), (64, 32)] + [(32,)] * 3
+    with pytest.raises(Refused, match=r"bucket_size 1: keras-hub's log buckets divide by bucket_size // 2 = 0"):
+        convert_disentangled_encoder(SimpleNamespace(config=config), [np.zeros(s, "float32") for s in shapes], None)
+
+
 # -- the Hugging Face door -------------------------------------------------------------------------------------
 
 
@@ -111,8 +137,9 @@ model, info = transformers.AutoModel.from_pretrained(sys.argv[1], output_loading
 model.eval()
 out = {"loading": np.array(json.dumps({k: sorted(v) for k, v in info.items() if v}))}
 with torch.no_grad():
-    result = model(input_ids=torch.from_numpy(given["ids"]), attention_mask=torch.from_numpy(given["mask"]))
-out["states"] = result.last_hidden_state.numpy()
+    for side in ("right", "left"):
+        ids, mask = (torch.from_numpy(given[f"{side}_{key}"]) for key in ("ids", "mask"))
+        out[side] = model(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
 out["blocked"] = np.array([sys.modules[name] is None for name in ("keras", "keras_hub", "attnzoo")])
 np.savez(sys.argv[3], **out)
 """
@@ -122,7 +149,8 @@ np.savez(sys.argv[3], **out)
 def loaded(tmp_path_factory):
     root = tmp_path_factory.mktemp("deberta_hf")
     folder = to_transformers(FILE, root / "backbone")
-    np.savez(root / "given.npz", ids=TOKENS.astype(np.int64), mask=PADDING.astype(np.int64))
+    batches = {"right_ids": TOKENS, "right_mask": PADDING, "left_ids": LEFT[0], "left_mask": LEFT[1]}
+    np.savez(root / "given.npz", **{key: value.astype(np.int64) for key, value in batches.items()})
     proc = run_without_keras(LOADER, str(folder), str(root / "given.npz"), str(root / "out.npz"), cwd=root)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(np.load(root / "out.npz"))
@@ -131,6 +159,17 @@ def loaded(tmp_path_factory):
 @pytest.mark.slow
 def test_transformers_loads_the_folder_without_keras_and_gives_keras_s_states(loaded):
     assert loaded["blocked"].all() and json.loads(str(loaded["loading"])) == {}
-    worst = float(np.abs(loaded["states"] - STATES)[KEPT].max())
+    worst = float(np.abs(loaded["right"] - STATES)[KEPT].max())
     print(f"DebertaV2Model: max difference {worst:.3g} at kept positions")  # shown with -s
+    assert worst <= 1e-5
+
+
+@pytest.mark.slow
+def test_padded_on_the_left_the_port_gives_transformers_states_at_the_real_tokens(loaded):
+    ids, mask = LEFT
+    with torch.no_grad():
+        got = convert_keras_model(FILE)(torch.from_numpy(mask), torch.from_numpy(ids)).numpy()
+    real = mask.astype(bool)
+    worst = float(np.abs(got - loaded["left"])[real].max())
+    print(f"left-padded: max difference {worst:.3g} from transformers at the real tokens")  # shown with -s
     assert worst <= 1e-5

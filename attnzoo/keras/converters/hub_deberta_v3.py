@@ -148,9 +148,12 @@ class HubDisentangledEncoder(HubBlock):
         return x.view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
 
     def attention(self, x: Tensor, relative: Tensor, allowed: Tensor | None) -> Tensor:
-        """The disentangled self-attention of x [B, T, D] -> [B, T, D] (``allowed`` [B, 1, 1 or T, T])."""
+        """The disentangled self-attention of x [B, T, D] -> [B, T, D] (``relative`` [B, 2k, D], ``allowed``
+        [B, 1, 1 or T, T])."""
         q, k, v = (self._split(part(x)) for part in (self.query, self.key, self.value))
-        pq, pk = self._split(self.query(relative)), self._split(self.key(relative))  # [B, h, 2k, d]
+        if relative.shape[0] > 1 and relative.stride(0) == 0:
+            relative = relative[:1]  # one table expanded over the batch (RelativeEmbedding's): projected once
+        pq, pk = self._split(self.query(relative)), self._split(self.key(relative))  # [B or 1, h, 2k, d]
         batch, length = x.shape[0], x.shape[1]
         index = relative_indices(length, self.buckets, self.max_positions, x.device)
         index = index.expand(batch, self.heads, length, length)
