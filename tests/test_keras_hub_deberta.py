@@ -16,9 +16,12 @@ reference for the port's states at the real tokens.
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import zipfile
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -65,6 +68,45 @@ def test_the_backbone_saves_and_loads_to_the_same_states(tmp_path):
     model = convert_keras_model(FILE)
     again = attnzoo.load(attnzoo.save(model, tmp_path / "deberta"))
     np.testing.assert_allclose(run(again)[KEPT], STATES[KEPT], atol=1e-5, rtol=0)
+
+
+def test_a_row_with_no_key_gets_what_keras_softmax_gives_it():
+    """A row whose padding mask is all 0: Keras's masked ``Softmax`` gives every weight 0, so each layer's
+    attention is its output projection's bias alone. The reference is that, written in numpy from the
+    file's weights: embedding -> layer norm -> per layer, LN(x + b_out) -> LN(x + W₂ gelu(W₁ x + b₁) + b₂)."""
+    with zipfile.ZipFile(FILE) as archive, h5py.File(io.BytesIO(archive.read("model.weights.h5"))) as f:
+        w = {name: [f[f"layers/{name}"][k][()] for k in sorted(f[f"layers/{name}"])] for name in _GROUPS}
+        layers = [
+            {part: [f[f"layers/{name}/{part}/vars/{i}"][()] for i in "01"] for part in _PARTS}
+            for name in ("disentangled_attention_encoder", "disentangled_attention_encoder_1")
+        ]
+
+    def norm(x, scale_and_shift):
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-7) * scale_and_shift[0] + scale_and_shift[1]
+
+    ids = TOKENS[:1]
+    x = norm(w["reversible_embedding/vars"][0][ids].astype(np.float64), w["layer_normalization/vars"])
+    for layer in layers:
+        x = norm(x + layer["_self_attention_layer/_output_dense"][1], layer["_self_attention_layer_norm"])
+        kernel, bias = layer["_feedforward_intermediate_dense"]
+        h = x @ kernel + bias
+        h = 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
+        kernel, bias = layer["_feedforward_output_dense"]
+        x = norm(x + h @ kernel + bias, layer["_feedforward_layer_norm"])
+    with torch.no_grad():
+        got = convert_keras_model(FILE)(torch.zeros(1, 12, dtype=torch.int32), torch.from_numpy(ids)).numpy()
+    np.testing.assert_allclose(got, x, atol=1e-5, rtol=0)
+
+
+_GROUPS = ("reversible_embedding/vars", "layer_normalization/vars")
+_PARTS = (
+    "_self_attention_layer/_output_dense",
+    "_self_attention_layer_norm",
+    "_feedforward_intermediate_dense",
+    "_feedforward_output_dense",
+    "_feedforward_layer_norm",
+)
 
 
 def _with_config(tmp_path, **changes):
