@@ -25,6 +25,7 @@ FAMILIES = (
     "hub_bart",
     "hub_bert",
     "hub_bloom",
+    "hub_deberta_v3",
     "hub_deit",
     "hub_densenet",
     "hub_distil_bert",
