@@ -32,10 +32,11 @@ import torch
 from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
 from attnzoo.io.progress import bar
+from attnzoo.keras.calls import Call, Ref
 from attnzoo.keras.conversion_report import ConversionReport, no_converter, unsupported_error
 from attnzoo.keras.dtypes import HeldDtypes, check_dtype
 from attnzoo.keras.files import KerasFile, Variables, read_keras_model
-from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
+from attnzoo.keras.graph import MODEL_CLASSES, KerasGraph, LayerRecord, parse_model
 from attnzoo.keras.hub_families import backbone_arguments, is_keras_hub_model
 from attnzoo.keras.hub_tokenizers.preset import carried_tokenizer
 from attnzoo.keras.layer_keys import module_key as model_key

@@ -13,7 +13,7 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -22,9 +22,7 @@ from attnzoo.errors import ConfigError, ThresholdWarning
 from attnzoo.io.folders import save
 from attnzoo.io.weights import encode_metadata, write_weights
 from attnzoo.train.metrics import better
-
-if TYPE_CHECKING:
-    from attnzoo.train.trainer import Run
+from attnzoo.train.run import Run
 
 __all__ = ["finish", "weights_name", "threshold_setting", "float16_state", "card_metrics"]
 

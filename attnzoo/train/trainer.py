@@ -27,7 +27,6 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +42,11 @@ from attnzoo.train.metrics import better
 from attnzoo.train.port import build_port_task, fit_port, is_port, load_port
 from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
+from attnzoo.train.run import Run
 from attnzoo.train.steps import Stepper, check_precision
 from attnzoo.train.tasks import build_task
 
-__all__ = ["train", "Run", "model_sizes", "check_label_memory"]
+__all__ = ["train", "model_sizes", "check_label_memory"]
 
 
 def _restore_schedule(scheduler, step: int) -> None:
@@ -184,47 +184,6 @@ def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
             f"{output} already holds a run ({', '.join(held)}); pass --resume to continue it, "
             f"--overwrite to start again in it, or --output for a new folder"
         )
-
-
-@dataclass
-class Run:
-    """One training run's parts, made by the first steps of :func:`train` and used by the later ones."""
-
-    recipe: dict[str, Any]
-    settings: dict[str, Any]
-    output: Path
-    rank: int
-    world: int
-    verbose: bool
-    seed: int
-    started: float
-    task: Any = None
-    model: Any = None
-    optimizer: Any = None
-    scheduler: Any = None
-    device: Any = None
-    stepper: Any = None  # steps.Stepper: precision and accumulation
-    sizes: dict[str, int] = field(default_factory=dict)
-    split_sizes: dict[str, int] = field(default_factory=dict)  # rows per split, over every rank
-    epochs: int = 0
-    steps_per_epoch: int = 1
-    state: dict[str, Any] = field(default_factory=dict)
-    average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
-    best_state: dict[str, torch.Tensor] | None = None  # the best epoch's weights (every rank holds them)
-    smoothing: float = 0.0  # train.label_smoothing, given to the task's loss
-    port: Any = None  # the converted keras-hub model a run fine-tunes (port.py), else None
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.output / "checkpoint"
-
-    @property
-    def best_path(self) -> Path:
-        return self.output / "best.safetensors"
-
-    def say(self, text: str) -> None:
-        if self.verbose:
-            print(text, flush=True)
 
 
 def train(
