@@ -1,10 +1,12 @@
 """``convert_keras_model``: a whole Keras model file becomes a native ``nn.Module``, with no Keras at run time.
 
-Each Keras layer is converted by the first converter that takes it (:mod:`attnzoo.keras.registry`):
-``custom_layers=`` of the call (a Keras name -> a convert function, like Keras's ``custom_objects``),
-then the plugins' ``attnzoo_register_keras_layers`` hook, then attnzoo's own converters
-(``attnzoo/keras/converters/``). A converter is registered under the ``registered_name`` Keras stores
-(``"package>ClassName"``), a bare class name, or ``"keras>ClassName"`` for Keras's own layers.
+Each Keras layer is converted by the first converter that takes it (:mod:`attnzoo.keras.registry`'s
+collision policy), tried for each name the layer goes by in this order: ``custom_layers=`` of the call (a
+Keras name -> a convert function, like Keras's ``custom_objects``), then attnzoo's own converters
+(``attnzoo/keras/converters/``), then the plugins' (the ``attnzoo_register_keras_layers`` hook), in plugin
+order; a plugin's converter of a name attnzoo converts answers only where attnzoo's refuses. A converter is
+registered under the ``registered_name`` Keras stores (``"package>ClassName"``), a bare class name,
+``"keras>ClassName"`` for Keras's own layers, or ``"keras.ops>name"`` for Keras's operations.
 
 Everything is checked before anything is built: every layer without a converter (or whose converter
 refuses it) is listed in one ``UnsupportedKerasLayerError`` with its name, class and variable shapes.
