@@ -382,3 +382,39 @@ def test_no_module_has_over_500_lines():
     counts = {path: path.read_text().count("\n") for path in FILES}
     long = [f"{path.relative_to(ROOT)} ({n} lines)" for path, n in counts.items() if n > LONGEST]
     assert not long, "modules over 500 lines (split them by job):\n" + "\n".join(long)
+
+
+# the generic files of the Keras converter: what they do holds for every layer, so no layer's op is named there
+GENERIC_KERAS = ("convert", "conversion_report", "model", "graph", "calls", "order", "inputs", "dtypes", "policy")
+# the node that holds a model of the zoo: the report shows the model's name in its place
+GENERIC_OPS = {"zoo"}
+
+
+def test_the_generic_keras_files_name_no_layer_a_fact_about_one_lives_on_its_node():
+    """A fact about one Keras layer (which layers read ids, which end in a sigmoid or softmax a ``logits=True``
+    conversion drops, which operations run) lives beside its node, as a class attribute or method of the node
+    or the converter registry's entry; the generic files ask the node."""
+    import attnzoo.keras.converters  # noqa: F401 - every node class registered
+    from attnzoo.keras.nodes import NODES
+
+    def ops_named(tree: ast.AST):  # an op compared with, or listed, or given as a dict's value
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                operands = node.elts
+            elif isinstance(node, ast.Dict):
+                operands = node.values
+            else:
+                continue
+            for operand in operands:
+                if isinstance(operand, ast.Constant) and operand.value in set(NODES) - GENERIC_OPS:
+                    yield operand.lineno, operand.value
+
+    named = []
+    for stem in GENERIC_KERAS:
+        for line, op in ops_named(ast.parse((PACKAGE / "keras" / f"{stem}.py").read_text())):
+            named.append(f"keras/{stem}.py:{line} names the op {op!r}")
+    assert not named, "\n".join(named)
+    assert list(ops_named(ast.parse("if spec['op'] == 'softmax': pass"))) == [(1, "softmax")]
+    assert {"embedding", "dense", "softmax"} <= set(NODES)  # the scan knows the ops it looks for
