@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from attnzoo.core import create, model_info
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, extra_import_message
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
 from attnzoo.train.distributed import Setup, all_gather_objects, all_sum, barrier, process_group
@@ -147,14 +147,16 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
 
 
 def _have_sklearn(verbose: bool) -> bool:
-    """The TF-IDF baseline needs scikit-learn (the train extra); without it the baseline is skipped, said once."""
-    import importlib.util
-
-    if importlib.util.find_spec("sklearn") is not None:
-        return True
-    if verbose:
-        print("baseline skipped: the TF-IDF baseline needs scikit-learn (pip install 'attnzoo[train]')", flush=True)
-    return False
+    """The TF-IDF baseline needs scikit-learn (the train extra); without it (or with one that fails to import)
+    the baseline is skipped, said once, with extra_import_message's reason."""
+    try:
+        import sklearn  # noqa: F401
+    except Exception as e:
+        if verbose:
+            what = "baseline skipped: the TF-IDF baseline needs scikit-learn"
+            print(extra_import_message(what, "train", e, "sklearn"), flush=True)
+        return False
+    return True
 
 
 def _stop_early(state: dict[str, Any], patience: int, epochs: int) -> bool:
