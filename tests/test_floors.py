@@ -1,8 +1,8 @@
 """The house in floors, as docs/contributing.md draws it: every import of attnzoo/ goes down (or across) the
 floors, and no string names a module above its own floor either; the public face (attnzoo/__init__.py) is the
 top floor, imported by no module of the library; from the keras floor up the core's public names come from
-``attnzoo.core``; no circle of imports, those inside functions counted; no module imports another's private
-names; no function runs over 80 lines."""
+``attnzoo.core``; no circle of imports, those inside functions and under ``if TYPE_CHECKING`` counted; no
+module imports another's private names; no function runs over 80 lines; the generic Keras files name no layer."""
 
 from __future__ import annotations
 
@@ -418,3 +418,22 @@ def test_the_generic_keras_files_name_no_layer_a_fact_about_one_lives_on_its_nod
     assert not named, "\n".join(named)
     assert list(ops_named(ast.parse("if spec['op'] == 'softmax': pass"))) == [(1, "softmax")]
     assert {"embedding", "dense", "softmax"} <= set(NODES)  # the scan knows the ops it looks for
+
+
+def test_a_training_run_is_the_frozen_setup_it_starts_from_and_the_state_it_builds():
+    """A run's setup (recipe, settings, folder, place, seed) is set once, before any work; everything the
+    steps of ``train`` make is the state's, which starts empty, and no name is in both."""
+    import dataclasses
+
+    import pytest
+    import torch
+
+    from attnzoo.train.run import RunSetup, RunState
+
+    setup = RunSetup({}, {}, Path("run"), 0, 1, False, 0, torch.device("cpu"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setup.seed = 1  # type: ignore[misc]
+    state = RunState(setup, started=0.0)
+    built = [f for f in dataclasses.fields(RunState) if f.name not in ("setup", "started")]
+    assert all(getattr(state, f.name) in (None, {}, 0, 0.0, 1) for f in built), state
+    assert not {f.name for f in built} & {f.name for f in dataclasses.fields(RunSetup)}
