@@ -267,6 +267,7 @@ class HubTokenAndPositionEmbedding(_Positions):
     mask."""
 
     op = "keras_hub_token_and_position_embedding"
+    ids_below, casts_to_ids = "input_dim", True
 
     def __init__(
         self,
