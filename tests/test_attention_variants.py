@@ -269,6 +269,53 @@ def test_local_global_window_is_gemma_s_sliding_window_minus_one():
     assert torch.equal(weights[0, 0] > 0, want) and torch.equal(weights[0, 1] > 0, want)
 
 
+@pytest.mark.parametrize("family, index", [("gemma2", 0), ("gemma2", 1), ("gemma3", 0), ("gemma3", 5)])
+def test_local_global_is_gemma_attention_on_its_weights(family, index):
+    """Gemma 2's layers (every 2nd global, one RoPE base, scores capped) and Gemma 3's (every 6th global,
+    RoPE base 10^6 there, q and k normalised with Gemma's scale 1 + w), sliding window W = 3: window W - 1."""
+    pytest.importorskip("transformers")
+    import transformers as tf
+
+    gemma = {"gemma2": tf.models.gemma2.modeling_gemma2, "gemma3": tf.models.gemma3.modeling_gemma3}[family]
+    make = tf.Gemma2Config if family == "gemma2" else tf.Gemma3TextConfig
+    config = make(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8,
+        num_hidden_layers=6, sliding_window=3, attn_logit_softcapping=2.0 if family == "gemma2" else None,
+    )  # fmt: skip
+    config._attn_implementation = "eager"
+    torch.manual_seed(9)
+    peer = getattr(gemma, f"{family.capitalize()}Attention")(config, layer_idx=index).double().eval()
+    state = dict(peer.state_dict())
+    if family == "gemma3":
+        with torch.no_grad():
+            peer.q_norm.weight.normal_(0.0, 0.3)
+            peer.k_norm.weight.normal_(0.0, 0.3)
+        state.update({f"{n}_norm.weight": 1 + getattr(peer, f"{n}_norm").weight for n in "qk"})
+    ours = attnzoo.create(
+        "local_global", embed_dim=32, num_heads=4, num_kv_heads=2, window=config.sliding_window - 1,
+        layer_index=index, global_every=2 if family == "gemma2" else 6,
+        global_rope_base=None if family == "gemma2" else 1e6,
+        qk_norm=family == "gemma3", soft_cap=config.attn_logit_softcapping,
+    ).double()  # fmt: skip
+    ours.load_state_dict(state)
+    x = torch.randn(2, 9, 32, dtype=DOUBLE)
+    rotary = getattr(gemma, f"{family.capitalize()}RotaryEmbedding")(config)
+    kind = config.layer_types[index]
+    positions = torch.arange(9)[None]
+    cos_sin = rotary(x, positions) if family == "gemma2" else rotary(x, positions, kind)
+    rule = tf.masking_utils.causal_mask_function
+    if kind == "sliding_attention":
+        rule = tf.masking_utils.sliding_window_causal_mask_function(config.sliding_window)
+    index_ = torch.arange(9)
+    allowed = torch.stack([torch.stack([rule(0, 0, i, j) for j in index_]) for i in index_])
+    additive = torch.zeros(1, 1, 9, 9, dtype=DOUBLE).masked_fill(~allowed, torch.finfo(DOUBLE).min)
+    with torch.no_grad():
+        want = peer(x, cos_sin, additive)[0]
+        got = ours(x)
+    assert (ours.window is None) == (kind == "full_attention")
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)  # Gemma's angles are float32
+
+
 @pytest.mark.parametrize("index", [0, 5], ids=["local", "global"])
 def test_local_global_layer_is_its_formula_with_its_window_and_rope_base(index):
     """Gemma 3's period of 6: layer 0 a window of 2 with base 10,000, layer 5 global with base 1,000,000."""
