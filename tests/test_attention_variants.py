@@ -254,6 +254,8 @@ def test_local_global_layers_alternate_as_gemma_2_and_3_layer_types():
             )
             kinds.append("full_attention" if layer.window is None else "sliding_attention")
         assert kinds == config.layer_types
+    # the softcap card's default cap is Gemma 2's
+    assert attnzoo.model_info("softcap").config["soft_cap"] == Gemma2Config().attn_logit_softcapping == 50.0
 
 
 def test_local_global_window_is_gemma_s_sliding_window_minus_one():
@@ -314,6 +316,15 @@ def test_local_global_is_gemma_attention_on_its_weights(family, index):
         got = ours(x)
     assert (ours.window is None) == (kind == "full_attention")
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)  # Gemma's angles are float32
+    # the piece alone, as its own card: softcap for Gemma 2's layers, qknorm for Gemma 3's
+    piece = attnzoo.create(
+        "softcap" if family == "gemma2" else "qknorm", embed_dim=32, num_heads=4, num_kv_heads=2, positions="rope",
+        causal=True, window=ours.window, rope_base=ours.rope_base,
+        **({"soft_cap": 2.0} if family == "gemma2" else {}),
+    ).double()  # fmt: skip
+    piece.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(piece(x), want, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.parametrize("index", [0, 5], ids=["local", "global"])
