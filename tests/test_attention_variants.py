@@ -349,6 +349,30 @@ def test_local_global_layer_is_its_formula_with_its_window_and_rope_base(index):
     torch.testing.assert_close(steps[0], layer(x)[0])
 
 
+# -- the window's blocks -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, config",
+    [
+        ("t5_bias", {"num_buckets": 8, "max_distance": 20}),
+        ("t5_bias", {"num_buckets": 8, "max_distance": 20, "causal": True}),
+        ("softcap", {"soft_cap": 1.0, "positions": "rope", "causal": True}),
+        ("local_global", {"soft_cap": 1.0, "qk_norm": True}),
+    ],
+    ids=["t5", "t5_causal", "softcap", "local_global"],
+)
+def test_the_bias_and_the_cap_hold_in_the_window_s_blocks(name, config):
+    """A sequence of many windows goes in blocks with positions of their own; T5's buckets read j - i, so
+    the blocks equal the full masked form (which return_attention takes)."""
+    layer = _create(name, num_heads=2, window=5, **config)
+    assert layer._use_blocks(100, None, False)
+    x = torch.randn(2, 100, 16, dtype=DOUBLE)
+    keep = torch.ones(2, 100, dtype=torch.bool)
+    keep[1, 10:14] = False
+    keep[1, 70:] = False
+    full, _ = layer(x, keep, return_attention=True)
+    _same_on_real_rows(layer(x, keep), full, keep)
+
+
 # -- the conformance kit on the forms the cards' examples leave out, bad settings, the docs pages --------------
 CAUSAL_FORMS = [
     pytest.param("t5_bias", {"causal": True}, id="t5_causal"),
