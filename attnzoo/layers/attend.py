@@ -72,7 +72,7 @@ def check_soft_cap(layer: str, soft_cap: object) -> None:
 
 class AttendHeads:
     """The attention function the core and its transformers backends call (a mixin of :class:`Attention`,
-    whose settings it reads: heads, positions, causal, window, normalizer, dropout)."""
+    whose settings it reads: heads, positions, causal, window, normalizer, soft cap, dropout)."""
 
     # set by Attention.__init__ (declared here for the type checker)
     name: str
@@ -82,7 +82,7 @@ class AttendHeads:
     causal: bool
     window: int | None
     normalizer: str
-    soft_cap: float | None
+    soft_cap: float | None = None  # off unless the layer sets it (a host's own subclass need not)
     num_buckets: int
     max_distance: int
 
@@ -234,7 +234,7 @@ class AttendHeads:
 
     def _sdpa_causal(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
         """Whether this layer's pattern over these positions is exactly SDPA's ``is_causal`` (query i
-        reads keys 0..i): a causal softmax layer without window or bias, 1 < Lq <= Lk, and the queries at
+        reads keys 0..i): a causal softmax layer without window, bias or cap, 1 < Lq <= Lk, and the queries at
         the first Lq of the keys' increasing positions (the same tensor, or checked on the host)."""
         length = q.shape[-2]
         if not (self.causal and self.window is None and self._plain_scores()):

@@ -108,7 +108,7 @@ class Attention(AttendHeads, LazyLayer):
         embed_dim: E; None infers it from the first input.
         num_heads: h; E must be divisible by it.
         num_kv_heads: g key/value heads (None: h); h must be a multiple of g.
-        positions: ``none``, ``rope``, ``alibi`` or ``relpos``.
+        positions: ``none``, ``rope``, ``alibi``, ``relpos`` or ``t5``.
         rope_base, rope_layout: RoPE's base (10000) and pairing (``half`` or ``interleaved``).
         max_relative_position: k, the clipping distance of ``relpos`` (2k + 1 learned vectors).
         num_buckets, max_distance: ``t5``'s buckets (at least 4) and the distance (above num_buckets / 2)
@@ -190,11 +190,8 @@ class Attention(AttendHeads, LazyLayer):
             raise ValueError(f"{name}: rope_base must be above 1, got {rope_base!r}")
         self.num_heads, self.num_kv_heads = num_heads, kv
         self.positions, self.rope_base, self.rope_layout = positions, float(rope_base), rope_layout
-        self.max_relative_position, self.num_buckets, self.max_distance = (
-            max_relative_position,
-            num_buckets,
-            max_distance,
-        )
+        self.max_relative_position = max_relative_position
+        self.num_buckets, self.max_distance = num_buckets, max_distance
         self.causal, self.window, self.normalizer = causal, window, normalizer
         self.qk_norm, self.soft_cap, self.bias, self.dropout = qk_norm, soft_cap, bias, dropout
         self.layout, self.output_projection = layout, output_projection or layout != "query_key_value"
