@@ -70,11 +70,9 @@ def rotate(x: Tensor, start: int, wavelength: float, *, divisor: Any = None, sca
         cos, sin = _step_turns(d, t, start, float(wavelength), divisor, float(scale), x.device, inference)
     else:
         cos, sin = _turns(d, t, start, wavelength, divisor, scale, x.device)
-    first, second = x.chunk(2, dim=-1)
-    # concat(-x₂, x₁) · s as concat(x₂, x₁) · concat(-s₁, s₂): the same products (a sign never rounds), one
-    # negation fewer a call
-    turned = torch.cat([second, first], dim=-1)
-    return x * cos.to(x.dtype) + turned * sin.to(x.dtype)
+    # concat(-x₂, x₁) · s as concat(x₂, x₁) · concat(-s₁, s₂), the halves swapped by a roll: the same products
+    # (a sign never rounds) in two ops fewer a call than a chunk, a negation and a cat
+    return x * cos.to(x.dtype) + x.roll(d // 2, -1) * sin.to(x.dtype)
 
 
 def _turns(d: int, t: int, start: int, wavelength: float, divisor: Any, scale: float, device: Any) -> tuple[Any, Any]:
