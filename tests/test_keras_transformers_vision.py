@@ -85,13 +85,40 @@ def test_a_deit_classifier_without_attention_biases_writes_qkv_bias_false_and_a_
         ("deit", "classifier_gap.keras", r"pools by 'gap' .* DeiTForImageClassification reads the class token"),
         ("resnet", "backbone.keras", r"block_type 'bottleneck_block_vd'.* ResNetModel"),
         ("resnet", "backbone_preset", r"block_type 'bottleneck_block_vd'"),
-        ("resnet", "classifier.keras", r"use_pre_activation=True \(ResNetV2: pre-activation blocks\); transformers. ResNetModel is post"),
+        (
+            "resnet",
+            "classifier.keras",
+            r"use_pre_activation=True \(ResNetV2: pre-activation blocks\); transformers. ResNetModel is post",
+        ),
     ],
 )
 def test_an_image_model_transformers_does_not_compute_is_refused_by_name(tmp_path, family, file, why):
     with pytest.raises(ExportError, match=why):
         to_transformers(converted(family, file), tmp_path / "out")
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+V1 = {"input_conv_filters": [64], "input_conv_kernel_sizes": [7], "stackwise_num_filters": [64, 128]}
+V1 |= {"stackwise_num_blocks": [2, 2], "stackwise_num_strides": [1, 2], "block_type": "bottleneck_block"}
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"input_conv_kernel_sizes": [3]}, r"stem has 1 convolutions of kernels \[3\]; .* one 7x7 convolution"),
+        ({"stackwise_num_strides": [1, 1]}, r"stackwise_num_strides \[1, 1\]: .* every other 2"),
+        ({"stackwise_num_strides": [3, 2]}, r"stackwise_num_strides \[3, 2\]: .* first stack 1 or 2"),
+        ({"stackwise_num_filters": [16, 128]}, r"stack 0's first block maps 64 channels to 64 unstrided"),
+        ({"block_type": "basic_block_vd"}, r"block_type 'basic_block_vd': .* basic_block and bottleneck_block only"),
+    ],
+)
+def test_a_resnet_layout_transformers_has_not_is_refused_saying_what_differs(change, why):
+    """keras-hub 0.32's ResNetBackbone arguments (ResNet-50's, but narrower) with one thing changed."""
+    from attnzoo.keras.converters.hub_resnet import RESNET
+    from attnzoo.keras.transformers_form import HubSource
+
+    with pytest.raises(ExportError, match=why):
+        RESNET.config(HubSource("ResNetBackbone", "backbone", {**V1, **change}, {}, {}))
 
 
 # -- the slow tier: transformers loads the folders in a process without keras, keras_hub or attnzoo ------------
@@ -103,7 +130,14 @@ def _jobs() -> dict[str, dict]:
     no_pooler = {"add_pooling_layer": False}
     return {
         "deit": ("backbone.keras", "AutoModel", no_pooler, pixels["images"], "last_hidden_state", "backbone/out"),
-        "deit_preset": ("backbone_preset", "AutoModel", no_pooler, pixels["images"], "last_hidden_state", "backbone/out"),
+        "deit_preset": (
+            "backbone_preset",
+            "AutoModel",
+            no_pooler,
+            pixels["images"],
+            "last_hidden_state",
+            "backbone/out",
+        ),
         "deit_classifier": (
             "classifier.keras",
             "AutoModelForImageClassification",
@@ -120,11 +154,14 @@ RESNETS = {
     "resnet_bottleneck": ("bottleneck", 8, [16, 8], [2, 1], 1, (29, 31)),
     "resnet_basic": ("basic", 8, [8, 12], [1, 2], 1, (32, 32)),
     "resnet_downsampled": ("bottleneck", 6, [8, 16], [1, 1], 2, (33, 40)),
+    "resnet_classifier": ("basic", 4, [4, 8], [2, 1], 1, (30, 27)),  # a ResNetImageClassifier of 5 classes
 }
+CLASSES = 5
 
 
 def _reference_resnet(name: str):
-    """A seeded transformers ResNetModel of the case's layout, every batch-norm statistic moved."""
+    """A seeded transformers ResNetModel (ResNetForImageClassification for the classifier) of the case's
+    layout, every batch-norm statistic moved."""
     import transformers
 
     layer_type, stem, widths, depths, first, _ = RESNETS[name]
@@ -134,9 +171,11 @@ def _reference_resnet(name: str):
         depths=depths,
         layer_type=layer_type,
         downsample_in_first_stage=first == 2,
+        num_labels=CLASSES,
     )
     torch.manual_seed(0)
-    model = transformers.ResNetModel(config).eval()
+    kind = transformers.ResNetForImageClassification if name == "resnet_classifier" else transformers.ResNetModel
+    model = kind(config).eval()
     for module in model.modules():
         if isinstance(module, torch.nn.BatchNorm2d):
             module.weight.data.uniform_(0.5, 1.5)
@@ -155,23 +194,33 @@ def _keras_name(theirs: str) -> tuple[str, str]:
     return f"{at}_conv", f"{at}_bn"
 
 
-def _resnet_file(name: str, path) -> None:
-    """A ResNetBackbone .keras file holding the weights of :func:`_reference_resnet`'s model."""
+def _resnet_file(name: str, path, pooling: str = "avg") -> None:
+    """A ResNetBackbone .keras file (a ResNetImageClassifier's, of ``pooling``, for the classifier) holding
+    the weights of :func:`_reference_resnet`'s model."""
     import h5py
 
     layer_type, stem, widths, depths, first, _ = RESNETS[name]
     state = _reference_resnet(name).state_dict()
+    task = name == "resnet_classifier"
+    state = {key.removeprefix("resnet."): value for key, value in state.items()}
     buffer = io.BytesIO()
     with h5py.File(buffer, "w") as f:
-        f.create_group("vars").attrs["name"] = "res_net_backbone"
+        f.create_group("vars").attrs["name"] = "res_net_image_classifier" if task else "res_net_backbone"
+        inner = f
+        if task:  # the backbone nested under its name, the head's Dense beside it
+            inner = f.create_group("layers/res_net_backbone")
+            inner.create_group("vars").attrs["name"] = "res_net_backbone"
+            f.create_group("layers/dense/vars").attrs["name"] = "predictions"
+            f["layers/dense/vars"]["0"] = state["classifier.1.weight"].T.numpy()  # Dense's kernel [in, out]
+            f["layers/dense/vars"]["1"] = state["classifier.1.bias"].numpy()
         for key in state:
             if not key.endswith("convolution.weight"):
                 continue
             theirs = key.removesuffix(".convolution.weight")
             conv, bn = _keras_name(theirs)
-            f.create_group(f"layers/{conv}/vars").attrs["name"] = conv
-            f[f"layers/{conv}/vars"]["0"] = state[key].permute(2, 3, 1, 0).numpy()  # [kh, kw, in, out]
-            group = f.create_group(f"layers/{bn}/vars")
+            inner.create_group(f"layers/{conv}/vars").attrs["name"] = conv
+            inner[f"layers/{conv}/vars"]["0"] = state[key].permute(2, 3, 1, 0).numpy()  # [kh, kw, in, out]
+            group = inner.create_group(f"layers/{bn}/vars")
             group.attrs["name"] = bn
             for i, stat in enumerate(("weight", "bias", "running_mean", "running_var")):
                 group[str(i)] = state[f"{theirs}.normalization.{stat}"].numpy()
@@ -182,6 +231,14 @@ def _resnet_file(name: str, path) -> None:
     arguments |= {"block_type": f"{layer_type}_block", "use_pre_activation": False, "image_shape": [None, None, 3]}
     record = {"module": "keras_hub.src.models.resnet.resnet_backbone", "class_name": "ResNetBackbone"}
     record |= {"config": arguments, "registered_name": "keras_hub>ResNetBackbone"}
+    if task:
+        head = {"preprocessor": None, "name": "res_net_image_classifier", "num_classes": CLASSES, "pooling": pooling}
+        head |= {"activation": None, "dropout": 0.0, "backbone": record}
+        record = {
+            "module": "keras_hub.src.models.resnet.resnet_image_classifier",
+            "class_name": "ResNetImageClassifier",
+        }
+        record |= {"config": head, "registered_name": "keras_hub>ResNetImageClassifier"}
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
         z.writestr("config.json", json.dumps(record))
@@ -195,14 +252,20 @@ def _images(name: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def resnets(tmp_path_factory):
-    """Each case's file, and its reference model's states [B, C, H', W'] on :func:`_images`."""
+    """Each case's file, and its reference model's states [B, C, H', W'] (the classifier's logits) on
+    :func:`_images`."""
     root, found = tmp_path_factory.mktemp("resnet"), {}
     for name in RESNETS:
         _resnet_file(name, root / f"{name}.keras")
         pixels = torch.from_numpy(_images(name)).permute(0, 3, 1, 2)
         with torch.no_grad():
-            found[name] = (root / f"{name}.keras", _reference_resnet(name)(pixel_values=pixels).last_hidden_state)
+            out = _reference_resnet(name)(pixel_values=pixels)
+        found[name] = (root / f"{name}.keras", out.logits if name == "resnet_classifier" else out.last_hidden_state)
     return found
+
+
+def _output(name: str) -> str:
+    return "logits" if name == "resnet_classifier" else "last_hidden_state"
 
 
 @pytest.mark.slow
@@ -211,11 +274,20 @@ def test_a_resnet_of_transformers_layout_converts_to_transformers_states(resnets
     """attnzoo's ResNetBackbone (the graph the keras-hub fixtures check) computes transformers' ResNet."""
     file, want = resnets[name]
     with torch.no_grad():
-        got = convert_keras_model(file)(torch.from_numpy(_images(name))).permute(0, 3, 1, 2)
+        got = convert_keras_model(file)(torch.from_numpy(_images(name)))
+    got = got if name == "resnet_classifier" else got.permute(0, 3, 1, 2)
     assert got.shape == want.shape
     worst = float((got - want).abs().max())
     print(f"{name} converted: max difference {worst:.3g}")
     assert worst <= TOLERANCE
+
+
+@pytest.mark.slow
+def test_a_resnet_classifier_pooled_by_max_is_refused(tmp_path):
+    _resnet_file("resnet_classifier", tmp_path / "max.keras", pooling="max")
+    with pytest.raises(ExportError, match=r"pooler is not an average \('max' pooling\)"):
+        to_transformers(tmp_path / "max.keras", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +297,9 @@ def loaded(tmp_path_factory, resnets):
     for name, (file, _) in resnets.items():
         to_transformers(file, root / name)
         given[f"{name}/pixel_values"] = np.ascontiguousarray(_images(name).transpose(0, 3, 1, 2))
-        spec = {"name": name, "folder": str(root / name), "auto": "AutoModel", "kwargs": {}, "generate": []}
-        specs.append({**spec, "inputs": ["pixel_values"], "outputs": ["last_hidden_state"]})
+        auto = "AutoModelForImageClassification" if name == "resnet_classifier" else "AutoModel"
+        spec = {"name": name, "folder": str(root / name), "auto": auto, "kwargs": {}, "generate": []}
+        specs.append({**spec, "inputs": ["pixel_values"], "outputs": [_output(name)]})
     for name, (file, auto, kwargs, pixels, output, _) in _jobs().items():
         to_transformers(DATA / "deit" / file, root / name)
         given[f"{name}/pixel_values"] = np.ascontiguousarray(pixels, dtype=np.float32)
@@ -267,7 +340,7 @@ def test_deit_gives_keras_s_states_and_logits(loaded, name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(RESNETS))
 def test_a_resnet_folder_gives_the_reference_model_s_states(loaded, resnets, name):
-    got, want = loaded[f"{name}/last_hidden_state"], resnets[name][1].numpy()
+    got, want = loaded[f"{name}/{_output(name)}"], resnets[name][1].numpy()
     assert got.shape == want.shape
     worst = float(np.abs(got - want).max())
     print(f"{name} through the folder: max difference {worst:.3g}")

@@ -141,7 +141,7 @@ def _resnet_layout(m: HubSource) -> tuple[str, list[int]]:
     if not strides or strides[0] not in (1, 2) or any(s != 2 for s in strides[1:]):
         m.refuse(f"stackwise_num_strides {strides}: {_MODEL} strides its first stack 1 or 2 and every other 2")
     widths = [(4 if kind == "bottleneck_block" else 1) * w for w in a["stackwise_num_filters"]]
-    for s, (before, width) in enumerate(zip([filters[0], *widths], widths)):
+    for s, (before, width) in enumerate(zip([filters[0], *widths[:-1]], widths, strict=True)):
         if before == width and strides[s] == 1 and (s > 0 or kind == "bottleneck_block"):
             m.refuse(
                 f"stack {s}'s first block maps {width} channels to {width} unstrided: keras-hub gives it a 1x1 "
