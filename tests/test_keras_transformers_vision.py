@@ -299,7 +299,8 @@ def loaded(tmp_path_factory, resnets):
         given[f"{name}/pixel_values"] = np.ascontiguousarray(_images(name).transpose(0, 3, 1, 2))
         auto = "AutoModelForImageClassification" if name == "resnet_classifier" else "AutoModel"
         spec = {"name": name, "folder": str(root / name), "auto": auto, "kwargs": {}, "generate": []}
-        specs.append({**spec, "inputs": ["pixel_values"], "outputs": [_output(name)]})
+        pooled = [] if name == "resnet_classifier" else ["pooler_output"]
+        specs.append({**spec, "inputs": ["pixel_values"], "outputs": [_output(name), *pooled]})
     for name, (file, auto, kwargs, pixels, output, _) in _jobs().items():
         to_transformers(DATA / "deit" / file, root / name)
         given[f"{name}/pixel_values"] = np.ascontiguousarray(pixels, dtype=np.float32)
@@ -343,5 +344,8 @@ def test_a_resnet_folder_gives_the_reference_model_s_states(loaded, resnets, nam
     got, want = loaded[f"{name}/{_output(name)}"], resnets[name][1].numpy()
     assert got.shape == want.shape
     worst = float(np.abs(got - want).max())
+    if name != "resnet_classifier":  # the pooled features, [B, C, 1, 1] in transformers: the states' average
+        pooled = want.mean(axis=(2, 3), keepdims=True)
+        assert np.abs(loaded[f"{name}/pooler_output"] - pooled).max() <= TOLERANCE
     print(f"{name} through the folder: max difference {worst:.3g}")
     assert worst <= TOLERANCE
