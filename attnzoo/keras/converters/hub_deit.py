@@ -11,7 +11,18 @@ over it, rebuilt from their arguments; its layers converted without keras-hub.
   the average over every token ("gap") -> ``predictions`` (``Dense(num_classes, activation)``; keras-hub's
   DeiTImageClassifier makes an ``output_dropout`` it never calls).
 
-Channels last only, as attnzoo's ViT. No Hugging Face form.
+Channels last only, as attnzoo's ViT.
+
+Hugging Face form (:data:`DEIT`): the backbone as ``DeiTModel`` without its pooler (keras-hub's DeiTBackbone
+has none: load it with ``add_pooling_layer=False``), a classifier of ``pooling`` "token" as
+``DeiTForImageClassification`` (its ``classifier`` reads the class token's state, as keras-hub's
+``predictions`` does). Both take ``pixel_values`` [B, C, H, W] where keras-hub takes [B, H, W, C]. The patch
+``Conv2d``, the class and distillation tokens [1, 1, D] and the position table [1, N + 2, D] (class token,
+distillation token, then the patches row by row in both) go as they are; the blocks are ViT's
+(:func:`~attnzoo.keras.converters.hub_vit.encoder_tensors`; ``use_mha_bias`` False is ``qkv_bias`` False and
+a zero attention-output bias), ε ``layer_norm_epsilon``. Refused: a "gap" classifier (the average over
+every token: no transformers DeiT class pools so), a classifier whose ``predictions`` end in an activation
+(transformers returns the logits before it).
 """
 
 from __future__ import annotations
@@ -20,13 +31,15 @@ from typing import Any
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import as_tensor
-from attnzoo.keras.converters.hub_vit import HubViTEmbedding, convert_vit_encoder
+from attnzoo.keras.converters.hub_bert import labels
+from attnzoo.keras.converters.hub_vit import HubViTEmbedding, convert_vit_encoder, encoder_config, encoder_tensors
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, first_token, number, positive, tensor
 from attnzoo.keras.hub_vision import config_keys, image_classifier_graph
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["deit_graph"]
+__all__ = ["deit_graph", "DEIT"]
 
 
 @keras_layer("DeiTEmbeddings", package="keras_hub")
@@ -99,8 +112,52 @@ def _deit_head(g: HubGraph, x: str, config: dict[str, Any], data_format: str, wh
     return g.layer("Dense", "predictions", settings, [tensor(x)])
 
 
+# -- the family's Hugging Face form -------------------------------------------------------------------------
+_CLASSIFIER = "DeiTForImageClassification"
+
+
+def _deit_config(m: HubSource) -> dict[str, Any]:
+    embedding, encoder = m.spec("deit_patching_and_embedding"), m.spec("deit_encoder")
+    config = {**encoder_config(encoder), "image_size": list(m.arguments["image_shape"][:2])}
+    config |= {"patch_size": list(embedding["patch"]), "num_channels": int(embedding["channels"])}
+    if m.kind == "task":
+        if not m.has("get_item", task=True):  # the class token's state; "gap" averages with a Mean
+            m.refuse(
+                f"it pools by 'gap' (the average over every token), and transformers' {_CLASSIFIER} reads the "
+                "class token's state (pooling 'token'); no transformers DeiT class averages the tokens"
+            )
+        m.dense_is_linear("predictions", _CLASSIFIER)
+        config |= labels(m, "predictions")
+    return config
+
+
+def _deit_tensors(m: HubSource) -> Tensors:
+    """transformers' DeiT weights (the Hub checkpoints' names, ``deit.``-prefixed in the classifier)."""
+    base = "deit." if m.kind == "task" else ""
+    at = "deit_patching_and_embedding"
+    yield f"{base}embeddings.cls_token", m.tensor(f"{at}.class_token")
+    yield f"{base}embeddings.distillation_token", m.tensor(f"{at}.distillation_token")
+    yield f"{base}embeddings.position_embeddings", m.tensor(f"{at}.position")[None]
+    yield f"{base}embeddings.patch_embeddings.projection.weight", m.tensor(f"{at}.patch.weight")
+    yield f"{base}embeddings.patch_embeddings.projection.bias", m.tensor(f"{at}.patch.bias")
+    yield from encoder_tensors(m, "deit_encoder", base)
+    if m.kind == "task":
+        yield "classifier.weight", m.tensor("predictions.weight", task=True)
+        yield "classifier.bias", m.tensor("predictions.bias", task=True)
+
+
+DEIT = TransformersForm(
+    "deit",
+    {"backbone": "DeiTModel", "task": _CLASSIFIER},
+    _deit_config,
+    _deit_tensors,
+    load_with={"backbone": {"add_pooling_layer": False}},
+)
+
+
 keras_hub_model(
     "DeiTBackbone",
     family="deit",
     tasks={"DeiTImageClassifier": image_classifier_graph(("DeiTBackbone",), deit_graph, _deit_head)},
+    transformers=DEIT,
 )(deit_graph)

@@ -17,18 +17,35 @@ converters; the layers carry keras-hub's names, so the weights file's groups are
 
 ``data_format``: keras-hub's ResNetBackbone does not write it into its config (keras-hub reads a saved
 model in the loading machine's ``keras.config.image_data_format()``, by default channels_last); a config
-that names it is read as it says. No Hugging Face form.
+that names it is read as it says.
+
+Hugging Face form (:data:`RESNET`): transformers' ``ResNetModel`` / ``ResNetForImageClassification`` (its
+pooler, an average, then ``classifier.1``) compute keras-hub's ResNet v1 of one layout only, so the rest is
+refused by name: ``use_pre_activation=True`` (ResNetV2), ``block_type`` ``*_vd``, a stem other than one 7x7
+convolution (``ResNetEmbeddings``: 7x7 of stride 2, padded 3, then a 3x3 max pool of stride 2 padded 1,
+which after a relu equals keras-hub's zero pad), a stack after the first of stride other than 2 (the first:
+1 or 2, ``downsample_in_first_stage``), a first block whose input is as wide as its output and not strided
+(keras-hub gives it a 1x1 shortcut convolution where transformers adds the input as it is), a classifier
+pooled by "max" or whose ``predictions`` end in an activation. A strided 3x3 convolution is keras-hub's
+zero pad of 1 then a valid one, which is transformers' symmetric padding of 1 (kernel // 2) at every
+size; a bottleneck strides its 3x3 convolution (``downsample_in_bottleneck`` False). transformers takes
+``pixel_values`` [B, C, H, W] and returns [B, C, H', W']. The classifier's ``output_dropout`` has no place in
+``ResNetForImageClassification`` (equal in eval, where it is the identity).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from attnzoo.errors import WeightsError
+from attnzoo.keras.converters.hub_bert import labels
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_vision import ImageGraph, config_keys, image_classifier_graph, int_list
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["resnet_graph"]
+__all__ = ["resnet_graph", "RESNET"]
 
 _KEYS = ("input_conv_filters", "input_conv_kernel_sizes", "stackwise_num_filters", "stackwise_num_blocks")
 _KEYS += ("stackwise_num_strides", "block_type", "use_pre_activation", "image_shape", "data_format")
@@ -103,8 +120,92 @@ def resnet_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     return g.functional(str(config.get("name", "res_net_backbone")), {"images": images}, x)
 
 
+# -- the family's Hugging Face form -------------------------------------------------------------------------
+_MODEL = "transformers' ResNetModel"
+
+
+def _resnet_layout(m: HubSource) -> tuple[str, list[int]]:
+    """transformers' ``layer_type`` and the stacks' strides, or the refusal naming what differs."""
+    a = m.arguments
+    kind, strides = a.get("block_type"), list(a.get("stackwise_num_strides") or [])
+    if a.get("use_pre_activation"):
+        m.refuse(f"use_pre_activation=True (ResNetV2: pre-activation blocks); {_MODEL} is post-activation (v1)")
+    if kind not in ("basic_block", "bottleneck_block"):
+        m.refuse(
+            f"block_type {kind!r}: {_MODEL} has basic_block and bottleneck_block only (a strided shortcut is a "
+            "strided 1x1 convolution there, not ResNet-vd's average pool and 1x1 convolution)"
+        )
+    filters, kernels = list(a.get("input_conv_filters") or []), list(a.get("input_conv_kernel_sizes") or [])
+    if len(filters) != 1 or kernels != [7]:
+        m.refuse(f"its stem has {len(filters)} convolutions of kernels {kernels}; {_MODEL}'s is one 7x7 convolution")
+    if not strides or strides[0] not in (1, 2) or any(s != 2 for s in strides[1:]):
+        m.refuse(f"stackwise_num_strides {strides}: {_MODEL} strides its first stack 1 or 2 and every other 2")
+    widths = [(4 if kind == "bottleneck_block" else 1) * w for w in a["stackwise_num_filters"]]
+    for s, (before, width) in enumerate(zip([filters[0], *widths[:-1]], widths, strict=True)):
+        if before == width and strides[s] == 1 and (s > 0 or kind == "bottleneck_block"):
+            m.refuse(
+                f"stack {s}'s first block maps {width} channels to {width} unstrided: keras-hub gives it a 1x1 "
+                f"shortcut convolution where {_MODEL} adds the input as it is"
+            )
+    return ("bottleneck" if kind == "bottleneck_block" else "basic"), strides
+
+
+def _resnet_config(m: HubSource) -> dict[str, Any]:
+    layer_type, strides = _resnet_layout(m)
+    width = 4 if layer_type == "bottleneck" else 1
+    stem = m.tensor("conv1_conv.weight")
+    config = {"num_channels": int(stem.shape[1]), "embedding_size": int(stem.shape[0])}
+    config |= {"hidden_sizes": [width * w for w in m.arguments["stackwise_num_filters"]]}
+    config |= {"depths": list(m.arguments["stackwise_num_blocks"]), "layer_type": layer_type, "hidden_act": "relu"}
+    config |= {"downsample_in_first_stage": strides[0] == 2, "downsample_in_bottleneck": False}
+    if m.kind == "task":
+        if m.spec("pooler", task=True).get("kind") != "average":
+            m.refuse("its pooler is not an average ('max' pooling); ResNetForImageClassification averages")
+        m.dense_is_linear("predictions", "ResNetForImageClassification")
+        config |= labels(m, "predictions")
+    return config
+
+
+_BATCH_NORM = ("weight", "bias", "running_mean", "running_var")
+
+
+def _conv_bn(m: HubSource, theirs: str, conv: str, bn: str) -> Tensors:
+    weight = m.tensor(f"{conv}.weight")
+    yield f"{theirs}.convolution.weight", weight
+    for name in _BATCH_NORM:
+        yield f"{theirs}.normalization.{name}", m.tensor(f"{bn}.{name}")
+    # torch's step count, which Keras does not keep; it is read only by a BatchNorm2d of momentum=None
+    yield f"{theirs}.normalization.num_batches_tracked", torch.zeros((), dtype=torch.long, device=weight.device)
+
+
+def _resnet_tensors(m: HubSource) -> Tensors:
+    """transformers' ResNet weights (the Hub checkpoints' names, ``resnet.``-prefixed in the classifier)."""
+    base = "resnet." if m.kind == "task" else ""
+    yield from _conv_bn(m, f"{base}embedder.embedder", "conv1_conv", "conv1_bn")
+    convs = 3 if m.arguments["block_type"] == "bottleneck_block" else 2
+    for s, count in enumerate(m.arguments["stackwise_num_blocks"]):
+        for b in range(count):
+            ours, theirs = f"stack{s}_block{b}", f"{base}encoder.stages.{s}.layers.{b}"
+            if m.holds(f"{ours}_0_conv.weight"):
+                yield from _conv_bn(m, f"{theirs}.shortcut", f"{ours}_0_conv", f"{ours}_0_bn")
+            for i in range(1, convs + 1):
+                yield from _conv_bn(m, f"{theirs}.layer.{i - 1}", f"{ours}_{i}_conv", f"{ours}_{i}_bn")
+    if m.kind == "task":
+        yield "classifier.1.weight", m.tensor("predictions.weight", task=True)
+        yield "classifier.1.bias", m.tensor("predictions.bias", task=True)
+
+
+RESNET = TransformersForm(
+    "resnet",
+    {"backbone": "ResNetModel", "task": "ResNetForImageClassification"},
+    _resnet_config,
+    _resnet_tensors,
+)
+
+
 keras_hub_model(
     "ResNetBackbone",
     family="resnet",
     tasks={"ResNetImageClassifier": image_classifier_graph(("ResNetBackbone",), resnet_graph)},
+    transformers=RESNET,
 )(resnet_graph)

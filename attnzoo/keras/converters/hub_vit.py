@@ -39,7 +39,7 @@ from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph", "VIT"]
+__all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph", "VIT", "encoder_tensors", "encoder_config"]
 
 
 class HubViTEmbedding(Node):
@@ -254,18 +254,10 @@ def _vit_config(m: HubSource) -> dict[str, Any]:
         m.refuse("it has no class token (use_class_token=False), and transformers' ViT always prepends one")
     shape = m.arguments.get("image_shape")
     return {
-        "hidden_size": int(encoder["hidden"]),
-        "num_hidden_layers": int(encoder["num_layers"]),
-        "num_attention_heads": int(encoder["num_heads"]),
-        "intermediate_size": int(encoder["mlp_dim"]),
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": float(encoder.get("dropout_rate", 0.0)),
-        "attention_probs_dropout_prob": float(encoder.get("attention_dropout", 0.0)),
-        "layer_norm_eps": float(encoder["layer_norm_epsilon"]),
+        **encoder_config(encoder),
         "image_size": list(shape[:2]) if isinstance(shape, list) else shape,
         "patch_size": list(embedding["patch"]),
         "num_channels": int(embedding["channels"]),
-        "qkv_bias": bool(encoder.get("use_mha_bias", True)),
     }
 
 
@@ -281,6 +273,38 @@ _VIT_BLOCK = (
 )
 
 
+def encoder_tensors(m: HubSource, layer: str, base: str = "") -> Tensors:
+    """transformers' ViT-style encoder weights (``<base>encoder.layer.<i>...``, then ``<base>layernorm``) from
+    the converted encoder ``layer`` (:class:`HubViTEncoder`); a bias keras-hub has not is zeros, except the
+    query's, key's and value's, which ``qkv_bias`` leaves out. Shared with DeiT."""
+    for i in range(int(m.spec(layer)["num_layers"])):
+        for theirs, ours in _VIT_BLOCK:
+            at = f"{layer}.blocks.{i}.{ours}"
+            weight = m.tensor(f"{at}.weight")
+            yield f"{base}encoder.layer.{i}.{theirs}.weight", weight
+            if m.holds(f"{at}.bias"):
+                yield f"{base}encoder.layer.{i}.{theirs}.bias", m.tensor(f"{at}.bias")
+            elif ours not in ("query", "key", "value"):  # qkv_bias=False leaves those three out
+                yield f"{base}encoder.layer.{i}.{theirs}.bias", weight.new_zeros(weight.shape[0])
+    yield f"{base}layernorm.weight", m.tensor(f"{layer}.norm.weight")
+    yield f"{base}layernorm.bias", m.tensor(f"{layer}.norm.bias")
+
+
+def encoder_config(encoder: Any) -> dict[str, Any]:
+    """config.json's entries of a converted :class:`HubViTEncoder` spec (ViT's and DeiT's)."""
+    return {
+        "hidden_size": int(encoder["hidden"]),
+        "num_hidden_layers": int(encoder["num_layers"]),
+        "num_attention_heads": int(encoder["num_heads"]),
+        "intermediate_size": int(encoder["mlp_dim"]),
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": float(encoder.get("dropout_rate", 0.0)),
+        "attention_probs_dropout_prob": float(encoder.get("attention_dropout", 0.0)),
+        "layer_norm_eps": float(encoder["layer_norm_epsilon"]),
+        "qkv_bias": bool(encoder.get("use_mha_bias", True)),
+    }
+
+
 def _vit_tensors(m: HubSource) -> Tensors:
     """transformers' ViT weights (the Hub checkpoints' names); a bias keras-hub has not is zeros."""
     position = m.tensor("vit_patching_and_embedding.position")
@@ -293,17 +317,7 @@ def _vit_tensors(m: HubSource) -> Tensors:
         "embeddings.patch_embeddings.projection.bias",
         (m.tensor(bias) if m.holds(bias) else patch.new_zeros(len(patch))),
     )
-    for i in range(int(m.spec("vit_encoder")["num_layers"])):
-        for theirs, ours in _VIT_BLOCK:
-            at = f"vit_encoder.blocks.{i}.{ours}"
-            weight = m.tensor(f"{at}.weight")
-            yield f"encoder.layer.{i}.{theirs}.weight", weight
-            if m.holds(f"{at}.bias"):
-                yield f"encoder.layer.{i}.{theirs}.bias", m.tensor(f"{at}.bias")
-            elif ours not in ("query", "key", "value"):  # qkv_bias=False leaves those three out
-                yield f"encoder.layer.{i}.{theirs}.bias", weight.new_zeros(weight.shape[0])
-    yield "layernorm.weight", m.tensor("vit_encoder.norm.weight")
-    yield "layernorm.bias", m.tensor("vit_encoder.norm.bias")
+    yield from encoder_tensors(m, "vit_encoder")
 
 
 VIT = TransformersForm(
