@@ -7,7 +7,8 @@ embeddings) whose StringLookup vocabulary is replaced by that many distinct word
 converted by ``attnzoo.keras.convert_keras_model`` in this process. The table gives the median wall time
 of ``--rounds`` and the time per thousand words; a linear conversion keeps the last column flat as the
 size doubles (before issue 67's fix it grew with the size: 25,000 words took 12.0 s, 50,000 took 41.4 s).
-Run it from the repository root with ``PYTHONPATH=.`` so the checkout's attnzoo is the one timed. Writes benchmarks/results/keras_vocabulary.json.
+Run it from the repository root with ``PYTHONPATH=.`` so the checkout's attnzoo is the one timed.
+Writes benchmarks/results/keras_vocabulary.json.
 """
 
 from __future__ import annotations
