@@ -14,6 +14,8 @@ variable                         default         what it bounds
 ``ATTNZOO_MAX_DOWNLOAD_BYTES``   17,179,869,184  bytes of a download whose card states no ``file_size``
 ``ATTNZOO_MAX_TOKENIZER_BYTES``  268,435,456     bytes of a tokenizer's vocabulary, merges or SentencePiece model, or
                                                  of a port's ``tokenizer.json`` (256 MiB; a 262,144-token one is ~35 MB)
+``ATTNZOO_MAX_NAME_CHARS``       1,000           characters of a name in a Keras config (a layer's, a model's, an
+                                                 input's: Keras writes tens; each name is copied into code and reports)
 ===============================  ==============  ======================================================================
 
 Sizes are read one byte past the limit, so the limit can fire; depth is counted on the YAML parser's event
@@ -32,7 +34,16 @@ from typing import Any
 
 from attnzoo.errors import AttnzooError, ConfigError, WeightsError
 
-__all__ = ["LIMITS", "limit", "over_limit", "read_bounded", "load_yaml", "check_yaml_depth", "load_json"]
+__all__ = [
+    "LIMITS",
+    "limit",
+    "over_limit",
+    "read_bounded",
+    "load_yaml",
+    "check_yaml_depth",
+    "load_json",
+    "check_names",
+]
 
 # variable -> (default, what it counts)
 LIMITS: dict[str, tuple[int, str]] = {
@@ -41,6 +52,7 @@ LIMITS: dict[str, tuple[int, str]] = {
     "ATTNZOO_MAX_GRAPH_NODES": (6_000, "layers and calls"),
     "ATTNZOO_MAX_DOWNLOAD_BYTES": (16 << 30, "bytes"),
     "ATTNZOO_MAX_TOKENIZER_BYTES": (256 << 20, "bytes"),
+    "ATTNZOO_MAX_NAME_CHARS": (1_000, "characters"),
 }
 
 
@@ -250,3 +262,26 @@ def _depth(value: Any, bound: int) -> int:
         children = item.values() if isinstance(item, dict) else item
         stack += [(v, depth + 1) for v in children if isinstance(v, (dict, list))]
     return deepest
+
+
+# the keys of a Keras config whose strings are names: a layer's or model's own, and the references to them
+_NAME_KEYS = frozenset({"name", "keras_history", "inbound_nodes", "input_layers", "output_layers"})
+
+
+def check_names(value: Any, where: Any, error: type[AttnzooError] = WeightsError) -> None:
+    """Refuse a Keras config holding a name longer than ``ATTNZOO_MAX_NAME_CHARS``, in one pass with an
+    explicit stack before anything copies the names (into identifiers, emitted code, reports: a 5 MB name
+    took minutes there). A name is a string under one of ``_NAME_KEYS``, however deep."""
+    bound = limit("ATTNZOO_MAX_NAME_CHARS")
+    stack: list[tuple[Any, str | None]] = [(value, None)]
+    while stack:
+        item, key = stack.pop()
+        if isinstance(item, dict):
+            stack += [(v, k if k in _NAME_KEYS else key) for k, v in item.items()]
+        elif isinstance(item, list):
+            stack += [(v, key) for v in item]
+        elif key is not None and isinstance(item, str) and len(item) > bound:
+            from attnzoo.io.text import printable
+
+            found = f"holds a name {len(item):,} characters long (under {key!r}: {printable(item[:40])}...)"
+            raise over_limit("ATTNZOO_MAX_NAME_CHARS", found, where, error)

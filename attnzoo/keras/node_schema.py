@@ -74,6 +74,8 @@ def _conforms(value: Any, hint: Any) -> bool:
 
 
 def _type_text(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(hint))
     text = str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
     return text.replace("attnzoo.keras.nodes.Node", "a layer's data").replace("NoneType", "None")
 
