@@ -225,8 +225,8 @@ def test_a_url_with_no_length_stops_at_the_users_bound_and_a_drip_at_the_stall_t
 
 def test_a_hub_file_with_no_length_stops_at_the_users_bound(server, tmp_path, monkeypatch):
     pytest.importorskip("huggingface_hub")
-    from attnzoo.io.sources import fetch
     from attnzoo.core.spec import WeightsSpec
+    from attnzoo.io.sources import fetch
 
     monkeypatch.setenv("ATTNZOO_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_ENDPOINT", server)

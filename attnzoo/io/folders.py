@@ -145,12 +145,12 @@ def _check_keys(config: dict[str, Any], where: Any) -> None:
     so such a key was edited by hand (and failed later, comparing the two, in words of Python's own)."""
     graph = config.get("graph")
     layers = graph.get("layers") if isinstance(graph, dict) else None
-    for key in layers if isinstance(layers, dict) else ():
+    for key, spec in layers.items() if isinstance(layers, dict) else ():
         if not isinstance(key, str):
+            op = spec.get("op") if isinstance(spec, dict) else None
             raise WeightsError(
                 f"{where}: config.graph.layers has a layer keyed {key!r} ({type(key).__name__}, holding op "
-                f"{str(layers[key].get('op') if isinstance(layers[key], dict) else None)!r}); attnzoo writes "
-                f"each layer's key as text: quote it ({str(key)!r})"
+                f"{str(op)!r}); attnzoo writes each layer's key as text: quote it ({str(key)!r})"
             )
 
 
