@@ -34,6 +34,7 @@ from attnzoo.errors import ConfigError, ExportError, extra_import_message, witho
 from attnzoo.interop.export_axes import settle
 from attnzoo.interop.export_check import check_file, onnx_runner, pt2_runner
 from attnzoo.interop.export_plan import (
+    checked_note,
     convention_of,
     flat_tensors,
     input_names,
@@ -452,7 +453,7 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
                     _write_onnx(onnx_program, metadata, tmp, path, _axes_by_input(model, traced))
                     run = onnx_runner(Path(tmp), model)
                 worst, checked = check_file(model, traced, run, path.suffix, tolerance, _program)
-                plan = traced
+                plan = checked_note(traced, checked, input_names(model, len(args)))
                 break
             except ExportError as e:  # the next way of tracing may keep the axes open and be right
                 refusal = refusal or e
