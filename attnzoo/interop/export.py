@@ -375,7 +375,8 @@ def export(
         dynamic: batch and sequence axes dynamic (the convention's ``batch``, ``keys``, ``queries``; for a
             converted Keras model, every axis its Keras inputs left open).
         return_attention: export the attention weights as an extra output.
-        tolerance: the largest difference from the eager model the check accepts, at every checked shape.
+        tolerance: the largest difference from the eager model the check accepts at every checked shape,
+            relative to the outputs' scale: ``tolerance * max(1, |y|max)`` of the eager outputs ``y``.
         batch, seq: the shapes to trace with (default 2 and the convention's length); a recurrent model
             keeps ``seq`` fixed, so give the length its inputs will be padded to.
         shape: the traced sizes of the open axes (a converted Keras model's first input: ``(H, W)`` for an
