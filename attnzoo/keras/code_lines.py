@@ -26,7 +26,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["WIDTH", "layout"]
+__all__ = ["WIDTH", "layout", "source_segment"]
 
 WIDTH = 88  # ruff format's default line length
 _INDENT = "    "
@@ -153,6 +153,12 @@ def _characters(line: str, column: int) -> int:
     if line.isascii():
         return column
     return int(_character_starts(line).searchsorted(column))
+
+
+def source_segment(text: str, node: ast.AST) -> str:
+    """``ast.get_source_segment`` of a one-statement ``text``, in time independent of its length (ast's walks
+    the text a character at a time in Python: 11 s for a statement holding 100,000 words)."""
+    return text[_start(text, node) : _end(text, node)]
 
 
 def _start(text: str, node: ast.AST) -> int:
