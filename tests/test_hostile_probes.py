@@ -153,7 +153,7 @@ def test_the_graph_the_refusals_edit_converts_and_runs_as_written_out():
 
 
 # -- a vocabulary read as Keras's lookup reads it, at a size that was quadratic -----------------------------------
-@pytest.mark.slow  # 5 s: the conversion of 50,000 words
+@pytest.mark.slow  # 5 s: the conversion of 50,000 words and its emitted module
 def test_a_50_000_word_vocabulary_converts_to_keras_s_lookup(tmp_path):
     words = [f"w{i}" for i in range(50_000)]
 
@@ -173,6 +173,15 @@ def test_a_50_000_word_vocabulary_converts_to_keras_s_lookup(tmp_path):
     (ids,), _ = model.layers[key]([["", "nope", "w0", "w49999", "w123"]], {}, [None])
     # StringLookup(mask_token="", oov_token="[UNK]"): "" -> 0, unknown -> 1, then the words from 2
     assert ids.tolist() == [0, 1, 2, 2 + 49_999, 2 + 123]
+    # the emitted module holds the vocabulary as one string split at newlines, and looks up the same ids
+    source = model.to_source()
+    assert source.count('.split("\\n")') == 1
+    namespace: dict = {}
+    exec(compile(source, "port.py", "exec"), namespace)  # noqa: S102 - the code under test
+    port = namespace[re.search(r"^class (\w+)\(nn\.Module\)", source, re.M).group(1)]()
+    port.load_state_dict(model.state_dict())
+    (again,), _ = port.layers[key]([["", "nope", "w0", "w49999", "w123"]], {}, [None])
+    assert again.tolist() == ids.tolist()
 
 
 # -- a download with no length and no declared size: a bound the user sets, a stall timeout -----------------------
@@ -279,3 +288,43 @@ def test_a_rank_with_no_meeting_place_is_refused_before_it_waits(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     with pytest.raises(ConfigError, match=r"ATTNZOO_DIST_TIMEOUT='soon' is not a whole number >= 1"):
         distributed.setup("cpu")
+
+
+# -- a long list of strings in the emitted module: one string split at its newlines, and nothing more --------
+def test_a_long_list_of_strings_is_written_as_one_split_string_that_evaluates_back():
+    from attnzoo.keras.codegen import LONG_LIST, literal
+
+    words = [f"w{i}" for i in range(LONG_LIST)] + ['a"b', "x'y", "\\", "é", "tab\there", ""]
+    written = literal(words)
+    assert written.endswith('.split("\\n")') and "\n" not in written
+    assert eval(written) == words  # noqa: S307 - a literal, the code under test's output
+    assert literal(words[:3]) == '["w0", "w1", "w2"]'  # a short list stays a list
+    assert literal([*words, "two\nlines"]).startswith("[")  # a string holding a newline: a list
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ('"a\\nb".split("\\n")', None),
+        ('"a\\nb".split("b")', "string constant outside"),
+        ('"a\\nb".split("\\n", 1)', "string constant outside"),
+        ('"a\\nb".splitlines()', "string constant outside"),
+        ('"a\\nb".split(sep="\\n")', "string constant outside"),
+        ('"{}".format("\\n")', "string constant outside"),
+    ],
+)
+def test_check_source_admits_a_constant_split_at_newlines_and_nothing_near_it(value, refused):
+    from attnzoo.keras.codegen import check_source
+
+    source = (
+        '"""A port."""\n\nimport torch\nfrom torch import nn\n\nKERAS_VERSION = "3"\nKERAS_NAMES = {"Port": "port"}\n'
+        "\n\nclass Port(nn.Module):\n    def __init__(self) -> None:\n        super().__init__()\n"
+        f'        self.layers = nn.ModuleDict()\n        self.layers["dense"] = nn.Linear(2, 3, {value})\n\n'
+        "    def forward(self, x: torch.Tensor) -> torch.Tensor:\n        layers = self.layers\n"
+        '        dense = layers["dense"](x)\n        return dense\n'
+    )
+    if refused is None:
+        check_source(source)
+    else:
+        with pytest.raises(ConfigError, match=refused):
+            check_source(source)
