@@ -54,6 +54,7 @@ def test_a_length_past_the_position_table_is_refused_before_tracing_naming_the_t
 @pytest.mark.slow  # an ONNX export of BERT checked at several shapes: about 10 s
 def test_bert_s_onnx_notes_list_the_sizes_run_and_the_table_that_bounds_the_length(tmp_path):
     pytest.importorskip("onnxruntime")
+    import onnx
     import onnxruntime
 
     rows = _table_rows()
@@ -69,6 +70,9 @@ def test_bert_s_onnx_notes_list_the_sizes_run_and_the_table_that_bounds_the_leng
     assert bound.startswith("padding_mask.length, segment_ids.length and token_ids.length are one length")
     assert f"from 2 to {rows}: layer position_embedding (PositionEmbedding) holds a table of {rows} positions" in bound
     assert f"pad or cut inputs to at most {rows}" in bound and "Eq(" not in bound
+    # the bound the runtime does not check travels in the file, for the caller to check before running
+    carried = {p.key: p.value for p in onnx.load(tmp_path / "bert.onnx").metadata_props}
+    assert json.loads(carried["attnzoo.axis_bounds"]) == {f"{name}.length": [2, rows] for name in INPUTS}
     # what the note says of lengths: at the bound the file agrees with the model, past it the runtime fails
     session = onnxruntime.InferenceSession(str(tmp_path / "bert.onnx"), providers=["CPUExecutionProvider"])
     feed = _inputs(rows)

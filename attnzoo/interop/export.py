@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import tempfile
 import warnings
@@ -443,18 +444,21 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
         refusal = None
         for program, shapes, log in _programs(model, args, kwargs, plan.dynamic_shapes):
             traced = settle(replace(plan, dynamic_shapes=shapes), program, model, log) if log else plan
+            # a size past a bound fails inside an ONNX runtime: the file carries the bounds for the caller to check
+            carried = {**metadata, **({"attnzoo.axis_bounds": json.dumps(traced.bounds)} if traced.bounds else {})}
             if var_positional(model) is not None:  # forward(*inputs): torch names them inputs_0, ...
                 _name_inputs(program, input_names(model, len(args)))
             try:
                 if path.suffix == ".pt2":
-                    _write_pt2(program, metadata, tmp, path)
+                    _write_pt2(program, carried, tmp, path)
                     run = pt2_runner(Path(tmp))
                 else:
                     onnx_program = _onnx_program(model, program, args, output_names)
-                    _write_onnx(onnx_program, metadata, tmp, path, _axes_by_input(model, traced))
+                    _write_onnx(onnx_program, carried, tmp, path, _axes_by_input(model, traced))
                     run = onnx_runner(Path(tmp), model)
                 worst, checked = check_file(model, traced, run, path.suffix, tolerance, _program)
                 plan = checked_note(traced, checked, input_names(model, len(args)))
+                metadata = carried
                 break
             except ExportError as e:  # the next way of tracing may keep the axes open and be right
                 refusal = refusal or e

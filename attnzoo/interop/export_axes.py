@@ -227,8 +227,17 @@ def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
     was, now = "open: " + ", ".join(plan.open_axes), "open: " + ", ".join(opened)
     notes = [now + n[len(was) :] if n.startswith(was + " ") else n for n in notes]
     names = {k: v for k, v in plan.axis_names.items() if k not in fixed}
+    bounds = {plan.axis_names[k]: [low, high] for k, (low, high) in least.items() if high < sys.maxsize} or None
     opened_axes, static_axes = tuple(opened), tuple(static)
-    return replace(plan, checks=checks, notes=notes, open_axes=opened_axes, static_axes=static_axes, axis_names=names)
+    return replace(
+        plan,
+        checks=checks,
+        notes=notes,
+        open_axes=opened_axes,
+        static_axes=static_axes,
+        axis_names=names,
+        bounds=bounds,
+    )
 
 
 def _axes_said(note: str, shared: dict[str, list[str]]) -> str:
@@ -263,8 +272,8 @@ def _table(model: Any, log: GuardLog, high: int) -> str | None:
                 return (
                     f"layer {layer} holds a table of {rows} positions (its {weight}, "
                     f"{' x '.join(map(str, value.shape))}{added}), so a longer input cannot run: the eager model and a "
-                    f".pt2 file refuse one before running, an ONNX runtime fails inside the graph; pad or cut "
-                    f"inputs to at most {high}"
+                    f".pt2 file refuse one before running, an ONNX runtime fails inside the graph (the file carries "
+                    f"the bound as attnzoo.axis_bounds, for the caller to check); pad or cut inputs to at most {high}"
                 )
     return None
 

@@ -212,6 +212,7 @@ class Plan:
     open_axes: tuple[str, ...]
     static_axes: tuple[str, ...]
     axis_names: dict[tuple[int, int], str] | None = None  # (input, axis) -> the open axis's name in the file
+    bounds: dict[str, list[int]] | None = None  # an open axis torch bounds -> [least, most] sizes it takes
 
 
 def make_plan(
