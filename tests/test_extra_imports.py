@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from attnzoo.errors import ConfigError, DataError, ExportError
+from attnzoo.cli.common import UsageError
+from attnzoo.errors import ConfigError, DataError, ExportError, WeightsError
 
 REASON = "operator torchvision::nms does not exist"
 BROKEN = f"raise RuntimeError({REASON!r} + '\\n(a second line the message leaves out)')"
@@ -86,8 +87,30 @@ def _onnxruntime(tmp_path: Path):
     onnx_runner(tmp_path / "model.onnx", None)
 
 
+def _h5py(tmp_path: Path):
+    from attnzoo.keras.files import read_keras_model
+
+    (tmp_path / "model.h5").write_bytes(b"\x89HDF\r\n\x1a\n")  # reading any .h5 imports h5py first
+    read_keras_model(tmp_path / "model.h5")
+
+
+def _keras_check():
+    from attnzoo.keras.check import _import_keras
+
+    _import_keras()
+
+
+def _train_cli():
+    from attnzoo.cli.verbs.train import _require_train_extra
+
+    _require_train_extra(baseline=False)  # tqdm only (scikit-learn's case adds --no-baseline to the message)
+
+
 # (the package made absent or broken, the call that imports it, the error it raises, the extra it names)
 SITES = {
+    "h5py": (_h5py, WeightsError, "keras"),
+    "keras": (lambda tmp: _keras_check(), WeightsError, "keras-check"),
+    "tqdm": (lambda tmp: _train_cli(), UsageError, "train"),
     "matplotlib": (lambda tmp: _pyplot(), ConfigError, "train"),
     "huggingface_hub": (lambda tmp: _hub(), ConfigError, "hub"),
     "pyarrow": (_parquet, DataError, "parquet"),
@@ -141,3 +164,15 @@ def test_transformers_too_old_keeps_the_pip_command(monkeypatch):
     message = str(caught.value)
     assert "cannot import name 'AttentionInterface'" in message, message
     assert message.endswith(": pip install 'attnzoo[transformers]'")
+
+
+def test_a_run_without_scikit_learn_says_why_its_baseline_is_skipped(monkeypatch, capsys):
+    from attnzoo.train.trainer import _have_sklearn
+
+    _serve(monkeypatch, {"sklearn": None})
+    assert _have_sklearn(verbose=True) is False
+    said = capsys.readouterr().out.strip()
+    assert said == "baseline skipped: the TF-IDF baseline needs scikit-learn: pip install 'attnzoo[train]'", said
+    _serve(monkeypatch, {"sklearn": "import brokenvision"})
+    assert _have_sklearn(verbose=True) is False
+    assert f"RuntimeError: {REASON} (raised while importing brokenvision)" in capsys.readouterr().out

@@ -1,8 +1,8 @@
 """The house in floors, as docs/contributing.md draws it: every import of attnzoo/ goes down (or across) the
 floors, and no string names a module above its own floor either; the public face (attnzoo/__init__.py) is the
 top floor, imported by no module of the library; from the keras floor up the core's public names come from
-``attnzoo.core``; no circle of imports, those inside functions counted; no module imports another's private
-names; no function runs over 80 lines."""
+``attnzoo.core``; no circle of imports, those inside functions and under ``if TYPE_CHECKING`` counted; no
+module imports another's private names; no function runs over 80 lines; the generic Keras files name no layer."""
 
 from __future__ import annotations
 
@@ -218,9 +218,10 @@ def test_from_the_keras_floor_up_the_core_s_public_names_come_from_its_face():
     assert not direct, "\n".join(direct)
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """Module -> the attnzoo modules it imports at run time (in functions too; ``if TYPE_CHECKING`` aside),
-    with the packages between (importing ``attnzoo.keras.convert`` runs ``attnzoo/keras/__init__.py``)."""
+def _import_graph(type_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the attnzoo modules it imports at run time (in functions too; ``if TYPE_CHECKING`` aside
+    unless ``type_only``), with the packages between (importing ``attnzoo.keras.convert`` runs
+    ``attnzoo/keras/__init__.py``)."""
     modules = {_module_name(path): path for path in FILES}
 
     def known(target: str) -> str:
@@ -231,13 +232,17 @@ def _import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        typing_only = {
-            id(n)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-            for statement in node.body
-            for n in ast.walk(statement)
-        }
+        typing_only = (
+            set()
+            if type_only
+            else {
+                id(n)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                for statement in node.body
+                for n in ast.walk(statement)
+            }
+        )
         deps: set[str] = set()
         for line, target, names in _imports(path):
             del line
@@ -256,8 +261,8 @@ def _import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_circle_of_imports_even_counting_imports_inside_functions():
-    graph = _import_graph()
+def _circles(graph: dict[str, set[str]]) -> list[str]:
+    """Every circle of ``graph`` a depth-first walk meets, as ``a -> b -> a``."""
     done: set[str] = set()
     circles = []
 
@@ -273,7 +278,22 @@ def test_no_circle_of_imports_even_counting_imports_inside_functions():
 
     for module in sorted(graph):
         visit(module, [])
-    assert not circles, "import circles:\n" + "\n".join(sorted(set(circles))[:20])
+    return sorted(set(circles))
+
+
+def test_no_circle_of_imports_even_counting_imports_inside_functions():
+    circles = _circles(_import_graph())
+    assert not circles, "import circles:\n" + "\n".join(circles[:20])
+
+
+def test_no_import_circle_type_only_included():
+    """An import under ``if TYPE_CHECKING:`` is a dependency too (the annotation names the other module's
+    type): a circle through one says a shared type lives in the wrong module; move it down to where both
+    sides can import it."""
+    circles = _circles(_import_graph(type_only=True))
+    assert not circles, "import circles, type-only imports counted:\n" + "\n".join(circles[:20])
+    # the scan sees a circle made only of type-only imports
+    assert _circles({"a": {"b"}, "b": {"a"}}) == ["a -> b -> a"]
 
 
 def test_the_fields_of_a_card_are_the_dataclass_fields_listed_once():
@@ -362,3 +382,58 @@ def test_no_module_has_over_500_lines():
     counts = {path: path.read_text().count("\n") for path in FILES}
     long = [f"{path.relative_to(ROOT)} ({n} lines)" for path, n in counts.items() if n > LONGEST]
     assert not long, "modules over 500 lines (split them by job):\n" + "\n".join(long)
+
+
+# the generic files of the Keras converter: what they do holds for every layer, so no layer's op is named there
+GENERIC_KERAS = ("convert", "conversion_report", "model", "graph", "calls", "order", "inputs", "dtypes", "policy")
+# the node that holds a model of the zoo: the report shows the model's name in its place
+GENERIC_OPS = {"zoo"}
+
+
+def test_the_generic_keras_files_name_no_layer_a_fact_about_one_lives_on_its_node():
+    """A fact about one Keras layer (which layers read ids, which end in a sigmoid or softmax a ``logits=True``
+    conversion drops, which operations run) lives beside its node, as a class attribute or method of the node
+    or the converter registry's entry; the generic files ask the node."""
+    import attnzoo.keras.converters  # noqa: F401 - every node class registered
+    from attnzoo.keras.nodes import NODES
+
+    def ops_named(tree: ast.AST):  # an op compared with, or listed, or given as a dict's value
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+            elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                operands = node.elts
+            elif isinstance(node, ast.Dict):
+                operands = node.values
+            else:
+                continue
+            for operand in operands:
+                if isinstance(operand, ast.Constant) and operand.value in set(NODES) - GENERIC_OPS:
+                    yield operand.lineno, operand.value
+
+    named = []
+    for stem in GENERIC_KERAS:
+        for line, op in ops_named(ast.parse((PACKAGE / "keras" / f"{stem}.py").read_text())):
+            named.append(f"keras/{stem}.py:{line} names the op {op!r}")
+    assert not named, "\n".join(named)
+    assert list(ops_named(ast.parse("if spec['op'] == 'softmax': pass"))) == [(1, "softmax")]
+    assert {"embedding", "dense", "softmax"} <= set(NODES)  # the scan knows the ops it looks for
+
+
+def test_a_training_run_is_the_frozen_setup_it_starts_from_and_the_state_it_builds():
+    """A run's setup (recipe, settings, folder, place, seed) is set once, before any work; everything the
+    steps of ``train`` make is the state's, which starts empty, and no name is in both."""
+    import dataclasses
+
+    import pytest
+    import torch
+
+    from attnzoo.train.run import RunSetup, RunState
+
+    setup = RunSetup({}, {}, Path("run"), 0, 1, False, 0, torch.device("cpu"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setup.seed = 1  # type: ignore[misc]
+    state = RunState(setup, started=0.0)
+    built = [f for f in dataclasses.fields(RunState) if f.name not in ("setup", "started")]
+    assert all(getattr(state, f.name) in (None, {}, 0, 0.0, 1) for f in built), state
+    assert not {f.name for f in built} & {f.name for f in dataclasses.fields(RunSetup)}

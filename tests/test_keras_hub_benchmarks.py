@@ -1,7 +1,8 @@
 """The keras-hub benchmarks run, and what they compare is the same model: each script refuses to time (exit
 status 1) unless the converted keras-hub model gives transformers' outputs with the same weights (BERT's
-sequence and pooled outputs on the real tokens, GPT-2's logits) and, for decoding, the same greedy tokens
-cached, uncached and from transformers' own ``generate``. Slow tier: they build models of hidden 256."""
+sequence and pooled outputs on the real tokens, GPT-2's, Llama's and Gemma's logits) and, for decoding, the
+same greedy tokens cached, uncached and from transformers' own ``generate``. Slow tier: they build models of
+hidden 256."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(
-    ("script", "gap"), [("keras_hub_bert", "max_gap_on_real_tokens"), ("keras_hub_decoding", "logits_max_gap")]
+    ("script", "gap"),
+    [
+        ("keras_hub_bert", "max_gap_on_real_tokens"),
+        ("keras_hub_decoding", "logits_max_gap"),
+        ("keras_hub_lm_decoding", "logits_max_gap"),
+    ],
 )
 def test_a_keras_hub_benchmark_compares_the_same_model(script, gap):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -49,7 +49,7 @@ def assert_matches(model, case: str) -> None:
         np.testing.assert_allclose(value.numpy(), want, atol=1e-5, rtol=0, err_msg=f"{case} {name}")
 
 
-NATIVE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier", "f_net")
+NATIVE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier", "f_net", "bert_masked_lm")
 
 
 @pytest.mark.parametrize("case", NATIVE)
@@ -60,6 +60,75 @@ def test_an_encoder_attnzoo_rebuilds_predicts_what_keras_predicts(case):
 def test_f_net_s_fourier_encoder_saves_and_loads(tmp_path):
     """The FNetEncoder node rebuilds from a saved folder (attnzoo.save / load) to the same outputs."""
     assert_matches(attnzoo.load(attnzoo.save(convert_keras_model(path("f_net")), tmp_path / "f_net")), "f_net")
+
+
+def test_bert_masked_lm_saves_and_loads_with_its_head_tied_to_the_token_embedding(tmp_path):
+    """The MaskedLMHead node rebuilds from a saved folder; the port holds the token table once, and holds
+    every weight of the preset's two files but the pooler's (pooled_dense, which no output reads)."""
+    import h5py
+
+    model = convert_keras_model(path("bert_masked_lm"))
+    assert_matches(attnzoo.load(attnzoo.save(model, tmp_path / "mlm")), "bert_masked_lm")
+    tables = [key for key, value in model.state_dict().items() if tuple(value.shape) == (100, 32)]
+    assert tables == ["layers.bert_backbone/token_embedding.weight"]
+    stored: dict[str, int] = {}
+    for name in ("model.weights.h5", "task.weights.h5"):
+        with h5py.File(path("bert_masked_lm") / name) as f:
+            f["layers"].visititems(lambda key, item: stored.update({key: item.size}) if hasattr(item, "size") else None)
+    pooler = sum(size for key, size in stored.items() if key.startswith("dense/"))
+    assert pooler == 32 * 32 + 32
+    assert sum(p.numel() for p in model.state_dict().values()) == sum(stored.values()) - pooler
+
+
+def test_bert_masked_lm_has_no_hugging_face_form(tmp_path):
+    """transformers' BertForMaskedLM head applies the encoder's activation and ε, not keras-hub's."""
+    from attnzoo.errors import ExportError
+    from attnzoo.keras import to_transformers
+
+    with pytest.raises(
+        ExportError,
+        match="BertMaskedLM has no Hugging Face form in attnzoo \\(transformers' BertForMaskedLM head applies",
+    ):
+        to_transformers(path("bert_masked_lm"), tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_an_untied_masked_lm_head_computes_the_formula_and_refuses_positions_past_the_sequence():
+    """A MaskedLMHead holding its own kernel [F, V], against the formula written naively in numpy:
+    ``LayerNorm(gelu(x[b, p] @ W + c)) @ K + bias`` (exact gelu, ε 1e-5, Keras's variable order)."""
+    from math import erf
+
+    from attnzoo.keras.converters.hub_masked_lm import convert_masked_lm_head
+    from attnzoo.keras.nodes import build_node
+    from attnzoo.keras.registry import Context
+
+    rng = np.random.default_rng(0)
+    kernel, bias, w, c = (rng.standard_normal(shape).astype("float32") for shape in ((6, 10), (10,), (8, 6), (6,)))
+    gamma, beta = rng.standard_normal(6).astype("float32"), rng.standard_normal(6).astype("float32")
+    record = type("Record", (), {"config": {"intermediate_activation": "gelu", "layer_norm_epsilon": 1e-5}})()
+    converted = convert_masked_lm_head(record, [kernel, bias, w, c, gamma, beta], Context(3, "here"))
+    node = build_node(converted.spec)
+    node.load_state_dict(converted.state)
+    x, positions = rng.standard_normal((2, 5, 8)).astype("float32"), np.array([[4, 0, 4], [1, 2, 3]])
+    with torch.no_grad():
+        (got,), _ = node([torch.from_numpy(x), torch.from_numpy(positions)], {}, [None, None])
+    h = np.stack([x[b, positions[b]] for b in range(2)]) @ w + c
+    h = h * 0.5 * (1 + np.vectorize(erf)(h / np.sqrt(2)))
+    h = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5) * gamma + beta
+    np.testing.assert_allclose(got.numpy(), h @ kernel + bias, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="mask_positions holds positions outside 0..4"):
+        node([torch.from_numpy(x), torch.tensor([[5, 0, 0], [0, 0, 0]])], {}, [None, None])
+
+
+def test_a_masked_lm_head_not_tied_by_a_rebuilt_graph_is_refused():
+    """keras-hub's own config of a MaskedLMHead does not name the embedding its logits come from."""
+    from attnzoo.keras.converters.hub_masked_lm import convert_masked_lm_head
+    from attnzoo.keras.registry import Context, Refused
+
+    record = type("Record", (), {"config": {"intermediate_activation": "gelu"}})()
+    arrays = [np.zeros(100), np.zeros((32, 32)), np.zeros(32), np.ones(32), np.zeros(32)]
+    with pytest.raises(Refused, match="ties to the head but does not name"):
+        convert_masked_lm_head(record, arrays, Context(3, "here"))
 
 
 def test_albert_s_shared_layers_hold_their_weights_once():

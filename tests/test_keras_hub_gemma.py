@@ -32,7 +32,7 @@ from attnzoo.keras.convert import UnsupportedKerasLayerError
 from attnzoo.keras.converters.hub_gemma import convert_rms_normalization
 from attnzoo.keras.registry import Refused
 
-from .conftest import ROOT
+from .conftest import ROOT, run_without_keras
 
 DATA = ROOT / "tests" / "data" / "keras_hub_lm"
 FAMILIES = ("gemma", "gemma2", "gemma3")
@@ -336,7 +336,6 @@ def _hf_jobs() -> dict[str, dict]:
 def hf(tmp_path_factory):
     """Every family's folders written here, loaded and run by transformers in ONE child process where keras,
     keras_hub and attnzoo cannot be imported (tests/test_keras_transformers_folder.py's loader)."""
-    import os
     import warnings
 
     from .test_keras_transformers_folder import LOADER
@@ -365,15 +364,7 @@ def hf(tmp_path_factory):
         )
     (root / "jobs.json").write_text(json.dumps(specs))
     np.savez(root / "given.npz", **given)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(
-        [sys.executable, "-c", LOADER, str(root / "jobs.json"), str(root / "given.npz"), str(root / "out.npz")],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=env,
-        timeout=600,
-    )
+    proc = run_without_keras(LOADER, str(root / "jobs.json"), str(root / "given.npz"), str(root / "out.npz"), cwd=root)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(np.load(root / "out.npz")), jobs
 

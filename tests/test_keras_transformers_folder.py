@@ -253,8 +253,10 @@ for job in jobs:
         out[f"{name}/{key}"] = getattr(result, key).float().numpy()
     for i, new in enumerate(job.get("generate", [])):
         ids = torch.from_numpy(given[f"{name}/prompt_{i}"])
+        # Keras's greedy oracle ran its steps without stopping: a preset's end token (in generation_config.json
+        # where the folder holds the tokenizer) must not stop this one, and a prompt may end with it
         tokens = model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False, eos_token_id=None
         )
         out[f"{name}/generated_{i}"] = tokens.numpy()
 out["blocked"] = np.array([sys.modules[name] is None for name in ("keras", "keras_hub", "attnzoo")])

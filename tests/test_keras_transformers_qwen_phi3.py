@@ -150,7 +150,7 @@ def check_outputs(
 ) -> None:
     """transformers' outputs of a job against Keras's: every position of the right-padded batch, every real
     token of the left-padded one (and of the right-padded one where ``windowed``: a padded query past a sliding
-    window has no key either), within ``tolerance``."""
+    window has no key either), within ``tolerance`` times the largest magnitude (at least 1)."""
     e = expected(job["family"])
     got = loaded[f"{job['name']}/{job['out']}"]
     want = e[f"{job['side']}/{'backbone' if job['out'] == 'last_hidden_state' else 'logits'}"]
@@ -158,7 +158,9 @@ def check_outputs(
     every = job["side"] == "right" and not windowed
     worst = float(np.abs(got - want).max() if every else np.abs(got[real] - want[real]).max())
     print(f"{job['name']}: max difference {worst:.3g}")  # shown with -s: the measurements the docs quote
-    assert worst <= tolerance
+    # the bound at the logits' scale (up to 7 here), as the converted model's own (test_keras_hub_qwen_phi3)
+    bound = tolerance * max(1.0, float(np.abs(want).max()))
+    assert worst <= bound, f"{job['name']}: max difference {worst:.3g} (bound {bound:.3g})"
 
 
 @pytest.mark.slow

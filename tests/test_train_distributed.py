@@ -323,3 +323,58 @@ def test_torchrun_with_two_processes_ends_where_one_process_ends_and_resumes_on_
     _cli([*data, "--output", str(tmp_path / "mixed"), "--stop-after", "1"], runner=TORCHRUN)
     _cli([*data, "--output", str(tmp_path / "mixed"), "--resume"])
     assert _largest_difference(checkpoint_weights(tmp_path / "one"), checkpoint_weights(tmp_path / "mixed")) < 1e-5
+
+
+# -- the process group's lifetime --------------------------------------------------------------------------------
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_process_group_a_run_makes_is_destroyed_when_it_ends_and_on_error_and_a_callers_stays(
+    tmp_path, monkeypatch
+):
+    """In this process, a real gloo group of world size 1 (setup told that one process needs one): gone after
+    a run, gone after a run refused once the group was made (its folder holds a run), and a group the caller
+    made before a run is left to the caller."""
+    from attnzoo.train.recipe import complete_recipe
+    from attnzoo.train.trainer import train
+
+    from .test_train_files import _synthetic, _write_csv
+
+    for name, value in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setattr(distributed, "_needs_group", lambda world: True)
+    made, init = [], torch.distributed.init_process_group
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: made.append(backend) or init(backend))
+    recipe = complete_recipe(
+        {
+            "model": "bilstm_labelwise",
+            "data": {
+                "train": str(_write_csv(tmp_path / "train.csv", _synthetic(64, 0))),
+                "text": "body",
+                "labels": "tags",
+                "threshold": 0.5,
+            },
+            "config": {"embed_dim": 8, "hidden": 8},
+            "train": {"epochs": 1, "batch_size": 32, "lr": 0.01, "device": "cpu"},
+        }
+    )
+    assert not torch.distributed.is_initialized()
+    assert train(recipe, output=tmp_path / "run", baseline=False, quiet=True)["epochs"] == 1
+    assert made == ["gloo"] and not torch.distributed.is_initialized()
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(recipe, output=tmp_path / "run", baseline=False, quiet=True)
+    assert made == ["gloo", "gloo"] and not torch.distributed.is_initialized()
+    init("gloo")  # the caller's own group
+    try:
+        with pytest.raises(ConfigError, match="already holds a run"):
+            train(recipe, output=tmp_path / "run", baseline=False, quiet=True)
+        assert made == ["gloo", "gloo"] and torch.distributed.is_initialized()  # setup made none
+    finally:
+        torch.distributed.destroy_process_group()

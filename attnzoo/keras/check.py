@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnzoo.errors import WeightsError
+from attnzoo.errors import WeightsError, extra_import_message
 from attnzoo.io.progress import bar
 from attnzoo.keras.check_judge import Difference, difference
 from attnzoo.keras.inputs import value_rules
@@ -326,16 +326,14 @@ def _import_keras() -> Any:
     import importlib.util
     import os
 
-    if importlib.util.find_spec("keras") is None:
-        raise WeightsError(
-            "--check runs Keras beside the converted model: pip install 'attnzoo[keras-check]'"
-        ) from None
-    if "KERAS_BACKEND" not in os.environ and importlib.util.find_spec("tensorflow") is None:
+    present = importlib.util.find_spec("keras") is not None
+    if present and "KERAS_BACKEND" not in os.environ and importlib.util.find_spec("tensorflow") is None:
         os.environ["KERAS_BACKEND"] = "torch"  # the backend that is surely here; Keras defaults to TensorFlow
     try:
         import keras
-    except ImportError as e:
-        raise WeightsError(f"--check needs Keras, which failed to import here: {e}") from None
+    except Exception as e:  # absent, or installed and failing to import: extra_import_message says which
+        what = "--check runs Keras beside the converted model"
+        raise WeightsError(extra_import_message(what, "keras-check", e, "keras")) from None
     return keras
 
 

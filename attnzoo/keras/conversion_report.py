@@ -8,10 +8,9 @@ from typing import Any
 
 from attnzoo.errors import UnsupportedKerasLayerError
 from attnzoo.io.text import printable
-from attnzoo.keras.converters.ops import OPERATION_NAMES
 from attnzoo.keras.files import KerasFile
 from attnzoo.keras.graph import LayerRecord
-from attnzoo.keras.registry import builtin_keys, is_operation, record_keys
+from attnzoo.keras.registry import builtin_names, is_operation, record_keys
 
 __all__ = ["ConversionReport", "no_converter", "unsupported_error"]
 
@@ -52,7 +51,7 @@ def no_converter(record: LayerRecord, own: bool) -> str:
     if is_operation(record):
         return (
             f"the keras operation {record.class_name} ({record_keys(record)[0]!r}) is not supported; attnzoo runs "
-            f"{', '.join(sorted(OPERATION_NAMES))}"
+            f"{', '.join(sorted(builtin_names('keras.ops')))}"
         )
     if own and record.class_name == "Lambda":
         return "a Lambda layer's function is Python code, which attnzoo does not run; make it a layer"
@@ -60,7 +59,7 @@ def no_converter(record: LayerRecord, own: bool) -> str:
         return f"no converter for Keras's {record.class_name}"
     keys = " or ".join(map(repr, record_keys(record)))
     if (record.module or "").startswith("keras_hub") or (record.registered_name or "").startswith("keras_hub>"):
-        hub = sorted(key.split(">", 1)[1] for key in builtin_keys() if key.startswith("keras_hub>"))
+        hub = sorted(builtin_names("keras_hub"))
         return (
             f"keras-hub's {record.class_name}, which attnzoo does not convert (it converts keras-hub's "
             f"{', '.join(hub)}); a converter registered as {keys} converts it"

@@ -1,10 +1,12 @@
 """``convert_keras_model``: a whole Keras model file becomes a native ``nn.Module``, with no Keras at run time.
 
-Each Keras layer is converted by the first converter that takes it (:mod:`attnzoo.keras.registry`):
-``custom_layers=`` of the call (a Keras name -> a convert function, like Keras's ``custom_objects``),
-then the plugins' ``attnzoo_register_keras_layers`` hook, then attnzoo's own converters
-(``attnzoo/keras/converters/``). A converter is registered under the ``registered_name`` Keras stores
-(``"package>ClassName"``), a bare class name, or ``"keras>ClassName"`` for Keras's own layers.
+Each Keras layer is converted by the first converter that takes it (:mod:`attnzoo.keras.registry`'s
+collision policy), tried for each name the layer goes by in this order: ``custom_layers=`` of the call (a
+Keras name -> a convert function, like Keras's ``custom_objects``), then attnzoo's own converters
+(``attnzoo/keras/converters/``), then the plugins' (the ``attnzoo_register_keras_layers`` hook), in plugin
+order; a plugin's converter of a name attnzoo converts answers only where attnzoo's refuses. A converter is
+registered under the ``registered_name`` Keras stores (``"package>ClassName"``), a bare class name,
+``"keras>ClassName"`` for Keras's own layers, or ``"keras.ops>name"`` for Keras's operations.
 
 Everything is checked before anything is built: every layer without a converter (or whose converter
 refuses it) is listed in one ``UnsupportedKerasLayerError`` with its name, class and variable shapes.
@@ -32,16 +34,17 @@ import torch
 from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import ConfigError, KerasWeightsWarning, UnsupportedKerasLayerError, WeightsError, close_matches
 from attnzoo.io.progress import bar
+from attnzoo.keras.calls import Call, Ref
 from attnzoo.keras.conversion_report import ConversionReport, no_converter, unsupported_error
 from attnzoo.keras.dtypes import HeldDtypes, check_dtype
 from attnzoo.keras.files import KerasFile, Variables, read_keras_model
-from attnzoo.keras.graph import MODEL_CLASSES, Call, KerasGraph, LayerRecord, Ref, parse_model
+from attnzoo.keras.graph import MODEL_CLASSES, KerasGraph, LayerRecord, parse_model
 from attnzoo.keras.hub_families import backbone_arguments, is_keras_hub_model
 from attnzoo.keras.hub_tokenizers.preset import carried_tokenizer
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.lora import plan_lora
 from attnzoo.keras.model import KerasModel
-from attnzoo.keras.nodes import INTEGER_DTYPES
+from attnzoo.keras.nodes import INTEGER_DTYPES, NODES
 from attnzoo.keras.policy import check_compute_dtype, compute_dtype_of, layer_policy, policy_notes
 from attnzoo.keras.registry import (
     Context,
@@ -56,8 +59,6 @@ from attnzoo.keras.registry import (
 )
 
 __all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport", "converter_table"]
-
-_SQUASHING = ("sigmoid", "softmax")
 
 
 # -- the converter table of one conversion -----------------------------------------------------------------
@@ -284,13 +285,6 @@ def _shapes(arrays: list[np.ndarray]) -> list[list[int]]:
     return [list(a.shape) for a in arrays]
 
 
-# layers that look their input up as ids, which Keras casts to int32 whatever the input's dtype (keras-io's
-# translator feeds keras.Input's default float32 to a TokenAndPositionEmbedding)
-_ID_TABLES = ("embedding", "reversible_embedding", "keras_hub_token_and_position_embedding")
-# the nodes whose first argument is ids below their input_dim (num_tokens)
-_READS_IDS = (*_ID_TABLES, "category_encoding")
-
-
 def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for spec, ref in graph.inputs:
@@ -301,11 +295,11 @@ def _inputs(graph: KerasGraph, calls: list[dict[str, Any]], layers: dict[str, An
             if call["layer"] is None and isinstance(first, dict) and first.get("ref") in same:
                 same.append([call["id"], 0])
             layer = layers.get(call["layer"] or "")
-            reads_ids = layer and layer["op"] in _READS_IDS
-            if isinstance(first, dict) and first.get("ref") in same and reads_ids:
-                bound = layer.get("input_dim", layer.get("num_tokens"))
+            node = NODES[layer["op"]] if layer else None
+            if isinstance(first, dict) and first.get("ref") in same and node is not None and node.ids_below:
+                bound = layer[node.ids_below]
                 entry["vocab"] = min(entry.get("vocab", bound), bound)
-                if layer["op"] in _ID_TABLES and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
+                if node.casts_to_ids and entry["dtype"] not in INTEGER_DTYPES:  # Keras casts to ids
                     # ids then; floats as the file declared them are taken too, cast as Keras casts them
                     entry["dtype"], entry["keras_dtype"] = "int32", entry["dtype"]
         out.append(entry)
@@ -325,30 +319,18 @@ def _drop_squashing(config: dict[str, Any], report: ConversionReport) -> None:
         key = call["layer"] if call else None
         spec = config["layers"].get(key) if key else None
         name = spec["keras"]["name"] if spec else call_id
-        squash = _squashing_of(spec)
-        if squash is None:
+        found = NODES[spec["op"]].logits(spec) if spec else None
+        if found is None:
             report.outputs.append(f"output {index} ({name}) ends in no sigmoid or softmax; left as it is")
             continue
+        squash, logits = found
         if uses.get(key, 0) > 1:
             raise ConfigError(
                 f"logits=True: output {index} ends in layer {name!r}, which the model also calls elsewhere; "
                 f"its {squash} cannot be dropped for this output alone"
             )
-        if spec["op"] == "softmax":
-            config["layers"][key] = {"op": "identity", "keras": spec["keras"]}
-        else:
-            spec["activation"] = "linear"
+        config["layers"][key] = logits
         report.outputs.append(f"output {index} ({name}): dropped its final {squash}; it gives logits")
-
-
-def _squashing_of(spec: dict[str, Any] | None) -> str | None:
-    if spec is None:
-        return None
-    if spec["op"] == "softmax":
-        return "softmax"
-    if spec["op"] in ("dense", "conv", "activation") and spec.get("activation") in _SQUASHING:
-        return str(spec["activation"])
-    return None
 
 
 def _built(graph: dict[str, Any], state: dict[str, torch.Tensor], path: str | Path) -> KerasModel:

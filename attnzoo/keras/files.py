@@ -44,7 +44,7 @@ from attnzoo.keras.archive import (
     read_member,
     stream_member,
 )
-from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, get_once, group_items, read_dataset, stored_dtype
+from attnzoo.keras.h5 import MAX_DEPTH, decode_attr, get_once, group_items, h5py_module, read_dataset, stored_dtype
 
 __all__ = [
     "KerasFile",
@@ -311,10 +311,7 @@ def _parse_config(text: bytes | str, where: str, what: str = "the model config")
 
 
 def _h5(path: Path, where: str) -> Any:
-    try:
-        import h5py
-    except ImportError:
-        raise WeightsError("reading Keras files needs h5py: pip install 'attnzoo[keras]'") from None
+    h5py = h5py_module()
     try:
         return h5py.File(path, "r")
     except OSError as e:

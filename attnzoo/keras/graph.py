@@ -6,8 +6,9 @@ data, into:
 
 * :class:`LayerRecord`: one Keras layer (its class, config and place in the model), called once or
   more; a nested model's layers are records of their own, keyed ``outer/inner``;
-* :class:`Call`: one application of a layer (or of a keras 3 operation such as ``ops.not_equal``) to
-  tensors. Its ``args`` and ``kwargs`` keep Keras's structure, with :class:`Ref` wherever a tensor goes;
+* :class:`~attnzoo.keras.calls.Call`: one application of a layer (or of a keras 3 operation such as
+  ``ops.not_equal``) to tensors. Its ``args`` and ``kwargs`` keep Keras's structure, with a
+  :class:`~attnzoo.keras.calls.Ref` wherever a tensor goes (both in :mod:`attnzoo.keras.calls`);
 * the model's inputs and outputs, as refs.
 
 Nested models are inlined: each call of one becomes the calls of its layers (the weights stay shared).
@@ -29,30 +30,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnzoo.errors import WeightsError
+from attnzoo.keras.calls import Call, Ref
 from attnzoo.keras.files import LayerPath
 from attnzoo.keras.hub_families import unwrap
+from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT
 from attnzoo.keras.not_a_graph import not_a_graph
 from attnzoo.keras.order import Block, keras3_order, needed_in_order
 from attnzoo.keras.recorded import MAX_NESTING, keras2_tensors, keras3_tensors, known_inputs, layer_structure
 from attnzoo.keras.tf_ops import TF_OP_CLASSES, operation_class, refusal, tf_operation
 
-__all__ = ["Ref", "LayerRecord", "Call", "KerasGraph", "parse_model", "MODEL_CLASSES"]
+__all__ = ["LayerRecord", "KerasGraph", "parse_model", "MODEL_CLASSES"]
 
 MODEL_CLASSES = ("Functional", "Model", "Sequential")
 # Keras 2 layers whose call takes `initial_state` among its input tensors (RNN.__call__, Bidirectional)
 KERAS2_RNN_CLASSES = ("LSTM", "GRU", "SimpleRNN", "RNN", "CuDNNLSTM", "CuDNNGRU", "Bidirectional")
 MAX_CALLS = 100_000  # a model with more calls than this is not a model a person built
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A tensor: output ``index`` of call ``call``."""
-
-    call: str
-    index: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.call}:{self.index}"
 
 
 def _build_shape(build_config: Any) -> list[Any] | None:
@@ -92,39 +84,6 @@ class LayerRecord:
     @property
     def name(self) -> str:
         return self.path.names[-1]
-
-
-@dataclass
-class Call:
-    id: str
-    layer: str  # a LayerRecord key
-    args: list[Any]
-    kwargs: dict[str, Any]
-
-    def refs(self) -> list[Ref]:
-        found: list[Ref] = []
-        _collect_refs(self.args, found)
-        _collect_refs(self.kwargs, found)
-        return found
-
-    def keras_tensors(self) -> list[Ref]:
-        """The tensors in the order keras 3 flattens a node's arguments: args, then kwargs by key."""
-        found: list[Ref] = []
-        _collect_refs(self.args, found)
-        for key in sorted(self.kwargs):
-            _collect_refs(self.kwargs[key], found)
-        return found
-
-
-def _collect_refs(value: Any, found: list[Ref]) -> None:
-    if isinstance(value, Ref):
-        found.append(value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _collect_refs(item, found)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _collect_refs(item, found)
 
 
 @dataclass
@@ -171,6 +130,8 @@ class _Builder:
             if origin.config is config:  # a nested model called again: the same layer
                 return self.graph.layers[key]
             raise self.fail(f"two layers are named {key!r}; Keras layer names are unique within a model")
+        if entry.get(WEIGHTS_AT_ROOT) is True:  # a rebuilt task's head placed inside its backbone (hub_graph)
+            parent, position = LayerPath((), (), ()), 0
         record = LayerRecord(
             key=key,
             path=parent.child(name, entry["class_name"], position),

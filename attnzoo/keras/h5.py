@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from attnzoo.errors import WeightsError
+from attnzoo.errors import WeightsError, extra_import_message
 
 __all__ = [
     "KerasLayer",
@@ -240,12 +241,19 @@ def layer_names(path: str | Path) -> tuple[list[str], set[str]]:
     return names, classes
 
 
-def read_keras_file(path: str | Path) -> list[KerasLayer]:
-    """Every layer with weights in a Keras weights file (either layout)."""
+def h5py_module() -> Any:
+    """h5py, which every read of a Keras file needs (the ``keras`` extra), or a WeightsError saying how to get
+    it: absent, the extra's pip command; installed but failing to import, why (extra_import_message)."""
     try:
         import h5py
-    except ImportError:
-        raise WeightsError("reading Keras files needs h5py: pip install 'attnzoo[keras]'") from None
+    except Exception as e:  # a broken install raises its own error, not only ImportError
+        raise WeightsError(extra_import_message("reading Keras files needs h5py", "keras", e, "h5py")) from None
+    return h5py
+
+
+def read_keras_file(path: str | Path) -> list[KerasLayer]:
+    """Every layer with weights in a Keras weights file (either layout)."""
+    h5py = h5py_module()
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"Keras weights file not found: looked for {path.resolve()}")

@@ -42,6 +42,7 @@ __all__ = [
     "Builder",
     "KINDS",
     "keras_hub_model",
+    "keras_hub_task",
     "hub_models",
     "hub_model_of",
     "is_keras_hub_model",
@@ -66,13 +67,15 @@ class HubModel:
     ``generate``), ``"seq2seq_lm"`` (an encoder-decoder task that decodes with ``generate``, its encoder
     inputs fixed) or ``"task"`` (a classifier, a masked LM, ...); ``backbone``: a task's backbone class;
     ``transformers``: the family's Hugging Face form (a
-    :class:`~attnzoo.keras.transformers_form.TransformersForm`), or None where the class has none."""
+    :class:`~attnzoo.keras.transformers_form.TransformersForm`), or None where the class has none;
+    ``refusal``: then, why (what transformers' nearest class computes otherwise), for the door to say."""
 
     build: Builder
     family: str
     kind: str = "backbone"
     backbone: str | None = None
     transformers: Any = None
+    refusal: str | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.build):
@@ -128,6 +131,15 @@ def keras_hub_model(
         return build
 
     return register
+
+
+def keras_hub_task(
+    name: str, build: Builder, *, family: str, backbone: str, transformers: Any = None, refusal: str | None = None
+) -> None:
+    """Register the task class ``name`` over the family's ``backbone`` class with a Hugging Face form of its
+    own, or none (``transformers=None``: the door refuses it, saying ``refusal``), where the family's form
+    does not compute it (``BertMaskedLM``: transformers' ``BertForMaskedLM`` head applies another activation)."""
+    _add(name, HubModel(build, family, "task", backbone, transformers, refusal))
 
 
 def _add(name: str, model: HubModel) -> None:

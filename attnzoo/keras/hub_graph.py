@@ -50,7 +50,13 @@ __all__ = [
     "first_token_classifier",
     "tensor",
     "GELU_TANH",
+    "WEIGHTS_AT_ROOT",
 ]
+
+# the mark of a layer record a builder places inside a nested backbone while the file keeps its weights at the
+# outermost model's level (a masked LM's head, which calls the backbone's token embedding in reverse): the
+# graph reader looks its weights up there. Never in a file Keras wrote.
+WEIGHTS_AT_ROOT = "attnzoo_weights_at_root"
 
 # keras-hub's tanh-approximated gelu, as its configs record the activation
 GELU_TANH = {"module": "builtins", "class_name": "function", "config": "keras_hub>gelu_approximate"}

@@ -16,9 +16,11 @@ anything runs, as a :class:`CallMasks`:
   is called on: later calls on them see none (``clears``; a node says it does so with its
   ``clears_input_masks`` attribute).
 
-Both ways of running a converted graph apply this plan: :meth:`attnzoo.keras.model.KerasModel.trace` on
-tensors, :mod:`attnzoo.keras.emit` on the names of the emitted code. A node reads what it was given
-through :func:`layer_mask` and passes it on to inner layers through :func:`passed_on`.
+A converted graph runs one way, as the module :mod:`attnzoo.keras.emit` writes: the model makes each
+call's plan once (:class:`~attnzoo.keras.model.KerasModel`'s ``mask_plans``) and the emitter applies it on
+the names of the emitted code, so ``forward`` and :meth:`~attnzoo.keras.model.KerasModel.trace` (the same
+emitted code, returning every call's outputs) follow the same plan. A node reads what it was given through
+:func:`layer_mask` and passes it on to inner layers through :func:`passed_on`.
 """
 
 from __future__ import annotations

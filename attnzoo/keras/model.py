@@ -281,7 +281,16 @@ class KerasModel(CarriesTokenizer, nn.Module):
         return checked
 
     def _run(self, function: Any, filename: str, inputs: tuple[Any, ...], named: dict[str, Any]) -> Any:
-        arguments = self._arguments(inputs, named)
+        return self.call_checked(self._arguments(inputs, named), function, filename)
+
+    def call_checked(self, arguments: list[Any], function: Any = None, filename: str | None = None) -> Any:
+        """The emitted ``forward`` (or ``function``, compiled from ``filename``) on ``arguments``, one per input
+        in Keras's flat order (:attr:`input_names`), as :meth:`forward` passes them once bound and checked:
+        no binding, no checks, the same errors naming the failing layer. For a caller that made the inputs
+        itself and checked them once (:func:`~attnzoo.keras.decoding.generate`'s steps after the first)."""
+        if function is None or filename is None:
+            port = self._port
+            function, filename = port.forward, port.filename
         try:
             return function(self, *arguments)
         except (ValueError, IndexError, RuntimeError) as e:

@@ -60,6 +60,12 @@ class Node(nn.Module):
     # arguments of these names (tensors included), and more than one output read (see :func:`writes`)
     write_keywords: ClassVar[frozenset[str]] = frozenset()
     write_outputs: ClassVar[bool] = False
+    # the argument bounding the ids this layer looks its first input up by (``input_dim``, ``num_tokens``): a
+    # model input it reads takes ids below it (attnzoo.keras.inputs refuses the others); None: it reads no ids
+    ids_below: ClassVar[str | None] = None
+    # whether Keras casts that input to int32 ids whatever its dtype (a table lookup does: keras-io's translator
+    # feeds keras.Input's default float32 to a TokenAndPositionEmbedding), so a float input is taken as ids
+    casts_to_ids: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -132,6 +138,14 @@ class Node(nn.Module):
         return False
 
     @classmethod
+    def logits(cls, spec: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The final sigmoid or softmax a layer of data ``spec`` ends in, and its data without it (what
+        ``convert_keras_model(..., logits=True)`` puts in an output's place), or None when it ends in
+        neither. None here; a Dense, Conv or Activation drops its final activation (:data:`activation_logits`), a
+        Softmax layer itself."""
+        return None
+
+    @classmethod
     def check_values(cls, arguments: dict[str, Any]) -> str | None:
         """What is wrong with ``arguments`` beyond their types and the rules every layer shares (a name only
         this class knows, such as an operation's), as "key value is not ..."; None when nothing is."""
@@ -164,6 +178,18 @@ def writes(*classes: type[Node], keywords: tuple[str, ...] = (), outputs: bool =
         return write
 
     return register
+
+
+def _activation_logits(cls: type[Node], spec: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    activation = spec.get("activation")
+    if activation in ("sigmoid", "softmax"):
+        return str(activation), {**spec, "activation": "linear"}
+    return None
+
+
+# the :meth:`Node.logits` of a node whose ``activation`` argument it applies last (a Dense's, a Conv's, an
+# Activation layer's): a sigmoid or softmax there is dropped by making it ``linear``
+activation_logits = classmethod(_activation_logits)
 
 
 def glorot_uniform(weight: Tensor, fan_in: int, fan_out: int) -> None:

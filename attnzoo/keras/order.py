@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from attnzoo.errors import WeightsError
-
-if TYPE_CHECKING:
-    from attnzoo.keras.graph import Call, Ref
+from attnzoo.keras.calls import Call, Ref
 
 __all__ = ["Block", "keras3_order", "needed_in_order"]
 

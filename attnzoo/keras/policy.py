@@ -21,7 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError, WeightsError
-from attnzoo.keras.graph import Call, KerasGraph, LayerRecord
+from attnzoo.keras.calls import Call
+from attnzoo.keras.graph import KerasGraph, LayerRecord
 from attnzoo.keras.torch_layers import KerasBatchNorm
 
 __all__ = [

@@ -184,10 +184,11 @@ def builtin_keys() -> frozenset[str]:
     return frozenset(_BUILTIN)
 
 
-def builtin_names() -> frozenset[str]:
-    """The Keras classes attnzoo converts itself (bare class names)."""
+def builtin_names(package: str = "keras") -> frozenset[str]:
+    """The names attnzoo converts itself under ``package``'s keys, bare: Keras's classes (``keras``), keras-hub's
+    (``keras_hub``) or Keras's operations (``keras.ops``, snake_case)."""
     _load_builtins()
-    return frozenset(k.split(">", 1)[1] for k in _BUILTIN if k.startswith("keras>"))
+    return frozenset(k.split(">", 1)[1] for k in _BUILTIN if k.startswith(f"{package}>"))
 
 
 def _load_builtins() -> None:

@@ -102,8 +102,9 @@ def hub_source(model: Any) -> tuple[TransformersForm, HubSource]:
         )
     entry = table[name]
     if entry.transformers is None:
+        why = f" ({entry.refusal})" if entry.refusal else ""
         raise ExportError(
-            f"keras-hub's {name} has no Hugging Face form in attnzoo; those with one: {', '.join(formed)}"
+            f"keras-hub's {name} has no Hugging Face form in attnzoo{why}; those with one: {', '.join(formed)}"
         )
     form = entry.transformers
     if not isinstance(form, TransformersForm):

@@ -20,7 +20,7 @@ from attnzoo.layers.core import (
     tracing,
 )
 from attnzoo.layers.normalizers import normalize
-from attnzoo.layers.positions import alibi_slopes
+from attnzoo.layers.positions import alibi_slopes, t5_buckets
 
 __all__ = [
     "AttendHeads",
@@ -31,6 +31,7 @@ __all__ = [
     "keras_attention",
     "causal_allowed",
     "EMPTY_ROWS",
+    "check_soft_cap",
 ]
 
 
@@ -61,9 +62,17 @@ def positions_range(t: Tensor, lo: int, hi: int) -> Tensor:
     return F.pad(part, (0, 0, before, after) if axis == 2 else (before, after))
 
 
+def check_soft_cap(layer: str, soft_cap: object) -> None:
+    """Constructor check: the soft cap c is None (off) or a positive number (Gemma 2's is 50)."""
+    if soft_cap is None:
+        return
+    if isinstance(soft_cap, bool) or not isinstance(soft_cap, (int, float)) or not 0 < soft_cap < float("inf"):
+        raise ValueError(f"{layer}: soft_cap must be a positive number or None (no capping), got {soft_cap!r}")
+
+
 class AttendHeads:
     """The attention function the core and its transformers backends call (a mixin of :class:`Attention`,
-    whose settings it reads: heads, positions, causal, window, normalizer, dropout)."""
+    whose settings it reads: heads, positions, causal, window, normalizer, soft cap, dropout)."""
 
     # set by Attention.__init__ (declared here for the type checker)
     name: str
@@ -73,6 +82,9 @@ class AttendHeads:
     causal: bool
     window: int | None
     normalizer: str
+    soft_cap: float | None = None  # off unless the layer sets it (a host's own subclass need not)
+    num_buckets: int
+    max_distance: int
 
     # -- attention over a pattern ---------------------------------------------------------------------
     def _pattern(self, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
@@ -87,8 +99,21 @@ class AttendHeads:
             allowed = band if allowed is None else allowed & band
         return allowed
 
+    def _plain_scores(self) -> bool:
+        """Whether the weights are softmax(q·k / sqrt(d)) over the pattern alone: no bias read from the
+        positions and no soft cap (SDPA's causal kernel and a cached step's position-free call need it)."""
+        return self.normalizer == "softmax" and self.soft_cap is None and self.positions in ("none", "rope")
+
     def _score_bias(self, q_pos: Tensor, k_pos: Tensor, like: Tensor) -> Tensor | None:
-        """ALiBi's [h, Lq, Lk] bias ``-m_n |j - i|`` (None for the other positions)."""
+        """The [h, Lq, Lk] bias of the positions: ALiBi's ``-m_n |j - i|``, or T5's learned
+        ``B[bucket(j - i), n]`` (bidirectional unless causal); None for the other positions."""
+        if self.positions == "t5":
+            relative = k_pos[None, :] - q_pos[:, None]
+            buckets = t5_buckets(
+                relative, bidirectional=not self.causal, num_buckets=self.num_buckets, max_distance=self.max_distance
+            )
+            table = self.tensor("rel_bias")  # type: ignore[attr-defined]  # [num_buckets, h], the layer's own
+            return table[buckets].permute(2, 0, 1).to(like.dtype)
         if self.positions != "alibi":
             return None
         slopes = alibi_slopes(self.num_heads).to(device=like.device, dtype=torch.float32)
@@ -200,7 +225,7 @@ class AttendHeads:
         pattern = None if pattern_holds else self._pattern(q_pos, k_pos)
         if pattern is not None:
             allowed = pattern if allowed is None else allowed & pattern
-        if self.normalizer == "softmax" and self.positions != "relpos":
+        if self.normalizer == "softmax" and self.positions != "relpos" and self.soft_cap is None:
             bias = self._score_bias(q_pos, k_pos, q)
             return attend(q, k, v, allowed, scale=scale, return_attention=return_attention, dropout=dropout, bias=bias)
         if scale is not None:  # the materialised form scales by 1/sqrt(d): the rest goes on q
@@ -209,14 +234,14 @@ class AttendHeads:
 
     def _sdpa_causal(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> bool:
         """Whether this layer's pattern over these positions is exactly SDPA's ``is_causal`` (query i
-        reads keys 0..i): a causal softmax layer without window or bias, 1 < Lq <= Lk, and the queries at
+        reads keys 0..i): a causal softmax layer without window, bias or cap, 1 < Lq <= Lk, and the queries at
         the first Lq of the keys' increasing positions (the same tensor, or checked on the host)."""
         length = q.shape[-2]
-        if not (self.causal and self.window is None and self.normalizer == "softmax"):
+        if not (self.causal and self.window is None and self._plain_scores()):
             return False
         if type(self)._pattern is not AttendHeads._pattern:  # a subclass's own pattern is applied as written
             return False
-        if self.positions not in ("none", "rope") or not 1 < length <= k.shape[-2]:
+        if not 1 < length <= k.shape[-2]:
             return False
         if q_pos is k_pos:  # the layer's own forward: one arange for both
             return True
@@ -269,6 +294,8 @@ class AttendHeads:
             bias = self._score_bias(q_pos_c, k_pos_c, q)
             if bias is not None:
                 scores = scores + bias
+            if self.soft_cap is not None:  # Gemma 2's logit soft-capping, before the mask
+                scores = torch.tanh(scores / self.soft_cap) * self.soft_cap
             # the chunk's scores are this function's own: a sparse normaliser fills the mask in and works in them
             weights = normalize(scores, allowed_c, kind=self.normalizer, overwrite=True)
             dropped = F.dropout(weights, dropout) if dropout else weights

@@ -20,12 +20,15 @@ option            what it changes
                   ``half`` pairs dimension k with k + d/2, ``interleaved`` pairs 2k with 2k + 1; angle
                   ``t · rope_base^(-2k/d)``); ``alibi``: ``b_ij = -m_n |j - i|`` with the paper's slopes;
                   ``relpos``: Shaw et al.'s learned vectors for the clipped distance c = clip(j - i, ±k):
-                  ``e_ij += q_i · a^K_c / sqrt(d)`` and ``out_i += Σ_j A_ij a^V_c``
+                  ``e_ij += q_i · a^K_c / sqrt(d)`` and ``out_i += Σ_j A_ij a^V_c``; ``t5``: T5's learned
+                  ``b_ij = B[bucket(j - i), n]`` [num_buckets, h] (``num_buckets``, ``max_distance``;
+                  bidirectional buckets unless causal, :func:`~attnzoo.layers.positions.t5_buckets`)
 ``causal``        pattern j <= i
 ``window``        pattern |j - i| <= w (with ``causal``: i - w <= j <= i); computed in blocks of queries
                   against their neighbouring blocks of keys, so time and memory are O(T·w)
 ``normalizer``    ``softmax``, ``sparsemax``, ``entmax15`` (see ``normalizers.py``)
 ``qk_norm``       RMS normalisation of each query and key head (learned scale per dimension), before RoPE
+``soft_cap``      c: ``e_ij <- c · tanh(e_ij / c)`` before the mask (Gemma 2's logit soft-capping)
 ``bias``          biases on the projections
 ``dropout``       dropout on the attention weights while training
 ``layout``        parameter names: ``qkvo`` (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, LLaMA's),
@@ -59,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnzoo.layers.attend import AttendHeads
+from attnzoo.layers.attend import AttendHeads, check_soft_cap
 from attnzoo.layers.core import (
     attended_keys,
     check_input,
@@ -70,10 +73,10 @@ from attnzoo.layers.core import (
     positive_error,
     tracing,
 )
-from attnzoo.layers.kv_cache import KVCache
+from attnzoo.layers.kv_cache import KVCache, check_cache
 from attnzoo.layers.lazy import LazyLayer
 from attnzoo.layers.normalizers import check_normalizer
-from attnzoo.layers.positions import POSITIONS, ROPE_LAYOUTS, full_tables, rope_tables, turn, turn_full
+from attnzoo.layers.positions import POSITIONS, ROPE_LAYOUTS, check_buckets, full_tables, rope_tables, turn, turn_full
 
 __all__ = ["Attention", "tiled_to_grouped", "LAYOUTS"]
 LAYOUTS = ("qkvo", "packed", "query_key_value")
@@ -105,13 +108,16 @@ class Attention(AttendHeads, LazyLayer):
         embed_dim: E; None infers it from the first input.
         num_heads: h; E must be divisible by it.
         num_kv_heads: g key/value heads (None: h); h must be a multiple of g.
-        positions: ``none``, ``rope``, ``alibi`` or ``relpos``.
+        positions: ``none``, ``rope``, ``alibi``, ``relpos`` or ``t5``.
         rope_base, rope_layout: RoPE's base (10000) and pairing (``half`` or ``interleaved``).
         max_relative_position: k, the clipping distance of ``relpos`` (2k + 1 learned vectors).
+        num_buckets, max_distance: ``t5``'s buckets (at least 4) and the distance (above num_buckets / 2)
+            from which every distance shares the last bucket.
         causal: attend only to j <= i.
         window: None, or w: attend only to |j - i| <= w.
         normalizer: ``softmax``, ``sparsemax`` or ``entmax15``.
         qk_norm: RMS-normalise query and key heads.
+        soft_cap: None (no capping), or c > 0: scores become c · tanh(score / c).
         bias: biases on the projections.
         dropout: dropout on the attention weights while training.
         context_dim: C, the width of ``context`` for cross-attention; None: E when ``embed_dim`` is given,
@@ -136,10 +142,13 @@ class Attention(AttendHeads, LazyLayer):
         rope_base: float = 10000.0,
         rope_layout: str = "half",
         max_relative_position: int = 16,
+        num_buckets: int = 32,
+        max_distance: int = 128,
         causal: bool = False,
         window: int | None = None,
         normalizer: str = "softmax",
         qk_norm: bool = False,
+        soft_cap: float | None = None,
         bias: bool = False,
         dropout: float = 0.0,
         context_dim: int | None = None,
@@ -172,6 +181,8 @@ class Attention(AttendHeads, LazyLayer):
             raise ValueError(f"{name}: causal must be true or false, got {causal!r}")
         check_positive(name, "window", window)
         check_positive(name, "max_relative_position", max_relative_position, allow_none=False)
+        check_buckets(name, num_buckets, max_distance)
+        check_soft_cap(name, soft_cap)
         check_positive(name, "context_dim", context_dim)
         check_normalizer(name, normalizer)
         check_probability(name, "dropout", dropout)
@@ -180,8 +191,9 @@ class Attention(AttendHeads, LazyLayer):
         self.num_heads, self.num_kv_heads = num_heads, kv
         self.positions, self.rope_base, self.rope_layout = positions, float(rope_base), rope_layout
         self.max_relative_position = max_relative_position
+        self.num_buckets, self.max_distance = num_buckets, max_distance
         self.causal, self.window, self.normalizer = causal, window, normalizer
-        self.qk_norm, self.bias, self.dropout = qk_norm, bias, dropout
+        self.qk_norm, self.soft_cap, self.bias, self.dropout = qk_norm, soft_cap, bias, dropout
         self.layout, self.output_projection = layout, output_projection or layout != "query_key_value"
         if embed_dim is not None:
             self._check_embed_dim(embed_dim)
@@ -259,6 +271,8 @@ class Attention(AttendHeads, LazyLayer):
         if self.positions == "relpos":
             span = 2 * self.max_relative_position + 1
             shapes.update({"rel_key": (span, d), "rel_value": (span, d)})
+        if self.positions == "t5":
+            shapes["rel_bias"] = (self.num_buckets, self.num_heads)
         return shapes
 
     def _sizes_from_parameters(self):
@@ -364,16 +378,8 @@ class Attention(AttendHeads, LazyLayer):
         hint = _TWO_D_HINT if isinstance(x, Tensor) and x.dim() == 2 else ""
         check_input(self.name, "x", x, ("batch", "seq", e or "embed_dim"), hint=hint, like=like)
         batch, seq, _ = x.shape
-        if cache is not None and not isinstance(cache, KVCache):
-            raise ValueError(
-                f"{self.name} expects cache to come from layer.new_cache(batch), got {type(cache).__name__}"
-            )
-        if cache is not None and cache.batch_size != batch:
-            raise ValueError(
-                f"{self.name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}"
-            )
         if cache is not None:
-            cache.claim(self, self.name)
+            check_cache(cache, self, self.name, batch)
         if context is None:
             if context_mask is not None:
                 raise ValueError(f"{self.name}: context_mask without context; pass context=[batch, S, C] with it")
@@ -405,7 +411,7 @@ class Attention(AttendHeads, LazyLayer):
         mask3 = check_mask(self.name, mask, batch, seq, seq, like=x)
         x = neutralise(x, attended_keys(mask3))  # keys no query attends to: padding, whatever it holds
         # one cached step of a softmax layer reads no positions (RoPE reads its tables; see pattern_holds below)
-        step = cache is not None and seq == 1 and self.normalizer == "softmax" and self.positions in ("none", "rope")
+        step = cache is not None and seq == 1 and self._plain_scores()
         positions = None if step else torch.arange(start, start + seq, device=x.device)
         q = self._normed(self._heads(x, 0, self.num_heads), "q")
         tables = self._rope_at(start, seq, q) if self.positions == "rope" else None
@@ -472,16 +478,16 @@ class Attention(AttendHeads, LazyLayer):
         return self._attend(q, k, v, allowed, positions, key_positions, return_attention)
 
     def extra_repr(self) -> str:
+        # each option where it differs from plain multi-head attention, then the layout
+        options = {
+            "num_kv_heads": (self.num_kv_heads, self.num_heads),
+            "positions": (self.positions, "none"),
+            "causal": (self.causal, False),
+            "window": (self.window, None),
+            "normalizer": (self.normalizer, "softmax"),
+            "qk_norm": (self.qk_norm, False),
+            "soft_cap": (self.soft_cap, None),
+        }
         parts = [f"embed_dim={self.embed_dim}", f"num_heads={self.num_heads}"]
-        if self.num_kv_heads != self.num_heads:
-            parts.append(f"num_kv_heads={self.num_kv_heads}")
-        if self.positions != "none":
-            parts.append(f"positions={self.positions}")
-        if self.causal:
-            parts.append("causal=True")
-        if self.window is not None:
-            parts.append(f"window={self.window}")
-        if self.normalizer != "softmax":
-            parts.append(f"normalizer={self.normalizer}")
-        parts.append(f"layout={self.layout}")
-        return ", ".join(parts)
+        parts += [f"{key}={value}" for key, (value, plain) in options.items() if value != plain]
+        return ", ".join([*parts, f"layout={self.layout}"])

@@ -14,7 +14,7 @@ from attnzoo.layers.core import (
     tracing,
 )
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "check_cache"]
 
 
 class KVCache:
@@ -188,3 +188,13 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"KVCache(batch_size={self.batch_size}, held={len(self)}, seen={self.length}, limit={self.limit})"
+
+
+def check_cache(cache: object, layer: nn.Module, name: str, batch: int) -> None:
+    """Raise ``ValueError`` unless ``cache`` is a :class:`KVCache` made for ``batch`` sequences, then tie it
+    to ``layer`` (:meth:`KVCache.claim`): what a layer checks of the cache it is called with."""
+    if not isinstance(cache, KVCache):
+        raise ValueError(f"{name} expects cache to come from layer.new_cache(batch), got {type(cache).__name__}")
+    if cache.batch_size != batch:
+        raise ValueError(f"{name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}")
+    cache.claim(layer, name)

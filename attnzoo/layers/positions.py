@@ -1,7 +1,8 @@
-"""Positions for the attention core: RoPE (half or interleaved layout), ALiBi's head slopes.
+"""Positions for the attention core: RoPE (half or interleaved layout), ALiBi's head slopes, T5's buckets.
 
 rotate(x, p)[..., i]  = x_i cos(p θ_i) - x_{i'} sin(p θ_i),  θ_i = base^(-2i/d)   (i' the pair of i)
 ALiBi:  scores_hij -= m_h |i - j|,  m_h = 2^(-8h/H)  (the geometric slopes of Press et al. 2022)
+T5:     scores_hij += B[bucket(j - i), h]  (a learned scalar per head and bucket of the distance)
 """
 
 from __future__ import annotations
@@ -11,10 +12,21 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["POSITIONS", "ROPE_LAYOUTS", "alibi_slopes", "full_tables", "rotate", "rope_tables", "turn", "turn_full"]
+__all__ = [
+    "POSITIONS",
+    "ROPE_LAYOUTS",
+    "alibi_slopes",
+    "t5_buckets",
+    "check_buckets",
+    "full_tables",
+    "rotate",
+    "rope_tables",
+    "turn",
+    "turn_full",
+]
 
 
-POSITIONS = ("none", "rope", "alibi", "relpos")
+POSITIONS = ("none", "rope", "alibi", "relpos", "t5")
 ROPE_LAYOUTS = ("half", "interleaved")
 
 
@@ -31,6 +43,41 @@ def alibi_slopes(heads: int) -> Tensor:
     if base < heads:
         slopes += powers(2 * base)[0::2][: heads - base]
     return torch.tensor(slopes)
+
+
+def check_buckets(layer: str, num_buckets: object, max_distance: object) -> None:
+    """Constructor check of T5's buckets: at least 4 (two halves of two), and a ``max_distance`` beyond the
+    exact buckets (the log's range is empty otherwise)."""
+    if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or num_buckets < 4:
+        raise ValueError(f"{layer}: num_buckets must be an int of at least 4 (T5's is 32), got {num_buckets!r}")
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or max_distance <= num_buckets // 2:
+        raise ValueError(
+            f"{layer}: max_distance must be an int above num_buckets / 2 = {num_buckets // 2} (T5's is 128 for 32 "
+            f"buckets), got {max_distance!r}"
+        )
+
+
+def t5_buckets(relative: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucket of each relative position ``relative = j - i`` (any shape, integers): the same shape, in
+    [0, num_buckets). Bidirectional (an encoder), half the buckets go to keys after the query (j > i) and
+    half to the rest; causal (a decoder), every bucket goes to keys at or before it (j > i reads bucket 0).
+    Within a half of n buckets, the n/2 nearest distances get one bucket each, and the distances from n/2
+    up to ``max_distance`` share the other n/2 logarithmically (farther ones the last bucket):
+    ``n/2 + floor(log(r / (n/2)) / log(max_distance / (n/2)) · n/2)``, Raffel et al. 2020."""
+    bucket = torch.zeros_like(relative)
+    if bidirectional:
+        num_buckets //= 2
+        bucket = (relative > 0).to(relative.dtype) * num_buckets
+        distance = relative.abs()
+    else:
+        distance = (-relative).clamp(min=0)
+    exact = num_buckets // 2
+    # the float form of the log's argument: distances below `exact` take the exact branch (a log of 0 there
+    # is never read, and is clamped so that no inf reaches the integer conversion)
+    scaled = torch.log(distance.float().clamp(min=exact) / exact) / math.log(max_distance / exact)
+    far = exact + (scaled * (num_buckets - exact)).to(relative.dtype)
+    far = far.clamp(max=num_buckets - 1)
+    return bucket + torch.where(distance < exact, distance, far)
 
 
 def rotate(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "half") -> Tensor:

@@ -1,23 +1,57 @@
 """A prediction's attention drawn as a heat map (``attnzoo predict --attention out.png``,
 ``result.plot_attention(path)``, ``attnzoo.plot_attention(result, path)``: one code path for the three):
-rows are labels or phonemes, columns the tokens or letters."""
+rows are labels or phonemes, columns the tokens or letters.
+
+The drawing reads a prediction through :class:`Attended`, the fields it draws, so that this module needs
+nothing of :mod:`attnzoo.train.predict` (whose ``Prediction.plot_attention`` calls it)."""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from attnzoo.errors import ConfigError
 from attnzoo.io.figures import pyplot
 
 if TYPE_CHECKING:
-    from attnzoo.train.predict import Prediction
+    import torch
 
-__all__ = ["attention_figure", "plot_attention", "as_written"]
+__all__ = ["Attended", "attention_figure", "plot_attention", "as_written"]
 
 
-def attention_figure(prediction: Prediction, title: str = ""):
+class ShownLabel(Protocol):
+    """A label row of the drawing: its name, probability and side of the threshold."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def probability(self) -> float: ...
+    @property
+    def above_threshold(self) -> bool: ...
+
+
+class Attended(Protocol):
+    """What a heat map is drawn from (``attnzoo.train.predict.Prediction`` is one): ``attention``
+    [rows, tokens], what each row is, the tokens, the output kind, and for labels their scores and the
+    decision threshold."""
+
+    @property
+    def output(self) -> str: ...
+    @property
+    def tokens(self) -> list[str]: ...
+    @property
+    def rows(self) -> list[str]: ...
+    @property
+    def labels(self) -> Sequence[ShownLabel]: ...
+    @property
+    def threshold(self) -> float | None: ...
+    @property
+    def attention(self) -> torch.Tensor | None: ...
+
+
+def attention_figure(prediction: Attended, title: str = ""):
     """A heat map of a prediction's attention with a colour bar: rows are labels (their probability beside
     them, a dashed line under the last one at or above the threshold) or phonemes, columns the tokens (or
     letters). Texts are drawn as written (never as mathtext). Returns the matplotlib figure."""
@@ -63,7 +97,7 @@ def as_written(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def plot_attention(result: Prediction, path: str | Path, title: str = "") -> Path:
+def plot_attention(result: Attended, path: str | Path, title: str = "") -> Path:
     """Draw what ``attnzoo.predict(..., return_attention=True)`` returned into ``path`` (.png, .pdf, .svg):
     the picture ``attnzoo predict --attention`` draws."""
     fig = attention_figure(result, title)

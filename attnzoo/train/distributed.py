@@ -7,10 +7,11 @@ The device: ``auto`` is ``cuda:LOCAL_RANK`` where CUDA is there, else the CPU; `
 ``cuda:LOCAL_RANK`` too (each process on its own GPU: torchrun starts one process a GPU, numbered by
 LOCAL_RANK on each machine); ``cuda:N`` and ``cpu`` are taken as given. The backend follows the device:
 NCCL for CUDA tensors, gloo for the CPU's. The process group is initialised when the world size is over 1
-(torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` say where the ranks meet). Before it waits for its peers a
-process says on stderr which ranks it waits for and at which address, and it stops after
-``ATTNZOO_DIST_TIMEOUT`` seconds (default 300, not torch's 30 minutes) with a ``ConfigError`` saying the
-same: a ``RANK`` / ``WORLD_SIZE`` set by hand with no peer started ends in minutes, not in silence.
+(torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` say where the ranks meet); :func:`process_group` destroys
+the group it made when the run ends, on an error too (one a caller made before stays theirs). Before it
+waits for its peers a process says on stderr which ranks it waits for and at which address, and it stops
+after ``ATTNZOO_DIST_TIMEOUT`` seconds (default 300, not torch's 30 minutes) with a ``ConfigError`` saying
+the same: a ``RANK`` / ``WORLD_SIZE`` set by hand with no peer started ends in minutes, not in silence.
 
 Without a process group (one process) every collective here is the identity, so a task's evaluation and
 the trainer's bookkeeping call them unconditionally.
@@ -21,6 +22,8 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,19 +31,21 @@ import torch
 
 from attnzoo.errors import ConfigError
 
-__all__ = ["Setup", "setup", "active", "all_sum", "all_gather_objects", "barrier"]
+__all__ = ["Setup", "setup", "process_group", "active", "all_sum", "all_gather_objects", "barrier"]
 
 
 @dataclass(frozen=True)
 class Setup:
     """Where this process trains: its rank among ``world_size`` processes, its rank on its own machine
-    (``local_rank``), its device and the process group's backend (``nccl`` or ``gloo``)."""
+    (``local_rank``), its device, the process group's backend (``nccl`` or ``gloo``), and whether this
+    setup made the group (``made_group``: it is then this run's to destroy)."""
 
     rank: int
     world_size: int
     local_rank: int
     device: torch.device
     backend: str
+    made_group: bool = False
 
 
 def _environment_int(name: str, default: int, lowest: int) -> int:
@@ -111,9 +116,28 @@ def setup(device: str | None = "auto", *, batch_size: int | None = None) -> Setu
     backend = "nccl" if where.type == "cuda" else "gloo"
     if where.type == "cuda":
         torch.cuda.set_device(where)
-    if world > 1 and not torch.distributed.is_initialized():
+    made = _needs_group(world) and not torch.distributed.is_initialized()
+    if made:
         _join(backend, rank, world)
-    return Setup(rank, world, local_rank, where, backend)
+    return Setup(rank, world, local_rank, where, backend, made)
+
+
+def _needs_group(world: int) -> bool:
+    """Whether a run of ``world`` processes needs a process group: one process needs none."""
+    return world > 1
+
+
+@contextmanager
+def process_group(device: str | None = "auto", *, batch_size: int | None = None) -> Iterator[Setup]:
+    """:func:`setup` for the length of a run: the process group it made (if any) is destroyed when the
+    block ends, by an error too, so that a second run in the same process starts from none and nothing
+    holds the rendezvous' sockets after training."""
+    where = setup(device, batch_size=batch_size)
+    try:
+        yield where
+    finally:
+        if where.made_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 ENV_TIMEOUT = "ATTNZOO_DIST_TIMEOUT"

@@ -13,7 +13,7 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -22,9 +22,7 @@ from attnzoo.errors import ConfigError, ThresholdWarning
 from attnzoo.io.folders import save
 from attnzoo.io.weights import encode_metadata, write_weights
 from attnzoo.train.metrics import better
-
-if TYPE_CHECKING:
-    from attnzoo.train.trainer import Run
+from attnzoo.train.run import RunState
 
 __all__ = ["finish", "weights_name", "threshold_setting", "float16_state", "card_metrics"]
 
@@ -33,20 +31,20 @@ def weights_name(recipe: dict[str, Any]) -> str:
     return f"{recipe['model']}-{recipe['tag']}.safetensors"
 
 
-def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any]:
+def finish(run: RunState, export: str | Path | None, baseline: bool) -> dict[str, Any]:
     """The shipped model (best epoch or average, in float16, threshold tuned on validation), scored on the
     test split and subset; the weights file, the run folder and report.json written. Every rank scores
     its rows (the counts are added); rank 0 writes and returns the report, the others {}."""
     from attnzoo.io.weights import read_weights
 
-    task, model, recipe = run.task, run.model, run.recipe
+    task, model, recipe = run.task, run.model, run.setup.recipe
     if run.port is not None:
         return _finish_port(run, baseline)
-    if run.average is not None and _judge_average(task, model, run.average, run.state, run.verbose):
+    if run.average is not None and _judge_average(task, model, run.average, run.state, run.setup.verbose):
         run.best_state = run.average
-        if run.rank == 0:
-            write_weights(run.average, run.best_path, overwrite=True, sidecar=True)
-    best = run.best_state if run.best_state is not None else read_weights(run.best_path, sha256=None)[0]
+        if run.setup.rank == 0:
+            write_weights(run.average, run.setup.best_path, overwrite=True, sidecar=True)
+    best = run.best_state if run.best_state is not None else read_weights(run.setup.best_path, sha256=None)[0]
     model.load_state_dict(best)
     # the weights ship in float16: tune and measure the model as it will be loaded
     half = float16_state(model)
@@ -54,7 +52,7 @@ def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any
     notes = _decision_threshold(run)
     subset_size = int(recipe.get("check_subset", 2000))
     test, subset, metrics = card_metrics(task, model, subset_size)
-    if run.rank != 0:
+    if run.setup.rank != 0:
         return {}
     report = _report(run, test, subset, min(subset_size, run.split_sizes["test"]), baseline)
     report["warnings"] = notes
@@ -65,47 +63,49 @@ def finish(run: Run, export: str | Path | None, baseline: bool) -> dict[str, Any
         "license": task.license,
         "recipe": recipe,
         "check_subset": subset_size,
-        "seed": run.seed,
+        "seed": run.setup.seed,
         "torch_version": torch.__version__,
         "ran": report["ran"],
     }
     target = _write_weights(run, half, extra, export, report)
     # the run folder itself loads: attnzoo.load(output), attnzoo predict OUTPUT, attnzoo evaluate OUTPUT
     model.attnzoo_metadata = extra
-    save(model.cpu(), run.output, overwrite=True)
+    save(model.cpu(), run.setup.output, overwrite=True)
     report["card_entry"] = _card_entry(run, report, metrics, target)
-    run.output.mkdir(parents=True, exist_ok=True)
-    (run.output / "report.json").write_text(json.dumps(report, indent=1))
+    run.setup.output.mkdir(parents=True, exist_ok=True)
+    (run.setup.output / "report.json").write_text(json.dumps(report, indent=1))
     shown = report["subset"]["size"]  # what the subset really holds: the test split may be smaller
     whole = " (the whole test split)" if shown == len(task.splits["test"]) else ""
-    run.say(
+    run.setup.say(
         f"test: {test or 'no test split'}\nsubset[{shown}]{whole}: {subset}\nbaseline: {report['baseline']}\n"
         f"weights: {target} sha256 {report['sha256']} ({report['train_time_s'] / 60:.1f} min)\n"
-        f"run folder: {run.output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
+        f"run folder: {run.setup.output} (attnzoo.load, attnzoo predict and attnzoo evaluate take it)"
     )
     return report
 
 
-def _finish_port(run: Run, baseline: bool) -> dict[str, Any]:
+def _finish_port(run: RunState, baseline: bool) -> dict[str, Any]:
     """A fine-tuned port's end (port.py): the best epoch (or the kept average), scored on the test split,
     saved as the run folder in float32 with its tokenizer and the run's record in its metadata."""
     from attnzoo.io.weights import read_weights
 
-    task, model = run.task, run.model
-    if run.average is not None and _judge_average(task, model, run.average, run.state, run.verbose):
+    setup, task, model = run.setup, run.task, run.model
+    if run.average is not None and _judge_average(task, model, run.average, run.state, setup.verbose):
         run.best_state = run.average
-    model.load_state_dict(run.best_state if run.best_state is not None else read_weights(run.best_path, sha256=None)[0])
+    model.load_state_dict(
+        run.best_state if run.best_state is not None else read_weights(setup.best_path, sha256=None)[0]
+    )
     test = task.evaluate(model, task.splits["test"]) if run.split_sizes["test"] else {}
-    if run.rank != 0:
+    if setup.rank != 0:
         return {}
     report = _report(run, test, {}, 0, baseline)
-    if run.settings.get("lora") is not None:  # a Hugging Face base and its adapters (lora.py)
+    if setup.settings.get("lora") is not None:  # a Hugging Face base and its adapters (lora.py)
         from attnzoo.train.lora import save_lora
 
-        save_lora(model.cpu(), run.output, run.settings["lora"]["save"])
-        (run.output / "report.json").write_text(json.dumps(report, indent=1))
-        run.say(
-            f"test: {test or 'no test split'}\nrun folder: {run.output} (base/ and {run.settings['lora']['save']}/)"
+        save_lora(model.cpu(), setup.output, setup.settings["lora"]["save"])
+        (setup.output / "report.json").write_text(json.dumps(report, indent=1))
+        setup.say(
+            f"test: {test or 'no test split'}\nrun folder: {setup.output} (base/ and {setup.settings['lora']['save']}/)"
         )
         return report
     model.attnzoo_metadata = {
@@ -113,25 +113,27 @@ def _finish_port(run: Run, baseline: bool) -> dict[str, Any]:
         "metrics": {k: round(v, 4) for k, v in test.items()},
         "dataset": task.dataset,
         "license": task.license,
-        "recipe": run.recipe,
-        "seed": run.seed,
+        "recipe": setup.recipe,
+        "seed": setup.seed,
         "ran": report["ran"],
     }
-    save(model.cpu(), run.output, overwrite=True)
-    (run.output / "report.json").write_text(json.dumps(report, indent=1))
-    run.say(f"test: {test or 'no test split'}\nrun folder: {run.output} (attnzoo.load takes it, with its tokenizer)")
+    save(model.cpu(), setup.output, overwrite=True)
+    (setup.output / "report.json").write_text(json.dumps(report, indent=1))
+    setup.say(
+        f"test: {test or 'no test split'}\nrun folder: {setup.output} (attnzoo.load takes it, with its tokenizer)"
+    )
     return report
 
 
-def ran(run: Run) -> dict[str, Any]:
+def ran(run: RunState) -> dict[str, Any]:
     """What ran, for the run's record: precision, accumulation, processes, device and versions."""
     from attnzoo.version import __version__
 
-    device = run.device
+    device = run.setup.device
     return {
-        "precision": run.settings.get("precision") or "fp32",
-        "accumulate": run.settings.get("accumulate") or 1,
-        "world_size": run.world,
+        "precision": run.setup.settings.get("precision") or "fp32",
+        "accumulate": run.setup.settings.get("accumulate") or 1,
+        "world_size": run.setup.world,
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -154,7 +156,7 @@ def threshold_setting(task: Any) -> tuple[str, float | None]:
     return key, float(fixed)
 
 
-def _decision_threshold(run: Run) -> list[str]:
+def _decision_threshold(run: RunState) -> list[str]:
     """Set a multi-label task's decision threshold: the run's fixed one (``data.threshold``), else the best
     on validation; a validation split too small to tune on is a warning (returned, said and warned)."""
     task, model = run.task, run.model
@@ -179,25 +181,25 @@ def _decision_threshold(run: Run) -> list[str]:
         task.tune_threshold(model, val)
         return []
     # said once, as a warning: the command line prints it as "attnzoo: warning: ...", Python as warnings do
-    if run.rank == 0:
+    if run.setup.rank == 0:
         warnings.warn(note, ThresholdWarning, stacklevel=4)
     return [note]
 
 
-def _report(run: Run, test: dict, subset: dict, subset_size: int, baseline: bool) -> dict[str, Any]:
+def _report(run: RunState, test: dict, subset: dict, subset_size: int, baseline: bool) -> dict[str, Any]:
     task, state = run.task, run.state
     return {
-        "model": run.recipe["model"],
-        "tag": run.recipe["tag"],
+        "model": run.setup.recipe["model"],
+        "tag": run.setup.recipe["tag"],
         "task": task.name,
-        "world_size": run.world,
+        "world_size": run.setup.world,
         "split_sizes": run.split_sizes,
         "epochs": run.epochs,
         "best_epoch": state["best_epoch"],
         "stopped_early": state.get("stopped_early"),
         "average": state.get("average"),
         "history": state["history"],
-        "device": str(run.device),
+        "device": str(run.setup.device),
         "test": test,
         "subset": {"size": subset_size, **subset},
         "train_time_s": time.perf_counter() - run.started,
@@ -208,24 +210,24 @@ def _report(run: Run, test: dict, subset: dict, subset_size: int, baseline: bool
 
 
 def _write_weights(
-    run: Run, half: dict[str, torch.Tensor], extra: dict[str, Any], export: str | Path | None, report: dict
+    run: RunState, half: dict[str, torch.Tensor], extra: dict[str, Any], export: str | Path | None, report: dict
 ) -> Path:
     """The float16 weights file with its metadata, in the run folder or (never replacing one) in ``export``."""
 
-    recipe = run.recipe
+    recipe = run.setup.recipe
     config = {**run.sizes, **recipe.get("config", {})}
     spec = model_info(recipe["model"])
     metadata = encode_metadata(recipe["model"], spec.factory_name, config, extra)
     file_name = weights_name(recipe)
-    target = Path(export) / file_name if export else run.output / file_name
+    target = Path(export) / file_name if export else run.setup.output / file_name
     report["weights"] = str(target)
     report["sha256"] = write_weights(half, target, metadata=metadata, overwrite=not export, sidecar=not export)
     return target
 
 
-def _card_entry(run: Run, report: dict[str, Any], metrics: dict[str, Any], target: Path) -> dict[str, Any]:
+def _card_entry(run: RunState, report: dict[str, Any], metrics: dict[str, Any], target: Path) -> dict[str, Any]:
     """The card's ``weights`` entry for this run, ready to paste into registry/MODEL.yaml."""
-    task, recipe = run.task, run.recipe
+    task, recipe = run.task, run.setup.recipe
     return {
         recipe["tag"]: {
             "file": target.name,
@@ -238,9 +240,9 @@ def _card_entry(run: Run, report: dict[str, Any], metrics: dict[str, Any], targe
             "dataset": task.dataset,
             "license": task.license,
             "recipe": f"attnzoo/train/recipes/{recipe.get('recipe_file', 'flags')}",
-            "seed": run.seed,
+            "seed": run.setup.seed,
             "data": report["data"],
-            "train_time": _describe_time(report["train_time_s"], run.epochs, run.device),
+            "train_time": _describe_time(report["train_time_s"], run.epochs, run.setup.device),
             "splits": run.split_sizes,
             "baseline": {
                 "model": "TF-IDF word 1-2 grams + linear SVM",

@@ -27,26 +27,26 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from attnzoo.core import create, model_info
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, extra_import_message
 from attnzoo.io.weights import write_weights
 from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoint
-from attnzoo.train.distributed import all_gather_objects, all_sum, barrier, setup
+from attnzoo.train.distributed import Setup, all_gather_objects, all_sum, barrier, process_group
 from attnzoo.train.lora import check_lora, lora_port
 from attnzoo.train.metrics import better
 from attnzoo.train.port import build_port_task, fit_port, is_port, load_port
 from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
+from attnzoo.train.run import RunSetup, RunState
 from attnzoo.train.steps import Stepper, check_precision
 from attnzoo.train.tasks import build_task
 
-__all__ = ["train", "Run", "model_sizes", "check_label_memory"]
+__all__ = ["train", "model_sizes", "check_label_memory"]
 
 
 def _restore_schedule(scheduler, step: int) -> None:
@@ -91,11 +91,11 @@ def _progress(total: int, enabled: bool, description: str):
     )
 
 
-def _epochs_within(budget_min: float, run: Run, epochs: int) -> int:
+def _epochs_within(budget_min: float, run: RunState, epochs: int) -> int:
     """How many epochs fit in ``budget_min`` minutes, from 20 timed training steps (after 3 warm-up steps);
     the weights and optimizer state are restored afterwards, so the measurement leaves no trace. Rank 0's
     measure decides for every rank."""
-    model, optimizer, device = run.model, run.optimizer, run.device
+    model, optimizer, device = run.model, run.optimizer, run.setup.device
     saved_model = {k: v.clone() for k, v in model.state_dict().items()}
     saved_opt = optimizer.state_dict()
     saved_opt = {
@@ -106,9 +106,11 @@ def _epochs_within(budget_min: float, run: Run, epochs: int) -> int:
         "param_groups": saved_opt["param_groups"],
     }
     generator = torch.Generator().manual_seed(12345)
-    accumulate = run.settings.get("accumulate") or 1
-    steps = run.task.steps(run.settings["batch_size"], accumulate=accumulate, generator=generator)
-    stepper = Stepper(run.task, model, optimizer, device=device, precision=run.settings.get("precision") or "fp32")
+    accumulate = run.setup.settings.get("accumulate") or 1
+    steps = run.task.steps(run.setup.settings["batch_size"], accumulate=accumulate, generator=generator)
+    stepper = Stepper(
+        run.task, model, optimizer, device=device, precision=run.setup.settings.get("precision") or "fp32"
+    )
     model.train()
     elapsed = 0.0
     for n, passes in zip(range(23), steps, strict=False):
@@ -145,14 +147,16 @@ def model_sizes(model_name: str, sizes: dict[str, int]) -> dict[str, int]:
 
 
 def _have_sklearn(verbose: bool) -> bool:
-    """The TF-IDF baseline needs scikit-learn (the train extra); without it the baseline is skipped, said once."""
-    import importlib.util
-
-    if importlib.util.find_spec("sklearn") is not None:
-        return True
-    if verbose:
-        print("baseline skipped: the TF-IDF baseline needs scikit-learn (pip install 'attnzoo[train]')", flush=True)
-    return False
+    """The TF-IDF baseline needs scikit-learn (the train extra); without it (or with one that fails to import)
+    the baseline is skipped, said once, with extra_import_message's reason."""
+    try:
+        import sklearn  # noqa: F401
+    except Exception as e:
+        if verbose:
+            what = "baseline skipped: the TF-IDF baseline needs scikit-learn"
+            print(extra_import_message(what, "train", e, "sklearn"), flush=True)
+        return False
+    return True
 
 
 def _stop_early(state: dict[str, Any], patience: int, epochs: int) -> bool:
@@ -186,47 +190,6 @@ def _check_run_folder(output: Path, resume: bool, overwrite: bool) -> None:
         )
 
 
-@dataclass
-class Run:
-    """One training run's parts, made by the first steps of :func:`train` and used by the later ones."""
-
-    recipe: dict[str, Any]
-    settings: dict[str, Any]
-    output: Path
-    rank: int
-    world: int
-    verbose: bool
-    seed: int
-    started: float
-    task: Any = None
-    model: Any = None
-    optimizer: Any = None
-    scheduler: Any = None
-    device: Any = None
-    stepper: Any = None  # steps.Stepper: precision and accumulation
-    sizes: dict[str, int] = field(default_factory=dict)
-    split_sizes: dict[str, int] = field(default_factory=dict)  # rows per split, over every rank
-    epochs: int = 0
-    steps_per_epoch: int = 1
-    state: dict[str, Any] = field(default_factory=dict)
-    average: dict[str, torch.Tensor] | None = None  # the mean weights of the last average_last epochs
-    best_state: dict[str, torch.Tensor] | None = None  # the best epoch's weights (every rank holds them)
-    smoothing: float = 0.0  # train.label_smoothing, given to the task's loss
-    port: Any = None  # the converted keras-hub model a run fine-tunes (port.py), else None
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.output / "checkpoint"
-
-    @property
-    def best_path(self) -> Path:
-        return self.output / "best.safetensors"
-
-    def say(self, text: str) -> None:
-        if self.verbose:
-            print(text, flush=True)
-
-
 def train(
     recipe: dict[str, Any],
     *,
@@ -243,30 +206,42 @@ def train(
     ``stop_after`` ends this run after that many epochs (the schedule still spans the recipe's
     epochs); ``resume=True`` continues from the checkpoint in ``output``. The steps: set up the run,
     build the task and model, the learning-rate schedule, restore a checkpoint, the epochs, and (rank 0)
-    the final scoring and the files.
+    the final scoring and the files. A process group the run made (torchrun) is destroyed when it ends,
+    by an error too.
     """
     _check_export(recipe, export)
-    run = _start(recipe, output, resume, overwrite, quiet)
+    settings = checked_numbers(recipe["train"])
+    settings["lora"] = check_lora(settings.get("lora"), port=is_port(recipe["model"]))
+    with process_group(settings.get("device", "auto"), batch_size=settings["batch_size"]) as where:
+        run = _start(recipe, settings, where, output, resume, overwrite, quiet)
+        return _train(run, resume, export, baseline, stop_after)
+
+
+def _train(
+    run: RunState, resume: bool, export: str | Path | None, baseline: bool, stop_after: int | None
+) -> dict[str, Any]:
+    """The run once set up: the task and model, the schedule, a checkpoint restored, the epochs, the end."""
+    recipe = run.setup.recipe
     if is_port(recipe["model"]):  # a converted keras-hub model's folder (port.py)
         run.port = load_port(recipe["model"])
-        run.task = build_port_task(recipe["task"], run.port.tokenizer, rank=run.rank, world=run.world)
+        run.task = build_port_task(recipe["task"], run.port.tokenizer, rank=run.setup.rank, world=run.setup.world)
     else:
-        run.task = build_task(recipe["task"], rank=run.rank, world=run.world)
+        run.task = build_task(recipe["task"], rank=run.setup.rank, world=run.setup.world)
     run.split_sizes = run.task.split_sizes()
     if not run.split_sizes["train"] or len(run.task.splits["train"]) == 0:
-        raise ConfigError(f"{run.world} processes for {run.split_sizes['train']} training rows: each needs one")
-    baseline = baseline and _have_sklearn(run.verbose)  # said at the start, not after the last epoch
-    if baseline and run.world > 1:
-        run.say("baseline skipped: the TF-IDF baseline fits every training row in one process; run it alone")
+        raise ConfigError(f"{run.setup.world} processes for {run.split_sizes['train']} training rows: each needs one")
+    baseline = baseline and _have_sklearn(run.setup.verbose)  # said at the start, not after the last epoch
+    if baseline and run.setup.world > 1:
+        run.setup.say("baseline skipped: the TF-IDF baseline fits every training row in one process; run it alone")
         baseline = False
     for note in getattr(run.task, "notes", []):
-        run.say(note)
+        run.setup.say(note)
     key, fixed = threshold_setting(run.task)  # a bad data.threshold fails now, not after training
     if fixed is None and hasattr(run.task, "threshold_problem") and run.split_sizes["val"]:
         problem = run.task.threshold_problem(run.task.splits["val"])
         if problem:  # said now too, so that a run can be stopped and given more validation data
-            run.say(f"note: {problem}; {key}=0.5 decides at a fixed 0.5 instead")
-    check_label_memory(run.task, run.settings["batch_size"])
+            run.setup.say(f"note: {problem}; {key}=0.5 decides at a fixed 0.5 instead")
+    check_label_memory(run.task, run.setup.settings["batch_size"])
     _build_model(run)
     _schedule(run, resume)
     data = run.task.describe_data()
@@ -275,8 +250,8 @@ def train(
     run.state["data"] = data
     last = _run_epochs(run, stop_after)
     if last < run.epochs:
-        run.say(f"stopped after epoch {last} of {run.epochs}; continue with --resume")
-        return {"stopped_after": last, "history": run.state["history"]} if run.rank == 0 else {}
+        run.setup.say(f"stopped after epoch {last} of {run.epochs}; continue with --resume")
+        return {"stopped_after": last, "history": run.state["history"]} if run.setup.rank == 0 else {}
     return finish(run, export, baseline)  # every rank scores; rank 0 writes and reports
 
 
@@ -297,11 +272,17 @@ def _check_export(recipe: dict[str, Any], export: str | Path | None) -> None:
         )
 
 
-def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, overwrite: bool, quiet: bool) -> Run:
-    """The process's place (distributed.py), threads, seed, precision and the run folder (checked before
-    any work)."""
-    settings = checked_numbers(recipe["train"])
-    where = setup(settings.get("device", "auto"), batch_size=settings["batch_size"])
+def _start(
+    recipe: dict[str, Any],
+    settings: dict[str, Any],
+    where: Setup,
+    output: str | Path | None,
+    resume: bool,
+    overwrite: bool,
+    quiet: bool,
+) -> RunState:
+    """The run's setup: precision checked for the process's device (distributed.py), threads, seed and the
+    run folder, all checked before any work; the state starts empty."""
     settings["precision"] = check_precision(settings.get("precision") or "fp32", where.device)
     world = where.world_size
     torch.set_num_threads(settings.get("threads") or max(1, (os.cpu_count() or 2) // world))
@@ -312,9 +293,8 @@ def _start(recipe: dict[str, Any], output: str | Path | None, resume: bool, over
     if where.rank == 0:
         _check_run_folder(folder, resume, overwrite)
     verbose = where.rank == 0 and not quiet
-    run = Run(recipe, settings, folder, where.rank, world, verbose, seed, time.perf_counter())
-    run.device = where.device
-    return run
+    run_setup = RunSetup(recipe, settings, folder, where.rank, world, verbose, seed, where.device)
+    return RunState(run_setup, time.perf_counter())
 
 
 def check_label_memory(task: Any, batch_size: int) -> None:
@@ -338,20 +318,20 @@ def check_label_memory(task: Any, batch_size: int) -> None:
             )
 
 
-def _build_model(run: Run) -> None:
+def _build_model(run: RunState) -> None:
     """The model sized for the task, on its device, and its optimizer; label smoothing checked."""
 
-    settings, task = run.settings, run.task
-    lora = settings["lora"] = check_lora(settings.get("lora"), port=run.port is not None)
+    settings, task = run.setup.settings, run.task
+    lora = settings["lora"]
     if run.port is not None:
-        run.model = fit_port(run.port, task, run.recipe.get("config", {}), run.say)
+        run.model = fit_port(run.port, task, run.setup.recipe.get("config", {}), run.setup.say)
         if lora is not None:  # peft on the port's Hugging Face form
             run.model = lora_port(run.model, lora, causal=task.lower_is_better)
-        run.model = run.model.to(run.device)
+        run.model = run.model.to(run.setup.device)
     else:
-        run.sizes = model_sizes(run.recipe["model"], task.model_config())
-        config = {**run.sizes, **run.recipe.get("config", {})}
-        run.model = create(run.recipe["model"], config=config, device=run.device)
+        run.sizes = model_sizes(run.setup.recipe["model"], task.model_config())
+        config = {**run.sizes, **run.setup.recipe.get("config", {})}
+        run.model = create(run.setup.recipe["model"], config=config, device=run.setup.device)
     run.optimizer = torch.optim.AdamW(
         run.model.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay") or 0.0
     )
@@ -363,34 +343,34 @@ def _build_model(run: Run) -> None:
         )
     run.smoothing = smoothing
     # several processes: DDP wraps the model, with this process's GPU (None on the CPU)
-    ids = [run.device.index] if run.device.type == "cuda" else None
-    ddp = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids) if run.world > 1 else None
+    ids = [run.setup.device.index] if run.setup.device.type == "cuda" else None
+    ddp = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids) if run.setup.world > 1 else None
     run.stepper = Stepper(
         task,
         run.model,
         run.optimizer,
-        device=run.device,
+        device=run.setup.device,
         precision=settings["precision"],
         clip=settings.get("clip"),
         smoothing=smoothing,
         ddp=ddp,
-        world=run.world,
+        world=run.setup.world,
     )
 
 
-def _schedule(run: Run, resume: bool) -> None:
+def _schedule(run: RunState, resume: bool) -> None:
     """How many epochs (the recipe's, what fits a time budget, or the checkpoint's), and the learning rate:
     linear warm-up, then cosine to 10 % of ``lr``."""
-    settings = run.settings
+    settings = run.setup.settings
     epochs = settings["epochs"]
     step_rows = settings["batch_size"] * (settings.get("accumulate") or 1)  # rows an optimizer step takes
     run.steps_per_epoch = steps_per_epoch = max(1, run.split_sizes["train"] // step_rows)
     if settings.get("time_budget_min") and not resume:
         budget = settings["time_budget_min"]
         epochs = _epochs_within(budget, run, epochs)
-        run.say(f"{epochs} epochs fit in the time budget of {budget} min")
-    elif resume and run.checkpoint.is_dir():
-        epochs = read_record(run.checkpoint)[0]["epochs"]
+        run.setup.say(f"{epochs} epochs fit in the time budget of {budget} min")
+    elif resume and run.setup.checkpoint.is_dir():
+        epochs = read_record(run.setup.checkpoint)[0]["epochs"]
     run.epochs = epochs
     warmup = settings.get("warmup_steps") or 0
 
@@ -404,38 +384,38 @@ def _schedule(run: Run, resume: bool) -> None:
     run.state = {"epoch": 0, "best": None, "best_epoch": None, "history": [], "elapsed": 0.0, "epochs": epochs}
 
 
-def _resume(run: Run, data: str) -> None:
+def _resume(run: RunState, data: str) -> None:
     """The last complete checkpoint's model, optimizer, random state, schedule step and best weights."""
-    if not run.checkpoint.is_dir():
-        raise ConfigError(f"--resume: no checkpoint in {run.checkpoint}")
-    run.state, saved = load_checkpoint(run.checkpoint, run.model, run.optimizer, data=data)
+    if not run.setup.checkpoint.is_dir():
+        raise ConfigError(f"--resume: no checkpoint in {run.setup.checkpoint}")
+    run.state, saved = load_checkpoint(run.setup.checkpoint, run.model, run.optimizer, data=data)
     run.average, run.best_state = saved.get("average"), saved.get("best")
     written = run.state.get("world_size", 1)
-    if written != run.world:
-        run.say(
-            f"resuming a run of {written} process(es) on {run.world}: the same steps (the order of the rows "
+    if written != run.setup.world:
+        run.setup.say(
+            f"resuming a run of {written} process(es) on {run.setup.world}: the same steps (the order of the rows "
             f"does not depend on the number of processes), up to summation order"
         )
     if run.state.get("scaler"):
         run.stepper.scaler.load_state_dict(run.state["scaler"])
-    if "best" in saved and run.rank == 0:  # the best weights as of the checkpoint, whatever a killed run left
-        write_weights(saved["best"], run.best_path, overwrite=True, sidecar=True)
+    if "best" in saved and run.setup.rank == 0:  # the best weights as of the checkpoint, whatever a killed run left
+        write_weights(saved["best"], run.setup.best_path, overwrite=True, sidecar=True)
     # the scheduler's own step count (an epoch's batches are ceil(n / batch), not steps_per_epoch)
     _restore_schedule(run.scheduler, int(run.state.get("step", run.state["epoch"] * run.steps_per_epoch)))
     run.started -= run.state["elapsed"]
 
 
-def _run_epochs(run: Run, stop_after: int | None) -> int:
+def _run_epochs(run: RunState, stop_after: int | None) -> int:
     """Train, validate and checkpoint epoch after epoch; returns the last epoch this run was to reach (the
     recipe's last one when it stopped early)."""
     last = run.epochs if stop_after is None else min(run.epochs, run.state["epoch"] + stop_after)
-    patience = run.settings.get("patience")  # early stopping: epochs without a better validation score
+    patience = run.setup.settings.get("patience")  # early stopping: epochs without a better validation score
     for epoch in range(run.state["epoch"], last):
         loss = _train_epoch(run, epoch)
         _end_epoch(run, epoch, loss)
         barrier()
         if patience is not None and _stop_early(run.state, patience, run.epochs):
-            run.say(
+            run.setup.say(
                 f"early stop: no better validation {run.task.main_metric} for {patience} epochs; the best is "
                 f"epoch {run.state['best_epoch']}"
             )
@@ -444,13 +424,13 @@ def _run_epochs(run: Run, stop_after: int | None) -> int:
     return last
 
 
-def _train_epoch(run: Run, epoch: int) -> float:
+def _train_epoch(run: RunState, epoch: int) -> float:
     """One pass over the training split, in the epoch's seeded order (this rank: the rows it holds of
     each step); the mean loss of the steps, over every rank."""
     run.model.train()
-    settings = run.settings
-    generator = torch.Generator().manual_seed(run.seed * 1000 + epoch)
-    bar = _progress(run.steps_per_epoch, run.verbose, f"epoch {epoch + 1}/{run.epochs}")
+    settings = run.setup.settings
+    generator = torch.Generator().manual_seed(run.setup.seed * 1000 + epoch)
+    bar = _progress(run.steps_per_epoch, run.setup.verbose, f"epoch {epoch + 1}/{run.epochs}")
     total, count = 0.0, 0
     accumulate = settings.get("accumulate") or 1
     for passes in run.task.steps(settings["batch_size"], accumulate=accumulate, generator=generator):
@@ -464,11 +444,11 @@ def _train_epoch(run: Run, epoch: int) -> float:
     return all_sum(torch.tensor(total, dtype=torch.float64)).item() / max(count, 1)
 
 
-def _end_epoch(run: Run, epoch: int, loss: float) -> None:
+def _end_epoch(run: RunState, epoch: int, loss: float) -> None:
     """After an epoch, on every rank: the running average and validation (every rank's rows); rank 0
     writes the checkpoint and the best weights."""
     state, model = run.state, run.model
-    average_last = run.settings.get("average_last") or 0
+    average_last = run.setup.settings.get("average_last") or 0
     if average_last and epoch + 1 > run.epochs - average_last:
         averaged = state.get("averaged_epochs", 0)
         run.average = _running_mean(run.average, model.state_dict(), averaged)
@@ -482,15 +462,15 @@ def _end_epoch(run: Run, epoch: int, loss: float) -> None:
         run.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     state["epoch"], state["step"] = epoch + 1, run.scheduler.last_epoch
     state["elapsed"] = time.perf_counter() - run.started
-    state["world_size"] = run.world
+    state["world_size"] = run.setup.world
     if run.stepper.scaler.is_enabled():
         state["scaler"] = run.stepper.scaler.state_dict()
-    if run.rank == 0:
+    if run.setup.rank == 0:
         best = run.best_state if improved else None
-        save_checkpoint(run.checkpoint, model, run.optimizer, state, best=best, average=run.average)
+        save_checkpoint(run.setup.checkpoint, model, run.optimizer, state, best=best, average=run.average)
         if best is not None:  # after the checkpoint: a resume restores best_path from it
-            write_weights(best, run.best_path, overwrite=True, sidecar=True)
-    run.say(
+            write_weights(best, run.setup.best_path, overwrite=True, sidecar=True)
+    run.setup.say(
         f"epoch {epoch + 1}/{run.epochs}: train loss {loss:.4f}, val "
         + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
         + f" ({state['elapsed'] / 60:.1f} min)"

@@ -156,16 +156,24 @@ TRAIN_EXTRA = {"sklearn": "scikit-learn", "tqdm": "tqdm"}
 
 
 def _require_train_extra(baseline: bool) -> None:
-    """Checked before any work: a run must not train for an hour and then miss a package."""
-    import importlib.util
+    """Checked before any work: a run must not train for an hour and then miss a package (or find it broken:
+    each is imported, and extra_import_message says which way it failed)."""
+    import importlib
+
+    from attnzoo.errors import extra_import_message
 
     needed = {m: p for m, p in TRAIN_EXTRA.items() if baseline or m != "sklearn"}
-    missing = [package for module, package in needed.items() if importlib.util.find_spec(module) is None]
-    if missing:
-        raise UsageError(
-            f"attnzoo train needs the train extra ({', '.join(missing)} missing): pip install 'attnzoo[train]'"
-            + ("; or --no-baseline to train without the scikit-learn baseline" if missing == ["scikit-learn"] else "")
-        )
+    failed: dict[str, BaseException] = {}
+    for module, package in needed.items():
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # absent, or installed and broken
+            failed[package] = e
+    if failed:
+        what = f"attnzoo train needs the train extra ({', '.join(failed)})"
+        message = extra_import_message(what, "train", next(iter(failed.values())), *needed)
+        no_baseline = "; or --no-baseline to train without the scikit-learn baseline"
+        raise UsageError(message + (no_baseline if list(failed) == ["scikit-learn"] else ""))
 
 
 def _recipe_from_flags(args: argparse.Namespace, flags: dict) -> dict:

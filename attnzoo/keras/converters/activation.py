@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -10,7 +12,7 @@ from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
 from attnzoo.keras.codegen import literal
 from attnzoo.keras.emit import Writer
 from attnzoo.keras.emit.checks import dim_text, dims, number
-from attnzoo.keras.nodes import Node, writes
+from attnzoo.keras.nodes import Node, activation_logits, writes
 from attnzoo.keras.registry import Converted, keras_layer
 
 __all__ = ["Activation", "PReLU", "Softmax", "keras_softmax", "ACTIVATION_SOURCE", "written_activation", "activated"]
@@ -20,6 +22,7 @@ class Activation(Node):
     """``Activation(name)`` and the activation layers ``ReLU``, ``LeakyReLU``, ``ELU``."""
 
     op = "activation"
+    logits = activation_logits
     reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 
@@ -111,6 +114,11 @@ class Softmax(Node):
 
     op = "softmax"
     supports_masking = True
+
+    @classmethod
+    def logits(cls, spec: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """The layer is the softmax: an identity in its place gives the logits."""
+        return "softmax", {"op": "identity", "keras": spec["keras"]}
 
     def __init__(self, *, axis: int | list[int] = -1, keras3: bool = True) -> None:
         super().__init__()

@@ -134,6 +134,7 @@ class CategoryEncoding(Node):
     :func:`encode` (``one_hot``, ``multi_hot`` or ``count``)."""
 
     op = "category_encoding"
+    ids_below = "num_tokens"  # Keras does not cast its input: integer values only
     makes_float32 = encodes_floats("multi_hot")
     reads_mask = False  # compute never reads the mask: the emitted call passes none
 

@@ -28,7 +28,7 @@ from attnzoo.keras.codegen import literal
 from attnzoo.keras.converters.activation import activated, written_activation
 from attnzoo.keras.emit import Writer
 from attnzoo.keras.emit.checks import plain
-from attnzoo.keras.nodes import Node, glorot_uniform, writes
+from attnzoo.keras.nodes import Node, activation_logits, glorot_uniform, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
 __all__ = [
@@ -129,6 +129,7 @@ class Conv(Node):
     extra on the right) and, for 1-D, ``causal`` (all on the left)."""
 
     op = "conv"
+    logits = activation_logits
     reads_mask = False  # compute never reads the mask: the emitted call passes none
 
     def __init__(

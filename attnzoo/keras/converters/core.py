@@ -15,7 +15,7 @@ from attnzoo.keras.codegen import literal
 from attnzoo.keras.converters.activation import activated, written_activation
 from attnzoo.keras.emit import Writer
 from attnzoo.keras.emit.checks import plain
-from attnzoo.keras.nodes import Node, glorot_uniform, writes
+from attnzoo.keras.nodes import Node, activation_logits, glorot_uniform, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import check_tokens
 
@@ -48,6 +48,7 @@ class Embedding(Node):
     ``mask_zero`` the output mask is ``ids != 0``."""
 
     op = "embedding"
+    ids_below, casts_to_ids = "input_dim", True
 
     def __init__(self, *, input_dim: int, output_dim: int, mask_zero: bool = False, name: str = "embedding") -> None:
         super().__init__()
@@ -109,6 +110,7 @@ class Dense(Node):
     """``Dense(units, activation, use_bias)`` on the last axis of any rank: ``weight`` [units, in]."""
 
     op = "dense"
+    logits = activation_logits
     reads_mask = False  # compute never reads the mask: the emitted call passes none
     supports_masking = True
 

@@ -1,4 +1,5 @@
-"""keras-hub's BERT family: ``BertBackbone`` and ``BertTextClassifier``, rebuilt from their arguments.
+"""keras-hub's BERT family: ``BertBackbone``, ``BertTextClassifier`` and ``BertMaskedLM``, rebuilt from their
+arguments.
 
 * ``BertBackbone``: token ids, segment ids, padding mask (dict inputs) -> ``token_embedding`` (tied
   ``ReversibleEmbedding``) + ``position_embedding`` + ``segment_embedding`` -> layer norm (ε 1e-12) and
@@ -7,6 +8,8 @@
   :]))`` [B, D].
 * ``BertTextClassifier``: its ``BertBackbone`` (a nested model) -> ``pooled_output`` -> dropout ->
   ``Dense(num_classes)`` ``logits`` [B, num_classes]. Its preprocessor (the tokenizer) is no part of the graph.
+* ``BertMaskedLM``: its ``BertBackbone`` and ``mask_positions`` [B, M] -> a ``MaskedLMHead`` (exact gelu,
+  ε 1e-5) tied to ``token_embedding`` -> logits [B, M, V] (:mod:`attnzoo.keras.converters.hub_masked_lm`).
 
 The layers are keras-hub's common ones (:mod:`attnzoo.keras.converters.hub_layers`) and Keras's own.
 
@@ -14,15 +17,17 @@ Hugging Face form (:data:`BERT`): ``BertModel`` (its pooler is ``pooled_dense``)
 ``BertForSequenceClassification`` (pooler -> dropout -> ``classifier``, as the task's ``pooled_output`` ->
 dropout -> ``logits``). keras-hub's encoder layers are transformers' BERT layers (post-norm, keys masked by
 the padding, positions 0, 1, ...; the tanh gelu, ``gelu_new``; ε 1e-12); ``segment_ids`` are
-``token_type_ids``. :func:`encoder_tensors` writes a keras-hub ``TransformerEncoder`` as a ``BertLayer``, which
-RoBERTa's family uses too.
+``token_type_ids``. ``BertMaskedLM`` has none: transformers' ``BertForMaskedLM`` head applies the
+encoder's activation and ε, keras-hub's the exact gelu and ε 1e-5. :func:`encoder_tensors` writes a keras-hub
+``TransformerEncoder`` as a ``BertLayer``, which RoBERTa's family uses too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from attnzoo.keras.hub_families import keras_hub_model
+from attnzoo.keras.converters.hub_masked_lm import masked_lm_graph
+from attnzoo.keras.hub_families import keras_hub_model, keras_hub_task
 from attnzoo.keras.hub_graph import (
     GELU_TANH,
     HubGraph,
@@ -49,25 +54,32 @@ __all__ = [
     "BERT",
     "encoder_config",
     "encoder_tensors",
+    "embedding_tensors",
+    "layer_tensors",
+    "BERT_LAYER",
+    "ACTIVATIONS",
     "labels",
     "pooled_head",
 ]
 
 # transformers' name of each activation keras-hub's encoders use (the tanh gelu is keras-hub's gelu_approximate)
-_ACTIVATIONS = {"gelu_approximate": "gelu_new", "gelu": "gelu", "relu": "relu"}
+ACTIVATIONS = {"gelu_approximate": "gelu_new", "gelu": "gelu", "relu": "relu"}
 
 
-def encoder_config(m: HubSource) -> dict[str, Any]:
-    """config.json's sizes of a BERT-like encoder (BERT, RoBERTa) from the converted model."""
-    layer = m.spec("transformer_layer_0")
+def encoder_config(
+    m: HubSource, layer_name: str = "transformer_layer_0", vocabulary: str = "vocabulary_size"
+) -> dict[str, Any]:
+    """config.json's sizes of a BERT-like encoder (BERT, RoBERTa, ELECTRA, ALBERT) from the converted model:
+    its first encoder layer ``layer_name``'s settings, its vocabulary's size under the argument ``vocabulary``."""
+    layer = m.spec(layer_name)
     if layer.get("normalize_first"):
         m.refuse("its encoder layers normalise first; transformers' BERT layers normalise after")
-    activation = _ACTIVATIONS.get(str(layer.get("activation")))
+    activation = ACTIVATIONS.get(str(layer.get("activation")))
     if activation is None:
         m.refuse(f"its encoder layers' activation {layer.get('activation')!r} has no transformers name here")
     dropout = float(layer.get("dropout", 0.0))
     return {
-        "vocab_size": m.size("vocabulary_size"),
+        "vocab_size": m.size(vocabulary),
         "hidden_size": m.size("hidden_dim"),
         "num_hidden_layers": m.size("num_layers"),
         "num_attention_heads": m.size("num_heads"),
@@ -106,17 +118,38 @@ def pooled_head(m: HubSource, activation: str, transformers_class: str, dropouts
     return rates.pop()
 
 
-def encoder_tensors(m: HubSource, i: int, to: str) -> Tensors:
-    """keras-hub's ``TransformerEncoder`` ``transformer_layer_<i>`` as transformers' ``BertLayer`` at ``to``
-    (``nn.Linear`` weights [out, in] in both)."""
-    at = f"transformer_layer_{i}."
-    pairs = [(f"attention.self.{n}", f"attention.{n}") for n in ("query", "key", "value")]
-    pairs += [("attention.output.dense", "attention.output"), ("attention.output.LayerNorm", "attention_norm")]
-    pairs += [("intermediate.dense", "intermediate"), ("output.dense", "output_dense")]
-    pairs += [("output.LayerNorm", "feedforward_norm")]
+# transformers' BertLayer's modules and keras-hub's TransformerEncoder node's, in pairs
+BERT_LAYER = (
+    *((f"attention.self.{n}", f"attention.{n}") for n in ("query", "key", "value")),
+    ("attention.output.dense", "attention.output"),
+    ("attention.output.LayerNorm", "attention_norm"),
+    ("intermediate.dense", "intermediate"),
+    ("output.dense", "output_dense"),
+    ("output.LayerNorm", "feedforward_norm"),
+)
+
+
+def layer_tensors(m: HubSource, layer: str, to: str, pairs: tuple[tuple[str, str], ...]) -> Tensors:
+    """The weights and biases of the converted layer ``layer``'s modules (``pairs``: (transformers' module,
+    the node's)) under ``to`` (``nn.Linear`` weights [out, in] in both)."""
     for theirs, ours in pairs:
         for name in ("weight", "bias"):
-            yield f"{to}{theirs}.{name}", m.tensor(f"{at}{ours}.{name}")
+            yield f"{to}{theirs}.{name}", m.tensor(f"{layer}.{ours}.{name}")
+
+
+def encoder_tensors(m: HubSource, i: int, to: str) -> Tensors:
+    """keras-hub's ``TransformerEncoder`` ``transformer_layer_<i>`` as transformers' ``BertLayer`` at ``to``."""
+    yield from layer_tensors(m, f"transformer_layer_{i}", to, BERT_LAYER)
+
+
+def embedding_tensors(m: HubSource, base: str) -> Tensors:
+    """BERT's summed embeddings and their layer norm (ELECTRA's, ALBERT's and FNet's too) as transformers'
+    ``embeddings`` under ``base``."""
+    yield f"{base}embeddings.word_embeddings.weight", m.tensor("token_embedding.weight")
+    yield f"{base}embeddings.position_embeddings.weight", m.tensor("position_embedding.position")
+    yield f"{base}embeddings.token_type_embeddings.weight", m.tensor("segment_embedding.weight")
+    yield f"{base}embeddings.LayerNorm.weight", m.tensor("embeddings_layer_norm.weight")
+    yield f"{base}embeddings.LayerNorm.bias", m.tensor("embeddings_layer_norm.bias")
 
 
 def _bert_config(m: HubSource) -> dict[str, Any]:
@@ -134,11 +167,7 @@ def _bert_config(m: HubSource) -> dict[str, Any]:
 
 def _bert_tensors(m: HubSource) -> Tensors:
     base = "bert." if m.kind == "task" else ""
-    yield f"{base}embeddings.word_embeddings.weight", m.tensor("token_embedding.weight")
-    yield f"{base}embeddings.position_embeddings.weight", m.tensor("position_embedding.position")
-    yield f"{base}embeddings.token_type_embeddings.weight", m.tensor("segment_embedding.weight")
-    yield f"{base}embeddings.LayerNorm.weight", m.tensor("embeddings_layer_norm.weight")
-    yield f"{base}embeddings.LayerNorm.bias", m.tensor("embeddings_layer_norm.bias")
+    yield from embedding_tensors(m, base)
     for i in range(m.size("num_layers")):
         yield from encoder_tensors(m, i, f"{base}encoder.layer.{i}.")
     yield f"{base}pooler.dense.weight", m.tensor("pooled_dense.weight")
@@ -207,3 +236,13 @@ def bert_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     inputs, x = bert_embeddings(g, config, where, vocabulary, hidden)
     sequence = transformer_blocks(g, x, config, where, GELU_TANH, 1e-12)
     return pooled_outputs(g, config, inputs, sequence, "bert_backbone")
+
+
+keras_hub_task(
+    "BertMaskedLM",
+    masked_lm_graph(("BertBackbone",), bert_graph, "gelu"),
+    family="bert",
+    backbone="BertBackbone",
+    refusal="transformers' BertForMaskedLM head applies the encoder's activation and epsilon, keras-hub's "
+    "MaskedLMHead the exact gelu and 1e-5",
+)

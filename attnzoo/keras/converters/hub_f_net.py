@@ -9,6 +9,10 @@
   ``m = LayerNorm(x + Re(fft2(x)))`` (the 2-D discrete Fourier transform over the sequence and hidden axes,
   in float32, keras's ``ops.fft2`` on the real input with a zero imaginary part) -> ``LayerNorm(m +
   Dense(Dense(m, activation)))`` -> [B, T, D].
+
+Hugging Face form (:data:`F_NET`): ``FNetModel``, the same graph: its Fourier sublayer is ``fftn`` over the
+sequence and hidden axes, real part (``use_tpu_fourier_optimizations`` off), its embeddings BERT's with
+``projection``, its pooler the tanh ``pooled_dense``; it takes no attention mask either.
 """
 
 from __future__ import annotations
@@ -19,13 +23,20 @@ import torch
 from torch import Tensor
 
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
-from attnzoo.keras.converters.hub_bert import pooled_outputs, summed_embeddings
+from attnzoo.keras.converters.hub_bert import (
+    ACTIVATIONS,
+    embedding_tensors,
+    layer_tensors,
+    pooled_outputs,
+    summed_embeddings,
+)
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import GELU_TANH, HubGraph, number, positive, tensor
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, keras_layer
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["HubFNetEncoder", "f_net_graph"]
+__all__ = ["HubFNetEncoder", "f_net_graph", "F_NET"]
 
 
 class HubFNetEncoder(Node):
@@ -73,7 +84,50 @@ def convert_f_net_encoder(record, arrays, ctx):
     return Converted(spec, state, ["keras-hub FNetEncoder: Fourier mixing, dense and layer_norm nodes"])
 
 
-@keras_hub_model("FNetBackbone", family="f_net")
+def _f_net_config(m: HubSource) -> dict[str, Any]:
+    layer = m.spec("f_net_layer_0")
+    activation = ACTIVATIONS.get(str(layer.get("activation")))
+    if activation is None:
+        m.refuse(f"its FNetEncoder layers' activation {layer.get('activation')!r} has no transformers name here")
+    rate = m.rate("embeddings_dropout")
+    return {
+        "vocab_size": m.size("vocabulary_size"),
+        "hidden_size": m.size("hidden_dim"),
+        "num_hidden_layers": m.size("num_layers"),
+        "intermediate_size": m.size("intermediate_dim"),
+        "hidden_act": activation,
+        "hidden_dropout_prob": rate,
+        "max_position_embeddings": m.size("max_sequence_length", 512),
+        "type_vocab_size": m.size("num_segments", 4),
+        "layer_norm_eps": float(layer["epsilon"]),
+        "use_tpu_fourier_optimizations": False,
+        "pad_token_id": m.special.get("pad_token_id", 3),  # transformers' FNet default (<pad> of its vocabulary)
+    }
+
+
+# transformers' FNetLayer's modules and the FNetEncoder node's, in pairs
+_LAYER = (
+    ("fourier.output.LayerNorm", "mixing_norm"),
+    ("intermediate.dense", "intermediate"),
+    ("output.dense", "output_dense"),
+    ("output.LayerNorm", "output_norm"),
+)
+
+
+def _f_net_tensors(m: HubSource) -> Tensors:
+    yield from embedding_tensors(m, "")
+    yield "embeddings.projection.weight", m.tensor("embedding_projection.weight")
+    yield "embeddings.projection.bias", m.tensor("embedding_projection.bias")
+    for i in range(m.size("num_layers")):
+        yield from layer_tensors(m, f"f_net_layer_{i}", f"encoder.layer.{i}.", _LAYER)
+    yield "pooler.dense.weight", m.tensor("pooled_dense.weight")
+    yield "pooler.dense.bias", m.tensor("pooled_dense.bias")
+
+
+F_NET = TransformersForm("fnet", {"backbone": "FNetModel"}, _f_net_config, _f_net_tensors)
+
+
+@keras_hub_model("FNetBackbone", family="f_net", transformers=F_NET)
 def f_net_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = HubGraph(config.get("dtype"))
     vocabulary, hidden = positive(config, "vocabulary_size", where), positive(config, "hidden_dim", where)

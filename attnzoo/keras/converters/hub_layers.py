@@ -36,6 +36,10 @@ from attnzoo.layers.core import check_tokens
 from attnzoo.layers.kv_cache import KVCache
 
 __all__ = [
+    "HubBlock",
+    "merge_masks",
+    "dense_state",
+    "norm_state",
     "HubTransformerEncoder",
     "HubTransformerDecoder",
     "HubTokenAndPositionEmbedding",
@@ -68,7 +72,7 @@ def _bool(mask: Any) -> Tensor | None:
     return mask.bool() if isinstance(mask, Tensor) else None
 
 
-def _merge(implicit: Any, padding_mask: Any, attention_mask: Any) -> Tensor | None:
+def merge_masks(implicit: Any, padding_mask: Any, attention_mask: Any) -> Tensor | None:
     """keras-hub's ``merge_padding_and_attention_mask``: the padding mask (else the implicit Keras mask)
     over the keys [B, 1, S], and with ``attention_mask`` [B, T, S] both."""
     mask = _bool(padding_mask) if isinstance(padding_mask, Tensor) else _bool(implicit)
@@ -84,7 +88,7 @@ def _full(mask: Tensor | None, query: Tensor, value: Tensor) -> Tensor | None:
     return None if mask is None else mask.expand(query.shape[0], query.shape[1], value.shape[1])
 
 
-class _Block(Node):
+class HubBlock(Node):
     """What keras-hub's two transformer layers share: the feed-forward part and its norms."""
 
     def _feedforward(self, x: Tensor) -> Tensor:
@@ -115,7 +119,7 @@ class _Block(Node):
         self.output_dense = build_node({"op": "dense", "units": hidden, "in_features": intermediate_dim})
 
 
-class HubTransformerEncoder(_Block):
+class HubTransformerEncoder(HubBlock):
     """``keras_hub.layers.TransformerEncoder``: x [B, T, D] -> self-attention (+ residual, layer norm) ->
     feed-forward (+ residual, layer norm) -> [B, T, D]; ``normalize_first`` puts each norm before its
     sub-layer. The output keeps the input's mask."""
@@ -143,7 +147,7 @@ class HubTransformerEncoder(_Block):
 
     def forward(self, args, kwargs, masks):
         x, mask = args[0], _bool(masks[0])
-        merged = _merge(mask, kwargs.get("padding_mask"), kwargs.get("attention_mask"))
+        merged = merge_masks(mask, kwargs.get("padding_mask"), kwargs.get("attention_mask"))
         residual = x
         if self.normalize_first:
             x = self._norm("attention_norm", x)
@@ -154,7 +158,7 @@ class HubTransformerEncoder(_Block):
         return [self._feedforward(x)], [mask]
 
 
-class HubTransformerDecoder(_Block):
+class HubTransformerDecoder(HubBlock):
     """``keras_hub.layers.TransformerDecoder``: decoder x [B, T, D] (and encoder sequence [B, S, E]) ->
     causal self-attention, cross-attention to the encoder sequence, feed-forward, each with its residual
     and layer norm -> [B, T, D]. The output keeps the decoder input's mask."""
@@ -217,7 +221,7 @@ class HubTransformerDecoder(_Block):
         if self._cache is not None:  # decoding: no decoder padding, causal over the cache (attnzoo.keras.decoding)
             x = self._sublayer("attention", x, None, None)
         else:
-            mask = _merge(own, kwargs.get("decoder_padding_mask"), kwargs.get("decoder_attention_mask"))
+            mask = merge_masks(own, kwargs.get("decoder_padding_mask"), kwargs.get("decoder_attention_mask"))
             if kwargs.get("use_causal_mask", True):
                 t = x.shape[1]
                 causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()[None]
@@ -225,7 +229,7 @@ class HubTransformerDecoder(_Block):
             x = self._sublayer("attention", x, None, mask)
         if encoder is not None:
             encoder_mask = masks[1] if len(masks) > 1 else kwargs.get("kwarg_masks", {}).get("encoder_sequence")
-            cross = _merge(
+            cross = merge_masks(
                 _bool(encoder_mask), kwargs.get("encoder_padding_mask"), kwargs.get("encoder_attention_mask")
             )
             x = self._sublayer("cross_attention", x, encoder, cross)
@@ -263,6 +267,7 @@ class HubTokenAndPositionEmbedding(_Positions):
     mask."""
 
     op = "keras_hub_token_and_position_embedding"
+    ids_below, casts_to_ids = "input_dim", True
 
     def __init__(
         self,
@@ -344,7 +349,7 @@ class HubSinePositionEncoding(_Positions):
 
 
 # -- converters (the one protocol) -----------------------------------------------------------------------
-def _dense_state(kernel: np.ndarray, bias: np.ndarray, prefix: str) -> dict[str, Tensor]:
+def dense_state(kernel: np.ndarray, bias: np.ndarray, prefix: str) -> dict[str, Tensor]:
     return {f"{prefix}.weight": as_tensor(kernel.T), f"{prefix}.bias": as_tensor(bias)}
 
 
@@ -370,7 +375,7 @@ def _block_config(c: dict[str, Any], ctx: Any) -> dict[str, Any]:
     }
 
 
-def _norm_state(arrays: list[np.ndarray], prefix: str) -> dict[str, Tensor]:
+def norm_state(arrays: list[np.ndarray], prefix: str) -> dict[str, Tensor]:
     return {f"{prefix}.weight": as_tensor(arrays[0]), f"{prefix}.bias": as_tensor(arrays[1])}
 
 
@@ -401,8 +406,8 @@ def convert_transformer_encoder(record, arrays, ctx):
         raise Refused(f"hidden size {hidden} is not a multiple of num_heads {spec['num_heads']}")
     node = build_node(spec)
     state = _mha_state(node.attention, arrays[:8], "attention", "TransformerEncoder's self-attention")
-    state.update(_norm_state(arrays[8:10], "attention_norm") | _norm_state(arrays[10:12], "feedforward_norm"))
-    state.update(_dense_state(*arrays[12:14], "intermediate") | _dense_state(*arrays[14:16], "output_dense"))
+    state.update(norm_state(arrays[8:10], "attention_norm") | norm_state(arrays[10:12], "feedforward_norm"))
+    state.update(dense_state(*arrays[12:14], "intermediate") | dense_state(*arrays[14:16], "output_dense"))
     return Converted(spec, state, ["keras-hub TransformerEncoder: keras_mha, dense and layer_norm nodes"])
 
 
@@ -429,16 +434,16 @@ def convert_transformer_decoder(record, arrays, ctx):
         raise Refused(f"hidden size {hidden} is not a multiple of num_heads {spec['num_heads']}")
     node = build_node(spec)
     state = _mha_state(node.attention, arrays[:8], "attention", "TransformerDecoder's self-attention")
-    state.update(_norm_state(arrays[8:10], "attention_norm"))
+    state.update(norm_state(arrays[8:10], "attention_norm"))
     at = 10
     if cross:
         state.update(_mha_state(node.cross_attention, arrays[10:18], "cross_attention", "its cross-attention"))
-        state.update(_norm_state(arrays[18:20], "cross_attention_norm"))
+        state.update(norm_state(arrays[18:20], "cross_attention_norm"))
         at = 20
     state.update(
-        _dense_state(*arrays[at : at + 2], "intermediate") | _dense_state(*arrays[at + 2 : at + 4], "output_dense")
+        dense_state(*arrays[at : at + 2], "intermediate") | dense_state(*arrays[at + 2 : at + 4], "output_dense")
     )
-    state.update(_norm_state(arrays[at + 4 : at + 6], "feedforward_norm"))
+    state.update(norm_state(arrays[at + 4 : at + 6], "feedforward_norm"))
     return Converted(spec, state, ["keras-hub TransformerDecoder: keras_mha, dense and layer_norm nodes"])
 
 

@@ -29,12 +29,12 @@ from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import first_token_classifier, token_and_position_encoder
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["roberta_graph", "ROBERTA"]
+__all__ = ["roberta_graph", "ROBERTA", "roberta_config", "roberta_tensors"]
 
 _PAD = 1  # keras-hub's RoBERTa vocabularies' <pad>
 
 
-def _roberta_config(m: HubSource) -> dict[str, Any]:
+def roberta_config(m: HubSource) -> dict[str, Any]:
     pad = m.special.get("pad_token_id", _PAD)
     config = {
         **encoder_config(m),
@@ -49,7 +49,7 @@ def _roberta_config(m: HubSource) -> dict[str, Any]:
     return config
 
 
-def _roberta_tensors(m: HubSource) -> Tensors:
+def roberta_tensors(m: HubSource) -> Tensors:
     base = "roberta." if m.kind == "task" else ""
     pad = m.special.get("pad_token_id", _PAD)
     table = m.tensor("embeddings.position")
@@ -70,8 +70,8 @@ def _roberta_tensors(m: HubSource) -> Tensors:
 ROBERTA = TransformersForm(
     "roberta",
     {"backbone": "RobertaModel", "task": "RobertaForSequenceClassification"},
-    _roberta_config,
-    _roberta_tensors,
+    roberta_config,
+    roberta_tensors,
     load_with={"backbone": {"add_pooling_layer": False}},
 )
 

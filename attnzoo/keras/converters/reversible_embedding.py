@@ -32,6 +32,7 @@ class ReversibleEmbedding(Node):
     """``weight`` E [input_dim, output_dim] (and ``reverse_weight`` [output_dim, input_dim] when untied)."""
 
     op = "reversible_embedding"
+    ids_below, casts_to_ids = "input_dim", True
 
     def __init__(
         self,

@@ -1,0 +1,150 @@
+"""keras-hub's ``MaskedLMHead`` layer and the graph of its masked LM tasks (``BertMaskedLM``), without keras-hub.
+
+``MaskedLMHead`` (``keras_hub>MaskedLMHead``): sequence x [B, T, D] and ``mask_positions`` p [B, M] (ints in
+[0, T)) -> ``h = LayerNorm(act(Dense(x[b, p[b, m], :])))`` [B, M, F] -> ``logits = h @ Eᵀ + bias`` [B, M, V],
+E the backbone's tied token embedding [V, F] (keras-hub's ``token_embedding(h, reverse=True)``; an untied head
+holds its own kernel [F, V] instead) -> its ``activation`` (None: the logits as they are).
+
+A masked LM task computes ``head(backbone(inputs)["sequence_output"], mask_positions)`` with a head that
+holds the backbone's token embedding. A Keras graph cannot call a nested model's layer from outside it, so
+:func:`masked_lm_graph` places the head inside the backbone's graph: ``mlm_head`` called on the sequence and
+a ``mask_positions`` input gives h; ``token_embedding`` is called again with ``reverse=True``; ``mlm_head``
+called again with ``logits=True`` adds its bias and applies its activation. The table is held once, and the
+head's own weights are read where the file keeps them, at the task's level
+(:data:`~attnzoo.keras.hub_graph.WEIGHTS_AT_ROOT`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnzoo.keras.activations import activation as activation_fn
+from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
+from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT, HubGraph, Ref, backbone_record, tensor
+from attnzoo.keras.hub_graph import Tensor as GraphTensor
+from attnzoo.keras.nodes import Node, build_node
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["HubMaskedLMHead", "masked_lm_graph", "TIED"]
+
+Builder = Callable[[dict[str, Any], str], dict[str, Any]]
+# the head record's key naming the backbone layer whose reverse call gives its logits (rebuilt graphs only:
+# keras-hub's own config of the layer does not name it)
+TIED = "token_embedding"
+
+
+class HubMaskedLMHead(Node):
+    """``keras_hub.layers.MaskedLMHead`` (the module docstring has the formula). Called on (x [B, T, D],
+    mask_positions [B, M]): h [B, M, F] where the head is tied, the logits [B, M, V] where it holds its own
+    ``kernel``; called on the tied logits [B, M, V] with ``logits=True``: ``logits + bias``, activated."""
+
+    op = "keras_hub_masked_lm_head"
+
+    def __init__(
+        self,
+        *,
+        width: int,
+        features: int,
+        vocabulary: int,
+        intermediate_activation: str = "relu",
+        activation: str = "linear",
+        epsilon: float = 1e-5,
+        tied: bool = True,
+    ) -> None:
+        super().__init__()
+        self.intermediate = build_node(
+            {"op": "dense", "units": features, "in_features": width, "activation": intermediate_activation}
+        )
+        norm = {"op": "layer_norm", "axis": [-1], "shape": [features], "epsilon": epsilon}
+        self.norm = build_node({**norm, "center": True, "scale": True})
+        self.kernel = None if tied else nn.Parameter(torch.zeros(features, vocabulary))
+        self.bias = nn.Parameter(torch.zeros(vocabulary))
+        self.activation = activation_fn(activation)
+
+    def forward(self, args, kwargs, masks):
+        if kwargs.get("logits"):
+            return [self._logits(args[0])], [None]
+        x, positions = args[0], args[1]
+        if positions.dim() != 2 or positions.shape[0] != x.shape[0]:
+            raise ValueError(f"mask_positions is {list(positions.shape)}; expected [batch {x.shape[0]}, masks]")
+        length = x.shape[1]
+        if positions.numel() and (int(positions.min()) < 0 or int(positions.max()) >= length):
+            raise ValueError(f"mask_positions holds positions outside 0..{length - 1}, the sequence's length")
+        index = positions.long()[..., None].expand(-1, -1, x.shape[-1])
+        (h,), _ = self.intermediate([torch.gather(x, 1, index)], {}, [None])
+        (h,), _ = self.norm([h], {}, [None])
+        return [h if self.kernel is None else self._logits(h @ self.kernel.to(h.dtype))], [None]
+
+    def _logits(self, scores: Tensor) -> Tensor:
+        return self.activation(scores + self.bias.to(scores.dtype))
+
+
+@keras_layer(
+    "MaskedLMHead",
+    package="keras_hub",
+    call_arguments=("logits",),
+    positional=("inputs", "mask_positions"),
+    child_order=("_intermediate_dense", "_intermediate_layer_norm"),
+)
+def convert_masked_lm_head(record, arrays, ctx):
+    # its own variables first ([kernel,] bias), then the dense's and the layer norm's
+    expect_variables(arrays, (5, 6), "MaskedLMHead ([kernel,] bias, dense, layer norm)")
+    tied = len(arrays) == 5
+    if tied and record.config.get(TIED) is None:
+        raise Refused(
+            "its logits come from the backbone's token embedding, which the file ties to the head but does not "
+            "name; attnzoo reads this head inside the keras-hub masked LM tasks it rebuilds (BertMaskedLM)"
+        )
+    own, (bias, kernel, dense_bias, gamma, beta) = (None, arrays) if tied else (arrays[0], arrays[1:])
+    spec = {
+        "op": HubMaskedLMHead.op,
+        "width": int(kernel.shape[0]),
+        "features": int(kernel.shape[1]),
+        "vocabulary": int(bias.shape[0]),
+        "intermediate_activation": activation_of(record.config, "intermediate_activation", ctx, "relu"),
+        "activation": activation_of(record.config, "activation", ctx, "linear"),
+        "epsilon": float(record.config.get("layer_norm_epsilon", 1e-5)),
+        "tied": tied,
+    }
+    state = {"intermediate.weight": as_tensor(kernel.T), "intermediate.bias": as_tensor(dense_bias)}
+    state |= {"norm.weight": as_tensor(gamma), "norm.bias": as_tensor(beta), "bias": as_tensor(bias)}
+    if own is not None:
+        state["kernel"] = as_tensor(own)
+    return Converted(spec, state, ["keras-hub MaskedLMHead: gather, dense, layer_norm, tied logits"])
+
+
+def masked_lm_graph(backbones: tuple[str, ...], build_backbone: Builder, activation: Any) -> Builder:
+    """The builder of a ``<X>MaskedLM`` over a Backbone of one of the classes ``backbones``: the backbone's
+    inputs and ``mask_positions`` -> the backbone (nested, under its own name), its ``sequence_output`` ->
+    ``mlm_head`` (intermediate ``activation``, ε 1e-5), tied to its ``token_embedding`` -> logits [B, M, V]."""
+
+    def build(config: dict[str, Any], where: str) -> dict[str, Any]:
+        inner, name, kind = backbone_record(config, where, backbones)
+        built = build_backbone(inner, f"{where}: {kind}")
+        body = built["config"]
+        inputs = {key: value[0] for key, value in body["input_layers"].items()}
+        sequence = body["output_layers"]["sequence_output"]
+        g = HubGraph(inner.get("dtype"))
+        g.layers = body["layers"]
+        inputs["mask_positions"] = g.input("mask_positions")
+        head = {"vocabulary_size": None, "intermediate_activation": activation, "activation": None}
+        head |= {"layer_norm_epsilon": 1e-5, TIED: TIED}
+        module = "keras_hub.src.layers.modeling.masked_lm_head"
+        state: GraphTensor = Ref(*sequence)
+        h = g.hub_layer("MaskedLMHead", "mlm_head", head, [tensor(state), tensor("mask_positions")], module)
+        g.layers[-1][WEIGHTS_AT_ROOT] = True
+        scores = g.call_again(TIED, [tensor(h)], {"reverse": True})
+        logits = g.call_again("mlm_head", [tensor(scores)], {"logits": True})
+        nested = g.functional(name, inputs, logits)
+        task = HubGraph(config.get("dtype"))
+        for key in sorted(inputs):
+            task.input(key)
+        task.nested({**built, "config": nested["config"]}, name, [{key: tensor(key) for key in sorted(inputs)}])
+        # keras 3 counts a nested model's own node in its outputs: its first call is node 1
+        return task.functional(str(config.get("name") or "masked_lm"), {key: key for key in inputs}, Ref(name, 1))
+
+    return build
