@@ -149,15 +149,10 @@ def _join(backend: str, rank: int, world: int) -> None:
     after ``ATTNZOO_DIST_TIMEOUT`` seconds with a ``ConfigError`` that says it again."""
     seconds = _environment_int(ENV_TIMEOUT, DEFAULT_TIMEOUT, 1)
     address, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    if not address or not port:
-        raise ConfigError(
-            f"RANK={rank} and WORLD_SIZE={world} are set, but MASTER_ADDR and MASTER_PORT (where the processes "
-            f"meet) are not: start the run with torchrun (torchrun --nproc_per_node {world} -m attnzoo train ...), "
-            f"which sets all of them, or unset WORLD_SIZE and RANK for one process"
-        )
     others = [r for r in range(world) if r != rank]
-    peers = f"rank{'s' if len(others) > 1 else ''} {_ranks(others)}"
-    waits = f"rank {rank} of {world} waits up to {seconds} s ({ENV_TIMEOUT}) for {peers} at {address}:{port}"
+    peers = f"rank{'s' if len(others) > 1 else ''} {_ranks(others)}" if others else "the group's own store"
+    where = f"{address}:{port}" if address and port else "no address (MASTER_ADDR and MASTER_PORT are not both set)"
+    waits = f"rank {rank} of {world} waits up to {seconds} s ({ENV_TIMEOUT}) for {peers} at {where}"
     print(f"attnzoo: {waits} (MASTER_ADDR:MASTER_PORT)", file=sys.stderr, flush=True)
     try:
         torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
