@@ -264,6 +264,7 @@ def test_a_rank_with_no_peer_says_whom_it_waits_for_and_stops_after_the_timeout(
     env = {"WORLD_SIZE": "3", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     for name, value in {**env, "ATTNZOO_DIST_TIMEOUT": "1", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)  # set by hand, not by torchrun
     started = time.monotonic()
     with pytest.raises(ConfigError) as e:
         distributed.setup("cpu")
@@ -273,12 +274,17 @@ def test_a_rank_with_no_peer_says_whom_it_waits_for_and_stops_after_the_timeout(
     assert "torchrun --nproc_per_node 3" in str(e.value) and "unset WORLD_SIZE and RANK" in str(e.value)
     assert f"attnzoo: {waits} (MASTER_ADDR:MASTER_PORT)" in capsys.readouterr().err  # said before it waits
     assert not torch.distributed.is_initialized()
+    # under torchrun, which starts every rank at once, nothing is printed before the wait; the error is the same
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run")
+    with pytest.raises(ConfigError, match=re.escape(waits)):
+        distributed.setup("cpu")
+    assert capsys.readouterr().err == ""
 
 
 def test_a_rank_with_no_meeting_place_is_said_and_refused_in_attnzoo_s_words(monkeypatch, capsys):
     from attnzoo.train import distributed
 
-    for name in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+    for name in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")

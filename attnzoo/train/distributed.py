@@ -9,8 +9,9 @@ LOCAL_RANK on each machine); ``cuda:N`` and ``cpu`` are taken as given. The back
 NCCL for CUDA tensors, gloo for the CPU's. The process group is initialised when the world size is over 1
 (torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` say where the ranks meet); :func:`process_group` destroys
 the group it made when the run ends, on an error too (one a caller made before stays theirs). Before it
-waits for its peers a process says on stderr which ranks it waits for and at which address, and it stops
-after ``ATTNZOO_DIST_TIMEOUT`` seconds (default 300, not torch's 30 minutes) with a ``ConfigError`` saying
+waits for its peers a process started by hand (not by torchrun) says on stderr which ranks it waits for
+and at which address, and every process stops after ``ATTNZOO_DIST_TIMEOUT`` seconds (default 300, not
+torch's 30 minutes) with a ``ConfigError`` saying
 the same: a ``RANK`` / ``WORLD_SIZE`` set by hand with no peer started ends in minutes, not in silence.
 
 Without a process group (one process) every collective here is the identity, so a task's evaluation and
@@ -153,7 +154,8 @@ def _join(backend: str, rank: int, world: int) -> None:
     peers = f"rank{'s' if len(others) > 1 else ''} {_ranks(others)}" if others else "the group's own store"
     where = f"{address}:{port}" if address and port else "no address (MASTER_ADDR and MASTER_PORT are not both set)"
     waits = f"rank {rank} of {world} waits up to {seconds} s ({ENV_TIMEOUT}) for {peers} at {where}"
-    print(f"attnzoo: {waits} (MASTER_ADDR:MASTER_PORT)", file=sys.stderr, flush=True)
+    if not os.environ.get("TORCHELASTIC_RUN_ID"):  # by hand; torchrun starts every rank at once, says its own
+        print(f"attnzoo: {waits} (MASTER_ADDR:MASTER_PORT)", file=sys.stderr, flush=True)
     try:
         torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
     except (RuntimeError, ValueError) as e:  # torch's DistStoreError / DistNetworkError are RuntimeErrors
