@@ -9,7 +9,9 @@ name, version and config values must never become code. So:
   module uses (``torch``, ``nn``, ``F``, ``self``, ``layers``, ...), then ``_2``, ``_3``, ... until unused.
 * :func:`literal` is the one way a value is written: ``repr`` of a plain Python literal (None, bool, int,
   float, str, and lists, tuples and dicts of them), NaN and the infinities as ``float("nan")``,
-  ``float("inf")``; anything else is refused.
+  ``float("inf")``, a list of ``LONG_LIST`` or more strings (a vocabulary) as one string constant split at
+  its newlines (``"a\\nb".split("\\n")``, the one call on a constant the walk below admits); anything else
+  is refused.
 * :func:`check_source` parses the result (``ast.parse``) and walks it, allowing only what the emitter
   writes: imports, the ``KERAS_*`` literals, one ``nn.Module`` class with ``__init__`` and ``forward``
   made of assignments and calls of the module's own names and ``del`` of its variables, and comments that
