@@ -65,6 +65,8 @@ def _conforms(value: Any, hint: Any) -> bool:
         return isinstance(value, str)
     if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
         item = inner[0] if inner else Any
+        if item is str and isinstance(value, (list, tuple)):  # a vocabulary: millions of items, checked at C speed
+            return all(isinstance(v, str) for v in value)
         return isinstance(value, (list, tuple)) and all(_conforms(v, item) for v in value)
     if origin in (dict, typing.Mapping) or hint is dict:
         return isinstance(value, dict) and all(_conforms(v, inner[1] if inner else Any) for v in value.values())
@@ -81,8 +83,8 @@ def _type_text(hint: Any) -> str:
 
 
 def _ints(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return [v for item in value for v in _ints(item)]
+    if isinstance(value, (list, tuple)):  # strings passed over without a call each (a vocabulary's millions)
+        return [v for item in value if not isinstance(item, str) for v in _ints(item)]
     if isinstance(value, dict):
         return [v for item in value.values() for v in _ints(item)]
     return [value] if isinstance(value, int) and not isinstance(value, bool) else []
