@@ -8,7 +8,9 @@ converted by ``attnzoo.keras.convert_keras_model`` in this process. The table gi
 of ``--rounds`` and the time per thousand words; a linear conversion keeps the last column flat as the
 size doubles. Before issue 67's fixes it grew with the size (25,000 words took 12.0 s, 50,000 took 41.4 s:
 each word's position in the emitted statement was found by splitting the whole statement); a long list
-of strings is now written into the emitted module as one string split at its newlines.
+of strings is now written into the emitted module as one string split at its newlines. What still
+grows a little faster than the size at 2 million words is Python's garbage collector (with it off, 1M
+words took 4.8 s and 2M 9.9 s; on, 5.0 s and 13.6 s).
 Run it from the repository root with ``PYTHONPATH=.`` so the checkout's attnzoo is the one timed.
 Writes benchmarks/results/keras_vocabulary.json.
 """

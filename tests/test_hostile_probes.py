@@ -5,7 +5,8 @@ folder's config.yaml edited by hand (a layer keyed by an int, a 100,000-digit in
 Conv1D padding that is no padding or a pass-through call given a literal, a download with no length against a
 real server on 127.0.0.1, and a process group set up by hand with no peer. The vocabulary's time against its
 size is benchmarks/keras_vocabulary.py (no timed test: the machine's load would make one flaky); here a
-vocabulary's conversion is checked to agree with Keras's lookup rule written out.
+vocabulary's conversion is checked to agree with Keras's lookup rule written out, and the emitted module's
+one-string form of a long list of strings is checked.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ pytest.importorskip("h5py")
 
 
 def _edited(source: Path, dst: Path, edit) -> Path:
-    """``source`` with its config.json's bytes passed through ``edit`` and its vocabulary members through ``edit``."""
+    """A copy of the archive ``source`` with each member's bytes passed through ``edit(name, data)``."""
     with zipfile.ZipFile(source) as archive, zipfile.ZipFile(dst, "w") as out:
         for info in archive.infolist():
             out.writestr(info.filename, edit(info.filename, archive.read(info)))
