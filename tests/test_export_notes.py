@@ -46,8 +46,11 @@ def _inputs(length: int, batch: int = 2) -> dict[str, torch.Tensor]:
 def test_a_length_past_the_position_table_is_refused_before_tracing_naming_the_table(tmp_path):
     rows = _table_rows()
     model = convert_keras_model(BERT)
-    with pytest.raises(ExportError, match=rf"'position_embedding' \(PositionEmbedding\): .* sequence_length {rows}"):
+    with pytest.raises(
+        ExportError, match=rf"'position_embedding' \(PositionEmbedding\): .* sequence_length {rows}"
+    ) as e:
         attnzoo.export(model, tmp_path / "never.onnx", seq=rows + 1)
+    assert str(e.value).endswith("; trace at sizes it takes (seq=, shape=; --seq, --shape)")
     assert not list(tmp_path.iterdir())
 
 

@@ -429,9 +429,15 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
         traced_outputs = flat_tensors(raw)
     except (RuntimeError, MemoryError, ValueError, TypeError) as e:
         shapes = ", ".join(f"{list(a.shape)}" for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+        keras = inputs is None and hasattr(model, "keras_names")  # a converted Keras model's sizes are seq, shape
+        advice = (
+            "trace at sizes it takes (seq=, shape=; --seq, --shape)"
+            if keras
+            else "pass inputs=(args, kwargs) that it takes"
+        )
         raise _allocation_error(e) or ExportError(
             f"the model fails on the inputs export traces it with ({shapes}): {type(e).__name__}: "
-            f"{' '.join(str(e).split())[:300]}; pass inputs=(args, kwargs) that it takes"
+            f"{' '.join(str(e).split())[:300]}; {advice}"
         ) from None
     metadata = deployment_metadata(model, plan.length)
     output_names = _names_of_outputs(model, convention, raw, len(traced_outputs), return_attention)
