@@ -351,7 +351,9 @@ def test_the_process_group_a_run_makes_is_destroyed_when_it_ends_and_on_error_an
     monkeypatch.setenv("MASTER_PORT", str(_free_port()))
     monkeypatch.setattr(distributed, "_needs_group", lambda world: True)
     made, init = [], torch.distributed.init_process_group
-    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend: made.append(backend) or init(backend))
+    monkeypatch.setattr(  # ATTNZOO_DIST_TIMEOUT reaches torch as timeout=
+        torch.distributed, "init_process_group", lambda backend, **kw: made.append(backend) or init(backend, **kw)
+    )
     recipe = complete_recipe(
         {
             "model": "bilstm_labelwise",

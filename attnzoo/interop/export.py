@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import tempfile
 import warnings
@@ -34,6 +35,7 @@ from attnzoo.errors import ConfigError, ExportError, extra_import_message, witho
 from attnzoo.interop.export_axes import settle
 from attnzoo.interop.export_check import check_file, onnx_runner, pt2_runner
 from attnzoo.interop.export_plan import (
+    checked_note,
     convention_of,
     flat_tensors,
     input_names,
@@ -374,7 +376,8 @@ def export(
         dynamic: batch and sequence axes dynamic (the convention's ``batch``, ``keys``, ``queries``; for a
             converted Keras model, every axis its Keras inputs left open).
         return_attention: export the attention weights as an extra output.
-        tolerance: the largest difference from the eager model the check accepts, at every checked shape.
+        tolerance: the largest difference from the eager model the check accepts at every checked shape,
+            relative to the outputs' scale: ``tolerance * max(1, |y|max)`` of the eager outputs ``y``.
         batch, seq: the shapes to trace with (default 2 and the convention's length); a recurrent model
             keeps ``seq`` fixed, so give the length its inputs will be padded to.
         shape: the traced sizes of the open axes (a converted Keras model's first input: ``(H, W)`` for an
@@ -426,9 +429,15 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
         traced_outputs = flat_tensors(raw)
     except (RuntimeError, MemoryError, ValueError, TypeError) as e:
         shapes = ", ".join(f"{list(a.shape)}" for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor))
+        keras = inputs is None and hasattr(model, "keras_names")  # a converted Keras model's sizes are seq, shape
+        advice = (
+            "trace at sizes it takes (seq=, shape=; --seq, --shape)"
+            if keras
+            else "pass inputs=(args, kwargs) that it takes"
+        )
         raise _allocation_error(e) or ExportError(
             f"the model fails on the inputs export traces it with ({shapes}): {type(e).__name__}: "
-            f"{' '.join(str(e).split())[:300]}; pass inputs=(args, kwargs) that it takes"
+            f"{' '.join(str(e).split())[:300]}; {advice}"
         ) from None
     metadata = deployment_metadata(model, plan.length)
     output_names = _names_of_outputs(model, convention, raw, len(traced_outputs), return_attention)
@@ -441,18 +450,21 @@ def _export(model, path, inputs, dynamic, return_attention, tolerance, batch, se
         refusal = None
         for program, shapes, log in _programs(model, args, kwargs, plan.dynamic_shapes):
             traced = settle(replace(plan, dynamic_shapes=shapes), program, model, log) if log else plan
+            # a size past a bound fails inside an ONNX runtime: the file carries the bounds for the caller to check
+            carried = {**metadata, **({"attnzoo.axis_bounds": json.dumps(traced.bounds)} if traced.bounds else {})}
             if var_positional(model) is not None:  # forward(*inputs): torch names them inputs_0, ...
                 _name_inputs(program, input_names(model, len(args)))
             try:
                 if path.suffix == ".pt2":
-                    _write_pt2(program, metadata, tmp, path)
+                    _write_pt2(program, carried, tmp, path)
                     run = pt2_runner(Path(tmp))
                 else:
                     onnx_program = _onnx_program(model, program, args, output_names)
-                    _write_onnx(onnx_program, metadata, tmp, path, _axes_by_input(model, traced))
+                    _write_onnx(onnx_program, carried, tmp, path, _axes_by_input(model, traced))
                     run = onnx_runner(Path(tmp), model)
                 worst, checked = check_file(model, traced, run, path.suffix, tolerance, _program)
-                plan = traced
+                plan = checked_note(traced, checked, input_names(model, len(args)))
+                metadata = carried
                 break
             except ExportError as e:  # the next way of tracing may keep the axes open and be right
                 refusal = refusal or e

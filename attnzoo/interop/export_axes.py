@@ -180,6 +180,7 @@ def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
     opened, static, notes = list(plan.open_axes), list(plan.static_axes), list(plan.notes)
     fixed: dict[tuple[int, int], int] = {}
     least: dict[tuple[int, int], tuple[int, int]] = {}  # the sizes an axis takes: (least, most)
+    shared: dict[str, list[str]] = {}  # torch's symbol of a limited size -> the axes that are that one size
     for (i, j), name in plan.axis_names.items():
         if i >= len(user) or j == 0:  # the batch keeps its named Dim
             continue
@@ -205,10 +206,15 @@ def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
         low, high = _whole(low) or 1, _whole(high)
         if low > 1 or high is not None:
             least[(i, j)] = (low, high or sys.maxsize)
+            shared.setdefault(symbol, []).append(name)
+            if len(shared[symbol]) > 1:  # said once, for every axis of that one size
+                continue
+            table = _table(model, log, high) if log and high is not None else None
             layer, guard = log.blame(symbol, "range", f"VR[{low}, {high or 'int_oo'}]") if log else (None, "")
             guard = _named(guard, log.symbols if log else {}, plan.axis_names)
             sizes = f"from {low} to {high}" if high is not None else f"of {low} and more"
-            notes.append(f"{name} takes sizes {sizes}: {_where(layer, guard)}")
+            notes.append(f"{{axes}} {sizes}: {table or _where(layer, guard)}|{symbol}")
+    notes = [_axes_said(n, shared) for n in notes]
     if not fixed and not least:
         return plan
 
@@ -221,8 +227,55 @@ def settle(plan: Plan, program: Any, model: Any, log: GuardLog | None) -> Plan:
     was, now = "open: " + ", ".join(plan.open_axes), "open: " + ", ".join(opened)
     notes = [now + n[len(was) :] if n.startswith(was + " ") else n for n in notes]
     names = {k: v for k, v in plan.axis_names.items() if k not in fixed}
+    bounds = {plan.axis_names[k]: [low, high] for k, (low, high) in least.items() if high < sys.maxsize} or None
     opened_axes, static_axes = tuple(opened), tuple(static)
-    return replace(plan, checks=checks, notes=notes, open_axes=opened_axes, static_axes=static_axes, axis_names=names)
+    return replace(
+        plan,
+        checks=checks,
+        notes=notes,
+        open_axes=opened_axes,
+        static_axes=static_axes,
+        axis_names=names,
+        bounds=bounds,
+    )
+
+
+def _axes_said(note: str, shared: dict[str, list[str]]) -> str:
+    """A range note (``{axes} from 2 to 64: ...|s41``) with its axes: one takes sizes, several share one."""
+    if not note.startswith("{axes} "):
+        return note
+    text, symbol = note.rsplit("|", 1)
+    names = shared[symbol]
+    if len(names) == 1:
+        return text.replace("{axes}", f"{names[0]} takes sizes", 1)
+    together = ", ".join(names[:-1]) + f" and {names[-1]}"
+    return text.replace("{axes}", f"{together} are one length (torch traced them as one size), taking sizes", 1)
+
+
+def _table(model: Any, log: GuardLog, high: int) -> str | None:
+    """Words for an upper bound ``high`` that a layer's table sets (a position embedding): the layer whose
+    guard added ``... <= rows`` holding a weight of ``rows`` rows (``high`` of them, or ``high`` plus tokens
+    the model adds); None where no such layer."""
+    texts = {}
+    for key in getattr(model, "layers", {}):
+        name, kind = getattr(model, "keras_names", {}).get(key, key), getattr(model, "keras_classes", {}).get(key)
+        texts[f"{name} ({kind})" if kind else str(name)] = key
+    for message, layer in log.events:
+        found = re.search(r"(<=|<) (\d+)$", _guard_words(message)) if "[guard added]" in message else None
+        if found is None or layer not in texts:
+            continue
+        rows = int(found.group(2)) - (found.group(1) == "<")
+        module = model.layers[texts[layer]]
+        for weight, value in [*module.named_parameters(), *module.named_buffers()]:
+            if value.ndim >= 1 and value.shape[0] == rows >= high:
+                added = f"; {rows - high} of them for what the model adds" if rows > high else ""
+                return (
+                    f"layer {layer} holds a table of {rows} positions (its {weight}, "
+                    f"{' x '.join(map(str, value.shape))}{added}), so a longer input cannot run: the eager model and a "
+                    f".pt2 file refuse one before running, an ONNX runtime fails inside the graph (the file carries "
+                    f"the bound as attnzoo.axis_bounds, for the caller to check); pad or cut inputs to at most {high}"
+                )
+    return None
 
 
 def _whole(bound: Any) -> int | None:

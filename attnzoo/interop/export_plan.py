@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnzoo.core import model_info
@@ -33,6 +33,7 @@ __all__ = [
     "eager",
     "flat_tensors",
     "output_paths",
+    "checked_note",
 ]
 
 
@@ -211,6 +212,7 @@ class Plan:
     open_axes: tuple[str, ...]
     static_axes: tuple[str, ...]
     axis_names: dict[tuple[int, int], str] | None = None  # (input, axis) -> the open axis's name in the file
+    bounds: dict[str, list[int]] | None = None  # an open axis torch bounds -> [least, most] sizes it takes
 
 
 def make_plan(
@@ -329,12 +331,11 @@ def _keras_plan(model, suffix, dynamic, batch, seq, shape) -> Plan:
         (keras_inputs(model, b, sizes, in_band=in_band, seed=n), {})
         for n, (b, sizes) in enumerate(check_shapes(axes, batch))
     ]
-    checked = sorted({tuple(c[0][i].shape[j] for (i, j) in axes.open) for c in checks})
     notes = []
-    if axes.open:
+    if axes.open:  # the sizes checked at are said once the file has run at them (checked_note)
         notes.append(
-            f"open: batch, {', '.join(axes.open.values())} (traced at {', '.join(_sizes_text(axes.sizes, axes))}; "
-            f"checked at {'; '.join(', '.join(map(str, c)) for c in checked)}); set the traced sizes with --shape"
+            f"open: batch, {', '.join(axes.open.values())} (traced at {', '.join(_sizes_text(axes.sizes, axes))}); "
+            f"set the traced sizes with --shape"
         )
     else:
         notes.append("open: batch; Keras declared every other axis")
@@ -344,6 +345,24 @@ def _keras_plan(model, suffix, dynamic, batch, seq, shape) -> Plan:
     opened, static = ("batch", *axes.open.values()), tuple(axes.fixed.values())
     names = {**{(i, 0): "batch" for i in range(len(args))}, **axes.open}
     return Plan(args, {}, checks, {rest: tuple(per_input)}, notes, None, opened, static, names)
+
+
+def checked_note(plan: Plan, checked: list[dict[str, list[int]]], names: list[str]) -> Plan:
+    """``plan`` with its "open: ... (traced at ...)" note saying the sizes of the open axes the written file
+    was run at (``checked``: each shape run, input name -> shape): only those, never a shape the plan held
+    that the file's declared range or the model itself left out (three lengths that must be one)."""
+    opened = [(i, j) for (i, j) in (plan.axis_names or {}) if j > 0 and i < len(names)]
+    if not opened or not checked:
+        return plan
+    sizes = sorted({tuple(shape[names[i]][j] for i, j in opened) for shape in checked if set(names) <= set(shape)})
+    said = "; ".join(", ".join(map(str, c)) for c in sizes)
+    notes = [
+        n.replace("); set the traced sizes", f"; checked at {said}); set the traced sizes", 1)
+        if n.startswith("open: ")
+        else n
+        for n in plan.notes
+    ]
+    return replace(plan, notes=notes)
 
 
 def _sizes_text(sizes: dict, axes: Any) -> list[str]:

@@ -135,7 +135,23 @@ def parse_folder_records(text: str, where: Any) -> list[dict[str, Any]]:
                 f"them); the file was edited by hand: restore it"
             )
         check_recorded_files(record, where)
+        _check_keys(record["config"], where)
     return [{k: v for k, v in r.items() if k != "previous"} for r in records]
+
+
+def _check_keys(config: dict[str, Any], where: Any) -> None:
+    """Refuse a converted Keras graph's layer keyed by something other than text (YAML reads ``7:`` as the
+    int 7), naming it: attnzoo writes every layer key as a string, as the weights' JSON metadata holds it,
+    so such a key was edited by hand (and failed later, comparing the two, in words of Python's own)."""
+    graph = config.get("graph")
+    layers = graph.get("layers") if isinstance(graph, dict) else None
+    for key, spec in layers.items() if isinstance(layers, dict) else ():
+        if not isinstance(key, str):
+            op = spec.get("op") if isinstance(spec, dict) else None
+            raise WeightsError(
+                f"{where}: config.graph.layers has a layer keyed {key!r} ({type(key).__name__}, holding op "
+                f"{str(op)!r}); attnzoo writes each layer's key as text: quote it ({str(key)!r})"
+            )
 
 
 def folder_records(directory: str | Path) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ variable                         default         what it bounds
 ``ATTNZOO_MAX_DOWNLOAD_BYTES``   17,179,869,184  bytes of a download whose card states no ``file_size``
 ``ATTNZOO_MAX_TOKENIZER_BYTES``  268,435,456     bytes of a tokenizer's vocabulary, merges or SentencePiece model, or
                                                  of a port's ``tokenizer.json`` (256 MiB; a 262,144-token one is ~35 MB)
+``ATTNZOO_MAX_NAME_CHARS``       1,000           characters of a name in a Keras config (a layer's, a model's, an
+                                                 input's: Keras writes tens; each name is copied into code and reports)
 ===============================  ==============  ======================================================================
 
 Sizes are read one byte past the limit, so the limit can fire; depth is counted on the YAML parser's event
@@ -32,7 +34,16 @@ from typing import Any
 
 from attnzoo.errors import AttnzooError, ConfigError, WeightsError
 
-__all__ = ["LIMITS", "limit", "over_limit", "read_bounded", "load_yaml", "check_yaml_depth", "load_json"]
+__all__ = [
+    "LIMITS",
+    "limit",
+    "over_limit",
+    "read_bounded",
+    "load_yaml",
+    "check_yaml_depth",
+    "load_json",
+    "check_names",
+]
 
 # variable -> (default, what it counts)
 LIMITS: dict[str, tuple[int, str]] = {
@@ -41,6 +52,7 @@ LIMITS: dict[str, tuple[int, str]] = {
     "ATTNZOO_MAX_GRAPH_NODES": (6_000, "layers and calls"),
     "ATTNZOO_MAX_DOWNLOAD_BYTES": (16 << 30, "bytes"),
     "ATTNZOO_MAX_TOKENIZER_BYTES": (256 << 20, "bytes"),
+    "ATTNZOO_MAX_NAME_CHARS": (1_000, "characters"),
 }
 
 
@@ -135,14 +147,14 @@ def load_yaml(text: str, where: Any, error: type[AttnzooError] = WeightsError) -
 
     bound = limit("ATTNZOO_MAX_DEPTH")
     loader = _loader(text)
-    stack: list[list[Any]] = []  # open collections: [value, pending key (mappings), is_mapping]
+    stack: list[list[Any]] = []  # open collections: [value, pending key (mappings), is_mapping, where it sits]
     documents: list[Any] = []
     try:
         while loader.check_event():
             event = loader.get_event()
             if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)):
                 if isinstance(event, yaml.ScalarEvent):
-                    value = _scalar(loader, event, ScalarNode, where, error)
+                    value = _scalar(loader, event, ScalarNode, (where, stack), error)
                 else:
                     if len(stack) >= bound:
                         raise over_limit(
@@ -151,9 +163,10 @@ def load_yaml(text: str, where: Any, error: type[AttnzooError] = WeightsError) -
                     if event.tag not in (None, "!", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"):
                         raise error(f"{where}: {_line(event)}: the tag {event.tag!r} is no plain YAML value")
                     value = {} if isinstance(event, yaml.MappingStartEvent) else []
+                label = _label(stack[-1]) if stack else ""
                 _add(stack, documents, value, event, where, error)
                 if isinstance(event, yaml.CollectionStartEvent):
-                    stack.append([value, _NO_KEY, isinstance(value, dict)])
+                    stack.append([value, _NO_KEY, isinstance(value, dict), label])
             elif isinstance(event, yaml.CollectionEndEvent):
                 stack.pop()
             elif isinstance(event, yaml.AliasEvent):
@@ -175,7 +188,8 @@ _DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")  # a plain decimal int (YAML 
 _PLAIN_TAGS = {f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "timestamp", "binary")}
 
 
-def _scalar(loader: Any, event: Any, node_class: type, where: Any, error: type[AttnzooError]) -> Any:
+def _scalar(loader: Any, event: Any, node_class: type, at: tuple[Any, list], error: type[AttnzooError]) -> Any:
+    """One scalar's value; ``at``, the file and the open collections, names where in an error."""
     tag = event.tag
     if tag is None or tag == "!":
         tag = loader.resolve(node_class, event.value, event.implicit)
@@ -185,13 +199,36 @@ def _scalar(loader: Any, event: Any, node_class: type, where: Any, error: type[A
         return int(event.value)
     if tag == "tag:yaml.org,2002:null":
         return None
+    where = f"{at[0]}: {_line(event)}"
     if tag not in _PLAIN_TAGS:
-        raise error(f"{where}: {_line(event)}: the tag {tag!r} is no plain YAML value")
+        raise error(f"{where}: the tag {tag!r} is no plain YAML value")
     node = node_class(tag, event.value, event.start_mark, event.end_mark, event.style)
     try:
         return loader.yaml_constructors[tag](loader, node)
     except ValueError as e:  # a number past Python's 4,300 digits; a date that is none
-        raise error(f"{where}: {_line(event)}: {' '.join(str(e).split())[:160]}") from None
+        if tag == "tag:yaml.org,2002:int":
+            digits = sum(c.isdigit() for c in event.value)
+            raise error(
+                f"{where}: {_path(at[1])} {event.value[:12]}... is an integer of {digits:,} digits, past the "
+                f"{sys.get_int_max_str_digits():,} Python reads and far past any value attnzoo writes"
+            ) from None
+        raise error(
+            f"{where}: {_path(at[1])} {event.value[:40]!r} is not a {tag.rsplit(':', 1)[-1]} ({e})"[:300]
+        ) from None
+
+
+def _label(top: list[Any]) -> str:
+    """Where the next value of the open collection ``top`` goes: ``.key`` or ``[index]``."""
+    if not top[2]:
+        return f"[{len(top[0])}]"
+    return "" if top[1] is _NO_KEY else f".{top[1]}"
+
+
+def _path(stack: list[list[Any]]) -> str:
+    """Where the parser is, as keys and list positions (``config.graph.layers.dense.units``), for an error
+    about the value it reads next."""
+    text = ("".join(top[3] for top in stack) + (_label(stack[-1]) if stack else "")).lstrip(".")
+    return f"{text[:200]}:" if text else "the value"
 
 
 def _add(stack: list[list[Any]], documents: list[Any], value: Any, event: Any, where: Any, error: Any) -> None:
@@ -250,3 +287,26 @@ def _depth(value: Any, bound: int) -> int:
         children = item.values() if isinstance(item, dict) else item
         stack += [(v, depth + 1) for v in children if isinstance(v, (dict, list))]
     return deepest
+
+
+# the keys of a Keras config whose strings are names: a layer's or model's own, and the references to them
+_NAME_KEYS = frozenset({"name", "keras_history", "inbound_nodes", "input_layers", "output_layers"})
+
+
+def check_names(value: Any, where: Any, error: type[AttnzooError] = WeightsError) -> None:
+    """Refuse a Keras config holding a name longer than ``ATTNZOO_MAX_NAME_CHARS``, in one pass with an
+    explicit stack before anything copies the names (into identifiers, emitted code, reports: a 5 MB name
+    took minutes there). A name is a string under one of ``_NAME_KEYS``, however deep."""
+    bound = limit("ATTNZOO_MAX_NAME_CHARS")
+    stack: list[tuple[Any, str | None]] = [(value, None)]
+    while stack:
+        item, key = stack.pop()
+        if isinstance(item, dict):
+            stack += [(v, k if k in _NAME_KEYS else key) for k, v in item.items()]
+        elif isinstance(item, list):
+            stack += [(v, key) for v in item]
+        elif key is not None and isinstance(item, str) and len(item) > bound:
+            from attnzoo.io.text import printable
+
+            found = f"holds a name {len(item):,} characters long (under {key!r}: {printable(item[:40])}...)"
+            raise over_limit("ATTNZOO_MAX_NAME_CHARS", found, where, error)

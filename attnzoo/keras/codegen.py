@@ -9,7 +9,9 @@ name, version and config values must never become code. So:
   module uses (``torch``, ``nn``, ``F``, ``self``, ``layers``, ...), then ``_2``, ``_3``, ... until unused.
 * :func:`literal` is the one way a value is written: ``repr`` of a plain Python literal (None, bool, int,
   float, str, and lists, tuples and dicts of them), NaN and the infinities as ``float("nan")``,
-  ``float("inf")``; anything else is refused.
+  ``float("inf")``, a list of ``LONG_LIST`` or more strings (a vocabulary) as one string constant split at
+  its newlines (``"a\\nb".split("\\n")``, the one call on a constant the walk below admits); anything else
+  is refused.
 * :func:`check_source` parses the result (``ast.parse``) and walks it, allowing only what the emitter
   writes: imports, the ``KERAS_*`` literals, one ``nn.Module`` class with ``__init__`` and ``forward``
   made of assignments and calls of the module's own names and ``del`` of its variables, and comments that
@@ -47,6 +49,9 @@ RESERVED = frozenset(
 )
 MAX_LENGTH = 48  # characters of a made-up name; the Keras name is kept whole in KERAS_NAMES
 MAX_DEPTH = 64  # nesting of a written value (a layer's config is a few levels deep)
+# a list of this many strings (a vocabulary) is written as one string split at its newlines: a list
+# literal of 2 million words is 2 million constants to lay out, tokenize, parse, check and compile
+LONG_LIST = 1_000
 
 
 def _nfkc(text: str) -> str:
@@ -123,6 +128,8 @@ def literal(value: Any, depth: int = 0) -> str:
         if math.isinf(number):
             return 'float("inf")' if number > 0 else '-float("inf")'
         return repr(number)
+    if isinstance(value, list) and len(value) >= LONG_LIST and all(isinstance(v, str) and "\n" not in v for v in value):
+        return _string("\n".join(value)) + '.split("\\n")'  # one constant: parsed and compiled as one token
     if isinstance(value, (list, tuple)):
         items = [literal(v, depth + 1) for v in value]
         if isinstance(value, tuple):
@@ -362,6 +369,8 @@ class _Walk:
                 pass  # one of the module's layers, bound to a local (see statement)
             elif func.id not in self.globals or func.id in ("torch", "nn", "F", "math", "tuple"):
                 raise _refuse(f"a call of {func.id!r}", node)
+        elif _splits_lines(node):  # a long list of strings, as literal writes it
+            return
         elif isinstance(func, (ast.Attribute, ast.Subscript)):  # a method, or a layer: layers["key"](...)
             self.expression(func, strings=False)
         else:
@@ -372,6 +381,21 @@ class _Walk:
             if kw.arg is not None and kw.arg.startswith("__"):
                 raise _refuse(f"the keyword argument {kw.arg!r}", node)
             self.expression(kw.value, strings=True)
+
+
+def _splits_lines(node: ast.Call) -> bool:
+    """``"a\\nb".split("\\n")``: a string constant split at newlines, and nothing else."""
+    func = node.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "split"
+        and isinstance(func.value, ast.Constant)
+        and isinstance(func.value.value, str)
+        and not node.keywords
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == "\n"
+    )
 
 
 def _is_string(node: ast.AST) -> bool:

@@ -14,10 +14,10 @@ Three forms hold a whole model:
   (``model.weights.h5`` or ``<stem>.weights.h5``), or named with ``weights=``.
 
 Nothing here imports Keras, and nothing is executed: the config is JSON data. A file is checked before
-it is read (:func:`check_members`, :func:`stream_member`, :func:`parse_json`): a ``.keras`` archive
-holds each member once and none outside its folder, each member is decompressed counting the bytes its
-data holds (not its header's size) under a limit, and JSON is parsed with a depth limit; each refusal
-is a ``WeightsError`` naming the member.
+it is read (:func:`check_members`, :func:`stream_member`, :func:`parse_json`): a ``.keras`` archive holds
+each member once and none outside its folder, each member is decompressed counting its data's bytes
+(not its header's size) under a limit, JSON is parsed with a depth limit and its names with a length
+limit (:func:`~attnzoo.io.limits.check_names`); each refusal is a ``WeightsError`` naming the member.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from attnzoo.errors import WeightsError
+from attnzoo.io.limits import check_names
 from attnzoo.keras.archive import (
     MAX_CONFIG_BYTES,
     MAX_METADATA_BYTES,
@@ -305,6 +306,7 @@ def _parse_config(text: bytes | str, where: str, what: str = "the model config")
     config = parse_json(text, where, what)
     if not isinstance(config, dict) or "class_name" not in config or not isinstance(config.get("config"), dict):
         raise WeightsError(f"{where}: {what} is not a Keras model (no class_name and config)")
+    check_names(config, f"{where}: {what}")
     return config
 
 
@@ -341,10 +343,9 @@ def _read_zip(path: Path) -> KerasFile:
             metadata = parse_json(text, where, "metadata.json")
             version = str(metadata.get("keras_version", "")) if isinstance(metadata, dict) else ""
         if "model.weights.h5" not in names:
-            sharded = "model.weights.json" in names
+            sharded = "; sharded weights are not supported, save the model unsharded"
             raise WeightsError(
-                f"{where}: no model.weights.h5 in the archive"
-                + ("; sharded weights are not supported, save the model unsharded" if sharded else "")
+                f"{where}: no model.weights.h5 in the archive" + sharded * ("model.weights.json" in names)
             )
         assets = read_assets(archive, where)
         scratch = tempfile.TemporaryDirectory(prefix="attnzoo-keras-")

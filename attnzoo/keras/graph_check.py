@@ -77,6 +77,14 @@ def validate_graph(graph: Any) -> None:
             raise graph_error(f"call {call['id']!r} uses layer {call['layer']!r}, which is not in 'layers'")
         if not isinstance(call.get("args"), list) or not isinstance(call.get("kwargs"), dict):
             raise graph_error(f"call {call['id']!r} needs 'args' (a list) and 'kwargs' (a mapping)")
+        if call.get("layer") is None:  # a nested model's inputs or outputs: the tensors it is given, as they are
+            for arg in call["args"]:
+                if not (isinstance(arg, dict) and "ref" in arg):
+                    raise graph_error(
+                        f"call {call['id']!r} (layer null: it passes a nested model's tensors through) is given "
+                        f"{_shown(arg)} in its args; a pass-through call takes only refs to tensors ({{ref: [call "
+                        f"id, index]}}), which is what attnzoo writes: restore the file, or convert the model again"
+                    )
         check_refs(call["args"], known, f"call {call['id']!r}")
         check_refs(call["kwargs"], known, f"call {call['id']!r}")
         passed = len(call["args"]) if call["kwargs"].get("outputs") else 1  # a nested model's ins and outs
@@ -90,6 +98,15 @@ def validate_graph(graph: Any) -> None:
             positions = leaves(graph[f"{key}_structure"])
             if sorted(positions) != list(range(len(graph[f"{key}s"]))):
                 raise graph_error(f"{key}_structure must hold each {key}'s position once, got {positions}")
+
+
+def _shown(value: Any) -> str:
+    """A value as the error shows it: its repr, shortened, never Python's refusal of a 100,000-digit int."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "an integer too long to show"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def leaves(structure: Any) -> list[Any]:

@@ -65,6 +65,8 @@ def _conforms(value: Any, hint: Any) -> bool:
         return isinstance(value, str)
     if origin in (list, tuple, typing.Sequence) or hint in (list, tuple):
         item = inner[0] if inner else Any
+        if item is str and isinstance(value, (list, tuple)):  # a vocabulary: millions of items, checked at C speed
+            return all(isinstance(v, str) for v in value)
         return isinstance(value, (list, tuple)) and all(_conforms(v, item) for v in value)
     if origin in (dict, typing.Mapping) or hint is dict:
         return isinstance(value, dict) and all(_conforms(v, inner[1] if inner else Any) for v in value.values())
@@ -74,13 +76,15 @@ def _conforms(value: Any, hint: Any) -> bool:
 
 
 def _type_text(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(hint))
     text = str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
     return text.replace("attnzoo.keras.nodes.Node", "a layer's data").replace("NoneType", "None")
 
 
 def _ints(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return [v for item in value for v in _ints(item)]
+    if isinstance(value, (list, tuple)):  # strings passed over without a call each (a vocabulary's millions)
+        return [v for item in value if not isinstance(item, str) for v in _ints(item)]
     if isinstance(value, dict):
         return [v for item in value.values() for v in _ints(item)]
     return [value] if isinstance(value, int) and not isinstance(value, bool) else []

@@ -8,7 +8,11 @@ The device: ``auto`` is ``cuda:LOCAL_RANK`` where CUDA is there, else the CPU; `
 LOCAL_RANK on each machine); ``cuda:N`` and ``cpu`` are taken as given. The backend follows the device:
 NCCL for CUDA tensors, gloo for the CPU's. The process group is initialised when the world size is over 1
 (torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` say where the ranks meet); :func:`process_group` destroys
-the group it made when the run ends, on an error too (one a caller made before stays theirs).
+the group it made when the run ends, on an error too (one a caller made before stays theirs). Before it
+waits for its peers a process started by hand (not by torchrun) says on stderr which ranks it waits for
+and at which address, and every process stops after ``ATTNZOO_DIST_TIMEOUT`` seconds (default 300, not
+torch's 30 minutes) with a ``ConfigError`` saying
+the same: a ``RANK`` / ``WORLD_SIZE`` set by hand with no peer started ends in minutes, not in silence.
 
 Without a process group (one process) every collective here is the identity, so a task's evaluation and
 the trainer's bookkeeping call them unconditionally.
@@ -16,7 +20,9 @@ the trainer's bookkeeping call them unconditionally.
 
 from __future__ import annotations
 
+import datetime
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,7 +119,7 @@ def setup(device: str | None = "auto", *, batch_size: int | None = None) -> Setu
         torch.cuda.set_device(where)
     made = _needs_group(world) and not torch.distributed.is_initialized()
     if made:
-        torch.distributed.init_process_group(backend)
+        _join(backend, rank, world)
     return Setup(rank, world, local_rank, where, backend, made)
 
 
@@ -133,6 +139,41 @@ def process_group(device: str | None = "auto", *, batch_size: int | None = None)
     finally:
         if where.made_group and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+ENV_TIMEOUT = "ATTNZOO_DIST_TIMEOUT"
+DEFAULT_TIMEOUT = 300  # seconds a process waits for its peers (torch's own default is 30 minutes)
+
+
+def _join(backend: str, rank: int, world: int) -> None:
+    """Initialise the process group, saying first whom this process waits for and where, and stopping
+    after ``ATTNZOO_DIST_TIMEOUT`` seconds with a ``ConfigError`` that says it again."""
+    seconds = _environment_int(ENV_TIMEOUT, DEFAULT_TIMEOUT, 1)
+    address, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    others = [r for r in range(world) if r != rank]
+    peers = f"rank{'s' if len(others) > 1 else ''} {_ranks(others)}" if others else "the group's own store"
+    where = f"{address}:{port}" if address and port else "no address (MASTER_ADDR and MASTER_PORT are not both set)"
+    waits = f"rank {rank} of {world} waits up to {seconds} s ({ENV_TIMEOUT}) for {peers} at {where}"
+    if not os.environ.get("TORCHELASTIC_RUN_ID"):  # by hand; torchrun starts every rank at once, says its own
+        print(f"attnzoo: {waits} (MASTER_ADDR:MASTER_PORT)", file=sys.stderr, flush=True)
+    try:
+        torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
+    except (RuntimeError, ValueError) as e:  # torch's DistStoreError / DistNetworkError are RuntimeErrors
+        reason = " ".join(str(e).split())[:200]
+        raise ConfigError(
+            f"{waits}, and they did not all join ({reason}); start every rank (torchrun --nproc_per_node "
+            f"{world} sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for each), raise {ENV_TIMEOUT} if they "
+            f"start slowly, or unset WORLD_SIZE and RANK to train in one process"
+        ) from None
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``1``, ``1 and 2`` or ``1 to 7``."""
+    if len(ranks) == 1:
+        return str(ranks[0])
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]} to {ranks[-1]}"
+    return ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
 def active() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -141,7 +141,7 @@ class Conv(Node):
         kernel_size: list[int],
         strides: list[int],
         dilation_rate: list[int],
-        padding: str = "valid",
+        padding: Literal["valid", "same", "causal"] = "valid",
         groups: int = 1,
         activation: str = "linear",
         use_bias: bool = True,

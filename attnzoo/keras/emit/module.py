@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Any
 
 from attnzoo.errors import ConfigError
-from attnzoo.keras.code_lines import WIDTH, layout
+from attnzoo.keras.code_lines import WIDTH, layout, source_segment
 from attnzoo.keras.codegen import identifier, literal, usable
 from attnzoo.keras.emit.draft import Draft
 from attnzoo.keras.emit.freeing import names_in
@@ -129,10 +129,7 @@ def laid_out(statements: list[str]) -> list[str]:
         if any(len(line) > WIDTH for line in laid):
             node = ast.parse(statement).body[0]
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target, value = (
-                    ast.get_source_segment(statement, node.targets[0]),
-                    ast.get_source_segment(statement, node.value),
-                )
+                target, value = source_segment(statement, node.targets[0]), source_segment(statement, node.value)
                 if target != "layer":  # (a layer bound in forward is already ``layer = layers[key]``)
                     laid = [*layout(f"layer = {value}", "        "), *layout(f"{target} = layer", "        ")]
         lines.extend(laid)
