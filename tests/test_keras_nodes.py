@@ -43,6 +43,15 @@ COMMITTED = [
     "keras_hub_models/gpt2.keras",
     "keras_hub_models/llama.keras",
     "keras_hub_models/vit.keras",
+    # keras-hub's families (their own layers' nodes)
+    *(f"keras_hub_lm/{family}/backbone.keras" for family in ("bloom", "falcon", "gemma", "gpt_neox", "mistral")),
+    *(f"keras_hub_lm/{family}/backbone.keras" for family in ("mixtral", "phi3_su", "qwen_moe")),
+    "keras_hub_encoders/deberta_v3.keras",
+    "keras_hub_encoders/f_net.keras",
+    "keras_hub_encoders/bert_masked_lm_preset",
+    "keras_hub_seq2seq/t5/preset",
+    *(f"keras_hub_vision/efficientnet/{file}.keras" for file in ("backbone", "classifier")),
+    "keras_hub_vision/mobilenet/backbone.keras",
 ]
 # the oracle's models that build the rest (merges and shapes, a nested model, keras.applications' layers)
 ORACLE = {"shapes_and_merges": [[3, 1]], "shared_and_nested": [[2, 3]], "applications_layers": [[2, 1]]}
