@@ -71,7 +71,9 @@ def keras_hub_graph(entry: dict[str, Any], name: str, where: str) -> dict[str, A
     record = json.loads(text)  # the record of a config read with a depth limit, a few levels deeper
     if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
         raise WeightsError(f"{where}: keras-hub's {name} gave no functional graph")
-    return {**record, "name": config.get("name", entry.get("name"))}
+    from attnzoo.keras.converters.hub_masked_lm import retie
+
+    return {**retie(record, where), "name": config.get("name", entry.get("name"))}
 
 
 @contextmanager
