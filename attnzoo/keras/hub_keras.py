@@ -36,9 +36,11 @@ def routes(name: str) -> str:
     """The two ways forward for a keras-hub class attnzoo does not rebuild, for a refusal to name."""
     return (
         f"install keras-hub (pip install keras-hub) to convert {name} through its own graph, which keras-hub "
-        f"builds from the file's arguments; or save its graph, keras.Model(model.inputs, model.outputs)"
-        f".save('model.keras'), and convert that file"
+        f"builds from the file's arguments; or {_SAVE_GRAPH}"
     )
+
+
+_SAVE_GRAPH = "save its graph, keras.Model(model.inputs, model.outputs).save('model.keras'), and convert that file"
 
 
 def keras_hub_graph(entry: dict[str, Any], name: str, where: str) -> dict[str, Any]:
@@ -48,12 +50,15 @@ def keras_hub_graph(entry: dict[str, Any], name: str, where: str) -> dict[str, A
     if not keras_hub_installed():
         raise WeightsError(f"{where}: keras-hub's {name[:80]!r} is not one attnzoo rebuilds; {routes(name[:80])}")
     import keras
-    import keras_hub  # noqa: F401 - registers keras-hub's classes with Keras
+    import keras_hub  # registers keras-hub's classes with Keras
     from keras.src.backend.common.stateless_scope import StatelessScope
 
     cls = keras.saving.get_registered_object(f"keras_hub>{name}")
     if not isinstance(cls, type) or not issubclass(cls, keras.Model):
-        raise WeightsError(f"{where}: {name[:80]!r} is not a model class keras-hub registers; it cannot be built")
+        raise WeightsError(
+            f"{where}: {name[:80]!r} is not a model class keras-hub {keras_hub.__version__} registers; it cannot "
+            f"be built. To go on: {_SAVE_GRAPH}"
+        )
     config = dict(entry.get("config") or {})
     if "preprocessor" in config:
         config["preprocessor"] = None  # the tokenizer is read from the preset folder, never built here
