@@ -22,7 +22,7 @@ import torch
 
 import attnzoo
 from attnzoo.errors import WeightsError
-from attnzoo.keras import convert_keras_model, hub_families, hub_keras
+from attnzoo.keras import convert_keras_model, hub_families
 
 from .conftest import ROOT
 
@@ -174,9 +174,9 @@ def test_through_keras_hub_s_graph_a_masked_lm_s_head_reads_the_backbone_s_table
     assert_tied_once(convert_keras_model(path("bert_masked_lm")), tmp_path)
 
 
+@pytest.mark.usefixtures("without_keras_hub")
 def test_without_keras_hub_a_class_attnzoo_does_not_rebuild_is_refused_naming_both_routes(monkeypatch):
     monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
-    monkeypatch.setattr(hub_keras, "keras_hub_installed", lambda: False)
     with pytest.raises(WeightsError) as error:
         convert_keras_model(path("electra"))
     message = str(error.value)

@@ -92,8 +92,8 @@ def _renamed(tmp_path, class_name: str):
     return folder
 
 
-def test_a_class_nobody_registered_is_refused_naming_the_classes_that_convert(tmp_path, monkeypatch):
-    monkeypatch.setattr(hub_keras, "keras_hub_installed", lambda: False)  # where keras-hub is, it is asked
+@pytest.mark.usefixtures("without_keras_hub")
+def test_a_class_nobody_registered_is_refused_naming_the_classes_that_convert(tmp_path):
     with pytest.raises(WeightsError, match=r"'MyGPTBackbone' is a functional model.*GPT2Backbone.*keras.Model"):
         convert_keras_model(_renamed(tmp_path, "MyGPTBackbone"))
 
