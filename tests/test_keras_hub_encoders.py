@@ -28,7 +28,7 @@ from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_encoders"
 EXPECTED = dict(np.load(DATA / "expected.npz"))
-PRESETS = ("xlm_roberta_classifier", "bert_masked_lm", "deberta_v3_classifier")
+PRESETS = ("xlm_roberta_classifier", "bert_masked_lm", "deberta_v3_classifier", "deberta_v3_masked_lm")
 
 
 def path(case: str):
@@ -155,7 +155,7 @@ def test_albert_s_shared_layers_hold_their_weights_once():
     ]
 
 
-ROUTE = (*NATIVE, "deberta_v3", "deberta_v3_classifier")
+ROUTE = (*NATIVE, "deberta_v3", "deberta_v3_classifier", "deberta_v3_masked_lm")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
@@ -164,6 +164,13 @@ def test_keras_hub_s_own_graph_converts_a_class_attnzoo_does_not_rebuild(case, m
     """As if attnzoo rebuilt none of these classes: keras-hub builds each from the file's arguments."""
     monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
     assert_matches(convert_keras_model(path(case)), case)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
+def test_a_task_keras_hub_builds_over_a_backbone_attnzoo_rebuilds_predicts_what_keras_predicts():
+    """DebertaV3MaskedLM: keras-hub builds the task's graph, attnzoo its DebertaV3Backbone, and the head is
+    placed inside that backbone, reading its token table."""
+    assert_matches(convert_keras_model(path("deberta_v3_masked_lm")), "deberta_v3_masked_lm")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")

@@ -49,3 +49,13 @@ def test_with_keras_hub_dinov2_s_graph_stops_at_its_embedding_and_encoder(name):
 def test_with_keras_hub_swin_s_graph_cannot_be_written_by_keras_hub():
     with pytest.raises(WeightsError, match=r"keras-hub could not build its SwinTransformerBackbone .*get_config"):
         convert_keras_model(DATA / "swin.keras")
+
+
+@needs_keras_hub
+def test_keras_itself_cannot_save_swin_s_graph(tmp_path):
+    """The same error outside attnzoo: Keras saving the functional graph of the fixture's Swin."""
+    import keras
+
+    swin = keras.saving.load_model(DATA / "swin.keras")
+    with pytest.raises(TypeError, match=r"get_config\(\) missing 1 required positional argument: 'self'"):
+        keras.Model(swin.inputs, swin.outputs).save(tmp_path / "graph.keras")
