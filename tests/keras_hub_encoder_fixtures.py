@@ -25,7 +25,9 @@ head's weights, config.json and model.weights.h5 with the backbone's; no preproc
 * ``deberta_v3``: ``DebertaV3Backbone`` (bucket_size 4, so that relative distances past it are bucketed);
   ``deberta_v3_classifier``: ``DebertaV3TextClassifier`` (3 classes) over such a backbone, as a preset folder;
   ``deberta_v3_masked_lm``: ``DebertaV3MaskedLM`` over such a backbone, as a preset folder (a class attnzoo
-  converts only through keras-hub's graph).
+  converts only through keras-hub's graph);
+* ``roberta_masked_lm``: ``RobertaMaskedLM``, as a preset folder (its head reverses the token table inside the
+  backbone's ``TokenAndPositionEmbedding``; through keras-hub's graph only).
 
 ``expected.npz`` holds each case's inputs and Keras's outputs (``predict``): ``<case>/in/<name>`` and
 ``<case>/out/<name>``; token ids in [1, 100) padded on the right to 12 with 0 (rows of 12, 7, 1 and 10
@@ -69,6 +71,10 @@ def deberta_v3_masked_lm():
     return M.DebertaV3MaskedLM(M.DebertaV3Backbone(vocabulary_size=VOCAB, bucket_size=4, **S), preprocessor=None)
 
 
+def roberta_masked_lm():
+    return M.RobertaMaskedLM(M.RobertaBackbone(vocabulary_size=VOCAB, **S), preprocessor=None)
+
+
 ALBERT = {**S, "vocabulary_size": VOCAB, "embedding_dim": 16}
 CASES = {  # name -> (make, inputs, saved as a preset folder)
     "electra": (lambda: M.ElectraBackbone(vocab_size=VOCAB, embedding_dim=16, **S), ("segment_ids",), False),
@@ -89,6 +95,7 @@ CASES = {  # name -> (make, inputs, saved as a preset folder)
     "deberta_v3": (lambda: M.DebertaV3Backbone(vocabulary_size=VOCAB, bucket_size=4, **S), (), False),
     "deberta_v3_classifier": (deberta_v3_classifier, (), True),
     "deberta_v3_masked_lm": (deberta_v3_masked_lm, ("mask_positions",), True),
+    "roberta_masked_lm": (roberta_masked_lm, ("mask_positions",), True),
 }
 
 

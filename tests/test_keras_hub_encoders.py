@@ -28,7 +28,13 @@ from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_encoders"
 EXPECTED = dict(np.load(DATA / "expected.npz"))
-PRESETS = ("xlm_roberta_classifier", "bert_masked_lm", "deberta_v3_classifier", "deberta_v3_masked_lm")
+PRESETS = (
+    "xlm_roberta_classifier",
+    "bert_masked_lm",
+    "deberta_v3_classifier",
+    "deberta_v3_masked_lm",
+    "roberta_masked_lm",
+)
 
 
 def path(case: str):
@@ -155,7 +161,7 @@ def test_albert_s_shared_layers_hold_their_weights_once():
     ]
 
 
-ROUTE = (*NATIVE, "deberta_v3", "deberta_v3_classifier", "deberta_v3_masked_lm")
+ROUTE = (*NATIVE, "deberta_v3", "deberta_v3_classifier", "deberta_v3_masked_lm", "roberta_masked_lm")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
@@ -167,10 +173,12 @@ def test_keras_hub_s_own_graph_converts_a_class_attnzoo_does_not_rebuild(case, m
 
 
 @pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
-def test_a_task_keras_hub_builds_over_a_backbone_attnzoo_rebuilds_predicts_what_keras_predicts():
-    """DebertaV3MaskedLM: keras-hub builds the task's graph, attnzoo its DebertaV3Backbone, and the head is
-    placed inside that backbone, reading its token table."""
-    assert_matches(convert_keras_model(path("deberta_v3_masked_lm")), "deberta_v3_masked_lm")
+@pytest.mark.parametrize("case", ["deberta_v3_masked_lm", "roberta_masked_lm"])
+def test_a_task_keras_hub_builds_over_a_backbone_attnzoo_rebuilds_predicts_what_keras_predicts(case):
+    """DebertaV3MaskedLM, RobertaMaskedLM: keras-hub builds the task's graph, attnzoo its backbone, and the
+    head is placed inside that backbone, reading its token table (RoBERTa's inside its
+    TokenAndPositionEmbedding)."""
+    assert_matches(convert_keras_model(path(case)), case)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
@@ -179,6 +187,15 @@ def test_through_keras_hub_s_graph_a_masked_lm_s_head_reads_the_backbone_s_table
     builder does, so that its logits come from the backbone's one token table."""
     monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
     assert_tied_once(convert_keras_model(path("bert_masked_lm")), tmp_path)
+
+
+@pytest.mark.usefixtures("without_keras_hub")
+def test_a_masked_lm_head_whose_table_the_backbone_does_not_hold_is_refused():
+    from attnzoo.keras.converters.hub_masked_lm import _embedding
+
+    built = {"config": {"layers": [{"name": "embeddings", "class_name": "PositionEmbedding"}]}}
+    with pytest.raises(WeightsError, match=r"here: its MaskedLMHead reverses the backbone's 'token_embedding'"):
+        _embedding(built, "token_embedding", "here")
 
 
 @pytest.mark.usefixtures("without_keras_hub")

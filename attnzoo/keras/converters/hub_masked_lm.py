@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnzoo.errors import WeightsError
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
 from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT, HubGraph, Ref, backbone_record, tensor
@@ -184,9 +185,25 @@ def retie(record: dict[str, Any], where: str) -> dict[str, Any]:
     built = unwrap({k: v for k, v in backbone.items() if k != "inbound_nodes"}, where)
     outputs = built["config"]["output_layers"]
     flat = [outputs[key] for key in sorted(outputs)] if isinstance(outputs, dict) else [outputs]
-    config = {**head["config"], TIED: str(_tie(head)["config"]["name"])}  # type: ignore[index]
+    config = {**head["config"], TIED: _embedding(built, str(_tie(head)["config"]["name"]), where)}  # type: ignore[index]
     task, dtype = record["config"]["name"], backbone["config"].get("dtype")
     return tied_masked_lm(built, backbone["name"], flat[history[2]], config, task, dtype, head["name"])
+
+
+def _embedding(built: dict[str, Any], name: str, where: str) -> str:
+    """The backbone's layer whose reverse call gives the logits: the layer ``name``, or, where that is the
+    inner table of a ``TokenAndPositionEmbedding`` (RoBERTa's, DistilBERT's), that layer, whose node reverses
+    its token table."""
+    layers = built["config"]["layers"]
+    if any(layer.get("name") == name for layer in layers):
+        return name
+    holders = [str(layer.get("name")) for layer in layers if layer.get("class_name") == "TokenAndPositionEmbedding"]
+    if len(holders) != 1:
+        raise WeightsError(
+            f"{where}: its MaskedLMHead reverses the backbone's {name!r}, which is no layer of the backbone's "
+            f"graph nor inside its one TokenAndPositionEmbedding (found {holders})"
+        )
+    return holders[0]
 
 
 def _tie(layer: dict[str, Any]) -> Any:
