@@ -48,6 +48,7 @@ __all__ = [
     "token_and_position_embedding",
     "token_and_position_encoder",
     "first_token_classifier",
+    "task_over",
     "tensor",
     "GELU_TANH",
     "WEIGHTS_AT_ROOT",
@@ -157,6 +158,19 @@ class HubGraph:
 
         config = {"name": name, "layers": self.layers, "input_layers": ref(inputs), "output_layers": ref(outputs)}
         return {"class_name": "Functional", "config": config}
+
+
+def task_over(built: dict[str, Any], nested: dict[str, Any], name: str, task: str) -> dict[str, Any]:
+    """The ``Functional`` record ``task`` whose graph is the backbone ``built`` (its record) with the graph
+    ``nested`` (the backbone's, with the task's head placed inside it: dict inputs), called as ``name`` on
+    inputs of the same names; its output the nested graph's."""
+    inputs = nested["config"]["input_layers"]
+    outer = HubGraph(None)
+    for key in sorted(inputs):
+        outer.input(key)
+    outer.nested({**built, "config": nested["config"]}, name, [{key: tensor(key) for key in sorted(inputs)}])
+    # keras 3 counts a nested model's own node in its outputs: its first call is node 1
+    return outer.functional(task, {key: key for key in inputs}, Ref(name, 1))
 
 
 def positive(config: dict[str, Any], key: str, where: str, default: int | None = None) -> int:

@@ -78,7 +78,38 @@ def keras_hub_graph(entry: dict[str, Any], name: str, where: str) -> dict[str, A
         raise WeightsError(f"{where}: keras-hub's {name} gave no functional graph")
     from attnzoo.keras.converters.hub_masked_lm import retie
 
-    return {**retie(record, where), "name": config.get("name", entry.get("name"))}
+    return {**_shared_inside(retie(record, where), where), "name": config.get("name", entry.get("name"))}
+
+
+def _shared_inside(record: dict[str, Any], where: str) -> dict[str, Any]:
+    """keras-hub's graph of a task whose output is its nested backbone's own layer called again on the
+    backbone's output (a causal LM's ``token_embedding(x, reverse=True)``), with that call placed inside the
+    backbone's graph, where the layer and its weights are (:func:`~attnzoo.keras.hub_graph.task_over`); any
+    other record as it is."""
+    from attnzoo.keras.hub_families import is_keras_hub_model, unwrap
+    from attnzoo.keras.hub_graph import HubGraph, Ref, task_over, tensor
+
+    layers, output = record["config"]["layers"], record["config"]["output_layers"]
+    last = next((x for x in layers if isinstance(output, list) and x.get("name") == output[0]), None)
+    nodes = (last or {}).get("inbound_nodes") or []
+    args = nodes[0].get("args") if len(nodes) == 1 else None
+    if not isinstance(args, list) or len(args) != 1 or not isinstance(args[0], dict):
+        return record
+    history = (args[0].get("config") or {}).get("keras_history")
+    backbone = next((x for x in layers if isinstance(history, list) and x.get("name") == history[0]), None)
+    if backbone is None or not is_keras_hub_model(backbone):
+        return record
+    built = unwrap({k: v for k, v in backbone.items() if k != "inbound_nodes"}, where)
+    body = built["config"]
+    if not any(x.get("name") == last["name"] for x in body["layers"]):  # type: ignore[index]
+        return record
+    outputs = body["output_layers"]
+    flat = [outputs[key] for key in sorted(outputs)] if isinstance(outputs, dict) else [outputs]
+    g = HubGraph(None)
+    g.layers = body["layers"]
+    x = g.call_again(last["name"], [tensor(Ref(*flat[history[2]]))], nodes[0].get("kwargs"))  # type: ignore[index]
+    inputs = {key: value[0] for key, value in body["input_layers"].items()}
+    return task_over(built, g.functional(backbone["name"], inputs, x), backbone["name"], record["config"]["name"])
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from attnzoo.errors import WeightsError
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
-from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT, HubGraph, Ref, backbone_record, tensor
+from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT, HubGraph, Ref, backbone_record, task_over, tensor
 from attnzoo.keras.hub_graph import Tensor as GraphTensor
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
@@ -160,13 +160,7 @@ def tied_masked_lm(
     g.layers[-1][WEIGHTS_AT_ROOT] = True
     scores = g.call_again(head[TIED], [tensor(h)], {"reverse": True})
     logits = g.call_again(head_name, [tensor(scores)], {"logits": True})
-    nested = g.functional(name, inputs, logits)
-    outer = HubGraph(dtype)
-    for key in sorted(inputs):
-        outer.input(key)
-    outer.nested({**built, "config": nested["config"]}, name, [{key: tensor(key) for key in sorted(inputs)}])
-    # keras 3 counts a nested model's own node in its outputs: its first call is node 1
-    return outer.functional(task, {key: key for key in inputs}, Ref(name, 1))
+    return task_over(built, g.functional(name, inputs, logits), name, task)
 
 
 def retie(record: dict[str, Any], where: str) -> dict[str, Any]:
