@@ -9,7 +9,10 @@ shape and initializer but no value (an ELECTRA-large's 307M variables take 5 MiB
 way, 2.5 GiB and 40 s allocated), and its graph is written as ``keras.Model(model.input, model.output)``
 would save it: the functional record of the same layers, names and calls. The graph reader reads that as any
 functional model; a nested keras-hub model inside (a task's backbone) comes back here, or to attnzoo's
-builder where it has one. A task's preprocessor is dropped before building: it is no part of the graph.
+builder where it has one. A task's preprocessor is dropped before building: it is no part of the graph. Where
+keras-hub's graph uses a layer of the nested backbone from outside it (a masked LM's head tied to the token
+table, a causal LM's reverse call of ``token_embedding``), that use is placed inside the backbone's graph,
+where the layer and its weights are.
 
 Nothing is executed but keras-hub's constructors, and only for a record naming a class keras-hub registers.
 """
