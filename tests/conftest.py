@@ -52,6 +52,15 @@ def fresh_registry(monkeypatch):
     REGISTRY.reset()
 
 
+@pytest.fixture
+def without_keras_hub(monkeypatch):
+    """As where keras-hub is not installed: a keras-hub class attnzoo does not rebuild is refused, not built
+    by keras-hub (the refusals' tests run the same with keras-hub installed)."""
+    from attnzoo.keras import hub_keras
+
+    monkeypatch.setattr(hub_keras, "keras_hub_installed", lambda: False)
+
+
 def run_python(code: str, *, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (the way a user would), returning the completed process."""
     full_env = {**os.environ, **(env or {})}

@@ -3,6 +3,9 @@ and keras-hub (run once; the files are committed, keras-hub is no test dependenc
 
     PYTHONHASHSEED=0 KERAS_BACKEND=torch python tests/keras_hub_encoder_fixtures.py tests/data/keras_hub_encoders
 
+or, to make only some cases and keep the others' files and entries of expected.npz, with their names after
+the folder (``... tests/data/keras_hub_encoders deberta_v3_classifier``).
+
 Each case is a tiny keras-hub model (vocabulary 100, width 32, 2 heads, 16 positions), every weight moved off
 its initial value (``w = rng.standard_normal(shape) * 0.3 + w * 0.5``, the seed derived from the case's name),
 saved as ``<case>.keras`` (``model.save``; its config keeps only the constructor's arguments) or, for the
@@ -19,7 +22,12 @@ head's weights, config.json and model.weights.h5 with the backbone's; no preproc
 * ``bert_masked_lm``: ``BertMaskedLM`` over a BertBackbone, as a preset folder (its ``mlm_head``, a
   ``MaskedLMHead``, reads the backbone's token embedding again);
 * ``f_net``: ``FNetBackbone``;
-* ``deberta_v3``: ``DebertaV3Backbone`` (bucket_size 4, so that relative distances past it are bucketed).
+* ``deberta_v3``: ``DebertaV3Backbone`` (bucket_size 4, so that relative distances past it are bucketed);
+  ``deberta_v3_classifier``: ``DebertaV3TextClassifier`` (3 classes) over such a backbone, as a preset folder;
+  ``deberta_v3_masked_lm``: ``DebertaV3MaskedLM`` over such a backbone, as a preset folder (a class attnzoo
+  converts only through keras-hub's graph);
+* ``roberta_masked_lm``: ``RobertaMaskedLM``, as a preset folder (its head reverses the token table inside the
+  backbone's ``TokenAndPositionEmbedding``; through keras-hub's graph only).
 
 ``expected.npz`` holds each case's inputs and Keras's outputs (``predict``): ``<case>/in/<name>`` and
 ``<case>/out/<name>``; token ids in [1, 100) padded on the right to 12 with 0 (rows of 12, 7, 1 and 10
@@ -53,6 +61,20 @@ def xlm_roberta_classifier():
     return M.XLMRobertaTextClassifier(M.XLMRobertaBackbone(vocabulary_size=VOCAB, **S), 3, preprocessor=None)
 
 
+def deberta_v3_classifier():
+    return M.DebertaV3TextClassifier(
+        M.DebertaV3Backbone(vocabulary_size=VOCAB, bucket_size=4, **S), 3, preprocessor=None
+    )
+
+
+def deberta_v3_masked_lm():
+    return M.DebertaV3MaskedLM(M.DebertaV3Backbone(vocabulary_size=VOCAB, bucket_size=4, **S), preprocessor=None)
+
+
+def roberta_masked_lm():
+    return M.RobertaMaskedLM(M.RobertaBackbone(vocabulary_size=VOCAB, **S), preprocessor=None)
+
+
 ALBERT = {**S, "vocabulary_size": VOCAB, "embedding_dim": 16}
 CASES = {  # name -> (make, inputs, saved as a preset folder)
     "electra": (lambda: M.ElectraBackbone(vocab_size=VOCAB, embedding_dim=16, **S), ("segment_ids",), False),
@@ -71,6 +93,9 @@ CASES = {  # name -> (make, inputs, saved as a preset folder)
         False,
     ),
     "deberta_v3": (lambda: M.DebertaV3Backbone(vocabulary_size=VOCAB, bucket_size=4, **S), (), False),
+    "deberta_v3_classifier": (deberta_v3_classifier, (), True),
+    "deberta_v3_masked_lm": (deberta_v3_masked_lm, ("mask_positions",), True),
+    "roberta_masked_lm": (roberta_masked_lm, ("mask_positions",), True),
 }
 
 
@@ -93,10 +118,16 @@ def outputs(model, given) -> dict[str, np.ndarray]:
     return {key: np.asarray(value) for key, value in out.items()}
 
 
-def main(out: str) -> None:
+def main(out: str, only: list[str]) -> None:
     os.makedirs(out, exist_ok=True)
-    expected = {}
+    expected, kept = {}, os.path.join(out, "expected.npz")
+    unknown = sorted(set(only) - set(CASES))
+    assert not unknown, f"no case {unknown}; the cases: {sorted(CASES)}"
+    if only:  # the other cases' entries as they were
+        expected = {k: v for k, v in np.load(kept).items() if k.split("/")[0] not in only}
     for name, (make, extra, preset) in CASES.items():
+        if only and name not in only:
+            continue
         rng = np.random.default_rng(zlib.crc32(name.encode()))
         model = make()
         for weight in model.weights:
@@ -117,9 +148,9 @@ def main(out: str) -> None:
         for key, value in outputs(again, given).items():
             assert np.array_equal(value, got[key]), (name, key)
         print(f"{name}: {type(model).__name__} -> {os.path.basename(path)}, {[v.shape for v in got.values()]}")
-    np.savez_compressed(os.path.join(out, "expected.npz"), **expected)
+    np.savez_compressed(kept, **expected)
     print(f"with keras {keras.__version__}, keras-hub {keras_hub.__version__}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras_hub_encoders")
+    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/keras_hub_encoders", sys.argv[2:])

@@ -5,13 +5,16 @@ The reference is Keras: tests/data/keras_hub_encoders/deberta_v3.keras is a tiny
 (bucket_size 4, so that distances past 2 fall in the log buckets) made by keras-hub 0.32
 (tests/keras_hub_encoder_fixtures.py), and expected.npz holds Keras's outputs on a right-padded batch (rows
 of 12, 7, 1 and 10 tokens); the port must give them within 1e-5 at every kept position. The fixture has no
-left-padded batch.
+left-padded batch. ``deberta_v3_classifier_preset`` beside it is a ``DebertaV3TextClassifier`` (3 classes,
+its own seeded backbone) as keras-hub's ``save_to_preset`` writes it; expected.npz holds Keras's logits on
+the same kind of batch, the reference for the port's within 1e-5.
 
-The slow tier writes the backbone through the Hugging Face door and loads it with transformers' ``AutoModel``
-in a child process where keras, keras_hub and attnzoo cannot be imported; transformers' states must be
-Keras's within 1e-5 at every kept position (transformers masks the padded keys as keras-hub does). On the
-same rows padded on the left, which the fixture lacks, transformers (a peer implementation) is the
-reference for the port's states at the real tokens.
+The slow tier writes both through the Hugging Face door and loads them with transformers' Auto classes
+(``AutoModel``, ``AutoModelForSequenceClassification``) in a child process where keras, keras_hub and
+attnzoo cannot be imported; transformers' states and logits must be Keras's within 1e-5 (at every kept
+position: transformers masks the padded keys as keras-hub does). On the backbone's rows padded on the left,
+which the fixture lacks, transformers (a peer implementation) is the reference for the port's states at the
+real tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ FILE = DATA / "deberta_v3.keras"
 TOKENS, PADDING = EXPECTED["deberta_v3/in/token_ids"], EXPECTED["deberta_v3/in/padding_mask"]
 STATES = EXPECTED["deberta_v3/out/output"]
 KEPT = PADDING.astype(bool)
+CLASSIFIER = DATA / "deberta_v3_classifier_preset"
+C_TOKENS = EXPECTED["deberta_v3_classifier/in/token_ids"]
+C_PADDING = EXPECTED["deberta_v3_classifier/in/padding_mask"]
+LOGITS = EXPECTED["deberta_v3_classifier/out/output"]
 
 
 def _left_padded() -> tuple[np.ndarray, np.ndarray]:
@@ -51,8 +58,8 @@ def _left_padded() -> tuple[np.ndarray, np.ndarray]:
 LEFT = _left_padded()
 
 
-def run(model) -> np.ndarray:
-    given = {"token_ids": torch.from_numpy(TOKENS), "padding_mask": torch.from_numpy(PADDING)}
+def run(model, tokens: np.ndarray = TOKENS, padding: np.ndarray = PADDING) -> np.ndarray:
+    given = {"token_ids": torch.from_numpy(tokens), "padding_mask": torch.from_numpy(padding)}
     with torch.no_grad():
         return model(*[given[name] for name in model.input_names]).numpy()
 
@@ -155,6 +162,18 @@ def test_a_re_wrapped_encoder_layer_with_one_bucket_is_refused_by_name():
         convert_disentangled_encoder(SimpleNamespace(config=config), [np.zeros(s, "float32") for s in shapes], None)
 
 
+# -- DebertaV3TextClassifier, as keras-hub's preset folder --------------------------------------------------------
+
+
+def test_the_text_classifier_s_preset_folder_gives_keras_s_logits(tmp_path):
+    model = convert_keras_model(CLASSIFIER)
+    got = run(model, C_TOKENS, C_PADDING)
+    assert got.shape == LOGITS.shape == (4, 3)
+    np.testing.assert_allclose(got, LOGITS, atol=1e-5, rtol=0)
+    again = attnzoo.load(attnzoo.save(model, tmp_path / "classifier"))
+    np.testing.assert_allclose(run(again, C_TOKENS, C_PADDING), LOGITS, atol=1e-5, rtol=0)
+
+
 # -- the Hugging Face door -------------------------------------------------------------------------------------
 
 
@@ -174,14 +193,16 @@ import numpy as np
 import torch
 import transformers
 
-given = np.load(sys.argv[2])
-model, info = transformers.AutoModel.from_pretrained(sys.argv[1], output_loading_info=True)
-model.eval()
-out = {"loading": np.array(json.dumps({k: sorted(v) for k, v in info.items() if v}))}
-with torch.no_grad():
-    for side in ("right", "left"):
-        ids, mask = (torch.from_numpy(given[f"{side}_{key}"]) for key in ("ids", "mask"))
-        out[side] = model(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
+given, out = np.load(sys.argv[2]), {}
+for name, auto, folder, batches in json.load(open(sys.argv[1])):
+    model, info = getattr(transformers, auto).from_pretrained(folder, output_loading_info=True)
+    model.eval()
+    out[f"{name}/loading"] = np.array(json.dumps({k: sorted(v) for k, v in info.items() if v}))
+    with torch.no_grad():
+        for batch in batches:
+            ids, mask = (torch.from_numpy(given[f"{batch}_{key}"]) for key in ("ids", "mask"))
+            result = model(input_ids=ids, attention_mask=mask)
+            out[f"{name}/{batch}"] = (result.last_hidden_state if name == "backbone" else result.logits).numpy()
 out["blocked"] = np.array([sys.modules[name] is None for name in ("keras", "keras_hub", "attnzoo")])
 np.savez(sys.argv[3], **out)
 """
@@ -190,19 +211,28 @@ np.savez(sys.argv[3], **out)
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     root = tmp_path_factory.mktemp("deberta_hf")
-    folder = to_transformers(FILE, root / "backbone")
+    jobs = [
+        ("backbone", "AutoModel", str(to_transformers(FILE, root / "backbone")), ["right", "left"]),
+        ("task", "AutoModelForSequenceClassification", str(to_transformers(CLASSIFIER, root / "task")), ["task"]),
+    ]
+    (root / "jobs.json").write_text(json.dumps(jobs))
     batches = {"right_ids": TOKENS, "right_mask": PADDING, "left_ids": LEFT[0], "left_mask": LEFT[1]}
+    batches |= {"task_ids": C_TOKENS, "task_mask": C_PADDING}
     np.savez(root / "given.npz", **{key: value.astype(np.int64) for key, value in batches.items()})
-    proc = run_without_keras(LOADER, str(folder), str(root / "given.npz"), str(root / "out.npz"), cwd=root)
+    proc = run_without_keras(LOADER, str(root / "jobs.json"), str(root / "given.npz"), str(root / "out.npz"), cwd=root)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return dict(np.load(root / "out.npz"))
 
 
 @pytest.mark.slow
-def test_transformers_loads_the_folder_without_keras_and_gives_keras_s_states(loaded):
-    assert loaded["blocked"].all() and json.loads(str(loaded["loading"])) == {}
-    worst = float(np.abs(loaded["right"] - STATES)[KEPT].max())
+def test_transformers_loads_both_folders_without_keras_and_gives_keras_s_outputs(loaded):
+    assert loaded["blocked"].all()
+    assert json.loads(str(loaded["backbone/loading"])) == {} and json.loads(str(loaded["task/loading"])) == {}
+    worst = float(np.abs(loaded["backbone/right"] - STATES)[KEPT].max())
     print(f"DebertaV2Model: max difference {worst:.3g} at kept positions")  # shown with -s
+    assert worst <= 1e-5
+    worst = float(np.abs(loaded["task/task"] - LOGITS).max())
+    print(f"DebertaV2ForSequenceClassification: max difference {worst:.3g} from Keras's logits")
     assert worst <= 1e-5
 
 
@@ -212,6 +242,6 @@ def test_padded_on_the_left_the_port_gives_transformers_states_at_the_real_token
     with torch.no_grad():
         got = convert_keras_model(FILE)(torch.from_numpy(mask), torch.from_numpy(ids)).numpy()
     real = mask.astype(bool)
-    worst = float(np.abs(got - loaded["left"])[real].max())
+    worst = float(np.abs(got - loaded["backbone/left"])[real].max())
     print(f"left-padded: max difference {worst:.3g} from transformers at the real tokens")  # shown with -s
     assert worst <= 1e-5

@@ -11,13 +11,15 @@ prompt's end, each row keeping its own prompt's tokens.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
 
 import attnzoo
 from attnzoo.errors import ConfigError
-from attnzoo.keras import convert_keras_model
+from attnzoo.keras import convert_keras_model, hub_families
 
 from .conftest import ROOT, run_cli
 
@@ -222,3 +224,17 @@ def test_convert_keras_on_the_task_s_file_writes_a_folder_that_decodes(tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "GPT2CausalLM" in proc.stdout or "gpt2_causal_lm" in proc.stdout
         assert_greedy(attnzoo.load(out))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
+@pytest.mark.parametrize("file", FILES)
+def test_through_keras_hub_s_graph_a_causal_lm_predicts_keras_s_logits(file, monkeypatch):
+    """As if attnzoo rebuilt no class: keras-hub's graph calls the backbone's token embedding again, reversed,
+    outside the backbone; the route places that call inside it, and the preset folder, with no task.weights.h5
+    (its head has no weights of its own), converts."""
+    monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
+    model = convert_keras_model(DATA / file)
+    assert_logits(model)
+    vocabulary = EXPECTED["logits/out"].shape[-1]
+    tables = [key for key, value in model.state_dict().items() if value.dim() == 2 and value.shape[0] == vocabulary]
+    assert tables == ["layers.gpt2_backbone/token_embedding.weight"]  # the table held once

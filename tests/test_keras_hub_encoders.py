@@ -22,13 +22,19 @@ import torch
 
 import attnzoo
 from attnzoo.errors import WeightsError
-from attnzoo.keras import convert_keras_model, hub_families, hub_keras
+from attnzoo.keras import convert_keras_model, hub_families
 
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_encoders"
 EXPECTED = dict(np.load(DATA / "expected.npz"))
-PRESETS = ("xlm_roberta_classifier", "bert_masked_lm")
+PRESETS = (
+    "xlm_roberta_classifier",
+    "bert_masked_lm",
+    "deberta_v3_classifier",
+    "deberta_v3_masked_lm",
+    "roberta_masked_lm",
+)
 
 
 def path(case: str):
@@ -65,9 +71,12 @@ def test_f_net_s_fourier_encoder_saves_and_loads(tmp_path):
 def test_bert_masked_lm_saves_and_loads_with_its_head_tied_to_the_token_embedding(tmp_path):
     """The MaskedLMHead node rebuilds from a saved folder; the port holds the token table once, and holds
     every weight of the preset's two files but the pooler's (pooled_dense, which no output reads)."""
+    assert_tied_once(convert_keras_model(path("bert_masked_lm")), tmp_path)
+
+
+def assert_tied_once(model, tmp_path) -> None:
     import h5py
 
-    model = convert_keras_model(path("bert_masked_lm"))
     assert_matches(attnzoo.load(attnzoo.save(model, tmp_path / "mlm")), "bert_masked_lm")
     tables = [key for key, value in model.state_dict().items() if tuple(value.shape) == (100, 32)]
     assert tables == ["layers.bert_backbone/token_embedding.weight"]
@@ -121,13 +130,17 @@ def test_an_untied_masked_lm_head_computes_the_formula_and_refuses_positions_pas
 
 
 def test_a_masked_lm_head_not_tied_by_a_rebuilt_graph_is_refused():
-    """keras-hub's own config of a MaskedLMHead does not name the embedding its logits come from."""
+    """keras-hub's own config of a MaskedLMHead does not name a layer of its graph its logits come from."""
     from attnzoo.keras.converters.hub_masked_lm import convert_masked_lm_head
     from attnzoo.keras.registry import Context, Refused
 
     record = type("Record", (), {"config": {"intermediate_activation": "gelu"}})()
     arrays = [np.zeros(100), np.zeros((32, 32)), np.zeros(32), np.ones(32), np.zeros(32)]
-    with pytest.raises(Refused, match="ties to the head but does not name"):
+    with pytest.raises(Refused, match="ties to the head but does not call in its graph"):
+        convert_masked_lm_head(record, arrays, Context(3, "here"))
+    # keras-hub's config names the embedding's own config, a layer of the backbone the head's graph cannot call
+    record.config["token_embedding"] = {"class_name": "ReversibleEmbedding", "config": {"name": "token_embedding"}}
+    with pytest.raises(Refused, match="ties to the head but does not call in its graph"):
         convert_masked_lm_head(record, arrays, Context(3, "here"))
 
 
@@ -148,7 +161,7 @@ def test_albert_s_shared_layers_hold_their_weights_once():
     ]
 
 
-ROUTE = ("electra", "albert", "albert_groups", "xlm_roberta", "xlm_roberta_classifier")
+ROUTE = (*NATIVE, "deberta_v3", "deberta_v3_classifier", "deberta_v3_masked_lm", "roberta_masked_lm")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
@@ -159,9 +172,35 @@ def test_keras_hub_s_own_graph_converts_a_class_attnzoo_does_not_rebuild(case, m
     assert_matches(convert_keras_model(path(case)), case)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
+@pytest.mark.parametrize("case", ["deberta_v3_masked_lm", "roberta_masked_lm"])
+def test_a_task_keras_hub_builds_over_a_backbone_attnzoo_rebuilds_predicts_what_keras_predicts(case):
+    """DebertaV3MaskedLM, RobertaMaskedLM: keras-hub builds the task's graph, attnzoo its backbone, and the
+    head is placed inside that backbone, reading its token table (RoBERTa's inside its
+    TokenAndPositionEmbedding)."""
+    assert_matches(convert_keras_model(path(case)), case)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="the route needs keras-hub installed")
+def test_through_keras_hub_s_graph_a_masked_lm_s_head_reads_the_backbone_s_table_held_once(tmp_path, monkeypatch):
+    """keras-hub's graph calls the head outside the nested backbone; the route places it inside, as attnzoo's
+    builder does, so that its logits come from the backbone's one token table."""
+    monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
+    assert_tied_once(convert_keras_model(path("bert_masked_lm")), tmp_path)
+
+
+@pytest.mark.usefixtures("without_keras_hub")
+def test_a_masked_lm_head_whose_table_the_backbone_does_not_hold_is_refused():
+    from attnzoo.keras.converters.hub_masked_lm import _embedding
+
+    built = {"config": {"layers": [{"name": "embeddings", "class_name": "PositionEmbedding"}]}}
+    with pytest.raises(WeightsError, match=r"here: its MaskedLMHead reverses the backbone's 'token_embedding'"):
+        _embedding(built, "token_embedding", "here")
+
+
+@pytest.mark.usefixtures("without_keras_hub")
 def test_without_keras_hub_a_class_attnzoo_does_not_rebuild_is_refused_naming_both_routes(monkeypatch):
     monkeypatch.setattr(hub_families, "hub_model_of", lambda entry: None)
-    monkeypatch.setattr(hub_keras, "keras_hub_installed", lambda: False)
     with pytest.raises(WeightsError) as error:
         convert_keras_model(path("electra"))
     message = str(error.value)

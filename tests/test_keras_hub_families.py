@@ -17,7 +17,7 @@ import torch
 
 from attnzoo.core.registry import REGISTRY
 from attnzoo.errors import PluginWarning, WeightsError
-from attnzoo.keras import convert_keras_model
+from attnzoo.keras import convert_keras_model, hub_keras
 from attnzoo.keras.converters import FAMILIES
 from attnzoo.keras.converters.hub_gpt2 import gpt2_graph
 from attnzoo.keras.hub_families import HOOK, HubModel, hub_models, register_hub_model
@@ -92,8 +92,15 @@ def _renamed(tmp_path, class_name: str):
     return folder
 
 
+@pytest.mark.usefixtures("without_keras_hub")
 def test_a_class_nobody_registered_is_refused_naming_the_classes_that_convert(tmp_path):
     with pytest.raises(WeightsError, match=r"'MyGPTBackbone' is a functional model.*GPT2Backbone.*keras.Model"):
+        convert_keras_model(_renamed(tmp_path, "MyGPTBackbone"))
+
+
+@pytest.mark.skipif(not hub_keras.keras_hub_installed(), reason="needs keras-hub installed")
+def test_with_keras_hub_a_class_it_does_not_register_is_refused_with_the_graph_route(tmp_path):
+    with pytest.raises(WeightsError, match=r"'MyGPTBackbone' is not a model class keras-hub .* registers.*keras.Model"):
         convert_keras_model(_renamed(tmp_path, "MyGPTBackbone"))
 
 

@@ -105,6 +105,7 @@ def _backbone_file(tmp_path, class_name: str, config: dict) -> str:
     return str(path)
 
 
+@pytest.mark.usefixtures("without_keras_hub")
 def test_an_unknown_keras_hub_model_is_refused_with_the_way_forward(tmp_path):
     path = _backbone_file(tmp_path, "PaliGemmaBackbone", {"name": "pali_gemma_backbone"})
     with pytest.raises(WeightsError) as error:

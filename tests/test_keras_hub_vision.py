@@ -116,6 +116,7 @@ def test_a_config_attnzoo_does_not_compute_is_refused_by_name(tmp_path, family, 
         convert_keras_model(_edited(tmp_path, family, file, edit))
 
 
+@pytest.mark.usefixtures("without_keras_hub")
 def test_a_preset_folder_with_another_class_name_is_refused(tmp_path):
     folder = tmp_path / "preset"
     shutil.copytree(DATA / "resnet" / "backbone_preset", folder)

@@ -39,6 +39,7 @@ def _edited(tmp_path: Path, edit) -> Path:
     return target
 
 
+@pytest.mark.usefixtures("without_keras_hub")
 def test_a_keras_hub_model_is_not_called_something_other_than_a_keras_model(tmp_path):
     def backbone(config, _):  # a keras-hub model class whose graph attnzoo does not rebuild
         config.update(

@@ -444,7 +444,9 @@ def _read_preset(folder: Path, weights: str | Path | None) -> KerasFile:
         found = hub_model_of(config)
         # a class keras-hub builds (hub_keras) is read with its head's weights file only
         built = found is not None or (is_keras_hub_model(config) and keras_hub_installed())
-        tied = found is not None and found[1].kind in ("causal_lm", "seq2seq_lm")  # a head of no weights of its own
+        # a head of no weights of its own: a causal or seq2seq LM's; through keras-hub, any task keras-hub saved
+        # without task.weights.h5, which it writes only where the task has weights of its own
+        tied = found[1].kind in ("causal_lm", "seq2seq_lm") if found is not None else built
         if isinstance(name, str) and built and (head.exists() or tied):
             given = Path(weights) if weights is not None else folder / "model.weights.h5"
             file = _read_json(task, given, at_root=name, version=version)

@@ -48,6 +48,8 @@ __all__ = [
     "is_keras_hub_model",
     "register_hub_model",
     "unwrap",
+    "route_fix",
+    "ROUTE_FIXES",
     "backbone_arguments",
     "HOOK",
 ]
@@ -207,6 +209,18 @@ def is_keras_hub_model(entry: Any) -> bool:
     return module.startswith("keras_hub.src.models") and entry["class_name"].endswith(_MODELS)
 
 
+# what a family changes in the graph keras-hub builds for one of its classes, (record, where, unwrap) -> record:
+# a use of the nested backbone's layer from outside it placed inside (a masked LM's tied head)
+RouteFix = Callable[[dict[str, Any], str, Callable[[Any, str], Any]], dict[str, Any]]
+ROUTE_FIXES: list[RouteFix] = []
+
+
+def route_fix(fix: RouteFix) -> RouteFix:
+    """Register ``fix`` to run on every graph keras-hub builds on the route through it (:func:`unwrap`)."""
+    ROUTE_FIXES.append(fix)
+    return fix
+
+
 def unwrap(entry: Any, where: str) -> Any:
     """A keras-hub model's config record as the ``Functional`` record of its graph (its ``name`` kept);
     any other record as it is. A keras-hub model class with no builder is a ``WeightsError`` saying which
@@ -220,7 +234,12 @@ def unwrap(entry: Any, where: str) -> Any:
 
         name = _class_of(entry)[:80]
         if keras_hub_installed():  # keras-hub builds the class's graph from the arguments, weights unallocated
-            return keras_hub_graph(entry, name, where)
+            from attnzoo.keras.hub_graph import reverse_call_inside
+
+            record = keras_hub_graph(entry, name, where)
+            for fix in (*ROUTE_FIXES, reverse_call_inside):
+                record = fix(record, where, unwrap)
+            return record
         known = ", ".join(sorted(hub_models()))
         raise WeightsError(
             f"{where}: keras-hub's {name!r} is a functional model, but its file keeps only its constructor's "

@@ -30,6 +30,7 @@ from attnzoo.errors import WeightsError
 
 __all__ = [
     "HubGraph",
+    "reverse_call_inside",
     "Ref",
     "Head",
     "positive",
@@ -48,6 +49,7 @@ __all__ = [
     "token_and_position_embedding",
     "token_and_position_encoder",
     "first_token_classifier",
+    "task_over",
     "tensor",
     "GELU_TANH",
     "WEIGHTS_AT_ROOT",
@@ -157,6 +159,19 @@ class HubGraph:
 
         config = {"name": name, "layers": self.layers, "input_layers": ref(inputs), "output_layers": ref(outputs)}
         return {"class_name": "Functional", "config": config}
+
+
+def task_over(built: dict[str, Any], nested: dict[str, Any], name: str, task: str) -> dict[str, Any]:
+    """The ``Functional`` record ``task`` whose graph is the backbone ``built`` (its record) with the graph
+    ``nested`` (the backbone's, with the task's head placed inside it: dict inputs), called as ``name`` on
+    inputs of the same names; its output the nested graph's."""
+    inputs = nested["config"]["input_layers"]
+    outer = HubGraph(None)
+    for key in sorted(inputs):
+        outer.input(key)
+    outer.nested({**built, "config": nested["config"]}, name, [{key: tensor(key) for key in sorted(inputs)}])
+    # keras 3 counts a nested model's own node in its outputs: its first call is node 1
+    return outer.functional(task, {key: key for key in inputs}, Ref(name, 1))
 
 
 def positive(config: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -381,3 +396,33 @@ def first_token_classifier(pooled_dropout: bool, activation: str) -> Callable[[d
         return classifier_head(g, x, config, where, "output_dropout")
 
     return build
+
+
+def reverse_call_inside(record: dict[str, Any], where: str, unwrap: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """keras-hub's graph of a task whose output is its nested backbone's own layer called again on the
+    backbone's output (a causal LM's ``token_embedding(x, reverse=True)``), with that call placed inside the
+    backbone's graph, where the layer and its weights are (:func:`task_over`); any other record as it is.
+    ``unwrap``: :func:`~attnzoo.keras.hub_families.unwrap`, which gives a keras-hub model's graph."""
+
+    layers, output = record["config"]["layers"], record["config"]["output_layers"]
+    last = next((x for x in layers if isinstance(output, list) and x.get("name") == output[0]), None)
+    nodes = (last or {}).get("inbound_nodes") or []
+    args = nodes[0].get("args") if len(nodes) == 1 else None
+    if not isinstance(args, list) or len(args) != 1 or not isinstance(args[0], dict):
+        return record
+    history = (args[0].get("config") or {}).get("keras_history")
+    backbone = next((x for x in layers if isinstance(history, list) and x.get("name") == history[0]), None)
+    entry = {k: v for k, v in (backbone or {}).items() if k != "inbound_nodes"}
+    built = unwrap(entry, where) if backbone is not None else entry
+    if built is entry:  # no keras-hub model: nothing of a backbone's to place the call in
+        return record
+    body = built["config"]
+    if not any(x.get("name") == last["name"] for x in body["layers"]):  # type: ignore[index]
+        return record
+    outputs = body["output_layers"]
+    flat = [outputs[key] for key in sorted(outputs)] if isinstance(outputs, dict) else [outputs]
+    g = HubGraph(None)
+    g.layers = body["layers"]
+    x = g.call_again(last["name"], [tensor(Ref(*flat[history[2]]))], nodes[0].get("kwargs"))  # type: ignore[index]
+    inputs = {key: value[0] for key, value in body["input_layers"].items()}
+    return task_over(built, g.functional(backbone["name"], inputs, x), backbone["name"], record["config"]["name"])

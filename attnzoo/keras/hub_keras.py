@@ -9,7 +9,11 @@ shape and initializer but no value (an ELECTRA-large's 307M variables take 5 MiB
 way, 2.5 GiB and 40 s allocated), and its graph is written as ``keras.Model(model.input, model.output)``
 would save it: the functional record of the same layers, names and calls. The graph reader reads that as any
 functional model; a nested keras-hub model inside (a task's backbone) comes back here, or to attnzoo's
-builder where it has one. A task's preprocessor is dropped before building: it is no part of the graph.
+builder where it has one. A task's preprocessor is dropped before building: it is no part of the graph. Where
+keras-hub's graph uses a layer of the nested backbone from outside it (a masked LM's head tied to the token
+table, a causal LM's reverse call of ``token_embedding``), the route's fixes registered with
+:func:`~attnzoo.keras.hub_families.route_fix` place that use inside the backbone's graph, where the layer and
+its weights are.
 
 Nothing is executed but keras-hub's constructors, and only for a record naming a class keras-hub registers.
 """
@@ -36,9 +40,11 @@ def routes(name: str) -> str:
     """The two ways forward for a keras-hub class attnzoo does not rebuild, for a refusal to name."""
     return (
         f"install keras-hub (pip install keras-hub) to convert {name} through its own graph, which keras-hub "
-        f"builds from the file's arguments; or save its graph, keras.Model(model.inputs, model.outputs)"
-        f".save('model.keras'), and convert that file"
+        f"builds from the file's arguments; or {_SAVE_GRAPH}"
     )
+
+
+_SAVE_GRAPH = "save its graph, keras.Model(model.inputs, model.outputs).save('model.keras'), and convert that file"
 
 
 def keras_hub_graph(entry: dict[str, Any], name: str, where: str) -> dict[str, Any]:
@@ -48,12 +54,15 @@ def keras_hub_graph(entry: dict[str, Any], name: str, where: str) -> dict[str, A
     if not keras_hub_installed():
         raise WeightsError(f"{where}: keras-hub's {name[:80]!r} is not one attnzoo rebuilds; {routes(name[:80])}")
     import keras
-    import keras_hub  # noqa: F401 - registers keras-hub's classes with Keras
+    import keras_hub  # registers keras-hub's classes with Keras
     from keras.src.backend.common.stateless_scope import StatelessScope
 
     cls = keras.saving.get_registered_object(f"keras_hub>{name}")
     if not isinstance(cls, type) or not issubclass(cls, keras.Model):
-        raise WeightsError(f"{where}: {name[:80]!r} is not a model class keras-hub registers; it cannot be built")
+        raise WeightsError(
+            f"{where}: {name[:80]!r} is not a model class keras-hub {keras_hub.__version__} registers; it cannot "
+            f"be built. To go on: {_SAVE_GRAPH}"
+        )
     config = dict(entry.get("config") or {})
     if "preprocessor" in config:
         config["preprocessor"] = None  # the tokenizer is read from the preset folder, never built here

@@ -1,5 +1,6 @@
-"""keras-hub's DeBERTa-v3 family: ``DebertaV3Backbone``, rebuilt from its arguments, and its layers converted
-without keras-hub: ``RelativeEmbedding`` and ``DisentangledAttentionEncoder``.
+"""keras-hub's DeBERTa-v3 family: ``DebertaV3Backbone`` and ``DebertaV3TextClassifier``, rebuilt from their
+arguments, and their layers converted without keras-hub: ``RelativeEmbedding`` and
+``DisentangledAttentionEncoder``.
 
 * ``RelativeEmbedding`` (:class:`HubRelativeEmbedding`): a table of 2k rows (k = ``bucket_size``) [2k, D],
   layer-normalised (ε 1e-7), the same for every sequence of the batch: x [B, T, D] -> [B, 2k, D].
@@ -21,15 +22,14 @@ without keras-hub: ``RelativeEmbedding`` and ``DisentangledAttentionEncoder``.
   norm (ε 1e-7) and dropout -> ``rel_embedding`` -> ``num_layers`` encoder layers
   ``disentangled_attention_encoder_layer_<i>``, each given the relative embedding and the padding mask ->
   [B, T, D].
+* ``DebertaV3TextClassifier``: the backbone's state at the first token -> ``pooled_dropout`` ->
+  ``pooled_dense`` (``hidden_dim`` units, exact gelu) -> ``classifier_dropout`` -> ``logits``.
 
-Hugging Face form (:data:`DEBERTA_V2`): ``DebertaV2Model`` (transformers' DeBERTa-v2 is v3's architecture):
-``relative_attention`` with ``position_buckets`` k, ``max_relative_positions`` P, both disentangled terms
-(``pos_att_type`` ``p2c|c2p``) through the shared query and key projections (``share_att_key``), the
-relative table layer-normalised (``norm_rel_ebd``), no absolute positions, no segments, ε 1e-7.
-
-``DebertaV3TextClassifier`` is not registered: no fixture made by keras-hub holds one (the project's rule
-for a registered class), so it is read as any keras-hub class attnzoo does not rebuild
-(:func:`attnzoo.keras.hub_families.unwrap`).
+Hugging Face form (:data:`DEBERTA_V2`): ``DebertaV2Model`` and ``DebertaV2ForSequenceClassification``
+(transformers' DeBERTa-v2 is v3's architecture): ``relative_attention`` with ``position_buckets`` k,
+``max_relative_positions`` P, both disentangled terms (``pos_att_type`` ``p2c|c2p``) through the shared
+query and key projections (``share_att_key``), the relative table layer-normalised (``norm_rel_ebd``), no
+absolute positions, no segments, ε 1e-7; the classifier's pooler is ``pooled_dense`` and its gelu.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ from torch import Tensor, nn
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
+from attnzoo.keras.converters.hub_bert import labels, pooled_head
 from attnzoo.keras.converters.hub_layers import HubBlock, dense_state, merge_masks, norm_state
 from attnzoo.keras.hub_families import keras_hub_model
-from attnzoo.keras.hub_graph import HubGraph, norm_and_dropout, number, positive, tensor
+from attnzoo.keras.hub_graph import HubGraph, first_token_classifier, norm_and_dropout, number, positive, tensor
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
@@ -271,15 +272,20 @@ def _deberta_config(m: HubSource) -> dict[str, Any]:
         "norm_rel_ebd": "layer_norm",
         "pad_token_id": m.special.get("pad_token_id", 0),  # keras-hub's DeBERTa-v3 vocabularies' [PAD]
     }
+    if m.kind == "task":
+        pooler = pooled_head(m, "gelu", "DebertaV2ForSequenceClassification", ("pooled_dropout",))
+        config |= {"pooler_hidden_size": m.size("hidden_dim"), "pooler_hidden_act": "gelu"}
+        config |= {"pooler_dropout": pooler, "cls_dropout": m.rate("output_dropout", task=True), **labels(m)}
     return config
 
 
 def _deberta_tensors(m: HubSource) -> Tensors:
-    yield "embeddings.word_embeddings.weight", m.tensor("token_embedding.weight")
+    base = "deberta." if m.kind == "task" else ""
+    yield f"{base}embeddings.word_embeddings.weight", m.tensor("token_embedding.weight")
     for name in ("weight", "bias"):
-        yield f"embeddings.LayerNorm.{name}", m.tensor(f"embeddings_layer_norm.{name}")
-        yield f"encoder.LayerNorm.{name}", m.tensor(f"rel_embedding.norm.{name}")
-    yield "encoder.rel_embeddings.weight", m.tensor("rel_embedding.table")
+        yield f"{base}embeddings.LayerNorm.{name}", m.tensor(f"embeddings_layer_norm.{name}")
+        yield f"{base}encoder.LayerNorm.{name}", m.tensor(f"rel_embedding.norm.{name}")
+    yield f"{base}encoder.rel_embeddings.weight", m.tensor("rel_embedding.table")
     pairs = [(f"attention.self.{n}_proj", n) for n in ("query", "key", "value")]
     pairs += [("attention.output.dense", "attention_output"), ("attention.output.LayerNorm", "attention_norm")]
     pairs += [("intermediate.dense", "intermediate"), ("output.dense", "output_dense")]
@@ -288,18 +294,27 @@ def _deberta_tensors(m: HubSource) -> Tensors:
         for theirs, ours in pairs:
             for name in ("weight", "bias"):
                 at = f"disentangled_attention_encoder_layer_{i}.{ours}.{name}"
-                yield f"encoder.layer.{i}.{theirs}.{name}", m.tensor(at)
+                yield f"{base}encoder.layer.{i}.{theirs}.{name}", m.tensor(at)
+    if m.kind == "task":
+        for name in ("weight", "bias"):
+            yield f"pooler.dense.{name}", m.tensor(f"pooled_dense.{name}", task=True)
+            yield f"classifier.{name}", m.tensor(f"logits.{name}", task=True)
 
 
 DEBERTA_V2 = TransformersForm(
     "deberta-v2",
-    {"backbone": "DebertaV2Model"},
+    {"backbone": "DebertaV2Model", "task": "DebertaV2ForSequenceClassification"},
     _deberta_config,
     _deberta_tensors,
 )
 
 
-@keras_hub_model("DebertaV3Backbone", family="deberta_v3", transformers=DEBERTA_V2)
+@keras_hub_model(
+    "DebertaV3Backbone",
+    family="deberta_v3",
+    tasks={"DebertaV3TextClassifier": first_token_classifier(True, "gelu")},
+    transformers=DEBERTA_V2,
+)
 def deberta_v3_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = HubGraph(config.get("dtype"))
     tokens, padding = g.input("token_ids"), g.input("padding_mask")

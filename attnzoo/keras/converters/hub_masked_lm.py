@@ -22,14 +22,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnzoo.errors import WeightsError
 from attnzoo.keras.activations import activation as activation_fn
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
-from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT, HubGraph, Ref, backbone_record, tensor
+from attnzoo.keras.hub_families import route_fix
+from attnzoo.keras.hub_graph import WEIGHTS_AT_ROOT, HubGraph, Ref, backbone_record, task_over, tensor
 from attnzoo.keras.hub_graph import Tensor as GraphTensor
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 
-__all__ = ["HubMaskedLMHead", "masked_lm_graph", "TIED"]
+__all__ = ["HubMaskedLMHead", "masked_lm_graph", "tied_masked_lm", "retie", "TIED"]
 
 Builder = Callable[[dict[str, Any], str], dict[str, Any]]
 # the head record's key naming the backbone layer whose reverse call gives its logits (rebuilt graphs only:
@@ -94,10 +96,11 @@ def convert_masked_lm_head(record, arrays, ctx):
     # its own variables first ([kernel,] bias), then the dense's and the layer norm's
     expect_variables(arrays, (5, 6), "MaskedLMHead ([kernel,] bias, dense, layer norm)")
     tied = len(arrays) == 5
-    if tied and record.config.get(TIED) is None:
+    if tied and not isinstance(record.config.get(TIED), str):  # keras-hub's own config: none, or the layer's
         raise Refused(
             "its logits come from the backbone's token embedding, which the file ties to the head but does not "
-            "name; attnzoo reads this head inside the keras-hub masked LM tasks it rebuilds (BertMaskedLM)"
+            "call in its graph; attnzoo reads this head inside the keras-hub masked LM tasks it rebuilds "
+            "(BertMaskedLM) or builds through keras-hub"
         )
     own, (bias, kernel, dense_bias, gamma, beta) = (None, arrays) if tied else (arrays[0], arrays[1:])
     spec = {
@@ -125,26 +128,77 @@ def masked_lm_graph(backbones: tuple[str, ...], build_backbone: Builder, activat
     def build(config: dict[str, Any], where: str) -> dict[str, Any]:
         inner, name, kind = backbone_record(config, where, backbones)
         built = build_backbone(inner, f"{where}: {kind}")
-        body = built["config"]
-        inputs = {key: value[0] for key, value in body["input_layers"].items()}
-        sequence = body["output_layers"]["sequence_output"]
-        g = HubGraph(inner.get("dtype"))
-        g.layers = body["layers"]
-        inputs["mask_positions"] = g.input("mask_positions")
         head = {"vocabulary_size": None, "intermediate_activation": activation, "activation": None}
         head |= {"layer_norm_epsilon": 1e-5, TIED: TIED}
-        module = "keras_hub.src.layers.modeling.masked_lm_head"
-        state: GraphTensor = Ref(*sequence)
-        h = g.hub_layer("MaskedLMHead", "mlm_head", head, [tensor(state), tensor("mask_positions")], module)
-        g.layers[-1][WEIGHTS_AT_ROOT] = True
-        scores = g.call_again(TIED, [tensor(h)], {"reverse": True})
-        logits = g.call_again("mlm_head", [tensor(scores)], {"logits": True})
-        nested = g.functional(name, inputs, logits)
-        task = HubGraph(config.get("dtype"))
-        for key in sorted(inputs):
-            task.input(key)
-        task.nested({**built, "config": nested["config"]}, name, [{key: tensor(key) for key in sorted(inputs)}])
-        # keras 3 counts a nested model's own node in its outputs: its first call is node 1
-        return task.functional(str(config.get("name") or "masked_lm"), {key: key for key in inputs}, Ref(name, 1))
+        sequence = built["config"]["output_layers"]["sequence_output"]
+        task = str(config.get("name") or "masked_lm")
+        return tied_masked_lm(built, name, sequence, head, task, inner.get("dtype"))
 
     return build
+
+
+def tied_masked_lm(
+    built: dict[str, Any],
+    name: str,
+    sequence: list[Any],
+    head: dict[str, Any],
+    task: str,
+    dtype: Any,
+    head_name: str = "mlm_head",
+) -> dict[str, Any]:
+    """The ``Functional`` record ``task`` of a masked LM: the backbone ``built`` (its functional record, dict
+    inputs; its layers' ``dtype``) nested as ``name``, the head ``head_name`` (config ``head``, ``head[TIED]``
+    naming the backbone's embedding) placed inside it on the backbone's output ``sequence`` ([layer, node,
+    index]), as the module docstring says."""
+    body = built["config"]
+    inputs = {key: value[0] for key, value in body["input_layers"].items()}
+    g = HubGraph(dtype)
+    g.layers = body["layers"]
+    inputs["mask_positions"] = g.input("mask_positions")
+    module = "keras_hub.src.layers.modeling.masked_lm_head"
+    state: GraphTensor = Ref(*sequence)
+    h = g.hub_layer("MaskedLMHead", head_name, head, [tensor(state), tensor("mask_positions")], module)
+    g.layers[-1][WEIGHTS_AT_ROOT] = True
+    scores = g.call_again(head[TIED], [tensor(h)], {"reverse": True})
+    logits = g.call_again(head_name, [tensor(scores)], {"logits": True})
+    return task_over(built, g.functional(name, inputs, logits), name, task)
+
+
+@route_fix
+def retie(record: dict[str, Any], where: str, unwrap: Callable[[Any, str], Any]) -> dict[str, Any]:
+    """keras-hub's own graph of a masked LM (the route through keras-hub, :mod:`attnzoo.keras.hub_keras`) with
+    its tied head rewired as :func:`tied_masked_lm` places it; any other record as it is. keras-hub's graph
+    calls the head outside the nested backbone, the embedding it reverses only named in the head's config,
+    which a graph cannot call from there."""
+    layers = record["config"]["layers"]
+    head = next((x for x in layers if x.get("class_name") == "MaskedLMHead" and isinstance(_tie(x), dict)), None)
+    if head is None:
+        return record
+    history = head["inbound_nodes"][0]["args"][0]["config"]["keras_history"]
+    backbone = next(x for x in layers if x.get("name") == history[0])
+    built = unwrap({k: v for k, v in backbone.items() if k != "inbound_nodes"}, where)
+    outputs = built["config"]["output_layers"]
+    flat = [outputs[key] for key in sorted(outputs)] if isinstance(outputs, dict) else [outputs]
+    config = {**head["config"], TIED: _embedding(built, str(_tie(head)["config"]["name"]), where)}  # type: ignore[index]
+    task, dtype = record["config"]["name"], backbone["config"].get("dtype")
+    return tied_masked_lm(built, backbone["name"], flat[history[2]], config, task, dtype, head["name"])
+
+
+def _embedding(built: dict[str, Any], name: str, where: str) -> str:
+    """The backbone's layer whose reverse call gives the logits: the layer ``name``, or, where that is the
+    inner table of a ``TokenAndPositionEmbedding`` (RoBERTa's, DistilBERT's), that layer, whose node reverses
+    its token table."""
+    layers = built["config"]["layers"]
+    if any(layer.get("name") == name for layer in layers):
+        return name
+    holders = [str(layer.get("name")) for layer in layers if layer.get("class_name") == "TokenAndPositionEmbedding"]
+    if len(holders) != 1:
+        raise WeightsError(
+            f"{where}: its MaskedLMHead reverses the backbone's {name!r}, which is no layer of the backbone's "
+            f"graph nor inside its one TokenAndPositionEmbedding (found {holders})"
+        )
+    return holders[0]
+
+
+def _tie(layer: dict[str, Any]) -> Any:
+    return (layer.get("config") or {}).get(TIED)
