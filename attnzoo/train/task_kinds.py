@@ -68,6 +68,10 @@ class Task:
     # the per-row lists a task keeps (each subclass adds its targets): a rank keeps its share of each
     row_fields: tuple[str, ...] = ("texts",)
     shares_rows = False  # load() itself kept this rank's share (files: read as a stream)
+    # rows a scoring pass of a text task takes on this rank; the trainer lowers it to a training pass's
+    # share (batch_size / processes), so scoring holds no more activations than training does, whatever
+    # the number of processes (G2P decoding keeps its batches of 512 words: short, and a loop a batch)
+    score_batch = 512
 
     def __init__(
         self, config: dict[str, Any], metadata: dict[str, Any] | None = None, *, rank: int = 0, world: int = 1
@@ -115,8 +119,9 @@ class Task:
         """The training loss of a batch (``label_smoothing``: for the tasks that take it)."""
         raise NotImplementedError
 
-    def evaluate(self, model, indices: list[int], batch_size: int = 256) -> dict[str, float]:
-        """The metrics the card records (and the tests re-evaluate)."""
+    def evaluate(self, model, indices: list[int], batch_size: int | None = None) -> dict[str, float]:
+        """The metrics the card records (and the tests re-evaluate); ``batch_size`` rows a pass (default
+        ``score_batch``)."""
         raise NotImplementedError
 
     def validate(self, model, indices: list[int]) -> dict[str, float]:
@@ -213,10 +218,13 @@ class TextTask(Task):
         tokens = pad_batch([self.encoded[i] or [1] for i in indices], self.max_len)
         return {"tokens": tokens, "indices": torch.tensor(indices)}
 
-    def _logits(self, model, indices, batch_size):
+    def _logits(self, model, indices, batch_size=None):
+        """This rank's logits for ``indices`` [rows, outputs], in passes of ``batch_size`` (default
+        ``score_batch``) rows."""
         model.eval()
         outs = []
         device = _device_of(model)
+        batch_size = batch_size or self.score_batch
         with torch.no_grad():
             for start in range(0, len(indices), batch_size):
                 tokens = self.batch(indices[start : start + batch_size])["tokens"].to(device)
@@ -305,7 +313,7 @@ class MultiLabelTask(TextTask):
 
     def tune_threshold(self, model, indices) -> float:
         """The global decision threshold with the best micro-F1 on ``indices`` (the validation split)."""
-        probs = torch.sigmoid(self._logits(model, indices, 512))
+        probs = torch.sigmoid(self._logits(model, indices))
         target = self._targets(indices).bool()
         grid = [i / 100 for i in range(10, 91, 2)]
         # every threshold's pooled TP, FP, FN, over every rank's rows
@@ -314,7 +322,7 @@ class MultiLabelTask(TextTask):
         self.threshold = grid[max(range(len(grid)), key=scores.__getitem__)]
         return self.threshold
 
-    def evaluate(self, model, indices, batch_size=512):
+    def evaluate(self, model, indices, batch_size=None):
         probs = torch.sigmoid(self._logits(model, indices, batch_size))
         target = self._targets(indices).bool()
         scores = f1_from_counts(all_sum(multilabel_counts(probs >= self.threshold, target)))
@@ -382,7 +390,7 @@ class SingleLabelTask(TextTask):
     def loss(self, model, batch, label_smoothing=0.0):
         return F.cross_entropy(model(batch["tokens"]), batch["target"], label_smoothing=label_smoothing)
 
-    def evaluate(self, model, indices, batch_size=512):
+    def evaluate(self, model, indices, batch_size=None):
         predicted = self._logits(model, indices, batch_size).argmax(-1)
         return self._scores(predicted, torch.tensor([self.classes[i] for i in indices], dtype=torch.long))
 

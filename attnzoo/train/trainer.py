@@ -242,6 +242,9 @@ def _train(
         if problem:  # said now too, so that a run can be stopped and given more validation data
             run.setup.say(f"note: {problem}; {key}=0.5 decides at a fixed 0.5 instead")
     check_label_memory(run.task, run.setup.settings["batch_size"])
+    # scored in passes no larger than a training pass's share, so a rank's peak does not hold a scoring batch
+    # that one process would take (task_kinds.Task.score_batch)
+    run.task.score_batch = min(run.task.score_batch, run.setup.settings["batch_size"] // run.setup.world)
     _build_model(run)
     _schedule(run, resume)
     data = run.task.describe_data()
