@@ -9,8 +9,8 @@ Under ``torchrun --nproc_per_node=N`` it trains with DistributedDataParallel (di
 process on its own GPU with NCCL, or on the CPU with gloo): each rank reads its share of the rows, trains
 on the ones of each step it holds, and DDP combines their gradients, so the optimisation is the same as
 one process with ``batch_size`` (up to summation order; shares.py); validation and test are scored by
-every rank on its rows and their counts added; rank 0 writes. ``train.precision`` and
-``train.accumulate`` are steps.py's.
+every rank on its rows, in passes no larger than its share of a training pass, and their counts added;
+rank 0 writes. ``train.precision`` and ``train.accumulate`` are steps.py's.
 
 ``train.device`` (``auto``: this process's GPU when there is one, else the CPU) places the model and its
 batches; the weights are always written from CPU tensors. ``train.time_budget_min`` fits the number of epochs
