@@ -198,14 +198,8 @@ class PortClassifier(PortTask, FileSingleLabel):
         inputs = {k: v for k, v in batch.items() if k != "target"}
         return F.cross_entropy(model(inputs), batch["target"], label_smoothing=label_smoothing)
 
-    def _logits(self, model, indices, batch_size=None):
-        model.eval()
-        outs = []
-        step = batch_size or self.score_batch
-        with torch.no_grad():
-            for start in range(0, len(indices), step):
-                outs.append(model(_on(self.inputs(indices[start : start + step]), model)).float().cpu())
-        return torch.cat(outs) if outs else torch.zeros(0, len(self.class_names))
+    def _pass_logits(self, model, rows):
+        return model(_on(self.inputs(rows), model)).float().cpu()
 
     def metadata(self):
         return {**PortTask.metadata(self), "labels": self.class_names, "output": "multiclass"}
