@@ -8,7 +8,9 @@ for one epoch (``data.max_len=2500``, the length of an ICD document; ``train.bat
 ``train.accumulate`` from the flags), once as one process and once under
 ``torchrun --nproc_per_node 2``. Each process records its VmHWM (the peak resident size, from
 /proc/self/status) as it exits; the table gives it and the part above the VmHWM of a process that only
-imports the trainer (what every process pays before it reads a row). Linux only (/proc).
+imports the trainer (what every process pays before it reads a row); a second table gives each process's
+VmRSS as each of the trainer's phases ends (reading the rows, building the model, the epochs, the final
+scoring), which says what the peak is made of. Linux only (/proc).
 """
 
 from __future__ import annotations
@@ -28,11 +30,32 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def vm_hwm_mib() -> float:
+def vm_hwm_mib(key: str = "VmHWM") -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{key}:"):
             return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
+    raise RuntimeError(f"no {key} in /proc/self/status (Linux only)")
+
+
+PHASES = ("build_task", "_build_model", "_run_epochs", "finish")  # the trainer's, in the order they run
+
+
+def record_phases(into: dict[str, list[float]]) -> None:
+    """Wrap the trainer's phases so that each adds this process's [VmRSS, VmHWM] (MiB) as it ends to ``into``
+    (and ``start`` as the run begins): what each phase leaves held, and the peak so far."""
+    import attnzoo.train.trainer as trainer
+
+    def wrapped(name: str, phase):
+        def run(*args, **kwargs):
+            into.setdefault("start", [vm_hwm_mib("VmRSS"), vm_hwm_mib()])
+            out = phase(*args, **kwargs)
+            into[name] = [vm_hwm_mib("VmRSS"), vm_hwm_mib()]
+            return out
+
+        return run
+
+    for name in PHASES:
+        setattr(trainer, name, wrapped(name, getattr(trainer, name)))
 
 
 def write_rows(path: Path, rows: int, words: int, seed: int) -> None:
@@ -49,7 +72,10 @@ def write_rows(path: Path, rows: int, words: int, seed: int) -> None:
 def child(record: Path, args: list[str]) -> None:
     """Run ``attnzoo`` with ``args`` in this process; its VmHWM is written to ``record`` at exit."""
     rank = os.environ.get("RANK", "0")
-    atexit.register(lambda: (record / f"rank-{rank}.json").write_text(json.dumps({"vm_hwm_mib": vm_hwm_mib()})))
+    phases: dict[str, list[float]] = {}
+    record_phases(phases)
+    out = record / f"rank-{rank}.json"
+    atexit.register(lambda: out.write_text(json.dumps({"vm_hwm_mib": vm_hwm_mib(), "phases": phases})))
     from attnzoo.cli.app import main
 
     sys.argv = ["attnzoo", *args]
@@ -80,8 +106,13 @@ def measure(folder: Path, processes: int, train: Path, validation: Path, steps: 
     started = time.perf_counter()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     subprocess.run(command, check=True, env=env, cwd=ROOT)
-    ranks = [json.loads((record / f"rank-{r}.json").read_text())["vm_hwm_mib"] for r in range(processes)]
-    return {"processes": processes, "vm_hwm_mib": ranks, "seconds": time.perf_counter() - started}
+    ranks = [json.loads((record / f"rank-{r}.json").read_text()) for r in range(processes)]
+    return {
+        "processes": processes,
+        "vm_hwm_mib": [r["vm_hwm_mib"] for r in ranks],
+        "seconds": time.perf_counter() - started,
+        "phases_rss_hwm_mib": [r["phases"] for r in ranks],
+    }
 
 
 def main() -> None:
@@ -115,6 +146,14 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, peak, above, ratio, seconds in rows:
         print(f"| {name} | {peak:,.0f} | {above:,.0f} | {ratio:.2f}x | {seconds:.0f} |")
+    print("\nVmRSS after each of the trainer's phases (MiB; the VmHWM so far in brackets):")
+    print("| run | " + " | ".join(["start", *PHASES]) + " |")
+    print("|---|" + "---|" * (len(PHASES) + 1))
+    for name, phases in [("1 process", one["phases_rss_hwm_mib"][0])] + [
+        (f"2 processes, rank {r}", p) for r, p in enumerate(two["phases_rss_hwm_mib"])
+    ]:
+        cells = [f"{phases[k][0]:,.0f} ({phases[k][1]:,.0f})" if k in phases else "-" for k in ("start", *PHASES)]
+        print(f"| {name} | " + " | ".join(cells) + " |")
     result = {
         "rows": args.rows,
         "words": args.words,

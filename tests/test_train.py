@@ -108,6 +108,24 @@ def test_f1_scores_match_scikit_learn():
     )
 
 
+def test_single_label_counts_added_over_passes_give_scikit_learn_s_accuracy_and_macro_f1():
+    """Scoring adds a pass's counts (passes of 7 rows, and an empty one: a rank that holds no rows); class 5
+    of 6 occurs nowhere and is not counted in macro-F1, as scikit-learn's labels are those that occur."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    torch.manual_seed(1)
+    target, predicted = torch.randint(0, 5, (100,)), torch.randint(0, 5, (100,))
+    empty = torch.zeros(0, dtype=torch.long)
+    passes = [metrics.single_label_counts(predicted[i : i + 7], target[i : i + 7], 6) for i in range(0, 100, 7)]
+    scores = metrics.single_label_from_counts(sum(passes, metrics.single_label_counts(empty, empty, 6)))
+    assert scores["accuracy"] == pytest.approx(accuracy_score(target.numpy(), predicted.numpy()))
+    assert scores["macro_f1"] == pytest.approx(f1_score(target.numpy(), predicted.numpy(), average="macro"))
+    assert metrics.single_label_from_counts(metrics.single_label_counts(empty, empty, 6)) == {
+        "accuracy": 0.0,
+        "macro_f1": 0.0,
+    }
+
+
 def test_g2p_scores_on_a_hand_computed_case():
     assert metrics.edit_distance("kitten", "sitting") == 3
     preds = [["K", "AE1", "T"], ["T", "AH0", "M", "EY1", "T", "OW2"], ["D", "AO1"]]

@@ -380,3 +380,44 @@ def test_the_process_group_a_run_makes_is_destroyed_when_it_ends_and_on_error_an
         assert made == ["gloo", "gloo"] and torch.distributed.is_initialized()  # setup made none
     finally:
         torch.distributed.destroy_process_group()
+
+
+# -- scoring's passes ----------------------------------------------------------------------------------------------
+def test_a_run_scores_in_passes_of_a_training_batch_and_gets_the_scores_of_passes_of_512(tmp_path):
+    """Validation and test are scored in passes of at most ``batch_size / processes`` rows (so a rank's peak
+    holds no scoring batch larger than a training pass), with the test scores ``attnzoo evaluate`` gives
+    on the same file in passes of 512 rows."""
+    from attnzoo.train.evaluate import evaluate_file
+    from attnzoo.train.recipe import complete_recipe
+    from attnzoo.train.trainer import train
+
+    from .test_train_files import _synthetic, _write_csv
+
+    for name, n, seed in (("train", 120, 0), ("val", 40, 1), ("test", 50, 2)):
+        _write_csv(tmp_path / f"{name}.csv", _synthetic(n, seed))
+    data = {k: str(tmp_path / f"{k if k != 'validation' else 'val'}.csv") for k in ("train", "validation", "test")}
+    recipe = complete_recipe(
+        {
+            "model": "bilstm_labelwise",
+            "data": {**data, "text": "body", "labels": "tags", "vocab": {"min_freq": 1}},
+            "config": {"embed_dim": 8, "hidden": 8, "dropout": 0.0},
+            "train": {"epochs": 1, "batch_size": 8, "lr": 0.01, "threads": 1, "device": "cpu"},
+        }
+    )
+    scored: list[int] = []  # rows of each top-level forward pass in eval mode
+
+    def record(module, args):
+        if not module.training and type(module).__name__ == "BiLSTMLabelwise" and torch.is_tensor(args[0]):
+            scored.append(args[0].shape[0])
+
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(record)
+    try:
+        report = train(recipe, output=tmp_path / "run", baseline=False, quiet=True)
+    finally:
+        hook.remove()
+    assert scored and max(scored) == 8 and sum(scored) > 40  # validation's 40 rows and test's 50, in passes of 8
+    whole = evaluate_file(tmp_path / "run", tmp_path / "test.csv")
+    assert whole["rows"] == 50
+    assert {k: report["test"][k] for k in whole if k in report["test"]} == pytest.approx(
+        {k: whole[k] for k in report["test"] if k in whole}, abs=1e-6
+    )

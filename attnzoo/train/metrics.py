@@ -16,6 +16,8 @@ __all__ = [
     "multilabel_counts",
     "f1_from_counts",
     "precision_sum",
+    "single_label_counts",
+    "single_label_from_counts",
     "g2p_counts",
     "g2p_from_counts",
     "precision_at_k",
@@ -56,6 +58,22 @@ def f1_from_counts(counts: torch.Tensor) -> dict[str, float]:
     per_label = torch.where(present, 2 * tp / (2 * tp + fp + fn).clamp(min=1), torch.zeros_like(tp))
     macro = per_label[present].mean().item() if present.any() else 0.0
     return {"micro_f1": micro, "macro_f1": macro}
+
+
+def single_label_counts(predicted: torch.Tensor, target: torch.Tensor, classes: int) -> torch.Tensor:
+    """predicted, target: class ids [N] -> float64 [3 * classes + 2]: each class's true positives, false
+    positives and false negatives, then the rows right and the rows."""
+    one_hot = [torch.nn.functional.one_hot(t, classes).bool() for t in (predicted, target)]
+    right = torch.tensor([(predicted == target).sum().item(), len(target)], dtype=torch.float64)
+    return torch.cat([multilabel_counts(*one_hot).flatten(), right])
+
+
+def single_label_from_counts(counts: torch.Tensor) -> dict[str, float]:
+    """Accuracy (rows right / rows) and macro-F1 from :func:`single_label_counts`, added over passes or
+    processes."""
+    right, rows = counts[-2:].tolist()
+    macro = f1_from_counts(counts[:-2].view(3, -1))["macro_f1"]
+    return {"accuracy": right / rows if rows else 0.0, "macro_f1": macro}
 
 
 def multilabel_f1(predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:

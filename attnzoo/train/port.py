@@ -162,6 +162,7 @@ class PortTask:
 
     name = "files"
     license = "the user's data"
+    score_batch = 64  # a transformer's activations: smaller scoring passes than the zoo's models'
     config: dict[str, Any]
     texts: list[str]
     splits: dict[str, list[int]]
@@ -197,13 +198,8 @@ class PortClassifier(PortTask, FileSingleLabel):
         inputs = {k: v for k, v in batch.items() if k != "target"}
         return F.cross_entropy(model(inputs), batch["target"], label_smoothing=label_smoothing)
 
-    def _logits(self, model, indices, batch_size):
-        model.eval()
-        outs = []
-        with torch.no_grad():
-            for start in range(0, len(indices), min(batch_size, 64)):
-                outs.append(model(_on(self.inputs(indices[start : start + 64]), model)).float().cpu())
-        return torch.cat(outs) if outs else torch.zeros(0, len(self.class_names))
+    def _pass_logits(self, model, rows):
+        return model(_on(self.inputs(rows), model)).float().cpu()
 
     def metadata(self):
         return {**PortTask.metadata(self), "labels": self.class_names, "output": "multiclass"}
@@ -237,9 +233,10 @@ class PortCausalLM(PortTask, FromFiles, Task):
         per_row = (losses * counts).sum(1) / counts.sum(1).clamp(min=1)
         return per_row.mean()
 
-    def evaluate(self, model, indices, batch_size=64):
+    def evaluate(self, model, indices, batch_size=None):
         model.eval()
         sums = torch.zeros(3, dtype=torch.float64)  # loss, tokens, right
+        batch_size = batch_size or self.score_batch
         with torch.no_grad():
             for start in range(0, len(indices), batch_size):
                 losses, counts, right = _token_losses(

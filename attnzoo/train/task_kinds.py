@@ -26,6 +26,8 @@ from attnzoo.train.metrics import (
     g2p_from_counts,
     multilabel_counts,
     precision_sum,
+    single_label_counts,
+    single_label_from_counts,
     without_stress,
 )
 from attnzoo.train.shares import owns, passes, step_rows
@@ -68,6 +70,10 @@ class Task:
     # the per-row lists a task keeps (each subclass adds its targets): a rank keeps its share of each
     row_fields: tuple[str, ...] = ("texts",)
     shares_rows = False  # load() itself kept this rank's share (files: read as a stream)
+    # rows a scoring pass of a text task takes on this rank; the trainer lowers it to a training pass's
+    # share (batch_size / processes), so scoring holds no more activations than training does, whatever
+    # the number of processes (G2P decoding keeps its batches of 512 words: short, and a loop a batch)
+    score_batch = 512
 
     def __init__(
         self, config: dict[str, Any], metadata: dict[str, Any] | None = None, *, rank: int = 0, world: int = 1
@@ -115,8 +121,9 @@ class Task:
         """The training loss of a batch (``label_smoothing``: for the tasks that take it)."""
         raise NotImplementedError
 
-    def evaluate(self, model, indices: list[int], batch_size: int = 256) -> dict[str, float]:
-        """The metrics the card records (and the tests re-evaluate)."""
+    def evaluate(self, model, indices: list[int], batch_size: int | None = None) -> dict[str, float]:
+        """The metrics the card records (and the tests re-evaluate); ``batch_size`` rows a pass (default
+        ``score_batch``)."""
         raise NotImplementedError
 
     def validate(self, model, indices: list[int]) -> dict[str, float]:
@@ -136,10 +143,6 @@ class Task:
         about it); counted from the sizes alone, so the trainer can refuse a label count that cannot fit
         before anything is allocated. None for a task without labels."""
         return []
-
-    def held_out_rows(self) -> int:
-        """Rows of the largest split scored in one piece (validation every epoch, test at the end)."""
-        return max((len(self.splits.get(split, [])) for split in ("val", "test")), default=0)
 
     # -- shared ------------------------------------------------------------------------------------
     def make_splits(self) -> dict[str, list[int]]:
@@ -213,16 +216,22 @@ class TextTask(Task):
         tokens = pad_batch([self.encoded[i] or [1] for i in indices], self.max_len)
         return {"tokens": tokens, "indices": torch.tensor(indices)}
 
-    def _logits(self, model, indices, batch_size):
+    def _pass_logits(self, model, rows):
+        """The model's float32 logits [rows, outputs] for a scoring pass's rows, on the CPU."""
+        return model(self.batch(rows)["tokens"].to(_device_of(model))).float().cpu()
+
+    def _pass_sums(self, model, indices, sums, batch_size=None):
+        """This rank's ``sums(logits, rows)`` (a pass's counts, a float64 tensor) added over its passes of
+        ``batch_size`` (default ``score_batch``) rows of ``indices``: scoring holds one pass's logits [rows,
+        outputs], whatever the split's size. A rank with none of the rows gets the counts of no rows."""
         model.eval()
-        outs = []
-        device = _device_of(model)
+        batch_size = batch_size or self.score_batch
+        total = sums(torch.zeros(0, len(self.output_names)), [])
         with torch.no_grad():
             for start in range(0, len(indices), batch_size):
-                tokens = self.batch(indices[start : start + batch_size])["tokens"].to(device)
-                outs.append(model(tokens).float().cpu())
-        # a rank may hold none of a split's rows: no logits, of the model's width
-        return torch.cat(outs) if outs else torch.zeros(0, len(self.output_names))
+                rows = indices[start : start + batch_size]
+                total = total + sums(self._pass_logits(model, rows), rows)
+        return total
 
     def baseline(self) -> dict[str, float]:
         """TF-IDF (words 1-2 grams) + linear SVM on the same train split, scored on the test split."""
@@ -255,22 +264,16 @@ class MultiLabelTask(TextTask):
 
     def label_tensors(self, batch_size):
         """A batch's label-wise attention scores and weights [batch, labels, max_len] (every multi-label model
-        attnzoo trains attends once per label), and a held-out split's logits, probabilities and targets
-        [rows, labels] (float32, float32, float32 then bool, and the bool predictions: 14 bytes a cell)."""
-        labels, rows = len(self.label_names), self.held_out_rows()
+        attnzoo trains attends once per label). Scoring holds a pass's [rows, labels], its rows at most a
+        batch's (``score_batch``): less."""
+        labels = len(self.label_names)
         return [
             (
                 f"a training batch's label-wise attention scores and weights [{batch_size}, {labels:,}, "
                 f"{self.max_len}] (float32)",
                 batch_size * labels * self.max_len * 4 * 2,
                 "lower train.batch_size or max_len (data.max_len, task.max_len)",
-            ),
-            (
-                f"scoring the {rows:,} rows of the validation or test split: logits, probabilities and targets "
-                f"[{rows:,}, {labels:,}]",
-                rows * labels * 14,
-                "hold out fewer rows",
-            ),
+            )
         ]
 
     def _targets(self, indices):
@@ -305,24 +308,32 @@ class MultiLabelTask(TextTask):
 
     def tune_threshold(self, model, indices) -> float:
         """The global decision threshold with the best micro-F1 on ``indices`` (the validation split)."""
-        probs = torch.sigmoid(self._logits(model, indices, 512))
-        target = self._targets(indices).bool()
         grid = [i / 100 for i in range(10, 91, 2)]
-        # every threshold's pooled TP, FP, FN, over every rank's rows
-        pooled = all_sum(torch.stack([multilabel_counts(probs >= t, target).sum(1) for t in grid]))
+
+        def sums(logits, rows):  # a pass's TP, FP, FN pooled over the labels, at every threshold
+            probs, target = torch.sigmoid(logits), self._targets(rows).bool()
+            return torch.stack([multilabel_counts(probs >= t, target).sum(1) for t in grid])
+
+        pooled = all_sum(self._pass_sums(model, indices, sums))  # over every rank's rows
         scores = [f1_from_counts(counts[:, None])["micro_f1"] for counts in pooled]
         self.threshold = grid[max(range(len(grid)), key=scores.__getitem__)]
         return self.threshold
 
-    def evaluate(self, model, indices, batch_size=512):
-        probs = torch.sigmoid(self._logits(model, indices, batch_size))
-        target = self._targets(indices).bool()
-        scores = f1_from_counts(all_sum(multilabel_counts(probs >= self.threshold, target)))
+    def evaluate(self, model, indices, batch_size=None):
+        labels = len(self.label_names)
         # precision@k with k >= the number of labels is the labels' mean frequency whatever the model
-        ks = [k for k in (1, 5) if k < probs.shape[-1]]
-        local = [len(indices)] + [precision_sum(probs, target, k) for k in ks]
-        rows, *sums = all_sum(torch.tensor(local, dtype=torch.float64)).tolist()
-        return {**scores, **{f"precision_at_{k}": s / rows if rows else 0.0 for k, s in zip(ks, sums, strict=True)}}
+        ks = [k for k in (1, 5) if k < labels]
+
+        def sums(logits, rows):  # a pass's TP, FP, FN per label, then its rows and precision@k sums
+            probs, target = torch.sigmoid(logits), self._targets(rows).bool()
+            counts = multilabel_counts(probs >= self.threshold, target).flatten()
+            local = [len(rows)] + [precision_sum(probs, target, k) for k in ks]
+            return torch.cat([counts, torch.tensor(local, dtype=torch.float64)])
+
+        total = all_sum(self._pass_sums(model, indices, sums, batch_size))
+        scores = f1_from_counts(total[: 3 * labels].view(3, labels))
+        rows, *sums_k = total[3 * labels :].tolist()
+        return {**scores, **{f"precision_at_{k}": s / rows if rows else 0.0 for k, s in zip(ks, sums_k, strict=True)}}
 
     def _fit_baseline(self, train, test):
         from sklearn.multiclass import OneVsRestClassifier
@@ -356,20 +367,15 @@ class SingleLabelTask(TextTask):
         return {"vocab_size": len(self.vocab), "num_classes": len(self.class_names)}
 
     def label_tensors(self, batch_size):
-        """A batch's logits and their gradient [batch, classes], and a held-out split's logits [rows, classes]
-        (float32)."""
-        classes, rows = len(self.class_names), self.held_out_rows()
+        """A batch's logits and their gradient [batch, classes] (float32); scoring holds a pass's logits,
+        its rows at most a batch's (``score_batch``): less."""
+        classes = len(self.class_names)
         return [
             (
                 f"a training batch's logits and their gradient [{batch_size}, {classes:,}] (float32)",
                 batch_size * classes * 4 * 2,
                 "lower train.batch_size",
-            ),
-            (
-                f"scoring the {rows:,} rows of the validation or test split: logits [{rows:,}, {classes:,}] (float32)",
-                rows * classes * 4,
-                "hold out fewer rows",
-            ),
+            )
         ]
 
     def batch(self, indices):
@@ -382,25 +388,22 @@ class SingleLabelTask(TextTask):
     def loss(self, model, batch, label_smoothing=0.0):
         return F.cross_entropy(model(batch["tokens"]), batch["target"], label_smoothing=label_smoothing)
 
-    def evaluate(self, model, indices, batch_size=512):
-        predicted = self._logits(model, indices, batch_size).argmax(-1)
-        return self._scores(predicted, torch.tensor([self.classes[i] for i in indices], dtype=torch.long))
+    def evaluate(self, model, indices, batch_size=None):
+        def sums(logits, rows):
+            return single_label_counts(logits.argmax(-1), self._classes(rows), len(self.class_names))
 
-    def _scores(self, predicted: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
-        """Accuracy and macro-F1 over every rank's rows, from their counts."""
-        classes = len(self.class_names)
-        one_hot = [F.one_hot(t, classes).bool() for t in (predicted, target)]
-        counts = all_sum(multilabel_counts(*one_hot))
-        right = all_sum(torch.tensor([(predicted == target).sum().item(), len(target)], dtype=torch.float64))
-        accuracy = (right[0] / right[1]).item() if right[1] else 0.0
-        return {"accuracy": accuracy, "macro_f1": f1_from_counts(counts)["macro_f1"]}
+        return single_label_from_counts(all_sum(self._pass_sums(model, indices, sums, batch_size)))
+
+    def _classes(self, rows: list[int]) -> torch.Tensor:
+        return torch.tensor([self.classes[i] for i in rows], dtype=torch.long)
 
     def _fit_baseline(self, train, test):
         from sklearn.svm import LinearSVC
 
         classifier = LinearSVC(C=1.0).fit(train, [self.classes[i] for i in self.splits["train"]])
         predicted = torch.from_numpy(classifier.predict(test)).long()
-        return self._scores(predicted, torch.tensor([self.classes[i] for i in self.splits["test"]], dtype=torch.long))
+        counts = single_label_counts(predicted, self._classes(self.splits["test"]), len(self.class_names))
+        return single_label_from_counts(all_sum(counts))
 
     def metadata(self):
         return {**super().metadata(), "labels": self.class_names, "output": "multiclass"}

@@ -9,8 +9,8 @@ Under ``torchrun --nproc_per_node=N`` it trains with DistributedDataParallel (di
 process on its own GPU with NCCL, or on the CPU with gloo): each rank reads its share of the rows, trains
 on the ones of each step it holds, and DDP combines their gradients, so the optimisation is the same as
 one process with ``batch_size`` (up to summation order; shares.py); validation and test are scored by
-every rank on its rows and their counts added; rank 0 writes. ``train.precision`` and
-``train.accumulate`` are steps.py's.
+every rank on its rows, in passes no larger than its share of a training pass, and their counts added;
+rank 0 writes. ``train.precision`` and ``train.accumulate`` are steps.py's.
 
 ``train.device`` (``auto``: this process's GPU when there is one, else the CPU) places the model and its
 batches; the weights are always written from CPU tensors. ``train.time_budget_min`` fits the number of epochs
@@ -242,6 +242,9 @@ def _train(
         if problem:  # said now too, so that a run can be stopped and given more validation data
             run.setup.say(f"note: {problem}; {key}=0.5 decides at a fixed 0.5 instead")
     check_label_memory(run.task, run.setup.settings["batch_size"])
+    # scored in passes no larger than a training pass's share, so a rank's peak does not hold a scoring batch
+    # that one process would take (task_kinds.Task.score_batch)
+    run.task.score_batch = min(run.task.score_batch, run.setup.settings["batch_size"] // run.setup.world)
     _build_model(run)
     _schedule(run, resume)
     data = run.task.describe_data()
