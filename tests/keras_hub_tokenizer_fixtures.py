@@ -21,6 +21,10 @@ It writes:
   ``{"texts": [...], "cases": {case: [[ids], ...]}}``: ``SentencePieceProcessor.encode`` of the 200
   tokenizer texts of keras_hub_lm, ``EDGE_TEXTS`` and 1,000 random strings over an alphabet of the hard
   cases (keras-hub's Python path is exactly that call).
+* ``thousand.npz``: ``texts`` (the 1,000 seeded texts of ``varied_texts``: mixed scripts, punctuation, runs
+  of whitespace, numbers, emoji, long words, empty texts, texts longer than the sequence length) and, per
+  family F, ``F/token_ids``, ``F/padding_mask`` (, ``F/segment_ids``): its preprocessor's output at
+  sequence_length 128, made as for ``edge.json``.
 """
 
 from __future__ import annotations
@@ -137,24 +141,82 @@ ALPHABET = [*"abcdefghijklmnopqrstuvwxyz  ABCXYZ..,,!?'\"-0123456789\n\t"] + [
 ]  # fmt: skip
 
 
+THOUSAND_LENGTH = 128
+# fmt: off
+WORDS = {  # a few words of each script, to mix
+    "latin": [
+        "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "Hello", "WORLD", "it's", "don't", "we'll",
+        "O'Neil", "e-mail",
+    ],
+    "accents": ["naïve", "café", "déjà", "vu", "Ångström", "façade", "Zürich", "straße", "coöperate", "señor", "Œuvre"],
+    "greek": ["αβγ", "καλημέρα", "ΣΑΣ", "σας", "Ωμέγα"],
+    "cyrillic": ["привет", "мир", "Москва", "ЁЛКА"],
+    "cjk": ["日本語", "のテキスト", "中文字符", "한국어", "漢字かな"],
+    "rtl": ["مرحبا", "بالعالم", "שלום", "עולם"],
+    "indic": ["नमस्ते", "दुनिया", "தமிழ்", "ภาษาไทย"],
+    "emoji": ["😀", "😀😀", "🇫🇷", "👍🏽", "👩‍💻", "❤️", "🎉🎉🎉", "🤖"],
+    "punct": [".", ",", "!", "?", "...", "…", "--", "—", "(x)", "[y]", "{z}", '"q"', "«guillemets»", "#tag", "@user"],
+    "numbers": ["0", "42", "3.14159", "1,000,000", "2026-12-07", "12:30", "-7", "1e-5", "½", "٣٤", "１２３"],
+    "spaces": ["  ", "   ", "\t", "\n", "\n\n", "\r\n", "\xa0", "\u3000", " \t "],
+}
+# fmt: on
+LONG_ALPHABET = "abcdefghijklmnopqrstuvwxyzé日😀"
+
+
+def _piece(rng: random.Random) -> str:
+    kind = rng.choice([*WORDS, "long"])
+    if kind == "long":  # a long word, at times past WordPiece's 100 characters
+        return "".join(rng.choice(LONG_ALPHABET[: rng.choice((26, 30))]) for _ in range(rng.randint(20, 130)))
+    return rng.choice(WORDS[kind])
+
+
+def varied_texts(count: int = 1000, seed: int = 0) -> list[str]:
+    """``count`` texts, seeded: one in 20 empty, others of 1 to 60 pieces of a script, punctuation, a
+    number, an emoji, a run of whitespace or a long word, joined by a space or nothing."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        if rng.random() < 0.05:
+            out.append(rng.choice(["", " ", "\n"]))
+            continue
+        n = rng.choice([rng.randint(1, 6), rng.randint(1, 20), rng.randint(20, 60)])
+        out.append("".join(_piece(rng) + rng.choice([" ", " ", " ", ""]) for _ in range(n)))
+    return out
+
+
 def preset(family: str) -> str:
     return os.path.join(LM, family, "classifier_preset" if family == "bert" else "causal_lm_preset")
+
+
+def preprocess(family: str, texts: list[str], length: int) -> dict[str, np.ndarray]:
+    """keras-hub's preprocessor of ``family``'s preset on ``texts`` at ``length``."""
+    if family == "bert":
+        pre = keras_hub.models.TextClassifierPreprocessor.from_preset(preset(family))
+        pre.sequence_length = length
+        given = pre(texts)
+    else:
+        pre = keras_hub.models.CausalLMPreprocessor.from_preset(preset(family))
+        given = pre.generate_preprocess(texts, sequence_length=length)
+    return {k: np.asarray(v).astype("int64") for k, v in given.items()}
 
 
 def edge(out: str) -> None:
     families = {}
     for family in sorted(os.listdir(LM)):
-        if family == "bert":
-            pre = keras_hub.models.TextClassifierPreprocessor.from_preset(preset(family))
-            pre.sequence_length = SEQUENCE_LENGTH
-            given = pre(EDGE_TEXTS)
-        else:
-            pre = keras_hub.models.CausalLMPreprocessor.from_preset(preset(family))
-            given = pre.generate_preprocess(EDGE_TEXTS, sequence_length=SEQUENCE_LENGTH)
-        families[family] = {k: np.asarray(v).astype("int64").tolist() for k, v in given.items()}
+        families[family] = {k: v.tolist() for k, v in preprocess(family, EDGE_TEXTS, SEQUENCE_LENGTH).items()}
         print(f"  {family}: {sum(map(sum, families[family]['padding_mask']))} tokens")
     with open(os.path.join(out, "edge.json"), "w", encoding="utf-8") as handle:
         json.dump({"sequence_length": SEQUENCE_LENGTH, "texts": EDGE_TEXTS, "families": families}, handle)
+
+
+def thousand(out: str) -> None:
+    texts = varied_texts()
+    arrays: dict[str, np.ndarray] = {"texts": np.array(texts)}
+    for family in sorted(os.listdir(LM)):
+        for key, value in preprocess(family, texts, THOUSAND_LENGTH).items():
+            arrays[f"{family}/{key}"] = value.astype("int32" if key == "token_ids" else "int8")
+        print(f"  {family}: {int(arrays[f'{family}/padding_mask'].sum())} tokens")
+    np.savez_compressed(os.path.join(out, "thousand.npz"), **arrays)
 
 
 def train(settings: dict) -> bytes:
@@ -193,6 +255,10 @@ if __name__ == "__main__":
     here = os.path.join(os.path.dirname(__file__), "data", "keras_hub_tokenizers")
     target = sys.argv[1] if len(sys.argv) > 1 else here
     os.makedirs(target, exist_ok=True)
-    edge(target)
-    spm(target)
+    if sys.argv[2:] == ["thousand"]:  # the 1,000 texts alone: edge.json and spm/ stay as they are
+        thousand(target)
+    else:
+        edge(target)
+        spm(target)
+        thousand(target)
     print(f"wrote {target} with keras-hub {keras_hub.__version__}, sentencepiece {sentencepiece.__version__}")

@@ -5,7 +5,8 @@ The oracle is keras-hub itself, on its default (Python) path: each family's expe
 tests/data/keras_hub_lm holds its preprocessor's ids and masks for 200 texts at sequence_length 16
 (tests/keras_hub_lm_fixtures.py), and tests/data/keras_hub_tokenizers/edge.json the same for the hard texts at
 48, spm_cases.json SentencePiece's own ids for the SentencePiece settings the presets lack
-(tests/keras_hub_tokenizer_fixtures.py). The slow tier loads every family's Hugging Face folder with
+(tests/keras_hub_tokenizer_fixtures.py), and thousand.npz the preprocessors' ids and masks for 1,000 seeded
+varied texts at 128. The slow tier loads every family's Hugging Face folder with
 transformers' AutoTokenizer in one child process where keras, keras_hub and attnzoo cannot be imported.
 """
 
@@ -88,6 +89,34 @@ def test_the_hard_texts_give_keras_hub_s_ids_but_where_a_difference_is_known(fam
     differ = {text for i, text in enumerate(data["texts"]) if any(out[key][i].tolist() != want[key][i] for key in want)}
     assert sorted(out) == sorted(want)
     assert differ == set(KNOWN.get(family, {})), differ
+
+
+@cache
+def thousand() -> dict[str, np.ndarray]:
+    return dict(np.load(TOKENIZERS / "thousand.npz"))
+
+
+def _long_in_bytes(text: str) -> bool:
+    """Whether ``text`` holds a Latin word of at most 100 characters but more than 100 UTF-8 bytes."""
+    return any(len(w) <= 100 < len(w.encode()) for w in re.findall(r"[0-9A-Za-z\u00c0-\u024f]+", text))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_family_s_tokenizer_gives_keras_hub_s_ids_and_masks_on_1000_varied_texts(family):
+    """1,000 seeded texts (tests/keras_hub_tokenizer_fixtures.py ``varied_texts``): mixed scripts,
+    punctuation, whitespace runs, numbers, emoji, long words, empty texts, texts cut at the sequence length.
+    Equal to keras-hub's but, for BERT, where a word is over 100 bytes in at most 100 characters (KNOWN)."""
+    data = thousand()
+    inputs = [str(t) for t in data["texts"]]
+    want = {k.split("/")[1]: v for k, v in data.items() if k.startswith(f"{family}/")}
+    out = converted_tokenizer(family).tokenize(inputs, sequence_length=128)
+    assert sorted(out) == sorted(want) and len(inputs) == 1000
+    assert "" in inputs and (want["padding_mask"].sum(axis=1) == 128).sum() > 100  # empty texts, cut texts
+    differ = {i for key in want for i in np.flatnonzero((out[key].numpy() != want[key]).any(axis=1))}
+    if family in KNOWN:
+        assert 0 < len(differ) <= 2 and all(_long_in_bytes(inputs[i]) for i in differ), [inputs[i] for i in differ]
+    else:
+        assert not differ, [inputs[i] for i in sorted(differ)[:5]]
 
 
 def test_keras_hub_s_two_byte_pair_paths_differ_on_runs_of_spaces_and_the_port_gives_the_default_one():
