@@ -523,7 +523,11 @@ def auto_tokenized(tmp_path_factory):
             {
                 "name": family,
                 "folder": str(root / family),
-                "texts": {"texts": [texts(family), 16], "edge": [edge()["texts"], edge()["sequence_length"]]},
+                "texts": {
+                    "texts": [texts(family), 16],
+                    "edge": [edge()["texts"], edge()["sequence_length"]],
+                    "thousand": [[str(t) for t in thousand()["texts"]], 128],
+                },
             }
         )
     (root / "jobs.json").write_text(json.dumps(jobs))
@@ -540,7 +544,7 @@ def _rows(ids: list[list[int]], masks: list[list[int]]) -> list[list[int]]:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_transformers_autotokenizer_gives_keras_hub_s_ids_without_keras_or_attnzoo(auto_tokenized, family):
     """``AutoTokenizer.from_pretrained(folder)(texts)``: keras-hub's tokens with its start token
-    (``add_special_tokens``, transformers' default), on the 200 texts and the hard ones; padded to the
+    (``add_special_tokens``, transformers' default), on the 200 texts, the hard ones and the 1,000; padded to the
     sequence length, keras-hub's whole rows and masks where the family names a pad token."""
     assert all(auto_tokenized["blocked"])
     got = auto_tokenized[family]
@@ -560,6 +564,10 @@ def test_transformers_autotokenizer_gives_keras_hub_s_ids_without_keras_or_attnz
     rows = _rows(want["token_ids"], want["padding_mask"])
     differ = {t for t, g, w in zip(data["texts"], got["edge"], rows, strict=True) if g != w}
     assert differ == set(KNOWN.get(family, {})), differ
+    want = {k.split("/")[1]: v.tolist() for k, v in thousand().items() if k.startswith(f"{family}/")}
+    rows = _rows(want["token_ids"], want["padding_mask"])
+    differ = {t for t, g, w in zip(thousand()["texts"].tolist(), got["thousand"], rows, strict=True) if g != w}
+    assert len(differ) <= (2 if family in KNOWN else 0) and all(map(_long_in_bytes, differ)), differ
     if got["pad"] is not None:
         padded = got["texts/padded"]
         assert padded["input_ids"] == e["tokenizer/token_ids"].tolist()
