@@ -95,14 +95,17 @@ class _Block(nn.Module):
         self.dense_1 = nn.Linear(hidden, mlp, bias=mlp_bias)
         self.dense_2 = nn.Linear(mlp, hidden, bias=mlp_bias)
 
-    def forward(self, x: Tensor, dropout: float, attention_dropout: float) -> Tensor:
-        b, n, d = x.shape
-        y = self.norm_1(x)
+    def attend(self, y: Tensor, attention_dropout: float) -> Tensor:
+        """The attention branch on the normed ``y`` [B, N, D], through the output projection."""
+        b, n, d = y.shape
         q, k, v = (
             layer(y).reshape(b, n, self.heads, -1).transpose(1, 2) for layer in (self.query, self.key, self.value)
         )
         attended = F.scaled_dot_product_attention(q, k, v, dropout_p=attention_dropout if self.training else 0.0)
-        x = x + F.dropout(self.output(attended.transpose(1, 2).reshape(b, n, d)), dropout, self.training)
+        return self.output(attended.transpose(1, 2).reshape(b, n, d))
+
+    def forward(self, x: Tensor, dropout: float, attention_dropout: float) -> Tensor:
+        x = x + F.dropout(self.attend(self.norm_1(x), attention_dropout), dropout, self.training)
         y = F.dropout(F.gelu(self.dense_1(self.norm_2(x))), dropout, self.training)
         return x + F.dropout(self.dense_2(y), dropout, self.training)
 

@@ -1,0 +1,182 @@
+"""keras-hub's DINOv2 family: ``DINOV2Backbone`` (keras-hub 0.32's ``dinov2_backbone.py``) rebuilt from its
+arguments; its layers converted without keras-hub.
+
+* ``DINOV2Embedding``: images [B, H, W, C] (channels last) -> patches of p x p by a ``Conv2d`` of stride =
+  kernel = p -> [B, N, D] (row by row) -> the class token first -> plus the position table [N + 1, D]
+  (ViT's :class:`~attnzoo.keras.converters.hub_vit.HubViTEmbedding`). The mask token is never used by the
+  backbone's graph (it passes no masks), so it is dropped.
+* ``DINOV2Encoder``: x [B, N, D] -> ``num_layers`` pre-norm blocks with layer scale, each
+  ``x + γ₁ ⊙ MHA(ln₁(x))`` then ``x + γ₂ ⊙ (W₂ · gelu(W₁ · ln₂(x) + b₁) + b₂)`` (exact gelu, ε 1e-6),
+  the attention Keras's ``MultiHeadAttention`` of ``key_dim = D / heads`` (softmax(q kᵀ / √key_dim) v) ->
+  [B, N, D]. The backbone's ``layernorm`` (``LayerNormalization``, ε 1e-6) follows as a Keras layer.
+
+The position table: keras-hub keeps two, ``position_embeddings`` (made for ``position_embedding_shape``) and
+``interpolated_position_embeddings`` (for ``image_shape``), and on load recomputes the second from the first;
+attnzoo reads the first, as that load does. Refused by name (attnzoo does not compute them): an
+``image_shape`` other than ``position_embedding_shape`` (keras-hub then resizes the table bicubically on
+load), register tokens (``num_register_tokens`` > 0), the SwiGLU feed-forward (``use_swiglu_ffn``), and
+``drop_path_rate`` > 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnzoo.errors import WeightsError
+from attnzoo.keras.arguments import as_tensor
+from attnzoo.keras.converters.hub_vit import HubViTEmbedding, _Block, _dense
+from attnzoo.keras.hub_families import keras_hub_model
+from attnzoo.keras.hub_graph import HubGraph, number, positive, tensor
+from attnzoo.keras.hub_vision import config_keys
+from attnzoo.keras.nodes import Node
+from attnzoo.keras.registry import Converted, Refused, keras_layer
+
+__all__ = ["HubDINOv2Encoder", "dinov2_graph"]
+
+EPSILON = 1e-6  # keras-hub 0.32 fixes every DINOv2 layer norm's ε
+
+
+def _unsupported(config: dict[str, Any]) -> str | None:
+    """Why attnzoo does not compute this DINOv2 configuration (backbone or layer arguments), or None."""
+    image, table = config.get("image_shape"), config.get("position_embedding_shape")
+    if image is not None and table is not None and list(image)[:2] != list(table)[:2]:
+        return (
+            f"image_shape {list(image)} differs from position_embedding_shape {list(table)}: keras-hub resizes "
+            "the position table bicubically on load, which attnzoo does not compute; save the model with "
+            "image_shape equal to position_embedding_shape"
+        )
+    if config.get("num_register_tokens", 0):
+        return f"num_register_tokens={config['num_register_tokens']!r}: attnzoo does not convert register tokens"
+    if config.get("use_swiglu_ffn", False):
+        return "use_swiglu_ffn=True: attnzoo does not convert DINOv2's SwiGLU feed-forward"
+    if config.get("drop_path_rate", 0.0):
+        return f"drop_path_rate={config['drop_path_rate']!r}: attnzoo converts DINOv2 with drop_path_rate 0 only"
+    if config.get("data_format") not in (None, "channels_last"):
+        return f"data_format {config.get('data_format')!r}: attnzoo converts channels_last only"
+    return None
+
+
+@keras_layer("DINOV2Embedding", package="keras_hub")
+def convert_dinov2_embedding(record, arrays, ctx):
+    """Variables: the class token, the mask token (where ``use_mask_token``), the interpolated table, the
+    position table [1, N + 1, D], then the patch convolution's kernel and bias."""
+    c = record.config
+    why = _unsupported(c)
+    if why:
+        raise Refused(why)
+    expected = 5 + int(bool(c.get("use_mask_token", True)))
+    if len(arrays) != expected:
+        raise Refused(f"has {len(arrays)} variables; with these settings DINOV2Embedding has {expected}")
+    cls, positions, kernel, bias = arrays[0], arrays[-3], arrays[-2], arrays[-1]
+    spec = {"op": HubViTEmbedding.op, "channels": int(kernel.shape[2]), "hidden": int(kernel.shape[3])}
+    spec |= {"patch": [int(kernel.shape[0]), int(kernel.shape[1])], "positions": int(positions.shape[1])}
+    spec |= {"class_token": True, "bias": True}
+    state = {"patch.weight": as_tensor(kernel.transpose(3, 2, 0, 1)), "patch.bias": as_tensor(bias)}
+    state |= {"position": as_tensor(positions[0]), "class_token": as_tensor(cls)}
+    return Converted(spec, state, ["keras-hub DINOV2Embedding: nn.Conv2d patches, class token, position table"])
+
+
+class _ScaledBlock(nn.Module):
+    """ViT's pre-norm block (``inner``) with DINOv2's layer scale γ₁, γ₂ [D] on each branch (the module
+    docstring)."""
+
+    def __init__(self, hidden: int, heads: int, mlp: int) -> None:
+        super().__init__()
+        self.inner = _Block(hidden, heads, mlp, EPSILON, True, True)
+        self.scale_1 = nn.Parameter(torch.ones(hidden))
+        self.scale_2 = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x: Tensor, dropout: float) -> Tensor:
+        # keras-hub's DINOV2Attention drops its output at the rate of its attention probabilities; the MLP none
+        b = self.inner
+        x = x + self.scale_1 * F.dropout(b.attend(b.norm_1(x), dropout), dropout, self.training)
+        return x + self.scale_2 * b.dense_2(F.gelu(b.dense_1(b.norm_2(x))))
+
+
+class HubDINOv2Encoder(Node):
+    """x [B, N, D] -> dropout (keras-hub's embedding dropout) -> ``num_layers`` layer-scaled blocks ->
+    [B, N, D]; no mask."""
+
+    op = "keras_hub_dinov2_encoder"
+    reads_mask = False
+
+    def __init__(self, *, hidden: int, num_layers: int, num_heads: int, mlp_dim: int, dropout_rate: float = 0.0):
+        super().__init__()
+        self.dropout = dropout_rate
+        self.blocks = nn.ModuleList(_ScaledBlock(hidden, num_heads, mlp_dim) for _ in range(num_layers))
+
+    def compute(self, x, mask):
+        x = F.dropout(x, self.dropout, self.training)
+        for block in self.blocks:
+            x = block(x, self.dropout)
+        return x
+
+
+# the blocks' groups in the weights file, in order (sorted as text, _10 would come before _2)
+_BLOCKS = tuple(f"layers/dinov2_layer{'' if i == 0 else f'_{i}'}" for i in range(256))
+_PER_BLOCK = 18  # 4 attention denses x 2, 2 layer scales, fc1 and fc2 x 2, 2 layer norms x 2
+
+
+@keras_layer("DINOV2Encoder", package="keras_hub", child_order=("layers", *_BLOCKS))
+def convert_dinov2_encoder(record, arrays, ctx):
+    c = record.config
+    why = _unsupported(c)
+    if why:
+        raise Refused(why)
+    layers, heads = c.get("num_layers"), c.get("num_heads")
+    if not all(isinstance(v, int) and v > 0 for v in (layers, heads)):
+        raise Refused(f"num_layers={layers!r} and num_heads={heads!r} are not positive ints")
+    if len(arrays) != layers * _PER_BLOCK:
+        raise Refused(f"has {len(arrays)} variables; {layers} blocks of {_PER_BLOCK} make {layers * _PER_BLOCK}")
+    hidden, mlp = int(arrays[0].shape[0]), int(arrays[10].shape[1])
+    if hidden % heads:
+        raise Refused(f"hidden size {hidden} is not a multiple of num_heads {heads}")
+    state: dict[str, Tensor] = {}
+    for i in range(layers):
+        block, at = arrays[i * _PER_BLOCK : (i + 1) * _PER_BLOCK], f"blocks.{i}.inner"
+        for j, name in enumerate(("key", "output", "query", "value")):  # the file's (sorted) order
+            state |= _dense(f"{at}.{name}", block[2 * j : 2 * j + 2], True)
+        state |= {f"blocks.{i}.scale_1": as_tensor(block[8]), f"blocks.{i}.scale_2": as_tensor(block[9])}
+        state |= _dense(f"{at}.dense_1", block[10:12], True) | _dense(f"{at}.dense_2", block[12:14], True)
+        state |= {f"{at}.norm_1.weight": as_tensor(block[14]), f"{at}.norm_1.bias": as_tensor(block[15])}
+        state |= {f"{at}.norm_2.weight": as_tensor(block[16]), f"{at}.norm_2.bias": as_tensor(block[17])}
+    spec = {"op": HubDINOv2Encoder.op, "hidden": hidden, "num_layers": layers, "num_heads": heads, "mlp_dim": mlp}
+    spec["dropout_rate"] = float(c.get("dropout_rate", 0.0) or 0.0)
+    return Converted(spec, state, [f"keras-hub DINOV2Encoder: {layers} pre-norm layer-scaled blocks"])
+
+
+_KEYS = ("patch_size", "num_layers", "hidden_dim", "num_heads", "intermediate_dim", "layer_scale_init_value")
+_KEYS += ("num_register_tokens", "use_mask_token", "use_swiglu_ffn", "dropout_rate", "drop_path_rate")
+_KEYS += ("image_shape", "position_embedding_shape", "antialias_in_interpolation", "apply_layernorm", "data_format")
+
+
+@keras_hub_model("DINOV2Backbone", family="dinov2")
+def dinov2_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``DINOV2Backbone``: images [B, H, W, C] -> ``embeddings`` (patches, class token, positions) ->
+    ``encoder`` (layer-scaled blocks) -> ``layernorm`` -> [B, N + 1, D]."""
+    config_keys(config, _KEYS, where)
+    why = _unsupported(config)
+    if why:
+        raise WeightsError(f"{where}: {why}")
+    shape, table = config.get("image_shape"), config.get("position_embedding_shape", [518, 518, 3])
+    ok = isinstance(shape, list) and len(shape) == 3 and all(isinstance(v, int) and v > 0 for v in shape)
+    if not ok or shape[0] != shape[1]:
+        raise WeightsError(f"{where}: image_shape {shape!r} is not [size, size, channels] of positive ints")
+    g = HubGraph(config.get("dtype"))
+    hidden, patch = positive(config, "hidden_dim", where), positive(config, "patch_size", where)
+    dropout = number(config, "dropout_rate", where, 0.0)
+    images = g.input("images", list(shape), "float32")
+    embedding = {"hidden_dim": hidden, "patch_size": patch, "image_shape": shape[:2], "num_register_tokens": 0}
+    embedding |= {"use_mask_token": bool(config.get("use_mask_token", True)), "dropout_rate": dropout}
+    embedding |= {"position_embedding_shape": list(table)[:2], "data_format": "channels_last"}
+    module = "keras_hub.src.models.dinov2.dinov2_layers"
+    x = g.hub_layer("DINOV2Embedding", "embeddings", embedding, [tensor(images)], module)
+    encoder = {key: positive(config, key, where) for key in ("num_layers", "num_heads", "intermediate_dim")}
+    encoder |= {"hidden_dim": hidden, "dropout_rate": dropout}
+    x = g.hub_layer("DINOV2Encoder", "encoder", encoder, [tensor(x)], module)
+    x = g.layer("LayerNormalization", "layernorm", {"axis": [-1], "epsilon": EPSILON}, [tensor(x)])
+    return g.functional(str(config.get("name", "dinov2_backbone")), {"images": images}, x)
