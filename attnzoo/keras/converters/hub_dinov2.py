@@ -16,6 +16,14 @@ attnzoo reads the first, as that load does. Refused by name (attnzoo does not co
 ``image_shape`` other than ``position_embedding_shape`` (keras-hub then resizes the table bicubically on
 load), register tokens (``num_register_tokens`` > 0), the SwiGLU feed-forward (``use_swiglu_ffn``), and
 ``drop_path_rate`` > 0.
+
+Hugging Face form (:data:`DINOV2`): ``Dinov2Model``, which takes ``pixel_values`` [B, C, H, W] where
+keras-hub takes [B, H, W, C], and whose ``last_hidden_state`` is the backbone's output. The patch ``Conv2d``,
+the class token [1, 1, D] and the position table [1, N + 1, D] go as they are (transformers, as keras-hub,
+uses the table uninterpolated for images of the size it was made for); the blocks carry the Hub's DINOv2
+checkpoints' names (``encoder.layer.<i>.attention.attention.query``, ``layer_scale1.lambda1``), ε 1e-6,
+``mlp_ratio`` = ``intermediate_dim`` / ``hidden_dim`` (refused where that is not a whole number). The mask
+token, which attnzoo drops, is not written: ``use_mask_token`` is False.
 """
 
 from __future__ import annotations
@@ -34,8 +42,9 @@ from attnzoo.keras.hub_graph import HubGraph, number, positive, tensor
 from attnzoo.keras.hub_vision import config_keys
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
+from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["HubDINOv2Encoder", "dinov2_graph"]
+__all__ = ["HubDINOv2Encoder", "dinov2_graph", "DINOV2"]
 
 EPSILON = 1e-6  # keras-hub 0.32 fixes every DINOv2 layer norm's ε
 
@@ -149,12 +158,59 @@ def convert_dinov2_encoder(record, arrays, ctx):
     return Converted(spec, state, [f"keras-hub DINOV2Encoder: {layers} pre-norm layer-scaled blocks"])
 
 
+# -- the family's Hugging Face form -------------------------------------------------------------------------
+def _dinov2_config(m: HubSource) -> dict[str, Any]:
+    embedding, encoder = m.spec("embeddings"), m.spec("encoder")
+    hidden, mlp = int(encoder["hidden"]), int(encoder["mlp_dim"])
+    if mlp % hidden:
+        m.refuse(f"intermediate_dim {mlp} is not a whole multiple of hidden_dim {hidden}: Dinov2Config's mlp_ratio")
+    dropout = float(encoder.get("dropout_rate", 0.0))
+    config = {"hidden_size": hidden, "num_hidden_layers": int(encoder["num_layers"]), "mlp_ratio": mlp // hidden}
+    config |= {"num_attention_heads": int(encoder["num_heads"]), "hidden_act": "gelu", "layer_norm_eps": EPSILON}
+    config |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout, "qkv_bias": True}
+    config |= {"image_size": int(m.arguments["image_shape"][0]), "patch_size": int(embedding["patch"][0])}
+    config |= {"num_channels": int(embedding["channels"]), "use_swiglu_ffn": False, "use_mask_token": False}
+    return config | {"drop_path_rate": 0.0, "layerscale_value": float(m.arguments.get("layer_scale_init_value", 1.0))}
+
+
+_DINOV2_BLOCK = (
+    ("norm1", "inner.norm_1"),
+    ("attention.attention.query", "inner.query"),
+    ("attention.attention.key", "inner.key"),
+    ("attention.attention.value", "inner.value"),
+    ("attention.output.dense", "inner.output"),
+    ("norm2", "inner.norm_2"),
+    ("mlp.fc1", "inner.dense_1"),
+    ("mlp.fc2", "inner.dense_2"),
+)
+
+
+def _dinov2_tensors(m: HubSource) -> Tensors:
+    """transformers' DINOv2 weights (the Hub checkpoints' names)."""
+    yield "embeddings.cls_token", m.tensor("embeddings.class_token")
+    yield "embeddings.position_embeddings", m.tensor("embeddings.position")[None]
+    yield "embeddings.patch_embeddings.projection.weight", m.tensor("embeddings.patch.weight")
+    yield "embeddings.patch_embeddings.projection.bias", m.tensor("embeddings.patch.bias")
+    for i in range(int(m.spec("encoder")["num_layers"])):
+        at = f"encoder.layer.{i}"
+        for theirs, ours in _DINOV2_BLOCK:
+            yield f"{at}.{theirs}.weight", m.tensor(f"encoder.blocks.{i}.{ours}.weight")
+            yield f"{at}.{theirs}.bias", m.tensor(f"encoder.blocks.{i}.{ours}.bias")
+        yield f"{at}.layer_scale1.lambda1", m.tensor(f"encoder.blocks.{i}.scale_1")
+        yield f"{at}.layer_scale2.lambda1", m.tensor(f"encoder.blocks.{i}.scale_2")
+    yield "layernorm.weight", m.tensor("layernorm.weight")
+    yield "layernorm.bias", m.tensor("layernorm.bias")
+
+
+DINOV2 = TransformersForm("dinov2", {"backbone": "Dinov2Model"}, _dinov2_config, _dinov2_tensors)
+
+
 _KEYS = ("patch_size", "num_layers", "hidden_dim", "num_heads", "intermediate_dim", "layer_scale_init_value")
 _KEYS += ("num_register_tokens", "use_mask_token", "use_swiglu_ffn", "dropout_rate", "drop_path_rate")
 _KEYS += ("image_shape", "position_embedding_shape", "antialias_in_interpolation", "apply_layernorm", "data_format")
 
 
-@keras_hub_model("DINOV2Backbone", family="dinov2")
+@keras_hub_model("DINOV2Backbone", family="dinov2", transformers=DINOV2)
 def dinov2_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     """``DINOV2Backbone``: images [B, H, W, C] -> ``embeddings`` (patches, class token, positions) ->
     ``encoder`` (layer-scaled blocks) -> ``layernorm`` -> [B, N + 1, D]."""
