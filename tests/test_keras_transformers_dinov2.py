@@ -15,12 +15,14 @@ from functools import cache
 
 import numpy as np
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from attnzoo.errors import ExportError
 from attnzoo.keras import convert_keras_model, to_transformers
 
 from .conftest import ROOT
+from .test_keras_hub_dinov2 import PEER_IMAGES, keras_file, peer
 from .test_keras_transformers_folder import run_loader
 
 DATA = ROOT / "tests" / "data" / "keras_hub_route"
@@ -56,6 +58,13 @@ def test_an_intermediate_size_that_is_no_whole_multiple_of_the_width_is_refused(
         DINOV2.config(HubSource("DINOV2Backbone", "backbone", {"image_shape": [16, 16, 3]}, specs, {}))
 
 
+def test_register_tokens_are_refused_dinov2_model_has_none(tmp_path):
+    keras_file(peer().state_dict(), tmp_path / "registers.keras")
+    with pytest.raises(ExportError, match=r"it has 3 register tokens, which transformers' Dinov2Model has not"):
+        to_transformers(tmp_path / "registers.keras", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_transformers_dinov2_model_loads_the_folders_and_gives_keras_s_states(tmp_path):
     pixels = np.ascontiguousarray(EXPECTED["dinov2/in/images"].transpose(0, 3, 1, 2))
@@ -65,10 +74,18 @@ def test_transformers_dinov2_model_loads_the_folders_and_gives_keras_s_states(tm
         given[f"{name}/pixel_values"] = pixels
         spec = {"name": name, "folder": str(tmp_path / name), "auto": "AutoModel", "kwargs": {}, "generate": []}
         specs.append({**spec, "inputs": ["pixel_values"], "outputs": ["last_hidden_state", "pooler_output"]})
+    # SwiGLU: a file of a seeded transformers Dinov2Model's weights (tests/test_keras_hub_dinov2.py)
+    swiglu = peer(registers=0)
+    keras_file(swiglu.state_dict(), tmp_path / "swiglu.keras", registers=0)
+    to_transformers(tmp_path / "swiglu.keras", tmp_path / "swiglu")
+    given["swiglu/pixel_values"] = np.ascontiguousarray(PEER_IMAGES.permute(0, 3, 1, 2).numpy())
+    spec = {"name": "swiglu", "folder": str(tmp_path / "swiglu"), "auto": "AutoModel", "kwargs": {}, "generate": []}
+    specs.append({**spec, "inputs": ["pixel_values"], "outputs": ["last_hidden_state", "pooler_output"]})
     out = run_loader(tmp_path, specs, given)
     assert out["blocked"].all()
-    want = EXPECTED["dinov2/out/output"]
-    for name in FILES:
+    with torch.no_grad():
+        swiglu_states = swiglu(pixel_values=PEER_IMAGES.permute(0, 3, 1, 2)).last_hidden_state.numpy()
+    for name, want in (*((name, EXPECTED["dinov2/out/output"]) for name in FILES), ("swiglu", swiglu_states)):
         assert json.loads(str(out[f"{name}/loading"])) == {}, name  # no missing, unexpected or mismatched weight
         got = out[f"{name}/last_hidden_state"]
         assert got.shape == want.shape

@@ -2,28 +2,31 @@
 arguments; its layers converted without keras-hub.
 
 * ``DINOV2Embedding``: images [B, H, W, C] (channels last) -> patches of p x p by a ``Conv2d`` of stride =
-  kernel = p -> [B, N, D] (row by row) -> the class token first -> plus the position table [N + 1, D]
+  kernel = p -> [B, N, D] (row by row) -> the class token first -> plus the position table [N + 1, D] ->
+  the register tokens (``num_register_tokens``, unpositioned) after the class token -> [B, 1 + R + N, D]
   (ViT's :class:`~attnzoo.keras.converters.hub_vit.HubViTEmbedding`). The mask token is never used by the
   backbone's graph (it passes no masks), so it is dropped.
 * ``DINOV2Encoder``: x [B, N, D] -> ``num_layers`` pre-norm blocks with layer scale, each
   ``x + γ₁ ⊙ MHA(ln₁(x))`` then ``x + γ₂ ⊙ (W₂ · gelu(W₁ · ln₂(x) + b₁) + b₂)`` (exact gelu, ε 1e-6),
   the attention Keras's ``MultiHeadAttention`` of ``key_dim = D / heads`` (softmax(q kᵀ / √key_dim) v) ->
-  [B, N, D]. The backbone's ``layernorm`` (``LayerNormalization``, ε 1e-6) follows as a Keras layer.
+  [B, N, D]; with ``use_swiglu_ffn`` the feed-forward is ``W₂ · (silu(a) ⊙ b) + b₂`` of
+  ``[a, b] = W₁ · ln₂(x) + b₁``, of keras-hub's width ``(int(intermediate_dim · 2/3) + 7) // 8 · 8``.
+  The backbone's ``layernorm`` (``LayerNormalization``, ε 1e-6) follows as a Keras layer.
 
 The position table: keras-hub keeps two, ``position_embeddings`` (made for ``position_embedding_shape``) and
 ``interpolated_position_embeddings`` (for ``image_shape``), and on load recomputes the second from the first;
 attnzoo reads the first, as that load does. Refused by name (attnzoo does not compute them): an
 ``image_shape`` other than ``position_embedding_shape`` (keras-hub then resizes the table bicubically on
-load), register tokens (``num_register_tokens`` > 0), the SwiGLU feed-forward (``use_swiglu_ffn``), and
-``drop_path_rate`` > 0.
+load), and ``drop_path_rate`` > 0.
 
 Hugging Face form (:data:`DINOV2`): ``Dinov2Model``, which takes ``pixel_values`` [B, C, H, W] where
 keras-hub takes [B, H, W, C], and whose ``last_hidden_state`` is the backbone's output. The patch ``Conv2d``,
 the class token [1, 1, D] and the position table [1, N + 1, D] go as they are (transformers, as keras-hub,
 uses the table uninterpolated for images of the size it was made for); the blocks carry the Hub's DINOv2
 checkpoints' names (``encoder.layer.<i>.attention.attention.query``, ``layer_scale1.lambda1``), ε 1e-6,
-``mlp_ratio`` = ``intermediate_dim`` / ``hidden_dim`` (refused where that is not a whole number). The mask
-token, which attnzoo drops, is not written: ``use_mask_token`` is False.
+``mlp_ratio`` = ``intermediate_dim`` / ``hidden_dim`` (refused where that is not a whole number), SwiGLU's
+``mlp.weights_in`` and ``mlp.weights_out`` as the Hub's checkpoints name them. The mask token, which attnzoo
+drops, is not written: ``use_mask_token`` is False. Register tokens are refused (``Dinov2Model`` has none).
 """
 
 from __future__ import annotations
@@ -58,10 +61,6 @@ def _unsupported(config: dict[str, Any]) -> str | None:
             "the position table bicubically on load, which attnzoo does not compute; save the model with "
             "image_shape equal to position_embedding_shape"
         )
-    if config.get("num_register_tokens", 0):
-        return f"num_register_tokens={config['num_register_tokens']!r}: attnzoo does not convert register tokens"
-    if config.get("use_swiglu_ffn", False):
-        return "use_swiglu_ffn=True: attnzoo does not convert DINOv2's SwiGLU feed-forward"
     if config.get("drop_path_rate", 0.0):
         return f"drop_path_rate={config['drop_path_rate']!r}: attnzoo converts DINOv2 with drop_path_rate 0 only"
     if config.get("data_format") not in (None, "channels_last"):
@@ -71,31 +70,41 @@ def _unsupported(config: dict[str, Any]) -> str | None:
 
 @keras_layer("DINOV2Embedding", package="keras_hub")
 def convert_dinov2_embedding(record, arrays, ctx):
-    """Variables: the class token, the mask token (where ``use_mask_token``), the interpolated table, the
-    position table [1, N + 1, D], then the patch convolution's kernel and bias."""
+    """Variables: the class token, the mask token (where ``use_mask_token``), the register tokens (where
+    ``num_register_tokens`` > 0), the interpolated table, the position table [1, N + 1, D], then the patch
+    convolution's kernel and bias."""
     c = record.config
     why = _unsupported(c)
     if why:
         raise Refused(why)
-    expected = 5 + int(bool(c.get("use_mask_token", True)))
+    registers = c.get("num_register_tokens", 0)
+    if not isinstance(registers, int) or registers < 0:
+        raise Refused(f"num_register_tokens={registers!r} is not an int >= 0")
+    expected = 5 + int(bool(c.get("use_mask_token", True))) + int(registers > 0)
     if len(arrays) != expected:
         raise Refused(f"has {len(arrays)} variables; with these settings DINOV2Embedding has {expected}")
     cls, positions, kernel, bias = arrays[0], arrays[-3], arrays[-2], arrays[-1]
     spec = {"op": HubViTEmbedding.op, "channels": int(kernel.shape[2]), "hidden": int(kernel.shape[3])}
     spec |= {"patch": [int(kernel.shape[0]), int(kernel.shape[1])], "positions": int(positions.shape[1])}
-    spec |= {"class_token": True, "bias": True}
+    spec |= {"class_token": True, "bias": True, "registers": registers}
     state = {"patch.weight": as_tensor(kernel.transpose(3, 2, 0, 1)), "patch.bias": as_tensor(bias)}
     state |= {"position": as_tensor(positions[0]), "class_token": as_tensor(cls)}
+    if registers:
+        state["registers"] = as_tensor(arrays[-5])  # before the interpolated table and the position table
     return Converted(spec, state, ["keras-hub DINOV2Embedding: nn.Conv2d patches, class token, position table"])
 
 
 class _ScaledBlock(nn.Module):
-    """ViT's pre-norm block (``inner``) with DINOv2's layer scale γ₁, γ₂ [D] on each branch (the module
-    docstring)."""
+    """ViT's pre-norm block (``inner``) with DINOv2's layer scale γ₁, γ₂ [D] on each branch and, where
+    ``swiglu``, the feed-forward ``W₂ · (silu(a) ⊙ b) + b₂`` of ``[a, b] = W₁ · ln₂(x) + b₁`` (``W₁`` [2 mlp, D])
+    (the module docstring)."""
 
-    def __init__(self, hidden: int, heads: int, mlp: int) -> None:
+    def __init__(self, hidden: int, heads: int, mlp: int, swiglu: bool) -> None:
         super().__init__()
         self.inner = _Block(hidden, heads, mlp, EPSILON, True, True)
+        if swiglu:  # keras-hub's weights_in holds a and b side by side
+            self.inner.dense_1 = nn.Linear(hidden, 2 * mlp)
+        self.swiglu = swiglu
         self.scale_1 = nn.Parameter(torch.ones(hidden))
         self.scale_2 = nn.Parameter(torch.ones(hidden))
 
@@ -103,7 +112,13 @@ class _ScaledBlock(nn.Module):
         # keras-hub's DINOV2Attention drops its output at the rate of its attention probabilities; the MLP none
         b = self.inner
         x = x + self.scale_1 * F.dropout(b.attend(b.norm_1(x), dropout), dropout, self.training)
-        return x + self.scale_2 * b.dense_2(F.gelu(b.dense_1(b.norm_2(x))))
+        y = b.dense_1(b.norm_2(x))
+        if self.swiglu:
+            gate, up = y.chunk(2, dim=-1)
+            y = F.silu(gate) * up
+        else:
+            y = F.gelu(y)
+        return x + self.scale_2 * b.dense_2(y)
 
 
 class HubDINOv2Encoder(Node):
@@ -113,10 +128,19 @@ class HubDINOv2Encoder(Node):
     op = "keras_hub_dinov2_encoder"
     reads_mask = False
 
-    def __init__(self, *, hidden: int, num_layers: int, num_heads: int, mlp_dim: int, dropout_rate: float = 0.0):
+    def __init__(
+        self,
+        *,
+        hidden: int,
+        num_layers: int,
+        num_heads: int,
+        mlp_dim: int,
+        dropout_rate: float = 0.0,
+        swiglu: bool = False,
+    ) -> None:
         super().__init__()
         self.dropout = dropout_rate
-        self.blocks = nn.ModuleList(_ScaledBlock(hidden, num_heads, mlp_dim) for _ in range(num_layers))
+        self.blocks = nn.ModuleList(_ScaledBlock(hidden, num_heads, mlp_dim, swiglu) for _ in range(num_layers))
 
     def compute(self, x, mask):
         x = F.dropout(x, self.dropout, self.training)
@@ -141,7 +165,7 @@ def convert_dinov2_encoder(record, arrays, ctx):
         raise Refused(f"num_layers={layers!r} and num_heads={heads!r} are not positive ints")
     if len(arrays) != layers * _PER_BLOCK:
         raise Refused(f"has {len(arrays)} variables; {layers} blocks of {_PER_BLOCK} make {layers * _PER_BLOCK}")
-    hidden, mlp = int(arrays[0].shape[0]), int(arrays[10].shape[1])
+    hidden, mlp = int(arrays[0].shape[0]), int(arrays[12].shape[0])  # fc2's (weights_out's) kernel [mlp, D]
     if hidden % heads:
         raise Refused(f"hidden size {hidden} is not a multiple of num_heads {heads}")
     state: dict[str, Tensor] = {}
@@ -155,13 +179,18 @@ def convert_dinov2_encoder(record, arrays, ctx):
         state |= {f"{at}.norm_2.weight": as_tensor(block[16]), f"{at}.norm_2.bias": as_tensor(block[17])}
     spec = {"op": HubDINOv2Encoder.op, "hidden": hidden, "num_layers": layers, "num_heads": heads, "mlp_dim": mlp}
     spec["dropout_rate"] = float(c.get("dropout_rate", 0.0) or 0.0)
+    spec["swiglu"] = bool(c.get("use_swiglu_ffn", False))
     return Converted(spec, state, [f"keras-hub DINOV2Encoder: {layers} pre-norm layer-scaled blocks"])
 
 
 # -- the family's Hugging Face form -------------------------------------------------------------------------
 def _dinov2_config(m: HubSource) -> dict[str, Any]:
     embedding, encoder = m.spec("embeddings"), m.spec("encoder")
-    hidden, mlp = int(encoder["hidden"]), int(encoder["mlp_dim"])
+    if embedding.get("registers"):
+        m.refuse(f"it has {embedding['registers']} register tokens, which transformers' Dinov2Model has not")
+    hidden, swiglu = int(encoder["hidden"]), bool(encoder.get("swiglu"))
+    # SwiGLU's width is keras-hub's (and transformers') rounding of intermediate_dim, which the spec holds
+    mlp = int(m.arguments["intermediate_dim"]) if swiglu else int(encoder["mlp_dim"])
     if mlp % hidden:
         m.refuse(f"intermediate_dim {mlp} is not a whole multiple of hidden_dim {hidden}: Dinov2Config's mlp_ratio")
     dropout = float(encoder.get("dropout_rate", 0.0))
@@ -169,7 +198,7 @@ def _dinov2_config(m: HubSource) -> dict[str, Any]:
     config |= {"num_attention_heads": int(encoder["num_heads"]), "hidden_act": "gelu", "layer_norm_eps": EPSILON}
     config |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout, "qkv_bias": True}
     config |= {"image_size": int(m.arguments["image_shape"][0]), "patch_size": int(embedding["patch"][0])}
-    config |= {"num_channels": int(embedding["channels"]), "use_swiglu_ffn": False, "use_mask_token": False}
+    config |= {"num_channels": int(embedding["channels"]), "use_swiglu_ffn": swiglu, "use_mask_token": False}
     return config | {"drop_path_rate": 0.0, "layerscale_value": float(m.arguments.get("layer_scale_init_value", 1.0))}
 
 
@@ -191,9 +220,12 @@ def _dinov2_tensors(m: HubSource) -> Tensors:
     yield "embeddings.position_embeddings", m.tensor("embeddings.position")[None]
     yield "embeddings.patch_embeddings.projection.weight", m.tensor("embeddings.patch.weight")
     yield "embeddings.patch_embeddings.projection.bias", m.tensor("embeddings.patch.bias")
+    swiglu = bool(m.spec("encoder").get("swiglu"))
     for i in range(int(m.spec("encoder")["num_layers"])):
         at = f"encoder.layer.{i}"
         for theirs, ours in _DINOV2_BLOCK:
+            if swiglu:  # the Hub's SwiGLU checkpoints' names (transformers 5 splits weights_in as it loads)
+                theirs = {"mlp.fc1": "mlp.weights_in", "mlp.fc2": "mlp.weights_out"}.get(theirs, theirs)
             yield f"{at}.{theirs}.weight", m.tensor(f"encoder.blocks.{i}.{ours}.weight")
             yield f"{at}.{theirs}.bias", m.tensor(f"encoder.blocks.{i}.{ours}.bias")
         yield f"{at}.layer_scale1.lambda1", m.tensor(f"encoder.blocks.{i}.scale_1")
@@ -225,14 +257,17 @@ def dinov2_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     g = HubGraph(config.get("dtype"))
     hidden, patch = positive(config, "hidden_dim", where), positive(config, "patch_size", where)
     dropout = number(config, "dropout_rate", where, 0.0)
+    registers = config.get("num_register_tokens", 0)
+    if not isinstance(registers, int) or registers < 0:
+        raise WeightsError(f"{where}: num_register_tokens {registers!r} is not an int >= 0")
     images = g.input("images", list(shape), "float32")
-    embedding = {"hidden_dim": hidden, "patch_size": patch, "image_shape": shape[:2], "num_register_tokens": 0}
+    embedding = {"hidden_dim": hidden, "patch_size": patch, "image_shape": shape[:2], "num_register_tokens": registers}
     embedding |= {"use_mask_token": bool(config.get("use_mask_token", True)), "dropout_rate": dropout}
     embedding |= {"position_embedding_shape": list(table)[:2], "data_format": "channels_last"}
     module = "keras_hub.src.models.dinov2.dinov2_layers"
     x = g.hub_layer("DINOV2Embedding", "embeddings", embedding, [tensor(images)], module)
     encoder = {key: positive(config, key, where) for key in ("num_layers", "num_heads", "intermediate_dim")}
-    encoder |= {"hidden_dim": hidden, "dropout_rate": dropout}
+    encoder |= {"hidden_dim": hidden, "dropout_rate": dropout, "use_swiglu_ffn": bool(config.get("use_swiglu_ffn"))}
     x = g.hub_layer("DINOV2Encoder", "encoder", encoder, [tensor(x)], module)
     x = g.layer("LayerNormalization", "layernorm", {"axis": [-1], "epsilon": EPSILON}, [tensor(x)])
     return g.functional(str(config.get("name", "dinov2_backbone")), {"images": images}, x)
