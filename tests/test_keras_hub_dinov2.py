@@ -63,10 +63,6 @@ def _preset_with(tmp_path, **changes):
     ("changes", "message"),
     [
         ({"drop_path_rate": 0.1}, "drop_path_rate=0.1: attnzoo converts DINOv2 with drop_path_rate 0 only"),
-        (
-            {"image_shape": [8, 8, 3]},
-            r"image_shape \[8, 8, 3\] differs from position_embedding_shape \[16, 16, 3\]: keras-hub resizes",
-        ),
     ],
 )
 def test_a_configuration_attnzoo_does_not_compute_is_refused_by_name(tmp_path, changes, message):
@@ -99,9 +95,10 @@ def peer(registers: int = 3):
     return model
 
 
-def keras_file(state: dict, path, registers: int = 3) -> None:
+def keras_file(state: dict, path, registers: int = 3, image: int = 8) -> None:
     """keras-hub 0.32's DINOV2Backbone file of transformers' weights ``state``: its arguments and its
-    weights under keras-hub's groups (dinov2_layers.py: own variables by creation, trainable first)."""
+    weights under keras-hub's groups (dinov2_layers.py: own variables by creation, trainable first), its
+    position table made for 8 x 8 images, its ``image_shape`` ``image`` x ``image``."""
     import h5py
 
     s = {key: value.numpy() for key, value in state.items()}
@@ -141,7 +138,7 @@ def keras_file(state: dict, path, registers: int = 3) -> None:
     arguments |= {"num_layers": 2, "hidden_dim": 16, "num_heads": heads, "intermediate_dim": 64}
     arguments |= {"layer_scale_init_value": 1.0, "num_register_tokens": registers}
     arguments["use_mask_token"] = True
-    arguments |= {"use_swiglu_ffn": True, "dropout_rate": 0.0, "drop_path_rate": 0.0, "image_shape": [8, 8, 3]}
+    arguments |= {"use_swiglu_ffn": True, "dropout_rate": 0.0, "drop_path_rate": 0.0, "image_shape": [image, image, 3]}
     arguments |= {"position_embedding_shape": [8, 8, 3], "antialias_in_interpolation": False}
     arguments["apply_layernorm"] = False
     record = {"module": "keras_hub.src.models.dinov2.dinov2_backbone", "class_name": "DINOV2Backbone"}
@@ -159,4 +156,17 @@ def test_register_tokens_and_swiglu_compute_what_transformers_dinov2_with_regist
         want = model(pixel_values=PEER_IMAGES.permute(0, 3, 1, 2)).last_hidden_state
         got = convert_keras_model(tmp_path / "dinov2.keras")(PEER_IMAGES)
     assert got.shape == want.shape == (2, 1 + 3 + 4, 16)  # the class token, 3 registers, 2 x 2 patches
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_a_position_table_made_for_another_image_size_is_resized_as_transformers_dinov2_resizes_it(tmp_path):
+    """The table made for 8 x 8 images (2 x 2 patches), the backbone built for 16 x 16 (4 x 4): keras-hub's
+    load resizes it bicubically, transformers' Dinov2 on 16 x 16 pixel values too."""
+    model = peer(registers=0)
+    keras_file(model.state_dict(), tmp_path / "dinov2.keras", registers=0, image=16)
+    images = torch.randn(2, 16, 16, 3, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = model(pixel_values=images.permute(0, 3, 1, 2)).last_hidden_state
+        got = convert_keras_model(tmp_path / "dinov2.keras")(images)
+    assert got.shape == want.shape == (2, 1 + 16, 16)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

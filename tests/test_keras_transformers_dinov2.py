@@ -81,11 +81,21 @@ def test_transformers_dinov2_model_loads_the_folders_and_gives_keras_s_states(tm
     given["swiglu/pixel_values"] = np.ascontiguousarray(PEER_IMAGES.permute(0, 3, 1, 2).numpy())
     spec = {"name": "swiglu", "folder": str(tmp_path / "swiglu"), "auto": "AutoModel", "kwargs": {}, "generate": []}
     specs.append({**spec, "inputs": ["pixel_values"], "outputs": ["last_hidden_state", "pooler_output"]})
+    # a position table made for 8 x 8 images, the backbone built for 16 x 16: the resized table is written
+    resized = peer(registers=0)
+    keras_file(resized.state_dict(), tmp_path / "resized.keras", registers=0, image=16)
+    to_transformers(tmp_path / "resized.keras", tmp_path / "resized")
+    resized_pixels = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(2))
+    given["resized/pixel_values"] = resized_pixels.numpy()
+    spec = {"name": "resized", "folder": str(tmp_path / "resized"), "auto": "AutoModel", "kwargs": {}, "generate": []}
+    specs.append({**spec, "inputs": ["pixel_values"], "outputs": ["last_hidden_state", "pooler_output"]})
     out = run_loader(tmp_path, specs, given)
     assert out["blocked"].all()
     with torch.no_grad():
         swiglu_states = swiglu(pixel_values=PEER_IMAGES.permute(0, 3, 1, 2)).last_hidden_state.numpy()
-    for name, want in (*((name, EXPECTED["dinov2/out/output"]) for name in FILES), ("swiglu", swiglu_states)):
+        resized_states = resized(pixel_values=resized_pixels).last_hidden_state.numpy()
+    cases = [*((name, EXPECTED["dinov2/out/output"]) for name in FILES), ("swiglu", swiglu_states)]
+    for name, want in [*cases, ("resized", resized_states)]:
         assert json.loads(str(out[f"{name}/loading"])) == {}, name  # no missing, unexpected or mismatched weight
         got = out[f"{name}/last_hidden_state"]
         assert got.shape == want.shape

@@ -15,14 +15,14 @@ arguments; its layers converted without keras-hub.
 
 The position table: keras-hub keeps two, ``position_embeddings`` (made for ``position_embedding_shape``) and
 ``interpolated_position_embeddings`` (for ``image_shape``), and on load recomputes the second from the first;
-attnzoo reads the first, as that load does. Refused by name (attnzoo does not compute them): an
-``image_shape`` other than ``position_embedding_shape`` (keras-hub then resizes the table bicubically on
-load), and ``drop_path_rate`` > 0.
+attnzoo reads the first and resizes it as that load does (:func:`_resized`). Refused by name:
+``drop_path_rate`` > 0 (keras-hub's ``DINOV2DropPath`` scales by a uniform draw it never floors).
 
 Hugging Face form (:data:`DINOV2`): ``Dinov2Model``, which takes ``pixel_values`` [B, C, H, W] where
 keras-hub takes [B, H, W, C], and whose ``last_hidden_state`` is the backbone's output. The patch ``Conv2d``,
 the class token [1, 1, D] and the position table [1, N + 1, D] go as they are (transformers, as keras-hub,
-uses the table uninterpolated for images of the size it was made for); the blocks carry the Hub's DINOv2
+uses the table as it is for images of the size it was made for: the resized one is written, with
+``image_size`` the backbone's); the blocks carry the Hub's DINOv2
 checkpoints' names (``encoder.layer.<i>.attention.attention.query``, ``layer_scale1.lambda1``), ε 1e-6,
 ``mlp_ratio`` = ``intermediate_dim`` / ``hidden_dim`` (refused where that is not a whole number), SwiGLU's
 ``mlp.weights_in`` and ``mlp.weights_out`` as the Hub's checkpoints name them. The mask token, which attnzoo
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -54,18 +55,34 @@ EPSILON = 1e-6  # keras-hub 0.32 fixes every DINOv2 layer norm's ε
 
 def _unsupported(config: dict[str, Any]) -> str | None:
     """Why attnzoo does not compute this DINOv2 configuration (backbone or layer arguments), or None."""
-    image, table = config.get("image_shape"), config.get("position_embedding_shape")
-    if image is not None and table is not None and list(image)[:2] != list(table)[:2]:
-        return (
-            f"image_shape {list(image)} differs from position_embedding_shape {list(table)}: keras-hub resizes "
-            "the position table bicubically on load, which attnzoo does not compute; save the model with "
-            "image_shape equal to position_embedding_shape"
-        )
     if config.get("drop_path_rate", 0.0):
         return f"drop_path_rate={config['drop_path_rate']!r}: attnzoo converts DINOv2 with drop_path_rate 0 only"
     if config.get("data_format") not in (None, "channels_last"):
         return f"data_format {config.get('data_format')!r}: attnzoo converts channels_last only"
     return None
+
+
+def _resized(table: np.ndarray, c: dict[str, Any], patch: int) -> np.ndarray:
+    """The position table [1, 1 + n², D] (made for ``position_embedding_shape``) as keras-hub's load makes it
+    for ``image_shape``: the class token's row kept, the n x n patch rows resized bicubically (torch's
+    ``interpolate``, corners unaligned, ``antialias_in_interpolation``: what keras-hub's load computes on
+    Keras's torch backend, and transformers' Dinov2 on an image of another size) to the image's patch grid.
+    The table itself where both shapes are the same (keras-hub copies it)."""
+    image, source = c.get("image_shape"), c.get("position_embedding_shape")
+    if not all(isinstance(v, (list, tuple)) and len(v) >= 2 for v in (image, source)):
+        raise Refused(f"image_shape {image!r} and position_embedding_shape {source!r} are not (height, width)")
+    if list(image)[:2] == list(source)[:2]:
+        return table
+    side, hidden = round((table.shape[1] - 1) ** 0.5), table.shape[2]
+    if side * side != table.shape[1] - 1:
+        raise Refused(f"the position table's {table.shape[1] - 1} patch rows are not a square grid")
+    grid = torch.from_numpy(np.ascontiguousarray(table[:, 1:], dtype=np.float32))
+    grid = grid.reshape(1, side, side, hidden).permute(0, 3, 1, 2)
+    size = (int(image[0]) // patch, int(image[1]) // patch)
+    antialias = bool(c.get("antialias_in_interpolation", False))
+    grid = F.interpolate(grid, size=size, mode="bicubic", align_corners=False, antialias=antialias)
+    rows = grid.permute(0, 2, 3, 1).reshape(1, -1, hidden).numpy().astype(table.dtype)
+    return np.concatenate([table[:, :1], rows], axis=1)
 
 
 @keras_layer("DINOV2Embedding", package="keras_hub")
@@ -83,7 +100,8 @@ def convert_dinov2_embedding(record, arrays, ctx):
     expected = 5 + int(bool(c.get("use_mask_token", True))) + int(registers > 0)
     if len(arrays) != expected:
         raise Refused(f"has {len(arrays)} variables; with these settings DINOV2Embedding has {expected}")
-    cls, positions, kernel, bias = arrays[0], arrays[-3], arrays[-2], arrays[-1]
+    cls, kernel, bias = arrays[0], arrays[-2], arrays[-1]
+    positions = _resized(arrays[-3], c, int(kernel.shape[0]))
     spec = {"op": HubViTEmbedding.op, "channels": int(kernel.shape[2]), "hidden": int(kernel.shape[3])}
     spec |= {"patch": [int(kernel.shape[0]), int(kernel.shape[1])], "positions": int(positions.shape[1])}
     spec |= {"class_token": True, "bias": True, "registers": registers}
@@ -264,6 +282,7 @@ def dinov2_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     embedding = {"hidden_dim": hidden, "patch_size": patch, "image_shape": shape[:2], "num_register_tokens": registers}
     embedding |= {"use_mask_token": bool(config.get("use_mask_token", True)), "dropout_rate": dropout}
     embedding |= {"position_embedding_shape": list(table)[:2], "data_format": "channels_last"}
+    embedding["antialias_in_interpolation"] = bool(config.get("antialias_in_interpolation", False))
     module = "keras_hub.src.models.dinov2.dinov2_layers"
     x = g.hub_layer("DINOV2Embedding", "embeddings", embedding, [tensor(images)], module)
     encoder = {key: positive(config, key, where) for key in ("num_layers", "num_heads", "intermediate_dim")}
