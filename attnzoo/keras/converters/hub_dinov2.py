@@ -262,8 +262,8 @@ _KEYS += ("image_shape", "position_embedding_shape", "antialias_in_interpolation
 
 @keras_hub_model("DINOV2Backbone", family="dinov2", transformers=DINOV2)
 def dinov2_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
-    """``DINOV2Backbone``: images [B, H, W, C] -> ``embeddings`` (patches, class token, positions) ->
-    ``encoder`` (layer-scaled blocks) -> ``layernorm`` -> [B, N + 1, D]."""
+    """``DINOV2Backbone``: images [B, H, W, C] -> ``embeddings`` (patches, class token, positions, registers) ->
+    ``encoder`` (layer-scaled blocks) -> ``layernorm`` -> [B, 1 + registers + N, D]."""
     config_keys(config, _KEYS, where)
     why = _unsupported(config)
     if why:
