@@ -1,11 +1,11 @@
-"""keras-hub classes attnzoo neither rebuilds nor converts through keras-hub's graph yet: DINOv2 and Swin.
+"""A keras-hub class attnzoo neither rebuilds nor converts through keras-hub's graph yet: Swin.
 
 The fixtures are tiny models made with keras-hub 0.32 (tests/keras_hub_route_fixtures.py); expected.npz holds
-Keras's outputs, kept for a port to agree with. Today both are refused, each with its reason: without keras-hub
-by name with both routes; with it, DINOv2's graph (built by keras-hub) stops at its two layers attnzoo does
-not convert, and keras-hub 0.32 cannot write Swin's graph at all (its ``SwinTransformerStage`` serialises its
-``norm_layer`` class as if it were a layer, the same error ``keras.Model(swin.inputs,
-swin.outputs).save(...)`` raises in Keras).
+Keras's outputs, kept for a port to agree with. Swin is refused with its reason: without keras-hub by name
+with both routes; with it, keras-hub 0.32 cannot write Swin's graph at all (its ``SwinTransformerStage``
+serialises its ``norm_layer`` class as if it were a layer, the same error ``keras.Model(swin.inputs,
+swin.outputs).save(...)`` raises in Keras). DINOv2, once refused here too, now converts without keras-hub
+(tests/test_keras_hub_dinov2.py); with keras-hub installed it converts the same way (attnzoo's own graph first).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import importlib.util
 
 import pytest
 
-from attnzoo.errors import UnsupportedKerasLayerError, WeightsError
+from attnzoo.errors import WeightsError
 from attnzoo.keras import convert_keras_model
 
 from .conftest import ROOT
 
 DATA = ROOT / "tests" / "data" / "keras_hub_route"
-FILES = {"dinov2.keras": "DINOV2Backbone", "dinov2_preset": "DINOV2Backbone", "swin.keras": "SwinTransformerBackbone"}
+FILES = {"swin.keras": "SwinTransformerBackbone"}
 needs_keras_hub = pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="needs keras-hub installed")
 
 
@@ -34,15 +34,15 @@ def test_without_keras_hub_each_is_refused_by_name_with_both_routes(name):
     assert f"install keras-hub (pip install keras-hub) to convert {FILES[name]} through its own graph" in message
 
 
-@needs_keras_hub
+@pytest.mark.usefixtures("without_keras_hub")
 @pytest.mark.parametrize("name", ["dinov2.keras", "dinov2_preset"])
-def test_with_keras_hub_dinov2_s_graph_stops_at_its_embedding_and_encoder(name):
-    with pytest.raises(UnsupportedKerasLayerError) as error:
-        convert_keras_model(DATA / name)
-    message = str(error.value)
-    assert "2 layer(s) cannot be converted" in message
-    assert "(DINOV2Embedding, variables [1, 1, 32], [1, 32], [1, 17, 32], [1, 17, 32], [4, 4, 3, 32], [32])" in message
-    assert "'keras_hub>DINOV2Encoder'" in message
+def test_dinov2_is_no_longer_refused_it_converts_through_attnzoo_s_own_graph(name):
+    model = convert_keras_model(DATA / name)
+    assert model.keras_classes == {
+        "embeddings": "DINOV2Embedding",
+        "encoder": "DINOV2Encoder",
+        "layernorm": "LayerNormalization",
+    }
 
 
 @needs_keras_hub

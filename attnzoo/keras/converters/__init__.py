@@ -27,6 +27,7 @@ FAMILIES = (
     "hub_bloom",
     "hub_deberta_v3",
     "hub_deit",
+    "hub_dinov2",
     "hub_densenet",
     "hub_distil_bert",
     "hub_efficientnet",

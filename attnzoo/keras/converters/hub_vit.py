@@ -44,7 +44,8 @@ __all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph", "VIT", "encoder_tens
 
 class HubViTEmbedding(Node):
     """Images [B, H, W, C] -> patch embeddings (after the class token, and DeiT's distillation token) +
-    positions [B, N (+1 or 2), D]; no mask."""
+    positions [B, N (+1 or 2), D] (then DINOv2's ``registers`` learned tokens, unpositioned, after the
+    class token: [B, N + 1 + registers, D]); no mask."""
 
     op = "keras_hub_vit_embedding"
     reads_mask = False
@@ -59,6 +60,7 @@ class HubViTEmbedding(Node):
         class_token: bool,
         bias: bool,
         distillation_token: bool = False,
+        registers: int = 0,
     ) -> None:
         super().__init__()
         self.patch = nn.Conv2d(channels, hidden, tuple(patch), stride=tuple(patch), bias=bias)
@@ -66,6 +68,7 @@ class HubViTEmbedding(Node):
         self.class_token = nn.Parameter(torch.zeros(1, 1, hidden)) if class_token else None
         # DeiT's second learned token, after the class token
         self.distillation_token = nn.Parameter(torch.zeros(1, 1, hidden)) if distillation_token else None
+        self.registers = nn.Parameter(torch.zeros(1, registers, hidden)) if registers else None
 
     def compute(self, x, mask):
         patches = self.patch(x.permute(0, 3, 1, 2)).flatten(2).transpose(1, 2)  # [B, N, D], row by row
@@ -77,7 +80,10 @@ class HubViTEmbedding(Node):
                 f"images of {x.shape[1]}x{x.shape[2]} make {patches.shape[1]} positions; the model has "
                 f"{self.position.shape[0]} (give images of the size it was built for)"
             )
-        return patches + self.position
+        x = patches + self.position
+        if self.registers is not None:  # DINOv2's register tokens go in after the positions are added
+            x = torch.cat([x[:, :1], self.registers.expand(x.shape[0], -1, -1), x[:, 1:]], dim=1)
+        return x
 
 
 class _Block(nn.Module):
@@ -95,14 +101,17 @@ class _Block(nn.Module):
         self.dense_1 = nn.Linear(hidden, mlp, bias=mlp_bias)
         self.dense_2 = nn.Linear(mlp, hidden, bias=mlp_bias)
 
-    def forward(self, x: Tensor, dropout: float, attention_dropout: float) -> Tensor:
-        b, n, d = x.shape
-        y = self.norm_1(x)
+    def attend(self, y: Tensor, attention_dropout: float) -> Tensor:
+        """The attention branch on the normed ``y`` [B, N, D], through the output projection."""
+        b, n, d = y.shape
         q, k, v = (
             layer(y).reshape(b, n, self.heads, -1).transpose(1, 2) for layer in (self.query, self.key, self.value)
         )
         attended = F.scaled_dot_product_attention(q, k, v, dropout_p=attention_dropout if self.training else 0.0)
-        x = x + F.dropout(self.output(attended.transpose(1, 2).reshape(b, n, d)), dropout, self.training)
+        return self.output(attended.transpose(1, 2).reshape(b, n, d))
+
+    def forward(self, x: Tensor, dropout: float, attention_dropout: float) -> Tensor:
+        x = x + F.dropout(self.attend(self.norm_1(x), attention_dropout), dropout, self.training)
         y = F.dropout(F.gelu(self.dense_1(self.norm_2(x))), dropout, self.training)
         return x + F.dropout(self.dense_2(y), dropout, self.training)
 
