@@ -40,7 +40,7 @@ from torch import Tensor, nn
 
 from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import as_tensor
-from attnzoo.keras.converters.hub_vit import HubViTEmbedding, _Block, _dense
+from attnzoo.keras.converters.hub_vit import HubViTEmbedding, ViTBlock, vit_dense
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, number, positive, tensor
 from attnzoo.keras.hub_vision import config_keys
@@ -119,7 +119,7 @@ class _ScaledBlock(nn.Module):
 
     def __init__(self, hidden: int, heads: int, mlp: int, swiglu: bool) -> None:
         super().__init__()
-        self.inner = _Block(hidden, heads, mlp, EPSILON, True, True)
+        self.inner = ViTBlock(hidden, heads, mlp, EPSILON, True, True)
         if swiglu:  # keras-hub's weights_in holds a and b side by side
             self.inner.dense_1 = nn.Linear(hidden, 2 * mlp)
         self.swiglu = swiglu
@@ -190,9 +190,9 @@ def convert_dinov2_encoder(record, arrays, ctx):
     for i in range(layers):
         block, at = arrays[i * _PER_BLOCK : (i + 1) * _PER_BLOCK], f"blocks.{i}.inner"
         for j, name in enumerate(("key", "output", "query", "value")):  # the file's (sorted) order
-            state |= _dense(f"{at}.{name}", block[2 * j : 2 * j + 2], True)
+            state |= vit_dense(f"{at}.{name}", block[2 * j : 2 * j + 2], True)
         state |= {f"blocks.{i}.scale_1": as_tensor(block[8]), f"blocks.{i}.scale_2": as_tensor(block[9])}
-        state |= _dense(f"{at}.dense_1", block[10:12], True) | _dense(f"{at}.dense_2", block[12:14], True)
+        state |= vit_dense(f"{at}.dense_1", block[10:12], True) | vit_dense(f"{at}.dense_2", block[12:14], True)
         state |= {f"{at}.norm_1.weight": as_tensor(block[14]), f"{at}.norm_1.bias": as_tensor(block[15])}
         state |= {f"{at}.norm_2.weight": as_tensor(block[16]), f"{at}.norm_2.bias": as_tensor(block[17])}
     spec = {"op": HubDINOv2Encoder.op, "hidden": hidden, "num_layers": layers, "num_heads": heads, "mlp_dim": mlp}

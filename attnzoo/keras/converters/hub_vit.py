@@ -39,7 +39,16 @@ from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 
-__all__ = ["HubViTEmbedding", "HubViTEncoder", "vit_graph", "VIT", "encoder_tensors", "encoder_config"]
+__all__ = [
+    "HubViTEmbedding",
+    "HubViTEncoder",
+    "ViTBlock",
+    "vit_dense",
+    "vit_graph",
+    "VIT",
+    "encoder_tensors",
+    "encoder_config",
+]
 
 
 class HubViTEmbedding(Node):
@@ -86,7 +95,7 @@ class HubViTEmbedding(Node):
         return x
 
 
-class _Block(nn.Module):
+class ViTBlock(nn.Module):
     """One pre-norm ViT encoder block (the module docstring's formula)."""
 
     def __init__(self, hidden: int, heads: int, mlp: int, epsilon: float, mha_bias: bool, mlp_bias: bool) -> None:
@@ -138,7 +147,7 @@ class HubViTEncoder(Node):
         super().__init__()
         self.dropout, self.attention_dropout = dropout_rate, attention_dropout
         self.blocks = nn.ModuleList(
-            _Block(hidden, num_heads, mlp_dim, layer_norm_epsilon, use_mha_bias, use_mlp_bias)
+            ViTBlock(hidden, num_heads, mlp_dim, layer_norm_epsilon, use_mha_bias, use_mlp_bias)
             for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(hidden, eps=layer_norm_epsilon)
@@ -200,7 +209,7 @@ def convert_vit_embedding(record, arrays, ctx):
 _BLOCKS = tuple(f"encoder_layers/vi_t_encoder_block{'' if i == 0 else f'_{i}'}" for i in range(256))
 
 
-def _dense(prefix: str, arrays: list[np.ndarray], bias: bool) -> dict[str, Tensor]:
+def vit_dense(prefix: str, arrays: list[np.ndarray], bias: bool) -> dict[str, Tensor]:
     """A Keras kernel [D_in, ...] (or the attention output's [heads, key_dim, D], whose heads are the inputs)
     and bias as ``nn.Linear``'s ``weight`` [out, in] and ``bias``."""
     kernel = arrays[0]
@@ -237,9 +246,9 @@ def convert_vit_encoder(record, arrays, ctx):
         state |= {f"{at}.norm_1.weight": as_tensor(block[0]), f"{at}.norm_1.bias": as_tensor(block[1])}
         state |= {f"{at}.norm_2.weight": as_tensor(block[2]), f"{at}.norm_2.bias": as_tensor(block[3])}
         for j, name in enumerate(("key", "output", "query", "value")):  # the file's (sorted) order
-            state |= _dense(f"{at}.{name}", block[4 + j * m : 4 + (j + 1) * m], mha_bias)
-        state |= _dense(f"{at}.dense_1", block[4 + 4 * m : 4 + 4 * m + p], mlp_bias)
-        state |= _dense(f"{at}.dense_2", block[4 + 4 * m + p :], mlp_bias)
+            state |= vit_dense(f"{at}.{name}", block[4 + j * m : 4 + (j + 1) * m], mha_bias)
+        state |= vit_dense(f"{at}.dense_1", block[4 + 4 * m : 4 + 4 * m + p], mlp_bias)
+        state |= vit_dense(f"{at}.dense_2", block[4 + 4 * m + p :], mlp_bias)
     state |= {"norm.weight": as_tensor(arrays[-2]), "norm.bias": as_tensor(arrays[-1])}
     spec = {
         "op": HubViTEncoder.op,
