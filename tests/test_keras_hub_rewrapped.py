@@ -11,6 +11,11 @@ keras-hub 0.32) hold Keras's outputs on a right-padded batch, from the model in 
 
 from __future__ import annotations
 
+import io
+import json
+import zipfile
+
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -36,6 +41,19 @@ def _outputs(model, name: str) -> np.ndarray:
     with torch.no_grad():
         got = model(given) if len(given) > 1 else model(given["token_ids"])
     return got.numpy()
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_the_file_lists_the_table_outside_and_saves_its_weights_only_inside(name):
+    """What the fix reads: the outer model's layers list the table's name, and the weights file has no group
+    for it at the root (Keras saved it once, inside the nested model)."""
+    nested, table = TABLES[name][0].split("/")
+    with zipfile.ZipFile(DATA / f"{name}.keras") as archive:
+        listed = [layer["name"] for layer in json.loads(archive.read("config.json"))["config"]["layers"]]
+        with h5py.File(io.BytesIO(archive.read("model.weights.h5"))) as weights:
+            root = sorted(weights["layers"])
+    assert nested in listed and table in listed
+    assert not any("embedding" in group for group in root), root
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))
