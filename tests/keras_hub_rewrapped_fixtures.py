@@ -12,6 +12,8 @@ from the case's name):
 
 * ``gpt2``: ``GPT2CausalLM`` over a ``GPT2Backbone`` (vocabulary 50, 2 layers of 2 heads, hidden 16,
   intermediate 32, max length 16);
+* ``opt``: ``OPTCausalLM`` over an ``OPTBackbone`` of the same sizes, whose ``token_embedding`` is held inside
+  the backbone's ``embeddings`` (a ``TokenAndPositionEmbedding``), so the file has no group of its own for it;
 * ``keras_shared``: plain Keras, a nested functional ``encoder`` whose ``Embedding`` ``table`` the outer graph
   calls again (:func:`keras_shared`); its output [3, 8, 16] is stored as ``logits`` too.
 
@@ -38,18 +40,10 @@ import numpy as np  # noqa: E402
 
 M = keras_hub.models
 VOCAB, LENGTH, LENGTHS = 50, 8, [8, 5, 1]
+SIZES = {"num_layers": 2, "num_heads": 2, "hidden_dim": 16, "intermediate_dim": 32, "max_sequence_length": 16}
 CASES = {
-    "gpt2": lambda: M.GPT2CausalLM(
-        M.GPT2Backbone(
-            vocabulary_size=VOCAB,
-            num_layers=2,
-            num_heads=2,
-            hidden_dim=16,
-            intermediate_dim=32,
-            max_sequence_length=16,
-        ),
-        preprocessor=None,
-    ),
+    "gpt2": lambda: M.GPT2CausalLM(M.GPT2Backbone(vocabulary_size=VOCAB, **SIZES), preprocessor=None),
+    "opt": lambda: M.OPTCausalLM(M.OPTBackbone(vocabulary_size=VOCAB, **SIZES), preprocessor=None),
     "keras_shared": lambda: keras_shared(),
 }
 
