@@ -10,6 +10,9 @@ name, class and arguments. Keras saves a layer's weights once, where its save wa
 :func:`held_once` reads such a listing as the layer it repeats: its calls go to the listing whose weights the
 file holds, and its own record is dropped, so both calls share one set of weights (one parameter in the
 state dict). Listings with a weights group each are different layers that happen to share a name, and stay.
+A listing whose layer another layer holds inside it (OPT's ``token_embedding``, inside its backbone's
+``TokenAndPositionEmbedding``) has no record of its own to go to: its calls go to the holder where the holder's
+node computes them (:data:`INNER_CALLS`), else it stays, refused as a layer without weights.
 """
 
 from __future__ import annotations
