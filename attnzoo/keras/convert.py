@@ -57,6 +57,7 @@ from attnzoo.keras.registry import (
     is_operation,
     record_keys,
 )
+from attnzoo.keras.shared import held_once
 
 __all__ = ["convert_keras_model", "UnsupportedKerasLayerError", "ConversionReport", "converter_table"]
 
@@ -423,6 +424,10 @@ def convert_keras_model(
         )
     with read_keras_model(path, weights=weights) as file:
         graph = parse_model(file.config, str(path), keras3=file.major >= 3)
+        # a layer listed twice (a nested model's, called again outside it) is one layer: its weights held once
+        # (a keras 3 file finds a layer's weights group by its path; a legacy .h5's `group` is its root group)
+        group = getattr(file.weights, "group", None)
+        graph = held_once(graph, group if callable(group) else None)
         planned = plan_lora(path, file, graph, lora, lora_weights)
         config, state, report = build_graph(file, graph, custom_layers, own_policy=own_policy, dtype=held)
     report.notes += [planned] if isinstance(planned, str) else []
