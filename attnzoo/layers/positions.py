@@ -3,6 +3,7 @@
 rotate(x, p)[..., i]  = x_i cos(p θ_i) - x_{i'} sin(p θ_i),  θ_i = base^(-2i/d)   (i' the pair of i)
 ALiBi:  scores_hij -= m_h |i - j|,  m_h = 2^(-8h/H)  (the geometric slopes of Press et al. 2022)
 T5:     scores_hij += B[bucket(j - i), h]  (a learned scalar per head and bucket of the distance)
+DeBERTa: δ(i, j) = clip(bucket(i - j) + k, 0, 2k - 1), the row of a [2k, D] relative table (log buckets)
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ __all__ = [
     "ROPE_LAYOUTS",
     "alibi_slopes",
     "t5_buckets",
+    "log_buckets",
+    "relative_indices",
     "check_buckets",
     "full_tables",
     "rotate",
@@ -78,6 +81,30 @@ def t5_buckets(relative: Tensor, *, bidirectional: bool, num_buckets: int, max_d
     far = exact + (scaled * (num_buckets - exact)).to(relative.dtype)
     far = far.clamp(max=num_buckets - 1)
     return bucket + torch.where(distance < exact, distance, far)
+
+
+def log_buckets(relative: Tensor, buckets: int, max_positions: int) -> Tensor:
+    """DeBERTa-v2/v3's log bucket of int relative positions r -> int64 of the same shape: r itself for
+    |r| <= m = buckets // 2, beyond that ``sign(r) · (m + ceil(log(|r| / m) · (m - 1) / log((P - 1) / m)))``
+    with P = ``max_positions``: distances past m share logarithmically wider buckets (keras-hub's
+    ``_make_log_bucket_position``, transformers' ``make_log_bucket_position``). The logarithms are taken in
+    float32, in Keras's order of operations, so that ``ceil`` sees what Keras's sees."""
+    mid = buckets // 2
+    relative = relative.long()
+    near = (relative < mid) & (relative > -mid)
+    size = torch.where(near, torch.full_like(relative, mid - 1), relative.abs())
+    numerator = torch.log(size.float() / torch.tensor(float(mid))) * float(mid - 1)
+    denominator = torch.log(torch.tensor(float(max_positions - 1)) / torch.tensor(float(mid)))
+    far = torch.ceil(numerator / denominator).long() + mid
+    return torch.where(size <= mid, relative, far * relative.sign())
+
+
+def relative_indices(length: int, buckets: int, max_positions: int, device=None) -> Tensor:
+    """DeBERTa's δ(i, j) = clip(log_buckets(i - j) + k, 0, 2k - 1) (k = ``buckets``) for ``length`` queries and
+    keys -> int64 [T, T]: the row of the [2k, D] relative table that query i reads for key j."""
+    ids = torch.arange(length, device=device)
+    relative = log_buckets(ids[:, None] - ids[None, :], buckets, max_positions)
+    return (relative + buckets).clamp(0, 2 * buckets - 1)
 
 
 def rotate(x: Tensor, positions: Tensor, base: float = 10000.0, layout: str = "half") -> Tensor:

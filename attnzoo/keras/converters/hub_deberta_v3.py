@@ -15,7 +15,8 @@ arguments, and their layers converted without keras-hub: ``RelativeEmbedding`` a
 
   (content to content, content to position c2p, position to content p2c), softmax over the keys the
   padding mask keeps (Keras's ``Softmax`` with a mask: a row with no key gets zeros), times v, through the
-  output projection. ``bucket(r)`` (:func:`log_buckets`) is r itself for |r| <= m = k // 2 and beyond that
+  output projection. ``bucket(r)`` (:func:`~attnzoo.layers.positions.log_buckets`; δ is
+  :func:`~attnzoo.layers.positions.relative_indices`) is r itself for |r| <= m = k // 2 and beyond that
   ``sign(r) · (m + ceil(log(|r| / m) · (m - 1) / log((P - 1) / m)))``, P the ``max_sequence_length``:
   distances past m share logarithmically wider buckets.
 * ``DebertaV3Backbone``: token ids, padding mask -> ``token_embedding`` (a ``ReversibleEmbedding``) -> layer
@@ -50,6 +51,7 @@ from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 from attnzoo.layers.attend import keras_attention
+from attnzoo.layers.positions import log_buckets, relative_indices
 
 __all__ = [
     "HubRelativeEmbedding",
@@ -62,28 +64,6 @@ __all__ = [
 
 EPSILON = 1e-7  # every layer norm of keras-hub's DeBERTa-v3 backbone, fixed
 _MODULE = "keras_hub.src.models.deberta_v3."
-
-
-def log_buckets(relative: Tensor, buckets: int, max_positions: int) -> Tensor:
-    """keras-hub's ``_make_log_bucket_position`` (``bucket`` in the module docstring) of int relative
-    positions -> int64 of the same shape; the logarithms in float32, in Keras's order of operations, so that
-    ``ceil`` sees what Keras's sees."""
-    mid = buckets // 2
-    relative = relative.long()
-    near = (relative < mid) & (relative > -mid)
-    size = torch.where(near, torch.full_like(relative, mid - 1), relative.abs())
-    numerator = torch.log(size.float() / torch.tensor(float(mid))) * float(mid - 1)
-    denominator = torch.log(torch.tensor(float(max_positions - 1)) / torch.tensor(float(mid)))
-    far = torch.ceil(numerator / denominator).long() + mid
-    return torch.where(size <= mid, relative, far * relative.sign())
-
-
-def relative_indices(length: int, buckets: int, max_positions: int, device: Any = None) -> Tensor:
-    """δ(i, j) of the module docstring for ``length`` queries and keys -> int64 [T, T]: the row of the
-    relative table that query i reads for key j."""
-    ids = torch.arange(length, device=device)
-    relative = log_buckets(ids[:, None] - ids[None, :], buckets, max_positions)
-    return (relative + buckets).clamp(0, 2 * buckets - 1)
 
 
 def _check_buckets(buckets: int, why: str) -> None:
