@@ -32,7 +32,7 @@ import torch
 import attnzoo
 from attnzoo.errors import WeightsError
 from attnzoo.keras import convert_keras_model, to_transformers
-from attnzoo.keras.converters.hub_deberta_v3 import log_buckets
+from attnzoo.layers.positions import log_buckets
 
 from .conftest import run_without_keras
 from .test_keras_hub_encoders import DATA, EXPECTED

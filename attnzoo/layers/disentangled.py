@@ -31,7 +31,7 @@ from attnzoo.layers.core import attend, attended_keys, check_mask, neutralise
 from attnzoo.layers.kv_cache import KVCache
 from attnzoo.layers.positions import relative_indices
 
-__all__ = ["DisentangledAttention", "check_disentangled"]
+__all__ = ["DisentangledAttention", "check_disentangled", "relative_terms"]
 
 
 def check_disentangled(layer: str, position_buckets: object, max_relative_positions: object) -> None:
@@ -51,6 +51,18 @@ def check_disentangled(layer: str, position_buckets: object, max_relative_positi
             f"{layer}: max_relative_positions must be an int of at least position_buckets / 2 + 2 = {least} "
             f"(DeBERTa-v3's is 512), got {max_relative_positions!r}"
         )
+
+
+def relative_terms(q: Tensor, k: Tensor, pq: Tensor, pk: Tensor, buckets: int, max_positions: int) -> Tensor:
+    """c2p + p2c, unscaled: ``q_i · pk[δ(i, j)] + k_j · pq[δ(i, j)]`` [B, h, T, T] for q, k [B, h, T, d] and the
+    projected table pq, pk [B or 1, h, 2k, d] (k = ``buckets``, δ :func:`relative_indices` up to
+    ``max_positions``). Each term is one product with the 2k table rows, gathered by δ: no [T, T, d] table."""
+    batch, heads, length, _ = q.shape
+    index = relative_indices(length, buckets, max_positions, q.device).expand(batch, heads, length, length)
+    c2p = torch.matmul(q, pk.transpose(-1, -2)).gather(-1, index)  # q_i · pk[δ(i, j)]
+    # k_j · pq[δ(i, j)]: gathered with j as the row, then turned so that i is
+    p2c = torch.matmul(k, pq.transpose(-1, -2)).gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
+    return c2p + p2c
 
 
 class DisentangledAttention(Attention):
@@ -104,15 +116,10 @@ class DisentangledAttention(Attention):
         q, k, v = (self._heads(x, part, self.num_heads) for part in range(3))
         table = self.rel_embeddings[None]  # [1, 2k, E], projected once for the batch
         pq, pk = self._heads(table, 0, self.num_heads), self._heads(table, 1, self.num_heads)  # [1, h, 2k, d]
-        index = relative_indices(seq, self.position_buckets, self.max_relative_positions, x.device)
-        index = index.expand(batch, self.num_heads, seq, seq)
-        c2p = torch.matmul(q, pk.transpose(-1, -2)).gather(-1, index)  # q_i · pk[δ(i, j)]
-        # k_j · pq[δ(i, j)]: gathered with j as the row, then turned so that i is
-        p2c = torch.matmul(k, pq.transpose(-1, -2)).gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
-        scale = 1.0 / math.sqrt(3 * q.shape[-1])
+        scale = 1.0 / math.sqrt(3 * q.shape[-1])  # the three terms' scale
         allowed = None if mask3 is None else mask3.unsqueeze(1)  # [B, 1, T or 1, T]
         dropout = self.dropout if self.training else 0.0
-        bias = (c2p + p2c) * scale
+        bias = relative_terms(q, k, pq, pk, self.position_buckets, self.max_relative_positions) * scale
         return attend(q, k, v, allowed, scale=scale, return_attention=return_attention, dropout=dropout, bias=bias)
 
     def extra_repr(self) -> str:

@@ -51,13 +51,11 @@ from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 from attnzoo.layers.attend import keras_attention
-from attnzoo.layers.positions import log_buckets, relative_indices
+from attnzoo.layers.disentangled import relative_terms
 
 __all__ = [
     "HubRelativeEmbedding",
     "HubDisentangledEncoder",
-    "log_buckets",
-    "relative_indices",
     "deberta_v3_graph",
     "DEBERTA_V2",
 ]
@@ -135,14 +133,9 @@ class HubDisentangledEncoder(HubBlock):
         if relative.shape[0] > 1 and relative.stride(0) == 0:
             relative = relative[:1]  # one table expanded over the batch (RelativeEmbedding's): projected once
         pq, pk = self._split(self.query(relative)), self._split(self.key(relative))  # [B or 1, h, 2k, d]
-        batch, length = x.shape[0], x.shape[1]
-        index = relative_indices(length, self.buckets, self.max_positions, x.device)
-        index = index.expand(batch, self.heads, length, length)
-        c2p = torch.matmul(q, pk.transpose(-1, -2)).gather(-1, index)  # q_i · pk[δ(i, j)]
-        # k_j · pq[δ(i, j)]: gathered with j as the row, then turned so that i is
-        p2c = torch.matmul(k, pq.transpose(-1, -2)).gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
         scale = 1.0 / math.sqrt(3 * self.head_dim)
-        out = keras_attention(q, k, v, allowed, scale=scale, bias=(c2p + p2c) * scale, empty="zeros")
+        bias = relative_terms(q, k, pq, pk, self.buckets, self.max_positions) * scale  # the zoo's disentangled
+        out = keras_attention(q, k, v, allowed, scale=scale, bias=bias, empty="zeros")
         return self.attention_output(out.transpose(1, 2).reshape(x.shape))
 
     def forward(self, args, kwargs, masks):
