@@ -151,9 +151,9 @@ def test_bad_settings_say_what_was_expected(config, message):
 def test_a_context_or_a_cache_is_refused_with_what_to_do():
     layer = _create(num_heads=2, position_buckets=BUCKETS, max_relative_positions=REACH)
     x = torch.randn(1, 4, 16, dtype=DOUBLE)
-    with pytest.raises(ValueError, match="self-attention only"):
+    with pytest.raises(ConfigError, match="self-attention only"):
         layer(x, context=x)
-    with pytest.raises(ValueError, match="keeps no cache"):
+    with pytest.raises(ConfigError, match="keeps no cache"):
         layer.new_cache(1)
 
 

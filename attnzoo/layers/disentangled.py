@@ -26,6 +26,7 @@ import math
 import torch
 from torch import Tensor
 
+from attnzoo.errors import ConfigError
 from attnzoo.layers.attention import Attention
 from attnzoo.layers.core import attend, attended_keys, check_mask, neutralise
 from attnzoo.layers.kv_cache import KVCache
@@ -104,10 +105,16 @@ class DisentangledAttention(Attention):
         return shapes
 
     def new_cache(self, batch_size: int) -> KVCache:
-        raise ValueError(f"{self.name}: bidirectional self-attention keeps no cache (DeBERTa is an encoder)")
+        raise ConfigError(
+            f"{self.name}: bidirectional self-attention keeps no cache (DeBERTa is an encoder); call it on the whole "
+            f"sequence"
+        )
 
     def _cross_attention(self, *args, **kwargs):
-        raise ValueError(f"{self.name}: self-attention only (its positions relate x to itself); pass no context")
+        raise ConfigError(
+            f"{self.name}: self-attention only (its positions relate x to itself); pass no context, or attend over "
+            f"the concatenated sequences"
+        )
 
     def _self_attention(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, return_attention: bool):
         batch, seq, _ = x.shape
