@@ -47,6 +47,7 @@ COMMITTED = [
     *(f"keras_hub_lm/{family}/backbone.keras" for family in ("bloom", "falcon", "gemma", "gpt_neox", "mistral")),
     *(f"keras_hub_lm/{family}/backbone.keras" for family in ("mixtral", "phi3_su", "qwen_moe")),
     "keras_hub_encoders/deberta_v3.keras",
+    "keras_hub_route/dinov2.keras",
     "keras_hub_encoders/f_net.keras",
     "keras_hub_encoders/bert_masked_lm_preset",
     "keras_hub_seq2seq/t5/preset",

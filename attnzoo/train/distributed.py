@@ -134,11 +134,18 @@ def process_group(device: str | None = "auto", *, batch_size: int | None = None)
     block ends, by an error too, so that a second run in the same process starts from none and nothing
     holds the rendezvous' sockets after training."""
     where = setup(device, batch_size=batch_size)
+    ours = where.made_group
     try:
         yield where
-    finally:
-        if where.made_group and torch.distributed.is_initialized():
+    except BaseException:
+        if ours and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+        raise
+    if ours and torch.distributed.is_initialized():
+        # every rank past its last collective first: a rank that tears its sockets down while another still
+        # reads the last bytes of one makes gloo abort that rank ("terminate called without an active exception")
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 ENV_TIMEOUT = "ATTNZOO_DIST_TIMEOUT"
