@@ -32,7 +32,13 @@ from typing import Any
 from attnzoo.errors import WeightsError
 from attnzoo.keras.arguments import as_tensor
 from attnzoo.keras.converters.hub_bert import labels
-from attnzoo.keras.converters.hub_vit import HubViTEmbedding, convert_vit_encoder, encoder_config, encoder_tensors
+from attnzoo.keras.converters.hub_vit import (
+    HubViTEmbedding,
+    convert_vit_encoder,
+    encoder_config,
+    encoder_tensors,
+    patch_images,
+)
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import HubGraph, first_token, number, positive, tensor
 from attnzoo.keras.hub_vision import config_keys, image_classifier_graph
@@ -79,16 +85,8 @@ def deit_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
     [B, N + 2, D]."""
     config_keys(config, _KEYS, where)
     g = HubGraph(config.get("dtype"))
-    shape, patch = config.get("image_shape"), config.get("patch_size")
-    patch = [patch, patch] if isinstance(patch, int) else patch
-    if config.get("data_format") not in (None, "channels_last"):
-        raise WeightsError(f"{where}: data_format {config.get('data_format')!r}; attnzoo converts channels_last only")
-    ok = isinstance(shape, list) and len(shape) == 3 and all(isinstance(v, int) and v > 0 for v in shape)
-    if not ok or not isinstance(patch, list) or len(patch) != 2 or not all(isinstance(v, int) and v > 0 for v in patch):
-        raise WeightsError(f"{where}: image_shape {shape!r} and patch_size {patch!r} are not positive ints")
-    hidden = positive(config, "hidden_dim", where)
-    images = g.input("images", list(shape), "float32")
-    embedding = {"image_size": shape[:2], "patch_size": patch, "hidden_dim": hidden, "num_channels": shape[2]}
+    images, embedding = patch_images(g, config, where)
+    hidden = embedding["hidden_dim"]
     embedding |= {"data_format": "channels_last", "dropout_rate": number(config, "dropout_rate", where, 0.0)}
     x = g.hub_layer("DeiTEmbeddings", "deit_patching_and_embedding", embedding, [tensor(images)], "keras_hub")
     encoder = {key: positive(config, key, where) for key in ("num_layers", "num_heads", "intermediate_dim")}

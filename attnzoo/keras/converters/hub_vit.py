@@ -44,6 +44,7 @@ __all__ = [
     "HubViTEncoder",
     "ViTBlock",
     "vit_dense",
+    "patch_images",
     "vit_graph",
     "VIT",
     "encoder_tensors",
@@ -344,11 +345,10 @@ VIT = TransformersForm(
 
 
 # -- the family's model ------------------------------------------------------------------------------------
-@keras_hub_model("ViTBackbone", family="vit", transformers=VIT)
-def vit_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
-    """``ViTBackbone``: images [B, H, W, C] -> ``vit_patching_and_embedding`` (patches, class token,
-    positions) -> ``vit_encoder`` (pre-norm blocks, final layer norm) -> [B, N (+1), D]."""
-    g = HubGraph(config.get("dtype"))
+def patch_images(g: HubGraph, config: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """A patch-embedding backbone's (ViT's, DeiT's) checked ``image_shape`` [H, W, C] (channels last) and
+    ``patch_size`` (an int or [ph, pw]): its ``images`` input in ``g`` and its embedding layer's settings
+    (``image_size``, ``patch_size``, ``hidden_dim``, ``num_channels``)."""
     shape, patch = config.get("image_shape"), config.get("patch_size")
     patch = [patch, patch] if isinstance(patch, int) else patch
     if config.get("data_format") not in (None, "channels_last"):
@@ -358,7 +358,16 @@ def vit_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
         raise WeightsError(f"{where}: image_shape {shape!r} and patch_size {patch!r} are not positive ints")
     hidden = positive(config, "hidden_dim", where)
     images = g.input("images", list(shape), "float32")
-    embedding = {"image_size": shape[:2], "patch_size": patch, "hidden_dim": hidden, "num_channels": shape[2]}
+    return images, {"image_size": shape[:2], "patch_size": patch, "hidden_dim": hidden, "num_channels": shape[2]}
+
+
+@keras_hub_model("ViTBackbone", family="vit", transformers=VIT)
+def vit_graph(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """``ViTBackbone``: images [B, H, W, C] -> ``vit_patching_and_embedding`` (patches, class token,
+    positions) -> ``vit_encoder`` (pre-norm blocks, final layer norm) -> [B, N (+1), D]."""
+    g = HubGraph(config.get("dtype"))
+    images, embedding = patch_images(g, config, where)
+    hidden = embedding["hidden_dim"]
     embedding |= {key: config.get(key, True) for key in ("use_class_token", "use_patch_bias")}
     module = "keras_hub.src.models.vit.vit_layers"
     x = g.hub_layer("ViTPatchingAndEmbedding", "vit_patching_and_embedding", embedding, [tensor(images)], module)
