@@ -112,17 +112,18 @@ def test_a_windowed_layer_s_cache_keeps_its_latest_w_keys_and_a_global_one_all()
     """Gemma 3's local layers (window 4) hold the 4 latest keys after a 5-token prompt and one step; its global
     layer holds all 6: no later query can reach the ones a window forgets."""
     from attnzoo.keras.converters.hub_gemma import HubGemmaDecoder
-    from attnzoo.keras.decoding import decoding
+    from attnzoo.layers.kv_cache import DecodingCache
 
     model = converted("gemma3", "causal_lm.keras")
     prompt = torch.from_numpy(expected("gemma3")["greedy/prompt"]).long()
     blocks = [m for m in model.modules() if isinstance(m, HubGemmaDecoder)]
-    with torch.no_grad(), decoding(model, prompt.shape[0]) as step:
+    cache = DecodingCache(prompt.shape[0])
+    with torch.no_grad():
         for tokens in (prompt, prompt[:, :1]):
-            model(token_ids=tokens, padding_mask=torch.ones_like(tokens))
-            step.start += tokens.shape[1]
-        held = [len(block._cache) for block in blocks]
-    assert held == [4, 4, 4, 4, 4, 6]
+            model(token_ids=tokens, padding_mask=torch.ones_like(tokens), cache=cache)
+    held = [cache.keys_values(block, prompt.shape[0]) for block in blocks]
+    assert [len(kv) for kv in held] == [4, 4, 4, 4, 4, 6]
+    assert [kv.length for kv in held] == [6] * 6
 
 
 def test_rotary_scaling_divides_every_frequency_as_keras_hub_s_linear_rope():

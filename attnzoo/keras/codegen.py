@@ -185,6 +185,20 @@ def _typed_names(node: ast.stmt) -> bool:
     )
 
 
+def _cache_only(node: ast.FunctionDef) -> bool:
+    """Whether a method's keyword-only arguments are none, or forward's one decoding cache as the emitter
+    writes it: ``*, cache: DecodingCache | None = None`` (:mod:`attnzoo.keras.decoding`)."""
+    a = node.args
+    if not a.kwonlyargs:
+        return True
+    if node.name != "forward" or len(a.kwonlyargs) != 1 or len(a.kw_defaults) != 1:
+        return False
+    arg, default = a.kwonlyargs[0], a.kw_defaults[0]
+    annotation = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+    plain = isinstance(default, ast.Constant) and default.value is None
+    return arg.arg == "cache" and annotation == "DecodingCache | None" and plain
+
+
 class _Walk:
     """What :func:`check_source` allows, statement by statement (see the module docstring)."""
 
@@ -253,7 +267,7 @@ class _Walk:
 
     def function(self, node: ast.FunctionDef) -> None:
         a = node.args
-        if node.decorator_list or a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults:
+        if node.decorator_list or a.posonlyargs or a.vararg or a.kwarg or a.defaults or not _cache_only(node):
             raise _refuse(f"a method {node.name} with more than plain arguments", node)
         if not a.args or a.args[0].arg != "self":
             raise _refuse(f"a method {node.name} without self", node)
@@ -262,6 +276,8 @@ class _Walk:
         for arg in a.args[1:]:
             self.store(arg.arg, node)
             self.annotation(arg.annotation, node)
+        for arg in a.kwonlyargs:  # the decoding cache, an annotation of an imported class (checked above)
+            self.store(arg.arg, node)
         self.annotation(node.returns, node)
         for statement in node.body:
             self.statement(statement)

@@ -9,30 +9,26 @@ LM (:func:`causal_lms`: a family's ``causal_lm`` or ``seq2seq_lm``, :mod:`attnzo
 tokens being the prompt. Their one output is the logits [B, T, vocabulary]. Any other model's ``generate`` is
 a ``ConfigError`` naming the classes that decode.
 
+The KV cache is passed explicitly, as transformers passes ``past_key_values``: :func:`generate` makes one
+:class:`~attnzoo.layers.kv_cache.DecodingCache` and gives it to every model call as ``cache=``; the emitted
+``forward`` (``model.code`` shows it) passes it on, as ``cache=cache``, to each layer whose node class
+``decodes`` (its output at a position depends on other positions, attention, or on the position itself, a
+position embedding). Such a layer keeps its own state there under its own identity: its keys and values
+(``cache.keys_values(layer, batch)``, a :class:`~attnzoo.layers.kv_cache.KVCache`; a window's keeps its w
+latest), how many positions it was given (``cache.positions(layer, T)``), and what it computes once (a
+cross-attention's keys of the encoder's output). Given the cache, a layer takes the call's T tokens as the
+positions after the ones it cached, appends their keys and values and attends causally over all it holds;
+without it, it computes the whole sequence. Nodes that compute each position alone (Dense, LayerNorm,
+Embedding, a ReversibleEmbedding's reverse call) take no cache. The calls :func:`generate` makes with the
+cache have no padding (see below), so a layer given one may ignore the padding mask it is given. A node that
+gives positions from a table of its own may define ``position_limit() -> int | None`` (how many positions
+it encodes), which :func:`generate` reads to refuse too long a sequence before decoding.
+
 An encoder-decoder LM's encoder inputs are the same at every call: the layers that compute from them alone,
-once per call (:func:`_fixed_layers`, read off the graph), are not started and give their first call's output
-again (:func:`decoding`'s ``fixed``), so the encoder runs once; a decoder layer's cross-attention keeps the
-keys and values of the encoder's output it was first given.
-
-The protocol (node-local): a node class whose output at a position depends on other positions (attention)
-or on the position itself (a position embedding, a rotary one) defines
-
-* ``start_decoding(step: DecodingStep) -> None``: make its caches empty for ``step.batch_size`` sequences
-  and keep ``step``;
-* ``stop_decoding() -> None``: drop them, and compute whole sequences again;
-
-and a node that gives positions from a table of its own may define ``position_limit() -> int | None`` (how
-many positions it encodes), which :func:`generate` reads to refuse too long a sequence before decoding.
-
-:func:`decoding` calls ``start_decoding`` with one shared :class:`DecodingStep` on every module of the model
-that has it, and ``stop_decoding`` on each when it ends (an error included). While started, a node takes
-the T tokens of a model call as the positions ``step.start .. step.start + T - 1`` following the ones it
-cached: attention appends the call's keys and values to its :class:`~attnzoo.layers.kv_cache.KVCache`
-(``keras_mha`` takes ``cache=``) and attends causally over all held; a position embedding starts at
-``step.start``. :func:`generate` advances ``step.start`` by T after each call. Nodes that compute each
-position alone (Dense, LayerNorm, Embedding, a ReversibleEmbedding's reverse call) need nothing. The
-calls :func:`generate` makes while decoding have no padding (see below), so a started node may ignore the
-padding mask it is given.
+once per call (:func:`~attnzoo.keras.inputs.encoder_calls`, read off the graph), are given no cache (they
+compute their whole sequence) and, while :func:`generate` decodes, give their first call's output again
+(:func:`_computed_once`), so the encoder runs once; a decoder layer's cross-attention keeps the keys and
+values of the encoder's output it was first given.
 
 Padding is keras-hub's (``CausalLM.generate``): prompts padded on the right (``padding_mask`` 1 then 0, as
 keras-hub's preprocessors pad); decoding starts at the shortest prompt's length, and at each later
@@ -43,7 +39,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,12 +47,12 @@ from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
 from attnzoo.keras.hub_families import hub_models
-from attnzoo.keras.inputs import check_values, input_names, value_rules
+from attnzoo.keras.inputs import DECODER_INPUTS, ENCODER_INPUTS, check_values, encoder_calls, input_names, value_rules
+from attnzoo.layers.kv_cache import DecodingCache
 
-__all__ = ["causal_lms", "DecodingStep", "decoding", "generate"]
+__all__ = ["causal_lms", "generate"]
 
-_ENCODER = ("encoder_token_ids", "encoder_padding_mask")
-_DECODER = ("decoder_token_ids", "decoder_padding_mask")
+_ENCODER, _DECODER = ENCODER_INPUTS, DECODER_INPUTS
 
 
 def causal_lms() -> list[str]:
@@ -66,33 +61,15 @@ def causal_lms() -> list[str]:
     return sorted(name for name, model in hub_models().items() if model.kind in ("causal_lm", "seq2seq_lm"))
 
 
-@dataclass
-class DecodingStep:
-    """Shared by :func:`generate` with the nodes taking part: the batch size, and ``start``, the position of
-    the first token of the model call now running (how many tokens every cache holds)."""
-
-    batch_size: int
-    start: int = 0
-
-
 @contextmanager
-def decoding(model: nn.Module, batch_size: int, fixed: tuple[nn.Module, ...] = ()) -> Iterator[DecodingStep]:
-    """Every module of ``model`` with ``start_decoding`` started on one :class:`DecodingStep` (yielded), and
-    stopped when the block ends. ``fixed``: layers called once per model call on inputs that stay the same
-    through the block (an encoder's): each computes on its first call and gives that output again after,
-    its submodules not started."""
-    step = DecodingStep(batch_size)
-    left = {id(m) for node in fixed for m in node.modules()}
-    nodes = [m for m in model.modules() if callable(getattr(m, "start_decoding", None)) and id(m) not in left]
+def _computed_once(fixed: tuple[nn.Module, ...]) -> Iterator[None]:
+    """While the block runs, each layer of ``fixed`` (called once per model call on inputs that stay the same
+    through the block: an encoder's) computes on its first call and gives that output again after."""
     try:
         for node in fixed:
             node.forward = _once(node.forward)  # type: ignore[method-assign]
-        for node in nodes:
-            node.start_decoding(step)
-        yield step
+        yield
     finally:
-        for node in nodes:
-            node.stop_decoding()
         for node in fixed:
             node.__dict__.pop("forward", None)
 
@@ -157,28 +134,14 @@ def _seq2seq_inputs(ids: Any, padding_mask: Any, device: torch.device) -> tuple[
     return ids[_DECODER[0]], ids.get(_DECODER[1]), fixed
 
 
-def _fixed_layers(model: Any, names: Any) -> tuple[nn.Module, ...]:
-    """The layers of ``model`` called once per model call, on what the inputs ``names`` alone give (an
-    encoder's)."""
-    reads: dict[str, bool] = {spec["id"]: spec["name"] in names for spec in model.inputs_spec}
-
-    def refs(value: Any) -> Iterator[str]:
-        if isinstance(value, dict) and "ref" in value:
-            yield value["ref"][0]
-        elif isinstance(value, dict):
-            for item in value.values():
-                yield from refs(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                yield from refs(item)
-
-    only: dict[str, list[bool]] = {}
+def _fixed_layers(model: Any) -> tuple[nn.Module, ...]:
+    """The layers of an encoder-decoder LM every call of which computes from the encoder's inputs alone
+    (:func:`~attnzoo.keras.inputs.encoder_calls`): the encoder's, whose output no decoding step changes."""
+    fixed, calls = encoder_calls(model.graph), {}
     for call in model.calls:
-        fixed = all(reads.get(ref, False) for ref in refs([call["args"], call["kwargs"]]))
-        reads[call["id"]] = fixed
         if call["layer"] is not None:
-            only.setdefault(call["layer"], []).append(fixed)
-    return tuple(model.layers[key] for key, calls in only.items() if calls == [True])
+            calls.setdefault(call["layer"], []).append(call["id"] in fixed)
+    return tuple(model.layers[key] for key, each in calls.items() if all(each))
 
 
 def _ids(ids: Any, device: torch.device) -> Tensor:
@@ -333,8 +296,8 @@ def generate(
     # ones, and a check at every step would wait on the device
     model.checks_values = False
     try:
-        encoder = _fixed_layers(model, fixed)
-        with torch.no_grad(), decoding(model, batch, encoder) if use_cache else _nothing() as step:
+        cache = DecodingCache(batch) if use_cache else None
+        with torch.no_grad(), _computed_once(_fixed_layers(model) if use_cache else ()):
             fed, one = 0, torch.ones(batch, 1, dtype=torch.int32, device=device)
             for index in range(first, total):
                 window = tokens[:, fed:index]
@@ -343,9 +306,11 @@ def generate(
                 # the first call's inputs are checked; a later one's are the same tensors with the model's own
                 # picks in the window, so it goes straight to the emitted forward (binding and checking take
                 # about 20 us a call on the CPU, a few per cent of a small model's step)
-                logits = model(inputs) if index == first else model.call_checked([inputs[name] for name in names])
-                if step is not None:
-                    step.start += window.shape[1]
+                if index == first:
+                    logits = model(inputs, cache=cache)
+                else:
+                    logits = model.call_checked([inputs[name] for name in names], cache=cache)
+                if cache is not None:  # the next call gives the tokens after these
                     fed = index
                 chosen = pick(logits[:, -1])
                 if stops is not None:
@@ -360,8 +325,3 @@ def generate(
         model.train(training)
         model.checks_values = checks
     return tokens
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None

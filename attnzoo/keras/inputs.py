@@ -68,6 +68,38 @@ def input_names(graph: Mapping[str, Any]) -> list[str]:
     return names
 
 
+# keras-hub's encoder-decoder LMs (its Seq2SeqLM tasks: BART, T5) take these by name: through a decoding the
+# encoder's stay the same while the decoder's tokens grow
+ENCODER_INPUTS = ("encoder_token_ids", "encoder_padding_mask")
+DECODER_INPUTS = ("decoder_token_ids", "decoder_padding_mask")
+
+
+def encoder_calls(graph: Mapping[str, Any]) -> set[str]:
+    """The calls of an encoder-decoder LM's graph (one taking keras-hub's ``encoder_token_ids`` and
+    ``decoder_token_ids``) that compute from its encoder inputs alone, the same at every step of a decoding
+    (the encoder); none for any other graph."""
+    names = input_names(graph)
+    if not {ENCODER_INPUTS[0], DECODER_INPUTS[0]} <= set(names):
+        return set()
+    fixed = {spec["id"] for spec, name in zip(graph["inputs"], names, strict=True) if name in ENCODER_INPUTS}
+    for call in graph["calls"]:
+        read = _refs([call["args"], call["kwargs"]])
+        if read and read <= fixed:
+            fixed.add(call["id"])
+    return fixed - {spec["id"] for spec in graph["inputs"]}
+
+
+def _refs(value: Any) -> set[str]:
+    """The call ids (and input ids) graph data reads, at any depth."""
+    if isinstance(value, Mapping) and "ref" in value:
+        return {str(value["ref"][0])}
+    if isinstance(value, Mapping):
+        return {ref for item in value.values() for ref in _refs(item)}
+    if isinstance(value, (list, tuple)):
+        return {ref for item in value for ref in _refs(item)}
+    return set()
+
+
 def _padding_masks(graph: Mapping[str, Any]) -> set[str]:
     """The ids of the inputs some call takes as a ``*padding_mask`` keyword (keras-hub's layers: ``padding_mask``,
     ``decoder_padding_mask``), directly or passed on by a nested model's input."""

@@ -78,6 +78,7 @@ from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.policy import set_compute_dtypes
 from attnzoo.keras.tokenizer import CarriesTokenizer
 from attnzoo.keras.torch_layers import KerasAugmentation
+from attnzoo.layers.kv_cache import DecodingCache
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
@@ -268,8 +269,12 @@ class KerasModel(CarriesTokenizer, nn.Module):
 
     # -- running ----------------------------------------------------------------------------------------
     def forward(self, *inputs: Any, **named: Any) -> Any:
+        """The Keras model's call: its inputs by name, as the dict Keras takes, or in Keras's flat order;
+        ``cache=`` a :class:`~attnzoo.layers.kv_cache.DecodingCache` to decode token by token (a model whose
+        layers decode: a converted keras-hub causal or encoder-decoder LM, :mod:`attnzoo.keras.decoding`)."""
         port = self._port
-        return self._run(port.forward, port.filename, inputs, named)
+        cache = named.pop("cache", None) if "cache" not in self._by_name[0] else None
+        return self.call_checked(self._arguments(inputs, named), port.forward, port.filename, cache=cache)
 
     def _arguments(self, inputs: tuple[Any, ...], named: dict[str, Any]) -> list[Any]:
         """The emitted ``forward``'s arguments, one per input in Keras's flat order: the call's inputs bound
@@ -283,16 +288,32 @@ class KerasModel(CarriesTokenizer, nn.Module):
     def _run(self, function: Any, filename: str, inputs: tuple[Any, ...], named: dict[str, Any]) -> Any:
         return self.call_checked(self._arguments(inputs, named), function, filename)
 
-    def call_checked(self, arguments: list[Any], function: Any = None, filename: str | None = None) -> Any:
+    def call_checked(
+        self, arguments: list[Any], function: Any = None, filename: str | None = None, *, cache: Any = None
+    ) -> Any:
         """The emitted ``forward`` (or ``function``, compiled from ``filename``) on ``arguments``, one per input
         in Keras's flat order (:attr:`input_names`), as :meth:`forward` passes them once bound and checked:
         no binding, no checks, the same errors naming the failing layer. For a caller that made the inputs
-        itself and checked them once (:func:`~attnzoo.keras.decoding.generate`'s steps after the first)."""
+        itself and checked them once (:func:`~attnzoo.keras.decoding.generate`'s steps after the first).
+        ``cache``: the decoding cache, passed on to the emitted ``forward``."""
         if function is None or filename is None:
             port = self._port
             function, filename = port.forward, port.filename
+        extra = {}
+        if cache is not None:
+            if not self.emitted.decodes:
+                raise ValueError(
+                    "keras_model: cache= is for decoding token by token, and no layer of this model decodes (the "
+                    "converted keras-hub causal and encoder-decoder LMs do); call it without cache"
+                )
+            if not isinstance(cache, DecodingCache):
+                raise ValueError(
+                    f"keras_model expects cache as a DecodingCache(batch_size) (attnzoo.layers.kv_cache), got "
+                    f"{type(cache).__name__}"
+                )
+            extra["cache"] = cache
         try:
-            return function(self, *arguments)
+            return function(self, *arguments, **extra)
         except (ValueError, IndexError, RuntimeError) as e:
             if isinstance(e, RuntimeError) and not _is_shape_error(e):
                 raise

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, TypeVar
 from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
+from attnzoo.layers.kv_cache import KVCache
 
 __all__ = ["Node", "NODES", "build_node", "as_node", "writes", "INTEGER_DTYPES", "glorot_uniform"]
 
@@ -66,6 +67,12 @@ class Node(nn.Module):
     # whether Keras casts that input to int32 ids whatever its dtype (a table lookup does: keras-io's translator
     # feeds keras.Input's default float32 to a TokenAndPositionEmbedding), so a float input is taken as ids
     casts_to_ids: ClassVar[bool] = False
+    # whether the layer keeps keys and values while decoding token by token (its output at a position depends
+    # on the positions before it): a model holding one takes a :class:`~attnzoo.layers.kv_cache.DecodingCache`
+    # (``cache=``), and its emitted ``forward`` passes it to this layer, and to those that ``reads_positions``
+    # (whose output depends on the position itself: a position embedding), as the keyword ``cache``
+    decodes: ClassVar[bool] = False
+    reads_positions: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -108,6 +115,12 @@ class Node(nn.Module):
         if outputs == 1:
             return out[0], out_masks[0] if out_masks else None
         return tuple(out[:outputs]), tuple([*out_masks, *[None] * outputs][:outputs])
+
+    def keys_values(self, kwargs: dict[str, Any], batch: int, limit: int | None = None) -> KVCache | None:
+        """This layer's :class:`~attnzoo.layers.kv_cache.KVCache` in the decoding cache the call was given
+        (``kwargs["cache"]``, a class that ``decodes``; ``limit``: a window's), None when not decoding."""
+        cache = kwargs.get("cache")
+        return None if cache is None else cache.keys_values(self, batch, limit)
 
     def compute(self, x: Tensor, mask: Tensor | None) -> Tensor:
         raise NotImplementedError

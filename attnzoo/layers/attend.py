@@ -17,6 +17,7 @@ from attnzoo.layers.core import (
     SDPA_GQA,
     attend,
     expand_kv_heads,
+    soft_capped,
     tracing,
 )
 from attnzoo.layers.normalizers import normalize
@@ -295,7 +296,7 @@ class AttendHeads:
             if bias is not None:
                 scores = scores + bias
             if self.soft_cap is not None:  # Gemma 2's logit soft-capping, before the mask
-                scores = torch.tanh(scores / self.soft_cap) * self.soft_cap
+                scores = soft_capped(scores, self.soft_cap)
             # the chunk's scores are this function's own: a sparse normaliser fills the mask in and works in them
             weights = normalize(scores, allowed_c, kind=self.normalizer, overwrite=True)
             dropped = F.dropout(weights, dropout) if dropout else weights
@@ -429,7 +430,7 @@ def keras_attention(
         scores = torch.matmul(q.float() * scale, keys.float().transpose(-2, -1))
         if bias is not None:
             scores = scores + bias.float()
-        scores = torch.tanh(scores / soft_cap) * soft_cap
+        scores = soft_capped(scores, soft_cap)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         weights = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(v.dtype)  # a row of -inf: zeros

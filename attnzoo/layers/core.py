@@ -28,6 +28,7 @@ __all__ = [
     "from_key_padding_mask",
     "masked_softmax",
     "attend",
+    "soft_capped",
     "expand_kv_heads",
     "label_attention",
     "EXPLICIT_MAX_SCORES",
@@ -336,6 +337,12 @@ def _zero_empty_rows(out: Tensor, has_any: Tensor | None) -> Tensor:
     if out.device.type == "cpu" and not tracing() and bool(has_any.all()):
         return out
     return out.masked_fill(~has_any, 0.0)
+
+
+def soft_capped(scores: Tensor, cap: float) -> Tensor:
+    """Logit soft-capping (Gemma 2's attention scores and final logits): ``c · tanh(s / c)``, elementwise, any
+    shape; every score kept within (-c, c), near-linear for |s| << c."""
+    return torch.tanh(scores / cap) * cap
 
 
 def attend(

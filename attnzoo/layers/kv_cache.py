@@ -1,10 +1,14 @@
 """The KV cache of the attention core's incremental decoding: keys and values (and, once a step had padding,
 their validity) written in place into buffers that grow by doubling (a window keeps its last w entries);
-a cache belongs to the layer that fills it, and a cross-attention cache to its context."""
+a cache belongs to the layer that fills it, and a cross-attention cache to its context. :class:`DecodingCache`
+holds the caches of every layer of one model through one decoding, passed to the model's ``forward``
+(transformers' ``past_key_values``)."""
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -14,7 +18,9 @@ from attnzoo.layers.core import (
     tracing,
 )
 
-__all__ = ["KVCache", "check_cache"]
+__all__ = ["KVCache", "check_cache", "DecodingCache"]
+
+_Held = TypeVar("_Held")
 
 
 class KVCache:
@@ -198,3 +204,52 @@ def check_cache(cache: object, layer: nn.Module, name: str, batch: int) -> None:
     if cache.batch_size != batch:
         raise ValueError(f"{name}: the cache was made for batch size {cache.batch_size}, got x of batch {batch}")
     cache.claim(layer, name)
+
+
+class DecodingCache:
+    """What every layer of one model keeps between the calls of one decoding: transformers'
+    ``past_key_values``, passed explicitly to the model as ``cache=`` and by its ``forward`` to each layer
+    whose output at a position depends on other positions (attention) or on the position itself::
+
+        cache = DecodingCache(batch_size=2)
+        logits = model(token_ids=prompt, padding_mask=ones, cache=cache)   # the prompt's T tokens
+        logits = model(token_ids=chosen, padding_mask=one, cache=cache)    # positions T, T + 1, ...
+
+    Each call's tokens follow the ones the calls before it gave (the calls carry no padding: a prompt is
+    decoded from its end). A layer keeps its own state here under its own identity: its keys and values
+    (:meth:`keys_values`, a :class:`KVCache`), how many positions it has been given (:meth:`positions`),
+    anything else it computes once (:meth:`held`, a cross-attention's encoder keys). A cache serves one model
+    and one decoding: a new decoding starts from a new cache, and dropping it frees every layer's keys."""
+
+    def __init__(self, batch_size: int) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"DecodingCache expects batch_size as a positive int, got {batch_size!r}")
+        self.batch_size = batch_size
+        self._held: dict[tuple[int, str], tuple[nn.Module, Any]] = {}
+
+    def held(self, layer: nn.Module, name: str, make: Callable[[], _Held]) -> _Held:
+        """``layer``'s entry ``name``, made by ``make()`` on its first call."""
+        key = (id(layer), name)
+        if key not in self._held:  # the layer is kept beside its entry: its id stays its own meanwhile
+            self._held[key] = (layer, make())
+        return self._held[key][1]
+
+    def keys_values(self, layer: nn.Module, batch: int, limit: int | None = None) -> KVCache:
+        """``layer``'s :class:`KVCache` (empty on its first call; ``limit`` w: a sliding window's, keeping its w
+        latest entries), for a call of ``batch`` sequences: a ``ValueError`` where the cache is another batch's."""
+        if batch != self.batch_size:
+            raise ValueError(
+                f"the DecodingCache was made for batch size {self.batch_size}, got a call of batch {batch}; make "
+                f"one per decoding, DecodingCache(batch_size)"
+            )
+        return self.held(layer, "keys_values", lambda: KVCache(self.batch_size, limit=limit))
+
+    def positions(self, layer: nn.Module, count: int) -> int:
+        """The position of the first of the ``count`` tokens ``layer`` is called with now: how many it was
+        given before (each position embedding counts its own calls)."""
+        seen = self.held(layer, "positions", lambda: [0])
+        start, seen[0] = seen[0], seen[0] + count
+        return start
+
+    def __repr__(self) -> str:
+        return f"DecodingCache(batch_size={self.batch_size}, entries={len(self._held)})"

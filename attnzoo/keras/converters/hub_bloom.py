@@ -15,10 +15,11 @@
 :class:`HubClassicDecoder` is what keras-hub's Bloom, Falcon (:mod:`.hub_falcon`) and GPT-NeoX
 (:mod:`.hub_gpt_neox`) decoders share: Keras's layer norm (computed in float32 at least), the heads'
 layout, the causal mask with the padding and ``decoder_attention_mask``, and the cache. It takes part in
-cached decoding (:mod:`attnzoo.keras.decoding`) through one method, :meth:`HubClassicDecoder._cached`: while
-started, a call's tokens are positions ``step.start ..`` after the cached ones, whose keys and values it
-appends to its :class:`~attnzoo.layers.kv_cache.KVCache`. ALiBi needs no position of its own: the bias
-depends on the distance to the last key, and a softmax is the same for a bias moved by a constant.
+cached decoding (:mod:`attnzoo.keras.decoding`) through one method, :meth:`HubClassicDecoder._cached`: given
+the model's :class:`~attnzoo.layers.kv_cache.DecodingCache`, a call's tokens are the positions after the
+cached ones, whose keys and values it appends to its :class:`~attnzoo.layers.kv_cache.KVCache` there. ALiBi
+needs no position of its own: the bias depends on the distance to the last key, and a softmax is the same
+for a bias moved by a constant.
 
 Hugging Face form (:data:`BLOOM`): ``BloomModel`` and ``BloomForCausalLM`` (its head tied to
 ``word_embeddings``). transformers' BLOOM is this layer: the same slopes, the scores ``q kᵀ / √d + alibi``
@@ -67,30 +68,15 @@ class HubClassicDecoder(Node):
     subclass builds its weights and computes its call with these."""
 
     supports_masking = True
+    decodes = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._step: Any = None
-        self._cache: KVCache | None = None
-
-    # -- cached decoding (attnzoo.keras.decoding's protocol) ------------------------------------------------
-    def start_decoding(self, step: Any) -> None:
-        self._step, self._cache = step, KVCache(step.batch_size)
-
-    def stop_decoding(self) -> None:
-        self._step = self._cache = None
-
-    def _cached(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """The call's keys and values [B, g, t, d] after the ones cached before them (appended to the cache
-        while decoding) -> keys, values [B, g, S, d]."""
-        if self._cache is None:
+    def _cached(self, kv: KVCache | None, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """The call's keys and values [B, g, t, d] after the ones cached before them (appended to ``kv``, this
+        layer's cache, while decoding) -> keys, values [B, g, S, d]."""
+        if kv is None:
             return key, value
-        key, value, _ = self._cache.append(key, value)
+        key, value, _ = kv.append(key, value)
         return key, value
-
-    def _start(self) -> int:
-        """The position of the call's first token: 0, or while decoding the tokens cached before it."""
-        return 0 if self._step is None else int(self._step.start)
 
     # -- what every call computes ----------------------------------------------------------------------------
     @staticmethod
@@ -100,14 +86,14 @@ class HubClassicDecoder(Node):
         weight, bias = norm.weight.to(work.dtype), norm.bias.to(work.dtype)
         return F.layer_norm(work, norm.normalized_shape, weight, bias, norm.eps).to(x.dtype)
 
-    def _allowed(self, t: int, s: int, kwargs: dict[str, Any], device: Any) -> Tensor:
+    def _allowed(self, t: int, s: int, kwargs: dict[str, Any], device: Any, decoding: bool) -> Tensor:
         """Which of the S keys each of the call's t queries reads: causally, not the padded keys (no padding
-        while decoding: the calls carry none), and where ``decoder_attention_mask`` [B, t, S] allows."""
-        padding = None if self._cache is not None else kwargs.get("decoder_padding_mask")
+        while ``decoding``: the calls carry none), and where ``decoder_attention_mask`` [B, t, S] allows."""
+        padding = None if decoding else kwargs.get("decoder_padding_mask")
         allowed = causal_allowed(t, s, padding=padding, device=device)
         given = kwargs.get("decoder_attention_mask")
         if given is not None:
-            if self._cache is not None:
+            if decoding:
                 raise ValueError("decodes with a cache without decoder_attention_mask only")
             allowed = allowed & given.to(torch.bool)[:, None]
         return allowed
@@ -154,18 +140,18 @@ class HubBloomDecoder(HubClassicDecoder):
     def _activation(self, x: Tensor) -> Tensor:
         return F.gelu(x, approximate="tanh")
 
-    def _scores(self, q: Tensor, kwargs: dict[str, Any], s: int) -> tuple[float, Tensor]:
+    def _scores(self, q: Tensor, kwargs: dict[str, Any], s: int, decoding: bool) -> tuple[float, Tensor]:
         """(the scale of ``q kᵀ``, the ALiBi bias [1, H, 1, S]): ``m_h · (j - (S - 1))``, keras-hub's AlibiBias."""
         distance = torch.arange(1 - s, 1, device=q.device, dtype=torch.float32)
         bias = alibi_slopes(self.heads).to(q.device)[:, None] * distance
         return q.shape[-1] ** -0.5, bias[None, :, None, :].to(q.dtype)
 
     def _attend(self, x: Tensor, kwargs: dict[str, Any]) -> Tensor:
-        t = x.shape[1]
+        t, kv = x.shape[1], self.keys_values(kwargs, x.shape[0])
         q = self._heads(self.query(x), self.heads)
-        k, v = self._cached(self._heads(self.key(x), self.heads), self._heads(self.value(x), self.heads))
-        allowed = self._allowed(t, k.shape[-2], kwargs, x.device)
-        scale, bias = self._scores(q, kwargs, k.shape[-2])
+        k, v = self._cached(kv, self._heads(self.key(x), self.heads), self._heads(self.value(x), self.heads))
+        allowed = self._allowed(t, k.shape[-2], kwargs, x.device, kv is not None)
+        scale, bias = self._scores(q, kwargs, k.shape[-2], kv is not None)
         training = self.dropout if self.training else 0.0
         out = keras_attention(q, k, v, allowed, scale=scale, bias=bias, empty="zeros", dropout=training)
         return F.dropout(self.output_dense(self._merge(out)), self.dropout, self.training)

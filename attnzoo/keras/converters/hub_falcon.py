@@ -68,10 +68,10 @@ class HubFalconDecoder(HubBloomDecoder):
     def _activation(self, x: Tensor) -> Tensor:
         return F.gelu(x)
 
-    def _scores(self, q: Tensor, kwargs: dict[str, Any], s: int) -> tuple[float, Tensor]:
+    def _scores(self, q: Tensor, kwargs: dict[str, Any], s: int, decoding: bool) -> tuple[float, Tensor]:
         """(1 / √d, the ALiBi bias / √d [B or 1, H, 1, S]): ``m_h · p_j`` with ``p_j`` counted over the padding
         mask's real tokens, or 0 .. S - 1 while decoding and without a mask, as keras-hub counts them."""
-        padding = None if self._cache is not None else kwargs.get("decoder_padding_mask")
+        padding = None if decoding else kwargs.get("decoder_padding_mask")
         if padding is None:
             positions = torch.arange(s, device=q.device, dtype=torch.float32)[None]
         else:

@@ -21,8 +21,9 @@
   ``sliding_window_size`` w latest tokens (query i reads key j when ``i - j < w``), softmax in float32. A
   query row with no key left is zeros (keras-hub wipes it; its Softmax layer gives zeros too).
 
-While decoding (:mod:`attnzoo.keras.decoding`) a block's keys and values go into a
-:class:`~attnzoo.layers.kv_cache.KVCache` that a windowed layer keeps at its w latest entries.
+While decoding (:mod:`attnzoo.keras.decoding`, the model given a :class:`~attnzoo.layers.kv_cache.DecodingCache`)
+a block's keys and values go into its :class:`~attnzoo.layers.kv_cache.KVCache` there, which a windowed layer
+keeps at its w latest entries.
 
 Hugging Face form (:data:`GEMMA`): a model without post norms, soft caps or sliding window is transformers'
 Gemma (``GemmaModel``, ``GemmaForCausalLM``: its ``post_attention_layernorm`` is keras-hub's ``pre_ffw_norm``);
@@ -115,7 +116,6 @@ class HubGemmaDecoder(RotaryDecoder):
         self.up = nn.Linear(hidden, intermediate_dim, bias=False)
         self.down = nn.Linear(intermediate_dim, hidden, bias=False)
         self.post_ffw_norm = norm(hidden) if post_ffw_norm else None
-        self._start_cache()
 
     def _add(self, x: Tensor, y: Tensor) -> Tensor:
         """A residual sum; in float16 with ``clip_float16``, summed in float32 and clipped (Gemma 3's block)."""
@@ -135,6 +135,7 @@ class HubGemmaDecoder(RotaryDecoder):
         attention = self._attention(
             self.pre_attention_norm.compute(x, None),
             kwargs.get("padding_mask"),
+            self.keys_values(kwargs, x.shape[0], self.window),
             scale=self.head_dim**-0.5,
             soft_cap=self.soft_cap,
             empty="zeros",

@@ -96,11 +96,12 @@ class HubGPTNeoXDecoder(HubClassicDecoder):
         return torch.cat([turned, x[..., self.rotary_dim :]], dim=-1)
 
     def _attend(self, x: Tensor, kwargs: dict[str, Any]) -> Tensor:
-        t = x.shape[1]
+        t, kv = x.shape[1], self.keys_values(kwargs, x.shape[0])
+        start = 0 if kv is None else kv.length  # the call's first position: after the tokens cached
         q, k, v = self._heads(self.query_key_value(x), self.heads).chunk(3, dim=-1)  # [B, H, t, d] each
-        k, v = self._cached(self._rotate(k, self._start()), v)
-        q = self._rotate(q, self._start())
-        allowed = self._allowed(t, k.shape[-2], kwargs, x.device)
+        k, v = self._cached(kv, self._rotate(k, start), v)
+        q = self._rotate(q, start)
+        allowed = self._allowed(t, k.shape[-2], kwargs, x.device, kv is not None)
         # keras-hub calls keras's fused attention (a row with no key: the mean of the values) without dropout
         empty = "mean" if self.dropout == 0 else "zeros"
         rate = self.dropout if self.training else 0.0

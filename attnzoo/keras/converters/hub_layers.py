@@ -28,12 +28,11 @@ from torch import Tensor, nn
 from attnzoo.core import create
 from attnzoo.errors import AttnzooError
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
-from attnzoo.keras.decoding import DecodingStep
 from attnzoo.keras.importer import load_keras_arrays
 from attnzoo.keras.nodes import Node, build_node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.layers.core import check_tokens
-from attnzoo.layers.kv_cache import KVCache
+from attnzoo.layers.kv_cache import DecodingCache
 
 __all__ = [
     "HubBlock",
@@ -165,6 +164,7 @@ class HubTransformerDecoder(HubBlock):
 
     op = "keras_hub_transformer_decoder"
     supports_masking = True
+    decodes = True
 
     def __init__(
         self,
@@ -186,27 +186,21 @@ class HubTransformerDecoder(HubBlock):
             self.cross_attention = _attention(num_heads, hidden, hidden, encoder_dim, dropout)
             norms.append("cross_attention_norm")
         self._build(hidden, intermediate_dim, activation, layer_norm_epsilon, norms)
-        self._cache: KVCache | None = None  # while decoding (attnzoo.keras.decoding): the self-attention's
-        self._context: KVCache | None = None  # and the cross-attention's: the encoder's keys and values
 
-    def start_decoding(self, step: DecodingStep) -> None:
-        """Cached decoding (:mod:`attnzoo.keras.decoding`): the self-attention keeps its keys and values, the
-        cross-attention the encoder sequence's (projected on the first call)."""
-        self._cache = self.attention.new_cache(step.batch_size)
-        if self.cross:
-            self._context = self.cross_attention.new_context_cache(step.batch_size)
-
-    def stop_decoding(self) -> None:
-        self._cache = self._context = None
-
-    def _sublayer(self, name: str, x: Tensor, value: Tensor | None, mask: Tensor | None) -> Tensor:
+    def _sublayer(
+        self, name: str, x: Tensor, value: Tensor | None, mask: Tensor | None, cache: DecodingCache | None
+    ) -> Tensor:
+        """One attention sublayer with its residual and norm. While decoding (``cache``, the model's
+        :class:`~attnzoo.layers.kv_cache.DecodingCache`) the self-attention keeps its keys and values there
+        and the cross-attention the encoder sequence's, projected on the first call."""
         residual = x
         if self.normalize_first:
             x = self._norm(f"{name}_norm", x)
-        if value is None and self._cache is not None:  # the call's tokens follow the cached ones, causally
-            x = self.attention(x, x, cache=self._cache, use_causal_mask=True)
-        elif value is not None and self._context is not None:  # the encoder's keys and values, kept
-            x = self.cross_attention(x, value, attention_mask=_full(mask, x, value), context_cache=self._context)
+        if value is None and cache is not None:  # the call's tokens follow the cached ones, causally
+            x = self.attention(x, x, cache=cache.keys_values(self.attention, x.shape[0]), use_causal_mask=True)
+        elif value is not None and cache is not None:  # the encoder's keys and values, kept
+            held = cache.keys_values(self.cross_attention, x.shape[0])
+            x = self.cross_attention(x, value, attention_mask=_full(mask, x, value), context_cache=held)
         else:
             value = x if value is None else value
             x = getattr(self, name)(x, value, attention_mask=_full(mask, x, value))
@@ -218,40 +212,36 @@ class HubTransformerDecoder(HubBlock):
         encoder = args[1] if len(args) > 1 else kwargs.get("encoder_sequence")
         if (encoder is not None) != self.cross:
             raise ValueError("is called with a different number of sequences than it was built with")
-        if self._cache is not None:  # decoding: no decoder padding, causal over the cache (attnzoo.keras.decoding)
-            x = self._sublayer("attention", x, None, None)
+        cache = kwargs.get("cache")
+        if cache is not None:  # decoding: no decoder padding, causal over the cache (attnzoo.keras.decoding)
+            x = self._sublayer("attention", x, None, None, cache)
         else:
             mask = merge_masks(own, kwargs.get("decoder_padding_mask"), kwargs.get("decoder_attention_mask"))
             if kwargs.get("use_causal_mask", True):
                 t = x.shape[1]
                 causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()[None]
                 mask = causal if mask is None else mask & causal
-            x = self._sublayer("attention", x, None, mask)
+            x = self._sublayer("attention", x, None, mask, None)
         if encoder is not None:
             encoder_mask = masks[1] if len(masks) > 1 else kwargs.get("kwarg_masks", {}).get("encoder_sequence")
             cross = merge_masks(
                 _bool(encoder_mask), kwargs.get("encoder_padding_mask"), kwargs.get("encoder_attention_mask")
             )
-            x = self._sublayer("cross_attention", x, encoder, cross)
+            x = self._sublayer("cross_attention", x, encoder, cross, cache)
         return [self._feedforward(x)], [own]
 
 
 class _Positions(Node):
-    """A node that reads positions: while decoding (:mod:`attnzoo.keras.decoding`) they start at the
-    decoding step's ``start`` (plus the call's own ``start_index``)."""
+    """A node that reads positions: while decoding (:mod:`attnzoo.keras.decoding`, given the model's
+    :class:`~attnzoo.layers.kv_cache.DecodingCache`) a call's positions start after the ones it was given
+    before (plus the call's own ``start_index``)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._step: DecodingStep | None = None
+    reads_positions = True
 
-    def start_decoding(self, step: DecodingStep) -> None:
-        self._step = step
-
-    def stop_decoding(self) -> None:
-        self._step = None
-
-    def _start(self, kwargs: dict[str, Any]) -> int:
-        return int(kwargs.get("start_index", 0) or 0) + (0 if self._step is None else self._step.start)
+    def _start(self, kwargs: dict[str, Any], length: int) -> int:
+        """The first of the call's ``length`` positions."""
+        cache = kwargs.get("cache")
+        return int(kwargs.get("start_index", 0) or 0) + (0 if cache is None else cache.positions(self, length))
 
     def position_limit(self) -> int | None:
         """How many positions the node encodes (its table's length; None where any)."""
@@ -292,7 +282,7 @@ class HubTokenAndPositionEmbedding(_Positions):
             kernel = self.token.t() if self.reverse is None else self.reverse
             return [torch.matmul(ids, kernel.to(ids.dtype))], [None]
         check_tokens("token_and_position_embedding", ids, self.token.shape[0], arg="input", rank=2)
-        positions = _positions(self.position, ids.shape[1], self._start(kwargs))
+        positions = _positions(self.position, ids.shape[1], self._start(kwargs, ids.shape[1]))
         out = nn.functional.embedding(ids.long(), self.token) + positions
         return [out], [ids != 0 if self.mask_zero else None]
 
@@ -320,7 +310,7 @@ class HubPositionEmbedding(_Positions):
 
     def forward(self, args, kwargs, masks):
         x = args[0]
-        positions = _positions(self.position, x.shape[-2], self._start(kwargs))
+        positions = _positions(self.position, x.shape[-2], self._start(kwargs, x.shape[-2]))
         return [positions.to(x.dtype).expand(x.shape).contiguous()], [None]  # a copy: not a view of the table
 
 
@@ -338,7 +328,7 @@ class HubSinePositionEncoding(_Positions):
     def forward(self, args, kwargs, masks):
         x = args[0]
         length, hidden = x.shape[-2], x.shape[-1]
-        start = self._start(kwargs)
+        start = self._start(kwargs, length)
         positions = torch.arange(start, start + length, device=x.device, dtype=torch.float32)
         exponents = (2 * (torch.arange(hidden, device=x.device) // 2)).to(torch.float32) / hidden
         timescales = torch.pow(torch.tensor(1.0 / self.max_wavelength, device=x.device), exponents)

@@ -44,6 +44,7 @@ from attnzoo.keras.converters.hub_rotary import (
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
+from attnzoo.layers.kv_cache import KVCache
 
 __all__ = ["HubPhi3Decoder", "phi3_graph", "PHI3", "su_attention_factor"]
 
@@ -88,12 +89,12 @@ class HubPhi3Decoder(RotaryDecoder):
         self.attention_factor = su_attention_factor(max_sequence_length, pretraining_sequence_length)
 
     def _positioned(
-        self, query: Tensor, key: Tensor, value: Tensor, padding: Tensor | None
+        self, kv: KVCache | None, query: Tensor, key: Tensor, value: Tensor, padding: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """The cache first (its keys unrotated), then every key turned at positions 0.. and the queries at
         the call's, by the factors of the length so far."""
-        start = self._start()
-        key, value, padding = self._cached(key, value, padding)
+        start = 0 if kv is None else kv.length
+        key, value, padding = self._cached(kv, key, value, padding)
         long = start + query.shape[-2] > self.pretraining_length
         factors = self.long_factor if long else self.short_factor
 

@@ -14,9 +14,10 @@ the backbone's graph (:func:`rotary_backbone_graph`) and the Hugging Face form's
   ``RotaryEmbedding`` on the halves of each head: with ``θ_j = wavelength^(-2j/d)`` and position ``p``,
   ``x · cos(p θ) + concat(-x₂, x₁) · sin(p θ)`` (θ repeated over the two halves).
 
-The decoder takes part in cached decoding (:mod:`attnzoo.keras.decoding`): while started, a call's tokens
-are positions ``step.start ..`` and its keys and values (``g`` heads, rotated, not repeated) go into an
-:class:`~attnzoo.layers.kv_cache.KVCache` (a window's keeps its w latest).
+The decoder takes part in cached decoding (:mod:`attnzoo.keras.decoding`): called with the model's
+:class:`~attnzoo.layers.kv_cache.DecodingCache` (``cache=``), a call's tokens are the positions after the ones
+its :class:`~attnzoo.layers.kv_cache.KVCache` there holds (a window's keeps its w latest), to which it appends
+their keys and values (``g`` heads, rotated, not repeated).
 """
 
 from __future__ import annotations
@@ -107,9 +108,10 @@ class RotaryDecoder(Node):
     ``"mean"`` or ``"zeros"``, :func:`~attnzoo.layers.attend.keras_attention`), ``feedforward_dropout``
     (Phi-3's); ``intermediate_dim`` 0 builds no SwiGLU (the node computes its own :meth:`_feed_forward`). A
     node that builds its own layers (Gemma's) sets ``heads``, ``groups``, ``head_dim``, ``wavelength``, ``query``,
-    ``key`` and ``value`` itself, calls :meth:`_start_cache` and attends through :meth:`_attention`."""
+    ``key`` and ``value`` itself and attends through :meth:`_attention`."""
 
     supports_masking = True
+    decodes = True
     window: int | None = None  # a sliding window w: a query reads the w latest tokens, its own included
     # keras-hub's rotary scaling: every frequency divided by it (scaling_factor), or d / 2 divisors, one per
     # frequency (Llama 3.1's adjustment, :func:`llama3_divisors`)
@@ -148,42 +150,29 @@ class RotaryDecoder(Node):
             self.gate = nn.Linear(hidden, intermediate_dim, bias=False)
             self.up = nn.Linear(hidden, intermediate_dim, bias=False)
             self.down = nn.Linear(intermediate_dim, hidden, bias=False)
-        self._start_cache()
 
-    def _start_cache(self) -> None:
-        """No cache yet: the state a node has until it decodes (a node class building its own layers calls it)."""
-        self._step: Any = None
-        self._cache: KVCache | None = None
-
-    # -- cached decoding (attnzoo.keras.decoding's protocol) ------------------------------------------------
-    def start_decoding(self, step: Any) -> None:
-        self._step, self._cache = step, KVCache(step.batch_size, limit=self.window)
-
-    def stop_decoding(self) -> None:
-        self._step = self._cache = None
-
-    def _start(self) -> int:
-        """The position of the call's first token: 0, or while decoding the tokens the cache holds."""
-        return 0 if self._step is None else int(self._step.start)
-
-    def _cached(self, key: Tensor, value: Tensor, padding: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The cache's whole part in a call: while decoding, the call's keys and values [B, g, t, d] join the
-        ones held and all of them are attended (the calls carry no padding then); otherwise the call's own,
-        masked by its ``padding``. -> (keys, values, padding of the keys)."""
-        if self._cache is None:
+    def _cached(
+        self, kv: KVCache | None, key: Tensor, value: Tensor, padding: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The cache's whole part in a call: while decoding (``kv``: this layer's cache), the call's keys and
+        values [B, g, t, d] join the ones held and all of them are attended (the calls carry no padding then);
+        otherwise the call's own, masked by its ``padding``. -> (keys, values, padding of the keys)."""
+        if kv is None:
             return key, value, padding
-        key, value, _ = self._cache.append(key, value)
-        self._cache.trim()  # a window keeps its w latest entries; the views returned stay whole
+        key, value, _ = kv.append(key, value)
+        kv.trim()  # a window keeps its w latest entries; the views returned stay whole
         return key, value, None
 
     def _positioned(
-        self, query: Tensor, key: Tensor, value: Tensor, padding: Tensor | None
+        self, kv: KVCache | None, query: Tensor, key: Tensor, value: Tensor, padding: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """RoPE at the call's positions, then the cache: -> the queries, and the keys, values and their
-        padding over every position the queries attend to (a subclass with another rotation overrides it)."""
-        start, divisor = self._start(), None if self.scaling == 1.0 else self.scaling  # a tuple is never 1.0
+        """RoPE at the call's positions (after the ``kv.length`` tokens cached), then the cache: -> the queries,
+        and the keys, values and their padding over every position the queries attend to (a subclass with
+        another rotation overrides it)."""
+        start = 0 if kv is None else kv.length
+        divisor = None if self.scaling == 1.0 else self.scaling  # a tuple is never 1.0
         query, key = (rotate(t, start, self.wavelength, divisor=divisor) for t in (query, key))
-        return (query, *self._cached(key, value, padding))
+        return (query, *self._cached(kv, key, value, padding))
 
     def _heads(self, x: Tensor, layer: nn.Linear, heads: int, norm: nn.Module | None = None) -> Tensor:
         b, t, _ = x.shape
@@ -194,6 +183,7 @@ class RotaryDecoder(Node):
         self,
         x: Tensor,
         padding: Tensor | None,
+        kv: KVCache | None,
         *,
         scale: float,
         soft_cap: float | None = None,
@@ -204,12 +194,13 @@ class RotaryDecoder(Node):
         """x [B, T, D] -> the heads' attention [B, T, heads · head_dim], before the output projection: queries
         and keys (each head normalised by ``norms``, q/k norms, where given) rotated at their positions, then
         attended causally, within the window, over the keys ``padding`` [B, T] keeps (while decoding, over the
-        cache), by :func:`~attnzoo.layers.attend.keras_attention` (``soft_cap``, ``empty``, ``dropout`` on the
+        cache ``kv``), by :func:`~attnzoo.layers.attend.keras_attention` (``soft_cap``, ``empty``, ``dropout`` on the
         weights)."""
         b, t, _ = x.shape
         first, second = norms or (None, None)
         query, key = self._heads(x, self.query, self.heads, first), self._heads(x, self.key, self.groups, second)
-        query, key, value, padding = self._positioned(query, key, self._heads(x, self.value, self.groups), padding)
+        value = self._heads(x, self.value, self.groups)
+        query, key, value, padding = self._positioned(kv, query, key, value, padding)
         # the call's queries are the last t of the keys; one query reads them all (a decoding step, its window
         # holding every key): no mask to build
         keys = key.shape[-2]
@@ -218,9 +209,9 @@ class RotaryDecoder(Node):
         out = keras_attention(query, key, value, allowed, scale=scale, soft_cap=soft_cap, empty=empty, dropout=dropout)
         return out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim)
 
-    def _attend(self, x: Tensor, padding: Tensor | None) -> Tensor:
+    def _attend(self, x: Tensor, padding: Tensor | None, kv: KVCache | None) -> Tensor:
         norms = (self.query_norm, self.key_norm)
-        out = self._attention(x, padding, scale=self.head_dim**-0.5, empty=self.empty, norms=norms)
+        out = self._attention(x, padding, kv, scale=self.head_dim**-0.5, empty=self.empty, norms=norms)
         return self.output_dense(self._dropped(out, self.dropout))
 
     def _dropped(self, x: Tensor, rate: float) -> Tensor:
@@ -237,7 +228,8 @@ class RotaryDecoder(Node):
         padding = kwargs.get("decoder_padding_mask")
         if kwargs.get("decoder_attention_mask") is not None:
             raise ValueError("is called with decoder_attention_mask, which attnzoo's rotary decoders do not take")
-        h = x + self._dropped(self._attend(self.attention_norm(x), padding), self.dropout)
+        kv = self.keys_values(kwargs, x.shape[0], self.window)  # decoding: this layer's keys and values
+        h = x + self._dropped(self._attend(self.attention_norm(x), padding, kv), self.dropout)
         y = self._feed_forward(self.feedforward_norm(h))
         return [h + self._dropped(y, self.feedforward_dropout)], [own]
 

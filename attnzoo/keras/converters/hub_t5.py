@@ -43,13 +43,11 @@ from attnzoo.keras.activations import activation
 from attnzoo.keras.arguments import activation_of, as_tensor, expect_variables
 from attnzoo.keras.converters.hub_llama import convert_rms_norm
 from attnzoo.keras.converters.hub_rotary import rms
-from attnzoo.keras.decoding import DecodingStep
 from attnzoo.keras.hub_families import keras_hub_model
 from attnzoo.keras.hub_graph import SEQ2SEQ_INPUTS, HubGraph, Ref, number, positive, tensor
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
-from attnzoo.layers.kv_cache import KVCache
 
 __all__ = ["t5_graph", "HubT5Layer", "relative_buckets", "T5"]
 
@@ -100,6 +98,7 @@ class HubT5Layer(Node):
     output [B, S, D]) -> (x [B, T, D], position bias [B or 1, heads, T, T])."""
 
     op = "keras_hub_t5_layer"
+    decodes = True
 
     def __init__(
         self,
@@ -127,15 +126,6 @@ class HubT5Layer(Node):
         self.input_projector = nn.Linear(hidden, intermediate_dim, bias=False)
         self.gate_projector = nn.Linear(hidden, intermediate_dim, bias=False) if gated else None
         self.output_projector = nn.Linear(intermediate_dim, hidden, bias=False)
-        self._step: DecodingStep | None = None
-        self._cache: KVCache | None = None  # while decoding: the self-attention's keys and values
-        self._context: tuple[Tensor, Tensor] | None = None  # and the encoder's
-
-    def start_decoding(self, step: DecodingStep) -> None:
-        self._step, self._cache, self._context = step, KVCache(step.batch_size), None
-
-    def stop_decoding(self) -> None:
-        self._step = self._cache = self._context = None
 
     def _bias(self, t: int, s: int, start: int, device: torch.device) -> Tensor:
         if self.relative_attention_bias is None:
@@ -159,8 +149,11 @@ class HubT5Layer(Node):
 
     def forward(self, args, kwargs, masks):
         x = args[0]
-        decoding = self._cache is not None
-        held = len(self._cache) if self._cache is not None else 0
+        # decoding (attnzoo.keras.decoding): a decoder layer's keys and values in the model's DecodingCache;
+        # an encoder layer computes its whole sequence once
+        cache = kwargs.get("cache") if self.is_decoder else None
+        kv = None if cache is None else cache.keys_values(self, x.shape[0])
+        decoding, held = kv is not None, 0 if kv is None else len(kv)
         bias = kwargs.get("position_bias")
         if bias is None:
             padding = None if decoding else kwargs.get("attention_mask")
@@ -170,28 +163,30 @@ class HubT5Layer(Node):
             self.self_attention.split(h, self.self_attention.key),
             self.self_attention.split(h, self.self_attention.value),
         )
-        if self._cache is not None:
-            keys, values, _ = self._cache.append(keys, values)
+        if kv is not None:
+            keys, values, _ = kv.append(keys, values)
         x = x + self.self_attention.attend(h, keys, values, bias)
         if self.is_decoder:
-            x = x + self._cross(x, kwargs.get("encoder_hidden_states"), kwargs.get("encoder_attention_mask"))
+            encoder, padding = kwargs.get("encoder_hidden_states"), kwargs.get("encoder_attention_mask")
+            x = x + self._cross(x, encoder, padding, cache)
         h = rms(x, self.feedforward_norm, self.epsilon)
         inner = activation(self.activation)(self.input_projector(h))
         if self.gate_projector is not None:
             inner = inner * self.gate_projector(h)
         return [x + self.output_projector(inner), bias], [None, None]
 
-    def _cross(self, x: Tensor, encoder: Any, padding: Any) -> Tensor:
+    def _cross(self, x: Tensor, encoder: Any, padding: Any, cache: Any) -> Tensor:
+        """The cross-attention over the encoder's output; while decoding (``cache``, the model's
+        DecodingCache) its keys and values are computed on the first call and kept there."""
         if not isinstance(encoder, Tensor):
             raise ValueError("a T5 decoder layer takes the encoder's output as encoder_hidden_states")
         h = rms(x, self.cross_attention_norm, self.epsilon)
         attention = self.cross_attention
-        if self._context is None:
-            context = (attention.split(encoder, attention.key), attention.split(encoder, attention.value))
-            if self._cache is not None:
-                self._context = context
-        else:
-            context = self._context
+
+        def projected() -> tuple[Tensor, Tensor]:
+            return attention.split(encoder, attention.key), attention.split(encoder, attention.value)
+
+        context = projected() if cache is None else cache.held(self, "context", projected)
         bias = torch.zeros(1, attention.heads, x.shape[1], encoder.shape[1], device=x.device)
         if padding is not None:
             bias = bias + (1.0 - _keys(padding)[:, None].to(bias.dtype)) * _NEGATIVE

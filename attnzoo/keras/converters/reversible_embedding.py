@@ -23,7 +23,7 @@ from attnzoo.keras.converters.core import write_embedding
 from attnzoo.keras.emit import Writer
 from attnzoo.keras.nodes import Node, writes
 from attnzoo.keras.registry import Converted, Refused, keras_layer
-from attnzoo.layers.core import check_tokens
+from attnzoo.layers.core import check_tokens, soft_capped
 
 __all__ = ["ReversibleEmbedding"]
 
@@ -56,7 +56,7 @@ class ReversibleEmbedding(Node):
         kernel = self.weight.t() if self.reverse_weight is None else self.reverse_weight
         logits = torch.matmul(x, kernel.to(x.dtype))
         if self.logit_soft_cap is not None:
-            logits = torch.tanh(logits / self.logit_soft_cap) * self.logit_soft_cap
+            logits = soft_capped(logits, self.logit_soft_cap)
         return [logits], [None]
 
 

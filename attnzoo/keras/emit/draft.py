@@ -56,6 +56,8 @@ class Draft:
     unsure: set[str] = field(default_factory=set)  # the mask variables a node call sets (None where it gives none)
     owners: list[str] = field(default_factory=list)  # for each line of ``body``, the call id it was written for
     nodes_only: set[str] = field(default_factory=set)  # the layers whose every call is a node call (emitter's)
+    decodes: bool = False  # forward takes the decoding cache (``cache``) and passes it to the nodes that decode
+    encoder: set[str] = field(default_factory=set)  # the calls given no cache: an encoder's, the same every step
 
     def expression(self, value: Any) -> str:
         """Graph data as a Python expression: ``{"ref": [call, i]}`` becomes that output's variable."""

@@ -13,9 +13,9 @@ from attnzoo.keras.codegen import check_source, literal
 from attnzoo.keras.emit.draft import PLAIN_NAME, Draft
 from attnzoo.keras.emit.freeing import freed, names_in, without_unread
 from attnzoo.keras.emit.module import class_name_of, module_lines
-from attnzoo.keras.emit.node_call import UNKNOWN, keras_of, node_call, rule_mask
+from attnzoo.keras.emit.node_call import DECODING_CACHE, UNKNOWN, keras_of, node_call, rule_mask
 from attnzoo.keras.emit.writer import Writer
-from attnzoo.keras.inputs import input_names
+from attnzoo.keras.inputs import encoder_calls, input_names
 from attnzoo.keras.masks import CallMasks, refs_in
 from attnzoo.keras.nodes import NODES
 
@@ -32,6 +32,7 @@ class Emitted:
     class_name: str
     outputs: dict[str, list[str]]
     line_calls: dict[int, str]
+    decodes: bool = False  # forward takes ``cache=`` (a DecodingCache, attnzoo.keras.decoding)
 
 
 def to_source(model: Any, class_name: str | None = None) -> str:
@@ -48,8 +49,12 @@ def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | N
     A shared layer is declared once: where its torch form wrote some of its calls and the node the others
     (a tied embedding's lookup and its ``reverse=True`` call), it is written again with every call a node call."""
     nodes_only: set[str] = set()
+    decodes = any(NODES[spec["op"]].decodes for spec in graph["layers"].values())
     while True:
         e = Draft(counts=_needed_outputs(graph), nodes_only=set(nodes_only), read=_read_outputs(graph))
+        e.decodes, e.encoder = decodes, encoder_calls(graph)
+        if decodes:  # forward's keyword for the decoding cache: no input or variable may take the name
+            e.used.add(DECODING_CACHE)
         inputs = []
         for spec, keras_name in zip(graph["inputs"], input_names(graph), strict=True):
             name = e.name(keras_name, keras_name)  # forward's parameter: the name a caller passes it by
@@ -80,7 +85,7 @@ def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | N
             number += 1
     written = {n for line in e.body for n, _, _ in names_in(line)} | set(results) | set(inputs)
     outputs = {call: [v if v in written else "_" for v in names] for call, names in e.values.items()}
-    return Emitted(source, name, outputs, line_calls)
+    return Emitted(source, name, outputs, line_calls, decodes)
 
 
 def _declaration(key: str) -> str:

@@ -13,6 +13,7 @@ from attnzoo.keras.code_lines import WIDTH, layout, source_segment
 from attnzoo.keras.codegen import identifier, literal, usable
 from attnzoo.keras.emit.draft import Draft
 from attnzoo.keras.emit.freeing import names_in
+from attnzoo.keras.emit.node_call import DECODING_CACHE
 
 __all__ = ["module_lines", "class_name_of", "laid_out"]
 
@@ -86,6 +87,7 @@ def module_lines(
     if output_structure is not None:  # Keras's dict of outputs, or nested lists (as tuples)
         returns = _nested(output_structure, results)
         annotation = "dict[str, torch.Tensor]" if isinstance(output_structure, dict) else "tuple"
+    cache = _cache_parameter(e)  # (before the imports are written: it imports DecodingCache)
     head = [
         f'"""{name}: a Keras model converted by attnzoo {__version__}.',
         "",
@@ -99,6 +101,7 @@ def module_lines(
         "KERAS_NAMES maps each name made up here (the class, the inputs, the layers' outputs) that is not the",
         "Keras file's own to the name it has there, and KERAS_VERSION is the Keras version the file says it",
         "was saved with.",
+        *(_CACHE_TEXT if e.decodes else []),
         '"""',
         "",
         *_imports(e, names),
@@ -113,10 +116,25 @@ def module_lines(
         "        self.layers = nn.ModuleDict()",
         *laid_out(e.init),
         "",
-        *_signature([f"{i}: torch.Tensor" for i in inputs], annotation),
+        *_signature([f"{i}: torch.Tensor" for i in inputs] + cache, annotation),
         *(["        layers = self.layers"] if names["layers"] else []),
     ]
     return [*head, *laid_out(e.body), *layout(f"return {returns}", "        "), ""], len(head)
+
+
+_CACHE_TEXT = [
+    "",
+    "Decoding token by token (transformers' past_key_values): ``cache = DecodingCache(batch)``, passed as",
+    "``cache=cache`` to every call; each call's tokens are the positions after the ones before it.",
+]
+
+
+def _cache_parameter(e: Draft) -> list[str]:
+    """forward's keyword-only decoding cache, where a node decodes (:mod:`attnzoo.keras.decoding`)."""
+    if not e.decodes:
+        return []
+    e.uses("attnzoo.layers.kv_cache", "DecodingCache")
+    return ["*", f"{DECODING_CACHE}: DecodingCache | None = None"]
 
 
 def laid_out(statements: list[str]) -> list[str]:

@@ -9,19 +9,32 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from attnzoo.errors import ConfigError
 from attnzoo.keras.code_lines import WIDTH
 from attnzoo.keras.codegen import identifier, literal
 from attnzoo.keras.emit.draft import PLAIN_NAME, Draft, is_ref, layer_reference, plain_keyword
 from attnzoo.keras.masks import CallMasks, first_masks, kwargs_for_node
 from attnzoo.keras.nodes import NODES, Node
 
-__all__ = ["node_call", "rule_mask", "keras_of", "constructor_arguments", "UNKNOWN", "KERAS_CALL_OWN"]
+__all__ = [
+    "node_call",
+    "rule_mask",
+    "keras_of",
+    "constructor_arguments",
+    "UNKNOWN",
+    "KERAS_CALL_OWN",
+    "DECODING_CACHE",
+]
 
 # Node.keras_call's own parameters: a call with a Keras keyword argument of one of these names is written
 # with the node protocol
 KERAS_CALL_OWN = frozenset({"input_mask", "outputs"})
 
 UNKNOWN = object()  # a node's output mask that only running it tells
+
+# forward's keyword argument for the decoding cache (a model with nodes that decode), and the keyword each such
+# node call is given it by: ``layers.x.keras_call(h, ..., cache=cache)``
+DECODING_CACHE = "cache"
 
 
 class _Code(str):
@@ -57,6 +70,13 @@ def node_call(d: Draft, key: str, spec: dict[str, Any], call: dict[str, Any], pl
     some = any(m is not None for m in keyword_masks.values())
     node_kwargs = kwargs_for_node(plan, given, masks_text if some else {})
     cls = NODES[spec["op"]]
+    if d.decodes and (cls.decodes or cls.reads_positions) and call["id"] not in d.encoder:
+        if DECODING_CACHE in node_kwargs:
+            raise ConfigError(
+                f"layer {keras_of(spec).get('name', key)!r} is called with a keyword argument "
+                f"{DECODING_CACHE!r}, the name attnzoo passes its decoding cache by; rename that argument"
+            )
+        node_kwargs[DECODING_CACHE] = _Code(DECODING_CACHE)
     d.uses(cls.__module__, cls.__name__)
     declaration = f"self.layers[{literal(key)}] = {cls.__name__}({constructor_arguments(d, cls, spec)})"
     if declaration not in d.init:  # a shared layer, called more than once, is declared once

@@ -1,0 +1,168 @@
+"""The KV cache is passed explicitly, as transformers passes ``past_key_values``: a converted keras-hub LM's
+emitted ``forward`` takes ``cache=`` (a :class:`~attnzoo.layers.kv_cache.DecodingCache`) and hands it to the
+layers that decode; no layer holds a cache of its own.
+
+The reference is the model itself called without a cache on the whole sequence so far (a causal model's
+logits at a position depend only on the tokens up to it): a prompt, then one token at a time on the cache,
+must give the uncached logits at every position, for every kind of layer that decodes (rotary with a
+sliding window, ALiBi, partial rotary, learned positions with Keras's MultiHeadAttention, T5's relative bias
+with cross-attention)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from attnzoo.keras import convert_keras_model
+from attnzoo.keras.converters.hub_gemma import HubGemmaDecoder
+from attnzoo.layers.kv_cache import DecodingCache, KVCache
+
+from .conftest import ROOT
+
+LM = ROOT / "tests" / "data" / "keras_hub_lm"
+CAUSAL = {
+    "gemma3": LM / "gemma3" / "causal_lm.keras",  # rotary, local layers of window 4 and a global one
+    "bloom": LM / "bloom" / "causal_lm_preset",  # ALiBi
+    "gpt_neox": LM / "gpt_neox" / "causal_lm.keras",  # partial rotary, parallel residual
+    "phi3": LM / "phi3" / "causal_lm.keras",  # rotated after the cache
+    "gpt2": ROOT / "tests" / "data" / "keras_hub_models" / "gpt2_causal_lm.keras",  # positions, keras_mha
+}
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: convert_keras_model(path).eval() for name, path in CAUSAL.items()}
+
+
+def tokens(model, batch: int = 2, length: int = 9, seed: int = 0) -> torch.Tensor:
+    vocabulary = model.graph["keras_hub_config"]["vocabulary_size"]
+    return torch.randint(1, vocabulary, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def logits(model, ids: torch.Tensor, cache=None) -> torch.Tensor:
+    with torch.no_grad():
+        return model(token_ids=ids, padding_mask=torch.ones_like(ids), cache=cache)
+
+
+@pytest.mark.parametrize("name", list(CAUSAL))
+def test_a_prompt_then_one_token_at_a_time_on_the_cache_gives_the_uncached_logits(models, name):
+    model = models[name]
+    ids = tokens(model)
+    whole = logits(model, ids)  # the reference: no cache, every position at once
+    cache = DecodingCache(batch_size=2)
+    steps = [logits(model, ids[:, :5], cache)] + [logits(model, ids[:, i : i + 1], cache) for i in range(5, 9)]
+    scale = float(whole.abs().max())
+    np.testing.assert_allclose(torch.cat(steps, dim=1).numpy(), whole.numpy(), atol=2e-6 * scale, rtol=0)
+
+
+def test_no_layer_holds_a_cache_of_its_own_after_decoding(models):
+    """The caches live in the DecodingCache generate made, not on the modules: after decoding none of the
+    model's modules refers to a KVCache or a DecodingCache."""
+    model = models["gemma3"]
+    model.generate(tokens(model, length=4), 6)
+    held = [
+        (name, key)
+        for name, module in model.named_modules()
+        for key, value in vars(module).items()
+        if isinstance(value, (KVCache, DecodingCache))
+    ]
+    assert held == []
+
+
+def test_the_cache_holds_each_layer_s_keys_and_a_window_only_its_latest(models):
+    model, ids = models["gemma3"], tokens(models["gemma3"], length=5)
+    cache = DecodingCache(2)
+    logits(model, ids, cache)
+    logits(model, ids[:, :1], cache)
+    blocks = [layer for layer in model.modules() if isinstance(layer, HubGemmaDecoder)]
+    held = [cache.keys_values(block, 2) for block in blocks]
+    assert [len(kv) for kv in held] == [4, 4, 4, 4, 4, 6]  # five local layers of window 4, one global
+    assert [kv.length for kv in held] == [6] * 6
+
+
+def test_the_emitted_forward_takes_the_cache_and_the_printed_module_decodes_with_it(models):
+    """The printed source is the model: run as its own module with the converted weights, it decodes on a
+    DecodingCache to the same logits."""
+    model = models["gpt2"]
+    assert "        cache: DecodingCache | None = None,\n" in model.code
+    assert "cache=cache" in model.code
+    namespace: dict = {}
+    exec(compile(model.code, "<printed>", "exec"), namespace)  # noqa: S102 - the module attnzoo printed
+    printed = namespace[model.emitted.class_name]()
+    printed.load_state_dict(model.state_dict())
+    printed.eval()
+    ids = tokens(model)
+    cache = DecodingCache(2)
+    with torch.no_grad():
+        first = printed(torch.ones_like(ids[:, :6]), ids[:, :6], cache=cache)
+        second = printed(torch.ones_like(ids[:, 6:7]), ids[:, 6:7], cache=cache)
+    whole = logits(model, ids[:, :7])
+    np.testing.assert_allclose(torch.cat([first, second], 1).numpy(), whole.numpy(), atol=1e-5, rtol=0)
+
+
+def test_a_model_without_layers_that_decode_takes_no_cache():
+    model = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_lm" / "bert" / "classifier.keras").eval()
+    assert "cache" not in model.code
+    ids = torch.ones(1, 4, dtype=torch.int32)
+    inputs = {"token_ids": ids, "padding_mask": ids, "segment_ids": ids * 0}
+    with pytest.raises(ValueError, match="no layer of this model decodes"):
+        model(inputs, cache=DecodingCache(1))
+
+
+def test_a_wrong_cache_is_refused_by_name(models):
+    model = models["bloom"]
+    ids = tokens(model)
+    with pytest.raises(ValueError, match="expects cache as a DecodingCache"):
+        logits(model, ids, cache={})
+    with pytest.raises(ValueError, match="made for batch size 3, got a call of batch 2"):
+        logits(model, ids, cache=DecodingCache(3))
+    with pytest.raises(ValueError, match="batch_size as a positive int"):
+        DecodingCache(0)
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_an_encoder_decoder_lm_decodes_on_the_cache_as_it_computes_without(tmp_path, family):
+    """The decoder's self-attention caches its keys, its cross-attention the encoder's, the encoder layers
+    (T5's share the decoder's class) compute their whole padded sequence."""
+    folder = tmp_path / family
+    shutil.copytree(ROOT / "tests" / "data" / "keras_hub_seq2seq" / family / "preset", folder)
+    model = convert_keras_model(folder).eval()
+    want = dict(np.load(ROOT / "tests" / "data" / "keras_hub_seq2seq" / family / "expected.npz"))
+    encoder = {
+        "encoder_token_ids": torch.from_numpy(want["right/encoder_token_ids"]),
+        "encoder_padding_mask": torch.from_numpy(want["right/encoder_padding_mask"]),
+    }
+    assert (encoder["encoder_padding_mask"] == 0).any()
+    ids = torch.from_numpy(want["right/decoder_token_ids"])[:, :6]
+
+    def call(decoder, cache=None):
+        given = {**encoder, "decoder_token_ids": decoder, "decoder_padding_mask": torch.ones_like(decoder)}
+        with torch.no_grad():
+            return model(given, cache=cache)
+
+    whole = call(ids)
+    cache = DecodingCache(ids.shape[0])
+    steps = [call(ids[:, :3], cache)] + [call(ids[:, i : i + 1], cache) for i in range(3, 6)]
+    scale = float(whole.abs().max())
+    np.testing.assert_allclose(torch.cat(steps, dim=1).numpy(), whole.numpy(), atol=2e-6 * scale, rtol=0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("h5py") is None, reason="needs h5py")
+def test_the_source_checker_refuses_any_other_keyword_only_argument(models):
+    from attnzoo.errors import ConfigError
+    from attnzoo.keras.codegen import check_source
+
+    code = models["gpt2"].code
+    check_source(code)
+    for changed in (
+        code.replace("cache: DecodingCache | None = None", "cache: DecodingCache | None = print"),
+        code.replace("cache: DecodingCache | None = None", "hook: DecodingCache | None = None"),
+        code.replace("cache: DecodingCache | None = None", "cache: DecodingCache | None = None, other=None"),
+    ):
+        assert changed != code
+        with pytest.raises(ConfigError, match="more than plain arguments"):
+            check_source(changed)
