@@ -166,3 +166,15 @@ def test_the_source_checker_refuses_any_other_keyword_only_argument(models):
         assert changed != code
         with pytest.raises(ConfigError, match="more than plain arguments"):
             check_source(changed)
+
+
+def test_a_padded_call_with_the_cache_is_refused_naming_the_mask(models):
+    """The layers given a cache read no padding: a padded prompt there would be silently attended to."""
+    model = models["gpt2"]
+    ids = tokens(model)
+    mask = torch.ones_like(ids)
+    mask[1, -2:] = 0
+    with pytest.raises(ValueError, match="'padding_mask' holds padding .* given cache="), torch.no_grad():
+        model(token_ids=ids, padding_mask=mask, cache=DecodingCache(2))
+    with torch.no_grad():  # without the cache the padding is the model's to read
+        model(token_ids=ids, padding_mask=mask)

@@ -47,7 +47,8 @@ from torch import Tensor, nn
 
 from attnzoo.errors import ConfigError
 from attnzoo.keras.hub_families import hub_models
-from attnzoo.keras.inputs import DECODER_INPUTS, ENCODER_INPUTS, check_values, encoder_calls, input_names, value_rules
+from attnzoo.keras.hub_graph import DECODER_INPUTS, ENCODER_INPUTS
+from attnzoo.keras.inputs import check_values, encoder_calls, input_names, value_rules
 from attnzoo.layers.kv_cache import DecodingCache
 
 __all__ = ["causal_lms", "generate"]

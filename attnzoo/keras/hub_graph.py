@@ -45,6 +45,8 @@ __all__ = [
     "classifier_head",
     "causal_lm_graph",
     "SEQ2SEQ_INPUTS",
+    "ENCODER_INPUTS",
+    "DECODER_INPUTS",
     "backbone_record",
     "token_and_position_embedding",
     "token_and_position_encoder",
@@ -267,8 +269,11 @@ def classifier_head(g: HubGraph, x: str, config: dict[str, Any], where: str, dro
 # what a family's causal LM computes after its logits: head(graph, logits, backbone_config) -> the output
 Head = Callable[[HubGraph, Tensor, dict[str, Any]], Tensor]
 _LM_INPUTS = ("padding_mask", "token_ids")
-# an encoder-decoder backbone's inputs (BART's, T5's), as keras-hub names them
-SEQ2SEQ_INPUTS = ("encoder_token_ids", "encoder_padding_mask", "decoder_token_ids", "decoder_padding_mask")
+# an encoder-decoder backbone's inputs (BART's, T5's), as keras-hub names them: through a decoding the
+# encoder's stay the same while the decoder's tokens grow
+ENCODER_INPUTS = ("encoder_token_ids", "encoder_padding_mask")
+DECODER_INPUTS = ("decoder_token_ids", "decoder_padding_mask")
+SEQ2SEQ_INPUTS = ENCODER_INPUTS + DECODER_INPUTS
 
 
 def _with_head(

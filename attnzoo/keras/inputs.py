@@ -34,9 +34,10 @@ import torch
 from torch import Tensor
 
 from attnzoo.errors import close_matches
+from attnzoo.keras.hub_graph import DECODER_INPUTS, ENCODER_INPUTS
 from attnzoo.keras.nodes import INTEGER_DTYPES
 
-__all__ = ["ValueRule", "input_names", "value_rules", "bind", "by_name", "check_values", "tracing"]
+__all__ = ["ValueRule", "input_names", "value_rules", "bind", "by_name", "check_values", "tracing", "encoder_calls"]
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,6 @@ def input_names(graph: Mapping[str, Any]) -> list[str]:
             if isinstance(leaf, int) and 0 <= leaf < len(names):
                 names[leaf] = str(key)
     return names
-
-
-# keras-hub's encoder-decoder LMs (its Seq2SeqLM tasks: BART, T5) take these by name: through a decoding the
-# encoder's stay the same while the decoder's tokens grow
-ENCODER_INPUTS = ("encoder_token_ids", "encoder_padding_mask")
-DECODER_INPUTS = ("decoder_token_ids", "decoder_padding_mask")
 
 
 def encoder_calls(graph: Mapping[str, Any]) -> set[str]:
@@ -260,10 +255,19 @@ def _readable(x: Any) -> bool:
     return type(x) is Tensor and not x.is_meta
 
 
-def check_values(inputs: Sequence[Any], rules: Sequence[ValueRule | None], names: list[str], positional: int) -> None:
+def check_values(
+    inputs: Sequence[Any],
+    rules: Sequence[ValueRule | None],
+    names: list[str],
+    positional: int,
+    *,
+    decoding: bool = False,
+) -> None:
     """Refuse, naming it, an input whose values break its :class:`ValueRule` (``inputs`` checked tensors in the
-    graph's order; ``positional``: how many the caller gave by position, whose order a message then shows).
-    One ``aminmax`` per checked input and one read of them all; nothing under :func:`tracing`."""
+    graph's order; ``positional``: how many the caller gave by position, whose order a message then shows);
+    while ``decoding`` (a call given a decoding cache, whose layers read no padding), a padding mask with a 0
+    (an encoder's aside). One ``aminmax`` per checked input and one read of them all; nothing under
+    :func:`tracing`."""
     if tracing():
         return
     checked = [
@@ -276,6 +280,13 @@ def check_values(inputs: Sequence[Any], rules: Sequence[ValueRule | None], names
     # one aminmax an input, one stack (it promotes int32 and int64 alike) and one read of them all
     bounds = torch.stack([bound for _, x, _ in checked for bound in torch.aminmax(x)]).tolist()
     for (name, _, rule), low, high in zip(checked, bounds[0::2], bounds[1::2], strict=True):
+        if decoding and rule.kind == "padding mask" and low == 0 and name not in ENCODER_INPUTS:
+            raise ValueError(
+                f"keras_model: input {name!r} holds padding (a 0), but a call given cache= computes every token "
+                f"it is given, after the ones cached: its layers read no padding. Give each call real tokens only "
+                f"(generate pads prompts on the right and decodes from the shortest one's end), or call without "
+                f"cache"
+            )
         if low >= 0 and high < rule.high:
             continue
         if rule.kind == "padding mask":

@@ -274,15 +274,17 @@ class KerasModel(CarriesTokenizer, nn.Module):
         layers decode: a converted keras-hub causal or encoder-decoder LM, :mod:`attnzoo.keras.decoding`)."""
         port = self._port
         cache = named.pop("cache", None) if "cache" not in self._by_name[0] else None
-        return self.call_checked(self._arguments(inputs, named), port.forward, port.filename, cache=cache)
+        arguments = self._arguments(inputs, named, decoding=cache is not None)
+        return self.call_checked(arguments, port.forward, port.filename, cache=cache)
 
-    def _arguments(self, inputs: tuple[Any, ...], named: dict[str, Any]) -> list[Any]:
+    def _arguments(self, inputs: tuple[Any, ...], named: dict[str, Any], decoding: bool = False) -> list[Any]:
         """The emitted ``forward``'s arguments, one per input in Keras's flat order: the call's inputs bound
-        by name (:func:`~attnzoo.keras.inputs.bind`), checked, and their values checked."""
+        by name (:func:`~attnzoo.keras.inputs.bind`), checked, and their values checked (``decoding``: for a
+        call given a decoding cache, which takes no padding)."""
         names, rules = self._by_name
         checked = self._check_inputs(bind(names, self.input_structure, inputs, named))
-        if self.checks_values:
-            check_values(checked, rules, names, len(inputs))  # (one dict is one: no order to show)
+        if self.checks_values:  # (one dict is one: no order to show)
+            check_values(checked, rules, names, len(inputs), decoding=decoding)
         return checked
 
     def _run(self, function: Any, filename: str, inputs: tuple[Any, ...], named: dict[str, Any]) -> Any:

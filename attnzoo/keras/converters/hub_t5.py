@@ -48,6 +48,7 @@ from attnzoo.keras.hub_graph import SEQ2SEQ_INPUTS, HubGraph, Ref, number, posit
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
+from attnzoo.layers.attend import keras_attention
 
 __all__ = ["t5_graph", "HubT5Layer", "relative_buckets", "T5"]
 
@@ -87,10 +88,11 @@ class _Attention(nn.Module):
         return part(x).view(x.shape[0], x.shape[1], self.heads, self.head_dim).transpose(1, 2)
 
     def attend(self, x: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
-        scores = torch.matmul(self.split(x, self.query), keys.transpose(-2, -1)) + bias.to(x.dtype)
-        weights = torch.softmax(scores.float(), dim=-1).to(x.dtype)
-        out = torch.matmul(weights, values).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
-        return self.output(out)
+        """``softmax(q kᵀ + bias) v`` through the output projection: T5 scales no score, and its masks are in
+        ``bias`` (the position bias with -1e9 at the keys a query may not read)."""
+        query = self.split(x, self.query)
+        out = keras_attention(query, keys, values, None, scale=1.0, bias=bias.to(x.dtype))
+        return self.output(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
 
 
 class HubT5Layer(Node):

@@ -38,6 +38,7 @@ from attnzoo.keras.hub_graph import HubGraph, positive, tensor
 from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
+from attnzoo.layers.attend import keras_attention
 
 __all__ = [
     "HubViTEmbedding",
@@ -117,7 +118,8 @@ class ViTBlock(nn.Module):
         q, k, v = (
             layer(y).reshape(b, n, self.heads, -1).transpose(1, 2) for layer in (self.query, self.key, self.value)
         )
-        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=attention_dropout if self.training else 0.0)
+        rate = attention_dropout if self.training else 0.0
+        attended = keras_attention(q, k, v, None, scale=q.shape[-1] ** -0.5, dropout=rate)
         return self.output(attended.transpose(1, 2).reshape(b, n, d))
 
     def forward(self, x: Tensor, dropout: float, attention_dropout: float) -> Tensor:
