@@ -21,8 +21,8 @@ positions after the ones it cached, appends their keys and values and attends ca
 without it, it computes the whole sequence. Nodes that compute each position alone (Dense, LayerNorm,
 Embedding, a ReversibleEmbedding's reverse call) take no cache. The calls :func:`generate` makes with the
 cache have no padding (see below), so a layer given one may ignore the padding mask it is given. A node that
-gives positions from a table of its own may define ``position_limit() -> int | None`` (how many positions
-it encodes), which :func:`generate` reads to refuse too long a sequence before decoding.
+gives positions from a table of its own says how many in :meth:`~attnzoo.keras.nodes.Node.position_limit`,
+which :func:`generate` reads to refuse too long a sequence before decoding.
 
 An encoder-decoder LM's encoder inputs are the same at every call: the layers that compute from them alone,
 once per call (:func:`~attnzoo.keras.inputs.encoder_calls`, read off the graph), are given no cache (they
@@ -49,6 +49,7 @@ from attnzoo.errors import ConfigError
 from attnzoo.keras.hub_families import hub_models
 from attnzoo.keras.hub_graph import DECODER_INPUTS, ENCODER_INPUTS
 from attnzoo.keras.inputs import check_values, encoder_calls, input_names, value_rules
+from attnzoo.keras.nodes import Node
 from attnzoo.layers.kv_cache import DecodingCache
 
 __all__ = ["causal_lms", "generate"]
@@ -233,7 +234,7 @@ def _stop_ids(stop_token_ids: Any, device: torch.device) -> Tensor | None:
 def _check_positions(model: Any, needed: int) -> None:
     """Refuse, before decoding, a total length past what a node of the model can give positions to (a
     position table's length: ``position_limit()`` of its modules, None where unbounded)."""
-    limits = [m.position_limit() for m in model.modules() if callable(getattr(m, "position_limit", None))]
+    limits = [m.position_limit() for m in model.modules() if isinstance(m, Node)]
     bounded = [limit for limit in limits if limit is not None]
     if bounded and needed > min(bounded):
         raise ValueError(

@@ -122,6 +122,11 @@ class Node(nn.Module):
         cache = kwargs.get("cache")
         return None if cache is None else cache.keys_values(self, batch, limit)
 
+    def position_limit(self) -> int | None:
+        """How many positions the node can give a sequence (a position table's length), which ``generate``
+        reads to refuse too long a decoding before it starts; None (here): any."""
+        return None
+
     def compute(self, x: Tensor, mask: Tensor | None) -> Tensor:
         raise NotImplementedError
 
