@@ -62,8 +62,8 @@ def test_an_intermediate_size_that_is_no_whole_multiple_of_the_width_is_refused(
 
 def test_register_tokens_are_written_as_dinov2_with_registers_model(tmp_path):
     """A file of a seeded transformers Dinov2WithRegistersModel's weights (3 register tokens, SwiGLU): the
-    folder names that class and holds its register tokens, and a mask token of zeros, which the class always
-    has."""
+    folder names that class (AutoModel loads it as such) and holds its register tokens, and a mask token of
+    zeros, which the class always has."""
     state = peer().state_dict()
     keras_file(state, tmp_path / "registers.keras")
     folder = to_transformers(tmp_path / "registers.keras", tmp_path / "registers")
@@ -75,6 +75,9 @@ def test_register_tokens_are_written_as_dinov2_with_registers_model(tmp_path):
     torch.testing.assert_close(tensors["embeddings.register_tokens"], state["embeddings.register_tokens"])
     torch.testing.assert_close(tensors["embeddings.cls_token"], state["embeddings.cls_token"])
     assert tensors["embeddings.mask_token"].shape == (1, 16) and not tensors["embeddings.mask_token"].any()
+    import transformers
+
+    assert type(transformers.AutoModel.from_pretrained(folder)).__name__ == "Dinov2WithRegistersModel"
 
 
 def _job(name: str, source, tmp_path, pixels: np.ndarray, specs: list, given: dict) -> None:
