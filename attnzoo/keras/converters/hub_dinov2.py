@@ -26,7 +26,14 @@ uses the table as it is for images of the size it was made for: the resized one 
 checkpoints' names (``encoder.layer.<i>.attention.attention.query``, ``layer_scale1.lambda1``), ε 1e-6,
 ``mlp_ratio`` = ``intermediate_dim`` / ``hidden_dim`` (refused where that is not a whole number), SwiGLU's
 ``mlp.weights_in`` and ``mlp.weights_out`` as the Hub's checkpoints name them. The mask token, which attnzoo
-drops, is not written: ``use_mask_token`` is False. Register tokens are refused (``Dinov2Model`` has none).
+drops, is not written: ``use_mask_token`` is False.
+
+A backbone with register tokens is transformers' ``Dinov2WithRegistersModel`` instead (config.json's
+``model_type`` ``dinov2_with_registers`` and ``architectures`` say so, ``num_register_tokens`` R): the same
+blocks under the same names, the tokens [1, R, D] as ``embeddings.register_tokens``, which it too puts after
+the class token once the positions are added, unpositioned. Its configuration has no ``use_mask_token``: it
+always holds ``embeddings.mask_token`` [1, D], read only when given ``bool_masked_pos`` (an input the backbone
+has not), which is written as zeros (its own initial value).
 """
 
 from __future__ import annotations
@@ -204,8 +211,6 @@ def convert_dinov2_encoder(record, arrays, ctx):
 # -- the family's Hugging Face form -------------------------------------------------------------------------
 def _dinov2_config(m: HubSource) -> dict[str, Any]:
     embedding, encoder = m.spec("embeddings"), m.spec("encoder")
-    if embedding.get("registers"):
-        m.refuse(f"it has {embedding['registers']} register tokens, which transformers' Dinov2Model has not")
     hidden, swiglu = int(encoder["hidden"]), bool(encoder.get("swiglu"))
     # SwiGLU's width is keras-hub's (and transformers') rounding of intermediate_dim, which the spec holds
     mlp = int(m.arguments["intermediate_dim"]) if swiglu else int(encoder["mlp_dim"])
@@ -216,8 +221,14 @@ def _dinov2_config(m: HubSource) -> dict[str, Any]:
     config |= {"num_attention_heads": int(encoder["num_heads"]), "hidden_act": "gelu", "layer_norm_eps": EPSILON}
     config |= {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout, "qkv_bias": True}
     config |= {"image_size": int(m.arguments["image_shape"][0]), "patch_size": int(embedding["patch"][0])}
-    config |= {"num_channels": int(embedding["channels"]), "use_swiglu_ffn": swiglu, "use_mask_token": False}
-    return config | {"drop_path_rate": 0.0, "layerscale_value": float(m.arguments.get("layer_scale_init_value", 1.0))}
+    config |= {"num_channels": int(embedding["channels"]), "use_swiglu_ffn": swiglu}
+    config |= {"drop_path_rate": 0.0, "layerscale_value": float(m.arguments.get("layer_scale_init_value", 1.0))}
+    registers = int(embedding.get("registers") or 0)
+    if not registers:
+        return config | {"use_mask_token": False}
+    # the door writes the form's own class first; with registers it is this form's other class
+    config |= {"model_type": "dinov2_with_registers", "architectures": ["Dinov2WithRegistersModel"]}
+    return config | {"num_register_tokens": registers}
 
 
 _DINOV2_BLOCK = (
@@ -238,6 +249,9 @@ def _dinov2_tensors(m: HubSource) -> Tensors:
     yield "embeddings.position_embeddings", m.tensor("embeddings.position")[None]
     yield "embeddings.patch_embeddings.projection.weight", m.tensor("embeddings.patch.weight")
     yield "embeddings.patch_embeddings.projection.bias", m.tensor("embeddings.patch.bias")
+    if m.spec("embeddings").get("registers"):  # Dinov2WithRegistersModel (the module docstring)
+        yield "embeddings.register_tokens", m.tensor("embeddings.registers")
+        yield "embeddings.mask_token", torch.zeros_like(m.tensor("embeddings.class_token")[0])
     swiglu = bool(m.spec("encoder").get("swiglu"))
     for i in range(int(m.spec("encoder")["num_layers"])):
         at = f"encoder.layer.{i}"
