@@ -123,6 +123,37 @@ def test_attention_core_window_blocks_and_cache_on_cuda_match_the_cpu():
     torch.testing.assert_close(steps.cpu()[keep[:, :40]], layer(x[:, :40], keep[:, :40])[keep[:, :40]], **TOL)
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "tests/data/keras_hub_lm/gemma3/causal_lm.keras",  # rotary, windows of 4 and a global layer
+        "tests/data/keras_hub_lm/bloom/causal_lm_preset",  # ALiBi
+        "tests/data/keras_hub_models/gpt2_causal_lm.keras",  # learned positions, Keras's MultiHeadAttention
+    ],
+)
+def test_a_converted_keras_hub_lm_decodes_on_its_cache_on_cuda_as_the_cpu_computes(path):
+    """A prompt, then one token at a time on a DecodingCache, on CUDA: the CPU's uncached logits of the whole
+    sequence; and generate runs on the device (its tokens' dtype and device)."""
+    from attnzoo.keras import convert_keras_model
+    from attnzoo.layers.kv_cache import DecodingCache
+
+    from .conftest import ROOT
+
+    model = convert_keras_model(ROOT / path).eval()
+    vocabulary = model.graph["keras_hub_config"]["vocabulary_size"]
+    ids = torch.randint(1, vocabulary, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = model(token_ids=ids, padding_mask=torch.ones_like(ids))
+        on_gpu, cache, gpu_ids = copy.deepcopy(model).cuda(), DecodingCache(2), ids.cuda()
+        steps = [on_gpu(token_ids=gpu_ids[:, :5], padding_mask=torch.ones_like(gpu_ids[:, :5]), cache=cache)]
+        for i in range(5, 9):
+            step = gpu_ids[:, i : i + 1]
+            steps.append(on_gpu(token_ids=step, padding_mask=torch.ones_like(step), cache=cache))
+    torch.testing.assert_close(torch.cat(steps, 1).cpu(), want, **TOL)
+    tokens = on_gpu.generate(gpu_ids[:, :5], 8)
+    assert tokens.device.type == "cuda" and tokens.shape == (2, 13) and tokens.dtype == torch.int64
+
+
 def test_training_in_bf16_on_the_gpu_scores_as_fp32_on_the_cpu_and_keeps_float32_weights(tmp_path):
     """train.precision=bf16 on this process's GPU (distributed.setup: cuda:LOCAL_RANK): the tiny WordNet
     preset within 0.02 test micro-F1 of fp32 on the CPU, its checkpoint written in float32."""
