@@ -178,3 +178,43 @@ def test_a_padded_call_with_the_cache_is_refused_naming_the_mask(models):
         model(token_ids=ids, padding_mask=mask, cache=DecodingCache(2))
     with torch.no_grad():  # without the cache the padding is the model's to read
         model(token_ids=ids, padding_mask=mask)
+
+
+def test_a_call_refused_for_its_batch_or_its_positions_leaves_the_cache_to_continue(models):
+    """GPT-2's position embedding runs before its attention: a call of another batch, or one past the position
+    table (64), is refused before any layer counts or caches its tokens, so the next call continues at the right
+    positions, to the uncached logits."""
+    model = models["gpt2"]
+    ids = tokens(model, length=64)
+    whole = logits(model, ids)
+    cache = DecodingCache(2)
+    first = logits(model, ids[:, :58], cache)
+    with pytest.raises(ValueError, match="made for batch size 2, got a call of batch 1"):
+        logits(model, ids[:1, 58:60], cache)
+    second = logits(model, ids[:, 58:60], cache)
+    with pytest.raises(ValueError, match="past the position table's sequence_length 64: .* at most 4 more tokens"):
+        logits(model, ids[:, 58:64], cache)
+    third = logits(model, ids[:, 60:64], cache)
+    np.testing.assert_allclose(torch.cat([first, second, third], 1).numpy(), whole.numpy(), atol=1e-5, rtol=0)
+
+
+def test_a_call_that_fails_partway_leaves_the_cache_refused(models, monkeypatch):
+    """A call failing in GPT-2's second block, after the first cached its tokens: the layers are out of step,
+    and a retry would read them at other positions; every later call on that cache is refused."""
+    model = models["gpt2"]
+    ids = tokens(model)
+    cache = DecodingCache(2)
+    logits(model, ids[:, :5], cache)
+    block = model.layers["gpt2_backbone/transformer_layer_1"]
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(block, "forward", fail)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        logits(model, ids[:, 5:6], cache)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="an earlier call on it failed partway .*out of memory.* new DecodingCache"):
+        logits(model, ids[:, 5:6], cache)
+    fresh = DecodingCache(2)  # a new cache decodes as before
+    np.testing.assert_allclose(logits(model, ids, fresh).numpy(), logits(model, ids).numpy(), atol=1e-5, rtol=0)

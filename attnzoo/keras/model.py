@@ -56,6 +56,7 @@ nested tuples) Keras returns. ``train()`` is Keras's ``training=True``, ``eval()
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 from typing import Any
@@ -313,9 +314,13 @@ class KerasModel(CarriesTokenizer, nn.Module):
                     f"keras_model expects cache as a DecodingCache(batch_size) (attnzoo.layers.kv_cache), got "
                     f"{type(cache).__name__}"
                 )
+            # refused here, before any layer caches the call's tokens (a layer's refusal would come after the
+            # ones before it had cached them)
+            cache.check_batch(next(x.shape[0] for x in arguments if isinstance(x, Tensor)))
             extra["cache"] = cache
         try:
-            return function(self, *arguments, **extra)
+            with contextlib.nullcontext() if cache is None else cache.call():
+                return function(self, *arguments, **extra)
         except (ValueError, IndexError, RuntimeError) as e:
             if isinstance(e, RuntimeError) and not _is_shape_error(e):
                 raise

@@ -7,7 +7,8 @@ holds the caches of every layer of one model through one decoding, passed to the
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import torch
@@ -219,13 +220,50 @@ class DecodingCache:
     decoded from its end). A layer keeps its own state here under its own identity: its keys and values
     (:meth:`keys_values`, a :class:`KVCache`), how many positions it has been given (:meth:`positions`),
     anything else it computes once (:meth:`held`, a cross-attention's encoder keys). A cache serves one model
-    and one decoding: a new decoding starts from a new cache, and dropping it frees every layer's keys."""
+    and one decoding: a new decoding starts from a new cache, and dropping it frees every layer's keys.
+
+    A model call runs in :meth:`call`: one that fails partway (after some layers cached its tokens, before
+    others did) leaves the layers out of step, so every later call on the cache is refused."""
 
     def __init__(self, batch_size: int) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"DecodingCache expects batch_size as a positive int, got {batch_size!r}")
         self.batch_size = batch_size
         self._held: dict[tuple[int, str], tuple[nn.Module, Any]] = {}
+        self._failed: str | None = None  # the error of a call that failed partway, once one did
+
+    def check_batch(self, batch: int) -> None:
+        """A ``ValueError`` unless a call of ``batch`` sequences fits this cache."""
+        if batch != self.batch_size:
+            raise ValueError(
+                f"the DecodingCache was made for batch size {self.batch_size}, got a call of batch {batch}; make "
+                f"one per decoding, DecodingCache(batch_size)"
+            )
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        """One model call on the cache (the model's ``forward`` runs in it, its inputs checked first): refused
+        where an earlier call failed partway; a call that fails marks the cache so, since the layers it ran
+        before the error hold its tokens and the others do not (a retry would read them at other positions)."""
+        if self._failed is not None:
+            raise ValueError(
+                f"this DecodingCache cannot be used: an earlier call on it failed partway ({self._failed}), so its "
+                f"layers hold different numbers of tokens; start a new DecodingCache(batch_size) and give it the "
+                f"whole sequence again"
+            )
+        before = self._filled()
+        try:
+            yield
+        except BaseException as e:
+            if self._filled() != before:  # (a call refused before any layer cached its tokens leaves it usable)
+                self._failed = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+            raise
+
+    def _filled(self) -> int:
+        """How many tokens the layers have cached, all together (it only grows: a call that changed it cached
+        some)."""
+        held = (entry for _, entry in self._held.values())
+        return sum(e.length if isinstance(e, KVCache) else e[0] if isinstance(e, list) else 0 for e in held)
 
     def held(self, layer: nn.Module, name: str, make: Callable[[], _Held]) -> _Held:
         """``layer``'s entry ``name``, made by ``make()`` on its first call."""
@@ -237,17 +275,20 @@ class DecodingCache:
     def keys_values(self, layer: nn.Module, batch: int, limit: int | None = None) -> KVCache:
         """``layer``'s :class:`KVCache` (empty on its first call; ``limit`` w: a sliding window's, keeping its w
         latest entries), for a call of ``batch`` sequences: a ``ValueError`` where the cache is another batch's."""
-        if batch != self.batch_size:
-            raise ValueError(
-                f"the DecodingCache was made for batch size {self.batch_size}, got a call of batch {batch}; make "
-                f"one per decoding, DecodingCache(batch_size)"
-            )
+        self.check_batch(batch)
         return self.held(layer, "keys_values", lambda: KVCache(self.batch_size, limit=limit))
 
-    def positions(self, layer: nn.Module, count: int) -> int:
+    def positions(self, layer: nn.Module, count: int, limit: int | None = None) -> int:
         """The position of the first of the ``count`` tokens ``layer`` is called with now: how many it was
-        given before (each position embedding counts its own calls)."""
+        given before (each position embedding counts its own calls). Past ``limit`` (a position table's
+        length) a ``ValueError``, the count left as it was."""
         seen = self.held(layer, "positions", lambda: [0])
+        if limit is not None and seen[0] + count > limit:
+            raise ValueError(
+                f"positions {seen[0]}..{seen[0] + count - 1} are past the position table's sequence_length {limit}: "
+                f"the DecodingCache holds {seen[0]} positions, so a call may give at most {max(limit - seen[0], 0)} "
+                f"more tokens"
+            )
         start, seen[0] = seen[0], seen[0] + count
         return start
 

@@ -240,8 +240,11 @@ class _Positions(Node):
 
     def _start(self, kwargs: dict[str, Any], length: int) -> int:
         """The first of the call's ``length`` positions."""
-        cache = kwargs.get("cache")
-        return int(kwargs.get("start_index", 0) or 0) + (0 if cache is None else cache.positions(self, length))
+        cache, offset = kwargs.get("cache"), int(kwargs.get("start_index", 0) or 0)
+        if cache is None:
+            return offset
+        limit = self.position_limit()  # refused before the cache counts the call's positions
+        return offset + cache.positions(self, length, None if limit is None else limit - offset)
 
     def position_limit(self) -> int | None:
         """How many positions the node encodes (its table's length; None where any)."""
