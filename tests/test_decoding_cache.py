@@ -218,3 +218,16 @@ def test_a_call_that_fails_partway_leaves_the_cache_refused(models, monkeypatch)
         logits(model, ids[:, 5:6], cache)
     fresh = DecodingCache(2)  # a new cache decodes as before
     np.testing.assert_allclose(logits(model, ids, fresh).numpy(), logits(model, ids).numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gemma3", "gpt2"])
+def test_a_prompt_cached_under_inference_mode_decodes_on_under_no_grad(models, name):
+    """A prompt run under torch.inference_mode(), the steps after it under no_grad (whose in-place writes an
+    inference tensor refuses): the uncached logits."""
+    model = models[name]
+    ids = tokens(model)
+    cache = DecodingCache(2)
+    with torch.inference_mode():
+        prompt = model(token_ids=ids[:, :5], padding_mask=torch.ones_like(ids[:, :5]), cache=cache).clone()
+    steps = [logits(model, ids[:, i : i + 1], cache) for i in range(5, 9)]
+    np.testing.assert_allclose(torch.cat([prompt, *steps], 1).numpy(), logits(model, ids).numpy(), atol=1e-5, rtol=0)

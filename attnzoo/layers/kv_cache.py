@@ -35,7 +35,8 @@ class KVCache:
 
     The entries live in buffers that grow by doubling, so a step writes its own keys and values in place
     (one write each) instead of copying everything held (a window's buffer moves its last w entries to
-    the front when full). Validity is stored only from the first step given a mask: until then every
+    the front when full; buffers filled under ``torch.inference_mode()`` are copied once into new ones when a
+    step runs outside it). Validity is stored only from the first step given a mask: until then every
     entry is real, and attention over the cache builds no mask. Under autograd (keys that require grad)
     the entries are concatenated instead: nothing a backward pass needs is overwritten.
 
@@ -118,7 +119,13 @@ class KVCache:
             self._start, self._end = 0, held + steps
             return self._keys, self._values, self._valid
         key_buffer, value_buffer, valid_buffer = old_keys, old_values, old_valid
-        if key_buffer is None or value_buffer is None or self._end + steps > key_buffer.shape[-2]:
+        if (
+            key_buffer is None
+            or value_buffer is None
+            or self._end + steps > key_buffer.shape[-2]
+            # buffers made under torch.inference_mode() take no in-place write outside it: copied into new ones
+            or (key_buffer.is_inference() and not torch.is_inference_mode_enabled())
+        ):
             capacity = max(16, 2 * (held + steps))
             key_buffer = keys.new_empty((*keys.shape[:-2], capacity, keys.shape[-1]))
             value_buffer = values.new_empty((*values.shape[:-2], capacity, values.shape[-1]))
