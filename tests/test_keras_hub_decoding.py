@@ -139,6 +139,23 @@ def test_decoding_stops_where_every_row_chose_a_stop_token(models):
         assert (out[row, first[row] + 1 :] == 99).all()
 
 
+def test_a_pad_id_the_model_cannot_read_is_refused_before_decoding(models):
+    """Row 1 of the greedy tokens stops first (its own greedy token as the stop id) and is fed the pad id while
+    row 0 decodes on: a pad id outside the vocabulary (100) is refused up front, naming it, and a valid one
+    is what the stopped row holds."""
+    model = models["gpt2_causal_lm.keras"]
+    ids, mask = prompts("same")
+    greedy = torch.from_numpy(EXPECTED["greedy/same/out"])
+    start = ids.shape[1]
+    stop = int(greedy[1, start])
+    assert stop not in greedy[0, start : start + 4].tolist()  # row 0 decodes on after row 1 stopped
+    for bad in (-1, 100, 1.5, True):
+        with pytest.raises(ValueError, match=r"pad_token_id as a token id in \[0, 100\).*got " + repr(bad)):
+            model.generate(ids, 4, padding_mask=mask, stop_token_ids=[stop], pad_token_id=bad)
+    out = model.generate(ids, 4, padding_mask=mask, stop_token_ids=[stop], pad_token_id=99)
+    assert out[1, start + 1 :].tolist() == [99, 99, 99]
+
+
 def test_generate_decodes_as_keras_s_inference_and_keeps_the_training_mode(models):
     """The file's dropout is 0.1: generate turns it off (Keras's inference) and leaves train() as it was."""
     model = models["gpt2_causal_lm.keras"]

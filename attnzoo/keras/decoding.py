@@ -231,6 +231,19 @@ def _stop_ids(stop_token_ids: Any, device: torch.device) -> Tensor | None:
     return torch.tensor(list(ids), dtype=torch.long, device=device)
 
 
+def _pad_id(pad_token_id: Any, vocabulary: int | None) -> int:
+    """``pad_token_id`` checked: after its stop token a row holds it, and is fed it at the steps that follow
+    (while other rows decode), so it must be an id of the token table (``vocabulary`` rows; None: unknown)."""
+    bad = isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0
+    if bad or (vocabulary is not None and pad_token_id >= vocabulary):
+        table = "" if vocabulary is None else f" in [0, {vocabulary}), the vocabulary"
+        raise ValueError(
+            f"generate expects pad_token_id as a token id{table}, got {pad_token_id!r}: a row that stopped holds "
+            f"it and the model reads it at the steps after"
+        )
+    return pad_token_id
+
+
 def _check_positions(model: Any, needed: int) -> None:
     """Refuse, before decoding, a total length past what a node of the model can give positions to (a
     position table's length: ``position_limit()`` of its modules, None where unbounded)."""
@@ -282,6 +295,8 @@ def generate(
     keep = _padding(padding_mask, prompt)
     pick = _sampler(top_k, top_p, temperature, seed, device)
     stops = _stop_ids(stop_token_ids, device)
+    rule = rules[names.index(tokens_name)]
+    pad_token_id = _pad_id(pad_token_id, None if rule is None else rule.high)
     batch, length = prompt.shape
     total = length + max_new_tokens
     _check_positions(model, total - 1)  # the last token is chosen, never read
