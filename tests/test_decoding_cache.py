@@ -231,3 +231,17 @@ def test_a_prompt_cached_under_inference_mode_decodes_on_under_no_grad(models, n
         prompt = model(token_ids=ids[:, :5], padding_mask=torch.ones_like(ids[:, :5]), cache=cache).clone()
     steps = [logits(model, ids[:, i : i + 1], cache) for i in range(5, 9)]
     np.testing.assert_allclose(torch.cat([prompt, *steps], 1).numpy(), logits(model, ids).numpy(), atol=1e-5, rtol=0)
+
+
+def test_calls_of_several_tokens_continue_the_cache_as_a_second_prompt_would(models):
+    """Calls of 3, 6, 1, 7 and 3 tokens on one cache (Gemma 3's windows of 4 crossed inside a call): the
+    uncached logits of their concatenation, as a used cache reads a second prompt after the first."""
+    model = models["gemma3"]
+    ids = tokens(model, length=20)
+    cache, start, steps = DecodingCache(2), 0, []
+    for count in (3, 6, 1, 7, 3):
+        steps.append(logits(model, ids[:, start : start + count], cache))
+        start += count
+    whole = logits(model, ids)
+    scale = float(whole.abs().max())
+    np.testing.assert_allclose(torch.cat(steps, dim=1).numpy(), whole.numpy(), atol=2e-6 * scale, rtol=0)
