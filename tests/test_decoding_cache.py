@@ -10,6 +10,7 @@ with cross-attention)."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import shutil
 
@@ -245,3 +246,16 @@ def test_calls_of_several_tokens_continue_the_cache_as_a_second_prompt_would(mod
     whole = logits(model, ids)
     scale = float(whole.abs().max())
     np.testing.assert_allclose(torch.cat(steps, dim=1).numpy(), whole.numpy(), atol=2e-6 * scale, rtol=0)
+
+
+def test_a_cache_serves_the_model_it_was_first_given_and_refuses_another(models):
+    """A copy of the model has layers new to the cache: on the prompt's cache it would compute the step as
+    position 0 (logits 7.4 off on Llama 3); refused, and the model itself continues to the uncached logits."""
+    model = models["gpt2"]
+    ids = tokens(model)
+    cache = DecodingCache(2)
+    prompt = logits(model, ids[:, :6], cache)
+    with pytest.raises(ValueError, match="holds the tokens another model was given .* for each model"):
+        logits(copy.deepcopy(model), ids[:, 6:], cache)
+    step = logits(model, ids[:, 6:], cache)
+    np.testing.assert_allclose(torch.cat([prompt, step], 1).numpy(), logits(model, ids).numpy(), atol=1e-5, rtol=0)

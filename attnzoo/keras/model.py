@@ -319,7 +319,7 @@ class KerasModel(CarriesTokenizer, nn.Module):
             cache.check_batch(next(x.shape[0] for x in arguments if isinstance(x, Tensor)))
             extra["cache"] = cache
         try:
-            with contextlib.nullcontext() if cache is None else cache.call():
+            with contextlib.nullcontext() if cache is None else cache.call(self):
                 return function(self, *arguments, **extra)
         except (ValueError, IndexError, RuntimeError) as e:
             if isinstance(e, RuntimeError) and not _is_shape_error(e):

@@ -229,8 +229,10 @@ class DecodingCache:
     anything else it computes once (:meth:`held`, a cross-attention's encoder keys). A cache serves one model
     and one decoding: a new decoding starts from a new cache, and dropping it frees every layer's keys.
 
-    A model call runs in :meth:`call`: one that fails partway (after some layers cached its tokens, before
-    others did) leaves the layers out of step, so every later call on the cache is refused."""
+    A model call runs in :meth:`call`: a call of another model than the first one's is refused (its layers,
+    new to the cache, would start from position 0 while the cache holds the first model's tokens), and
+    one that fails partway (after some layers cached its tokens, before others did) leaves the layers out
+    of step, so every later call on the cache is refused."""
 
     def __init__(self, batch_size: int) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -238,6 +240,7 @@ class DecodingCache:
         self.batch_size = batch_size
         self._held: dict[tuple[int, str], tuple[nn.Module, Any]] = {}
         self._failed: str | None = None  # the error of a call that failed partway, once one did
+        self._model: weakref.ref | None = None  # the model of the first call
 
     def check_batch(self, batch: int) -> None:
         """A ``ValueError`` unless a call of ``batch`` sequences fits this cache."""
@@ -248,10 +251,19 @@ class DecodingCache:
             )
 
     @contextmanager
-    def call(self) -> Iterator[None]:
-        """One model call on the cache (the model's ``forward`` runs in it, its inputs checked first): refused
-        where an earlier call failed partway; a call that fails marks the cache so, since the layers it ran
-        before the error hold its tokens and the others do not (a retry would read them at other positions)."""
+    def call(self, model: nn.Module) -> Iterator[None]:
+        """One call of ``model`` on the cache (its ``forward`` runs in it, its inputs checked first): refused
+        where the cache holds another model's tokens, or where an earlier call failed partway; a call that
+        fails marks the cache so, since the layers it ran before the error hold its tokens and the others do
+        not (a retry would read them at other positions)."""
+        if self._model is None:
+            self._model = weakref.ref(model)
+        elif self._model() is not model:
+            raise ValueError(
+                "this DecodingCache holds the tokens another model was given (a copy of a model, or one loaded "
+                "again, is another model: its layers would start from position 0); make a DecodingCache(batch_size) "
+                "for each model and decoding"
+            )
         if self._failed is not None:
             raise ValueError(
                 f"this DecodingCache cannot be used: an earlier call on it failed partway ({self._failed}), so its "
