@@ -249,8 +249,8 @@ def test_calls_of_several_tokens_continue_the_cache_as_a_second_prompt_would(mod
 
 
 def test_a_cache_serves_the_model_it_was_first_given_and_refuses_another(models):
-    """A copy of the model has layers new to the cache: on the prompt's cache it would compute the step as
-    position 0 (logits 7.4 off on Llama 3); refused, and the model itself continues to the uncached logits."""
+    """A copy of the model has layers new to the cache: on the prompt's cache it would compute the step alone,
+    as position 0; refused, and the model itself continues to the uncached logits."""
     model = models["gpt2"]
     ids = tokens(model)
     cache = DecodingCache(2)
