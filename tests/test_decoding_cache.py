@@ -125,25 +125,30 @@ def test_a_wrong_cache_is_refused_by_name(models):
         DecodingCache(0)
 
 
+def seq2seq(tmp_path, family: str):
+    """The family's converted encoder-decoder LM, the encoder inputs of its fixture and 6 decoder tokens."""
+    folder = tmp_path / family
+    shutil.copytree(ROOT / "tests" / "data" / "keras_hub_seq2seq" / family / "preset", folder)
+    want = dict(np.load(ROOT / "tests" / "data" / "keras_hub_seq2seq" / family / "expected.npz"))
+    encoder = {name: torch.from_numpy(want[f"right/{name}"]) for name in ("encoder_token_ids", "encoder_padding_mask")}
+    return convert_keras_model(folder).eval(), encoder, torch.from_numpy(want["right/decoder_token_ids"])[:, :6]
+
+
+def seq2seq_logits(model, encoder, decoder, cache=None):
+    given = {**encoder, "decoder_token_ids": decoder, "decoder_padding_mask": torch.ones_like(decoder)}
+    with torch.no_grad():
+        return model(given, cache=cache)
+
+
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_an_encoder_decoder_lm_decodes_on_the_cache_as_it_computes_without(tmp_path, family):
     """The decoder's self-attention caches its keys, its cross-attention the encoder's, the encoder layers
     (T5's share the decoder's class) compute their whole padded sequence."""
-    folder = tmp_path / family
-    shutil.copytree(ROOT / "tests" / "data" / "keras_hub_seq2seq" / family / "preset", folder)
-    model = convert_keras_model(folder).eval()
-    want = dict(np.load(ROOT / "tests" / "data" / "keras_hub_seq2seq" / family / "expected.npz"))
-    encoder = {
-        "encoder_token_ids": torch.from_numpy(want["right/encoder_token_ids"]),
-        "encoder_padding_mask": torch.from_numpy(want["right/encoder_padding_mask"]),
-    }
+    model, encoder, ids = seq2seq(tmp_path, family)
     assert (encoder["encoder_padding_mask"] == 0).any()
-    ids = torch.from_numpy(want["right/decoder_token_ids"])[:, :6]
 
     def call(decoder, cache=None):
-        given = {**encoder, "decoder_token_ids": decoder, "decoder_padding_mask": torch.ones_like(decoder)}
-        with torch.no_grad():
-            return model(given, cache=cache)
+        return seq2seq_logits(model, encoder, decoder, cache)
 
     whole = call(ids)
     cache = DecodingCache(ids.shape[0])
@@ -259,3 +264,21 @@ def test_a_cache_serves_the_model_it_was_first_given_and_refuses_another(models)
         logits(copy.deepcopy(model), ids[:, 6:], cache)
     step = logits(model, ids[:, 6:], cache)
     np.testing.assert_allclose(torch.cat([prompt, step], 1).numpy(), logits(model, ids).numpy(), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_a_step_given_another_encoder_input_than_the_cache_holds_is_refused(tmp_path, family):
+    """The cross-attention's keys are the first call's encoder output: a step given other encoder inputs
+    (the batch's rows in another order) is refused, where T5's read the first ones' keys under the new
+    padding; the same inputs again decode on, to the uncached logits."""
+    model, encoder, ids = seq2seq(tmp_path, family)
+    other = {name: value.flip(0) for name, value in encoder.items()}
+    assert not torch.equal(other["encoder_token_ids"], encoder["encoder_token_ids"])
+    cache = DecodingCache(ids.shape[0])
+    first = seq2seq_logits(model, encoder, ids[:, :3], cache)
+    with pytest.raises(ValueError, match="this step got a different context.* DecodingCache"):
+        seq2seq_logits(model, other, ids[:, 3:], cache)
+    cache = DecodingCache(ids.shape[0])
+    first = seq2seq_logits(model, encoder, ids[:, :3], cache)
+    steps = torch.cat([first, seq2seq_logits(model, {k: v.clone() for k, v in encoder.items()}, ids[:, 3:], cache)], 1)
+    np.testing.assert_allclose(steps.numpy(), seq2seq_logits(model, encoder, ids).numpy(), atol=1e-5, rtol=0)

@@ -196,8 +196,8 @@ class KVCache:
             if not same:
                 raise ConfigError(
                     f"{name}: this cache holds the keys and values of the {what} of its first step; this step got "
-                    f"a different {what}. Pass the same {what} at every step, or start a new cache with "
-                    f"layer.new_cache(batch) for a new one"
+                    f"a different {what}. Pass the same {what} at every step, or start a new cache for a new one "
+                    f"(a layer's: layer.new_cache(batch); a model's: DecodingCache(batch_size))"
                 )
 
     def __repr__(self) -> str:

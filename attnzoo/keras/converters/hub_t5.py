@@ -49,6 +49,7 @@ from attnzoo.keras.nodes import Node
 from attnzoo.keras.registry import Converted, Refused, keras_layer
 from attnzoo.keras.transformers_form import HubSource, Tensors, TransformersForm
 from attnzoo.layers.attend import keras_attention
+from attnzoo.layers.kv_cache import KVCache
 
 __all__ = ["t5_graph", "HubT5Layer", "relative_buckets", "T5"]
 
@@ -179,7 +180,8 @@ class HubT5Layer(Node):
 
     def _cross(self, x: Tensor, encoder: Any, padding: Any, cache: Any) -> Tensor:
         """The cross-attention over the encoder's output; while decoding (``cache``, the model's
-        DecodingCache) its keys and values are computed on the first call and kept there."""
+        DecodingCache) its keys and values are computed on the first call and kept there, and a later call
+        given another encoder output or padding is refused (a ``ConfigError``) instead of reading them."""
         if not isinstance(encoder, Tensor):
             raise ValueError("a T5 decoder layer takes the encoder's output as encoder_hidden_states")
         h = rms(x, self.cross_attention_norm, self.epsilon)
@@ -188,7 +190,16 @@ class HubT5Layer(Node):
         def projected() -> tuple[Tensor, Tensor]:
             return attention.split(encoder, attention.key), attention.split(encoder, attention.value)
 
-        context = projected() if cache is None else cache.held(self, "context", projected)
+        if cache is None:
+            context = projected()
+        else:  # kept with what it was made from (KVCache's context), which later calls must give again
+            held = cache.held(self, "context", lambda: KVCache(x.shape[0]))
+            if held.context is None:
+                held.context = (*projected(), None)
+                held.keep_context("a T5 cross-attention", encoder, padding)
+            else:
+                held.check_context("a T5 cross-attention", encoder, padding)
+            context = held.context[:2]
         bias = torch.zeros(1, attention.heads, x.shape[1], encoder.shape[1], device=x.device)
         if padding is not None:
             bias = bias + (1.0 - _keys(padding)[:, None].to(bias.dtype)) * _NEGATIVE
