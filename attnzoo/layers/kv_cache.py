@@ -241,6 +241,9 @@ class DecodingCache:
         self._held: dict[tuple[int, str], tuple[nn.Module, Any]] = {}
         self._failed: str | None = None  # the error of a call that failed partway, once one did
         self._model: weakref.ref | None = None  # the model of the first call
+        # how many times a layer took its keys and values or counted positions: a call that changed it may
+        # have cached some of its tokens
+        self._given = 0
 
     def check_batch(self, batch: int) -> None:
         """A ``ValueError`` unless a call of ``batch`` sequences fits this cache."""
@@ -270,19 +273,13 @@ class DecodingCache:
                 f"layers hold different numbers of tokens; start a new DecodingCache(batch_size) and give it the "
                 f"whole sequence again"
             )
-        before = self._filled()
+        before = self._given
         try:
             yield
         except BaseException as e:
-            if self._filled() != before:  # (a call refused before any layer cached its tokens leaves it usable)
+            if self._given != before:  # (a call refused before any layer took its state leaves it usable)
                 self._failed = f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
             raise
-
-    def _filled(self) -> int:
-        """How many tokens the layers have cached, all together (it only grows: a call that changed it cached
-        some)."""
-        held = (entry for _, entry in self._held.values())
-        return sum(e.length if isinstance(e, KVCache) else e[0] if isinstance(e, list) else 0 for e in held)
 
     def held(self, layer: nn.Module, name: str, make: Callable[[], _Held]) -> _Held:
         """``layer``'s entry ``name``, made by ``make()`` on its first call."""
@@ -295,6 +292,7 @@ class DecodingCache:
         """``layer``'s :class:`KVCache` (empty on its first call; ``limit`` w: a sliding window's, keeping its w
         latest entries), for a call of ``batch`` sequences: a ``ValueError`` where the cache is another batch's."""
         self.check_batch(batch)
+        self._given += 1
         return self.held(layer, "keys_values", lambda: KVCache(self.batch_size, limit=limit))
 
     def positions(self, layer: nn.Module, count: int, limit: int | None = None) -> int:
@@ -309,6 +307,7 @@ class DecodingCache:
                 f"more tokens"
             )
         start, seen[0] = seen[0], seen[0] + count
+        self._given += 1
         return start
 
     def __repr__(self) -> str:
