@@ -85,17 +85,22 @@ def test_the_cache_holds_each_layer_s_keys_and_a_window_only_its_latest(models):
     assert [kv.length for kv in held] == [6] * 6
 
 
+def printed_module(model):
+    """The module ``model.code`` prints, run on its own with the model's weights, in inference."""
+    namespace: dict = {}
+    exec(compile(model.code, "<printed>", "exec"), namespace)  # noqa: S102 - the module attnzoo printed
+    printed = namespace[model.emitted.class_name]()
+    printed.load_state_dict(model.state_dict())
+    return printed.eval()
+
+
 def test_the_emitted_forward_takes_the_cache_and_the_printed_module_decodes_with_it(models):
     """The printed source is the model: run as its own module with the converted weights, it decodes on a
     DecodingCache to the same logits."""
     model = models["gpt2"]
     assert "        cache: DecodingCache | None = None,\n" in model.code
     assert "cache=cache" in model.code
-    namespace: dict = {}
-    exec(compile(model.code, "<printed>", "exec"), namespace)  # noqa: S102 - the module attnzoo printed
-    printed = namespace[model.emitted.class_name]()
-    printed.load_state_dict(model.state_dict())
-    printed.eval()
+    printed = printed_module(model)
     ids = tokens(model)
     cache = DecodingCache(2)
     with torch.no_grad():
@@ -202,6 +207,21 @@ def test_a_call_refused_for_its_batch_or_its_positions_leaves_the_cache_to_conti
         logits(model, ids[:, 58:64], cache)
     third = logits(model, ids[:, 60:64], cache)
     np.testing.assert_allclose(torch.cat([first, second, third], 1).numpy(), whole.numpy(), atol=1e-5, rtol=0)
+
+
+def test_the_printed_module_s_position_embedding_refuses_another_batch_before_counting_it(models):
+    """Run as its own module (none of the model's checks before its layers), GPT-2's position embedding is
+    the first layer given the cache: a call of another batch is refused there, uncounted, and the next call
+    continues at the right positions, to the uncached logits."""
+    model = models["gpt2"]
+    printed, ids = printed_module(model), tokens(model)
+    cache = DecodingCache(2)
+    with torch.no_grad():
+        first = printed(torch.ones_like(ids[:, :6]), ids[:, :6], cache=cache)
+        with pytest.raises(ValueError, match="made for batch size 2, got a call of batch 1"):
+            printed(torch.ones_like(ids[:1, 6:]), ids[:1, 6:], cache=cache)
+        second = printed(torch.ones_like(ids[:, 6:]), ids[:, 6:], cache=cache)
+    np.testing.assert_allclose(torch.cat([first, second], 1).numpy(), logits(model, ids).numpy(), atol=1e-5, rtol=0)
 
 
 def test_a_call_that_fails_partway_leaves_the_cache_refused(models, monkeypatch):

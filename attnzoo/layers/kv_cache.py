@@ -295,10 +295,13 @@ class DecodingCache:
         self._given += 1
         return self.held(layer, "keys_values", lambda: KVCache(self.batch_size, limit=limit))
 
-    def positions(self, layer: nn.Module, count: int, limit: int | None = None) -> int:
+    def positions(self, layer: nn.Module, count: int, limit: int | None = None, batch: int | None = None) -> int:
         """The position of the first of the ``count`` tokens ``layer`` is called with now: how many it was
         given before (each position embedding counts its own calls). Past ``limit`` (a position table's
-        length) a ``ValueError``, the count left as it was."""
+        length), or for a call of another ``batch`` than the cache's, a ``ValueError``, the count left as it
+        was."""
+        if batch is not None:
+            self.check_batch(batch)
         seen = self.held(layer, "positions", lambda: [0])
         if limit is not None and seen[0] + count > limit:
             raise ValueError(

@@ -238,13 +238,13 @@ class _Positions(Node):
 
     reads_positions = True
 
-    def _start(self, kwargs: dict[str, Any], length: int) -> int:
-        """The first of the call's ``length`` positions."""
+    def _start(self, kwargs: dict[str, Any], length: int, batch: int | None) -> int:
+        """The first of the call's ``length`` positions, for ``batch`` sequences (None: x has no batch axis)."""
         cache, offset = kwargs.get("cache"), int(kwargs.get("start_index", 0) or 0)
         if cache is None:
             return offset
-        limit = self.position_limit()  # refused before the cache counts the call's positions
-        return offset + cache.positions(self, length, None if limit is None else limit - offset)
+        limit = self.position_limit()  # refused (past the table, another batch) before the cache counts them
+        return offset + cache.positions(self, length, None if limit is None else limit - offset, batch=batch)
 
     def position_limit(self) -> int | None:
         """How many positions the node encodes (its table's length; None where any)."""
@@ -285,7 +285,7 @@ class HubTokenAndPositionEmbedding(_Positions):
             kernel = self.token.t() if self.reverse is None else self.reverse
             return [torch.matmul(ids, kernel.to(ids.dtype))], [None]
         check_tokens("token_and_position_embedding", ids, self.token.shape[0], arg="input", rank=2)
-        positions = _positions(self.position, ids.shape[1], self._start(kwargs, ids.shape[1]))
+        positions = _positions(self.position, ids.shape[1], self._start(kwargs, ids.shape[1], ids.shape[0]))
         out = nn.functional.embedding(ids.long(), self.token) + positions
         return [out], [ids != 0 if self.mask_zero else None]
 
@@ -313,7 +313,8 @@ class HubPositionEmbedding(_Positions):
 
     def forward(self, args, kwargs, masks):
         x = args[0]
-        positions = _positions(self.position, x.shape[-2], self._start(kwargs, x.shape[-2]))
+        start = self._start(kwargs, x.shape[-2], x.shape[0] if x.dim() > 2 else None)
+        positions = _positions(self.position, x.shape[-2], start)
         return [positions.to(x.dtype).expand(x.shape).contiguous()], [None]  # a copy: not a view of the table
 
 
@@ -331,7 +332,7 @@ class HubSinePositionEncoding(_Positions):
     def forward(self, args, kwargs, masks):
         x = args[0]
         length, hidden = x.shape[-2], x.shape[-1]
-        start = self._start(kwargs, length)
+        start = self._start(kwargs, length, x.shape[0] if x.dim() > 2 else None)
         positions = torch.arange(start, start + length, device=x.device, dtype=torch.float32)
         exponents = (2 * (torch.arange(hidden, device=x.device) // 2)).to(torch.float32) / hidden
         timescales = torch.pow(torch.tensor(1.0 / self.max_wavelength, device=x.device), exponents)
