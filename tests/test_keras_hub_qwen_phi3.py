@@ -173,6 +173,26 @@ def test_phi3_su_cached_decoding_across_the_pretraining_length_recomputes_as_the
     assert torch.equal(model.generate(prompt, 12), model.generate(prompt, 12, use_cache=False))
 
 
+def test_phi3_su_decoding_runs_the_whole_sequence_again_where_the_length_crosses_the_pretraining_length():
+    """Past length 4 the long factors turn every earlier position too, so the second layer's cached keys (made
+    from hidden states the short factors turned) are stale: prompts of 3 random tokens, whose cached decoding
+    turning the cached keys again chose other tokens, give the tokens of recomputing the whole sequence each
+    step; by hand, a step whose cache crosses 4 is refused, naming what to do."""
+    from attnzoo.layers.kv_cache import DecodingCache
+
+    model = converted("phi3_su", "causal_lm.keras")
+    vocabulary = model.graph["keras_hub_config"]["vocabulary_size"]
+    for seed in range(3):
+        prompt = torch.randint(1, vocabulary, (2, 3), generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(model.generate(prompt, 10), model.generate(prompt, 10, use_cache=False)), seed
+    cache, ones = DecodingCache(2), torch.ones_like(prompt)
+    with torch.no_grad():
+        model(token_ids=prompt, padding_mask=ones, cache=cache)
+        model(token_ids=prompt[:, :1], padding_mask=ones[:, :1], cache=cache)  # length 4: the short factors
+        with pytest.raises(ValueError, match="past pretraining_sequence_length 4 .* on a new DecodingCache"):
+            model(token_ids=prompt[:, :1], padding_mask=ones[:, :1], cache=cache)
+
+
 def test_rotate_divides_the_frequencies_by_phi3_s_factors_and_scales_cos_and_sin():
     """One head of 4 at position 3 with factors (2, 5) and scale 1.5: θ_j = 100^(-2j/4) / f_j, written out."""
     x = torch.tensor([1.0, 2.0, 3.0, 4.0]).reshape(1, 1, 1, 4)

@@ -300,6 +300,8 @@ def generate(
     batch, length = prompt.shape
     total = length + max_new_tokens
     _check_positions(model, total - 1)  # the last token is chosen, never read
+    switches = [n.recomputed_past() for n in model.modules() if isinstance(n, Node)]
+    switch = min((at for at in switches if at is not None), default=None)
     tokens = torch.zeros(batch, total, dtype=torch.long, device=device)
     tokens[:, :length] = prompt
     kept = torch.zeros(batch, total, dtype=torch.bool, device=device)
@@ -317,6 +319,8 @@ def generate(
         with torch.no_grad(), _computed_once(_fixed_layers(model) if use_cache else ()):
             fed, one = 0, torch.ones(batch, 1, dtype=torch.int32, device=device)
             for index in range(first, total):
+                if cache is not None and switch is not None and 0 < fed <= switch < index:
+                    cache, fed = DecodingCache(batch), 0  # every position computes otherwise past it: again
                 window = tokens[:, fed:index]
                 ones = one if window.shape[1] == 1 else torch.ones_like(window, dtype=torch.int32)
                 inputs = {tokens_name: window, mask_name: ones, **fixed}

@@ -127,6 +127,13 @@ class Node(nn.Module):
         reads to refuse too long a decoding before it starts; None (here): any."""
         return None
 
+    def recomputed_past(self) -> int | None:
+        """A length L such that the node computes every position of a sequence longer than L otherwise than of
+        one of at most L (Phi-3's su rope, whose factors follow the whole length): what a decoding cache
+        filled up to L holds is not what a longer sequence computes, so ``generate`` runs the whole sequence
+        again on a new cache where it crosses L, as transformers does; None (here): no such length."""
+        return None
+
     def compute(self, x: Tensor, mask: Tensor | None) -> Tensor:
         raise NotImplementedError
 

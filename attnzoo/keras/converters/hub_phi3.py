@@ -11,8 +11,11 @@
   ones otherwise, ``θ_j = wavelength^(-2j/d) / factor_j``, and cos and sin are multiplied by
   ``c = √(1 + ln(L / P) / ln P)`` (``L = max_sequence_length``, ``P = pretraining_sequence_length``; 1 where
   L <= P). The factors apply to the whole sequence, so cached decoding keeps the keys unrotated and turns
-  all of them at each step with the factors of the length so far: it equals computing the whole sequence
-  again (transformers recomputes its cache once where the length crosses P).
+  all of them at each step with the factors of the length so far. Where the length crosses P the factors
+  change for every earlier position, and so do the hidden states a later layer cached from them: a call
+  given a cache that crosses P is refused (:meth:`HubPhi3Decoder.recomputed_past`), and ``generate`` runs the
+  whole sequence again on a new cache there, as transformers recomputes its cache once where the length
+  crosses P.
 
 Hugging Face form (:data:`PHI3`): ``Phi3Model`` and ``Phi3ForCausalLM``: the query, key and value kernels
 side by side in ``qkv_proj``, the gate's and the up projection's in ``gate_up_proj`` (transformers fuses
@@ -94,6 +97,13 @@ class HubPhi3Decoder(RotaryDecoder):
         """The cache first (its keys unrotated), then every key turned at positions 0.. and the queries at
         the call's, by the factors of the length so far."""
         start = 0 if kv is None else kv.length
+        if 0 < start <= self.pretraining_length < start + query.shape[-2]:
+            raise ValueError(
+                f"the cache holds {start} tokens, turned by su rope's short factors; past "
+                f"pretraining_sequence_length {self.pretraining_length} the long factors turn every position, so "
+                f"what each layer cached from them changes: run the whole sequence on a new DecodingCache "
+                f"(generate does so where the length crosses it)"
+            )
         key, value, padding = self._cached(kv, key, value, padding)
         long = start + query.shape[-2] > self.pretraining_length
         factors = self.long_factor if long else self.short_factor
@@ -102,6 +112,10 @@ class HubPhi3Decoder(RotaryDecoder):
             return rotate(x, at, self.wavelength, divisor=factors, scale=self.attention_factor)
 
         return turned(query, start), turned(key, 0), value, padding
+
+    def recomputed_past(self) -> int:
+        """The pretraining length P: past it the long factors turn every position (see the module docstring)."""
+        return self.pretraining_length
 
 
 _ATTENTION = "attention"
