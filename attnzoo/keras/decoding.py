@@ -22,7 +22,10 @@ without it, it computes the whole sequence. Nodes that compute each position alo
 Embedding, a ReversibleEmbedding's reverse call) take no cache. The calls :func:`generate` makes with the
 cache have no padding (see below), so a layer given one may ignore the padding mask it is given. A node that
 gives positions from a table of its own says how many in :meth:`~attnzoo.keras.nodes.Node.position_limit`,
-which :func:`generate` reads to refuse too long a sequence before decoding.
+which :func:`generate` reads to refuse too long a sequence before decoding; one that computes every position
+of a sequence past some length otherwise (Phi-3's su rope) says which in
+:meth:`~attnzoo.keras.nodes.Node.recomputed_past`, and :func:`generate` runs the whole sequence again on a new
+cache where the length crosses it.
 
 An encoder-decoder LM's encoder inputs are the same at every call: the layers that compute from them alone,
 once per call (:func:`~attnzoo.keras.inputs.encoder_calls`, read off the graph), are given no cache (they
