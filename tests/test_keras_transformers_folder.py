@@ -190,6 +190,28 @@ def test_nothing_a_user_saved_is_replaced_unasked_and_a_failure_leaves_nothing_h
         to_transformers(DATA / "vit_preset", DATA, overwrite=True)
 
 
+def test_overwrite_never_replaces_the_folder_that_holds_the_keras_file_or_adapters_the_model_is_read_from(tmp_path):
+    import shutil
+
+    mine = tmp_path / "work"
+    mine.mkdir()
+    keras_file = str(shutil.copy(DATA / "vit.keras", mine / "model.keras"))
+    for output in (mine, tmp_path):  # the file's folder, and a folder above it
+        proc = run_cli("convert-keras", keras_file, "-o", str(output), "--to", "transformers", "--overwrite")
+        assert proc.returncode == 1 and f"holds the model's own {keras_file}" in proc.stderr, proc.stderr
+    with pytest.raises(ExportError, match=r"holds the Keras file .*model\.keras, which replacing the folder"):
+        to_transformers(convert_keras_model(keras_file), mine, overwrite=True)  # the model does not know its file
+    assert sorted(p.name for p in mine.iterdir()) == ["model.keras"]
+    lora = str(shutil.copy(ROOT / "tests/data/keras_hub_lm/phi3/adapters.lora.h5", mine / "adapters.lora.h5"))
+    phi3 = str(ROOT / "tests/data/keras_hub_lm/phi3/causal_lm.keras")
+    proc = run_cli("convert-keras", phi3, "--lora-weights", lora, "-o", str(mine), "--to=transformers", "--overwrite")
+    assert proc.returncode == 1 and "holds the model's own" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in mine.iterdir()) == ["adapters.lora.h5", "model.keras"]
+    new = str(tmp_path / "new")
+    bad = run_cli("convert-keras", keras_file, "-o", new, "--to", "transformers", "--max-shard-size", "10XB")
+    assert bad.returncode == 2 and "--max-shard-size must be a number of bytes" in bad.stderr, bad.stderr
+
+
 def test_a_preset_s_tokenizer_that_does_not_convert_is_left_behind_with_a_warning_saying_why(tmp_path):
     import shutil
 

@@ -13,7 +13,8 @@ carries (or ``preset=``'s), as ``tokenizer.json``, ``tokenizer_config.json`` and
 its special token ids in config.json.
 
 The folder is written beside its target and renamed into place when complete (:func:`attnzoo.io.atomic.new_folder`):
-a failure leaves no half-written folder, and a folder holding files is replaced only with ``overwrite=True``.
+a failure leaves no half-written folder, and a folder holding files is replaced only with ``overwrite=True``,
+never one holding the files the model was read from or any Keras file (``.keras``, ``.h5``).
 Each weight is computed from the converted model when its shard is filled, so at most one shard's tensors
 exist beside the model.
 """
@@ -21,6 +22,7 @@ exist beside the model.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +35,7 @@ from attnzoo.keras.hub_families import hub_models
 from attnzoo.keras.transformers_form import HubSource, TransformersForm
 from attnzoo.keras.transformers_tokenizer import write_tokenizer
 
-__all__ = ["to_transformers", "hub_source", "DEFAULT_SHARD_SIZE", "DTYPES"]
+__all__ = ["to_transformers", "hub_source", "checked_folder", "DEFAULT_SHARD_SIZE", "DTYPES"]
 
 DEFAULT_SHARD_SIZE = "5GB"  # transformers 4's default, the shards the Hub's models are cut in
 DTYPES = ("float32", "bfloat16", "float16")
@@ -129,9 +131,19 @@ def _generation_config(config: dict[str, Any]) -> dict[str, Any]:
     return {key: config[key] for key in keys if config.get(key) is not None}
 
 
-def _checked_directory(directory: Any, overwrite: bool, sources: tuple[Any, ...]) -> Path:
+def _keras_file(folder: Path) -> Path | None:
+    """The first Keras model file (``.keras``, ``.h5``) under ``folder``, if any: what a converted model may
+    have been read from, which replacing the folder would delete."""
+    for root, _, names in os.walk(folder):
+        for name in names:
+            if name.endswith((".keras", ".h5")):
+                return Path(root) / name
+    return None
+
+
+def checked_folder(directory: Any, overwrite: bool, sources: tuple[Any, ...]) -> Path:
     """The folder to write: not a file, empty unless ``overwrite``, and never one that holds the model's own
-    files (``sources``), which replacing it would delete."""
+    files (``sources``, the paths it was converted from) or any Keras file, which replacing it would delete."""
     if not isinstance(directory, (str, Path)) or not str(directory):
         raise ConfigError(f"to_transformers writes a folder; give its path, got {directory!r}")
     path = Path(directory)
@@ -145,6 +157,12 @@ def _checked_directory(directory: Any, overwrite: bool, sources: tuple[Any, ...]
         raise ExportError(f"{path} exists and is not a folder; the Hugging Face door writes a folder")
     if path.is_dir() and any(path.iterdir()) and not overwrite:
         raise ExportError(f"{path} is not empty; pass overwrite=True (--overwrite) to replace the folder as a whole")
+    keras = _keras_file(path) if path.is_dir() else None
+    if keras is not None:  # a converted model does not know its file: it may be this one
+        raise ExportError(
+            f"{path} holds the Keras file {keras}, which replacing the folder would delete; move it, or write the "
+            f"Hugging Face folder elsewhere"
+        )
     return path
 
 
@@ -164,12 +182,13 @@ def to_transformers(
     it takes (a ``.keras`` file, a ``save_to_preset`` folder). ``dtype``: the weights' dtype (``"float32"``,
     ``"bfloat16"``, ``"float16"``); ``None`` keeps the model's own. ``max_shard_size``: bytes per
     safetensors file (``"5GB"``, ``"500MB"``, an int); more weights than that are sharded with an index.
-    ``overwrite``: replace a folder that holds files (as a whole). ``preset``: the preset folder whose
-    tokenizer goes with a converted ``source`` (a model converted from a preset folder carries its own; a
-    preset path as ``source`` is its own). ``lora``: a keras-hub model's LoRA adapters (:mod:`attnzoo.keras.lora`)
-    merged into the weights (``"merge"``, the default), or ``"keep"``: the base model's folder, and the adapters
-    as a PEFT LoRA adapter folder in its ``adapter/`` (:mod:`attnzoo.keras.lora_peft`); a converted ``source``
-    must then be one :func:`~attnzoo.keras.convert_keras_model` converted with ``lora="keep"``.
+    ``overwrite``: replace a folder that holds files (as a whole; never one that holds a Keras file).
+    ``preset``: the preset folder whose tokenizer goes with a converted ``source`` (a model converted from a
+    preset folder carries its own; a preset path as ``source`` is its own). ``lora``: a keras-hub model's LoRA
+    adapters (:mod:`attnzoo.keras.lora`) merged into the weights (``"merge"``, the default), or ``"keep"``: the
+    base model's folder, and the adapters as a PEFT LoRA adapter folder in its ``adapter/``
+    (:mod:`attnzoo.keras.lora_peft`); a converted ``source`` must then be one
+    :func:`~attnzoo.keras.convert_keras_model` converted with ``lora="keep"``.
 
     Refused with an :class:`~attnzoo.errors.ExportError` naming the class: a model of a keras-hub class
     with no exact transformers equivalent (a ViT without a class token, a classifier whose logits pass
@@ -180,7 +199,7 @@ def to_transformers(
     limit = parse_size(max_shard_size)
     if not isinstance(overwrite, bool):
         raise ConfigError(f"overwrite must be True or False, got {overwrite!r}")
-    path = _checked_directory(directory, overwrite, (source, preset))
+    path = checked_folder(directory, overwrite, (source, preset))
     model, folder = _converted(source, preset, lora)
     form, hub = hub_source(model)
     architecture = form.architecture(hub)

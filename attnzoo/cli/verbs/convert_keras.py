@@ -201,11 +201,28 @@ def _check_whole_model_arguments(args: argparse.Namespace) -> None:
         )
     if args.to != "transformers" and args.max_shard_size:
         raise UsageError("--max-shard-size shapes the Hugging Face folder: add --to transformers")
+    if args.to == "transformers":
+        _check_hugging_face_output(args)
     if args.compute_dtype == "policy" and args.dtype is not None:
         raise UsageError(
             "--dtype and --compute-dtype policy both set the dtype the layers are held in; pass one (--compute-dtype "
             "policy holds each layer in its mixed policy's compute dtype)"
         )
+
+
+def _check_hugging_face_output(args: argparse.Namespace) -> None:
+    """``--to transformers``: -o and --max-shard-size checked before anything is converted; -o never a folder
+    that holds the files the model is read from (FILE, --weights, --lora-weights), which --overwrite replaces."""
+    from attnzoo.errors import ConfigError
+    from attnzoo.io.shards import parse_size
+    from attnzoo.keras.transformers_folder import checked_folder
+
+    if args.max_shard_size is not None:
+        try:
+            parse_size(args.max_shard_size, "--max-shard-size")
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
+    checked_folder(args.output, args.overwrite, (args.file, args.weights, args.lora_weights))
 
 
 def _convert_keras_model(args: argparse.Namespace) -> int:
