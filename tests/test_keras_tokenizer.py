@@ -482,13 +482,40 @@ def test_the_hugging_face_folder_holds_the_tokenizer_and_config_json_its_ids(tmp
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     assert settings["tokenizer_class"] == "PreTrainedTokenizerFast" and settings["model_max_length"] == 16
     assert settings["split_special_tokens"] is False and "pad_token" not in settings  # id 0 is "!" in GPT-2's
-    plain = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_models" / "gpt2_causal_lm.keras")
-    named = to_transformers(plain, tmp_path / "named", preset=preset("gpt2"))  # preset= gives a .keras's
-    assert (named / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+    plain = convert_keras_model(LM / "llama3" / "causal_lm.keras")  # the preset's model, as a .keras
+    named = to_transformers(plain, tmp_path / "named", preset=preset("llama3"))  # preset= gives a .keras's
+    assert (named / "tokenizer.json").read_bytes() == converted_tokenizer("llama3").tokenizer_json
     written = write_tokenizer(preset("bert"), tmp_path)
     assert written.files == ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
     assert written.special == {"pad_token_id": 0}
     assert json.loads((tmp_path / "special_tokens_map.json").read_text())["cls_token"] == "[CLS]"
+
+
+def test_a_preset_of_another_family_or_a_path_that_is_no_folder_is_refused_and_nothing_is_written(tmp_path):
+    from attnzoo.errors import ExportError
+    from attnzoo.keras.transformers_folder import _check_tokenizer_fits
+    from attnzoo.keras.transformers_tokenizer import TokenizerWritten
+
+    llama3 = convert_keras_model(LM / "llama3" / "causal_lm.keras")  # a .keras: no tokenizer of its own
+    for family in ("gpt2", "gemma", "bert"):  # another family's ids are other tokens (GPT-2's: as many, 320)
+        with pytest.raises(ExportError, match=r"keras-hub's \w+Tokenizer and the model a Llama3CausalLM: give preset="):
+            to_transformers(llama3, tmp_path / family, preset=preset(family))
+    for wrong in (tmp_path / "typo", LM / "llama3" / "causal_lm.keras"):
+        with pytest.raises(ConfigError, match="preset= names the keras-hub preset folder .* is not one"):
+            to_transformers(llama3, tmp_path / "wrong", preset=wrong)
+    assert list(tmp_path.iterdir()) == []
+    own = TokenizerWritten(files=("tokenizer.json",), size=321, keras_class="Llama3Tokenizer")
+    with pytest.raises(ExportError, match="gives ids up to 320 and the model embeds 320 tokens"):
+        _check_tokenizer_fits(own, "Llama3Backbone", 320)  # id 320 has no row
+    _check_tokenizer_fits(own, "Llama3Backbone", 321)  # a table wider than the vocabulary is common
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_tokenizer_s_size_is_the_tokenizers_library_s(family):
+    from attnzoo.keras.transformers_tokenizer import tokenizer_size
+
+    port = converted_tokenizer(family)
+    assert tokenizer_size(port) == port.backend.get_vocab_size(with_added_tokens=True)
 
 
 # the child: every folder loaded by AutoTokenizer, the ids of each family's texts back as JSON

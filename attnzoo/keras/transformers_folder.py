@@ -33,7 +33,7 @@ from attnzoo.io.atomic import new_folder
 from attnzoo.io.shards import parse_size, write_shards
 from attnzoo.keras.hub_families import hub_models
 from attnzoo.keras.transformers_form import HubSource, TransformersForm
-from attnzoo.keras.transformers_tokenizer import write_tokenizer
+from attnzoo.keras.transformers_tokenizer import TokenizerWritten, write_tokenizer
 
 __all__ = ["to_transformers", "hub_source", "checked_folder", "DEFAULT_SHARD_SIZE", "DTYPES"]
 
@@ -78,7 +78,7 @@ def _converted(source: Any, preset: Any, lora: str) -> tuple[Any, Path | None]:
                 else "the model was converted with lora='keep': its weights are the base model's and its adapters "
                 "are apart; write it with lora='keep', or convert it with lora='merge' to write the merged model"
             )
-        return source, (Path(preset) if preset is not None else None)
+        return source, _preset(preset)
     if not isinstance(source, (str, Path)):
         raise ConfigError(
             f"to_transformers takes a model convert_keras_model returned, or a path it takes, got "
@@ -88,7 +88,40 @@ def _converted(source: Any, preset: Any, lora: str) -> tuple[Any, Path | None]:
 
     path = Path(source)
     folder = path if path.is_dir() else None
-    return convert_keras_model(path, lora=lora), (Path(preset) if preset is not None else folder)
+    return convert_keras_model(path, lora=lora), (_preset(preset) if preset is not None else folder)
+
+
+def _preset(preset: Any) -> Path | None:
+    """``preset=``: a folder (a path that is none would leave the tokenizer out unsaid)."""
+    if preset is None:
+        return None
+    if not isinstance(preset, (str, Path)) or not Path(preset).is_dir():
+        shown = str(preset) if isinstance(preset, Path) else repr(preset)
+        raise ConfigError(
+            f"preset= names the keras-hub preset folder whose tokenizer goes with the model; {shown} is not one"
+        )
+    return Path(preset)
+
+
+_KINDS = ("Backbone", "CausalLM", "Seq2SeqLM", "TextClassifier", "ImageClassifier", "MaskedLM")
+
+
+def _check_tokenizer_fits(tokenizer: TokenizerWritten, keras_class: str, vocabulary: Any) -> None:
+    """A tokenizer of the model's own keras-hub family whose ids are rows of its embedding: another's (a
+    ``preset=`` of another model) would give ids that mean other tokens, or no row at all."""
+    if not tokenizer.files:
+        return
+    family = next((keras_class.removesuffix(kind) for kind in _KINDS if keras_class.endswith(kind)), keras_class)
+    if tokenizer.keras_class.removesuffix("Tokenizer") != family:
+        raise ExportError(
+            f"the tokenizer is keras-hub's {tokenizer.keras_class} and the model a {keras_class}: give preset= the "
+            f"preset folder of the model's own tokenizer ({family}Tokenizer)"
+        )
+    if isinstance(vocabulary, int) and tokenizer.size > vocabulary:
+        raise ExportError(
+            f"the tokenizer gives ids up to {tokenizer.size - 1} and the model embeds {vocabulary} tokens: give "
+            f"preset= the preset folder of the model's own tokenizer"
+        )
 
 
 def hub_source(model: Any) -> tuple[TransformersForm, HubSource]:
@@ -184,10 +217,11 @@ def to_transformers(
     safetensors file (``"5GB"``, ``"500MB"``, an int); more weights than that are sharded with an index.
     ``overwrite``: replace a folder that holds files (as a whole; never one that holds a Keras file).
     ``preset``: the preset folder whose tokenizer goes with a converted ``source`` (a model converted from a
-    preset folder carries its own; a preset path as ``source`` is its own). ``lora``: a keras-hub model's LoRA
-    adapters (:mod:`attnzoo.keras.lora`) merged into the weights (``"merge"``, the default), or ``"keep"``: the
-    base model's folder, and the adapters as a PEFT LoRA adapter folder in its ``adapter/``
-    (:mod:`attnzoo.keras.lora_peft`); a converted ``source`` must then be one
+    preset folder carries its own; a preset path as ``source`` is its own); a path that is no folder, and a
+    tokenizer of another keras-hub family or whose ids pass the model's embedding, are refused. ``lora``: a
+    keras-hub model's LoRA adapters (:mod:`attnzoo.keras.lora`) merged into the weights (``"merge"``, the
+    default), or ``"keep"``: the base model's folder, and the adapters as a PEFT LoRA adapter folder in its
+    ``adapter/`` (:mod:`attnzoo.keras.lora_peft`); a converted ``source`` must then be one
     :func:`~attnzoo.keras.convert_keras_model` converted with ``lora="keep"``.
 
     Refused with an :class:`~attnzoo.errors.ExportError` naming the class: a model of a keras-hub class
@@ -209,6 +243,7 @@ def to_transformers(
         tokenizer = write_tokenizer(carried if carried is not None and preset is None else folder, tmp)
         hub = replace(hub, special=dict(tokenizer.special))
         config = {"architectures": [architecture], "model_type": form.model_type, **form.config(hub)}
+        _check_tokenizer_fits(tokenizer, hub.keras_class, config.get("vocab_size"))
         config["dtype"] = config["torch_dtype"] = str(written).removeprefix("torch.")
         _write_json(tmp / "config.json", config)
         if hub.kind in ("causal_lm", "seq2seq_lm"):

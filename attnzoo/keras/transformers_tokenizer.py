@@ -34,18 +34,28 @@ from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.keras.hub_tokenizers.preset import keras_hub_tokenizer, preset_tokenizer_files
 from attnzoo.keras.tokenizer import PortTokenizer
 
-__all__ = ["TokenizerWritten", "tokenizer_assets", "write_tokenizer", "hugging_face_files", "special_ids"]
+__all__ = [
+    "TokenizerWritten",
+    "tokenizer_assets",
+    "write_tokenizer",
+    "hugging_face_files",
+    "special_ids",
+    "tokenizer_size",
+]
 
 
 @dataclass(frozen=True)
 class TokenizerWritten:
     """What :func:`write_tokenizer` did: ``files`` written into the folder, the ``special`` token ids it
-    knows (``bos_token_id``, ``eos_token_id``, ``pad_token_id``) for config.json, and ``missing``, why no
-    tokenizer was written where the preset held one (empty when nothing was left behind)."""
+    knows (``bos_token_id``, ``eos_token_id``, ``pad_token_id``) for config.json, ``missing``, why no
+    tokenizer was written where the preset held one (empty when nothing was left behind), ``size``, one past
+    the largest id it gives, and ``keras_class``, keras-hub's class of it (``size`` 0 and ``""`` for none)."""
 
     files: tuple[str, ...] = ()
     special: dict[str, int] = field(default_factory=dict)
     missing: str = ""
+    size: int = 0  # ids the tokenizer gives: up to size - 1
+    keras_class: str = ""  # keras-hub's tokenizer class ("Llama3Tokenizer")
 
 
 def tokenizer_assets(preset: Path | None) -> list[str]:
@@ -62,6 +72,16 @@ def special_ids(tokenizer: PortTokenizer) -> dict[str, int]:
             if value is not None:
                 found[key] = value
     return found
+
+
+def tokenizer_size(tokenizer: PortTokenizer) -> int:
+    """One past the largest id ``tokenizer.json`` gives: its model's vocabulary (a token -> id mapping, or
+    SentencePiece's list of pieces) and its added tokens."""
+    data = json.loads(tokenizer.tokenizer_json)
+    vocabulary = data.get("model", {}).get("vocab") or {}
+    ids = list(vocabulary.values()) if isinstance(vocabulary, dict) else [len(vocabulary) - 1]
+    ids += [token["id"] for token in data.get("added_tokens") or []]
+    return max(ids, default=-1) + 1
 
 
 def _json(data: dict[str, Any]) -> bytes:
@@ -118,4 +138,9 @@ def write_tokenizer(source: Path | PortTokenizer | None, directory: Path) -> Tok
     files = hugging_face_files(tokenizer)
     for name, data in files.items():
         (Path(directory) / name).write_bytes(data)
-    return TokenizerWritten(files=tuple(files), special=special_ids(tokenizer))
+    return TokenizerWritten(
+        files=tuple(files),
+        special=special_ids(tokenizer),
+        size=tokenizer_size(tokenizer),
+        keras_class=tokenizer.preprocessing.tokenizer_class,
+    )
