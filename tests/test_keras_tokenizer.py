@@ -6,8 +6,9 @@ tests/data/keras_hub_lm holds its preprocessor's ids and masks for 200 texts at 
 (tests/keras_hub_lm_fixtures.py), and tests/data/keras_hub_tokenizers/edge.json the same for the hard texts at
 48, spm_cases.json SentencePiece's own ids for the SentencePiece settings the presets lack
 (tests/keras_hub_tokenizer_fixtures.py), and thousand.npz the preprocessors' ids and masks for 1,000 seeded
-varied texts at 128. The slow tier loads every family's Hugging Face folder with
-transformers' AutoTokenizer in one child process where keras, keras_hub and attnzoo cannot be imported.
+varied texts at 128. The slow tier loads every family's Hugging Face folder (the door's whole folder, but
+BLOOM's, whose tiny model it refuses) with transformers' AutoTokenizer in one child process where keras,
+keras_hub and attnzoo cannot be imported.
 """
 
 from __future__ import annotations
@@ -491,6 +492,15 @@ def test_the_hugging_face_folder_holds_the_tokenizer_and_config_json_its_ids(tmp
     assert json.loads((tmp_path / "special_tokens_map.json").read_text())["cls_token"] == "[CLS]"
 
 
+def test_the_door_warns_where_transformers_autotokenizer_builds_its_own_tokenizer_instead(tmp_path):
+    with pytest.warns(AttnzooWarning, match=r"AutoTokenizer loads a qwen2 folder's tokenizer as its Qwen2Tokenizer"):
+        to_transformers(preset("qwen"), tmp_path / "qwen")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no tokenizer written: nothing to say; Qwen 3's is run as it is
+        to_transformers(LM / "qwen" / "backbone_preset", tmp_path / "backbone")
+        to_transformers(preset("qwen3"), tmp_path / "qwen3")
+
+
 def test_a_preset_of_another_family_or_a_path_that_is_no_folder_is_refused_and_nothing_is_written(tmp_path):
     from attnzoo.errors import ExportError
     from attnzoo.keras.transformers_folder import _check_tokenizer_fits
@@ -526,8 +536,10 @@ import transformers
 jobs = json.load(open(sys.argv[1]))
 out = {"blocked": [sys.modules[n] is None for n in ("keras", "keras_hub", "attnzoo")]}
 for job in jobs:
-    tokenizer = transformers.AutoTokenizer.from_pretrained(job["folder"])
-    got = {"class": type(tokenizer).__name__, "pad": tokenizer.pad_token}
+    auto = transformers.AutoTokenizer.from_pretrained(job["folder"])
+    tokenizer = transformers.PreTrainedTokenizerFast.from_pretrained(job["folder"]) if job["fast"] else auto
+    got = {"class": type(auto).__name__, "pad": tokenizer.pad_token}
+    got["auto/bare"] = auto(job["texts"]["edge"][0], add_special_tokens=False)["input_ids"]
     for name, (texts, length) in job["texts"].items():
         got[name] = tokenizer(texts, truncation=True, max_length=length)["input_ids"]
         got[name + "/bare"] = tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -539,17 +551,27 @@ json.dump(out, open(sys.argv[2], "w"))
 """
 
 
+UNWRITTEN = {"bloom"}  # the fixture's model is refused (its MLP is not 4 x hidden_dim)
+REBUILT_FAMILIES = {"qwen"}  # config.json's model_type qwen2: AutoTokenizer builds its Qwen2Tokenizer
+
+
 @pytest.fixture(scope="module")
 def auto_tokenized(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf_tokenizers")
     jobs = []
     for family in FAMILIES:
-        (root / family).mkdir()
-        write_tokenizer(preset(family), root / family)
+        if family in UNWRITTEN:  # the tokenizer's files alone
+            (root / family).mkdir()
+            write_tokenizer(preset(family), root / family)
+        else:  # the door's whole folder: AutoTokenizer reads config.json's model_type too
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", AttnzooWarning)
+                to_transformers(preset(family), root / family)
         jobs.append(
             {
                 "name": family,
                 "folder": str(root / family),
+                "fast": family in REBUILT_FAMILIES,
                 "texts": {
                     "texts": [texts(family), 16],
                     "edge": [edge()["texts"], edge()["sequence_length"]],
@@ -570,12 +592,16 @@ def _rows(ids: list[list[int]], masks: list[list[int]]) -> list[list[int]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_transformers_autotokenizer_gives_keras_hub_s_ids_without_keras_or_attnzoo(auto_tokenized, family):
-    """``AutoTokenizer.from_pretrained(folder)(texts)``: keras-hub's tokens with its start token
+    """``AutoTokenizer.from_pretrained(folder)(texts)`` on the door's folder (Qwen's, whose AutoTokenizer builds
+    Qwen2Tokenizer and gives other ids: ``PreTrainedTokenizerFast``'s): keras-hub's tokens with its start token
     (``add_special_tokens``, transformers' default), on the 200 texts, the hard ones and the 1,000; padded to the
     sequence length, keras-hub's whole rows and masks where the family names a pad token."""
     assert all(auto_tokenized["blocked"])
     got = auto_tokenized[family]
-    assert got["class"] in ("PreTrainedTokenizerFast", "TokenizersBackend")
+    if family in REBUILT_FAMILIES:  # as the door warns: its own pipeline, other ids; PreTrainedTokenizerFast's
+        assert got["class"] == "Qwen2Tokenizer" and got["auto/bare"] != got["edge/bare"], got["class"]
+    else:
+        assert got["class"] in ("PreTrainedTokenizerFast", "TokenizersBackend")
     e = expected(family)
     rows = _rows(e["tokenizer/token_ids"].tolist(), e["tokenizer/padding_mask"].tolist())
     assert got["texts"] == rows

@@ -33,7 +33,7 @@ from attnzoo.io.atomic import new_folder
 from attnzoo.io.shards import parse_size, write_shards
 from attnzoo.keras.hub_families import hub_models
 from attnzoo.keras.transformers_form import HubSource, TransformersForm
-from attnzoo.keras.transformers_tokenizer import TokenizerWritten, write_tokenizer
+from attnzoo.keras.transformers_tokenizer import TokenizerWritten, rebuilt_warning, write_tokenizer
 
 __all__ = ["to_transformers", "hub_source", "checked_folder", "DEFAULT_SHARD_SIZE", "DTYPES"]
 
@@ -254,6 +254,7 @@ def to_transformers(
 
             kept = model.keras_lora
             write_peft_adapter(kept, form.tensors(hub), tmp / ADAPTER_FOLDER, dtype=written, base=path, kind=hub.kind)
-    if tokenizer.missing:
-        warnings.warn(tokenizer.missing, AttnzooWarning, stacklevel=2)
+    for said in (tokenizer.missing, rebuilt_warning(form.model_type) if tokenizer.files else ""):
+        if said:
+            warnings.warn(said, AttnzooWarning, stacklevel=2)
     return path

@@ -41,6 +41,8 @@ __all__ = [
     "hugging_face_files",
     "special_ids",
     "tokenizer_size",
+    "REBUILT",
+    "rebuilt_warning",
 ]
 
 
@@ -72,6 +74,26 @@ def special_ids(tokenizer: PortTokenizer) -> dict[str, int]:
             if value is not None:
                 found[key] = value
     return found
+
+
+# config.json's model types whose tokenizer transformers 5's AutoTokenizer builds again as its own class from
+# tokenizer.json's vocabulary, with that class's pipeline, whatever tokenizer_config.json names (transformers'
+# MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, where the class is not TokenizersBackend)
+REBUILT = {"qwen2": "Qwen2Tokenizer"}
+
+
+def rebuilt_warning(model_type: str) -> str:
+    """What the door says where transformers' AutoTokenizer would not run ``tokenizer.json`` as it is ("" if
+    it does)."""
+    name = REBUILT.get(model_type)
+    if name is None:
+        return ""
+    return (
+        f"transformers' AutoTokenizer loads a {model_type} folder's tokenizer as its {name}, whatever "
+        f"tokenizer_config.json names: it cuts words with its own pattern (each digit alone, runs of spaces "
+        f"apart) and NFC-normalises, so its ids differ from keras-hub's on such texts; "
+        f"PreTrainedTokenizerFast.from_pretrained(folder) runs tokenizer.json as it is, with keras-hub's ids"
+    )
 
 
 def tokenizer_size(tokenizer: PortTokenizer) -> int:
