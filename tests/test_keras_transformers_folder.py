@@ -212,6 +212,21 @@ def test_overwrite_never_replaces_the_folder_that_holds_the_keras_file_or_adapte
     assert bad.returncode == 2 and "--max-shard-size must be a number of bytes" in bad.stderr, bad.stderr
 
 
+def test_the_folder_may_be_named_by_dot_or_dot_dot(tmp_path, monkeypatch):
+    target = tmp_path / "here"
+    (target / "sub").mkdir(parents=True)
+    monkeypatch.chdir(target / "sub")
+    with pytest.raises(ExportError, match=r"\.\. is not empty; pass overwrite=True"):
+        to_transformers(converted("vit.keras"), "..")
+    (target / "sub").rmdir()
+    monkeypatch.chdir(target)
+    assert to_transformers(converted("vit.keras"), ".") == Path(".")  # as given; written into the folder itself
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
+    (tmp_path / "other").mkdir()
+    to_transformers(converted("vit.keras"), tmp_path / "other" / ".." / "here", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "other"]  # nothing left beside it
+
+
 def test_a_preset_s_tokenizer_that_does_not_convert_is_left_behind_with_a_warning_saying_why(tmp_path):
     import shutil
 

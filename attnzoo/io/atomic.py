@@ -168,7 +168,8 @@ def new_folder(directory: str | Path, *, overwrite: bool = False) -> Iterator[Pa
     replaced as a whole only with ``overwrite=True`` (it is renamed aside, the new one renamed in, the old
     one removed: a process killed between the two renames leaves the old folder hidden beside it, never a
     mixture of the two)."""
-    directory = Path(directory)
+    # "." or "x/..": its parent and name are those of the folder it names (a lexical path: a link stays a link)
+    directory = Path(os.path.abspath(directory))
     directory.parent.mkdir(parents=True, exist_ok=True)
     clear_dead_siblings(directory)
     tmp = directory.parent / f".{directory.name}{TEMP_PREFIX}{uuid.uuid4().hex[:12]}"
