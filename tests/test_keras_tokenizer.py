@@ -478,8 +478,8 @@ def test_the_hugging_face_folder_holds_the_tokenizer_and_config_json_its_ids(tmp
     config = json.loads((folder / "config.json").read_text())
     e = expected("gpt2")
     start = int(e["tokenizer/token_ids"][0, 0])  # keras-hub's start token, <|endoftext|>
-    assert config["bos_token_id"] == config["eos_token_id"] == start and config["pad_token_id"] == 0
-    assert json.loads((folder / "generation_config.json").read_text())["eos_token_id"] == start
+    assert config["bos_token_id"] == config["eos_token_id"] == start and config["pad_token_id"] is None
+    assert json.loads((folder / "generation_config.json").read_text()) == {"bos_token_id": start, "eos_token_id": start}
     settings = json.loads((folder / "tokenizer_config.json").read_text())
     assert settings["tokenizer_class"] == "PreTrainedTokenizerFast" and settings["model_max_length"] == 16
     assert settings["split_special_tokens"] is False and "pad_token" not in settings  # id 0 is "!" in GPT-2's
@@ -526,6 +526,28 @@ def test_the_tokenizer_s_size_is_the_tokenizers_library_s(family):
 
     port = converted_tokenizer(family)
     assert tokenizer_size(port) == port.backend.get_vocab_size(with_added_tokens=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "llama3", "qwen"])
+def test_generate_without_an_attention_mask_keeps_a_prompt_token_that_is_keras_hub_s_pad_id(family, tmp_path):
+    """keras-hub pads these with id 0, an ordinary token (GPT-2's ``!``); config.json names no pad id, so
+    transformers' ``generate`` given no ``attention_mask`` masks no prompt token: Keras's greedy tokens."""
+    from transformers import AutoModelForCausalLM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AttnzooWarning)  # Qwen's AutoTokenizer, not used here
+        folder = to_transformers(preset(family), tmp_path / family)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    port = convert_keras_model(preset(family))
+    prompt = torch.tensor([[39, 72, 0, 267, 0]])  # "Hi!" " the" "!" in the tiny byte-level vocabularies
+    tokens = prompt
+    with torch.no_grad():
+        for _ in range(6):  # the converted model, Keras's within 1e-5 (test_keras_hub_lm), greedy
+            logits = port(token_ids=tokens, padding_mask=torch.ones_like(tokens))
+            tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+        got = model.generate(prompt, max_new_tokens=6, do_sample=False, min_new_tokens=6)
+    assert got.tolist() == tokens.tolist()
 
 
 # the child: every folder loaded by AutoTokenizer, the ids of each family's texts back as JSON

@@ -20,7 +20,8 @@ its preset folder) or a preset folder's (``tokenizer.json``, keras-hub's own con
 A causal LM whose keras-hub class pads with id 0 without a pad token (GPT-2, Llama 3, Qwen, ...) names no
 pad token: ``tokenizer.pad_token = tokenizer.eos_token`` before padding, as such models' Hugging Face
 tokenizers ask. config.json gets the ids (:attr:`TokenizerWritten.special`): ``bos_token_id`` and
-``eos_token_id`` (a causal LM's start and end), ``pad_token_id`` (keras-hub's pad id).
+``eos_token_id`` (a causal LM's start and end), ``pad_token_id`` (keras-hub's pad id, where a pad token is
+named: as those models' own config.json, the others give none).
 """
 
 from __future__ import annotations
@@ -66,9 +67,12 @@ def tokenizer_assets(preset: Path | None) -> list[str]:
 
 
 def special_ids(tokenizer: PortTokenizer) -> dict[str, int]:
-    """config.json's special token ids: a causal LM's start and end tokens, and the pad id."""
+    """config.json's special token ids: a causal LM's start and end tokens, and the pad id where the tokenizer
+    names a pad token. Not where the pad id is an ordinary token (GPT-2's ``!``): transformers' ``generate``
+    would mask that token wherever a prompt given without ``attention_mask`` holds it, and the embedding would
+    never train its row (``padding_idx``)."""
     record = tokenizer.preprocessing
-    found = {"pad_token_id": record.pad_token_id}
+    found = {"pad_token_id": record.pad_token_id} if "pad_token" in record.special_tokens else {}
     if record.task == "causal_lm":
         for key, value in (("bos_token_id", record.start_token_id), ("eos_token_id", record.end_token_id)):
             if value is not None:
