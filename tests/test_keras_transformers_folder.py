@@ -212,13 +212,17 @@ def test_overwrite_never_replaces_the_folder_that_holds_the_keras_file_or_adapte
     assert bad.returncode == 2 and "--max-shard-size must be a number of bytes" in bad.stderr, bad.stderr
 
 
-def test_the_folder_may_be_named_by_dot_or_dot_dot(tmp_path, monkeypatch):
+def test_the_folder_may_be_named_by_dot_or_dot_dot_and_not_under_a_file(tmp_path, monkeypatch):
     target = tmp_path / "here"
     (target / "sub").mkdir(parents=True)
     monkeypatch.chdir(target / "sub")
     with pytest.raises(ExportError, match=r"\.\. is not empty; pass overwrite=True"):
         to_transformers(converted("vit.keras"), "..")
     (target / "sub").rmdir()
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(ExportError, match=r"file is a file, not a folder, so no folder can be made in it"):
+        to_transformers(converted("vit.keras"), tmp_path / "file" / "out")  # before: FileExistsError
+    (tmp_path / "file").unlink()
     monkeypatch.chdir(target)
     assert to_transformers(converted("vit.keras"), ".") == Path(".")  # as given; written into the folder itself
     assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]

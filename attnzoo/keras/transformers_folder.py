@@ -188,6 +188,11 @@ def checked_folder(directory: Any, overwrite: bool, sources: tuple[Any, ...]) ->
             raise ExportError(f"{path} holds the model's own {source}; write the Hugging Face folder elsewhere")
     if path.exists() and not path.is_dir():
         raise ExportError(f"{path} exists and is not a folder; the Hugging Face door writes a folder")
+    above = next((p for p in Path(os.path.abspath(path)).parents if p.exists() and not p.is_dir()), None)
+    if above is not None:
+        raise ExportError(
+            f"{path}: {above} is a file, not a folder, so no folder can be made in it; choose another path"
+        )
     if path.is_dir() and any(path.iterdir()) and not overwrite:
         raise ExportError(f"{path} is not empty; pass overwrite=True (--overwrite) to replace the folder as a whole")
     keras = _keras_file(path) if path.is_dir() else None
