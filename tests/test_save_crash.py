@@ -202,3 +202,23 @@ def test_real_processes_killed_at_random_times_and_four_concurrent_savers(tmp_pa
     assert [p.wait(timeout=600) for p in procs] == [0, 0, 0, 0]
     loaded = _state(folder)
     assert any(_same(loaded, expected(seed)) for seed in (2, 3, 4, 5)) and not _debris(folder)
+
+
+def test_a_folder_named_dot_or_dot_dot_saves_and_loads(tmp_path, monkeypatch):
+    """``save(model, ".")`` in an empty working folder, and ``"x/.."``: paths with no name of their own (the
+    temporary folder is written beside the absolute path). Before, "." was refused as 'another process saved
+    a model there meanwhile'."""
+    model = attnzoo.create("labelwise", num_labels=3, hidden_size=8).eval()
+    x = torch.randn(2, 5, 8)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    attnzoo.save(model, ".")
+    (tmp_path / "inner").mkdir()
+    attnzoo.save(model, tmp_path / "inner" / "..", overwrite=True)
+    for folder in (tmp_path / "here", tmp_path):
+        assert sorted(p.name for p in folder.iterdir() if p.suffix in (".yaml", ".safetensors")) == [
+            "config.yaml",
+            "model.safetensors",
+        ]
+        with torch.no_grad():
+            torch.testing.assert_close(attnzoo.load(folder).eval()(x), model(x))

@@ -409,6 +409,7 @@ def _save_new_folder(
     import shutil
     import uuid
 
+    directory = Path(os.path.abspath(directory))  # "." or "x/.." has no name of its own to write a sibling by
     directory.parent.mkdir(parents=True, exist_ok=True)
     clear_dead_siblings(directory)
     tmp = directory.parent / f".{directory.name}{TEMP_PREFIX}{uuid.uuid4().hex[:12]}"
