@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import attnzoo
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.keras import convert_keras_model, keras_hub_tokenizer
 from attnzoo.train.port import PortClassifier, build_port_task, fit_port
 from attnzoo.train.recipe import complete_recipe
@@ -122,6 +122,30 @@ def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_pa
     data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}
     with pytest.raises(ConfigError, match=r"without a tokenizer .*keras_hub_tokenizer\(PRESET\)"):
         train(_recipe(plain, data), output=tmp_path / "run")
+
+
+def test_a_folder_whose_model_is_not_its_tokenizer_s_task_or_whose_record_is_unreadable_is_refused(tmp_path):
+    """A backbone given a causal LM's tokenizer gave hidden states [B, L, 32] that cross-entropy read as scores
+    over 32 tokens (an IndexError from torch: the ids go to 319); a classifier given a causal LM's tokenizer
+    failed on a missing input; a corrupt preprocessing.json said only json's words."""
+    lm = ROOT / "tests" / "data" / "keras_hub_lm" / "opt"
+    backbone = convert_keras_model(lm / "backbone_preset")
+    backbone.tokenizer = keras_hub_tokenizer(lm / "causal_lm_preset")
+    classifier = convert_keras_model(BERT / "classifier.keras")
+    classifier.tokenizer = keras_hub_tokenizer(GPT2)
+    lines = _csv(tmp_path / "lm.csv", [("the cat sat",), ("a dog ran",)] * 4, header=("text",))
+    data = {"train": str(lines), "validation": str(lines)}
+    for model, message in [
+        (backbone, r"the model is a keras-hub OPTBackbone, and its tokenizer packs for a causal_lm"),
+        (classifier, r"the model is a keras-hub BertTextClassifier, and its tokenizer packs for a causal_lm"),
+    ]:
+        port = attnzoo.save(model, tmp_path / message.split()[5])
+        with pytest.raises(ConfigError, match=message):
+            train(_recipe(port, data, epochs=1), output=tmp_path / "run", baseline=False)
+        assert not (tmp_path / "run").exists()
+    (port / "preprocessing.json").write_text("not json")
+    with pytest.raises(WeightsError, match=r"preprocessing.json: the preprocessing record is not valid JSON"):
+        train(_recipe(port, data, epochs=1), output=tmp_path / "run", baseline=False)
 
 
 def _naive_next_token_loss(model, texts: list[str]) -> float:

@@ -24,7 +24,6 @@ as the torchrun test needs). The run folder is the trained port itself (float32,
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,10 @@ def is_port(model: Any) -> bool:
 
 def port_kind(folder: str | Path) -> str:
     """``text_classifier`` or ``causal_lm``: what the port's ``preprocessing.json`` says; a folder without a
-    tokenizer is a ``ConfigError`` saying how to make one that has it."""
+    tokenizer is a ``ConfigError`` saying how to make one that has it, an unreadable record a ``WeightsError``
+    naming the file."""
+    from attnzoo.keras.tokenizer import Preprocessing
+
     path = Path(folder) / "preprocessing.json"
     if not path.is_file():
         raise ConfigError(
@@ -57,21 +59,54 @@ def port_kind(folder: str | Path) -> str:
             f"texts with the port's own tokenizer: convert the keras-hub preset folder that holds it, or attach it "
             f"(model.tokenizer = attnzoo.keras.keras_hub_tokenizer(PRESET)), and attnzoo.save the model again"
         )
-    kind = json.loads(path.read_text(encoding="utf-8")).get("task")
+    kind = Preprocessing.from_json(path.read_bytes(), str(path)).task  # every field checked, the file named
     if kind not in KINDS:
         raise ConfigError(f"{path}: task {kind!r} is not one attnzoo fine-tunes ({', '.join(KINDS)})")
     return str(kind)
 
 
 def load_port(folder: str | Path) -> Any:
-    """The port a folder holds, with its tokenizer (``attnzoo.load``)."""
+    """The port a folder holds, with its tokenizer (``attnzoo.load``); its model must be the task its
+    tokenizer packs for (:func:`_check_fits`)."""
     from attnzoo.core import load
 
     port_kind(folder)  # a folder without a tokenizer: said how to give it one
     model = load(folder)
     if getattr(model, "tokenizer", None) is None or not hasattr(model, "graph"):
         raise ConfigError(f"--model {folder}: not a converted keras-hub model carrying its tokenizer")
+    _check_fits(model, folder)
     return model
+
+
+def _check_fits(model: Any, folder: str | Path) -> None:
+    """The model is a keras-hub task of its tokenizer's kind (a causal LM's logits, not a backbone's hidden
+    states, which cross-entropy would read as scores over a vocabulary of the hidden size), and the tokenizer's
+    ids index the model's vocabulary."""
+    from attnzoo.keras.hub_families import hub_models
+
+    record = model.tokenizer.preprocessing
+    graph = model.graph if isinstance(model.graph, dict) else {}
+    name = graph.get("keras_hub_class")
+    entry = hub_models().get(name) if isinstance(name, str) else None
+    if record.task == "causal_lm":
+        fits, wanted = entry is not None and entry.kind == "causal_lm", "CausalLM"
+    else:
+        fits, wanted = isinstance(name, str) and name.endswith("TextClassifier"), "TextClassifier"
+    if not fits:
+        what = f"a keras-hub {name}" if isinstance(name, str) else f"the Keras model {str(graph.get('name'))[:60]!r}"
+        raise ConfigError(
+            f"--model {folder}: the model is {what}, and its tokenizer packs for a {record.task} "
+            f"({record.preprocessor_class}); fine-tuning takes a keras-hub {wanted} with its own preset's "
+            f"tokenizer: convert the task's preset or file (save_to_preset or model.save of the {wanted}), "
+            f"not its backbone, and attnzoo.save it"
+        )
+    vocabulary = (graph.get("keras_hub_config") or {}).get("vocabulary_size")
+    size = model.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+    if isinstance(vocabulary, int) and size > vocabulary:
+        raise ConfigError(
+            f"--model {folder}: its tokenizer has {size:,} tokens and the model's vocabulary {vocabulary:,}: the "
+            f"tokenizer is not the model's own; attach the preset's (attnzoo.keras.keras_hub_tokenizer(PRESET))"
+        )
 
 
 def build_port_task(config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1) -> Task:
