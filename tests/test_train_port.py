@@ -148,6 +148,21 @@ def test_a_folder_whose_model_is_not_its_tokenizer_s_task_or_whose_record_is_unr
         train(_recipe(port, data, epochs=1), output=tmp_path / "run", baseline=False)
 
 
+def test_the_port_folder_is_never_the_run_folder_even_with_overwrite(ports, tmp_path):
+    """With --overwrite the run replaced the port it started from, and the same command again fine-tuned the
+    fine-tuned model."""
+    import shutil
+
+    port = Path(shutil.copytree(ports["bert"], tmp_path / "port"))
+    before = {p.name: p.read_bytes() for p in port.iterdir()}
+    rows = _csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"]))
+    data = {"train": str(rows), "validation": str(rows)}
+    for folder in (port, tmp_path / "." / "port"):
+        with pytest.raises(ConfigError, match=r"is the --model port folder: the run would replace the port"):
+            train(_recipe(port, data, epochs=1), output=folder, overwrite=True, baseline=False)
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before
+
+
 def _naive_next_token_loss(model, texts: list[str]) -> float:
     """The mean over every predicted token (not padding) of -log softmax(logits)[next id], one at a time."""
     batch = model.tokenize(texts)

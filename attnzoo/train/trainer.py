@@ -293,6 +293,13 @@ def _start(
     torch.manual_seed(seed)
     name = Path(recipe["model"]).name if is_port(recipe["model"]) else recipe["model"]
     folder = Path(output or recipe.get("output") or f"runs/{name}-{check_tag(recipe['tag'], 'recipe')}")
+    if is_port(recipe["model"]) and folder.resolve() == Path(recipe["model"]).resolve():
+        # --overwrite is about a run folder: here it would replace the port the run starts from, and the same
+        # command run again would fine-tune the fine-tuned model
+        raise ConfigError(
+            f"--output {folder} is the --model port folder: the run would replace the port it starts from; "
+            f"write the run into another folder (--output)"
+        )
     if where.rank == 0:
         _check_run_folder(folder, resume, overwrite)
     verbose = where.rank == 0 and not quiet
