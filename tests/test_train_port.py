@@ -199,6 +199,25 @@ def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded
         build_port_task({"name": "files", **data, "labels": "labels"}, again.tokenizer)
 
 
+def test_data_max_len_is_checked_against_the_preset_s_position_table_before_training(ports, tmp_path):
+    """data.max_len=1 trained a causal LM on no next token at all (val loss 0, perplexity 1, saved as a run);
+    0 was read as "not given"; past GPT-2's position table the first training step failed inside the model."""
+    table = json.loads((GPT2 / "config.json").read_text())["config"]["max_sequence_length"]  # keras-hub's: 64
+    lines = _csv(tmp_path / "lm.csv", [("the cat sat on the mat",), ("a dog ran in the park",)] * 4, ("text",))
+    data = {"train": str(lines), "validation": str(lines)}
+    for given, message in [
+        (1, r"data.max_len must be a whole number >= 2 .*, got 1; leave it out for .* sequence_length 16"),
+        (0, r"data.max_len must be a whole number >= 2"),
+        ("32", r"data.max_len must be a whole number >= 2 .*, got '32'"),
+        (table + 1, rf"rows packed to {table + 1} tokens .* position table of {table} positions; .*max_len={table}"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            train(_recipe(ports["gpt2"], {**data, "max_len": given}, epochs=1), output=tmp_path / "run")
+        assert not (tmp_path / "run").exists()
+    report = train(_recipe(ports["gpt2"], {**data, "max_len": table}, epochs=1), output=tmp_path / "run")
+    assert report["history"][0]["loss"] > 0  # rows of up to 64 tokens fit the table
+
+
 @pytest.mark.parametrize("name", ["distil_bert_classifier", "roberta_classifier"])
 def test_distilbert_s_and_roberta_s_classifier_heads_are_found_and_replaced(name):
     port = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_models" / f"{name}.keras")

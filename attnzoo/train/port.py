@@ -163,6 +163,13 @@ def fit_port(port: Any, task: Any, config: dict[str, Any], say: Any) -> Any:
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             raise ConfigError(f"config.dropout must be a number in [0, 1), got {rate!r}")
         _with_dropout(graph, float(rate))
+    table = (graph.get("keras_hub_config") or {}).get("max_sequence_length")
+    length = getattr(task, "max_len", None)
+    if isinstance(table, int) and isinstance(length, int) and length > table:
+        raise ConfigError(
+            f"rows packed to {length} tokens (data.max_len, else the preprocessor's sequence_length) are past the "
+            f"port's position table of {table} positions; give data.max_len={table} or less"
+        )
     state, head = port.state_dict(), None
     if isinstance(task, PortClassifier):
         head = _output_dense(graph)
@@ -204,7 +211,7 @@ class PortTask:
 
     def __init__(self, config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1) -> None:
         self.config, self.rank, self.world, self.tokenizer = config, rank, world, tokenizer
-        self.max_len = int(config.get("max_len") or tokenizer.sequence_length)
+        self.max_len = _max_len(config.get("max_len"), tokenizer.sequence_length)
         self.load(None)  # type: ignore[attr-defined]
         self.splits = self.make_splits()  # type: ignore[attr-defined]
         self.encoded = tokenizer.encode(self.texts) if self.texts else []
@@ -216,6 +223,18 @@ class PortTask:
 
     def metadata(self) -> dict[str, Any]:
         return {"task": self.name, "task_config": self.config, "data": self.describe_data()}  # type: ignore[attr-defined]
+
+
+def _max_len(given: Any, default: int) -> int:
+    """``data.max_len`` checked (0 was taken for "not given"): a row's start token and at least one more."""
+    if given is None:
+        return int(default)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 2:
+        raise ConfigError(
+            f"data.max_len must be a whole number >= 2 (a row's start token and one more), got {given!r:.40}; "
+            f"leave it out for the preprocessor's sequence_length {default}"
+        )
+    return given
 
 
 def _on(batch: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
