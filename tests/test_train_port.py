@@ -164,18 +164,20 @@ def test_the_port_folder_is_never_the_run_folder_even_with_overwrite(ports, tmp_
 
 
 def _naive_next_token_loss(model, texts: list[str]) -> float:
-    """The mean over every predicted token (not padding) of -log softmax(logits)[next id], one at a time."""
-    batch = model.tokenize(texts)
-    with torch.no_grad():
-        logits = model(batch).double()
+    """The mean over every predicted token of -log softmax(logits)[next id], one at a time, each row alone (no
+    padding), packed by hand as keras-hub's CausalLMPreprocessor packs it for training: the start token, the
+    text's ids, the end token; the model reads all but the last and predicts each next one."""
+    record = model.tokenizer.preprocessing
     total, count = 0.0, 0
-    for row in range(len(texts)):
-        ids, mask = batch["token_ids"][row].tolist(), batch["padding_mask"][row].tolist()
-        for t in range(len(ids) - 1):
-            if mask[t] and mask[t + 1]:
-                scores = logits[row, t]
-                total += (torch.logsumexp(scores, 0) - scores[ids[t + 1]]).item()
-                count += 1
+    for ids in model.tokenizer.encode(texts):
+        row = [record.start_token_id, *ids, record.end_token_id]
+        assert len(row) <= record.sequence_length + 1  # none cut
+        inputs = torch.tensor([row[:-1]])
+        with torch.no_grad():
+            logits = model({"token_ids": inputs, "padding_mask": torch.ones_like(inputs)})[0].double()
+        for t in range(len(row) - 1):
+            total += (torch.logsumexp(logits[t], 0) - logits[t, row[t + 1]]).item()
+            count += 1
     return total / count
 
 
@@ -216,6 +218,26 @@ def test_data_max_len_is_checked_against_the_preset_s_position_table_before_trai
         assert not (tmp_path / "run").exists()
     report = train(_recipe(ports["gpt2"], {**data, "max_len": table}, epochs=1), output=tmp_path / "run")
     assert report["history"][0]["loss"] > 0  # rows of up to 64 tokens fit the table
+
+
+def test_a_causal_lm_s_training_rows_end_with_the_end_token_as_keras_hub_packs_them(ports, tmp_path):
+    """keras-hub's CausalLMPreprocessor (add_end_token true in every preset's preprocessor.json) packs a
+    training row to sequence_length + 1 as start, the text's ids cut to leave room, end; x is all but the last
+    position, y all but the first. The rows were packed as generate_preprocess packs them, without the end
+    token, so a fine-tuned model never learnt to stop."""
+    assert json.loads((GPT2 / "preprocessor.json").read_text())["config"]["add_end_token"] is True
+    texts = ["the cat sat on the mat and the dog ran in the park", "a"]
+    lines = _csv(tmp_path / "lm.csv", [(t,) for t in texts], header=("text",))
+    port = attnzoo.load(ports["gpt2"])
+    data = {"name": "files", "train": str(lines), "validation": str(lines), "max_len": 4}
+    task = build_port_task(data, port.tokenizer)
+    record = port.tokenizer.preprocessing
+    long, short = port.tokenizer.encode(texts)
+    assert len(long) > 4 and len(short) == 1
+    start, end, pad = record.start_token_id, record.end_token_id, record.pad_token_id
+    batch = task.batch([0, 1])
+    assert batch["token_ids"].tolist() == [[start, *long[:3], end], [start, *short, end, pad, pad]]
+    assert batch["padding_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
 
 
 @pytest.mark.parametrize("name", ["distil_bert_classifier", "roberta_classifier"])

@@ -9,7 +9,9 @@ The port's tokenizer says what it is (``preprocessing.json``'s ``task``):
   not the head's, the head (the graph's output ``Dense``) is replaced by a new one of that many classes,
   initialised with a normal of standard deviation 0.02 and zero biases, and the log says so. Cross-entropy;
   accuracy and macro-F1.
-* ``causal_lm``: the file's text column; next-token cross-entropy over each row's tokens (the padding masked),
+* ``causal_lm``: the file's text column, each row packed as keras-hub's CausalLMPreprocessor packs it for
+  training (start, the text's tokens, end, in ``max_len + 1`` positions: the model reads all but the last and
+  learns where a text ends); next-token cross-entropy over each row's tokens (the padding masked),
   averaged per row and then over the rows, so that a step's loss is a mean over its rows as the trainer's
   accounting wants (shares.py); validation scores the mean next-token loss over every token of the split,
   its perplexity and the next-token accuracy, and keeps the epoch of the lowest loss.
@@ -260,12 +262,14 @@ class PortClassifier(PortTask, FileSingleLabel):
 
 
 def _token_losses(model, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each next-token prediction's loss [B, L-1], whether it counts (not padding) and whether it is right."""
+    """Each next-token prediction's loss [B, L], whether it counts and whether it is right: keras-hub's
+    ``(x, y, sample_weight)`` of rows packed to L + 1 (:meth:`PortCausalLM.inputs`), the model reading
+    ``x = token_ids[:, :-1]`` and predicting ``y = token_ids[:, 1:]`` where ``padding_mask[:, 1:]``."""
     ids, mask = batch["token_ids"], batch["padding_mask"]
-    logits = model({k: v for k, v in batch.items()})[:, :-1].float()
+    logits = model({k: v[:, :-1] for k, v in batch.items()}).float()
     target = ids[:, 1:]
     losses = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-    return losses, mask[:, 1:].bool() & mask[:, :-1].bool(), logits.argmax(-1) == target
+    return losses, mask[:, 1:].bool(), logits.argmax(-1) == target
 
 
 class PortCausalLM(PortTask, FromFiles, Task):
@@ -278,6 +282,15 @@ class PortCausalLM(PortTask, FromFiles, Task):
     def load(self, metadata):
         rows = self._read(metadata, self.config.get("text", "text"))
         self.texts = [text for text, _, _ in rows]
+
+    def inputs(self, indices):
+        """As keras-hub's CausalLMPreprocessor packs a row for training (not ``generate_preprocess``): the start
+        token, the text's tokens cut to leave room for both, the end token, padded to ``max_len + 1``."""
+        record = self.tokenizer.preprocessing
+        tail = [record.end_token_id] if record.end_token_id is not None else []
+        room = self.max_len + 1 - len(tail) - (record.start_token_id is not None)
+        rows = [self.encoded[i][:room] + tail for i in indices]
+        return self.tokenizer.pack(rows, sequence_length=self.max_len + 1)
 
     def batch(self, indices):
         return self.inputs(indices)
