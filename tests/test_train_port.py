@@ -309,6 +309,20 @@ def test_train_lora_is_checked_before_any_work_and_without_peft_says_how_to_inst
         lora_port(None, {"rank": 8}, causal=False)
 
 
+def test_lora_targets_that_match_nothing_name_gpt2_s_conv1d_projections(ports):
+    """GPT-2's Hugging Face form holds its projections as transformers' Conv1D, which peft adapts (c_attn is
+    the docs' example); the refusal listed only nn.Linear layers, so it offered lm_head alone."""
+    pytest.importorskip("peft")
+    from attnzoo.train.lora import lora_port
+
+    port = attnzoo.load(ports["gpt2"])
+    named = {"rank": 2, "alpha": 2.0, "targets": ["query"], "dropout": 0.0}
+    with pytest.raises(ConfigError, match=r"targets \['query'\]: .*named (?=.*c_attn)(?=.*c_fc)(?=.*c_proj)"):
+        lora_port(port, named, causal=True)
+    wrapped = lora_port(port, {**named, "targets": ["c_attn"]}, causal=True)  # a name it gives, peft takes
+    assert sum(name.endswith("c_attn.lora_A.default.weight") for name, _ in wrapped.named_parameters()) == 2
+
+
 def _lora_logits(run: Path, texts: list[str], port) -> tuple[torch.Tensor, torch.Tensor]:
     """The run's logits from its last checkpoint (its LoRA weights put on its base/ again) and the base's."""
     import peft

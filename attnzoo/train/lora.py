@@ -115,7 +115,9 @@ def lora_port(fitted: Any, settings: dict[str, Any], causal: bool) -> LoraPort:
     try:
         wrapped = peft.get_peft_model(model, config)
     except ValueError as e:  # peft's own words: no module matched the targets
-        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        # GPT-2's projections are transformers' Conv1D, which peft adapts as it adapts a Linear
+        kinds = (torch.nn.Linear, transformers.pytorch_utils.Conv1D)
+        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, kinds)})
         raise ConfigError(
             f"train.lora.targets {settings['targets']}: {' '.join(str(e).split())[:200]}; the Hugging Face form's "
             f"linear layers are named {', '.join(names[:12])}"
