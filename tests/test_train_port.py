@@ -124,6 +124,18 @@ def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_pa
         train(_recipe(plain, data), output=tmp_path / "run")
 
 
+def test_a_model_path_that_holds_no_saved_model_is_refused_before_the_data_is_read(tmp_path):
+    """A folder without config.yaml was read as a registered model's name, after the data: "'/tmp/x' is not a
+    valid model name: expected [provider:]arch[.tag]"."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "x.txt").write_text("hi")
+    data = {"train": str(tmp_path / "missing.csv")}  # never read: the model is refused first
+    for model, what in [(tmp_path / "notes", "a folder without config.yaml"), (tmp_path / "gone", "no such folder")]:
+        with pytest.raises(ConfigError, match=rf"--model {model}: {what}; --model takes a registered model's name"):
+            train(_recipe(model, data), output=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_folder_whose_model_is_not_its_tokenizer_s_task_or_whose_record_is_unreadable_is_refused(tmp_path):
     """A backbone given a causal LM's tokenizer gave hidden states [B, L, 32] that cross-entropy read as scores
     over 32 tokens (an IndexError from torch: the ids go to 319); a classifier given a causal LM's tokenizer

@@ -38,7 +38,16 @@ from attnzoo.train.distributed import all_sum
 from attnzoo.train.file_tasks import FileSingleLabel, FromFiles
 from attnzoo.train.task_kinds import Task
 
-__all__ = ["is_port", "port_kind", "load_port", "build_port_task", "fit_port", "PortClassifier", "PortCausalLM"]
+__all__ = [
+    "is_port",
+    "check_model_path",
+    "port_kind",
+    "load_port",
+    "build_port_task",
+    "fit_port",
+    "PortClassifier",
+    "PortCausalLM",
+]
 
 KINDS = {"text_classifier": "single_label", "causal_lm": "causal_lm"}  # the port's task -> data.task
 
@@ -46,6 +55,22 @@ KINDS = {"text_classifier": "single_label", "causal_lm": "causal_lm"}  # the por
 def is_port(model: Any) -> bool:
     """Whether a recipe's ``model`` names a saved folder (a port) rather than a registered model."""
     return isinstance(model, str) and (Path(model) / "config.yaml").is_file()
+
+
+def check_model_path(model: Any) -> None:
+    """A ``--model`` that names a path but no saved model is refused before any work (it was read as a
+    registered model's name, after the data, and refused for its letters)."""
+    if not isinstance(model, str) or is_port(model):
+        return
+    if "/" not in model or ":" in model:  # a name (a folder of that name aside), or hf-hub:org/repo
+        return
+    path = Path(model)
+    what = "a folder without config.yaml" if path.is_dir() else "a file" if path.exists() else "no such folder"
+    raise ConfigError(
+        f"--model {model}: {what}; --model takes a registered model's name (attnzoo list) or a folder "
+        f"attnzoo.save wrote for a converted keras-hub model with its tokenizer (config.yaml, model.safetensors, "
+        f"tokenizer.json, preprocessing.json)"
+    )
 
 
 def port_kind(folder: str | Path) -> str:

@@ -39,7 +39,7 @@ from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoi
 from attnzoo.train.distributed import Setup, all_gather_objects, all_sum, barrier, process_group
 from attnzoo.train.lora import check_lora, lora_port
 from attnzoo.train.metrics import better
-from attnzoo.train.port import build_port_task, fit_port, is_port, load_port
+from attnzoo.train.port import build_port_task, check_model_path, fit_port, is_port, load_port
 from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
 from attnzoo.train.run import RunSetup, RunState
@@ -210,6 +210,7 @@ def train(
     by an error too.
     """
     _check_export(recipe, export)
+    check_model_path(recipe["model"])
     settings = checked_numbers(recipe["train"])
     settings["lora"] = check_lora(settings.get("lora"), port=is_port(recipe["model"]))
     with process_group(settings.get("device", "auto"), batch_size=settings["batch_size"]) as where:
