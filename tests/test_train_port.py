@@ -117,6 +117,24 @@ def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_k
         train(_recipe(ports["bert"], three), output=tmp_path / "x", export=tmp_path)
 
 
+def test_whole_number_labels_take_a_kept_head_s_outputs_in_numeric_order(ports, tmp_path):
+    """keras-hub's TextClassifier learns integer labels, label k at output k. Sorted as text, labels 0..11
+    gave output 2 to label "10": a kept head of 12 classes trained on its own labels was silently permuted."""
+    port = attnzoo.load(ports["bert"])
+    names = [str(k) for k in range(12)]
+    rows = [(f"{FILLER[k % 6]} {WORDS['pos'][k % 3]}", names[k % 12]) for k in range(36)]
+    data = {"name": "files", "train": str(_csv(tmp_path / "t.csv", rows)), "validation": str(tmp_path / "t.csv")}
+    task = build_port_task(data, port.tokenizer)
+    assert task.class_names == names
+    assert [task.class_names[task.classes[i]] for i in task.splits["train"]] == [
+        rows[i][1] for i in task.splits["train"]
+    ]
+    twelve = attnzoo.save(fit_port(port, task, {}, print), tmp_path / "twelve")  # a port whose head has 12 classes
+    said: list[str] = []
+    fit_port(attnzoo.load(twelve), task, {}, said.append)
+    assert said == ["head: the port's 12 classes, as the labels 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 ... (in that order)"]
+
+
 def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_path):
     plain = attnzoo.save(convert_keras_model(BERT / "classifier.keras"), tmp_path / "plain")
     data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}

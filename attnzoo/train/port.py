@@ -5,7 +5,8 @@
 The port's tokenizer says what it is (``preprocessing.json``'s ``task``):
 
 * ``text_classifier`` (BERT, DistilBERT, RoBERTa ``TextClassifier``): the file's text and label columns, one
-  label a row; the classes are the training labels, sorted (or a ``labels_file``'s order). When their count is
+  label a row; the classes are the training labels, sorted (whole numbers numerically: keras-hub's integer
+  label k is output k), or a ``labels_file``'s order. When their count is
   not the head's, the head (the graph's output ``Dense``) is replaced by a new one of that many classes,
   initialised with a normal of standard deviation 0.02 and zero biases, and the log says so. Cross-entropy;
   accuracy and macro-F1.
@@ -271,6 +272,14 @@ def _on(batch: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
 
 class PortClassifier(PortTask, FileSingleLabel):
     """A keras-hub TextClassifier port on the file's text and label columns (the module docstring)."""
+
+    def _label_names(self, metadata, found):
+        """The sorted training labels, but whole numbers in their numeric order: keras-hub's classifiers learn
+        integer labels, label k at output k, so a kept head's output 2 is label 2, not "10" of 12."""
+        names = super()._label_names(metadata, found)
+        if metadata is None and not self.config.get("labels_file") and all(n.isascii() and n.isdigit() for n in names):
+            names = sorted(names, key=int)
+        return names
 
     def batch(self, indices):
         return {**self.inputs(indices), "target": torch.tensor([self.classes[i] for i in indices])}
