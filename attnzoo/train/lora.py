@@ -105,12 +105,17 @@ def lora_port(fitted: Any, settings: dict[str, Any], causal: bool) -> LoraPort:
     to_transformers(fitted, base)
     auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForSequenceClassification
     model = auto.from_pretrained(base, dtype=torch.float32)
+    # transformers' Conv1D (GPT-2's projections) holds its weight [in, out]: peft wants fan_in_fan_out for it, and
+    # sets it itself with a warning a layer when not told
+    targeted = [m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in settings["targets"]]
+    conv1d = bool(targeted) and all(isinstance(m, transformers.pytorch_utils.Conv1D) for m in targeted)
     config = peft.LoraConfig(
         r=settings["rank"],
         lora_alpha=settings["alpha"],
         lora_dropout=settings["dropout"],
         target_modules=settings["targets"],
         task_type="CAUSAL_LM" if causal else "SEQ_CLS",
+        fan_in_fan_out=conv1d,
     )
     try:
         wrapped = peft.get_peft_model(model, config)
