@@ -22,6 +22,7 @@ import torch
 import attnzoo
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.keras import convert_keras_model, keras_hub_tokenizer
+from attnzoo.train.evaluate import evaluate_file
 from attnzoo.train.port import PortClassifier, build_port_task, fit_port
 from attnzoo.train.recipe import complete_recipe
 from attnzoo.train.trainer import train
@@ -97,6 +98,9 @@ def test_a_classifier_port_learns_a_csv_with_a_new_head_and_its_run_folder_loads
     right = sum(again.attnzoo_metadata["labels"][p] == label for p, (_, label) in zip(predicted, val, strict=True))
     best = history[report["best_epoch"] - 1]["accuracy"]
     assert right / len(val) == pytest.approx(best, abs=1e-9)  # the trainer's packing is the tokenizer's
+    # attnzoo evaluate on the run folder scores a file as training did (it said "needs weights written by
+    # attnzoo train", reading the port as a word-vocabulary model)
+    assert evaluate_file(tmp_path / "run", data["validation"])["accuracy"] == pytest.approx(right / len(val), abs=1e-9)
 
 
 def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_key(ports, tmp_path):
@@ -228,6 +232,7 @@ def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded
     assert naive == pytest.approx(losses[report["best_epoch"] - 1], abs=1e-5)
     best = report["history"][report["best_epoch"] - 1]
     assert best["perplexity"] == pytest.approx(math.exp(naive), rel=1e-5)
+    assert evaluate_file(tmp_path / "run", train_file)["loss"] == pytest.approx(naive, abs=1e-5)
     with pytest.raises(ConfigError, match="data.labels: a causal LM learns the text itself"):
         build_port_task({"name": "files", **data, "labels": "labels"}, again.tokenizer)
 

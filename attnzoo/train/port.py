@@ -137,8 +137,11 @@ def _check_fits(model: Any, folder: str | Path) -> None:
         )
 
 
-def build_port_task(config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1) -> Task:
-    """The task of a port's data section: its ``data.task`` (default the port's own) must be the port's."""
+def build_port_task(
+    config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1, metadata: dict[str, Any] | None = None
+) -> Task:
+    """The task of a port's data section: its ``data.task`` (default the port's own) must be the port's.
+    ``metadata``: a fine-tuned port's, scoring an ``evaluate_file`` with the labels it was trained on."""
     record = tokenizer.preprocessing
     kind = KINDS[record.task]
     given = config.get("task", kind)
@@ -150,7 +153,7 @@ def build_port_task(config: dict[str, Any], tokenizer: Any, *, rank: int = 0, wo
     if kind == "causal_lm" and config.get("labels") is not None:
         raise ConfigError("data.labels: a causal LM learns the text itself; remove --labels / data.labels")
     task = PortClassifier if kind == "single_label" else PortCausalLM
-    return task(config, tokenizer, rank=rank, world=world)
+    return task(config, tokenizer, rank=rank, world=world, metadata=metadata)
 
 
 def _output_dense(graph: dict[str, Any]) -> str | None:
@@ -237,10 +240,12 @@ class PortTask:
     texts: list[str]
     splits: dict[str, list[int]]
 
-    def __init__(self, config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1) -> None:
+    def __init__(
+        self, config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1, metadata: Any = None
+    ) -> None:
         self.config, self.rank, self.world, self.tokenizer = config, rank, world, tokenizer
         self.max_len = _max_len(config.get("max_len"), tokenizer.sequence_length)
-        self.load(None)  # type: ignore[attr-defined]
+        self.load(metadata)  # type: ignore[attr-defined]
         self.splits = self.make_splits()  # type: ignore[attr-defined]
         self.encoded = tokenizer.encode(self.texts) if self.texts else []
         self._lengths: list[int] | None = None
