@@ -101,6 +101,14 @@ def test_a_classifier_port_learns_a_csv_with_a_new_head_and_its_run_folder_loads
     # attnzoo evaluate on the run folder scores a file as training did (it said "needs weights written by
     # attnzoo train", reading the port as a word-vocabulary model)
     assert evaluate_file(tmp_path / "run", data["validation"])["accuracy"] == pytest.approx(right / len(val), abs=1e-9)
+    # and attnzoo predict gives the loaded model's softmax (it refused the run folder as evaluate did)
+    with torch.no_grad():
+        probabilities = again(again.tokenize([text for text, _ in val[:3]])).softmax(-1)
+    predictions = attnzoo.predict(tmp_path / "run", [t for t, _ in val[:3]], top=None)
+    for got, want in zip(predictions, probabilities, strict=True):
+        assert {label.name: label.probability for label in got.labels} == pytest.approx(
+            dict(zip(again.attnzoo_metadata["labels"], want.tolist(), strict=True)), abs=1e-6
+        )
 
 
 def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_key(ports, tmp_path):
@@ -233,6 +241,8 @@ def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded
     best = report["history"][report["best_epoch"] - 1]
     assert best["perplexity"] == pytest.approx(math.exp(naive), rel=1e-5)
     assert evaluate_file(tmp_path / "run", train_file)["loss"] == pytest.approx(naive, abs=1e-5)
+    with pytest.raises(ConfigError, match=r"a fine-tuned causal LM writes text: attnzoo.load\(RUN_FOLDER\).generate"):
+        attnzoo.predict(tmp_path / "run", "the cat")
     with pytest.raises(ConfigError, match="data.labels: a causal LM learns the text itself"):
         build_port_task({"name": "files", **data, "labels": "labels"}, again.tokenizer)
 
