@@ -148,6 +148,22 @@ def test_whole_number_labels_take_a_kept_head_s_outputs_in_numeric_order(ports, 
     assert said == ["head: the port's 12 classes, as the labels 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 ... (in that order)"]
 
 
+def test_a_classifier_s_training_rows_of_one_label_are_refused(ports, tmp_path):
+    """One label gave a new head of 1 class: a softmax over it is 1 whatever the text, so the run reported
+    train loss 0, accuracy 1.0 and macro-F1 1.0 and saved a model that says nothing."""
+    from attnzoo.train.files import DataError
+    from attnzoo.train.tasks import build_task
+
+    rows = _csv(tmp_path / "one.csv", [(text, "pos") for text, _ in _rows(8, 1, ["pos"])])
+    data = {"train": str(rows), "validation": str(rows)}
+    message = r"one.csv: a single-label task chooses between at least 2 labels, and the training rows have 1 \(pos\)"
+    with pytest.raises(DataError, match=message):
+        train(_recipe(ports["bert"], data, epochs=1), output=tmp_path / "run", baseline=False)
+    with pytest.raises(DataError, match=message):  # a registered model's file task alike
+        build_task({"name": "files", "task": "single_label", **data})
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_path):
     plain = attnzoo.save(convert_keras_model(BERT / "classifier.keras"), tmp_path / "plain")
     data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}
