@@ -387,6 +387,19 @@ def test_lora_targets_that_match_nothing_name_gpt2_s_conv1d_projections(ports):
     assert sum(name.endswith("c_attn.lora_A.default.weight") for name, _ in wrapped.named_parameters()) == 2
 
 
+def test_lora_on_a_classifier_s_head_says_that_the_head_trains_whole(ports):
+    """peft's SEQ_CLS trains the head (classifier) whole and never adapts it; targets [classifier] were refused
+    with a list of names to adapt that offered classifier itself."""
+    pytest.importorskip("peft")
+    from attnzoo.train.lora import lora_port
+
+    port = attnzoo.load(ports["bert"])
+    named = {"rank": 2, "alpha": 2.0, "targets": ["classifier"], "dropout": 0.0}
+    message = r"to adapt are named dense, key, query, value; the classifier's head \(classifier\) trains whole"
+    with pytest.raises(ConfigError, match=message):
+        lora_port(port, named, causal=False)
+
+
 def _lora_logits(run: Path, texts: list[str], port) -> tuple[torch.Tensor, torch.Tensor]:
     """The run's logits from its last checkpoint (its LoRA weights put on its base/ again) and the base's."""
     import peft

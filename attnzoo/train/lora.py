@@ -122,10 +122,13 @@ def lora_port(fitted: Any, settings: dict[str, Any], causal: bool) -> LoraPort:
     except ValueError as e:  # peft's own words: no module matched the targets
         # GPT-2's projections are transformers' Conv1D, which peft adapts as it adapts a Linear
         kinds = (torch.nn.Linear, transformers.pytorch_utils.Conv1D)
-        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, kinds)})
+        head = set() if causal else {"classifier", "score"}  # peft's SEQ_CLS trains these whole, never adapts them
+        found = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, kinds)}
+        whole = sorted(found & head & set(settings["targets"]))
+        said = f"; the classifier's head ({', '.join(whole)}) trains whole beside the adapters" if whole else ""
         raise ConfigError(
             f"train.lora.targets {settings['targets']}: {' '.join(str(e).split())[:200]}; the Hugging Face form's "
-            f"linear layers are named {', '.join(names[:12])}"
+            f"linear layers to adapt are named {', '.join(sorted(found - head)[:12])}{said}"
         ) from None
     return LoraPort(wrapped, fitted.tokenizer, base, workdir)
 
