@@ -164,6 +164,27 @@ def test_a_classifier_s_training_rows_of_one_label_are_refused(ports, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_folder_trained_again_keeps_the_order_of_the_labels_its_head_learnt(ports, tmp_path, capsys):
+    """A run whose labels_file put pos before neg, trained again from its folder without one: the labels were
+    sorted again (neg, pos) onto the kept head, whose outputs had learnt (pos, neg), so every prediction
+    flipped (accuracy 1 - a). At a learning rate of 1e-12 the second run scores the first run's accuracy a."""
+    (tmp_path / "labels.txt").write_text("pos\nneg\n")
+    val = _csv(tmp_path / "val.csv", _rows(16, 2, ["neg", "pos"]))
+    data = {"train": str(_csv(tmp_path / "t.csv", _rows(48, 1, ["neg", "pos"]))), "validation": str(val)}
+    first = train(
+        _recipe(ports["bert"], {**data, "labels_file": str(tmp_path / "labels.txt")}, epochs=6),
+        output=tmp_path / "one",
+        baseline=False,
+    )
+    accuracy = first["history"][first["best_epoch"] - 1]["accuracy"]
+    assert accuracy >= 0.65 and attnzoo.load(tmp_path / "one").attnzoo_metadata["labels"] == ["pos", "neg"]
+    capsys.readouterr()
+    again = train(_recipe(tmp_path / "one", data, epochs=1, lr=1e-12), output=tmp_path / "two", baseline=False)
+    assert "head: the port's 2 classes, as the labels pos, neg (in that order)" in capsys.readouterr().out
+    assert again["history"][0]["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    assert attnzoo.load(tmp_path / "two").attnzoo_metadata["labels"] == ["pos", "neg"]
+
+
 def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_path):
     plain = attnzoo.save(convert_keras_model(BERT / "classifier.keras"), tmp_path / "plain")
     data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}

@@ -138,10 +138,17 @@ def _check_fits(model: Any, folder: str | Path) -> None:
 
 
 def build_port_task(
-    config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1, metadata: dict[str, Any] | None = None
+    config: dict[str, Any],
+    tokenizer: Any,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    metadata: dict[str, Any] | None = None,
+    head_labels: Any = None,
 ) -> Task:
     """The task of a port's data section: its ``data.task`` (default the port's own) must be the port's.
-    ``metadata``: a fine-tuned port's, scoring an ``evaluate_file`` with the labels it was trained on."""
+    ``metadata``: a fine-tuned port's, scoring an ``evaluate_file`` with the labels it was trained on;
+    ``head_labels``: the labels a fine-tuned port's head was trained on, in its order (training it again)."""
     record = tokenizer.preprocessing
     kind = KINDS[record.task]
     given = config.get("task", kind)
@@ -153,7 +160,7 @@ def build_port_task(
     if kind == "causal_lm" and config.get("labels") is not None:
         raise ConfigError("data.labels: a causal LM learns the text itself; remove --labels / data.labels")
     task = PortClassifier if kind == "single_label" else PortCausalLM
-    return task(config, tokenizer, rank=rank, world=world, metadata=metadata)
+    return task(config, tokenizer, rank=rank, world=world, metadata=metadata, head_labels=head_labels)
 
 
 def _output_dense(graph: dict[str, Any]) -> str | None:
@@ -241,9 +248,17 @@ class PortTask:
     splits: dict[str, list[int]]
 
     def __init__(
-        self, config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1, metadata: Any = None
+        self,
+        config: dict[str, Any],
+        tokenizer: Any,
+        *,
+        rank: int = 0,
+        world: int = 1,
+        metadata: Any = None,
+        head_labels: Any = None,
     ) -> None:
         self.config, self.rank, self.world, self.tokenizer = config, rank, world, tokenizer
+        self.head_labels = list(head_labels) if isinstance(head_labels, list) else None
         self.max_len = _max_len(config.get("max_len"), tokenizer.sequence_length)
         self.load(metadata)  # type: ignore[attr-defined]
         self.splits = self.make_splits()  # type: ignore[attr-defined]
@@ -279,12 +294,15 @@ class PortClassifier(PortTask, FileSingleLabel):
     """A keras-hub TextClassifier port on the file's text and label columns (the module docstring)."""
 
     def _label_names(self, metadata, found):
-        """The sorted training labels, but whole numbers in their numeric order: keras-hub's classifiers learn
+        """The sorted training labels, but a fine-tuned port's own order where they are the labels its head
+        learnt (training it again), and whole numbers in their numeric order: keras-hub's classifiers learn
         integer labels, label k at output k, so a kept head's output 2 is label 2, not "10" of 12."""
         names = super()._label_names(metadata, found)
-        if metadata is None and not self.config.get("labels_file") and all(n.isascii() and n.isdigit() for n in names):
-            names = sorted(names, key=int)
-        return names
+        if metadata is not None or self.config.get("labels_file"):
+            return names
+        if self.head_labels is not None and sorted(self.head_labels) == names:
+            return list(self.head_labels)
+        return sorted(names, key=int) if all(n.isascii() and n.isdigit() for n in names) else names
 
     def batch(self, indices):
         return {**self.inputs(indices), "target": torch.tensor([self.classes[i] for i in indices])}

@@ -225,7 +225,9 @@ def _train(
     recipe = run.setup.recipe
     if is_port(recipe["model"]):  # a converted keras-hub model's folder (port.py)
         run.port = load_port(recipe["model"])
-        run.task = build_port_task(recipe["task"], run.port.tokenizer, rank=run.setup.rank, world=run.setup.world)
+        learnt = (getattr(run.port, "attnzoo_metadata", None) or {}).get("labels")  # a run folder trained again
+        rank, world = run.setup.rank, run.setup.world
+        run.task = build_port_task(recipe["task"], run.port.tokenizer, rank=rank, world=world, head_labels=learnt)
     else:
         run.task = build_task(recipe["task"], rank=run.setup.rank, world=run.setup.world)
     run.split_sizes = run.task.split_sizes()
