@@ -421,6 +421,20 @@ def test_lora_on_a_classifier_s_head_says_that_the_head_trains_whole(ports):
         lora_port(port, named, causal=False)
 
 
+def test_attnzoo_load_of_a_lora_run_folder_says_how_to_load_it(tmp_path):
+    """A LoRA run folder holds base/ and adapter/ (or merged/), no config.yaml: attnzoo.load said only that
+    config.yaml was not found in it."""
+    for save in ("adapter", "merged"):
+        (tmp_path / save / "base").mkdir(parents=True)
+        (tmp_path / save / save).mkdir()
+        with pytest.raises(
+            WeightsError, match=rf"a LoRA run of attnzoo train \(base/ and {save}/\).*transformers and peft"
+        ):
+            attnzoo.load(tmp_path / save)
+    with pytest.raises(WeightsError, match=r"config.yaml not found in it$"):
+        attnzoo.load(tmp_path / "adapter" / "base")
+
+
 def _lora_logits(run: Path, texts: list[str], port) -> tuple[torch.Tensor, torch.Tensor]:
     """The run's logits from its last checkpoint (its LoRA weights put on its base/ again) and the base's."""
     import peft
