@@ -204,6 +204,15 @@ def test_a_model_path_that_holds_no_saved_model_is_refused_before_the_data_is_re
     assert not (tmp_path / "run").exists()
 
 
+def test_task_causal_lm_on_a_registered_model_says_that_it_is_a_port_s_task(tmp_path):
+    """--task offers causal_lm; on a registered model it was refused as not one of the file tasks."""
+    from attnzoo.train.tasks import build_task
+
+    lines = _csv(tmp_path / "lm.csv", [("the cat sat",), ("a dog ran",)], header=("text",))
+    with pytest.raises(ConfigError, match=r"data.task 'causal_lm' trains a converted keras-hub causal LM: --model"):
+        build_task({"name": "files", "task": "causal_lm", "train": str(lines)})
+
+
 def test_a_folder_whose_model_is_not_its_tokenizer_s_task_or_whose_record_is_unreadable_is_refused(tmp_path):
     """A backbone given a causal LM's tokenizer gave hidden states [B, L, 32] that cross-entropy read as scores
     over 32 tokens (an IndexError from torch: the ids go to 319); a classifier given a causal LM's tokenizer
