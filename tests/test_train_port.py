@@ -190,6 +190,12 @@ def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_pa
     data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}
     with pytest.raises(ConfigError, match=r"without a tokenizer .*keras_hub_tokenizer\(PRESET\)"):
         train(_recipe(plain, data), output=tmp_path / "run")
+    # a zoo model's folder was told to attach a keras-hub tokenizer too
+    zoo = attnzoo.save(attnzoo.create("bilstm_attn_pool", config={"vocab_size": 50, "num_classes": 2}), tmp_path / "z")
+    with pytest.raises(
+        ConfigError, match=r"a saved bilstm_attn_pool, not a converted keras-hub model; .*--model bilstm_at"
+    ):
+        train(_recipe(zoo, data), output=tmp_path / "run")
 
 
 def test_a_model_path_that_holds_no_saved_model_is_refused_before_the_data_is_read(tmp_path):

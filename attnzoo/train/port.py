@@ -78,9 +78,17 @@ def port_kind(folder: str | Path) -> str:
     """``text_classifier`` or ``causal_lm``: what the port's ``preprocessing.json`` says; a folder without a
     tokenizer is a ``ConfigError`` saying how to make one that has it, an unreadable record a ``WeightsError``
     naming the file."""
+    from attnzoo.io.folders import folder_records
     from attnzoo.keras.tokenizer import Preprocessing
 
     path = Path(folder) / "preprocessing.json"
+    name = folder_records(folder)[0]["name"]
+    if not path.is_file() and name != "keras_model":
+        raise ConfigError(
+            f"--model {folder}: a saved {name}, not a converted keras-hub model; fine-tuning a port reads a "
+            f"folder attnzoo.save wrote for one with its tokenizer. A registered model trains by its name "
+            f"(--model {name}, with --resume in its run folder to continue one)"
+        )
     if not path.is_file():
         raise ConfigError(
             f"--model {folder}: a saved model without a tokenizer (no preprocessing.json); fine-tuning reads the "
