@@ -23,7 +23,7 @@ import attnzoo
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.keras import convert_keras_model, keras_hub_tokenizer
 from attnzoo.train.evaluate import evaluate_file
-from attnzoo.train.port import PortClassifier, build_port_task, fit_port
+from attnzoo.train.port import PortCausalLM, PortClassifier, build_port_task, fit_port
 from attnzoo.train.recipe import complete_recipe
 from attnzoo.train.trainer import train
 from attnzoo.version import __version__
@@ -316,6 +316,11 @@ def test_data_max_len_is_checked_against_the_preset_s_position_table_before_trai
         assert not (tmp_path / "run").exists()
     report = train(_recipe(ports["gpt2"], {**data, "max_len": table}, epochs=1), output=tmp_path / "run")
     assert report["history"][0]["loss"] > 0  # rows of up to 64 tokens fit the table
+    # Phi-3's rotary positions have no table: its max_sequence_length (64 here too) is not a bound
+    phi3 = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_lm" / "phi3" / "causal_lm_preset")
+    task = PortCausalLM.__new__(PortCausalLM)
+    task.max_len = 2 * table
+    assert fit_port(phi3, task, {}, print) is not None
 
 
 def test_a_causal_lm_s_training_rows_end_with_the_end_token_as_keras_hub_packs_them(ports, tmp_path):

@@ -209,9 +209,14 @@ def fit_port(port: Any, task: Any, config: dict[str, Any], say: Any) -> Any:
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             raise ConfigError(f"config.dropout must be a number in [0, 1), got {rate!r}")
         _with_dropout(graph, float(rate))
-    table = (graph.get("keras_hub_config") or {}).get("max_sequence_length")
-    length = getattr(task, "max_len", None)
-    if isinstance(table, int) and isinstance(length, int) and length > table:
+    # a learnt position table (GPT-2's, OPT's, BERT's) ends at its sequence_length; rotary positions do not end
+    tables = [
+        layer["sequence_length"]
+        for layer in graph["layers"].values()
+        if "position_embedding" in str(layer.get("op")) and isinstance(layer.get("sequence_length"), int)
+    ]
+    table, length = min(tables, default=None), getattr(task, "max_len", None)
+    if table is not None and isinstance(length, int) and length > table:
         raise ConfigError(
             f"rows packed to {length} tokens (data.max_len, else the preprocessor's sequence_length) are past the "
             f"port's position table of {table} positions; give data.max_len={table} or less"
