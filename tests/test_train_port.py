@@ -13,15 +13,17 @@ import csv
 import json
 import math
 import random
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 import attnzoo
-from attnzoo.errors import ConfigError
+from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.keras import convert_keras_model, keras_hub_tokenizer
-from attnzoo.train.port import PortClassifier, build_port_task, fit_port
+from attnzoo.train.evaluate import evaluate_file
+from attnzoo.train.port import PortCausalLM, PortClassifier, build_port_task, fit_port
 from attnzoo.train.recipe import complete_recipe
 from attnzoo.train.trainer import train
 from attnzoo.version import __version__
@@ -96,6 +98,17 @@ def test_a_classifier_port_learns_a_csv_with_a_new_head_and_its_run_folder_loads
     right = sum(again.attnzoo_metadata["labels"][p] == label for p, (_, label) in zip(predicted, val, strict=True))
     best = history[report["best_epoch"] - 1]["accuracy"]
     assert right / len(val) == pytest.approx(best, abs=1e-9)  # the trainer's packing is the tokenizer's
+    # attnzoo evaluate on the run folder scores a file as training did (it said "needs weights written by
+    # attnzoo train", reading the port as a word-vocabulary model)
+    assert evaluate_file(tmp_path / "run", data["validation"])["accuracy"] == pytest.approx(right / len(val), abs=1e-9)
+    # and attnzoo predict gives the loaded model's softmax (it refused the run folder as evaluate did)
+    with torch.no_grad():
+        probabilities = again(again.tokenize([text for text, _ in val[:3]])).softmax(-1)
+    predictions = attnzoo.predict(tmp_path / "run", [t for t, _ in val[:3]], top=None)
+    for got, want in zip(predictions, probabilities, strict=True):
+        assert {label.name: label.probability for label in got.labels} == pytest.approx(
+            dict(zip(again.attnzoo_metadata["labels"], want.tolist(), strict=True)), abs=1e-6
+        )
 
 
 def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_key(ports, tmp_path):
@@ -117,26 +130,149 @@ def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_k
         train(_recipe(ports["bert"], three), output=tmp_path / "x", export=tmp_path)
 
 
+def test_whole_number_labels_take_a_kept_head_s_outputs_in_numeric_order(ports, tmp_path):
+    """keras-hub's TextClassifier learns integer labels, label k at output k. Sorted as text, labels 0..11
+    gave output 2 to label "10": a kept head of 12 classes trained on its own labels was silently permuted."""
+    port = attnzoo.load(ports["bert"])
+    names = [str(k) for k in range(12)]
+    rows = [(f"{FILLER[k % 6]} {WORDS['pos'][k % 3]}", names[k % 12]) for k in range(36)]
+    data = {"name": "files", "train": str(_csv(tmp_path / "t.csv", rows)), "validation": str(tmp_path / "t.csv")}
+    task = build_port_task(data, port.tokenizer)
+    assert task.class_names == names
+    assert [task.class_names[task.classes[i]] for i in task.splits["train"]] == [
+        rows[i][1] for i in task.splits["train"]
+    ]
+    twelve = attnzoo.save(fit_port(port, task, {}, print), tmp_path / "twelve")  # a port whose head has 12 classes
+    said: list[str] = []
+    fit_port(attnzoo.load(twelve), task, {}, said.append)
+    assert said == ["head: the port's 12 classes, as the labels 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 ... (in that order)"]
+
+
+def test_a_classifier_s_training_rows_of_one_label_are_refused(ports, tmp_path):
+    """One label gave a new head of 1 class: a softmax over it is 1 whatever the text, so the run reported
+    train loss 0, accuracy 1.0 and macro-F1 1.0 and saved a model that says nothing."""
+    from attnzoo.train.files import DataError
+    from attnzoo.train.tasks import build_task
+
+    rows = _csv(tmp_path / "one.csv", [(text, "pos") for text, _ in _rows(8, 1, ["pos"])])
+    data = {"train": str(rows), "validation": str(rows)}
+    message = r"one.csv: a single-label task chooses between at least 2 labels, and the training rows have 1 \(pos\)"
+    with pytest.raises(DataError, match=message):
+        train(_recipe(ports["bert"], data, epochs=1), output=tmp_path / "run", baseline=False)
+    with pytest.raises(DataError, match=message):  # a registered model's file task alike
+        build_task({"name": "files", "task": "single_label", **data})
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_folder_trained_again_keeps_the_order_of_the_labels_its_head_learnt(ports, tmp_path, capsys):
+    """A run whose labels_file put pos before neg, trained again from its folder without one: the labels were
+    sorted again (neg, pos) onto the kept head, whose outputs had learnt (pos, neg), so every prediction
+    flipped (accuracy 1 - a). At a learning rate of 1e-12 the second run scores the first run's accuracy a."""
+    (tmp_path / "labels.txt").write_text("pos\nneg\n")
+    val = _csv(tmp_path / "val.csv", _rows(16, 2, ["neg", "pos"]))
+    data = {"train": str(_csv(tmp_path / "t.csv", _rows(48, 1, ["neg", "pos"]))), "validation": str(val)}
+    first = train(
+        _recipe(ports["bert"], {**data, "labels_file": str(tmp_path / "labels.txt")}, epochs=6),
+        output=tmp_path / "one",
+        baseline=False,
+    )
+    accuracy = first["history"][first["best_epoch"] - 1]["accuracy"]
+    assert accuracy >= 0.65 and attnzoo.load(tmp_path / "one").attnzoo_metadata["labels"] == ["pos", "neg"]
+    capsys.readouterr()
+    again = train(_recipe(tmp_path / "one", data, epochs=1, lr=1e-12), output=tmp_path / "two", baseline=False)
+    assert "head: the port's 2 classes, as the labels pos, neg (in that order)" in capsys.readouterr().out
+    assert again["history"][0]["accuracy"] == pytest.approx(accuracy, abs=1e-9)
+    assert attnzoo.load(tmp_path / "two").attnzoo_metadata["labels"] == ["pos", "neg"]
+
+
 def test_a_folder_without_a_tokenizer_is_refused_saying_how_to_attach_one(tmp_path):
     plain = attnzoo.save(convert_keras_model(BERT / "classifier.keras"), tmp_path / "plain")
     data = {"train": str(_csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"])))}
     with pytest.raises(ConfigError, match=r"without a tokenizer .*keras_hub_tokenizer\(PRESET\)"):
         train(_recipe(plain, data), output=tmp_path / "run")
+    # a zoo model's folder was told to attach a keras-hub tokenizer too
+    zoo = attnzoo.save(attnzoo.create("bilstm_attn_pool", config={"vocab_size": 50, "num_classes": 2}), tmp_path / "z")
+    with pytest.raises(
+        ConfigError, match=r"a saved bilstm_attn_pool, not a converted keras-hub model; .*--model bilstm_at"
+    ):
+        train(_recipe(zoo, data), output=tmp_path / "run")
+
+
+def test_a_model_path_that_holds_no_saved_model_is_refused_before_the_data_is_read(tmp_path):
+    """A folder without config.yaml was read as a registered model's name, after the data: "'/tmp/x' is not a
+    valid model name: expected [provider:]arch[.tag]"."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "x.txt").write_text("hi")
+    data = {"train": str(tmp_path / "missing.csv")}  # never read: the model is refused first
+    for model, what in [(tmp_path / "notes", "a folder without config.yaml"), (tmp_path / "gone", "no such folder")]:
+        with pytest.raises(ConfigError, match=rf"--model {model}: {what}; --model takes a registered model's name"):
+            train(_recipe(model, data), output=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_task_causal_lm_on_a_registered_model_says_that_it_is_a_port_s_task(tmp_path):
+    """--task offers causal_lm; on a registered model it was refused as not one of the file tasks."""
+    from attnzoo.train.tasks import build_task
+
+    lines = _csv(tmp_path / "lm.csv", [("the cat sat",), ("a dog ran",)], header=("text",))
+    with pytest.raises(ConfigError, match=r"data.task 'causal_lm' trains a converted keras-hub causal LM: --model"):
+        build_task({"name": "files", "task": "causal_lm", "train": str(lines)})
+
+
+def test_a_folder_whose_model_is_not_its_tokenizer_s_task_or_whose_record_is_unreadable_is_refused(tmp_path):
+    """A backbone given a causal LM's tokenizer gave hidden states [B, L, 32] that cross-entropy read as scores
+    over 32 tokens (an IndexError from torch: the ids go to 319); a classifier given a causal LM's tokenizer
+    failed on a missing input; a corrupt preprocessing.json said only json's words."""
+    lm = ROOT / "tests" / "data" / "keras_hub_lm" / "opt"
+    backbone = convert_keras_model(lm / "backbone_preset")
+    backbone.tokenizer = keras_hub_tokenizer(lm / "causal_lm_preset")
+    classifier = convert_keras_model(BERT / "classifier.keras")
+    classifier.tokenizer = keras_hub_tokenizer(GPT2)
+    lines = _csv(tmp_path / "lm.csv", [("the cat sat",), ("a dog ran",)] * 4, header=("text",))
+    data = {"train": str(lines), "validation": str(lines)}
+    for model, message in [
+        (backbone, r"the model is a keras-hub OPTBackbone, and its tokenizer packs for a causal_lm"),
+        (classifier, r"the model is a keras-hub BertTextClassifier, and its tokenizer packs for a causal_lm"),
+    ]:
+        port = attnzoo.save(model, tmp_path / message.split()[5])
+        with pytest.raises(ConfigError, match=message):
+            train(_recipe(port, data, epochs=1), output=tmp_path / "run", baseline=False)
+        assert not (tmp_path / "run").exists()
+    (port / "preprocessing.json").write_text("not json")
+    with pytest.raises(WeightsError, match=r"preprocessing.json: the preprocessing record is not valid JSON"):
+        train(_recipe(port, data, epochs=1), output=tmp_path / "run", baseline=False)
+
+
+def test_the_port_folder_is_never_the_run_folder_even_with_overwrite(ports, tmp_path):
+    """With --overwrite the run replaced the port it started from, and the same command again fine-tuned the
+    fine-tuned model."""
+    import shutil
+
+    port = Path(shutil.copytree(ports["bert"], tmp_path / "port"))
+    before = {p.name: p.read_bytes() for p in port.iterdir()}
+    rows = _csv(tmp_path / "t.csv", _rows(8, 1, ["neg", "pos"]))
+    data = {"train": str(rows), "validation": str(rows)}
+    for folder in (port, tmp_path / "." / "port"):
+        with pytest.raises(ConfigError, match=r"is the --model port folder: the run would replace the port"):
+            train(_recipe(port, data, epochs=1), output=folder, overwrite=True, baseline=False)
+    assert {p.name: p.read_bytes() for p in port.iterdir()} == before
 
 
 def _naive_next_token_loss(model, texts: list[str]) -> float:
-    """The mean over every predicted token (not padding) of -log softmax(logits)[next id], one at a time."""
-    batch = model.tokenize(texts)
-    with torch.no_grad():
-        logits = model(batch).double()
+    """The mean over every predicted token of -log softmax(logits)[next id], one at a time, each row alone (no
+    padding), packed by hand as keras-hub's CausalLMPreprocessor packs it for training: the start token, the
+    text's ids, the end token; the model reads all but the last and predicts each next one."""
+    record = model.tokenizer.preprocessing
     total, count = 0.0, 0
-    for row in range(len(texts)):
-        ids, mask = batch["token_ids"][row].tolist(), batch["padding_mask"][row].tolist()
-        for t in range(len(ids) - 1):
-            if mask[t] and mask[t + 1]:
-                scores = logits[row, t]
-                total += (torch.logsumexp(scores, 0) - scores[ids[t + 1]]).item()
-                count += 1
+    for ids in model.tokenizer.encode(texts):
+        row = [record.start_token_id, *ids, record.end_token_id]
+        assert len(row) <= record.sequence_length + 1  # none cut
+        inputs = torch.tensor([row[:-1]])
+        with torch.no_grad():
+            logits = model({"token_ids": inputs, "padding_mask": torch.ones_like(inputs)})[0].double()
+        for t in range(len(row) - 1):
+            total += (torch.logsumexp(logits[t], 0) - logits[t, row[t + 1]]).item()
+            count += 1
     return total / count
 
 
@@ -156,8 +292,55 @@ def test_a_causal_lm_port_learns_its_texts_and_the_loaded_run_gives_the_recorded
     assert naive == pytest.approx(losses[report["best_epoch"] - 1], abs=1e-5)
     best = report["history"][report["best_epoch"] - 1]
     assert best["perplexity"] == pytest.approx(math.exp(naive), rel=1e-5)
+    assert evaluate_file(tmp_path / "run", train_file)["loss"] == pytest.approx(naive, abs=1e-5)
+    with pytest.raises(ConfigError, match=r"a fine-tuned causal LM writes text: attnzoo.load\(RUN_FOLDER\).generate"):
+        attnzoo.predict(tmp_path / "run", "the cat")
     with pytest.raises(ConfigError, match="data.labels: a causal LM learns the text itself"):
         build_port_task({"name": "files", **data, "labels": "labels"}, again.tokenizer)
+
+
+def test_data_max_len_is_checked_against_the_preset_s_position_table_before_training(ports, tmp_path):
+    """data.max_len=1 trained a causal LM on no next token at all (val loss 0, perplexity 1, saved as a run);
+    0 was read as "not given"; past GPT-2's position table the first training step failed inside the model."""
+    table = json.loads((GPT2 / "config.json").read_text())["config"]["max_sequence_length"]  # keras-hub's: 64
+    lines = _csv(tmp_path / "lm.csv", [("the cat sat on the mat",), ("a dog ran in the park",)] * 4, ("text",))
+    data = {"train": str(lines), "validation": str(lines)}
+    for given, message in [
+        (1, r"data.max_len must be a whole number >= 2 .*, got 1; leave it out for .* sequence_length 16"),
+        (0, r"data.max_len must be a whole number >= 2"),
+        ("32", r"data.max_len must be a whole number >= 2 .*, got '32'"),
+        (table + 1, rf"rows packed to {table + 1} tokens .* position table of {table} positions; .*max_len={table}"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            train(_recipe(ports["gpt2"], {**data, "max_len": given}, epochs=1), output=tmp_path / "run")
+        assert not (tmp_path / "run").exists()
+    report = train(_recipe(ports["gpt2"], {**data, "max_len": table}, epochs=1), output=tmp_path / "run")
+    assert report["history"][0]["loss"] > 0  # rows of up to 64 tokens fit the table
+    # Phi-3's rotary positions have no table: its max_sequence_length (64 here too) is not a bound
+    phi3 = convert_keras_model(ROOT / "tests" / "data" / "keras_hub_lm" / "phi3" / "causal_lm_preset")
+    task = PortCausalLM.__new__(PortCausalLM)
+    task.max_len = 2 * table
+    assert fit_port(phi3, task, {}, print) is not None
+
+
+def test_a_causal_lm_s_training_rows_end_with_the_end_token_as_keras_hub_packs_them(ports, tmp_path):
+    """keras-hub's CausalLMPreprocessor (add_end_token true in every preset's preprocessor.json) packs a
+    training row to sequence_length + 1 as start, the text's ids cut to leave room, end; x is all but the last
+    position, y all but the first. The rows were packed as generate_preprocess packs them, without the end
+    token, so a fine-tuned model never learnt to stop."""
+    assert json.loads((GPT2 / "preprocessor.json").read_text())["config"]["add_end_token"] is True
+    texts = ["the cat sat on the mat and the dog ran in the park", "a"]
+    lines = _csv(tmp_path / "lm.csv", [(t,) for t in texts], header=("text",))
+    port = attnzoo.load(ports["gpt2"])
+    data = {"name": "files", "train": str(lines), "validation": str(lines), "max_len": 4}
+    task = build_port_task(data, port.tokenizer)
+    record = port.tokenizer.preprocessing
+    long, short = port.tokenizer.encode(texts)
+    assert len(long) > 4 and len(short) == 1
+    start, end, pad = record.start_token_id, record.end_token_id, record.pad_token_id
+    batch = task.batch([0, 1])
+    assert batch["token_ids"].tolist() == [[start, *long[:3], end], [start, *short, end, pad, pad]]
+    assert batch["padding_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
 
 
 @pytest.mark.parametrize("name", ["distil_bert_classifier", "roberta_classifier"])
@@ -227,6 +410,49 @@ def test_train_lora_is_checked_before_any_work_and_without_peft_says_how_to_inst
     monkeypatch.setitem(__import__("sys").modules, "peft", None)
     with pytest.raises(ConfigError, match=r"train.lora needs peft and transformers: pip install 'attnzoo\[lora\]'"):
         lora_port(None, {"rank": 8}, causal=False)
+
+
+def test_lora_targets_that_match_nothing_name_gpt2_s_conv1d_projections(ports):
+    """GPT-2's Hugging Face form holds its projections as transformers' Conv1D, which peft adapts (c_attn is
+    the docs' example); the refusal listed only nn.Linear layers, so it offered lm_head alone."""
+    pytest.importorskip("peft")
+    from attnzoo.train.lora import lora_port
+
+    port = attnzoo.load(ports["gpt2"])
+    named = {"rank": 2, "alpha": 2.0, "targets": ["query"], "dropout": 0.0}
+    with pytest.raises(ConfigError, match=r"targets \['query'\]: .*named (?=.*c_attn)(?=.*c_fc)(?=.*c_proj)"):
+        lora_port(port, named, causal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # peft's "fan_in_fan_out is set to False but the target module is Conv1D"
+        wrapped = lora_port(port, {**named, "targets": ["c_attn"]}, causal=True)  # a name it gives, peft takes
+    assert sum(name.endswith("c_attn.lora_A.default.weight") for name, _ in wrapped.named_parameters()) == 2
+
+
+def test_lora_on_a_classifier_s_head_says_that_the_head_trains_whole(ports):
+    """peft's SEQ_CLS trains the head (classifier) whole and never adapts it; targets [classifier] were refused
+    with a list of names to adapt that offered classifier itself."""
+    pytest.importorskip("peft")
+    from attnzoo.train.lora import lora_port
+
+    port = attnzoo.load(ports["bert"])
+    named = {"rank": 2, "alpha": 2.0, "targets": ["classifier"], "dropout": 0.0}
+    message = r"to adapt are named dense, key, query, value; the classifier's head \(classifier\) trains whole"
+    with pytest.raises(ConfigError, match=message):
+        lora_port(port, named, causal=False)
+
+
+def test_attnzoo_load_of_a_lora_run_folder_says_how_to_load_it(tmp_path):
+    """A LoRA run folder holds base/ and adapter/ (or merged/), no config.yaml: attnzoo.load said only that
+    config.yaml was not found in it."""
+    for save in ("adapter", "merged"):
+        (tmp_path / save / "base").mkdir(parents=True)
+        (tmp_path / save / save).mkdir()
+        with pytest.raises(
+            WeightsError, match=rf"a LoRA run of attnzoo train \(base/ and {save}/\).*transformers and peft"
+        ):
+            attnzoo.load(tmp_path / save)
+    with pytest.raises(WeightsError, match=r"config.yaml not found in it$"):
+        attnzoo.load(tmp_path / "adapter" / "base")
 
 
 def _lora_logits(run: Path, texts: list[str], port) -> tuple[torch.Tensor, torch.Tensor]:

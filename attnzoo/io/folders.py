@@ -160,7 +160,14 @@ def folder_records(directory: str | Path) -> list[dict[str, Any]]:
     directory = Path(directory)
     config_path = directory / CONFIG_FILE
     if not config_path.is_file():
-        raise WeightsError(f"{directory} is not a saved attnzoo model: {CONFIG_FILE} not found in it")
+        lora = [n for n in ("adapter", "merged") if (directory / n).is_dir() and (directory / "base").is_dir()]
+        said = (
+            f"; it holds a LoRA run of attnzoo train (base/ and {lora[0]}/), a Hugging Face model and its "
+            f"adapters: load them with transformers and peft (docs/keras-hub-training.md, LoRA)"
+            if lora
+            else ""
+        )
+        raise WeightsError(f"{directory} is not a saved attnzoo model: {CONFIG_FILE} not found in it{said}")
     try:
         return parse_folder_records(read_bounded(config_path, config_path), config_path)
     except WeightsError as e:

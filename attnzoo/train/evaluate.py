@@ -34,8 +34,9 @@ def evaluate_file(
     else:
         model = create(str(model_or_path), pretrained=True)
     record = RunRecord.of(model, model_or_path if isinstance(model_or_path, (str, Path)) else None)
-    kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq"}
-    if not record.trained or record.output not in kinds:
+    kinds = {"multilabel": "multi_label", "multiclass": "single_label", "g2p": "seq2seq", "causal_lm": "causal_lm"}
+    port = getattr(model, "tokenizer", None) is not None and hasattr(model, "graph")  # a fine-tuned port
+    if not (record.trained or (port and record.task == "files")) or record.output not in kinds:
         raise ConfigError("evaluate needs weights written by attnzoo train (they carry the vocabulary and labels)")
     config = dict(record.task_config)
     if config.get("name") != "files":  # a bundled task's model, scored on the user's file
@@ -48,7 +49,12 @@ def evaluate_file(
     metadata = record.to_metadata()
     if threshold is not None:  # the task decides at the threshold it is built with
         metadata["threshold"] = float(threshold)
-    task = build_task(config, metadata=metadata)
+    if port:  # read with the port's own tokenizer, packed as training packed it (port.py)
+        from attnzoo.train.port import build_port_task
+
+        task = build_port_task(config, model.tokenizer, metadata=metadata)
+    else:
+        task = build_task(config, metadata=metadata)
     indices = task.splits["test"]
     with kept_modes(model):  # scored in eval mode; a caller's model (mid-training) gets its modes back
         scores = task.evaluate(model, indices)

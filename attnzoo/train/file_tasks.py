@@ -224,6 +224,14 @@ class FileSingleLabel(FromFiles, SingleLabelTask):
                 raise DataError(f"{row.where(column)}: empty label; a single-label task needs one per row")
             parsed.append([label])
         self.class_names = self._label_names(metadata, list(zip(parsed, self.split_of, strict=True)))
+        if metadata is None and len(self.class_names) < 2:  # a softmax over one class: loss 0, accuracy 1
+            origin = "the labels_file lists" if self.config.get("labels_file") else "the training rows have"
+            raise DataError(
+                f"{self.config.get('labels_file') or self.config.get('train')}: a single-label task chooses "
+                f"between at least 2 labels, and {origin} {len(self.class_names)} "
+                f"({', '.join(self.class_names) or 'none'}); give rows of another label, or list every label "
+                f"in a labels_file"
+            )
         self.classes = [ids[0] for ids in self._index_labels(rows, parsed, self.class_names)]
         self.texts = [text for text, _, _ in rows]
 

@@ -105,20 +105,30 @@ def lora_port(fitted: Any, settings: dict[str, Any], causal: bool) -> LoraPort:
     to_transformers(fitted, base)
     auto = transformers.AutoModelForCausalLM if causal else transformers.AutoModelForSequenceClassification
     model = auto.from_pretrained(base, dtype=torch.float32)
+    # transformers' Conv1D (GPT-2's projections) holds its weight [in, out]: peft wants fan_in_fan_out for it, and
+    # sets it itself with a warning a layer when not told
+    targeted = [m for n, m in model.named_modules() if n.rsplit(".", 1)[-1] in settings["targets"]]
+    conv1d = bool(targeted) and all(isinstance(m, transformers.pytorch_utils.Conv1D) for m in targeted)
     config = peft.LoraConfig(
         r=settings["rank"],
         lora_alpha=settings["alpha"],
         lora_dropout=settings["dropout"],
         target_modules=settings["targets"],
         task_type="CAUSAL_LM" if causal else "SEQ_CLS",
+        fan_in_fan_out=conv1d,
     )
     try:
         wrapped = peft.get_peft_model(model, config)
     except ValueError as e:  # peft's own words: no module matched the targets
-        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        # GPT-2's projections are transformers' Conv1D, which peft adapts as it adapts a Linear
+        kinds = (torch.nn.Linear, transformers.pytorch_utils.Conv1D)
+        head = set() if causal else {"classifier", "score"}  # peft's SEQ_CLS trains these whole, never adapts them
+        found = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, kinds)}
+        whole = sorted(found & head & set(settings["targets"]))
+        said = f"; the classifier's head ({', '.join(whole)}) trains whole beside the adapters" if whole else ""
         raise ConfigError(
             f"train.lora.targets {settings['targets']}: {' '.join(str(e).split())[:200]}; the Hugging Face form's "
-            f"linear layers are named {', '.join(names[:12])}"
+            f"linear layers to adapt are named {', '.join(sorted(found - head)[:12])}{said}"
         ) from None
     return LoraPort(wrapped, fitted.tokenizer, base, workdir)
 

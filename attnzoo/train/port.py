@@ -5,11 +5,14 @@
 The port's tokenizer says what it is (``preprocessing.json``'s ``task``):
 
 * ``text_classifier`` (BERT, DistilBERT, RoBERTa ``TextClassifier``): the file's text and label columns, one
-  label a row; the classes are the training labels, sorted (or a ``labels_file``'s order). When their count is
+  label a row; the classes are the training labels, sorted (whole numbers numerically: keras-hub's integer
+  label k is output k), or a ``labels_file``'s order. When their count is
   not the head's, the head (the graph's output ``Dense``) is replaced by a new one of that many classes,
   initialised with a normal of standard deviation 0.02 and zero biases, and the log says so. Cross-entropy;
   accuracy and macro-F1.
-* ``causal_lm``: the file's text column; next-token cross-entropy over each row's tokens (the padding masked),
+* ``causal_lm``: the file's text column, each row packed as keras-hub's CausalLMPreprocessor packs it for
+  training (start, the text's tokens, end, in ``max_len + 1`` positions: the model reads all but the last and
+  learns where a text ends); next-token cross-entropy over each row's tokens (the padding masked),
   averaged per row and then over the rows, so that a step's loss is a mean over its rows as the trainer's
   accounting wants (shares.py); validation scores the mean next-token loss over every token of the split,
   its perplexity and the next-token accuracy, and keeps the epoch of the lowest loss.
@@ -24,7 +27,6 @@ as the torchrun test needs). The run folder is the trained port itself (float32,
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,16 @@ from attnzoo.train.distributed import all_sum
 from attnzoo.train.file_tasks import FileSingleLabel, FromFiles
 from attnzoo.train.task_kinds import Task
 
-__all__ = ["is_port", "port_kind", "load_port", "build_port_task", "fit_port", "PortClassifier", "PortCausalLM"]
+__all__ = [
+    "is_port",
+    "check_model_path",
+    "port_kind",
+    "load_port",
+    "build_port_task",
+    "fit_port",
+    "PortClassifier",
+    "PortCausalLM",
+]
 
 KINDS = {"text_classifier": "single_label", "causal_lm": "causal_lm"}  # the port's task -> data.task
 
@@ -47,35 +58,105 @@ def is_port(model: Any) -> bool:
     return isinstance(model, str) and (Path(model) / "config.yaml").is_file()
 
 
+def check_model_path(model: Any) -> None:
+    """A ``--model`` that names a path but no saved model is refused before any work (it was read as a
+    registered model's name, after the data, and refused for its letters)."""
+    if not isinstance(model, str) or is_port(model):
+        return
+    if "/" not in model or ":" in model:  # a name (a folder of that name aside), or hf-hub:org/repo
+        return
+    path = Path(model)
+    what = "a folder without config.yaml" if path.is_dir() else "a file" if path.exists() else "no such folder"
+    raise ConfigError(
+        f"--model {model}: {what}; --model takes a registered model's name (attnzoo list) or a folder "
+        f"attnzoo.save wrote for a converted keras-hub model with its tokenizer (config.yaml, model.safetensors, "
+        f"tokenizer.json, preprocessing.json)"
+    )
+
+
 def port_kind(folder: str | Path) -> str:
     """``text_classifier`` or ``causal_lm``: what the port's ``preprocessing.json`` says; a folder without a
-    tokenizer is a ``ConfigError`` saying how to make one that has it."""
+    tokenizer is a ``ConfigError`` saying how to make one that has it, an unreadable record a ``WeightsError``
+    naming the file."""
+    from attnzoo.io.folders import folder_records
+    from attnzoo.keras.tokenizer import Preprocessing
+
     path = Path(folder) / "preprocessing.json"
+    name = folder_records(folder)[0]["name"]
+    if not path.is_file() and name != "keras_model":
+        raise ConfigError(
+            f"--model {folder}: a saved {name}, not a converted keras-hub model; fine-tuning a port reads a "
+            f"folder attnzoo.save wrote for one with its tokenizer. A registered model trains by its name "
+            f"(--model {name}, with --resume in its run folder to continue one)"
+        )
     if not path.is_file():
         raise ConfigError(
             f"--model {folder}: a saved model without a tokenizer (no preprocessing.json); fine-tuning reads the "
             f"texts with the port's own tokenizer: convert the keras-hub preset folder that holds it, or attach it "
             f"(model.tokenizer = attnzoo.keras.keras_hub_tokenizer(PRESET)), and attnzoo.save the model again"
         )
-    kind = json.loads(path.read_text(encoding="utf-8")).get("task")
+    kind = Preprocessing.from_json(path.read_bytes(), str(path)).task  # every field checked, the file named
     if kind not in KINDS:
         raise ConfigError(f"{path}: task {kind!r} is not one attnzoo fine-tunes ({', '.join(KINDS)})")
     return str(kind)
 
 
 def load_port(folder: str | Path) -> Any:
-    """The port a folder holds, with its tokenizer (``attnzoo.load``)."""
+    """The port a folder holds, with its tokenizer (``attnzoo.load``); its model must be the task its
+    tokenizer packs for (:func:`_check_fits`)."""
     from attnzoo.core import load
 
     port_kind(folder)  # a folder without a tokenizer: said how to give it one
     model = load(folder)
     if getattr(model, "tokenizer", None) is None or not hasattr(model, "graph"):
         raise ConfigError(f"--model {folder}: not a converted keras-hub model carrying its tokenizer")
+    _check_fits(model, folder)
     return model
 
 
-def build_port_task(config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1) -> Task:
-    """The task of a port's data section: its ``data.task`` (default the port's own) must be the port's."""
+def _check_fits(model: Any, folder: str | Path) -> None:
+    """The model is a keras-hub task of its tokenizer's kind (a causal LM's logits, not a backbone's hidden
+    states, which cross-entropy would read as scores over a vocabulary of the hidden size), and the tokenizer's
+    ids index the model's vocabulary."""
+    from attnzoo.keras.hub_families import hub_models
+
+    record = model.tokenizer.preprocessing
+    graph = model.graph if isinstance(model.graph, dict) else {}
+    name = graph.get("keras_hub_class")
+    entry = hub_models().get(name) if isinstance(name, str) else None
+    if record.task == "causal_lm":
+        fits, wanted = entry is not None and entry.kind == "causal_lm", "CausalLM"
+    else:
+        fits, wanted = isinstance(name, str) and name.endswith("TextClassifier"), "TextClassifier"
+    if not fits:
+        what = f"a keras-hub {name}" if isinstance(name, str) else f"the Keras model {str(graph.get('name'))[:60]!r}"
+        raise ConfigError(
+            f"--model {folder}: the model is {what}, and its tokenizer packs for a {record.task} "
+            f"({record.preprocessor_class}); fine-tuning takes a keras-hub {wanted} with its own preset's "
+            f"tokenizer: convert the task's preset or file (save_to_preset or model.save of the {wanted}), "
+            f"not its backbone, and attnzoo.save it"
+        )
+    vocabulary = (graph.get("keras_hub_config") or {}).get("vocabulary_size")
+    size = model.tokenizer.backend.get_vocab_size(with_added_tokens=True)
+    if isinstance(vocabulary, int) and size > vocabulary:
+        raise ConfigError(
+            f"--model {folder}: its tokenizer has {size:,} tokens and the model's vocabulary {vocabulary:,}: the "
+            f"tokenizer is not the model's own; attach the preset's (attnzoo.keras.keras_hub_tokenizer(PRESET))"
+        )
+
+
+def build_port_task(
+    config: dict[str, Any],
+    tokenizer: Any,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    metadata: dict[str, Any] | None = None,
+    head_labels: Any = None,
+) -> Task:
+    """The task of a port's data section: its ``data.task`` (default the port's own) must be the port's.
+    ``metadata``: a fine-tuned port's, scoring an ``evaluate_file`` with the labels it was trained on;
+    ``head_labels``: the labels a fine-tuned port's head was trained on, in its order (training it again)."""
     record = tokenizer.preprocessing
     kind = KINDS[record.task]
     given = config.get("task", kind)
@@ -87,7 +168,7 @@ def build_port_task(config: dict[str, Any], tokenizer: Any, *, rank: int = 0, wo
     if kind == "causal_lm" and config.get("labels") is not None:
         raise ConfigError("data.labels: a causal LM learns the text itself; remove --labels / data.labels")
     task = PortClassifier if kind == "single_label" else PortCausalLM
-    return task(config, tokenizer, rank=rank, world=world)
+    return task(config, tokenizer, rank=rank, world=world, metadata=metadata, head_labels=head_labels)
 
 
 def _output_dense(graph: dict[str, Any]) -> str | None:
@@ -128,6 +209,18 @@ def fit_port(port: Any, task: Any, config: dict[str, Any], say: Any) -> Any:
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             raise ConfigError(f"config.dropout must be a number in [0, 1), got {rate!r}")
         _with_dropout(graph, float(rate))
+    # a learnt position table (GPT-2's, OPT's, BERT's) ends at its sequence_length; rotary positions do not end
+    tables = [
+        layer["sequence_length"]
+        for layer in graph["layers"].values()
+        if "position_embedding" in str(layer.get("op")) and isinstance(layer.get("sequence_length"), int)
+    ]
+    table, length = min(tables, default=None), getattr(task, "max_len", None)
+    if table is not None and isinstance(length, int) and length > table:
+        raise ConfigError(
+            f"rows packed to {length} tokens (data.max_len, else the preprocessor's sequence_length) are past the "
+            f"port's position table of {table} positions; give data.max_len={table} or less"
+        )
     state, head = port.state_dict(), None
     if isinstance(task, PortClassifier):
         head = _output_dense(graph)
@@ -167,10 +260,20 @@ class PortTask:
     texts: list[str]
     splits: dict[str, list[int]]
 
-    def __init__(self, config: dict[str, Any], tokenizer: Any, *, rank: int = 0, world: int = 1) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        tokenizer: Any,
+        *,
+        rank: int = 0,
+        world: int = 1,
+        metadata: Any = None,
+        head_labels: Any = None,
+    ) -> None:
         self.config, self.rank, self.world, self.tokenizer = config, rank, world, tokenizer
-        self.max_len = int(config.get("max_len") or tokenizer.sequence_length)
-        self.load(None)  # type: ignore[attr-defined]
+        self.head_labels = list(head_labels) if isinstance(head_labels, list) else None
+        self.max_len = _max_len(config.get("max_len"), tokenizer.sequence_length)
+        self.load(metadata)  # type: ignore[attr-defined]
         self.splits = self.make_splits()  # type: ignore[attr-defined]
         self.encoded = tokenizer.encode(self.texts) if self.texts else []
         self._lengths: list[int] | None = None
@@ -183,6 +286,18 @@ class PortTask:
         return {"task": self.name, "task_config": self.config, "data": self.describe_data()}  # type: ignore[attr-defined]
 
 
+def _max_len(given: Any, default: int) -> int:
+    """``data.max_len`` checked (0 was taken for "not given"): a row's start token and at least one more."""
+    if given is None:
+        return int(default)
+    if isinstance(given, bool) or not isinstance(given, int) or given < 2:
+        raise ConfigError(
+            f"data.max_len must be a whole number >= 2 (a row's start token and one more), got {given!r:.40}; "
+            f"leave it out for the preprocessor's sequence_length {default}"
+        )
+    return given
+
+
 def _on(batch: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
     device = next(model.parameters()).device
     return {k: v.to(device) for k, v in batch.items()}
@@ -190,6 +305,17 @@ def _on(batch: dict[str, torch.Tensor], model: Any) -> dict[str, torch.Tensor]:
 
 class PortClassifier(PortTask, FileSingleLabel):
     """A keras-hub TextClassifier port on the file's text and label columns (the module docstring)."""
+
+    def _label_names(self, metadata, found):
+        """The sorted training labels, but a fine-tuned port's own order where they are the labels its head
+        learnt (training it again), and whole numbers in their numeric order: keras-hub's classifiers learn
+        integer labels, label k at output k, so a kept head's output 2 is label 2, not "10" of 12."""
+        names = super()._label_names(metadata, found)
+        if metadata is not None or self.config.get("labels_file"):
+            return names
+        if self.head_labels is not None and sorted(self.head_labels) == names:
+            return list(self.head_labels)
+        return sorted(names, key=int) if all(n.isascii() and n.isdigit() for n in names) else names
 
     def batch(self, indices):
         return {**self.inputs(indices), "target": torch.tensor([self.classes[i] for i in indices])}
@@ -206,12 +332,14 @@ class PortClassifier(PortTask, FileSingleLabel):
 
 
 def _token_losses(model, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Each next-token prediction's loss [B, L-1], whether it counts (not padding) and whether it is right."""
+    """Each next-token prediction's loss [B, L], whether it counts and whether it is right: keras-hub's
+    ``(x, y, sample_weight)`` of rows packed to L + 1 (:meth:`PortCausalLM.inputs`), the model reading
+    ``x = token_ids[:, :-1]`` and predicting ``y = token_ids[:, 1:]`` where ``padding_mask[:, 1:]``."""
     ids, mask = batch["token_ids"], batch["padding_mask"]
-    logits = model({k: v for k, v in batch.items()})[:, :-1].float()
+    logits = model({k: v[:, :-1] for k, v in batch.items()}).float()
     target = ids[:, 1:]
     losses = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-    return losses, mask[:, 1:].bool() & mask[:, :-1].bool(), logits.argmax(-1) == target
+    return losses, mask[:, 1:].bool(), logits.argmax(-1) == target
 
 
 class PortCausalLM(PortTask, FromFiles, Task):
@@ -224,6 +352,15 @@ class PortCausalLM(PortTask, FromFiles, Task):
     def load(self, metadata):
         rows = self._read(metadata, self.config.get("text", "text"))
         self.texts = [text for text, _, _ in rows]
+
+    def inputs(self, indices):
+        """As keras-hub's CausalLMPreprocessor packs a row for training (not ``generate_preprocess``): the start
+        token, the text's tokens cut to leave room for both, the end token, padded to ``max_len + 1``."""
+        record = self.tokenizer.preprocessing
+        tail = [record.end_token_id] if record.end_token_id is not None else []
+        room = self.max_len + 1 - len(tail) - (record.start_token_id is not None)
+        rows = [self.encoded[i][:room] + tail for i in indices]
+        return self.tokenizer.pack(rows, sequence_length=self.max_len + 1)
 
     def batch(self, indices):
         return self.inputs(indices)

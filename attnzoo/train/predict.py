@@ -146,12 +146,40 @@ def trained_model(model_or_name: Any) -> tuple[torch.nn.Module, RunRecord]:
     else:
         raise ConfigError(f"predict takes a model, a pretrained name or a path, got {type(model_or_name).__name__}")
     record = RunRecord.of(model, model_or_name if isinstance(model_or_name, (str, Path)) else None)
-    if not record.trained or record.output is None:
+    if _is_port(model) and record.task == "files" and record.output == "causal_lm":
+        raise ConfigError(
+            "predict gives a classifier's labels; a fine-tuned causal LM writes text: "
+            "attnzoo.load(RUN_FOLDER).generate(...) (docs/keras-hub-lm.md)"
+        )
+    if not (record.trained or (_is_port(model) and record.task == "files")) or record.output is None:
         raise ConfigError(
             "predict needs weights that carry their vocabulary and labels: a pretrained name "
             "(attnzoo list --pretrained), or a run folder or file written by attnzoo train"
         )
     return (model if model is model_or_name else model.eval()), record
+
+
+def _is_port(model: Any) -> bool:
+    """A converted keras-hub model carrying its tokenizer (a fine-tuned port's run folder, port.py)."""
+    return getattr(model, "tokenizer", None) is not None and hasattr(model, "graph")
+
+
+def _classify_port(model, meta: RunRecord, texts: list[str], *, top: int | None) -> list[Prediction]:
+    """A fine-tuned keras-hub classifier's labels: the texts packed by its own tokenizer, as training packed
+    them (``max_len`` its ``data.max_len``, else the preprocessor's), softmax over the run's labels."""
+    length = meta.task_config.get("max_len") or model.tokenizer.sequence_length
+    device = next(model.parameters()).device
+    info, results = label_info(meta), []
+    with torch.no_grad():
+        for start in range(0, len(texts), PREDICT_BATCH):
+            chunk = texts[start : start + PREDICT_BATCH]
+            packed = model.tokenizer.tokenize(chunk, sequence_length=length)
+            logits = model({k: v.to(device) for k, v in packed.items()})
+            probs = torch.softmax(logits.float(), -1).cpu()
+            for row, text in enumerate(chunk):
+                tokens = model.tokenizer.backend.encode(text, add_special_tokens=False).tokens
+                results.append(_ranked(text, "multiclass", tokens, 0, probs[row], None, info, top, None, []))
+    return results
 
 
 def _vocabulary(record: RunRecord) -> Vocabulary:
@@ -219,7 +247,11 @@ def predict(
     model, meta = trained_model(model_or_name)
     with kept_modes(model):  # a caller's model (mid-training, say) gets its modes back: dropout stays on
         model.eval()
-        if meta.output != "g2p":
+        if _is_port(model):
+            if return_attention:
+                raise ConfigError("return_attention: a fine-tuned port's attention is not drawn; leave it out")
+            results = _classify_port(model, meta, batch, top=top)
+        elif meta.output != "g2p":
             results = _classify(model, meta, batch, top=top, threshold=threshold, return_attention=return_attention)
         else:
             results = []

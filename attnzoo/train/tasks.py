@@ -107,6 +107,11 @@ def build_task(
     name = config.get("name")
     if name == "files":
         kind = config.get("task", "multi_label")
+        if kind == "causal_lm":  # --task offers it: a port's own task
+            raise ConfigError(
+                "data.task 'causal_lm' trains a converted keras-hub causal LM: --model takes the folder attnzoo.save "
+                f"wrote for it (docs/keras-hub-training.md); a registered model trains as {', '.join(FILE_TASKS)}"
+            )
         if kind not in FILE_TASKS:
             raise ConfigError(f"data.task must be one of {', '.join(FILE_TASKS)}, got {kind!r}")
         return FILE_TASKS[kind](config, metadata, rank=rank, world=world)

@@ -39,7 +39,7 @@ from attnzoo.train.checkpoint import load_checkpoint, read_record, save_checkpoi
 from attnzoo.train.distributed import Setup, all_gather_objects, all_sum, barrier, process_group
 from attnzoo.train.lora import check_lora, lora_port
 from attnzoo.train.metrics import better
-from attnzoo.train.port import build_port_task, fit_port, is_port, load_port
+from attnzoo.train.port import build_port_task, check_model_path, fit_port, is_port, load_port
 from attnzoo.train.publish import finish, threshold_setting, weights_name
 from attnzoo.train.recipe import check_tag, checked_numbers
 from attnzoo.train.run import RunSetup, RunState
@@ -210,6 +210,7 @@ def train(
     by an error too.
     """
     _check_export(recipe, export)
+    check_model_path(recipe["model"])
     settings = checked_numbers(recipe["train"])
     settings["lora"] = check_lora(settings.get("lora"), port=is_port(recipe["model"]))
     with process_group(settings.get("device", "auto"), batch_size=settings["batch_size"]) as where:
@@ -224,7 +225,9 @@ def _train(
     recipe = run.setup.recipe
     if is_port(recipe["model"]):  # a converted keras-hub model's folder (port.py)
         run.port = load_port(recipe["model"])
-        run.task = build_port_task(recipe["task"], run.port.tokenizer, rank=run.setup.rank, world=run.setup.world)
+        learnt = (getattr(run.port, "attnzoo_metadata", None) or {}).get("labels")  # a run folder trained again
+        rank, world = run.setup.rank, run.setup.world
+        run.task = build_port_task(recipe["task"], run.port.tokenizer, rank=rank, world=world, head_labels=learnt)
     else:
         run.task = build_task(recipe["task"], rank=run.setup.rank, world=run.setup.world)
     run.split_sizes = run.task.split_sizes()
@@ -293,6 +296,13 @@ def _start(
     torch.manual_seed(seed)
     name = Path(recipe["model"]).name if is_port(recipe["model"]) else recipe["model"]
     folder = Path(output or recipe.get("output") or f"runs/{name}-{check_tag(recipe['tag'], 'recipe')}")
+    if is_port(recipe["model"]) and folder.resolve() == Path(recipe["model"]).resolve():
+        # --overwrite is about a run folder: here it would replace the port the run starts from, and the same
+        # command run again would fine-tune the fine-tuned model
+        raise ConfigError(
+            f"--output {folder} is the --model port folder: the run would replace the port it starts from; "
+            f"write the run into another folder (--output)"
+        )
     if where.rank == 0:
         _check_run_folder(folder, resume, overwrite)
     verbose = where.rank == 0 and not quiet
