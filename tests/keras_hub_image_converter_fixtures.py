@@ -38,7 +38,7 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CONVERTER = {
     "image_size": (16, 16),
     "scale": [1 / (255 * s) for s in STD],
-    "offset": [-m / s for m, s in zip(MEAN, STD)],
+    "offset": [-m / s for m, s in zip(MEAN, STD, strict=True)],
     "crop_to_aspect_ratio": True,
     "interpolation": "bilinear",
 }

@@ -26,7 +26,7 @@ from attnzoo.keras.hub_tokenizers.sentencepiece import sentencepiece_tokenizer
 from attnzoo.keras.hub_tokenizers.word_piece import read_word_piece_vocabulary, word_piece_tokenizer
 from attnzoo.keras.tokenizer import PortTokenizer, Preprocessing
 
-__all__ = ["keras_hub_tokenizer", "carried_tokenizer", "preset_tokenizer_files"]
+__all__ = ["keras_hub_tokenizer", "carried_tokenizer", "preset_tokenizer_files", "serialized_layer"]
 __all__ += ["TOKENIZER_CONFIG", "PREPROCESSOR_CONFIG", "ASSETS"]
 
 TOKENIZER_CONFIG = "tokenizer.json"
@@ -45,7 +45,12 @@ def _layer_config(path: Path, what: str) -> tuple[str, dict[str, Any]]:
     """A keras-hub layer's serialized config: its class name and arguments."""
     if not path.is_file():
         raise WeightsError(f"{path}: the {what} is missing")
-    value = load_json(read_bounded(path, path), path, f"the {what}")
+    return serialized_layer(load_json(read_bounded(path, path), path, f"the {what}"), path, what)
+
+
+def serialized_layer(value: Any, path: Path, what: str) -> tuple[str, dict[str, Any]]:
+    """A serialized keras-hub layer (``{"class_name": ..., "config": {...}}``), read from ``path``: its class
+    name and arguments."""
     if not isinstance(value, dict) or not isinstance(value.get("class_name"), str):
         raise WeightsError(f"{path}: the {what} has no class_name (not keras-hub's)")
     config = value.get("config")
