@@ -438,6 +438,6 @@ def convert_keras_model(
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report
     model.tokenizer = carried_tokenizer(path)  # a preset folder's tokenizer goes with its model
-    carried_image_converter(path)  # its image converter does not: said
+    model.image_converter = carried_image_converter(path)  # and its image converter
     model.keras_lora = None if isinstance(planned, str) else planned  # the adapters lora="keep" kept apart
     return model.eval()
