@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attnzoo.errors import AttnzooWarning, ConfigError, WeightsError
-from attnzoo.keras.hub_tokenizers.preset import PREPROCESSOR_CONFIG, _layer_config, serialized_layer
+from attnzoo.keras.hub_tokenizers.preset import PREPROCESSOR_CONFIG, read_layer_config, serialized_layer
 from attnzoo.keras.image_converter import ImageConversion, PortImageConverter
 
 __all__ = ["keras_hub_image_converter", "carried_image_converter", "SETTINGS", "CONVERTER_CLASSES"]
@@ -35,7 +35,7 @@ def _converter_config(preset: Path) -> tuple[str, dict[str, Any]] | None:
     path = preset / PREPROCESSOR_CONFIG
     if not path.is_file():
         return None
-    _, config = _layer_config(path, "keras-hub preprocessor config")
+    _, config = read_layer_config(path, "keras-hub preprocessor config")
     converter = config.get("image_converter")
     if converter is None:
         return None
