@@ -13,8 +13,8 @@ crop_to_aspect_ratio) and adds to ``deit/expected.npz``, for each raw batch ``R`
 * ``converter/raw/R``, ``converter/pre/R`` (``preprocessor(raw)``) and ``converter/out/R``
   (``classifier.predict(raw)``);
 * ``converter/SETTING/wide``: a bare ``ImageConverter`` of other settings (``SETTINGS``: nearest, bicubic,
-  antialias, no crop, one scale for every channel, no resize) on the wide batch; ``deit/converter_settings.json``
-  says which.
+  antialias, no crop, one scale for every channel (a number, a list of one), no resize) on the wide batch;
+  ``deit/converter_settings.json`` says which.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ SETTINGS = {
     "bicubic_antialias": {"interpolation": "bicubic", "antialias": True},
     "stretch": {"crop_to_aspect_ratio": False, "image_size": (12, 20)},
     "one_scale": {"scale": 1 / 127.5, "offset": -1.0},
+    "one_item_lists": {"scale": [1 / 255], "offset": [-0.5]},
     "no_resize": {"image_size": None},
 }
 

@@ -181,7 +181,7 @@ class PortImageConverter:
         x = x[None] if single else x
         c = self.conversion
         for key, value in (("scale", c.scale), ("offset", c.offset)):
-            if isinstance(value, tuple) and len(value) != x.shape[-1]:
+            if isinstance(value, tuple) and len(value) not in (1, x.shape[-1]):  # one item is for every channel
                 raise ConfigError(
                     f"{c.converter_class}'s {key} has one value per channel for {len(value)} channels; the images "
                     f"have {x.shape[-1]} (channels last: [batch, height, width, channels])"
