@@ -23,10 +23,16 @@ A keras-hub preset folder's tokenizer goes with its model (``tokenizers``, the `
     model(model.tokenize(["Hello"]))                   # keras-hub's token_ids and padding_mask
     tokenizer = keras_hub_tokenizer("gpt2_preset")     # the tokenizer alone
 
+and an image model's image converter (preprocessor.json's ``image_converter``)::
+
+    model = convert_keras_model("resnet_preset")       # an ImageClassifier saved with its preprocessor
+    model(model.preprocess(raw_images))                # resized, x * scale + offset, as keras-hub does
+
 Needs ``h5py`` (the ``keras`` extra); Keras itself is never imported, nor transformers to write a folder.
 """
 
 from attnzoo.keras.convert import ConversionReport, UnsupportedKerasLayerError, convert_keras_model
+from attnzoo.keras.hub_image_converter import keras_hub_image_converter
 from attnzoo.keras.hub_tokenizers.preset import keras_hub_tokenizer
 from attnzoo.keras.importer import keras_layers_in, load_keras_arrays, load_keras_weights
 from attnzoo.keras.transformers_folder import to_transformers
@@ -35,6 +41,7 @@ __all__ = [
     "convert_keras_model",
     "to_transformers",
     "keras_hub_tokenizer",
+    "keras_hub_image_converter",
     "load_keras_weights",
     "load_keras_arrays",
     "keras_layers_in",

@@ -40,6 +40,7 @@ from attnzoo.keras.dtypes import HeldDtypes, check_dtype
 from attnzoo.keras.files import KerasFile, Variables, read_keras_model
 from attnzoo.keras.graph import MODEL_CLASSES, KerasGraph, LayerRecord, parse_model
 from attnzoo.keras.hub_families import backbone_arguments, is_keras_hub_model
+from attnzoo.keras.hub_image_converter import carried_image_converter
 from attnzoo.keras.hub_tokenizers.preset import carried_tokenizer
 from attnzoo.keras.layer_keys import module_key as model_key
 from attnzoo.keras.lora import plan_lora
@@ -437,5 +438,6 @@ def convert_keras_model(
     model.attnzoo_metadata = {**getattr(model, "attnzoo_metadata", {}), "keras": report.to_dict()}
     model.keras_report = report
     model.tokenizer = carried_tokenizer(path)  # a preset folder's tokenizer goes with its model
+    model.image_converter = carried_image_converter(path)  # and its image converter
     model.keras_lora = None if isinstance(planned, str) else planned  # the adapters lora="keep" kept apart
     return model.eval()

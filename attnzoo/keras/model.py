@@ -71,22 +71,23 @@ from attnzoo.keras.compiled import CompiledPort, compile_port
 from attnzoo.keras.converters.text import string_input
 from attnzoo.keras.emit import Emitted, emit
 from attnzoo.keras.graph_check import GRAPH_FORMAT, validate_graph
+from attnzoo.keras.image_converter import CarriesPreprocessing
 from attnzoo.keras.inputs import ValueRule, bind, check_values, input_names, value_rules
 from attnzoo.keras.layer_keys import module_keys
 from attnzoo.keras.masks import call_masks
 from attnzoo.keras.materialised import refuse_meta_left
 from attnzoo.keras.nodes import INTEGER_DTYPES, Node, build_node
 from attnzoo.keras.policy import set_compute_dtypes
-from attnzoo.keras.tokenizer import CarriesTokenizer
 from attnzoo.keras.torch_layers import KerasAugmentation
 from attnzoo.layers.kv_cache import DecodingCache
 
 __all__ = ["KerasModel", "GRAPH_FORMAT"]
 
 
-class KerasModel(CarriesTokenizer, nn.Module):
+class KerasModel(CarriesPreprocessing, nn.Module):
     """A Keras model converted by :func:`attnzoo.keras.convert_keras_model` (see the module docstring); a
-    keras-hub model converted from a preset folder carries its tokenizer (:class:`CarriesTokenizer`)."""
+    keras-hub model converted from a preset folder carries its tokenizer and image converter
+    (:class:`~attnzoo.keras.image_converter.CarriesPreprocessing`)."""
 
     name = "keras_model"
     # attnzoo.load keeps the dtype the weights were saved in: the Keras file's (a bfloat16 port stays bfloat16)

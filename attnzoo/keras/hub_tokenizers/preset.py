@@ -26,7 +26,8 @@ from attnzoo.keras.hub_tokenizers.sentencepiece import sentencepiece_tokenizer
 from attnzoo.keras.hub_tokenizers.word_piece import read_word_piece_vocabulary, word_piece_tokenizer
 from attnzoo.keras.tokenizer import PortTokenizer, Preprocessing
 
-__all__ = ["keras_hub_tokenizer", "carried_tokenizer", "preset_tokenizer_files"]
+__all__ = ["keras_hub_tokenizer", "carried_tokenizer", "preset_tokenizer_files", "serialized_layer"]
+__all__ += ["read_layer_config"]
 __all__ += ["TOKENIZER_CONFIG", "PREPROCESSOR_CONFIG", "ASSETS"]
 
 TOKENIZER_CONFIG = "tokenizer.json"
@@ -41,11 +42,16 @@ def preset_tokenizer_files(preset: Path | None) -> list[str]:
     return [name for name in (TOKENIZER_CONFIG, ASSETS) if (preset / name).exists()]
 
 
-def _layer_config(path: Path, what: str) -> tuple[str, dict[str, Any]]:
+def read_layer_config(path: Path, what: str) -> tuple[str, dict[str, Any]]:
     """A keras-hub layer's serialized config: its class name and arguments."""
     if not path.is_file():
         raise WeightsError(f"{path}: the {what} is missing")
-    value = load_json(read_bounded(path, path), path, f"the {what}")
+    return serialized_layer(load_json(read_bounded(path, path), path, f"the {what}"), path, what)
+
+
+def serialized_layer(value: Any, path: Path, what: str) -> tuple[str, dict[str, Any]]:
+    """A serialized keras-hub layer (``{"class_name": ..., "config": {...}}``), read from ``path``: its class
+    name and arguments."""
     if not isinstance(value, dict) or not isinstance(value.get("class_name"), str):
         raise WeightsError(f"{path}: the {what} has no class_name (not keras-hub's)")
     config = value.get("config")
@@ -97,7 +103,7 @@ def _word_piece(folder: Path, config: dict[str, Any], cls: TokenizerClass) -> tu
 
 def _classes(preset: Path) -> tuple[str, TokenizerClass, dict[str, Any], str, dict[str, Any]]:
     """The tokenizer's class, its table entry and arguments; the preprocessor's class and arguments."""
-    name, config = _layer_config(preset / TOKENIZER_CONFIG, "keras-hub tokenizer config")
+    name, config = read_layer_config(preset / TOKENIZER_CONFIG, "keras-hub tokenizer config")
     cls = _supported(TOKENIZER_CLASSES, name, preset / TOKENIZER_CONFIG, "tokenizer")
     if config.get("sequence_length") is not None:  # the preprocessor packs; a tokenizer's own length cuts first
         raise ConfigError(
@@ -112,7 +118,7 @@ def _classes(preset: Path) -> tuple[str, TokenizerClass, dict[str, Any], str, di
         cls = TokenizerClass(cls.kind, start, end, cls.pad)
     if name == "Gemma3Tokenizer" and config.get("has_vision_tokens", True) is False:
         cls = TokenizerClass(cls.kind, cls.start, cls.end, cls.pad)
-    pre_name, pre_config = _layer_config(preset / PREPROCESSOR_CONFIG, "keras-hub preprocessor config")
+    pre_name, pre_config = read_layer_config(preset / PREPROCESSOR_CONFIG, "keras-hub preprocessor config")
     _supported(PREPROCESSOR_CLASSES, pre_name, preset / PREPROCESSOR_CONFIG, "preprocessor")
     if pre_config.get("image_converter") is not None:
         raise ConfigError(
