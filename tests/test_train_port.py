@@ -109,6 +109,11 @@ def test_a_classifier_port_learns_a_csv_with_a_new_head_and_its_run_folder_loads
         assert {label.name: label.probability for label in got.labels} == pytest.approx(
             dict(zip(again.attnzoo_metadata["labels"], want.tolist(), strict=True)), abs=1e-6
         )
+    # the Hugging Face door names the outputs by the labels the run learnt (it wrote LABEL_0, LABEL_1)
+    from attnzoo.keras import to_transformers
+
+    config = json.loads((to_transformers(again, tmp_path / "hf") / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
 
 
 def test_the_head_is_kept_when_the_classes_agree_and_dropout_is_the_one_config_key(ports, tmp_path):

@@ -149,7 +149,10 @@ def hub_source(model: Any) -> tuple[TransformersForm, HubSource]:
     layers = graph.get("layers") or {}
     if prefix and not any(str(key).startswith(prefix) for key in layers):
         raise ExportError(f"keras-hub's {name}: its backbone's layers are not under {prefix!r} as its file names them")
-    source = HubSource(name, entry.kind, arguments, layers, model.state_dict(), prefix)
+    # a classifier fine-tuned by attnzoo train carries its labels in the order its outputs learnt them
+    learnt = (getattr(model, "attnzoo_metadata", None) or {}).get("labels")
+    names = tuple(str(n) for n in learnt) if isinstance(learnt, (list, tuple)) else ()
+    source = HubSource(name, entry.kind, arguments, layers, model.state_dict(), prefix, class_names=names)
     return form, source
 
 

@@ -42,7 +42,8 @@ class HubSource:
     ``"causal_lm"`` or ``"task"``; ``arguments``: the backbone's constructor arguments (plain values);
     ``layers``: the converted graph's node specs by layer key; ``state``: the converted model's state dict;
     ``prefix``: where the backbone's layers are (``""`` for a backbone, ``"<backbone name>/"`` in a task);
-    ``special``: token ids the tokenizer knows (``bos_token_id``, ``eos_token_id``, ``pad_token_id``)."""
+    ``special``: token ids the tokenizer knows (``bos_token_id``, ``eos_token_id``, ``pad_token_id``);
+    ``class_names``: a fine-tuned classifier's labels, output i's at i (empty: none known)."""
 
     keras_class: str
     kind: str
@@ -51,6 +52,7 @@ class HubSource:
     state: Mapping[str, Any]
     prefix: str = ""
     special: Mapping[str, int] = field(default_factory=dict)
+    class_names: tuple[str, ...] = ()
 
     def refuse(self, why: str) -> NoReturn:
         """Refuse the class: it has no exact Hugging Face form (``why`` says what differs)."""

@@ -93,9 +93,12 @@ def encoder_config(
 
 
 def labels(m: HubSource, layer: str = "logits") -> dict[str, Any]:
-    """``id2label`` / ``label2id`` of a classifier of as many classes as its ``layer`` has units."""
+    """``id2label`` / ``label2id`` of a classifier of as many classes as its ``layer`` has units: the labels
+    ``attnzoo train`` fine-tuned it on where the model carries them (one per output, distinct), else
+    transformers' ``LABEL_i``."""
     count = int(m.spec(layer, task=True)["units"])
-    names = {str(i): f"LABEL_{i}" for i in range(count)}
+    learnt = m.class_names if len(m.class_names) == count == len(set(m.class_names)) else ()
+    names = {str(i): learnt[i] if learnt else f"LABEL_{i}" for i in range(count)}
     return {"id2label": names, "label2id": {name: int(i) for i, name in names.items()}}
 
 
