@@ -57,8 +57,6 @@ from attnzoo.layers.kv_cache import DecodingCache
 
 __all__ = ["causal_lms", "generate"]
 
-_ENCODER, _DECODER = ENCODER_INPUTS, DECODER_INPUTS
-
 
 def causal_lms() -> list[str]:
     """The keras-hub task classes whose converted graphs decode (every node in them that mixes positions
@@ -103,7 +101,7 @@ def _check_model(model: Any) -> str:
             f"{names}) instead of its backbone's"
         )
     inputs = [spec["name"] for spec in model.inputs_spec]
-    expected = sorted((*_ENCODER, *_DECODER) if hub_models()[kind].kind == "seq2seq_lm" else _LM)
+    expected = sorted((*ENCODER_INPUTS, *DECODER_INPUTS) if hub_models()[kind].kind == "seq2seq_lm" else _LM)
     if sorted(inputs) != expected:
         raise ConfigError(f"generate: a {kind} takes {', '.join(expected)}; this graph takes {inputs}")
     return hub_models()[kind].kind
@@ -116,7 +114,11 @@ def _seq2seq_inputs(ids: Any, padding_mask: Any, device: torch.device) -> tuple[
     """An encoder-decoder LM's ``ids``, the dict of keras-hub's inputs (``encoder_token_ids``,
     ``decoder_token_ids``, and optionally their padding masks) -> the decoder's prompt ids and padding mask,
     and the encoder's inputs, fixed while decoding (the encoder's padding mask ones where not given)."""
-    if not isinstance(ids, dict) or not {_ENCODER[0], _DECODER[0]} <= set(ids) or set(ids) - {*_ENCODER, *_DECODER}:
+    if (
+        not isinstance(ids, dict)
+        or not {ENCODER_INPUTS[0], DECODER_INPUTS[0]} <= set(ids)
+        or set(ids) - {*ENCODER_INPUTS, *DECODER_INPUTS}
+    ):
         got = sorted(ids) if isinstance(ids, dict) else type(ids).__name__
         raise ValueError(
             f"generate of an encoder-decoder LM takes ids as the dict of keras-hub's inputs: encoder_token_ids and "
@@ -124,8 +126,8 @@ def _seq2seq_inputs(ids: Any, padding_mask: Any, device: torch.device) -> tuple[
         )
     if padding_mask is not None:
         raise ValueError("generate of an encoder-decoder LM takes its padding masks in the ids dict, not padding_mask")
-    encoder = _ids(ids[_ENCODER[0]], device)
-    mask = ids.get(_ENCODER[1])
+    encoder = _ids(ids[ENCODER_INPUTS[0]], device)
+    mask = ids.get(ENCODER_INPUTS[1])
     if mask is None:
         mask = torch.ones_like(encoder)
     if isinstance(mask, np.ndarray):
@@ -135,8 +137,8 @@ def _seq2seq_inputs(ids: Any, padding_mask: Any, device: torch.device) -> tuple[
         raise ValueError(
             f"generate expects encoder_padding_mask of encoder_token_ids' shape {list(encoder.shape)}, got {shape}"
         )
-    fixed = {_ENCODER[0]: encoder, _ENCODER[1]: mask.to(device=device, dtype=torch.int32)}
-    return ids[_DECODER[0]], ids.get(_DECODER[1]), fixed
+    fixed = {ENCODER_INPUTS[0]: encoder, ENCODER_INPUTS[1]: mask.to(device=device, dtype=torch.int32)}
+    return ids[DECODER_INPUTS[0]], ids.get(DECODER_INPUTS[1]), fixed
 
 
 def _fixed_layers(model: Any) -> tuple[nn.Module, ...]:
@@ -290,7 +292,10 @@ def generate(
     device = reference.device if reference is not None else torch.device("cpu")
     tokens_name, mask_name, fixed = _LM[0], _LM[1], {}
     if kind == "seq2seq_lm":
-        (tokens_name, mask_name), (ids, padding_mask, fixed) = _DECODER, _seq2seq_inputs(ids, padding_mask, device)
+        (tokens_name, mask_name), (ids, padding_mask, fixed) = (
+            DECODER_INPUTS,
+            _seq2seq_inputs(ids, padding_mask, device),
+        )
     prompt = _ids(ids, device)
     names, rules = input_names(model.graph), value_rules(model.graph)
     for name, value in {tokens_name: prompt, **fixed}.items():

@@ -29,6 +29,7 @@ from typing import Any
 from attnzoo.errors import ConfigError, WeightsError
 from attnzoo.io.limits import load_json
 from attnzoo.keras.tokenizer import CarriesTokenizer
+from attnzoo.keras.torch_layers.preprocessing import aspect_window
 
 __all__ = ["ImageConversion", "PortImageConverter", "CarriesImageConverter", "CarriesPreprocessing"]
 __all__ += ["IMAGE_CONVERTER_FILE", "INTERPOLATIONS"]
@@ -124,15 +125,6 @@ def _numbers(value: Any, key: str, where: str) -> Numbers:
     raise WeightsError(f"{where}: {key} is {value!r:.60}, not a number or a list of numbers (one per channel)")
 
 
-def _cropped(x: Any, size: tuple[int, int]) -> Any:
-    """keras's ``crop_to_aspect_ratio``: the centred largest box of ``size``'s aspect ratio ([B, C, H, W])."""
-    height, width = x.shape[-2], x.shape[-1]
-    crop_h = max(min(height, int(float(width * size[0]) / size[1])), 1)
-    crop_w = max(min(width, int(float(height * size[1]) / size[0])), 1)
-    top, left = int(float(height - crop_h) / 2), int(float(width - crop_w) / 2)
-    return x[:, :, top : top + crop_h, left : left + crop_w]
-
-
 class PortImageConverter:
     """keras-hub's ``ImageConverter`` of a converted model (see the module docstring)."""
 
@@ -156,7 +148,7 @@ class PortImageConverter:
         c = self.conversion
         work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
         y = x.permute(0, 3, 1, 2).to(work)
-        y = _cropped(y, size) if c.crop_to_aspect_ratio else y
+        y = aspect_window(y, *size) if c.crop_to_aspect_ratio else y
         smooth = c.interpolation in ("bilinear", "bicubic")
         mode = INTERPOLATIONS[c.interpolation]
         y = F.interpolate(

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from attnzoo.errors import close_matches
 from attnzoo.keras.hub_graph import DECODER_INPUTS, ENCODER_INPUTS
+from attnzoo.keras.masks import refs_in
 from attnzoo.keras.nodes import INTEGER_DTYPES
 
 __all__ = ["ValueRule", "input_names", "value_rules", "bind", "by_name", "check_values", "tracing", "encoder_calls"]
@@ -78,21 +79,10 @@ def encoder_calls(graph: Mapping[str, Any]) -> set[str]:
         return set()
     fixed = {spec["id"] for spec, name in zip(graph["inputs"], names, strict=True) if name in ENCODER_INPUTS}
     for call in graph["calls"]:
-        read = _refs([call["args"], call["kwargs"]])
+        read = {str(ref["ref"][0]) for ref in refs_in([call["args"], call["kwargs"]])}
         if read and read <= fixed:
             fixed.add(call["id"])
     return fixed - {spec["id"] for spec in graph["inputs"]}
-
-
-def _refs(value: Any) -> set[str]:
-    """The call ids (and input ids) graph data reads, at any depth."""
-    if isinstance(value, Mapping) and "ref" in value:
-        return {str(value["ref"][0])}
-    if isinstance(value, Mapping):
-        return {ref for item in value.values() for ref in _refs(item)}
-    if isinstance(value, (list, tuple)):
-        return {ref for item in value for ref in _refs(item)}
-    return set()
 
 
 def _padding_masks(graph: Mapping[str, Any]) -> set[str]:

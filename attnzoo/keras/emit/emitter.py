@@ -50,9 +50,10 @@ def emit(graph: dict[str, Any], plans: dict[str, CallMasks], class_name: str | N
     (a tied embedding's lookup and its ``reverse=True`` call), it is written again with every call a node call."""
     nodes_only: set[str] = set()
     decodes = any(NODES[spec["op"]].decodes for spec in graph["layers"].values())
+    encoder = encoder_calls(graph) if decodes else set()  # the calls given no cache
     while True:
         e = Draft(counts=_needed_outputs(graph), nodes_only=set(nodes_only), read=_read_outputs(graph))
-        e.decodes, e.encoder = decodes, encoder_calls(graph)
+        e.decodes, e.encoder = decodes, encoder
         if decodes:  # forward's keyword for the decoding cache: no input or variable may take the name
             e.used.add(DECODING_CACHE)
         inputs = []
